@@ -1,0 +1,17 @@
+"""hetsim: how much time synchronous data-parallel SGD loses to slow workers, and which
+way of splitting the work wins it back.
+
+The public entry points: :func:`load_scenario` (config), :func:`simulate` (one run -> Trace),
+:func:`summarize` (Trace -> Summary).
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from hetsim.config import Scenario, load_scenario
+from hetsim.errors import ConfigError
+from hetsim.metrics import Summary, summarize
+from hetsim.simulate import simulate
+
+__all__ = ["ConfigError", "Scenario", "Summary", "__version__", "load_scenario", "simulate", "summarize"]

@@ -1,0 +1,5 @@
+import sys
+
+from hetsim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,27 @@
+"""Partitioning and straggler policies; :func:`make_policy` builds one from its name and parameters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hetsim.errors import ConfigError
+from hetsim.policies.base import Policy, StepInfo, StepRecord, WorkerHint
+from hetsim.policies.dynamic import Dynamic, DynamicEnhanced
+from hetsim.policies.static import Equal, Optimal, Proportional
+
+POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (Equal, Proportional, Dynamic, DynamicEnhanced, Optimal)}
+
+
+def make_policy(name: str, params: Mapping[str, Any] | None = None) -> Policy:
+    """A fresh policy object; unknown names or parameters raise :class:`ConfigError`."""
+    cls = POLICIES.get(name)
+    if cls is None:
+        raise ConfigError("policy.name", f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+    try:
+        return cls(**dict(params or {}))
+    except TypeError as exc:
+        raise ConfigError("policy", f"bad parameters for {name!r}: {exc}") from None
+
+
+__all__ = ["POLICIES", "Policy", "StepInfo", "StepRecord", "WorkerHint", "make_policy"]

@@ -1,0 +1,87 @@
+"""The Policy interface shared by the simulator's engines and the real trainer (``validation``).
+
+A policy owns the split of the global batch. The caller drives it with three hooks:
+
+* ``reset(n_workers, global_batch, hints)`` once before the first step;
+* ``partition(info) -> local batches`` before every step (integers, each in ``[0, max_batch]``,
+  summing exactly to ``global_batch``);
+* ``observe(record)`` after every step, with the measured per-worker compute times.
+
+``wait_for()`` says how many gradients the step waits for (all of them for barrier policies).
+``weighted_gradients`` tells a real trainer to combine gradients as ``sum_i (b_i/B) g_i``;
+the simulator's timing does not depend on it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+@dataclass(frozen=True)
+class WorkerHint:
+    """What a policy may know about a worker before running: its cap and, when known, its
+    expected affine cost ``fixed_s + per_sample_s * b`` (None where unknown, e.g. on real hardware)."""
+
+    max_batch: float = math.inf
+    fixed_s: float | None = None
+    per_sample_s: float | None = None
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    step: int
+    epoch: int
+    step_in_epoch: int
+    steps_per_epoch: int
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What was measured in one step."""
+
+    info: StepInfo
+    local_batches: tuple[int, ...]
+    compute_s: tuple[float, ...]
+    included: tuple[bool, ...]
+
+    @property
+    def ends_epoch(self) -> bool:
+        return self.info.step_in_epoch == self.info.steps_per_epoch - 1
+
+
+class Policy:
+    """Base class. Subclasses set ``name`` and implement ``partition``; parameters from the
+    scenario's ``[policy]`` table arrive as keyword arguments of ``__init__``."""
+
+    name: ClassVar[str] = ""
+    weighted_gradients: ClassVar[bool] = False
+    needs_costs: ClassVar[bool] = False
+
+    def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
+        self.n_workers = n_workers
+        self.global_batch = global_batch
+        self.hints = tuple(hints) if hints is not None else (WorkerHint(),) * n_workers
+        if len(self.hints) != n_workers:
+            raise ValueError(f"{len(self.hints)} hints for {n_workers} workers")
+        if self.needs_costs and any(h.fixed_s is None or h.per_sample_s is None for h in self.hints):
+            raise ValueError(f"policy {self.name!r} needs every worker's expected costs")
+
+    @property
+    def caps(self) -> tuple[float, ...]:
+        return tuple(h.max_batch for h in self.hints)
+
+    def partition(self, info: StepInfo) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def observe(self, record: StepRecord) -> None:
+        """Default: a static policy ignores measurements."""
+
+    def wait_for(self) -> int:
+        return self.n_workers
+
+    def params(self) -> dict[str, object]:
+        """The policy's parameters, as in the scenario's ``[policy]`` table."""
+        return {}

@@ -1,0 +1,54 @@
+"""The paper's per-epoch rule (DP-SGD) and its gradient-weighted twin (EDP-SGD).
+
+At the end of each epoch ``p_i <- (p_i / t_i) / sum_j (p_j / t_j)``, with ``t_i`` the mean
+measured compute time per step of worker i over that epoch, starting from equal shares. The
+fixed point is the split where every worker's compute time is the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from hetsim.partition import split_by_shares
+from hetsim.policies.base import Policy, StepInfo, StepRecord, WorkerHint
+
+
+class Dynamic(Policy):
+    name = "dynamic"
+
+    def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
+        super().reset(n_workers, global_batch, hints)
+        self.shares = np.full(n_workers, 1.0 / n_workers)
+        self._speed = np.zeros(n_workers)  # last p_i / t_i, kept for a worker that sat an epoch out
+        self._batches = split_by_shares(self.shares, global_batch, self.caps)
+        self._sum_s = np.zeros(n_workers)
+        self._steps = np.zeros(n_workers, dtype=np.int64)
+        self.history: list[tuple[int, ...]] = [self._batches]
+
+    def partition(self, info: StepInfo) -> tuple[int, ...]:
+        return self._batches
+
+    def observe(self, record: StepRecord) -> None:
+        worked = np.asarray(record.local_batches) > 0
+        self._sum_s[worked] += np.asarray(record.compute_s)[worked]
+        self._steps[worked] += 1
+        if record.ends_epoch:
+            self._update()
+
+    def _update(self) -> None:
+        seen = (self._steps > 0) & (self._sum_s > 0)
+        self._speed[seen] = self.shares[seen] / (self._sum_s[seen] / self._steps[seen])
+        self.shares = self._speed / self._speed.sum()
+        self._batches = split_by_shares(self.shares, self.global_batch, self.caps)
+        self.history.append(self._batches)
+        self._sum_s[:] = 0.0
+        self._steps[:] = 0
+
+
+class DynamicEnhanced(Dynamic):
+    """EDP-SGD: the split of ``dynamic``; gradients combined as ``sum_i (b_i/B) g_i``."""
+
+    name = "dynamic-enhanced"
+    weighted_gradients = True

@@ -1,0 +1,32 @@
+"""One simulated run: scenario + policy name -> Trace, through the chosen engine."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from hetsim.config import Scenario
+from hetsim.engines import ENGINES
+from hetsim.errors import ConfigError
+from hetsim.policies import make_policy
+from hetsim.trace import Trace
+
+
+def simulate(
+    scenario: Scenario,
+    policy: str | None = None,
+    *,
+    params: Mapping[str, Any] | None = None,
+    seed: int | None = None,
+    engine: str = "simpy",
+) -> Trace:
+    """Run ``policy`` (default: the scenario's ``[policy]``) on ``scenario`` with ``seed``
+    (default: the scenario's). Parameters come from the scenario's ``[policy]`` table when
+    the policy is the scenario's own, else from ``params``."""
+    if policy is None or policy == scenario.policy.name:
+        name, kwargs = scenario.policy.name, {**dict(scenario.policy.params), **dict(params or {})}
+    else:
+        name, kwargs = policy, dict(params or {})
+    if engine not in ENGINES:
+        raise ConfigError("engine", f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+    return ENGINES[engine](scenario, make_policy(name, kwargs), seed)

@@ -1,0 +1,131 @@
+"""The Trace: one row per worker per step, the table every part of hetsim speaks.
+
+Columns (DESIGN.md): policy, epoch, step, worker, local_batch, start_s, compute_s, wait_s,
+comm_s, included. Engines fill a :class:`TraceBuilder` with plain numbers (no pandas on the
+hot path); the finished :class:`Trace` holds NumPy columns in step-major order and converts to
+a DataFrame or CSV/Parquet files on demand.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+COLUMNS = ("policy", "epoch", "step", "worker", "local_batch", "start_s", "compute_s", "wait_s", "comm_s", "included")
+_NUMERIC = {
+    "epoch": np.int64,
+    "step": np.int64,
+    "worker": np.int64,
+    "local_batch": np.int64,
+    "start_s": np.float64,
+    "compute_s": np.float64,
+    "wait_s": np.float64,
+    "comm_s": np.float64,
+    "included": np.bool_,
+}
+
+
+@dataclass(frozen=True)
+class Trace:
+    policy: str
+    n_workers: int
+    epoch: np.ndarray
+    step: np.ndarray
+    worker: np.ndarray
+    local_batch: np.ndarray
+    start_s: np.ndarray
+    compute_s: np.ndarray
+    wait_s: np.ndarray
+    comm_s: np.ndarray
+    included: np.ndarray
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.step) // self.n_workers if self.n_workers else 0
+
+    def per_step(self, column: str) -> np.ndarray:
+        """A column reshaped to (steps, workers)."""
+        return getattr(self, column).reshape(self.n_steps, self.n_workers)
+
+    def to_frame(self) -> "pd.DataFrame":
+        import pandas as pd
+
+        data = {"policy": np.full(len(self.step), self.policy, dtype=object)}
+        data.update({c: getattr(self, c) for c in COLUMNS[1:]})
+        return pd.DataFrame(data, columns=list(COLUMNS))
+
+    @classmethod
+    def from_frame(cls, frame: "pd.DataFrame") -> "Trace":
+        """A trace from a table with the trace columns, one policy, rows in any order."""
+        frame = frame.sort_values(["step", "worker"], kind="stable")
+        n_workers = int(frame["worker"].nunique())
+        policies = frame["policy"].unique() if "policy" in frame else ["unknown"]
+        if len(policies) != 1:
+            raise ValueError(f"a Trace holds one policy, this table has {len(policies)}")
+        cols = {c: frame[c].to_numpy(dtype=t) for c, t in _NUMERIC.items()}
+        return cls(policy=str(policies[0]), n_workers=n_workers, **cols)
+
+    def write(self, directory: str | Path, stem: str = "trace") -> list[Path]:
+        """Write ``<stem>.parquet`` and ``<stem>.csv`` atomically; returns the paths."""
+        frame = self.to_frame()
+        out = []
+        for suffix, writer in ((".parquet", lambda f, p: f.to_parquet(p, index=False)), (".csv", lambda f, p: f.to_csv(p, index=False))):
+            target = Path(directory) / f"{stem}{suffix}"
+            atomic_write(target, lambda tmp: writer(frame, tmp))
+            out.append(target)
+        return out
+
+
+def atomic_write(target: Path, write) -> None:
+    """Call ``write(tmp_path)`` on a temporary file beside ``target``, then rename it into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class TraceBuilder:
+    """Preallocated (steps x workers) arrays an engine fills in place; :meth:`finish` freezes
+    them into a :class:`Trace` (rows step-major)."""
+
+    def __init__(self, policy: str, n_workers: int, n_steps: int) -> None:
+        self.policy, self.n_workers, self.n_steps = policy, n_workers, n_steps
+        shape = (n_steps, n_workers)
+        self.local_batch = np.zeros(shape, dtype=np.int64)
+        self.compute_s = np.zeros(shape)
+        self.wait_s = np.zeros(shape)
+        self.included = np.zeros(shape, dtype=np.bool_)
+        self.epoch = np.zeros(n_steps, dtype=np.int64)
+        self.start_s = np.zeros(n_steps)
+        self.comm_s = np.zeros(n_steps)
+
+    def finish(self, n_steps: int | None = None) -> Trace:
+        """The trace of the first ``n_steps`` steps (all by default)."""
+        k, n = self.n_steps if n_steps is None else n_steps, self.n_workers
+        per_step = lambda a: np.repeat(a[:k], n)  # noqa: E731
+        return Trace(
+            policy=self.policy,
+            n_workers=n,
+            epoch=per_step(self.epoch),
+            step=np.repeat(np.arange(k, dtype=np.int64), n),
+            worker=np.tile(np.arange(n, dtype=np.int64), k),
+            local_batch=self.local_batch[:k].ravel(),
+            start_s=per_step(self.start_s),
+            compute_s=self.compute_s[:k].ravel(),
+            wait_s=self.wait_s[:k].ravel(),
+            comm_s=per_step(self.comm_s),
+            included=self.included[:k].ravel(),
+        )
