@@ -13,7 +13,7 @@ import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -86,7 +86,7 @@ class Scenario:
             if g.count == 1:
                 out.append(g.spec)
             else:
-                out.extend(WorkerSpec(**{**_spec_fields(g.spec), "name": f"{g.spec.name}#{k}"}) for k in range(g.count))
+                out.extend(replace(g.spec, name=f"{g.spec.name}#{k}") for k in range(g.count))
         return tuple(out)
 
     @property
@@ -115,10 +115,6 @@ class Scenario:
         out["workers"] = [{**g.spec.to_dict(), "count": g.count} for g in self.groups]
         out["policy"] = self.policy.to_dict()
         return out
-
-
-def _spec_fields(spec: WorkerSpec) -> dict[str, Any]:
-    return {name: getattr(spec, name) for name in spec.__dataclass_fields__}
 
 
 # ----------------------------------------------------------------------------- reading files

@@ -14,7 +14,7 @@ The name -> class table :data:`DISTRIBUTIONS` is what the config factory looks k
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -47,7 +47,7 @@ class Distribution:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"dist": self.kind}
-        for name in self.__dataclass_fields__:
+        for name in (f.name for f in fields(self) if f.init):
             out[name] = getattr(self, name)
         return out
 

@@ -6,7 +6,7 @@ megabytes (1 MB = 1e6 bytes), bandwidths Gbit/s per link. One worker needs no ex
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 
@@ -18,7 +18,7 @@ class NetworkModel:
         raise NotImplementedError
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **{name: getattr(self, name) for name in self.__dataclass_fields__}}
+        return {"kind": self.kind, **{f.name: getattr(self, f.name) for f in fields(self)}}
 
 
 def _bytes_per_s(bandwidth_gbps: float) -> float:

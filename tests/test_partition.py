@@ -1,0 +1,99 @@
+"""Splits: integers, within caps, summing to the global batch; water-filling is the min-max optimum."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from hetsim.partition import balanced_time, max_time, split_by_shares, water_fill
+
+
+@st.composite
+def split_problems(draw):
+    n = draw(st.integers(1, 12))
+    total = draw(st.integers(n, 2000))
+    shares = draw(st.lists(st.floats(0.0, 10.0), min_size=n, max_size=n))
+    caps = draw(st.lists(st.one_of(st.just(math.inf), st.integers(1, 2000)), min_size=n, max_size=n))
+    assume(sum(caps) >= total)
+    return shares, total, caps
+
+
+@given(split_problems())
+def test_split_by_shares_is_a_valid_split(problem):
+    shares, total, caps = problem
+    b = split_by_shares(shares, total, caps)
+    assert sum(b) == total
+    assert all(isinstance(x, int) and 0 <= x <= c for x, c in zip(b, caps))
+
+
+@given(split_problems())
+def test_split_by_shares_stays_within_one_sample_of_proportional_when_uncapped(problem):
+    shares, total, _ = problem
+    assume(sum(shares) > 0)
+    b = split_by_shares(shares, total)
+    for x, s in zip(b, shares):
+        assert abs(x - total * s / sum(shares)) < 1 + 1e-9
+
+
+def test_split_by_shares_exact_cases():
+    assert split_by_shares([1, 1, 1], 10) == (4, 3, 3)
+    assert split_by_shares([1, 1], 256) == (128, 128)
+    assert split_by_shares([3, 1], 100, [60, math.inf]) == (60, 40)
+    assert split_by_shares([0.0, 0.0], 5) == (3, 2)
+
+
+@st.composite
+def affine_problems(draw, max_n=8, max_total=400):
+    n = draw(st.integers(1, max_n))
+    total = draw(st.integers(n, max_total))
+    a = draw(st.lists(st.floats(0.0, 0.5), min_size=n, max_size=n))
+    c = draw(st.lists(st.floats(1e-4, 0.05), min_size=n, max_size=n))
+    caps = draw(st.lists(st.one_of(st.just(math.inf), st.integers(1, max_total)), min_size=n, max_size=n))
+    assume(sum(caps) >= total)
+    return a, c, total, caps
+
+
+@given(affine_problems())
+def test_water_fill_is_valid_and_no_single_move_improves_it(problem):
+    a, c, total, caps = problem
+    b = water_fill(a, c, total, caps)
+    assert sum(b) == total and all(0 <= x <= cap for x, cap in zip(b, caps))
+    best = max_time(a, c, b)
+    assert best >= balanced_time(a, c, total, caps) - 1e-9  # never beats the continuous bound
+    for i, j in itertools.permutations(range(len(b)), 2):
+        if b[i] > 0 and b[j] < caps[j]:
+            moved = list(b)
+            moved[i] -= 1
+            moved[j] += 1
+            assert max_time(a, c, moved) >= best - 1e-12
+
+
+@given(affine_problems(max_n=3, max_total=30))
+def test_water_fill_matches_brute_force(problem):
+    a, c, total, caps = problem
+    n = len(a)
+    best = math.inf
+    for head in itertools.product(range(total + 1), repeat=n - 1):
+        last = total - sum(head)
+        split = (*head, last)
+        if last >= 0 and all(x <= cap for x, cap in zip(split, caps)):
+            best = min(best, max_time(a, c, split))
+    assert max_time(a, c, water_fill(a, c, total, caps)) == pytest.approx(best, rel=1e-12, abs=1e-15)
+
+
+def test_water_fill_closed_form():
+    # a_i + c_i b_i = T for all i: b = (T - a)/c with T = (B + sum a/c) / sum 1/c.
+    a, c, total = [0.01, 0.02, 0.05], [0.001, 0.002, 0.004], 700
+    t = (total + sum(x / y for x, y in zip(a, c))) / sum(1 / y for y in c)
+    assert balanced_time(a, c, total, [math.inf] * 3) == pytest.approx(t)
+    continuous = [(t - x) / y for x, y in zip(a, c)]
+    b = water_fill(a, c, total)
+    assert all(abs(x - y) < 1 for x, y in zip(b, continuous))
+    # A worker whose overhead alone exceeds the balanced time of the others gets nothing.
+    assert water_fill([0.0, 0.0, 10.0], [0.001, 0.001, 0.001], 100) == (50, 50, 0)
+    # A cap binds and the rest is re-balanced among the others.
+    assert water_fill([0.0, 0.0], [0.001, 0.004], 100, [50, math.inf]) == (50, 50)
