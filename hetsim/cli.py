@@ -16,7 +16,7 @@ from hetsim import __version__
 from hetsim.config import Scenario, builtin_names, builtin_text, load_scenario
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize, with_speedups
-from hetsim.policies import POLICIES
+from hetsim.policies import POLICIES, policy_class
 from hetsim.simulate import simulate
 from hetsim.trace import Trace, atomic_write
 
@@ -83,8 +83,7 @@ def parse_policies(text: str) -> list[str]:
     if not names:
         raise ConfigError("--policy", "no policy given")
     for name in names:
-        if name not in POLICIES:
-            raise ConfigError("--policy", f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+        policy_class(name, "--policy")
     return names
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from hetsim.distributions import DISTRIBUTIONS, Distribution
 from hetsim.errors import ConfigError
 from hetsim.network import NETWORKS, NetworkModel
-from hetsim.policies.base import WorkerHint
+from hetsim.policies import WorkerHint, policy_class
 from hetsim.workers import WorkerSpec
 
 BUILTIN_PACKAGE = "hetsim.scenarios"
@@ -383,6 +383,7 @@ def make_policy_spec(data: Any) -> PolicySpec:
     name = data.get("name", "equal")
     if not isinstance(name, str):
         raise ConfigError("policy.name", f"must be a string, got {_typename(name)}")
+    policy_class(name)
     return PolicySpec(name, tuple(sorted((k, v) for k, v in data.items() if k != "name")))
 
 

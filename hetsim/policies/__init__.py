@@ -13,15 +13,20 @@ from hetsim.policies.static import Equal, Optimal, Proportional
 POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (Equal, Proportional, Dynamic, DynamicEnhanced, Optimal)}
 
 
+def policy_class(name: str, field: str = "policy.name") -> type[Policy]:
+    """The class registered as ``name``; an unknown name raises :class:`ConfigError` on ``field``."""
+    if name not in POLICIES:
+        raise ConfigError(field, f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+    return POLICIES[name]
+
+
 def make_policy(name: str, params: Mapping[str, Any] | None = None) -> Policy:
     """A fresh policy object; unknown names or parameters raise :class:`ConfigError`."""
-    cls = POLICIES.get(name)
-    if cls is None:
-        raise ConfigError("policy.name", f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+    cls = policy_class(name)
     try:
         return cls(**dict(params or {}))
     except TypeError as exc:
         raise ConfigError("policy", f"bad parameters for {name!r}: {exc}") from None
 
 
-__all__ = ["POLICIES", "Policy", "StepInfo", "StepRecord", "WorkerHint", "make_policy"]
+__all__ = ["POLICIES", "Policy", "StepInfo", "StepRecord", "WorkerHint", "make_policy", "policy_class"]
