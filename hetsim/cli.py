@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 
+import tomli_w
+
 from hetsim import __version__
-from hetsim.config import Scenario, builtin_names, builtin_text, load_scenario
+from hetsim.config import SweepSpec, builtin_names, builtin_text, load_scenario, load_sweep, point_scenario, tomllib
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize, with_speedups
 from hetsim.policies import POLICIES, policy_class
+from hetsim.plots import render_run
+from hetsim.results import RunFolder, markdown_table, provenance, summarize_cells, write_json
 from hetsim.simulate import simulate
+from hetsim.sweep import Progress, expand, make_executor, replication_seeds
 from hetsim.trace import Trace, atomic_write
 
 DEFAULT_SCENARIO = "workstation"
@@ -48,6 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=None, help="random seed (default: the scenario's)")
     sim.add_argument("--json", action="store_true", help="print the summaries as a JSON list")
     sim.add_argument("--out", type=Path, default=None, metavar="DIR", help="write trace.parquet, trace.csv and summary.json")
+    sw = sub.add_parser("sweep", help="run a parameter sweep into a new results folder (default: the embedded sweep)")
+    sw.add_argument("sweep", nargs="?", default=None, help="sweep file (TOML or JSON); default: the embedded sweep")
+    sw.add_argument("--show-default", action="store_true", help="print the embedded default sweep file and exit")
+    sw.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="local processes or LocalCluster workers (default: all cores)")
+    sw.add_argument("--scheduler", default=None, metavar="ADDR", help="a Dask scheduler (tcp://host:8786), or 'local' for a LocalCluster")
+    sw.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="finish the missing cells of an interrupted sweep")
+    sw.add_argument("--runs", type=Path, default=Path("runs"), metavar="DIR", help="where results folders are made (default: runs)")
+
+    rep = sub.add_parser("report", help="re-render a results folder's tables and plots; print its summary")
+    rep.add_argument("run_dir", type=Path)
     return parser
 
 
@@ -72,8 +89,6 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.scenario in builtin_names() and not args.set and not Path(args.scenario).exists():
         print(builtin_text(args.scenario), end="")
         return 0
-    import tomli_w
-
     print(tomli_w.dumps(load_scenario(args.scenario, args.set).to_dict()), end="")
     return 0
 
@@ -137,4 +152,110 @@ def format_table(summaries: Sequence[Summary]) -> str:
     return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, rows)])
 
 
-COMMANDS = {"scenarios": cmd_scenarios, "show": cmd_show, "simulate": cmd_simulate}
+def cmd_sweep(args: argparse.Namespace) -> int:
+    if args.show_default:
+        print(default_sweep_text(), end="")
+        return 0
+    if args.resume is not None:
+        if args.sweep is not None:
+            raise ConfigError("--resume", "give either a sweep file or --resume, not both")
+        folder = RunFolder.open(args.resume)
+        spec = folder.spec()
+    else:
+        spec = load_sweep(args.sweep if args.sweep is not None else tomllib.loads(default_sweep_text()))
+    cells = expand(spec)
+    executor = make_executor(args.jobs, args.scheduler)
+    try:
+        if args.resume is None:
+            folder = RunFolder.create(args.runs, spec.name)
+            folder.write_text("sweep.toml", tomli_w.dumps(spec.to_dict()))
+            write_json(folder, "meta.json", {**provenance(), "executor": executor.description, "cells": len(cells),
+                                             "replications": spec.replications})
+        done = folder.done_cells()
+        todo = [c for c in cells if c.index not in done]
+        print(f"{folder.path}: {len(todo)} of {len(cells)} cells to run ({spec.replications} replications each) "
+              f"on {executor.description}", file=sys.stderr)
+        progress = Progress(len(todo))
+        show = _progress_printer(progress)
+        try:
+            for cell, rows in executor.run(spec, todo):
+                folder.write_part(cell.index, rows)
+                progress.advance()
+                show()
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: {len(folder.done_cells())} of {len(cells)} cells saved; "
+                  f"finish with: python -m hetsim sweep --resume {folder.path}", file=sys.stderr)
+            return 130
+    finally:
+        executor.close()
+    print(render_report(folder, spec))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    folder = RunFolder.open(args.run_dir)
+    print(render_report(folder, folder.spec()))
+    return 0
+
+
+def render_report(folder: RunFolder, spec: SweepSpec) -> str:
+    """Rebuild results.parquet, summary.csv, the plotted cell's traces and every plot."""
+    results = folder.results()
+    axes = [a.name for a in spec.axes]
+    summary = summarize_cells(results, axes)
+    folder.write_frame("results.parquet", results)
+    folder.write_frame("summary.csv", summary)
+    traces = plotted_traces(folder, spec)
+    plots = render_run(folder.path / "plots", summary, results, traces, axes, spec.plots.x, spec.plots.lines)
+    missing = len(expand(spec)) - results["cell"].nunique()
+    cell = ", ".join(f"{k}={v}" for k, v in plot_cell_labels(spec).items())
+    head = (f"{folder.path}: {results['cell'].nunique()} cells x {spec.replications} replications"
+            + (f" ({missing} cells missing: --resume {folder.path})" if missing else "")
+            + f"; {len(plots)} plots in {folder.path / 'plots'} (traces of {cell})")
+    return head + "\n\nSpeedup vs equal (total time of equal / policy; mean ± 95% CI over replications)\n\n" + markdown_table(summary, axes, spec.policies)
+
+
+def plot_cell_labels(spec: SweepSpec) -> dict[str, object]:
+    """The grid point the trace plots show: the sweep's [plots] cell, else each axis's last value."""
+    chosen = dict(spec.plots.cell)
+    return {a.name: chosen.get(a.name, a.labels[-1]) for a in spec.axes}
+
+
+def plotted_traces(folder: RunFolder, spec: SweepSpec) -> dict[str, Trace]:
+    """Replication 0 of the plotted cell under every policy (simulated once, then read back)."""
+    import pandas as pd
+
+    path = folder.path / "traces.parquet"
+    if path.is_file():
+        frame = pd.read_parquet(path)
+        return {p: Trace.from_frame(frame[frame["policy"] == p]) for p in dict.fromkeys(frame["policy"])}
+    labels = plot_cell_labels(spec)
+    point = tuple(a.labels.index(labels[a.name]) for a in spec.axes)
+    scenario = point_scenario(spec, point)
+    seed = replication_seeds(spec)[0]
+    traces = {p: simulate(scenario, p, seed=seed) for p in spec.policies}
+    folder.write_frame("traces.parquet", pd.concat([t.to_frame() for t in traces.values()], ignore_index=True))
+    return traces
+
+
+def _progress_printer(progress: Progress):
+    tty = sys.stderr.isatty()
+    step = max(1, progress.total // 10)
+
+    def show() -> None:
+        p = progress
+        text = f"{p.done}/{p.total} cells  {p.rate:.1f} cells/s  ETA {p.eta_s:.0f} s"
+        if tty:
+            filled = int(30 * p.done / max(p.total, 1))
+            print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}", end="\n" if p.done == p.total else "", file=sys.stderr, flush=True)
+        elif p.done % step == 0 or p.done == p.total:
+            print(text, file=sys.stderr, flush=True)
+
+    return show
+
+
+def default_sweep_text() -> str:
+    return resources.files("hetsim.sweeps").joinpath("default.toml").read_text(encoding="utf-8")
+
+
+COMMANDS = {"scenarios": cmd_scenarios, "show": cmd_show, "simulate": cmd_simulate, "sweep": cmd_sweep, "report": cmd_report}

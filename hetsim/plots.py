@@ -1,0 +1,158 @@
+"""Plots: each function draws one kind of chart from plain data onto an Axes (a new one when
+``ax`` is None) and returns it. Only the object-oriented matplotlib API is used (``Figure``, no
+pyplot), so there is no global state and no display is needed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from hetsim.metrics import step_times, summarize
+from hetsim.trace import Trace, atomic_write
+
+
+def _axes(ax: Axes | None, size: tuple[float, float] = (6.0, 4.0)) -> Axes:
+    return ax if ax is not None else Figure(figsize=size, layout="constrained").add_subplot()
+
+
+def speedup_lines(summary: pd.DataFrame, x: str, lines: str | None, ax: Axes | None = None, metric: str = "speedup_vs_equal") -> Axes:
+    """``metric`` against axis ``x``, one line (with its 95% CI band) per value of ``lines``."""
+    ax = _axes(ax)
+    groups = summary.groupby(lines, sort=False) if lines else [(None, summary)]
+    for label, group in groups:
+        group = group.sort_values(x)
+        mean, half = group[metric].to_numpy(float), np.nan_to_num(group[f"{metric}_ci95"].to_numpy(float))
+        line, = ax.plot(group[x], mean, marker="o", label=None if label is None else f"{lines}={label}")
+        ax.fill_between(group[x], mean - half, mean + half, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xlabel(x)
+    ax.set_ylabel(metric.replace("_", " "))
+    if metric == "speedup_vs_equal":
+        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    if lines:
+        ax.legend(fontsize="small")
+    return ax
+
+
+def step_cdf(traces: Mapping[str, Trace], ax: Axes | None = None) -> Axes:
+    """Empirical CDF of the step time, one curve per policy."""
+    ax = _axes(ax)
+    for policy, trace in traces.items():
+        t = np.sort(step_times(trace))
+        ax.step(t * 1e3, np.arange(1, len(t) + 1) / len(t), where="post", label=policy)
+    ax.set_xlabel("step time (ms)")
+    ax.set_ylabel("fraction of steps")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def utilization_bars(utilization: Mapping[str, Sequence[float]], ax: Axes | None = None) -> Axes:
+    """Grouped bars: per worker, the fraction of wall time spent computing, one bar per policy."""
+    ax = _axes(ax)
+    width = 0.8 / max(len(utilization), 1)
+    for k, (policy, values) in enumerate(utilization.items()):
+        ax.bar(np.arange(len(values)) + k * width, values, width, label=policy)
+    n = max((len(v) for v in utilization.values()), default=0)
+    ax.set_xticks(np.arange(n) + 0.4 - width / 2, [str(i) for i in range(n)])
+    ax.set_xlabel("worker")
+    ax.set_ylabel("utilization")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def split_over_epochs(trace: Trace, ax: Axes | None = None) -> Axes:
+    """Each worker's local batch in the first step of every epoch."""
+    ax = _axes(ax)
+    epochs = trace.per_step("epoch")[:, 0]
+    first = np.flatnonzero(np.r_[True, np.diff(epochs) != 0])
+    batches = trace.per_step("local_batch")[first]
+    for worker in range(trace.n_workers):
+        ax.plot(epochs[first], batches[:, worker], marker=".", label=f"worker {worker}")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("local batch")
+    ax.set_title(trace.policy)
+    if trace.n_workers <= 8:
+        ax.legend(fontsize="small")
+    return ax
+
+
+def gantt(trace: Trace, steps: Sequence[int], ax: Axes | None = None) -> Axes:
+    """Timeline of a few steps: per worker, compute (blue), barrier wait (grey), all-reduce (orange)."""
+    ax = _axes(ax)
+    start = trace.per_step("start_s")[:, 0]
+    compute, wait, comm = trace.per_step("compute_s"), trace.per_step("wait_s"), trace.per_step("comm_s")[:, 0]
+    for worker in range(trace.n_workers):
+        for s in steps:
+            t0, c, w = start[s], compute[s, worker], wait[s, worker]
+            ax.broken_barh([(t0, c)], (worker - 0.4, 0.8), color="tab:blue")
+            ax.broken_barh([(t0 + c, w)], (worker - 0.4, 0.8), color="lightgrey")
+            ax.broken_barh([(t0 + c + w, comm[s])], (worker - 0.4, 0.8), color="tab:orange")
+    ax.set_yticks(range(trace.n_workers))
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("worker")
+    ax.set_title(f"{trace.policy}: compute / wait / all-reduce")
+    return ax
+
+
+def save(fig: Figure, path: Path) -> Path:
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    return path
+
+
+def render_run(
+    directory: Path,
+    summary: pd.DataFrame,
+    results: pd.DataFrame,
+    traces: Mapping[str, Trace],
+    axes: Sequence[str],
+    x: str | None,
+    lines: str | None,
+) -> list[Path]:
+    """Every plot of a sweep's results folder into ``directory``; returns the files written."""
+    written = []
+    policies = list(dict.fromkeys(summary["policy"]))
+    x = x or (axes[0] if axes else None)
+    lines = lines if lines is not None else next((a for a in axes if a != x), None)
+    if x is not None:
+        rest = [a for a in axes if a not in (x, lines)]
+        facets = list(itertools.product(*(list(dict.fromkeys(summary[a])) for a in rest))) or [()]
+        metric = "speedup_vs_equal" if summary["speedup_vs_equal"].notna().any() else "mean_step_s"
+        fig = Figure(figsize=(3.4 * len(policies), 2.9 * len(facets)), layout="constrained")
+        grid = fig.subplots(len(facets), len(policies), squeeze=False, sharey=True)
+        for r, facet in enumerate(facets):
+            mask = np.logical_and.reduce([summary[a] == v for a, v in zip(rest, facet)]) if rest else np.ones(len(summary), bool)
+            for c, policy in enumerate(policies):
+                ax = speedup_lines(summary[mask & (summary["policy"] == policy)], x, lines, grid[r, c], metric)
+                ax.set_title(", ".join([policy, *(f"{a}={v}" for a, v in zip(rest, facet))]), fontsize="small")
+                if c:
+                    ax.set_ylabel("")
+        written.append(save(fig, directory / "speedup.png"))
+    if traces:
+        fig = Figure(figsize=(6.5, 4.2), layout="constrained")
+        step_cdf(traces, fig.add_subplot())
+        written.append(save(fig, directory / "step_cdf.png"))
+
+        fig = Figure(figsize=(7.0, 4.2), layout="constrained")
+        utilization_bars({p: summarize(t).utilization for p, t in traces.items()}, fig.add_subplot())
+        written.append(save(fig, directory / "utilization.png"))
+
+        dynamic = [t for p, t in traces.items() if p.startswith("dynamic") or p == "adaptive"] or list(traces.values())[:1]
+        fig = Figure(figsize=(5.0 * len(dynamic), 3.8), layout="constrained")
+        for ax, trace in zip(fig.subplots(1, len(dynamic), squeeze=False)[0], dynamic):
+            split_over_epochs(trace, ax)
+        written.append(save(fig, directory / "split.png"))
+
+        shown = [t for p, t in traces.items() if p in ("equal", "dynamic", "optimal")] or list(traces.values())[:2]
+        fig = Figure(figsize=(9.0, 2.2 + 0.35 * shown[0].n_workers * len(shown)), layout="constrained")
+        for ax, trace in zip(fig.subplots(len(shown), 1, squeeze=False, sharex=False)[:, 0], shown):
+            gantt(trace, range(min(4, trace.n_steps)), ax)
+        written.append(save(fig, directory / "gantt.png"))
+    return written
+

@@ -1,0 +1,169 @@
+"""Run folders: ``runs/NNNN_<name>/`` with the resolved sweep, provenance, results and summary.
+
+Layout::
+
+    sweep.toml        the resolved sweep (base inlined): --resume reads it back
+    meta.json         hetsim version, git commit, Python, host, date, command line
+    parts/cell-NNNNN.parquet   one file per finished cell, written atomically as it finishes
+    results.parquet   one row per cell and replication (all parts), rebuilt at the end
+    summary.csv       per cell: mean and 95% CI over replications, speedup vs equal
+    traces.parquet    replication 0 of the plotted cell, every policy (for the trace plots)
+    plots/*.png
+
+Every file is written to a temporary name and renamed, so a killed sweep never leaves a
+half-written file; the parts present are exactly the cells that finished.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from hetsim import __version__
+from hetsim.config import SweepSpec, load_sweep
+from hetsim.errors import ConfigError
+from hetsim.trace import atomic_write
+
+METRICS = ("mean_step_s", "total_time_s", "throughput_sps", "mean_utilization")
+
+
+class RunFolder:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    @classmethod
+    def create(cls, root: Path, name: str) -> "RunFolder":
+        """A new ``root/NNNN_<name>`` numbered after the highest existing one; never reuses a folder."""
+        root.mkdir(parents=True, exist_ok=True)
+        numbers = [int(m.group(1)) for p in root.iterdir() if (m := re.match(r"(\d{4})_", p.name))]
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "sweep"
+        number = max(numbers, default=0) + 1
+        while True:
+            path = root / f"{number:04d}_{safe}"
+            try:
+                path.mkdir()
+                return cls(path)
+            except FileExistsError:
+                number += 1
+
+    @classmethod
+    def open(cls, path: Path) -> "RunFolder":
+        folder = cls(path)
+        if not (folder.path / "sweep.toml").is_file():
+            raise ConfigError("--resume", f"{path} is not a sweep results folder (no sweep.toml)")
+        return folder
+
+    def spec(self) -> SweepSpec:
+        return load_sweep(self.path / "sweep.toml")
+
+    def write_text(self, name: str, text: str) -> None:
+        atomic_write(self.path / name, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+    def write_frame(self, name: str, frame: pd.DataFrame) -> None:
+        target = self.path / name
+        if target.suffix == ".csv":
+            atomic_write(target, lambda tmp: frame.to_csv(tmp, index=False))
+        else:
+            atomic_write(target, lambda tmp: frame.to_parquet(tmp, index=False))
+
+    def write_part(self, cell_index: int, rows: Sequence[dict[str, Any]]) -> None:
+        self.write_frame(f"parts/cell-{cell_index:05d}.parquet", pd.DataFrame(list(rows)))
+
+    def done_cells(self) -> set[int]:
+        parts = self.path / "parts"
+        return {int(p.stem[5:]) for p in parts.glob("cell-*.parquet")} if parts.is_dir() else set()
+
+    def results(self) -> pd.DataFrame:
+        """All finished rows, ordered by cell and replication."""
+        parts = sorted((self.path / "parts").glob("cell-*.parquet"))
+        if not parts:
+            raise ConfigError(str(self.path), "no finished cells yet")
+        frame = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+        return frame.sort_values(["cell", "replication"], kind="stable").reset_index(drop=True)
+
+
+def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """What a reader needs to cite or reproduce a result."""
+    return {
+        "hetsim_version": __version__,
+        "git_commit": git_commit(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv if argv is None else argv),
+    }
+
+
+def git_commit() -> str | None:
+    """The commit of the hetsim source tree (with ``+dirty`` if it has changes), or None."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        if commit.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=here, capture_output=True, text=True, timeout=5)
+        return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def mean_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Mean and the half-width of its Student-t confidence interval (NaN for one value)."""
+    values = np.asarray(values, dtype=float)
+    n = len(values)
+    mean = float(values.mean())
+    if n < 2:
+        return mean, float("nan")
+    return mean, float(stats.t.ppf(0.5 + level / 2, n - 1) * values.std(ddof=1) / np.sqrt(n))
+
+
+def summarize_cells(results: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
+    """Per cell: replications, mean and 95% CI half-width of each metric, and the speedup vs
+    ``equal`` (equal's total time over the policy's, paired by grid point and replication)."""
+    keys = list(axes)
+    equal = results[results["policy"] == "equal"][[*keys, "replication", "total_time_s"]]
+    merged = results.merge(equal, on=[*keys, "replication"], how="left", suffixes=("", "_equal"))
+    merged["speedup_vs_equal"] = merged["total_time_s_equal"] / merged["total_time_s"]
+    rows = []
+    for (cell, policy), group in merged.groupby(["cell", "policy"], sort=True):
+        row: dict[str, Any] = {"cell": cell, **{k: group[k].iloc[0] for k in keys}, "policy": policy, "replications": len(group)}
+        for metric in (*METRICS, "speedup_vs_equal"):
+            mean, half = mean_ci(group[metric].to_numpy()) if group[metric].notna().all() else (np.nan, np.nan)
+            row[metric], row[f"{metric}_ci95"] = mean, half
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def markdown_table(summary: pd.DataFrame, axes: Sequence[str], policies: Sequence[str]) -> str:
+    """Speedup vs equal (mean ± 95% CI) per grid point (rows) and policy (columns)."""
+    value = summary.apply(
+        lambda r: "-" if np.isnan(r["speedup_vs_equal"]) else (
+            f"{r['speedup_vs_equal']:.3f}" + ("" if np.isnan(r["speedup_vs_equal_ci95"]) else f" ± {r['speedup_vs_equal_ci95']:.3f}")
+        ),
+        axis=1,
+    )
+    table = summary.assign(value=value).pivot_table(index=list(axes) or ["cell"], columns="policy", values="value", aggfunc="first", sort=False)
+    table = table[[p for p in policies if p in table.columns]]
+    header = [*(axes or ["cell"]), *table.columns]
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    for idx, row in table.iterrows():
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        lines.append("| " + " | ".join([*map(str, idx), *map(str, row.tolist())]) + " |")
+    return "\n".join(lines)
+
+
+def write_json(folder: RunFolder, name: str, data: Any) -> None:
+    folder.write_text(name, json.dumps(data, indent=2, default=str) + "\n")
