@@ -17,6 +17,8 @@ from pathlib import Path
 import tomli_w
 
 from hetsim import __version__
+from hetsim.cli_analysis import COMMANDS as ANALYSIS_COMMANDS
+from hetsim.cli_analysis import add_subcommands
 from hetsim.config import SweepSpec, builtin_names, builtin_text, load_scenario, load_sweep, point_scenario, tomllib
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize, with_speedups
@@ -65,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="re-render a results folder's tables and plots; print its summary")
     rep.add_argument("run_dir", type=Path)
+    add_subcommands(sub)
     return parser
 
 
@@ -258,4 +261,4 @@ def default_sweep_text() -> str:
     return resources.files("hetsim.sweeps").joinpath("default.toml").read_text(encoding="utf-8")
 
 
-COMMANDS = {"scenarios": cmd_scenarios, "show": cmd_show, "simulate": cmd_simulate, "sweep": cmd_sweep, "report": cmd_report}
+COMMANDS = {"scenarios": cmd_scenarios, "show": cmd_show, "simulate": cmd_simulate, "sweep": cmd_sweep, "report": cmd_report, **ANALYSIS_COMMANDS}

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from hetsim.metrics import step_times, summarize
 from hetsim.trace import Trace, atomic_write
@@ -97,7 +98,9 @@ def gantt(trace: Trace, steps: Sequence[int], ax: Axes | None = None) -> Axes:
     ax.set_yticks(range(trace.n_workers))
     ax.set_xlabel("time (s)")
     ax.set_ylabel("worker")
-    ax.set_title(f"{trace.policy}: compute / wait / all-reduce")
+    ax.set_title(f"{trace.policy}: steps {steps[0]}-{steps[-1]}")
+    handles = [Patch(color=c, label=n) for c, n in (("tab:blue", "compute"), ("lightgrey", "wait"), ("tab:orange", "all-reduce"))]
+    ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax
 
 
@@ -124,6 +127,8 @@ def render_run(
         rest = [a for a in axes if a not in (x, lines)]
         facets = list(itertools.product(*(list(dict.fromkeys(summary[a])) for a in rest))) or [()]
         metric = "speedup_vs_equal" if summary["speedup_vs_equal"].notna().any() else "mean_step_s"
+        if metric == "speedup_vs_equal" and len(policies) > 1:
+            policies = [p for p in policies if p != "equal"]  # its speedup is 1 by definition
         fig = Figure(figsize=(3.4 * len(policies), 2.9 * len(facets)), layout="constrained")
         grid = fig.subplots(len(facets), len(policies), squeeze=False, sharey=True)
         for r, facet in enumerate(facets):
@@ -152,7 +157,7 @@ def render_run(
         shown = [t for p, t in traces.items() if p in ("equal", "dynamic", "optimal")] or list(traces.values())[:2]
         fig = Figure(figsize=(9.0, 2.2 + 0.35 * shown[0].n_workers * len(shown)), layout="constrained")
         for ax, trace in zip(fig.subplots(len(shown), 1, squeeze=False, sharex=False)[:, 0], shown):
-            gantt(trace, range(min(4, trace.n_steps)), ax)
+            gantt(trace, range(max(0, trace.n_steps - 4), trace.n_steps), ax)  # steady state: the last steps
         written.append(save(fig, directory / "gantt.png"))
     return written
 

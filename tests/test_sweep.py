@@ -1,0 +1,207 @@
+"""Sweeps: pure expansion, identical numbers on every executor, kill-and-resume, plots, bad input."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import tomli_w
+from matplotlib.image import imread
+
+from hetsim.cli import main
+from hetsim.config import load_sweep, point_scenario
+from hetsim.sweep import expand, replication_seeds
+
+from conftest import scenario_dict
+
+PLOTS = {"speedup.png", "step_cdf.png", "utilization.png", "split.png", "gantt.png"}
+
+
+def sweep_dict(steps_per_epoch: int = 10, epochs: int = 3, replications: int = 2) -> dict:
+    base = scenario_dict(
+        [{"name": "fast", "count": 2, "overhead_s": 0.005, "per_sample_s": 0.0005, "noise": {"dist": "lognormal", "sigma": 0.1}},
+         {"name": "slow", "overhead_s": 0.005, "per_sample_s": 0.001}],
+        global_batch=128, steps_per_epoch=steps_per_epoch, epochs=epochs,
+    )
+    return {
+        "name": "small",
+        "base": base,
+        "policies": ["equal", "dynamic", "optimal"],
+        "replications": replications,
+        "seed": 11,
+        "grid": {
+            "workers.1.per_sample_s": [0.001, 0.002],
+            "size": {"values": [3, 4], "workers.0.count": [2, 3]},
+        },
+        "plots": {"x": "workers.1.per_sample_s", "lines": "size"},
+    }
+
+
+def write_sweep(tmp_path: Path, **kwargs) -> Path:
+    path = tmp_path / "sweep.toml"
+    path.write_text(tomli_w.dumps(sweep_dict(**kwargs)))
+    return path
+
+
+def only_run(root: Path) -> Path:
+    (run,) = list(root.iterdir())
+    return run
+
+
+def test_expansion_is_a_pure_deterministic_cartesian_product(tmp_path):
+    spec = load_sweep(write_sweep(tmp_path))
+    cells = expand(spec)
+    assert cells == expand(load_sweep(write_sweep(tmp_path)))
+    assert len(cells) == 2 * 2 * 3
+    assert [c.index for c in cells] == list(range(12))
+    assert {(c.point, c.policy) for c in cells} == {((i, j), p) for i in range(2) for j in range(2) for p in spec.policies}
+    assert replication_seeds(spec) == replication_seeds(load_sweep(write_sweep(tmp_path)))
+    assert len(set(replication_seeds(spec))) == 2
+    # A named axis sets every path it lists; a plain one sets its own path.
+    s = point_scenario(spec, (1, 1))
+    assert s.n_workers == 4 and s.workers[-1].per_sample_s == 0.002
+
+
+def test_the_embedded_default_sweep_is_the_papers_question_widened(capsys):
+    assert main(["sweep", "--show-default"]) == 0
+    import tomllib
+
+    spec = load_sweep(tomllib.loads(capsys.readouterr().out))
+    assert {"equal", "proportional", "dynamic", "dynamic-enhanced", "optimal"} <= set(spec.policies)
+    labels = {a.name: a.labels for a in spec.axes}
+    assert labels == {"slow_factor": (1.0, 1.5, 2.0, 4.0), "workers": (2, 4, 8, 16), "noise": ("none", "lognormal")}
+    assert spec.replications == 5
+    for k, factor in enumerate(labels["slow_factor"]):  # the slow worker is exactly `factor` times slower
+        s = point_scenario(spec, (k, 0, 0))
+        fast, slow = s.workers[0], s.workers[-1]
+        assert slow.expected_compute_s(64) == pytest.approx(factor * fast.expected_compute_s(64))
+    assert [point_scenario(spec, (0, k, 0)).n_workers for k in range(4)] == [2, 4, 8, 16]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_local_pool_inline_and_dask_local_cluster_give_identical_results(tmp_path, capsys):
+    sweep = write_sweep(tmp_path)
+    frames = []
+    for i, extra in enumerate([["--jobs", "1"], ["--jobs", "2"], ["--scheduler", "local", "--jobs", "2"]]):
+        root = tmp_path / f"runs{i}"
+        assert main(["sweep", str(sweep), "--runs", str(root), *extra]) == 0
+        frames.append(pd.read_parquet(only_run(root) / "results.parquet"))
+    capsys.readouterr()
+    assert len(frames[0]) == 12 * 2
+    pd.testing.assert_frame_equal(frames[0], frames[1])
+    pd.testing.assert_frame_equal(frames[0], frames[2])
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_sweep_killed_mid_run_resumes_to_exactly_the_uninterrupted_result(tmp_path, capsys):
+    sweep = write_sweep(tmp_path, steps_per_epoch=100, epochs=4, replications=3)
+    full = tmp_path / "full"
+    assert main(["sweep", str(sweep), "--runs", str(full), "--jobs", "1"]) == 0
+    expected = pd.read_parquet(only_run(full) / "results.parquet")
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "hetsim", "sweep", str(sweep), "--runs", str(killed), "--jobs", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        parts = list(killed.glob("*/parts/*.parquet"))
+        if len(parts) >= 3:
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    run = only_run(killed)
+    done = list((run / "parts").glob("*.parquet"))
+    assert 3 <= len(done) < 12, "the kill should land mid-run"
+    assert not (run / "results.parquet").exists()
+    for part in done:  # every file left behind is complete and readable
+        assert len(pd.read_parquet(part)) == 3
+    capsys.readouterr()
+    assert main(["sweep", "--resume", str(run), "--jobs", "2"]) == 0
+    assert "12 cells x 3 replications" in capsys.readouterr().out
+    pd.testing.assert_frame_equal(pd.read_parquet(run / "results.parquet"), expected)
+
+
+def test_results_folder_has_every_file_and_plot_and_report_rerenders(tmp_path, capsys):
+    sweep = write_sweep(tmp_path)
+    assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
+    run = only_run(tmp_path / "runs")
+    assert run.name == "0001_small"
+    assert {"sweep.toml", "meta.json", "results.parquet", "summary.csv", "traces.parquet"} <= {p.name for p in run.iterdir()}
+    assert {p.name for p in (run / "plots").iterdir()} == PLOTS
+    for png in (run / "plots").iterdir():
+        image = imread(png)
+        assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+    results = pd.read_parquet(run / "results.parquet")
+    assert {"workers.1.per_sample_s", "size", "policy", "replication", "seed", "mean_step_s", "utilization"} <= set(results.columns)
+    summary = pd.read_csv(run / "summary.csv")
+    equal = summary[summary["policy"] == "equal"]
+    assert (equal["speedup_vs_equal"] == 1.0).all()
+    optimal = summary[(summary["policy"] == "optimal")]
+    assert (optimal["speedup_vs_equal"] >= 1.0).all()
+    assert {"mean_step_s_ci95", "speedup_vs_equal_ci95"} <= set(summary.columns)
+    printed = capsys.readouterr().out
+    for png in (run / "plots").iterdir():
+        png.unlink()
+    assert main(["report", str(run)]) == 0
+    reported = capsys.readouterr().out
+    assert reported == printed
+    assert "| workers.1.per_sample_s | size | equal | dynamic | optimal |" in reported
+    assert {p.name for p in (run / "plots").iterdir()} == PLOTS
+    # A second sweep never reuses the folder.
+    assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["0001_small", "0002_small"]
+
+
+def test_ci_is_the_t_interval_over_replications(tmp_path, capsys):
+    from scipy import stats
+
+    sweep = write_sweep(tmp_path, replications=4)
+    assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
+    run = only_run(tmp_path / "runs")
+    results, summary = pd.read_parquet(run / "results.parquet"), pd.read_csv(run / "summary.csv")
+    cell = results[results["cell"] == 4]["mean_step_s"]
+    row = summary[summary["cell"] == 4].iloc[0]
+    assert row["mean_step_s"] == pytest.approx(cell.mean())
+    assert row["mean_step_s_ci95"] == pytest.approx(stats.t.ppf(0.975, 3) * cell.std(ddof=1) / 2)
+
+
+BAD = [
+    ({"grid": {"workers.0.speed": [1, 2]}}, "grid.workers.0.speed: unknown key"),
+    ({"grid": {"workers.9.per_sample_s": [1]}}, "grid.workers.9: no entry '9'"),
+    ({"grid": {"workers.0.per_sample_s": []}}, "grid.workers.0.per_sample_s: empty axis"),
+    ({"grid": {"workers.0.count": ["two"]}}, "grid.workers.0.count: must be an integer, got a string ('two')"),
+    ({"grid": {"n": {"values": [1, 2], "workers.0.count": [1]}}}, "grid.n.workers.0.count: has 1 values for 2 labels"),
+    ({"policies": ["equal", "fastest"]}, "policies.1: unknown policy 'fastest'"),
+    ({"base": "no-such-scenario"}, "base.scenario: 'no-such-scenario' is neither a file nor a built-in"),
+    ({"replications": 0}, "replications: must be >= 1"),
+    ({"grid": {"policy": [1]}}, "grid.policy: must be a table"),
+]
+
+
+@pytest.mark.parametrize("change,message", BAD, ids=[m for _, m in BAD])
+def test_bad_sweeps_fail_with_one_line_and_leave_no_folder(change, message, tmp_path, capsys):
+    raw = {**sweep_dict(), **change}
+    if "grid" in change:
+        raw.pop("plots")
+    (tmp_path / "bad.toml").write_text(tomli_w.dumps(raw))
+    assert main(["sweep", str(tmp_path / "bad.toml"), "--runs", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_unreachable_scheduler_fails_cleanly_and_leaves_no_folder(tmp_path, capsys):
+    sweep = write_sweep(tmp_path)
+    assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--scheduler", "tcp://127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hetsim: error: --scheduler: cannot reach tcp://127.0.0.1:9") and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
