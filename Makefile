@@ -15,10 +15,13 @@ $(STAMP): pyproject.toml constraints-dev.txt
 install: $(STAMP)
 
 run: install
-	$(PY) -m hetsim simulate
+	$(PY) -m hetsim sweep
 
 test: install
 	$(PY) -m pytest
+
+bench: install
+	$(PY) benchmarks/bench_sweep.py --json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -11,12 +11,15 @@ This module owns the analytic side of hetsim:
   a numerical convolution (Stieltjes sum over the noise's CDF) when both are random;
 * :func:`optimal_partition`, the min-max split of expected affine costs (water-filling with
   caps, see :mod:`hetsim.partition`);
-* :func:`predict`, scenario + policy -> the simulator's Summary fields in expectation, and for
-  the DP rule its fixed point, the per-epoch trajectory of the split obtained by iterating the
-  policy's own update on expected times, and the epochs it takes to come within 1%;
+* :func:`predict`, scenario + policy -> the simulator's Summary fields in expectation: for the
+  static splits and the DP rule E[max] of the compute times (for DP also its fixed point, the
+  per-epoch trajectory of the split obtained by iterating the policy's own update on expected
+  times, and the epochs it takes to come within 1%), for backup/K-sync the k-th order
+  statistic, for async the renewal rate sum_i 1/(E[X_i] + exchange);
 * :func:`mean_ci`, the confidence interval a prediction is checked against.
 
-Policies without a closed form raise :class:`NoClosedForm` with the reason.
+Policies without a closed form (``adaptive``; any policy on workers with slowdown episodes or
+failures) raise :class:`NoClosedForm` with the reason.
 """
 
 from __future__ import annotations
@@ -42,15 +45,11 @@ if TYPE_CHECKING:
 
 STATIC_POLICIES = ("equal", "proportional", "optimal")
 DP_POLICIES = ("dynamic", "dynamic-enhanced")
+FIRST_K_POLICIES = ("backup", "ksync")
+ASYNC_POLICIES = ("async",)
 NO_CLOSED_FORM = {
     "adaptive": "its split follows online estimates of the measured times, so it depends on the random history "
-    "of the run and has no closed form",
-    "backup": "it is not implemented in hetsim.policies yet; once it is, its step time is an order statistic "
-    "(expected_kth) of the workers' compute times",
-    "ksync": "it is not implemented in hetsim.policies yet; once it is, its step time is an order statistic "
-    "(expected_kth) of the workers' compute times",
-    "async": "it is not implemented in hetsim.policies yet; once it is, its update rate is the renewal rate "
-    "sum_i 1/E[X_i]",
+    "of the run",
 }
 CONVERGENCE_TOL = 0.01
 _CONV_GRID = 4001
@@ -105,10 +104,11 @@ class ComputeTime:
     """One worker's compute time for a positive local batch: ``scale * noise + delay`` with
     ``scale = overhead_s + per_sample_s * b``.
 
-    Exact when either part is constant (a shift or a scaling of the other's CDF). When both are
-    random the CDF is the convolution ``F(t) = E_N[F_D(t - scale N)]``, computed as a
-    Stieltjes sum over a fine grid of the noise's CDF between its 1e-13 and 1 - 1e-13 quantiles
-    (midpoints; error far below the simulator's sampling error).
+    Exact when either part is constant (a shift or a scaling of the other's CDF) or discrete (a
+    finite mixture of those). When both are continuous the CDF is the convolution ``F(t) = E_N[F_D(t - scale N)]``, computed as a midpoint
+    Stieltjes sum over a fine grid of the noise's CDF, from its 1e-13 quantile up to where
+    ``t - scale N`` reaches the delay's lowest value (so the kink there is a grid end; error
+    about 1e-8 in the CDF, far below any simulation's sampling error).
     """
 
     def __init__(self, scale_s: float, noise: TimeDistribution, delay: TimeDistribution) -> None:
@@ -117,7 +117,7 @@ class ComputeTime:
         self.scale_s, self.noise, self.delay = float(scale_s), noise, delay
         self._noise_atoms = _atoms(noise) if scale_s > 0 else np.array([0.0])
         self._delay_atoms = _atoms(delay)
-        self._grid: tuple[np.ndarray, np.ndarray] | None = None
+        self._grid: tuple[np.ndarray, np.ndarray] | None = None  # noise range, delay's lowest value
 
     @classmethod
     def of(cls, spec: WorkerSpec, local_batch: float) -> "ComputeTime":
@@ -143,17 +143,27 @@ class ComputeTime:
         if self._noise_atoms is not None:
             weights = np.diff(np.concatenate([[0.0], np.asarray(self.noise.cdf(self._noise_atoms), dtype=float)]))
             return np.tensordot(self.delay.cdf(t[..., None] - self.scale_s * self._noise_atoms), weights, axes=1)
-        mids, weights = self._noise_grid()
-        return np.tensordot(self.delay.cdf(t[..., None] - self.scale_s * mids), weights, axes=1)
+        if self._delay_atoms is not None:
+            weights = np.diff(np.concatenate([[0.0], np.asarray(self.delay.cdf(self._delay_atoms), dtype=float)]))
+            return np.tensordot(self.noise.cdf((t[..., None] - self._delay_atoms) / self.scale_s), weights, axes=1)
+        return self._convolve(t)
 
-    def _noise_grid(self) -> tuple[np.ndarray, np.ndarray]:
+    def _convolve(self, t: np.ndarray) -> np.ndarray:
+        """E_N[F_D(t - scale N)] over the noise values with t - scale N above the delay's lowest
+        value (beyond, F_D is 0): a midpoint Stieltjes sum on a grid ending at that kink."""
         if self._grid is None:
-            lo, hi = quantile(self.noise, _TAIL_Q), quantile(self.noise, 1.0 - _TAIL_Q)
-            edges = np.linspace(lo, hi, _CONV_GRID)
-            cum = np.asarray(self.noise.cdf(edges), dtype=float)
-            cum[0], cum[-1] = 0.0, 1.0
-            self._grid = (0.5 * (edges[1:] + edges[:-1]), np.diff(cum))
-        return self._grid
+            self._grid = (
+                np.array([quantile(self.noise, _TAIL_Q), quantile(self.noise, 1.0 - _TAIL_Q)]),
+                np.array([quantile(self.delay, _TAIL_Q)]),
+            )
+        (lo, hi), (delay_lo,) = self._grid
+        top = np.clip((t - delay_lo) / self.scale_s, lo, hi)[..., None]
+        edges = lo + (top - lo) * np.linspace(0.0, 1.0, _CONV_GRID)
+        cum = np.asarray(self.noise.cdf(edges), dtype=float)
+        cum[..., 0] = 0.0  # the tails beyond the grid go to its end cells, so the mass is 1
+        cum[..., -1] = np.where(top[..., 0] >= hi, 1.0, cum[..., -1])
+        mids = 0.5 * (edges[..., 1:] + edges[..., :-1])
+        return np.sum(self.delay.cdf(t[..., None] - self.scale_s * mids) * np.diff(cum, axis=-1), axis=-1)
 
 
 # ----------------------------------------------------------------------------- order statistics
@@ -170,14 +180,14 @@ def _integrate_survival(survival: Callable[[np.ndarray], np.ndarray], dists: Seq
     jumps = np.unique(np.concatenate([a for a in atoms if a is not None] or [np.empty(0)]))
     jumps = jumps[(jumps > 0) & (jumps < hi)]
     scalar = lambda t: float(survival(np.asarray(t, dtype=float)))  # noqa: E731
-    opts: dict[str, Any] = {"epsabs": 0.0, "epsrel": 1e-11, "limit": 1000}
+    opts: dict[str, Any] = {"epsabs": 1e-13 * hi, "epsrel": 1e-9, "limit": 1000}
     if jumps.size:
         body = 0.0
         for a, b in zip(np.concatenate([[0.0], jumps]), np.concatenate([jumps, [hi]])):
             body += integrate.quad(scalar, a, b, **opts)[0]
     else:
         body = integrate.quad(scalar, 0.0, hi, **opts)[0]
-    tail = integrate.quad(scalar, hi, np.inf, epsabs=1e-14 * hi, epsrel=1e-10, limit=200)[0]
+    tail = integrate.quad(scalar, hi, np.inf, epsabs=1e-10 * hi, epsrel=1e-8, limit=200)[0]
     return float(body + tail)
 
 
@@ -282,10 +292,13 @@ class Prediction:
     epochs_to_1pct: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types: tuples as lists, NaN (not predicted) as None."""
         out = asdict(self)
         for key, value in out.items():
             if isinstance(value, tuple):
                 out[key] = [list(v) if isinstance(v, tuple) else v for v in value]
+            elif isinstance(value, float) and math.isnan(value):
+                out[key] = None
         return out
 
 
@@ -307,11 +320,13 @@ def _check_closed_form(scenario: "Scenario", policy: str) -> None:
         raise NoClosedForm(policy, NO_CLOSED_FORM[policy])
     if policy not in POLICIES:
         raise ConfigError("policy", f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
-    if policy not in STATIC_POLICIES + DP_POLICIES:
+    if policy not in STATIC_POLICIES + DP_POLICIES + FIRST_K_POLICIES + ASYNC_POLICIES:
         raise NoClosedForm(policy, "hetsim.analytic has no model of it")
     for i, w in enumerate(scenario.workers):
         if getattr(w, "slowdown", None) is not None:
             raise NoClosedForm(policy, f"worker {i} has slowdown episodes, which make the step times time-dependent")
+        if getattr(w, "failure", None) is not None:
+            raise NoClosedForm(policy, f"worker {i} fails and is repaired, which makes the step times time-dependent")
 
 
 def predict(scenario: "Scenario", policy: str | None = None, params: Mapping[str, Any] | None = None) -> Prediction:
@@ -329,6 +344,10 @@ def predict(scenario: "Scenario", policy: str | None = None, params: Mapping[str
     wl = scenario.workload
     n = len(workers)
     obj.reset(n, wl.global_batch, scenario.hints())
+    if name in FIRST_K_POLICIES:
+        return _predict_first_k(scenario, name, tuple(obj.partition(StepInfo(0, 0, 0, wl.steps_per_epoch))), obj.wait_for())
+    if name in ASYNC_POLICIES:
+        return _predict_async(scenario, name, tuple(obj.partition(StepInfo(0, 0, 0, wl.steps_per_epoch))))
     if name in STATIC_POLICIES:
         batches = tuple(obj.partition(StepInfo(0, 0, 0, wl.steps_per_epoch)))
         trajectory: tuple[tuple[int, ...], ...] = (batches,) * wl.epochs
@@ -424,6 +443,118 @@ def _mixture_quantile(groups: Sequence[Sequence[TimeDistribution]], weights: np.
     while cdf(hi) < q:
         hi *= 2.0
     return float(optimize.brentq(lambda t: cdf(t) - q, 0.0, hi, xtol=1e-12 * hi))
+
+
+def _worker_times(workers: Sequence[WorkerSpec], batches: Sequence[int]) -> list[TimeDistribution]:
+    """Every worker's compute time, 0 for one that sits the step out (it reports at once)."""
+    return [ComputeTime.of(w, b) if b > 0 else Constant(0.0) for w, b in zip(workers, batches)]
+
+
+def _fewer_than(dists: Sequence[TimeDistribution], k: int, t: Any) -> Any:
+    """P(fewer than k of ``dists`` have finished by t)."""
+    if k > len(dists):
+        return np.ones_like(np.asarray(t, dtype=float))
+    return 1.0 - kth_cdf(dists, k, t).reshape(np.shape(t))
+
+
+def _predict_first_k(scenario: "Scenario", name: str, batches: tuple[int, ...], k: int) -> Prediction:
+    """backup / K-sync: the step ends at the k-th order statistic X_(k); worker i computes for
+    min(X_i, X_(k)) (cancelled after) and its samples count when it is among the first k. The
+    inclusion probability P(X_i <= k-th smallest of the others) is a Stieltjes sum on a fine
+    grid of F_i; everything else is an integral of products of CDFs."""
+    workers = scenario.workers
+    wl = scenario.workload
+    n = len(workers)
+    comm = scenario.allreduce_s()
+    dists = _worker_times(workers, batches)
+    barrier = expected_kth(dists, k)
+    busy, included = [], []
+    grid = np.linspace(0.0, quantile(_MaxOf(dists), 1.0 - _TAIL_Q), 20_001)
+    for i, d in enumerate(dists):
+        others = dists[:i] + dists[i + 1 :]
+        if batches[i] == 0:
+            busy.append(0.0)
+            included.append(0.0)
+            continue
+        busy.append(_integrate_survival(lambda t, d=d, o=others: (1.0 - d.cdf(t)) * _fewer_than(o, k, t), dists))
+        mass = np.diff(np.concatenate([[0.0], np.asarray(d.cdf(grid), dtype=float)]))
+        mids = np.concatenate([[0.0], 0.5 * (grid[1:] + grid[:-1])])
+        included.append(float(np.sum(mass * _fewer_than(others, k, mids))))
+    mean_step = barrier + comm
+    p95 = quantile(_KthOf(dists, k), 0.95) + comm
+    util = tuple(b / mean_step for b in busy)
+    return Prediction(
+        policy=name,
+        steps=wl.total_steps,
+        epochs=wl.epochs,
+        total_time_s=mean_step * wl.total_steps,
+        mean_step_s=mean_step,
+        p95_step_s=p95,
+        throughput_sps=float(np.dot(batches, included)) / mean_step,
+        utilization=util,
+        mean_utilization=float(np.mean(util)),
+        idle_fraction=float(n * barrier - sum(busy)) / (n * mean_step),
+        final_batches=batches,
+        steady_step_s=mean_step,
+        allreduce_s=comm,
+        trajectory=(batches,) * wl.epochs,
+    )
+
+
+def _predict_async(scenario: "Scenario", name: str, batches: tuple[int, ...]) -> Prediction:
+    """async: worker i renews every E[X_i] + exchange seconds, so updates arrive at the rate
+    sum_i 1/(E[X_i] + exchange) (renewal-reward theorem; the exchange is the network's cost for
+    two parties). ``mean_step_s`` is the mean time between updates. The distribution of that
+    time (a superposition of renewal processes) has no closed form: ``p95_step_s`` is NaN."""
+    workers = scenario.workers
+    wl = scenario.workload
+    exchange = scenario.network.allreduce_s(2, wl.gradient_mb)
+    means = np.array([ComputeTime.of(w, b).mean() for w, b in zip(workers, batches)])
+    rates = 1.0 / (means + exchange)
+    interval = 1.0 / float(rates.sum())
+    updates = wl.total_steps * len(workers)
+    util = tuple(float(u) for u in means * rates)
+    return Prediction(
+        policy=name,
+        steps=updates,
+        epochs=wl.epochs,
+        total_time_s=interval * updates,
+        mean_step_s=interval,
+        p95_step_s=math.nan,
+        throughput_sps=float(np.dot(batches, rates)),
+        utilization=util,
+        mean_utilization=float(np.mean(util)),
+        idle_fraction=0.0,
+        final_batches=batches,
+        steady_step_s=interval,
+        allreduce_s=exchange,
+        trajectory=(batches,) * wl.epochs,
+    )
+
+
+class _MaxOf:
+    """The distribution of max_i X_i (for quantiles)."""
+
+    def __init__(self, dists: Sequence[TimeDistribution]) -> None:
+        self.dists = list(dists)
+
+    def mean(self) -> float:
+        return max(d.mean() for d in self.dists)
+
+    def var(self) -> float:
+        return max(d.var() for d in self.dists)
+
+    def cdf(self, t: Any) -> Any:
+        return max_cdf(self.dists, t)
+
+
+class _KthOf(_MaxOf):
+    def __init__(self, dists: Sequence[TimeDistribution], k: int) -> None:
+        super().__init__(dists)
+        self.k = k
+
+    def cdf(self, t: Any) -> Any:
+        return kth_cdf(self.dists, self.k, t).reshape(np.shape(t))
 
 
 # ----------------------------------------------------------------------------- statistics

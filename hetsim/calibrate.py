@@ -33,7 +33,7 @@ from hetsim.policies import POLICIES
 from hetsim.trace import Trace
 
 REQUIRED_COLUMNS = ("worker", "local_batch", "compute_s")
-NUMERIC_COLUMNS = ("epoch", "step", "comm_s", "wait_s", "start_s", "gradient_mb")
+NUMERIC_COLUMNS = ("epoch", "step", "comm_s", "gradient_mb")  # the others are not used
 INTEGER_COLUMNS = ("worker", "local_batch", "epoch", "step")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
@@ -235,7 +235,7 @@ def calibrate(trace: Trace | pd.DataFrame, name: str = "calibrated") -> Calibrat
         policy = str(frame["policy"].iloc[0])
     scenario = {
         "name": name,
-        "description": f"calibrated from a trace of {len(workers)} workers and {per_step.ngroups} steps",
+        "description": f"calibrated from a trace of {len(workers)} workers ({len(frame)} rows)",
         "seed": 0,
         "workload": {
             "global_batch": global_batch,

@@ -111,7 +111,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.seed is not None and args.seed < 0:
         raise ConfigError("--seed", f"must be >= 0, got {args.seed}")
     traces = [simulate(scenario, name, seed=args.seed) for name in policies]
-    summaries = with_speedups([summarize(t) for t in traces])
+    summaries = with_speedups([summarize(t, scenario) for t in traces])
     if args.out is not None:
         write_outputs(args.out, traces, summaries)
     if args.json:

@@ -29,7 +29,7 @@ from hetsim.distributions import DISTRIBUTIONS, Distribution
 from hetsim.errors import ConfigError
 from hetsim.network import NETWORKS, NetworkModel
 from hetsim.policies import WorkerHint, policy_class
-from hetsim.workers import WorkerSpec
+from hetsim.workers import Failure, Slowdown, WorkerSpec
 
 BUILTIN_PACKAGE = "hetsim.scenarios"
 
@@ -360,7 +360,7 @@ def make_network(data: Any) -> NetworkModel:
 
 def make_worker_group(data: Any, index: int, base_dir: Path | None) -> WorkerGroup:
     path = f"workers.{index}"
-    t = _Table(data, path, ["name", "count", "overhead_s", "per_sample_s", "noise", "delay", "max_batch"])
+    t = _Table(data, path, ["name", "count", "overhead_s", "per_sample_s", "noise", "delay", "max_batch", "slowdown", "failure"])
     noise = make_distribution(t.data.get("noise", {"dist": "constant", "value": 1.0}), f"{path}.noise", base_dir)
     if not math.isclose(noise.mean(), 1.0, rel_tol=1e-6):
         raise ConfigError(f"{path}.noise", f"a noise factor must have mean 1, this one has mean {noise.mean():g}")
@@ -371,8 +371,37 @@ def make_worker_group(data: Any, index: int, base_dir: Path | None) -> WorkerGro
         noise=noise,
         delay=make_distribution(t.data.get("delay", {"dist": "constant", "value": 0.0}), f"{path}.delay", base_dir),
         max_batch=t.integer("max_batch", minimum=1) if t.has("max_batch") else None,
+        slowdown=make_slowdown(t.data["slowdown"], f"{path}.slowdown") if t.has("slowdown") else None,
+        failure=make_failure(t.data["failure"], f"{path}.failure") if t.has("failure") else None,
     )
     return WorkerGroup(spec, t.integer("count", 1, minimum=1))
+
+
+def make_slowdown(data: Any, path: str) -> Slowdown:
+    t = _Table(data, path, ["every_s", "duration_s", "factor", "group"])
+    return Slowdown(
+        every_s=t.number("every_s", strict=True),
+        duration_s=t.number("duration_s", strict=True),
+        factor=t.number("factor", minimum=1.0),
+        group=t.string("group") if t.has("group") else None,
+    )
+
+
+def make_failure(data: Any, path: str) -> Failure:
+    t = _Table(data, path, ["mtbf_s", "repair_s"])
+    return Failure(t.number("mtbf_s", strict=True), t.number("repair_s", strict=True))
+
+
+def _check_slowdown_groups(groups: Sequence[WorkerGroup]) -> None:
+    """Workers sharing a slowdown group share its episode timing, so they must agree on it."""
+    seen: dict[str, tuple[int, Slowdown]] = {}
+    for i, g in enumerate(groups):
+        sd = g.spec.slowdown
+        if sd is None or sd.group is None:
+            continue
+        first = seen.setdefault(sd.group, (i, sd))
+        if (first[1].every_s, first[1].duration_s) != (sd.every_s, sd.duration_s):
+            raise ConfigError(f"workers.{i}.slowdown", f"group {sd.group!r} has other every_s/duration_s in workers.{first[0]}")
 
 
 def make_policy_spec(data: Any) -> PolicySpec:
@@ -404,6 +433,7 @@ def build_scenario(raw: Mapping[str, Any], base_dir: Path | None = None) -> Scen
     if not isinstance(entries, list) or not entries:
         raise ConfigError("workers", "must be a non-empty list of [[workers]] tables")
     groups = tuple(make_worker_group(entry, i, base_dir) for i, entry in enumerate(entries))
+    _check_slowdown_groups(groups)
     scenario = Scenario(
         name=top.string("name", "scenario"),
         seed=top.integer("seed", 0),

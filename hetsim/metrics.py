@@ -1,20 +1,39 @@
 """Trace -> Summary: the flat record of one run (pure functions, no I/O).
 
 Step time is measured from one step's start to the next's (barrier wait plus all-reduce), so
-``sum(step times) == total_time_s``. Utilization of a worker is its compute time over the wall
-time; ``idle_fraction`` is the share of worker-time spent waiting at barriers (the rest of the
-wall time not computing is the all-reduce).
+``sum(step times) == total_time_s``; for async it is the time between two applied updates.
+Utilization of a worker is its compute time over the wall time; ``idle_fraction`` is the share
+of worker-time spent waiting at barriers (or down, for async).
+
+Straggler and adaptivity metrics:
+
+* ``dropped_samples``: samples computed (or assigned) but not in the update (backup, ksync);
+* ``staleness_mean`` / ``staleness_p95``: for async, updates applied between a worker's read
+  of the model and the application of its gradient (None for barrier policies);
+* ``split_changes``: samples moved between workers per step, on average (``sum_i |Δb_i| / 2``):
+  large values under steady conditions mean the policy chases noise;
+* ``recovery_steps``: after each slowdown episode begins, the steps until the split in use is
+  within 5% of the optimal split for the new speeds (and the workers then up), judged on
+  expected (noise-free) times,
+  averaged over onsets; an onset not recovered from before conditions change again counts the
+  steps it lasted (a lower bound). None without onsets or without the scenario.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
 
 import numpy as np
 
+from hetsim.partition import max_time, water_fill
 from hetsim.trace import Trace
+from hetsim.workers import WorkerSpec
+
+if TYPE_CHECKING:
+    from hetsim.config import Scenario
 
 
 @dataclass(frozen=True)
@@ -31,6 +50,11 @@ class Summary:
     idle_fraction: float
     final_batches: tuple[int, ...]
     speedup_vs_equal: float | None = None
+    dropped_samples: int = 0
+    staleness_mean: float | None = None
+    staleness_p95: float | None = None
+    split_changes: float = 0.0
+    recovery_steps: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -41,22 +65,38 @@ class Summary:
 
 def step_times(trace: Trace) -> np.ndarray:
     """Duration of every step: until the barrier released (any waited-for worker's compute plus
-    idle time), plus the all-reduce."""
+    idle time), plus the all-reduce. For async: the gaps between applied updates."""
+    if not trace.synchronous:
+        return np.diff(apply_times(trace), prepend=0.0)
     barrier = (trace.per_step("compute_s") + trace.per_step("wait_s")).min(axis=1)
     return barrier + trace.per_step("comm_s")[:, 0]
 
 
-def summarize(trace: Trace) -> Summary:
+def apply_times(trace: Trace) -> np.ndarray:
+    """Async: when each update was applied (rows are in that order)."""
+    return trace.start_s + trace.wait_s + trace.compute_s + trace.comm_s
+
+
+def staleness(trace: Trace) -> np.ndarray:
+    """Async: per update, the updates applied after its worker read the model (at the start of
+    its iteration) and before it was applied."""
+    applied = apply_times(trace)
+    return np.arange(len(applied)) - np.searchsorted(applied, trace.start_s, side="right")
+
+
+def summarize(trace: Trace, scenario: "Scenario | None" = None) -> Summary:
+    """The Summary of one run; ``scenario`` (its true costs) enables ``recovery_steps``."""
     if trace.n_steps == 0:
         raise ValueError("an empty trace has no summary")
     steps = step_times(trace)
     total = float(steps.sum())
     n = trace.n_workers
-    compute = trace.per_step("compute_s")
-    wait = trace.per_step("wait_s")
-    included = trace.per_step("included")
-    samples = float((trace.per_step("local_batch") * included).sum())
-    utilization = compute.sum(axis=0) / total if total > 0 else np.zeros(n)
+    used = trace.local_batch * trace.included
+    samples = float(used.sum())
+    compute = np.bincount(trace.worker, weights=trace.compute_s, minlength=n)
+    utilization = compute / total if total > 0 else np.zeros(n)
+    stale = staleness(trace) if not trace.synchronous else None
+    final = trace.per_step("local_batch")[-1] if trace.synchronous else trace.local_batch[np.unique(trace.worker, return_index=True)[1]]
     return Summary(
         policy=trace.policy,
         steps=trace.n_steps,
@@ -67,9 +107,45 @@ def summarize(trace: Trace) -> Summary:
         throughput_sps=samples / total if total > 0 else float("inf"),
         utilization=tuple(float(u) for u in utilization),
         mean_utilization=float(utilization.mean()),
-        idle_fraction=float(wait.sum() / (n * total)) if total > 0 else 0.0,
-        final_batches=tuple(int(b) for b in trace.per_step("local_batch")[-1]),
+        idle_fraction=float(trace.wait_s.sum() / (n * total)) if total > 0 else 0.0,
+        final_batches=tuple(int(b) for b in final),
+        dropped_samples=int((trace.local_batch * ~trace.included).sum()),
+        staleness_mean=None if stale is None else float(stale.mean()),
+        staleness_p95=None if stale is None else float(np.percentile(stale, 95)),
+        split_changes=split_changes(trace),
+        recovery_steps=None if scenario is None or not trace.synchronous else recovery_steps(trace, scenario.workers, scenario.workload.global_batch),
     )
+
+
+def split_changes(trace: Trace) -> float:
+    if not trace.synchronous or trace.n_steps < 2:
+        return 0.0
+    moved = np.abs(np.diff(trace.per_step("local_batch"), axis=0)).sum(axis=1) / 2
+    return float(moved.mean())
+
+
+def recovery_steps(trace: Trace, workers: Sequence[WorkerSpec], global_batch: int, within: float = 0.05) -> float | None:
+    factors = trace.per_step("slowdown")
+    batches = trace.per_step("local_batch")
+    up = trace.per_step("up")
+    onsets = np.flatnonzero((factors[1:] > factors[:-1]).any(axis=1)) + 1
+    if len(onsets) == 0:
+        return None
+    recovered = []
+    for k in onsets:
+        a = [w.overhead_s * w.noise.mean() * f + w.delay.mean() for w, f in zip(workers, factors[k])]
+        c = [w.per_sample_s * w.noise.mean() * f for w, f in zip(workers, factors[k])]
+        caps = [w.cap if u else 0 for w, u in zip(workers, up[k])]
+        if sum(caps) < global_batch:
+            continue
+        best = max_time(a, c, water_fill(a, c, global_batch, caps))
+        j = k
+        while j < len(factors) and np.array_equal(factors[j], factors[k]) and np.array_equal(up[j], up[k]):
+            if max_time(a, c, batches[j]) <= (1 + within) * best:
+                break
+            j += 1
+        recovered.append(j - k)
+    return float(np.mean(recovered)) if recovered else None
 
 
 def with_speedups(summaries: Sequence[Summary]) -> list[Summary]:

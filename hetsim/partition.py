@@ -69,10 +69,12 @@ def balanced_time(fixed_s: Sequence[float], per_sample_s: Sequence[float], total
     cap = np.asarray(caps, dtype=float)
     _check_feasible(int(total), cap)
 
-    def filled(t: float) -> float:
-        return float(np.minimum(np.maximum((t - a) / c, 0.0), cap).sum())
+    full = a + c * cap  # computed once, so that at these breakpoints a worker is exactly full
 
-    points = np.unique(np.concatenate([a, (a + c * cap)[np.isfinite(cap)]]))
+    def filled(t: float) -> float:
+        return float(np.where(t >= full, cap, np.minimum(np.maximum((t - a) / c, 0.0), cap)).sum())
+
+    points = np.unique(np.concatenate([a, full[np.isfinite(cap)]]))
     lo = points[0]
     for hi in points[1:]:
         if filled(hi) >= total:

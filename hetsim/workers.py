@@ -1,22 +1,91 @@
 """The compute-time model of one worker.
 
-    compute = (overhead_s + per_sample_s * b) * noise + delay        (b > 0)
-    compute = 0                                                      (b = 0: the worker sits the step out)
+    compute = (overhead_s + per_sample_s * b) * noise * slowdown(t) + delay   (b > 0)
+    compute = 0                                                               (b = 0: the worker sits the step out)
 
 ``noise`` is a mean-1 multiplicative factor, ``delay`` an additive injected time (the paper's
-sleep). Each worker draws from two streams of its own, one for noise and one for delay, one
-number each per step, whether or not it got samples: the draws of a step never depend on the
-split, so any two engines (and any two policies) see the same random numbers.
+sleep), ``slowdown(t)`` the factor of a slowdown episode in force when the compute starts (1
+outside episodes). A worker may also fail: while it is down it takes no work.
+
+Each worker draws from streams of its own, one per purpose (noise, delay, slowdown episodes,
+failures). Noise and delay give one number each per step, whether or not the worker got
+samples, so the draws of a step never depend on the split: any two engines (and any two
+policies) see the same random numbers. Episodes and failures are drawn lazily along the time
+axis (:class:`Timeline`), in a fixed order, so they too are the same whatever queries them.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from hetsim.distributions import Constant, Distribution
+
+
+@dataclass(frozen=True)
+class Slowdown:
+    """Episodes that multiply compute time by ``factor``: they start after exponential gaps
+    (mean ``every_s``) and last an exponential time (mean ``duration_s``). Workers naming the
+    same ``group`` share one sequence of episodes (a busy host)."""
+
+    every_s: float
+    duration_s: float
+    factor: float
+    group: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"every_s": self.every_s, "duration_s": self.duration_s, "factor": self.factor}
+        if self.group is not None:
+            out["group"] = self.group
+        return out
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Up times are exponential with mean ``mtbf_s``, repairs exponential with mean ``repair_s``."""
+
+    mtbf_s: float
+    repair_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mtbf_s": self.mtbf_s, "repair_s": self.repair_s}
+
+
+class Timeline:
+    """Alternating off/on periods along the time axis, drawn lazily from one stream.
+
+    Off periods (normal operation) are Exp(``off_mean_s``), on periods (an episode, a failure)
+    Exp(``on_mean_s``), drawn in that order, so the timeline is the same however it is queried.
+    """
+
+    def __init__(self, rng: np.random.Generator, off_mean_s: float, on_mean_s: float) -> None:
+        self._rng, self._off, self._on = rng, off_mean_s, on_mean_s
+        self.changes: list[float] = []  # start of on-period 1, its end, start of on-period 2, ...
+
+    def _extend(self, t: float) -> None:
+        last = self.changes[-1] if self.changes else 0.0
+        while last <= t:
+            start = last + self._rng.exponential(self._off)
+            last = start + self._rng.exponential(self._on)
+            self.changes += [start, last]
+
+    def active(self, t: float) -> bool:
+        """Whether ``t`` lies inside an on-period."""
+        self._extend(t)
+        return bisect.bisect_right(self.changes, t) % 2 == 1
+
+    def next_change(self, t: float) -> float:
+        """The first change of state after ``t``."""
+        self._extend(t)
+        return self.changes[bisect.bisect_right(self.changes, t)]
+
+    def onsets(self, until: float) -> list[float]:
+        """Start times of the on-periods that begin before ``until``."""
+        self._extend(until)
+        return [c for c in self.changes[0::2] if c < until]
 
 
 @dataclass(frozen=True)
@@ -29,12 +98,14 @@ class WorkerSpec:
     noise: Distribution = field(default_factory=lambda: Constant(1.0))
     delay: Distribution = field(default_factory=lambda: Constant(0.0))
     max_batch: int | None = None
+    slowdown: Slowdown | None = None
+    failure: Failure | None = None
 
-    def compute_s(self, local_batch: int, noise: float, delay: float) -> float:
-        """Compute time for ``local_batch`` samples given this step's noise and delay draws."""
+    def compute_s(self, local_batch: int, noise: float, delay: float, factor: float = 1.0) -> float:
+        """Compute time for ``local_batch`` samples given this step's draws and slowdown factor."""
         if local_batch <= 0:
             return 0.0
-        return (self.overhead_s + self.per_sample_s * local_batch) * noise + delay
+        return (self.overhead_s + self.per_sample_s * local_batch) * noise * factor + delay
 
     def expected_compute_s(self, local_batch: int | float) -> float:
         if local_batch <= 0:
@@ -68,21 +139,46 @@ class WorkerSpec:
         }
         if self.max_batch is not None:
             out["max_batch"] = self.max_batch
+        if self.slowdown is not None:
+            out["slowdown"] = self.slowdown.to_dict()
+        if self.failure is not None:
+            out["failure"] = self.failure.to_dict()
         return out
 
 
 @dataclass
 class WorkerStreams:
-    """The random streams of one worker, spawned from its ``SeedSequence``."""
+    """The random streams and timelines of one worker, spawned from its ``SeedSequence``."""
 
     noise: np.random.Generator
     delay: np.random.Generator
+    slowdown: Timeline | None
+    failure: Timeline | None
+
+    def factor_at(self, spec: WorkerSpec, t: float) -> float:
+        return spec.slowdown.factor if self.slowdown is not None and self.slowdown.active(t) else 1.0
+
+    def down_at(self, t: float) -> bool:
+        return self.failure is not None and self.failure.active(t)
 
     @classmethod
-    def spawn(cls, seed: int, n_workers: int) -> list["WorkerStreams"]:
-        """``SeedSequence(seed).spawn(n)``, then one child per stream of each worker."""
-        streams = []
-        for worker_seq in np.random.SeedSequence(seed).spawn(n_workers):
-            noise_seq, delay_seq = worker_seq.spawn(2)
-            streams.append(cls(np.random.default_rng(noise_seq), np.random.default_rng(delay_seq)))
+    def spawn(cls, seed: int, workers: "tuple[WorkerSpec, ...] | list[WorkerSpec]") -> list["WorkerStreams"]:
+        """``SeedSequence(seed).spawn(n)``, then one child per purpose of each worker; a slowdown
+        group's shared timeline comes from the first member's stream."""
+        streams: list[WorkerStreams] = []
+        groups: dict[str, Timeline] = {}
+        for spec, worker_seq in zip(workers, np.random.SeedSequence(seed).spawn(len(workers))):
+            noise_seq, delay_seq, slow_seq, fail_seq = worker_seq.spawn(4)
+            slowdown = None
+            if spec.slowdown is not None:
+                sd = spec.slowdown
+                slowdown = groups.get(sd.group) if sd.group is not None else None
+                if slowdown is None:
+                    slowdown = Timeline(np.random.default_rng(slow_seq), sd.every_s, sd.duration_s)
+                    if sd.group is not None:
+                        groups[sd.group] = slowdown
+            failure = None
+            if spec.failure is not None:
+                failure = Timeline(np.random.default_rng(fail_seq), spec.failure.mtbf_s, spec.failure.repair_s)
+            streams.append(cls(np.random.default_rng(noise_seq), np.random.default_rng(delay_seq), slowdown, failure))
         return streams

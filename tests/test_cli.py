@@ -43,7 +43,7 @@ def test_out_writes_trace_and_summary(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["simulate", "paper", "--policy", "equal,dynamic", "--set", "workload.epochs=2", "--out", str(out), "--seed", "3"]) == 0
     frame = pd.read_parquet(out / "trace.parquet")
-    assert list(frame.columns) == list(COLUMNS)
+    assert list(frame.columns) == [*COLUMNS, "slowdown", "up"]
     steps = load_scenario("paper", ["workload.epochs=2"]).workload.total_steps
     assert len(frame) == 2 * steps * 2
     assert pd.read_csv(out / "trace.csv").shape == frame.shape

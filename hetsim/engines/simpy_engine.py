@@ -1,10 +1,16 @@
 """The reference engine: a SimPy process per worker, a barrier, then the all-reduce.
 
-Each step the coordinator asks the policy for the split and releases every worker with one
-shared ``go`` event. A worker draws its noise and delay (one number from each of its own
-streams, every step, in that order), holds for its compute time and reports done. The
-coordinator waits for the barrier (all workers, or the first ``policy.wait_for()``), holds for
-the all-reduce, records the step and tells the policy what it measured.
+Each step the coordinator asks the policy for the split (telling it which workers are up) and
+releases every worker with one shared ``go`` event. A worker draws its noise and delay (one
+number from each of its own streams, every step, in that order); if it is down it first waits
+for its repair; then it holds for its compute time, slowed by the episode in force when it
+starts, and reports done. The coordinator waits for the barrier (all workers, or the first
+``policy.wait_for()``, cancelling the rest), holds for the all-reduce, records the step and
+tells the policy what it measured. A worker's failure state is read at the start of each
+step: a failure that begins mid-step takes effect at the next one.
+
+Policies without a barrier (``async``) run on :func:`run_simpy_async`: every worker loops on
+compute, push, compute, ... and each push is one update.
 """
 
 from __future__ import annotations
@@ -12,11 +18,12 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import TYPE_CHECKING
 
+import numpy as np
 import simpy
 from simpy.events import Condition
 
 from hetsim.policies.base import Policy, StepInfo, StepRecord
-from hetsim.trace import Trace, TraceBuilder
+from hetsim.trace import Trace, TraceBuilder, async_trace
 from hetsim.workers import WorkerSpec, WorkerStreams
 
 if TYPE_CHECKING:
@@ -26,10 +33,10 @@ if TYPE_CHECKING:
 class _Step:
     """What the coordinator hands the workers for one step."""
 
-    __slots__ = ("batches", "done", "row")
+    __slots__ = ("batches", "done", "row", "start")
 
-    def __init__(self, batches: tuple[int, ...], done: list[simpy.Event], row: int) -> None:
-        self.batches, self.done, self.row = batches, done, row
+    def __init__(self, batches: tuple[int, ...], done: list[simpy.Event], row: int, start: float) -> None:
+        self.batches, self.done, self.row, self.start = batches, done, row, start
 
 
 def run_simpy(scenario: "Scenario", policy: Policy, seed: int | None = None) -> Trace:
@@ -37,50 +44,114 @@ def run_simpy(scenario: "Scenario", policy: Policy, seed: int | None = None) -> 
     workers = scenario.workers
     n = len(workers)
     wl = scenario.workload
-    streams = WorkerStreams.spawn(scenario.seed if seed is None else seed, n)
+    streams = WorkerStreams.spawn(scenario.seed if seed is None else seed, workers)
     policy.reset(n, wl.global_batch, scenario.hints())
+    if not policy.synchronous:
+        return run_simpy_async(scenario, policy, streams)
     trace = TraceBuilder(policy.name, n, wl.total_steps)
     env = simpy.Environment()
     go: list[simpy.Event] = [env.event()]  # go[0] is always the next step's release event
+    began = [0.0] * n  # when each worker's compute began in the current step
 
     def worker(i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, object, None]:
-        compute_row = trace.compute_s
         while True:
             step: _Step = yield go[0]
             b = step.batches[i]
             noise = spec.noise.sample(rng.noise)
             delay = spec.delay.sample(rng.delay)
-            compute = spec.compute_s(b, noise, delay)
-            compute_row[step.row, i] = compute
-            yield env.timeout(compute)
-            step.done[i].succeed()
+            began[i] = step.start
+            trace.compute_s[step.row, i] = 0.0
+            trace.slowdown[step.row, i] = rng.factor_at(spec, step.start)
+            try:
+                if b > 0 and rng.down_at(step.start):
+                    yield env.timeout(rng.failure.next_change(step.start) - step.start)  # stalled until repaired
+                    began[i] = env.now
+                factor = rng.factor_at(spec, env.now)
+                compute = spec.compute_s(b, noise, delay, factor)
+                trace.compute_s[step.row, i] = compute
+                trace.slowdown[step.row, i] = factor
+                yield env.timeout(compute)
+                step.done[i].succeed()
+            except simpy.Interrupt:  # cancelled: the step completed without this gradient
+                if trace.compute_s[step.row, i] > 0:
+                    trace.compute_s[step.row, i] = env.now - began[i]
+
+    processes = [env.process(worker(i, spec, rng)) for i, (spec, rng) in enumerate(zip(workers, streams))]
 
     def coordinator() -> Generator[simpy.Event, object, None]:
         comm_s = scenario.allreduce_s()
         row = 0
         for epoch in range(wl.epochs):
             for k in range(wl.steps_per_epoch):
-                info = StepInfo(row, epoch, k, wl.steps_per_epoch)
+                start = env.now
+                available = tuple(not rng.down_at(start) for rng in streams)
+                info = StepInfo(row, epoch, k, wl.steps_per_epoch, available)
                 batches = tuple(policy.partition(info))
                 done = [env.event() for _ in range(n)]
                 release, go[0] = go[0], env.event()
-                start = env.now
-                release.succeed(_Step(batches, done, row))
+                release.succeed(_Step(batches, done, row, start))
                 need = policy.wait_for()
                 yield Condition(env, lambda evs, count: count >= need, done)
+                included = tuple(b > 0 and d.triggered for b, d in zip(batches, done))
+                for i, d in enumerate(done):
+                    if not d.triggered:
+                        processes[i].interrupt()
                 barrier = env.now
                 yield env.timeout(comm_s)
                 compute = trace.compute_s[row]
-                finished = start + compute
-                included = tuple((b > 0) and bool(f <= barrier) for b, f in zip(batches, finished))
                 trace.local_batch[row] = batches
-                trace.wait_s[row] = barrier - finished.clip(max=barrier)
+                began_s = np.asarray(began)
+                trace.wait_s[row] = np.maximum(barrier - (began_s + compute), 0.0) + np.maximum(began_s - start, 0.0)
                 trace.included[row] = included
+                trace.up[row] = available
                 trace.epoch[row], trace.start_s[row], trace.comm_s[row] = epoch, start, comm_s
                 policy.observe(StepRecord(info, batches, tuple(compute.tolist()), included))
                 row += 1
 
-    for i, (spec, rng) in enumerate(zip(workers, streams)):
-        env.process(worker(i, spec, rng))
     env.run(env.process(coordinator()))
     return trace.finish()
+
+
+def run_simpy_async(scenario: "Scenario", policy: Policy, streams: list[WorkerStreams]) -> Trace:
+    """No barrier: each worker computes on ``B/n`` samples, pushes, and starts again.
+
+    One trace row per update, in the order updates are applied; ``step`` is the update index
+    and ``comm_s`` the worker's push-and-pull exchange (the network's cost for two parties).
+    An epoch is ``steps_per_epoch * n`` updates, so a run applies as many samples as the
+    synchronous policies do.
+    """
+    workers = scenario.workers
+    n = len(workers)
+    wl = scenario.workload
+    total = wl.total_steps * n
+    per_epoch = wl.steps_per_epoch * n
+    env = simpy.Environment()
+    finished = env.event()
+    exchange_s = scenario.network.allreduce_s(2, wl.gradient_mb)
+    applied = [0]
+    batches = policy.partition(StepInfo(0, 0, 0, per_epoch))
+    rows: list[tuple[int, int, float, float, float, float]] = []  # worker, batch, start, compute, down, factor
+
+    def worker(i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, object, None]:
+        while applied[0] < total:
+            start = env.now
+            noise = spec.noise.sample(rng.noise)
+            delay = spec.delay.sample(rng.delay)
+            down_s = 0.0
+            if rng.down_at(start):
+                down_s = rng.failure.next_change(start) - start
+                yield env.timeout(down_s)
+            factor = rng.factor_at(spec, env.now)
+            compute = spec.compute_s(batches[i], noise, delay, factor)
+            yield env.timeout(compute + exchange_s)
+            if applied[0] >= total:
+                return
+            rows.append((i, batches[i], start, compute, down_s, factor))
+            applied[0] += 1
+            if applied[0] == total:
+                finished.succeed()
+
+    for i, (spec, rng) in enumerate(zip(workers, streams)):
+        env.process(worker(i, spec, rng))
+    env.run(finished)
+    return async_trace(policy.name, n, rows, exchange_s, per_epoch)

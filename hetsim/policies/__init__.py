@@ -7,10 +7,14 @@ from typing import Any
 
 from hetsim.errors import ConfigError
 from hetsim.policies.base import Policy, StepInfo, StepRecord, WorkerHint
+from hetsim.policies.adaptive import Adaptive
 from hetsim.policies.dynamic import Dynamic, DynamicEnhanced
 from hetsim.policies.static import Equal, Optimal, Proportional
+from hetsim.policies.straggler import Async, Backup, KSync
 
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (Equal, Proportional, Dynamic, DynamicEnhanced, Optimal)}
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls for cls in (Equal, Proportional, Dynamic, DynamicEnhanced, Optimal, Adaptive, Backup, KSync, Async)
+}
 
 
 def policy_class(name: str, field: str = "policy.name") -> type[Policy]:
@@ -25,7 +29,7 @@ def make_policy(name: str, params: Mapping[str, Any] | None = None) -> Policy:
     cls = policy_class(name)
     try:
         return cls(**dict(params or {}))
-    except TypeError as exc:
+    except TypeError as exc:  # an unknown parameter name
         raise ConfigError("policy", f"bad parameters for {name!r}: {exc}") from None
 
 

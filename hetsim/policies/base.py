@@ -7,9 +7,13 @@ A policy owns the split of the global batch. The caller drives it with three hoo
   summing exactly to ``global_batch``);
 * ``observe(record)`` after every step, with the measured per-worker compute times.
 
-``wait_for()`` says how many gradients the step waits for (all of them for barrier policies).
-``weighted_gradients`` tells a real trainer to combine gradients as ``sum_i (b_i/B) g_i``;
-the simulator's timing does not depend on it.
+Subclasses implement ``split(info)``; ``partition`` adds the one shared failure rule: a policy
+that ``excludes_failed`` moves the work of workers that are down (``info.available``) to the
+others, while the rest (plain synchronous SGD) keep them in the split and so stall until they
+are repaired. ``wait_for()`` says how many gradients a step waits for (all, for barrier
+policies; fewer for backup and K-sync). ``synchronous = False`` marks a policy without a
+barrier (async). ``weighted_gradients`` tells a real trainer to combine gradients as
+``sum_i (b_i/B) g_i``; the simulator's timing does not depend on it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
+
+from hetsim.partition import split_by_shares
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,7 @@ class StepInfo:
     epoch: int
     step_in_epoch: int
     steps_per_epoch: int
+    available: tuple[bool, ...] | None = None  # None: every worker is up
 
 
 @dataclass(frozen=True)
@@ -53,12 +60,14 @@ class StepRecord:
 
 
 class Policy:
-    """Base class. Subclasses set ``name`` and implement ``partition``; parameters from the
+    """Base class. Subclasses set ``name`` and implement ``split``; parameters from the
     scenario's ``[policy]`` table arrive as keyword arguments of ``__init__``."""
 
     name: ClassVar[str] = ""
     weighted_gradients: ClassVar[bool] = False
     needs_costs: ClassVar[bool] = False
+    excludes_failed: ClassVar[bool] = True
+    synchronous: ClassVar[bool] = True
 
     def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
         self.n_workers = n_workers
@@ -74,6 +83,21 @@ class Policy:
         return tuple(h.max_batch for h in self.hints)
 
     def partition(self, info: StepInfo) -> tuple[int, ...]:
+        batches = self.split(info)
+        available = info.available
+        if not self.excludes_failed or available is None or all(available) or not any(available):
+            return batches
+        if all(b == 0 for b, up in zip(batches, available) if not up):
+            return batches
+        shares = [b if up else 0 for b, up in zip(batches, available)]
+        if not any(shares):
+            shares = [1.0 if up else 0.0 for up in available]
+        caps = [c if up else 0 for c, up in zip(self.caps, available)]
+        if sum(caps) < self.global_batch:  # the workers left cannot hold the batch: wait instead
+            return batches
+        return split_by_shares(shares, self.global_batch, caps)
+
+    def split(self, info: StepInfo) -> tuple[int, ...]:
         raise NotImplementedError
 
     def observe(self, record: StepRecord) -> None:
@@ -82,6 +106,3 @@ class Policy:
     def wait_for(self) -> int:
         return self.n_workers
 
-    def params(self) -> dict[str, object]:
-        """The policy's parameters, as in the scenario's ``[policy]`` table."""
-        return {}

@@ -27,7 +27,7 @@ class Dynamic(Policy):
         self._steps = np.zeros(n_workers, dtype=np.int64)
         self.history: list[tuple[int, ...]] = [self._batches]
 
-    def partition(self, info: StepInfo) -> tuple[int, ...]:
+    def split(self, info: StepInfo) -> tuple[int, ...]:
         return self._batches
 
     def observe(self, record: StepRecord) -> None:

@@ -16,14 +16,16 @@ class _Static(Policy):
     def _split(self) -> tuple[int, ...]:
         raise NotImplementedError
 
-    def partition(self, info: StepInfo) -> tuple[int, ...]:
+    def split(self, info: StepInfo) -> tuple[int, ...]:
         return self._batches
 
 
 class Equal(_Static):
-    """Plain synchronous SGD: the same share for everyone (capped workers' excess spread evenly)."""
+    """Plain synchronous SGD: the same share for everyone (capped workers' excess spread evenly).
+    A failed worker keeps its share, so the step waits until it is repaired."""
 
     name = "equal"
+    excludes_failed = False
 
     def _split(self) -> tuple[int, ...]:
         return split_by_shares([1.0] * self.n_workers, self.global_batch, self.caps)
@@ -35,6 +37,7 @@ class Proportional(_Static):
 
     name = "proportional"
     needs_costs = True
+    excludes_failed = False
 
     def _split(self) -> tuple[int, ...]:
         b = self.global_batch / self.n_workers
@@ -51,7 +54,19 @@ class Optimal(_Static):
     name = "optimal"
     needs_costs = True
 
-    def _split(self) -> tuple[int, ...]:
-        return water_fill(
-            [h.fixed_s for h in self.hints], [h.per_sample_s for h in self.hints], self.global_batch, self.caps
-        )
+    def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
+        self._by_availability: dict[tuple[bool, ...], tuple[int, ...]] = {}
+        super().reset(n_workers, global_batch, hints)
+
+    def _split(self, available: tuple[bool, ...] | None = None) -> tuple[int, ...]:
+        caps = self.caps if available is None else tuple(c if up else 0 for c, up in zip(self.caps, available))
+        return water_fill([h.fixed_s for h in self.hints], [h.per_sample_s for h in self.hints], self.global_batch, caps)
+
+    def split(self, info: StepInfo) -> tuple[int, ...]:
+        """The water-filling split over the workers that are up (cached per pattern)."""
+        up = info.available
+        if up is None or all(up) or sum(c for c, u in zip(self.caps, up) if u) < self.global_batch:
+            return self._batches
+        if up not in self._by_availability:
+            self._by_availability[up] = self._split(up)
+        return self._by_availability[up]

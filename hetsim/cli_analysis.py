@@ -1,0 +1,225 @@
+"""Command-line wiring of the analysis commands: ``analyze``, ``calibrate`` and ``import-logs``.
+
+:func:`add_subcommands` adds them to ``hetsim.cli``'s subparsers; :data:`COMMANDS` maps each
+name to its handler. Handlers print (the CLI is the only place that does) and raise
+:class:`~hetsim.errors.ConfigError` for any bad input, which ``hetsim.cli.main`` reports as one
+line with exit status 2; files are written atomically, after every check has passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hetsim.analytic import ASYNC_POLICIES, DP_POLICIES, NoClosedForm, Prediction, mean_ci, predict
+from hetsim.calibrate import Calibration, calibrate, read_table, worker_table
+from hetsim.config import Scenario, build_scenario, load_scenario
+from hetsim.errors import ConfigError
+from hetsim.logs import import_run
+from hetsim.metrics import step_times
+from hetsim.policies import POLICIES
+from hetsim.simulate import simulate
+from hetsim.trace import atomic_write
+
+DEFAULT_SCENARIO = "workstation"
+CI_LEVEL = 0.95
+
+
+def add_subcommands(sub: Any) -> None:
+    """Add ``analyze``, ``calibrate`` and ``import-logs`` to an argparse subparsers object."""
+    an = sub.add_parser("analyze", help="analytic prediction beside the simulated mean and its 95%% CI, per policy")
+    an.add_argument("scenario", nargs="?", default=DEFAULT_SCENARIO, help=f"built-in name or file (default: {DEFAULT_SCENARIO})")
+    an.add_argument("--policy", default=",".join(POLICIES), help="comma-separated policies (default: all)")
+    an.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
+    an.add_argument("--seed", type=int, default=None, help="random seed of the simulation (default: the scenario's)")
+    an.add_argument("--json", action="store_true", help="print the comparison as a JSON list")
+
+    cal = sub.add_parser("calibrate", help="fit a scenario to a trace (CSV or Parquet)")
+    cal.add_argument("trace", help="trace file with at least worker, local_batch, compute_s")
+    cal.add_argument("-o", "--out", type=Path, default=None, metavar="OUT.toml|OUT.json",
+                     help="write the scenario here (default: print it as TOML)")
+    cal.add_argument("--name", default=None, help="scenario name (default: calibrated-<trace stem>)")
+
+    imp = sub.add_parser("import-logs", help="a reference-implementation run folder -> trace")
+    imp.add_argument("run_dir", nargs="+", help="run folder (several: the nodes of one run, in rank order)")
+    imp.add_argument("-o", "--out", type=Path, required=True, metavar="TRACE.csv|TRACE.parquet", help="trace file to write")
+
+
+# ----------------------------------------------------------------------------- analyze
+
+
+def _policies(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise ConfigError("--policy", "no policy given")
+    for name in names:
+        if name not in POLICIES:
+            raise ConfigError("--policy", f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
+    return names
+
+
+def compare(scenario: Scenario, policy: str, seed: int | None = None) -> dict[str, Any]:
+    """One policy's prediction beside its simulation: the simulated mean step time with its
+    confidence interval (batch means over epochs for the DP policies and async, whose steps are
+    not independent) and whether the prediction falls inside."""
+    try:
+        prediction: Prediction | None = predict(scenario, policy)
+        reason = None
+    except NoClosedForm as exc:
+        prediction, reason = None, exc.reason
+    steps = step_times(simulate(scenario, policy, seed=seed))
+    batches = max(scenario.workload.epochs, 2) if policy in DP_POLICIES + ASYNC_POLICIES else None
+    ci = mean_ci(steps, CI_LEVEL, batches) if steps.size > 1 else None
+    out: dict[str, Any] = {
+        "policy": policy,
+        "predicted_step_s": None if prediction is None else prediction.mean_step_s,
+        "simulated_step_s": float(steps.mean()),
+        "ci_low_s": None if ci is None else ci.low,
+        "ci_high_s": None if ci is None else ci.high,
+        "inside": None if prediction is None or ci is None else ci.contains(prediction.mean_step_s),
+        "relative_error": None if prediction is None else prediction.mean_step_s / float(steps.mean()) - 1.0,
+        "no_closed_form": reason,
+        "prediction": None if prediction is None else prediction.to_dict(),
+    }
+    return out
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.scenario, args.set)
+    policies = _policies(args.policy)
+    if args.seed is not None and args.seed < 0:
+        raise ConfigError("--seed", f"must be >= 0, got {args.seed}")
+    rows = [compare(scenario, name, args.seed) for name in policies]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    wl = scenario.workload
+    print(f"{scenario.name}: {scenario.n_workers} workers, global batch {wl.global_batch}, "
+          f"{wl.epochs} epochs x {wl.steps_per_epoch} steps, {CI_LEVEL:.0%} CI of the simulated mean")
+    print(_table(rows))
+    for row in rows:
+        if row["no_closed_form"]:
+            print(f"{row['policy']}: no closed form because {row['no_closed_form']}")
+    return 0
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.3f}"
+
+
+def _table(rows: Sequence[dict[str, Any]]) -> str:
+    header = ("policy", "predicted ms", "simulated ms", "95% CI ms", "error", "inside")
+    body = [
+        (
+            r["policy"],
+            _ms(r["predicted_step_s"]),
+            _ms(r["simulated_step_s"]),
+            "-" if r["ci_low_s"] is None else f"{r['ci_low_s'] * 1e3:.3f}-{r['ci_high_s'] * 1e3:.3f}",
+            "-" if r["relative_error"] is None else f"{r['relative_error']:+.2%}",
+            "-" if r["inside"] is None else ("yes" if r["inside"] else "no"),
+        )
+        for r in rows
+    ]
+    return _format(header, body)
+
+
+def _format(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
+    line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, body)])
+
+
+# ----------------------------------------------------------------------------- calibrate
+
+
+def _writer(path: Path, kinds: dict[str, str], option: str) -> str:
+    kind = kinds.get(path.suffix.lower())
+    if kind is None:
+        raise ConfigError(option, f"{path}: unknown file type {path.suffix!r} (use {', '.join(kinds)})")
+    if path.exists() and path.is_dir():
+        raise ConfigError(option, f"{path} is a folder")
+    return kind
+
+
+def fit_table(calibration: Calibration) -> str:
+    header = ("worker", "overhead ms", "per-sample ms", "noise sigma", "R^2", "residual CV", "rows", "sizes")
+    body = [
+        (
+            f"w{r['worker']}",
+            f"{r['overhead_s'] * 1e3:.4f}",
+            f"{r['per_sample_s'] * 1e3:.5f}",
+            f"{r['noise_sigma']:.4f}",
+            "-" if r["r2"] is None else f"{r['r2']:.3f}",
+            f"{r['residual_cv']:.4f}",
+            str(r["rows"]),
+            str(r["batch_sizes"]),
+        )
+        for r in worker_table(calibration.workers)
+    ]
+    net = calibration.network
+    network = (
+        f"network: constant {net.time_s * 1e3:.4f} ms per step" if net.kind == "constant"
+        else f"network: {net.kind}, latency {net.latency_s * 1e6:.2f} us, bandwidth {net.bandwidth_gbps:.3g} Gbit/s"
+    )
+    workload = (f"workload: global batch {calibration.global_batch}, {calibration.epochs} epochs x "
+                f"{calibration.steps_per_epoch} steps")
+    return "\n".join([_format(header, body), network, workload])
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    kind = None if args.out is None else _writer(args.out, {".toml": "toml", ".json": "json"}, "--out")
+    frame = read_table(args.trace)
+    name = args.name or f"calibrated-{Path(args.trace).stem}"
+    calibration = calibrate(frame, name=name)
+    build_scenario(calibration.scenario)  # the written file must load
+    for warning in calibration.warnings:
+        print(f"hetsim: warning: {warning}", file=sys.stderr)
+    if kind is None:
+        import tomli_w
+
+        comment = "\n".join(f"# {line}" for line in fit_table(calibration).splitlines())
+        print(f"{comment}\n{tomli_w.dumps(calibration.scenario)}", end="")
+        return 0
+    text = _dump(calibration.scenario, kind)
+    atomic_write(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    print(fit_table(calibration))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _dump(scenario: dict[str, Any], kind: str) -> str:
+    if kind == "json":
+        return json.dumps(scenario, indent=2) + "\n"
+    import tomli_w
+
+    return tomli_w.dumps(scenario)
+
+
+# ----------------------------------------------------------------------------- import-logs
+
+
+def cmd_import_logs(args: argparse.Namespace) -> int:
+    kind = _writer(args.out, {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}, "--out")
+    trace = import_run(args.run_dir if len(args.run_dir) > 1 else args.run_dir[0])
+    frame = trace.to_frame()
+    write: Callable[[str], None] = (
+        (lambda tmp: frame.to_csv(tmp, index=False)) if kind == "csv" else (lambda tmp: frame.to_parquet(tmp, index=False))
+    )
+    atomic_write(args.out, write)
+    rows_per = "epoch" if trace.n_steps == int(trace.epoch.max()) + 1 else "step"
+    print(f"wrote {len(frame)} rows ({trace.n_workers} workers x {trace.n_steps} {rows_per}s, policy {trace.policy}) to {args.out}")
+    if trace.policy in DP_POLICIES:
+        print("local batches are a reconstruction: the DP rule replayed on the logged epoch means")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "analyze": cmd_analyze,
+    "calibrate": cmd_calibrate,
+    "import-logs": cmd_import_logs,
+}
+

@@ -1,0 +1,80 @@
+"""Straggler policies: ``backup`` and ``ksync`` (wait for the first k gradients) and ``async``.
+
+``backup`` (Chen et al. 2016) and ``ksync`` (Dutta et al. 2018) share one timing model: every
+worker gets ``B/n`` samples, the step completes when the first ``k`` gradients arrive, the
+others are cancelled and their samples dropped, and all restart together. They differ in how
+``k`` is given: ``backups = b`` (k = n - b) or ``k``. A failed worker is one more straggler.
+
+``async`` has no barrier: each worker pushes its gradient (``B/n`` samples) as soon as it is
+done and starts again; the engine runs it on its own loop (``synchronous = False``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hetsim.errors import ConfigError
+from hetsim.partition import split_by_shares
+from hetsim.policies.base import Policy, StepInfo, WorkerHint
+
+
+def _integer(value: object, field: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(field, f"must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+class _FirstK(Policy):
+    excludes_failed = False
+
+    def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
+        super().reset(n_workers, global_batch, hints)
+        self._check(n_workers)
+        self._batches = split_by_shares([1.0] * n_workers, global_batch, self.caps)
+
+    def _check(self, n_workers: int) -> None:
+        raise NotImplementedError
+
+    def split(self, info: StepInfo) -> tuple[int, ...]:
+        return self._batches
+
+
+class Backup(_FirstK):
+    name = "backup"
+
+    def __init__(self, backups: int = 1) -> None:
+        self.backups = _integer(backups, "policy.backups", 0)
+
+    def _check(self, n_workers: int) -> None:
+        if self.backups >= n_workers:
+            raise ConfigError("policy.backups", f"must be smaller than the number of workers ({n_workers}), got {self.backups}")
+
+    def wait_for(self) -> int:
+        return self.n_workers - self.backups
+
+
+class KSync(_FirstK):
+    name = "ksync"
+
+    def __init__(self, k: int | None = None) -> None:
+        self.k = None if k is None else _integer(k, "policy.k", 1)
+
+    def _check(self, n_workers: int) -> None:
+        if self.k is not None and self.k > n_workers:
+            raise ConfigError("policy.k", f"must be at most the number of workers ({n_workers}), got {self.k}")
+
+    def wait_for(self) -> int:
+        return self.n_workers - 1 if self.k is None else self.k
+
+
+class Async(Policy):
+    name = "async"
+    synchronous = False
+    excludes_failed = False
+
+    def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
+        super().reset(n_workers, global_batch, hints)
+        self._batches = split_by_shares([1.0] * n_workers, global_batch, self.caps)
+
+    def split(self, info: StepInfo) -> tuple[int, ...]:
+        return self._batches

@@ -1,0 +1,162 @@
+"""Calibration: recovering a known scenario from its simulated trace, fit warnings, input checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import scenario_dict
+
+from hetsim.calibrate import calibrate, fit_network, fit_worker, read_table, validate_table
+from hetsim.config import load_scenario
+from hetsim.errors import ConfigError
+from hetsim.metrics import summarize
+from hetsim.network import Ring
+from hetsim.simulate import simulate
+
+KNOWN = [
+    {"name": "a", "overhead_s": 0.010, "per_sample_s": 0.0010, "noise": {"dist": "lognormal", "sigma": 0.1}},
+    {"name": "b", "overhead_s": 0.004, "per_sample_s": 0.0025, "noise": {"dist": "lognormal", "sigma": 0.1}},
+    {"name": "c", "overhead_s": 0.020, "per_sample_s": 0.0005, "noise": {"dist": "lognormal", "sigma": 0.1}},
+]
+
+
+@pytest.fixture(scope="module")
+def known_run():
+    # dynamic with one-step epochs: the split follows every step's noisy times, so each worker
+    # is seen at a few dozen batch sizes and overhead and per-sample cost are identifiable
+    raw = scenario_dict(KNOWN, global_batch=120, steps_per_epoch=1, epochs=20_000, seed=3,
+                        network={"kind": "constant", "time_s": 0.002})
+    raw["policy"] = {"name": "dynamic"}
+    scenario = load_scenario(raw)
+    return scenario, simulate(scenario)
+
+
+def test_calibration_recovers_every_worker_and_the_mean_step_time(known_run):
+    scenario, trace = known_run
+    cal = calibrate(trace)
+    assert cal.warnings == ()
+    assert [f.worker for f in cal.workers] == [0, 1, 2]
+    for fit, truth in zip(cal.workers, KNOWN):
+        assert fit.batch_sizes >= 10
+        assert fit.overhead_s == pytest.approx(truth["overhead_s"], rel=0.02)
+        assert fit.per_sample_s == pytest.approx(truth["per_sample_s"], rel=0.02)
+        assert fit.noise_sigma == pytest.approx(0.1, rel=0.05)
+        assert fit.residual_cv == pytest.approx(0.1, rel=0.1)
+        assert 0.0 < fit.r2 < 1.0
+    assert cal.network.kind == "constant" and cal.network.time_s == pytest.approx(0.002)
+    assert (cal.global_batch, cal.steps_per_epoch, cal.epochs) == (120, 1, 20_000)
+
+    rebuilt = load_scenario(cal.scenario)
+    assert [g.count for g in rebuilt.groups] == [1, 1, 1]
+    assert rebuilt.workload.total_steps == scenario.workload.total_steps
+    assert rebuilt.policy.name == "dynamic"
+    original = summarize(trace).mean_step_s
+    again = summarize(simulate(rebuilt, seed=99)).mean_step_s
+    assert again == pytest.approx(original, rel=0.02)
+
+
+def test_workload_from_a_trace_with_epochs():
+    raw = scenario_dict(KNOWN[:2], global_batch=64, steps_per_epoch=7, epochs=3)
+    trace = simulate(load_scenario(raw), "dynamic")
+    cal = calibrate(trace)
+    assert (cal.global_batch, cal.steps_per_epoch, cal.epochs) == (64, 7, 3)
+    assert cal.scenario["workload"]["dataset_size"] == 64 * 7
+    assert load_scenario(cal.scenario).workload.steps_per_epoch == 7
+
+
+def test_one_batch_size_gives_one_warning_and_a_per_sample_fit():
+    raw = scenario_dict(KNOWN[:2], global_batch=64, steps_per_epoch=50, epochs=2)
+    trace = simulate(load_scenario(raw), "equal")
+    cal = calibrate(trace)
+    assert len(cal.warnings) == 2  # one line per worker
+    assert all("\n" not in w and "one batch size (32)" in w for w in cal.warnings)
+    compute = trace.per_step("compute_s")
+    for fit, column in zip(cal.workers, compute.T):
+        assert fit.overhead_s == 0.0
+        assert fit.per_sample_s == pytest.approx(column.mean() / 32)
+        assert np.isnan(fit.r2)
+    assert load_scenario(cal.scenario).n_workers == 2
+
+
+def test_fit_worker_exact_line_and_workers_that_sat_out():
+    b = np.array([0, 10, 20, 30, 40])
+    y = np.where(b > 0, 0.01 + 0.002 * b, 0.0)
+    fit, warnings = fit_worker(0, b, y)
+    assert warnings == []
+    assert fit.overhead_s == pytest.approx(0.01) and fit.per_sample_s == pytest.approx(0.002)
+    assert fit.r2 == pytest.approx(1.0) and fit.noise_sigma == pytest.approx(0.0, abs=1e-12)
+    assert fit.rows == 4
+    with pytest.raises(ConfigError, match="never got samples"):
+        fit_worker(3, np.zeros(4), np.zeros(4))
+
+
+def test_negative_intercept_falls_back_to_per_sample_with_a_warning():
+    b = np.array([10, 20, 30])
+    fit, warnings = fit_worker(1, b, 0.003 * b - 0.005)
+    assert len(warnings) == 1 and "per-sample cost alone" in warnings[0]
+    assert fit.overhead_s == 0.0 and fit.per_sample_s > 0
+
+
+def test_network_constant_and_ring_alpha_beta():
+    fit, notes = fit_network(np.full(5, 0.01), np.full(5, 4), np.full(5, 25.0))
+    assert fit.kind == "constant" and fit.time_s == pytest.approx(0.01) and notes == []
+    ring = Ring(latency_s=3e-5, bandwidth_gbps=40.0)
+    n = np.array([2, 4, 8, 2, 4, 8])
+    mb = np.array([10.0, 10.0, 10.0, 100.0, 100.0, 100.0])
+    comm = np.array([ring.allreduce_s(int(k), float(m)) for k, m in zip(n, mb)])
+    fit, notes = fit_network(comm, n, mb)
+    assert fit.kind == "ring" and notes == []
+    assert fit.latency_s == pytest.approx(3e-5, rel=1e-6)
+    assert fit.bandwidth_gbps == pytest.approx(40.0, rel=1e-6)
+    assert fit_network(np.zeros(3), np.ones(3), np.zeros(3))[0].time_s == 0.0
+
+
+def test_ring_network_from_a_table_with_gradient_sizes():
+    rows = []
+    ring = Ring(latency_s=1e-5, bandwidth_gbps=10.0)
+    for step, mb in enumerate([5.0, 50.0, 5.0, 50.0]):
+        for w in range(3):
+            rows.append({"step": step, "worker": w, "local_batch": 10 + step + w, "compute_s": 0.01 + 0.001 * (10 + step + w),
+                         "comm_s": ring.allreduce_s(3, mb), "gradient_mb": mb})
+    cal = calibrate(pd.DataFrame(rows))
+    assert cal.network.kind == "ring"
+    assert cal.network.bandwidth_gbps == pytest.approx(10.0, rel=1e-6)
+    assert load_scenario(cal.scenario).network.allreduce_s(3, 50.0) == pytest.approx(ring.allreduce_s(3, 50.0))
+
+
+def test_minimal_table_without_step_epoch_or_comm():
+    frame = pd.DataFrame({"worker": [0, 1, 0, 1, 0, 1], "local_batch": [10, 6, 12, 4, 8, 8],
+                          "compute_s": [0.02, 0.012, 0.022, 0.008, 0.018, 0.016]})
+    cal = calibrate(frame)
+    assert cal.global_batch == 16 and cal.steps_per_epoch == 3 and cal.epochs == 1
+    assert any("no comm_s" in w for w in cal.warnings)
+    assert cal.workers[0].per_sample_s == pytest.approx(0.001)
+    assert cal.workers[0].overhead_s == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize(
+    ("frame", "column", "problem"),
+    [
+        ({"worker": [0], "compute_s": [0.1]}, "local_batch", "missing column"),
+        ({"worker": [0, 1], "local_batch": [4, "x"], "compute_s": [0.1, 0.1]}, "local_batch", "non-numeric"),
+        ({"worker": [0], "local_batch": [4], "compute_s": ["fast"]}, "compute_s", "non-numeric"),
+        ({"worker": [0], "local_batch": [4.5], "compute_s": [0.1]}, "local_batch", "non-integer"),
+        ({"worker": [0], "local_batch": [4], "compute_s": [-0.1]}, "compute_s", "negative"),
+        ({"worker": [0], "local_batch": [4], "compute_s": [0.1], "comm_s": [None]}, "comm_s", "non-numeric"),
+    ],
+)
+def test_bad_tables_name_the_column(frame, column, problem):
+    with pytest.raises(ConfigError) as info:
+        validate_table(pd.DataFrame(frame))
+    assert info.value.field == column and problem in info.value.problem
+
+
+def test_read_table_csv_parquet_and_missing(tmp_path):
+    frame = pd.DataFrame({"worker": [0, 0], "local_batch": [4, 8], "compute_s": [0.1, 0.2]})
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    frame.to_parquet(tmp_path / "t.parquet", index=False)
+    for name in ("t.csv", "t.parquet"):
+        assert read_table(tmp_path / name)["local_batch"].tolist() == [4, 8]
+    with pytest.raises(ConfigError, match="no such file"):
+        read_table(tmp_path / "nope.csv")

@@ -1,0 +1,131 @@
+"""The analysis commands: analyze, calibrate and import-logs; outputs and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from hetsim.cli import main
+from hetsim.config import load_scenario
+from hetsim.logs import reference_run_path
+from hetsim.trace import COLUMNS
+
+DP_01 = "2021_06_16_07_47_00_VGG16"
+
+
+def _one_line_error(capsys, *needles: str) -> None:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hetsim: error: "), err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_analyze_json_prediction_inside_the_ci(capsys):
+    assert main(["analyze", "paper", "--policy", "equal,optimal,dynamic", "--json", "--set", "workload.epochs=4"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in rows] == ["equal", "optimal", "dynamic"]
+    for r in rows:
+        assert r["ci_low_s"] <= r["simulated_step_s"] <= r["ci_high_s"]
+        assert r["inside"] is True and abs(r["relative_error"]) < 0.01
+        assert r["prediction"]["mean_step_s"] == r["predicted_step_s"]
+    assert rows[2]["prediction"]["epochs_to_1pct"] is not None
+    assert len(rows[2]["prediction"]["trajectory"]) == 4
+
+
+def test_analyze_table(capsys):
+    assert main(["analyze", "paper", "--policy", "equal", "--set", "workload.epochs=1"]) == 0
+    out = capsys.readouterr().out
+    assert "predicted ms" in out and "95% CI" in out and "\nequal " in out
+
+
+def test_analyze_bad_policy(capsys):
+    assert main(["analyze", "paper", "--policy", "nope"]) == 2
+    _one_line_error(capsys, "--policy", "nope")
+
+
+@pytest.fixture()
+def trace_csv(tmp_path):
+    assert main(["simulate", "paper", "--policy", "dynamic", "--set", "workload.epochs=3", "--out", str(tmp_path / "sim")]) == 0
+    return tmp_path / "sim" / "trace.csv"
+
+
+def test_calibrate_writes_a_loadable_toml_and_json(trace_csv, tmp_path, capsys):
+    capsys.readouterr()
+    out = tmp_path / "cal.toml"
+    assert main(["calibrate", str(trace_csv), "-o", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "overhead ms" in table and f"wrote {out}" in table
+    scenario = load_scenario(out)
+    source = load_scenario("paper", ["workload.epochs=3"])
+    assert scenario.n_workers == source.n_workers and [g.count for g in scenario.groups] == [1, 1]
+    assert scenario.workload.global_batch == source.workload.global_batch
+    assert scenario.workload.steps_per_epoch == source.workload.steps_per_epoch and scenario.workload.epochs == 3
+    assert main(["calibrate", str(trace_csv.with_suffix(".parquet")), "-o", str(tmp_path / "cal.json")]) == 0
+    assert json.loads((tmp_path / "cal.json").read_text())["workers"][0]["count"] == 1
+
+
+def test_calibrate_prints_toml_without_out(trace_csv, capsys):
+    capsys.readouterr()
+    assert main(["calibrate", str(trace_csv), "--name", "mine"]) == 0
+    data = tomllib.loads(capsys.readouterr().out)
+    assert data["name"] == "mine" and len(data["workers"]) == 2
+
+
+def test_import_logs_then_calibrate(tmp_path, capsys):
+    trace = tmp_path / "vgg.csv"
+    assert main(["import-logs", str(reference_run_path(DP_01)), "-o", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "300 rows" in out and "reconstruction" in out
+    frame = pd.read_csv(trace)
+    assert list(frame.columns)[: len(COLUMNS)] == list(COLUMNS) and len(frame) == 300
+    assert main(["calibrate", str(trace), "-o", str(tmp_path / "vgg.toml")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("hetsim: warning: ") == 1 and "epoch means" in err
+    assert load_scenario(tmp_path / "vgg.toml").workload.steps_per_epoch == 196
+
+
+def _write(tmp_path, text: str) -> str:
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    return str(path)
+
+
+def test_calibrate_missing_column(tmp_path, capsys):
+    assert main(["calibrate", _write(tmp_path, "worker,compute_s\n0,0.1\n")]) == 2
+    _one_line_error(capsys, "local_batch", "missing column")
+
+
+def test_calibrate_non_numeric_value(tmp_path, capsys):
+    assert main(["calibrate", _write(tmp_path, "worker,local_batch,compute_s\n0,4,0.1\n0,8,slow\n")]) == 2
+    _one_line_error(capsys, "compute_s", "non-numeric", "row 2")
+
+
+def test_calibrate_missing_file(tmp_path, capsys):
+    assert main(["calibrate", str(tmp_path / "absent.csv")]) == 2
+    _one_line_error(capsys, "absent.csv", "no such file")
+
+
+def test_calibrate_bad_output_suffix(trace_csv, tmp_path, capsys):
+    capsys.readouterr()
+    assert main(["calibrate", str(trace_csv), "-o", str(tmp_path / "out.yaml")]) == 2
+    _one_line_error(capsys, "--out", ".yaml")
+    assert not (tmp_path / "out.yaml").exists()
+
+
+def test_import_logs_bad_inputs(tmp_path, capsys):
+    assert main(["import-logs", str(tmp_path / "nothing"), "-o", str(tmp_path / "t.csv")]) == 2
+    _one_line_error(capsys, "no such folder")
+    assert main(["import-logs", str(tmp_path), "-o", str(tmp_path / "t.csv")]) == 2
+    _one_line_error(capsys, "success.txt")
+    assert main(["import-logs", str(reference_run_path(DP_01)), "-o", str(tmp_path / "t.txt")]) == 2
+    _one_line_error(capsys, "--out")
+    assert main(["import-logs", str(reference_run_path(DP_01))]) == 2
+    _one_line_error(capsys, "-o")

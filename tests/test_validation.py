@@ -1,0 +1,218 @@
+"""validation: single-process pieces (sharding, backend and device selection, option parsing,
+injection, trace rows, gradient weights). No process group here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hetsim.distributions import Constant, Exponential, Uniform
+from hetsim.errors import ConfigError
+from hetsim.trace import COLUMNS, Trace
+from validation.allreduce import gradient_weights
+from validation.backend import RankEnv, parse_devices, resolve_device, select_backend
+from validation.cli import main
+from validation.config import RunConfig, default_policies
+from validation.inject import Injector, parse_delay_spec
+from validation.record import RankTiming, RunWriter, step_rows
+from validation.sharding import epoch_permutation, local_indices, shard_bounds, steps_per_epoch
+
+
+# ----------------------------------------------------------------------------- sharding
+
+
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=6).filter(lambda s: sum(s) > 0), st.integers(0, 3))
+def test_shards_are_disjoint_and_cover_the_epoch(split, seed):
+    total = sum(split)
+    n = total * 5 + min(3, total - 1)  # an epoch of 5 steps and a few left over
+    perm = epoch_permutation(seed, 0, n)
+    steps = steps_per_epoch(n, total)
+    assert steps == 5
+    seen = [local_indices(perm, k, split, r) for k in range(steps) for r in range(len(split))]
+    union = np.concatenate(seen)
+    assert union.size == steps * total
+    assert np.unique(union).size == union.size  # disjoint
+    assert set(union.tolist()) == set(perm[: steps * total].tolist())  # cover the epoch's steps
+    for r, b in enumerate(split):
+        assert local_indices(perm, 0, split, r).size == b
+
+
+def test_shard_bounds_are_contiguous_in_rank_order():
+    assert [shard_bounds((5, 0, 13), r) for r in range(3)] == [(0, 5), (5, 5), (5, 18)]
+
+
+def test_permutation_is_shared_and_changes_per_epoch():
+    a, b = epoch_permutation(0, 1, 100), epoch_permutation(0, 1, 100)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, epoch_permutation(0, 2, 100))
+    assert not np.array_equal(a, epoch_permutation(0, 1, 100, stream=2))
+
+
+def test_a_step_past_the_epoch_is_refused():
+    with pytest.raises(ValueError):
+        local_indices(epoch_permutation(0, 0, 10), 1, (3, 4), 0)
+
+
+# ----------------------------------------------------------------------------- backend and devices
+
+
+@pytest.mark.parametrize(
+    ("text", "world", "expected"),
+    [
+        ("cpu", 3, ("cpu", "cpu", "cpu")),
+        ("cuda", 2, ("cuda", "cuda")),
+        ("cuda:0, cuda:1", 2, ("cuda:0", "cuda:1")),
+        ("CPU,cuda:1", 2, ("cpu", "cuda:1")),
+    ],
+)
+def test_parse_devices(text, world, expected):
+    assert parse_devices(text, world) == expected
+
+
+@pytest.mark.parametrize("text", ["", "gpu", "cuda:x", "cpu:0", "cuda:0,cuda:1,cuda:2"])
+def test_parse_devices_rejects(text):
+    with pytest.raises(ConfigError) as err:
+        parse_devices(text, 2)
+    assert err.value.field == "--devices"
+
+
+def test_backend_is_nccl_only_when_every_rank_is_on_cuda():
+    assert select_backend(("cuda:0", "cuda:1")) == "nccl"
+    assert select_backend(("cuda", "cuda")) == "nccl"
+    assert select_backend(("cuda:0", "cpu")) == "gloo"
+    assert select_backend(("cpu", "cpu")) == "gloo"
+
+
+def test_resolve_device_uses_the_local_rank_for_bare_cuda():
+    assert resolve_device("cuda", 3) == "cuda:3"
+    assert resolve_device("cuda:1", 3) == "cuda:1"
+    assert resolve_device("cpu", 3) == "cpu"
+
+
+def test_rank_env_from_torchrun_variables():
+    assert RankEnv.from_environ({}) is None
+    assert RankEnv.from_environ({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == RankEnv(3, 4, 1)
+    assert RankEnv.from_environ({"RANK": "1", "WORLD_SIZE": "2"}) == RankEnv(1, 2, 1)
+    with pytest.raises(ConfigError):
+        RankEnv.from_environ({"RANK": "2", "WORLD_SIZE": "2"})
+
+
+# ----------------------------------------------------------------------------- injection
+
+
+def test_parse_delay_spec():
+    assert parse_delay_spec("0.02") == Constant(0.02)
+    assert parse_delay_spec("exponential:0.02") == Exponential(0.02)
+    assert parse_delay_spec("uniform:0.01,0.03") == Uniform(0.01, 0.03)
+    assert parse_delay_spec("empirical:0.01,0.02").mean() == pytest.approx(0.015)
+
+
+@pytest.mark.parametrize("text", ["fast", "-1", "exponential:", "exponential:1,2", "weibull:1", "uniform:0.3,0.1"])
+def test_parse_delay_spec_rejects(text):
+    with pytest.raises(ConfigError):
+        parse_delay_spec(text)
+
+
+def test_injector_adds_delay_per_sample_and_slowdown_only_with_samples():
+    inj = Injector(Constant(0.01), per_sample_s=0.001, slowdown=3.0)
+    assert inj.extra_s(10, 0.005) == pytest.approx(0.01 + 0.01 + 0.01)
+    assert inj.extra_s(0, 0.005) == 0.0
+    assert Injector().extra_s(10, 0.005) == 0.0
+
+
+def test_injector_random_delays_are_seeded_per_rank():
+    draws = lambda rank: [Injector.for_rank(rank, 2, 7, {0: "exponential:0.01", 1: "exponential:0.01"}, {}, {}).extra_s(1, 0)
+                          for _ in range(1)]
+    assert draws(0) == draws(0)
+    assert draws(0) != draws(1)
+
+
+# ----------------------------------------------------------------------------- gradient weights
+
+
+def test_gradient_weights():
+    assert gradient_weights((5, 0, 13), weighted=True) == (5.0, 0.0, 13.0)
+    assert gradient_weights((5, 0, 13), weighted=False) == (1.0, 0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------- trace rows
+
+
+def test_step_rows_move_barrier_latency_to_comm_and_keep_wall_time():
+    timings = [RankTiming(0.004, 0.0062, 0.001), RankTiming(0.010, 0.0002, 0.001)]
+    rows = step_rows("equal", 0, 7, 1.5, (64, 64), timings)
+    assert [r["wait_s"] for r in rows] == pytest.approx([0.006, 0.0])
+    assert [r["comm_s"] for r in rows] == pytest.approx([0.0012, 0.0012])
+    for r, t in zip(rows, timings):
+        assert r["compute_s"] + r["wait_s"] + r["comm_s"] == pytest.approx(t.compute_s + t.wait_s + t.comm_s)
+    assert all(set(r) == set(COLUMNS) for r in rows)
+
+
+def test_run_writer_writes_the_trace_schema(tmp_path):
+    writer = RunWriter(tmp_path, {"global_batch": 8})
+    for step in range(3):
+        writer.add_steps(step_rows("equal", 0, step, 0.01 * step, (3, 5), [RankTiming(0.003, 0.002, 0.001),
+                                                                           RankTiming(0.005, 0.0, 0.001)]))
+    writer.add_epoch({"policy": "equal", "epoch": 0, "train_loss": 1.0, "test_loss": 1.1, "test_accuracy": 0.5,
+                      "elapsed_s": 0.03, "split": "3/5"})
+    writer.flush()
+    summary = writer.finish(["equal"])
+    for frame in (pd.read_parquet(tmp_path / "trace.parquet"), pd.read_csv(tmp_path / "trace.csv")):
+        assert tuple(frame.columns) == COLUMNS
+        trace = Trace.from_frame(frame)
+        assert trace.n_workers == 2 and trace.n_steps == 3
+    assert summary["policies"][0]["final_batches"] == [3, 5]
+    assert summary["policies"][0]["final_test_accuracy"] == 0.5
+
+
+# ----------------------------------------------------------------------------- options and bad input
+
+
+def test_default_config():
+    config = RunConfig()
+    assert config.world_size == 2 and config.devices == ("cpu",)
+    assert config.policies == default_policies()
+    assert 1 in config.delay
+    assert all(0 < f <= 1 for f in config.probe_fractions)
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["run", "--world-size", "0"], "--world-size"),
+        (["run", "--delay", "1"], "--delay"),
+        (["run", "--delay", "x=0.1"], "--delay"),
+        (["run", "--delay", "5=0.1"], "--delay"),
+        (["run", "--delay", "1=weibull:2"], "--delay"),
+        (["run", "--slowdown", "1=0.5"], "--slowdown"),
+        (["run", "--policies", "equal,nope"], "--policies"),
+        (["run", "--policies", "probe"], "--policies"),
+        (["run", "--devices", "tpu"], "--devices"),
+        (["run", "--global-batch", "1"], "--global-batch"),
+        (["run", "--global-batch", "5000"], "--global-batch"),
+        (["run", "--epochs", "0"], "--epochs"),
+        (["run", "--timeout-s", "0"], "--timeout-s"),
+        (["run", "--policies", "optimal", "--probe-repeats", "0"], "--probe-repeats"),
+        (["run", "no-such-file.toml"], "no-such-file.toml"),
+        (["compare", "no-such-dir"], "no-such-dir"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(argv, field, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("validation: error: ") and field in err
+
+
+def test_run_file_keys_are_checked(tmp_path, capsys):
+    path = tmp_path / "run.toml"
+    path.write_text('epochs = 2\nspeed = 3\n')
+    assert main(["run", str(path)]) == 2
+    assert "speed" in capsys.readouterr().err
+
+
+def test_compare_needs_a_run_folder(tmp_path, capsys):
+    assert main(["compare", str(tmp_path)]) == 2
+    assert "meta.json" in capsys.readouterr().err

@@ -1,0 +1,148 @@
+"""validation with real process groups: 2 gloo ranks on this machine, a few seconds each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hetsim.trace import COLUMNS
+from validation.backend import free_port
+from validation.cli import main
+from validation.launch import rank_environment
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# One rank: its uneven local batch of the digits, the weighted all-reduce, the combined gradient saved.
+RANK_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np, torch, torch.distributed as dist
+    from validation.allreduce import combine, gradient_weights, pack, unpack
+    from validation.workload import load_digits_split, loss_fn, make_model
+    torch.set_num_threads(1)
+    rank, out = int(os.environ["RANK"]), sys.argv[2]
+    splits = [tuple(int(b) for b in s.split(",")) for s in sys.argv[1].split(";")]
+    dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+    try:
+        data = load_digits_split(0, torch.device("cpu"))
+        for k, split in enumerate(splits):
+            model = make_model(0, torch.device("cpu"))
+            start = sum(split[:rank]); b = split[rank]
+            if b:
+                loss_fn(model(data.train_x[start:start + b]), data.train_y[start:start + b]).backward()
+            weights = gradient_weights(split, True)
+            flat = combine(pack(model.parameters(), weights[rank], torch.device("cpu")), sum(weights))
+            unpack(flat, model.parameters())
+            np.save(f"{out}/split{k}-rank{rank}.npy", torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy())
+    finally:
+        dist.destroy_process_group()
+    """
+)
+
+
+SPLITS = [(5, 13), (17, 1), (0, 18), (40, 88)]
+
+
+def test_weighted_allreduce_equals_the_gradient_over_the_union(tmp_path):
+    import torch
+
+    from validation.workload import load_digits_split, loss_fn, make_model
+
+    port = free_port()
+    arg = ";".join(",".join(map(str, s)) for s in SPLITS)
+    procs = [subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, arg, str(tmp_path)], env=rank_environment(r, 2, port), cwd=ROOT)
+             for r in range(2)]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    torch.set_num_threads(1)
+    data = load_digits_split(0, torch.device("cpu"))
+    for k, split in enumerate(SPLITS):
+        model = make_model(0, torch.device("cpu"))
+        total = sum(split)
+        loss_fn(model(data.train_x[:total]), data.train_y[:total]).backward()
+        expected = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()
+        for rank in range(2):
+            got = np.load(tmp_path / f"split{k}-rank{rank}.npy")
+            np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+
+
+def _validation(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "validation", *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT)
+
+
+def test_short_default_run_and_compare_complete(tmp_path, capsys):
+    out = tmp_path / "run"
+    run = _validation("run", "--epochs", "2", "--probe-repeats", "2", "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    assert "compare with" in run.stdout
+    trace = pd.read_parquet(out / "trace.parquet")
+    assert tuple(trace.columns) == COLUMNS
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["status"] == "complete" and meta["backend"] == "gloo"
+    policies = meta["policies"]
+    assert list(dict.fromkeys(trace["policy"])) == ["probe", *policies]
+    steps = meta["steps_per_epoch"] * 2
+    for name in policies:
+        rows = trace[trace["policy"] == name]
+        assert len(rows) == 2 * steps
+        per_step = rows.groupby("step")["local_batch"].sum()
+        assert (per_step == meta["global_batch"]).all()  # the split never drops a sample
+        wall = rows["compute_s"] + rows["wait_s"] + rows["comm_s"]
+        assert (wall > 0).all() and (rows["wait_s"] >= 0).all()
+    epochs = pd.read_csv(out / "epochs.csv")
+    assert len(epochs) == 2 * len(policies)
+
+    capsys.readouterr()
+    assert main(["compare", str(out), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in rows] == policies
+    for r in rows:
+        assert {"policy", "measured_step_s", "predicted_step_s", "error"} <= set(r)
+        assert r["measured_step_s"] > 0 and r["predicted_step_s"] > 0
+    assert main(["compare", str(out), "--tolerance", "0"]) == 1
+    assert main(["compare", str(out), "--calibrate-on", "equal"]) == 0
+    assert "median |error|" in capsys.readouterr().out
+    assert main(["compare", str(out), "--calibrate-on", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("validation: error: --calibrate-on")
+
+
+def test_a_dead_rank_fails_the_run_fast_and_keeps_the_trace(tmp_path):
+    out = tmp_path / "run"
+    # 3 warm-up + 6 probe steps, then equal: crash rank 1 in equal's second epoch
+    t0 = time.monotonic()
+    run = _validation("run", "--epochs", "3", "--policies", "equal", "--probe-repeats", "1", "--out", str(out),
+                      "--crash-at", "1=25", "--timeout-s", "20")
+    elapsed = time.monotonic() - t0
+    assert run.returncode != 0
+    assert "rank 1: injected crash" in run.stderr
+    assert "validation: error: rank 1 failed first" in run.stderr
+    assert "rank 0: failed during policy equal" in run.stderr
+    assert elapsed < 20, f"took {elapsed:.1f} s"
+    trace = pd.read_csv(out / "trace.csv")
+    assert set(trace["policy"]) == {"probe", "equal"}
+    assert trace.loc[trace["policy"] == "equal", "epoch"].max() == 0
+    assert json.loads((out / "meta.json").read_text())["status"] == "running"
+
+
+def test_torchrun_entry(tmp_path):
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun not installed")
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "validation.train",
+                          "--epochs", "1", "--policies", "equal", "--probe-repeats", "1", "--out", str(out)],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert run.returncode == 0, run.stderr
+    assert json.loads((out / "meta.json").read_text())["status"] == "complete"

@@ -1,0 +1,7 @@
+"""``python -m validation`` -> :func:`validation.cli.main`."""
+
+import sys
+
+from validation.cli import main
+
+sys.exit(main())

@@ -1,0 +1,92 @@
+"""``python -m validation``: ``run`` (launch the ranks, print the per-policy summary) and
+``compare`` (simulator vs measurement). The only module of the launcher side that prints;
+bad input ends in one line on stderr (``validation: error: <field>: <problem>``) and exit
+status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from hetsim.errors import ConfigError
+from validation.config import add_run_options, build_config
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError("", f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="validation", description="Real data-parallel training with torch.distributed under "
+                     "hetsim's policies, and how well the simulator predicts it.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="launch the ranks on this machine (no arguments: the embedded default run)")
+    add_run_options(run)
+    cmp = sub.add_parser("compare", help="calibrate on part of a run, simulate its policies, print predicted vs measured")
+    cmp.add_argument("run_dir", type=Path)
+    cmp.add_argument("--calibrate-on", default="probe", metavar="POLICY", help="trace segment to calibrate on (default: probe)")
+    cmp.add_argument("--tolerance", type=float, default=None, metavar="X",
+                     help="exit status 1 when any relative error (step or total time) exceeds X, e.g. 0.1")
+    cmp.add_argument("--json", action="store_true", help="print a JSON list of per-policy objects")
+    return parser
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from validation.launch import launch
+    from validation.train import default_out
+
+    config = build_config(args)
+    out = (config.out or default_out()).resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError("--out", f"{out} exists and is not an empty folder")
+    argv = [a for a in sys.argv[2:]] if args.argv is None else list(args.argv)
+    result = launch([*argv, "--out", str(out)], config.world_size, grace_s=min(5.0, config.timeout_s))
+    if not result.ok:
+        rank, status = result.first_failure or (-1, -1)
+        print(f"validation: error: rank {rank} failed first (exit status {status}); exit statuses by rank "
+              f"{list(result.exit_codes)}; what was written so far is in {out}", file=sys.stderr)
+        return 1
+    summary = json.loads((out / "summary.json").read_text())
+    print(f"{'policy':<18} {'mean step':>10} {'total':>8} {'final split':>12} {'accuracy':>9}")
+    for s in summary["policies"]:
+        print(f"{s['policy']:<18} {1e3 * s['mean_step_s']:>8.2f}ms {s['total_time_s']:>7.2f}s "
+              f"{'/'.join(map(str, s['final_batches'])):>12} {s['final_test_accuracy']:>9.3f}")
+    print(f"wrote {out} in {result.wall_s:.1f} s; compare with: python -m validation compare {out}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from validation.compare import compare_run, format_table, load_run, worst_error
+
+    if args.tolerance is not None and not (math.isfinite(args.tolerance) and args.tolerance >= 0):
+        raise ConfigError("--tolerance", f"must be a number >= 0, got {args.tolerance}")
+    run = load_run(args.run_dir)
+    comparisons, calibration = compare_run(run, args.calibrate_on)
+    if args.json:
+        print(json.dumps([c.to_dict() for c in comparisons], indent=2))
+    else:
+        print(format_table(comparisons, calibration, args.calibrate_on))
+    if args.tolerance is not None and worst_error(comparisons) > args.tolerance:
+        return 1
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "compare": cmd_compare}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        args.argv = list(argv)[1:] if argv is not None else None
+        return COMMANDS[args.command](args)
+    except ConfigError as exc:
+        print(f"validation: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0

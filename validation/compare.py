@@ -1,0 +1,165 @@
+"""How well the simulator predicts a real run.
+
+Calibrates a scenario (:func:`hetsim.calibrate.calibrate`) on one segment of a run folder's
+trace (by default the probe, which steps every rank through several local batch sizes, so
+overhead and per-sample cost are identifiable), sets its workload to the run's (global batch,
+steps per epoch, the epochs each policy finished), simulates every policy of the run on it with
+hetsim, and sets predicted against measured mean step time, total time and final split.
+Errors are relative: ``(predicted - measured) / measured``. No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from hetsim.calibrate import Calibration, calibrate
+from hetsim.config import load_scenario
+from hetsim.errors import ConfigError
+from hetsim.metrics import Summary, summarize
+from hetsim.simulate import simulate
+from hetsim.trace import COLUMNS, Trace
+
+PROBE = "probe"
+
+
+@dataclass(frozen=True)
+class RunData:
+    """A run folder's trace and meta.json."""
+
+    path: Path
+    trace: pd.DataFrame
+    meta: dict[str, Any]
+
+    @property
+    def policies(self) -> list[str]:
+        seen = list(dict.fromkeys(self.trace["policy"].astype(str)))
+        return [p for p in seen if p != PROBE]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    policy: str
+    measured: Summary
+    predicted: Summary
+
+    @staticmethod
+    def _error(predicted: float, measured: float) -> float:
+        return (predicted - measured) / measured if measured > 0 else float("inf")
+
+    @property
+    def step_error(self) -> float:
+        return self._error(self.predicted.mean_step_s, self.measured.mean_step_s)
+
+    @property
+    def total_error(self) -> float:
+        return self._error(self.predicted.total_time_s, self.measured.total_time_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "measured_step_s": self.measured.mean_step_s,
+            "predicted_step_s": self.predicted.mean_step_s,
+            "error": self.step_error,
+            "measured_total_s": self.measured.total_time_s,
+            "predicted_total_s": self.predicted.total_time_s,
+            "total_error": self.total_error,
+            "measured_final_split": list(self.measured.final_batches),
+            "predicted_final_split": list(self.predicted.final_batches),
+        }
+
+
+def load_run(run_dir: Path) -> RunData:
+    """The trace (Parquet, else CSV) and meta.json of a run folder."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(str(run_dir), "no such run folder")
+    meta_path = run_dir / "meta.json"
+    if not meta_path.is_file():
+        raise ConfigError(str(run_dir), "not a validation run folder (no meta.json)")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except ValueError as exc:
+        raise ConfigError(str(meta_path), f"not valid JSON: {exc}") from None
+    parquet, csv = run_dir / "trace.parquet", run_dir / "trace.csv"
+    if parquet.is_file():
+        trace = pd.read_parquet(parquet)
+    elif csv.is_file():
+        trace = pd.read_csv(csv)
+    else:
+        raise ConfigError(str(run_dir), "no trace.parquet or trace.csv (the run died before its first epoch)")
+    missing = [c for c in COLUMNS if c not in trace.columns]
+    if missing:
+        raise ConfigError(missing[0], f"missing trace column in {run_dir}")
+    if trace.empty:
+        raise ConfigError(str(run_dir), "the trace has no rows")
+    return RunData(run_dir, trace, meta)
+
+
+def calibrate_run(run: RunData, calibrate_on: str = PROBE) -> Calibration:
+    rows = run.trace[run.trace["policy"] == calibrate_on]
+    if rows.empty:
+        known = ", ".join(dict.fromkeys(run.trace["policy"].astype(str)))
+        raise ConfigError("--calibrate-on", f"the run has no rows for {calibrate_on!r} (it has: {known})")
+    return calibrate(rows.drop(columns=["policy"]), name=f"{run.path.name}-{calibrate_on}")
+
+
+def scenario_for(run: RunData, calibration: Calibration, policy: str, epochs: int) -> dict[str, Any]:
+    """The calibrated scenario with the run's workload and ``policy``."""
+    scenario = dict(calibration.scenario)
+    global_batch = int(run.meta["global_batch"])
+    scenario["workload"] = {
+        "global_batch": global_batch,
+        "dataset_size": global_batch * int(run.meta["steps_per_epoch"]),
+        "epochs": epochs,
+        "gradient_mb": float(run.meta.get("gradient_mb", 0.0)),
+    }
+    scenario["seed"] = int(run.meta.get("config", {}).get("seed", 0))
+    scenario["policy"] = {"name": policy}
+    return scenario
+
+
+def compare_run(run: RunData, calibrate_on: str = PROBE) -> tuple[list[Comparison], Calibration]:
+    """Predicted vs measured for every policy of the run (the probe itself is not compared)."""
+    calibration = calibrate_run(run, calibrate_on)
+    out = []
+    for policy in run.policies:
+        rows = run.trace[run.trace["policy"] == policy]
+        measured = summarize(Trace.from_frame(rows))
+        epochs = int(rows["epoch"].max()) + 1
+        scenario = load_scenario(scenario_for(run, calibration, policy, epochs))
+        predicted = summarize(simulate(scenario, policy))
+        out.append(Comparison(policy, measured, predicted))
+    return out, calibration
+
+
+def median_abs_error(comparisons: Sequence[Comparison]) -> float:
+    return float(statistics.median(abs(c.step_error) for c in comparisons)) if comparisons else float("nan")
+
+
+def format_table(comparisons: Sequence[Comparison], calibration: Calibration, calibrate_on: str) -> str:
+    lines = [f"calibrated on {calibrate_on!r}: " + "; ".join(
+        f"rank {w.worker} {1e3 * w.overhead_s:.2f} ms + {1e6 * w.per_sample_s:.1f} us/sample (noise {w.noise_sigma:.2f})"
+        for w in calibration.workers) + f"; exchange {1e3 * calibration.network.time_s:.2f} ms"]
+    lines.extend(f"warning: {w}" for w in calibration.warnings)
+    header = f"{'policy':<18} {'step meas':>10} {'step pred':>10} {'error':>7} {'total meas':>11} {'total pred':>11} {'error':>7}  split meas -> pred"
+    lines.append(header)
+    for c in comparisons:
+        m, p = c.measured, c.predicted
+        split = f"{'/'.join(map(str, m.final_batches))} -> {'/'.join(map(str, p.final_batches))}"
+        lines.append(
+            f"{c.policy:<18} {1e3 * m.mean_step_s:>8.2f}ms {1e3 * p.mean_step_s:>8.2f}ms {100 * c.step_error:>+6.1f}% "
+            f"{m.total_time_s:>10.3f}s {p.total_time_s:>10.3f}s {100 * c.total_error:>+6.1f}%  {split}"
+        )
+    lines.append(f"median |error| of the mean step time: {100 * median_abs_error(comparisons):.1f}% over {len(comparisons)} policies")
+    return "\n".join(lines)
+
+
+def worst_error(comparisons: Sequence[Comparison]) -> float:
+    return max((max(abs(c.step_error), abs(c.total_error)) for c in comparisons), default=0.0)

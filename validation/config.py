@@ -1,0 +1,251 @@
+"""The run configuration of a real validation run: one frozen :class:`RunConfig`, built from the
+embedded default, an optional CONFIG file (TOML or JSON, the same keys) and command-line
+options, validated in one place. The launcher and every rank build it from the same argv, so
+all ranks agree on it; every problem raises :class:`~hetsim.errors.ConfigError` naming the
+option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hetsim.config import tomllib
+from hetsim.errors import ConfigError
+from hetsim.policies import POLICIES, policy_class
+from validation.backend import parse_devices
+from validation.inject import parse_delay_spec
+
+N_DIGITS = 1797  # samples in scikit-learn's digits (the workload checks it)
+N_TEST = 359  # the held-out 20%
+N_TRAIN = N_DIGITS - N_TEST
+BASE_POLICIES = ("equal", "dynamic", "dynamic-enhanced")
+COMBINE_MODES = ("weighted", "policy")
+
+
+def default_policies() -> tuple[str, ...]:
+    """equal, dynamic, dynamic-enhanced, and adaptive when hetsim has it (looked up at run time)."""
+    return BASE_POLICIES + (("adaptive",) if "adaptive" in POLICIES else ())
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a rank needs to run. Rank-keyed maps use 0-based ranks.
+
+    The default is the embedded run: 2 CPU ranks on the digits, rank 1 emulating a slower
+    device with a per-step delay of 2 ms plus 0.1 ms per sample."""
+
+    world_size: int = 2
+    policies: tuple[str, ...] = field(default_factory=default_policies)
+    epochs: int = 10
+    global_batch: int = 128
+    lr: float = 0.05
+    momentum: float = 0.9
+    seed: int = 0
+    delay: Mapping[int, str] = field(default_factory=lambda: {1: "0.002"})
+    per_sample_delay: Mapping[int, float] = field(default_factory=lambda: {1: 0.0001})
+    slowdown: Mapping[int, float] = field(default_factory=dict)
+    devices: tuple[str, ...] = ("cpu",)
+    probe_fractions: tuple[float, ...] = (0.0625, 0.125, 0.25, 0.5, 0.75)
+    probe_repeats: int = 3
+    warmup_steps: int = 3
+    timeout_s: float = 30.0
+    combine: str = "weighted"
+    out: Path | None = None
+    crash_at: tuple[int, int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["delay"] = {str(k): v for k, v in self.delay.items()}
+        out["per_sample_delay"] = {str(k): v for k, v in self.per_sample_delay.items()}
+        out["slowdown"] = {str(k): v for k, v in self.slowdown.items()}
+        out["out"] = str(self.out) if self.out is not None else None
+        out.pop("crash_at")
+        return out
+
+
+FILE_KEYS = {
+    "world_size", "policies", "epochs", "global_batch", "lr", "momentum", "seed", "delay", "per_sample_delay",
+    "slowdown", "devices", "probe_fractions", "probe_repeats", "warmup_steps", "timeout_s", "combine",
+}
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options shared by ``python -m validation run`` and ``python -m validation.train``."""
+    parser.add_argument("config", nargs="?", type=Path, default=None, help="run file (TOML or JSON) with the same keys as the options")
+    parser.add_argument("--world-size", type=int, default=None, help="number of ranks (default 2; torchrun's WORLD_SIZE wins)")
+    parser.add_argument("--policies", default=None, help=f"comma-separated policies (default: {','.join(default_policies())})")
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per policy (default 10)")
+    parser.add_argument("--global-batch", type=int, default=None, help="samples per step (default 128)")
+    parser.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.05)")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the data split, shuffles, weights and delays (default 0)")
+    parser.add_argument("--delay", action="append", default=[], metavar="RANK=SPEC",
+                        help="per-step injected delay: seconds or a distribution, e.g. 1=0.02 or 1=exponential:0.02 (1=0 removes one)")
+    parser.add_argument("--per-sample-delay", action="append", default=[], metavar="RANK=SECONDS", help="injected delay per sample")
+    parser.add_argument("--slowdown", action="append", default=[], metavar="RANK=FACTOR",
+                        help="sleep (FACTOR - 1) x the measured compute after each step (FACTOR >= 1)")
+    parser.add_argument("--devices", default=None, help="one device for all ranks or one per rank: cpu | cuda | cuda:0,cuda:1 (default cpu)")
+    parser.add_argument("--probe-repeats", type=int, default=None, help="rounds of probe steps (default 3; 0 skips the probe)")
+    parser.add_argument("--timeout-s", type=float, default=None, help="process-group timeout in seconds (default 30)")
+    parser.add_argument("--combine", choices=COMBINE_MODES, default=None,
+                        help="weighted: sum_i (b_i/B) g_i for every policy (default); policy: the plain mean of the ranks' "
+                             "gradients for policies without weighted_gradients (the paper's DP-SGD)")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)")
+    parser.add_argument("--crash-at", default=None, help=argparse.SUPPRESS)
+
+
+def read_run_file(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(str(path), "no such file")
+    try:
+        text = path.read_text()
+        raw = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(str(path), f"not a readable run file: {exc}".splitlines()[0]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(str(path), "must hold a table of options")
+    unknown = sorted(set(raw) - FILE_KEYS)
+    if unknown:
+        raise ConfigError(unknown[0], f"unknown key (known: {', '.join(sorted(FILE_KEYS))})")
+    return raw
+
+
+def parse_rank_assignment(text: str, option: str) -> tuple[int, str]:
+    """``RANK=VALUE`` -> (rank, value text)."""
+    rank_text, sep, value = str(text).partition("=")
+    if not sep or not value.strip():
+        raise ConfigError(option, f"expected RANK=VALUE, got {text!r}")
+    try:
+        rank = int(rank_text)
+    except ValueError:
+        raise ConfigError(option, f"rank must be an integer, got {rank_text!r}") from None
+    return rank, value.strip()
+
+
+def _number(text: Any, option: str, *, minimum: float = 0.0) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ConfigError(option, f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value < minimum:
+        raise ConfigError(option, f"must be a finite number >= {minimum:g}, got {text!r}")
+    return value
+
+
+def _rank_map(raw: Mapping[Any, Any] | None, items: Sequence[str], option: str) -> dict[int, str]:
+    """A file table ``{rank: value}`` merged with command-line ``RANK=VALUE`` items (per rank)."""
+    out: dict[int, str] = {}
+    if raw is not None:
+        if not isinstance(raw, Mapping):
+            raise ConfigError(option, "must be a table of RANK = VALUE")
+        for key, value in raw.items():
+            rank, text = parse_rank_assignment(f"{key}={value}", option)
+            out[rank] = text
+    for item in items:
+        rank, text = parse_rank_assignment(item, option)
+        out[rank] = text
+    return out
+
+
+def _policies(value: Any, option: str) -> tuple[str, ...]:
+    names = [p.strip() for p in value.split(",")] if isinstance(value, str) else [str(p).strip() for p in value]
+    names = [n for n in names if n]
+    if not names:
+        raise ConfigError(option, "no policy given")
+    for name in names:
+        if name == "probe":
+            raise ConfigError(option, "'probe' is the calibration phase, not a policy")
+        policy_class(name, option)
+    if len(set(names)) != len(names):
+        raise ConfigError(option, "a policy is listed twice")
+    return tuple(names)
+
+
+def build_config(args: argparse.Namespace, world_size_env: int | None = None) -> RunConfig:
+    """The validated configuration from the default, the run file and the options in ``args``."""
+    base = RunConfig()
+    raw = read_run_file(args.config) if getattr(args, "config", None) is not None else {}
+
+    def pick(key: str, cli: Any) -> Any:
+        return cli if cli is not None else raw.get(key, getattr(base, key))
+
+    world_size = int(pick("world_size", args.world_size))
+    if world_size_env is not None:
+        world_size = world_size_env
+    if world_size < 1:
+        raise ConfigError("--world-size", f"must be >= 1, got {world_size}")
+    policies = _policies(pick("policies", args.policies), "--policies")
+    epochs = int(pick("epochs", args.epochs))
+    if epochs < 1:
+        raise ConfigError("--epochs", f"must be >= 1, got {epochs}")
+    global_batch = int(pick("global_batch", args.global_batch))
+    if global_batch < world_size:
+        raise ConfigError("--global-batch", f"{global_batch} is smaller than the world size ({world_size})")
+    if global_batch > N_TRAIN:
+        raise ConfigError("--global-batch", f"{global_batch} is more than the {N_TRAIN} training samples")
+    lr = _number(pick("lr", args.lr), "--lr")
+    seed = int(pick("seed", args.seed))
+    if seed < 0:
+        raise ConfigError("--seed", f"must be >= 0, got {seed}")
+
+    file_or_default = lambda key: raw[key] if key in raw else getattr(base, key)  # noqa: E731
+    delay = _rank_map(file_or_default("delay"), args.delay, "--delay")
+    per_sample = _rank_map(file_or_default("per_sample_delay"), args.per_sample_delay, "--per-sample-delay")
+    slowdown = _rank_map(file_or_default("slowdown"), args.slowdown, "--slowdown")
+    for option, table in (("--delay", delay), ("--per-sample-delay", per_sample), ("--slowdown", slowdown)):
+        for rank in table:
+            if not 0 <= rank < world_size:
+                raise ConfigError(option, f"rank {rank} is outside 0..{world_size - 1}")
+    for rank, spec in delay.items():
+        parse_delay_spec(spec, f"--delay {rank}")
+    devices_raw = pick("devices", args.devices)
+    devices = parse_devices(devices_raw if isinstance(devices_raw, str) else ",".join(devices_raw), world_size)
+    probe_repeats = int(pick("probe_repeats", args.probe_repeats))
+    if probe_repeats < 0:
+        raise ConfigError("--probe-repeats", f"must be >= 0, got {probe_repeats}")
+    costly = [p for p in policies if policy_class(p).needs_costs]
+    if costly and probe_repeats == 0:
+        raise ConfigError("--probe-repeats", f"{costly[0]} needs the ranks' costs, which come from the probe: use at least 1")
+    timeout_s = _number(pick("timeout_s", args.timeout_s), "--timeout-s", minimum=1.0)
+    combine = str(pick("combine", args.combine))
+    if combine not in COMBINE_MODES:
+        raise ConfigError("--combine", f"unknown mode {combine!r} (known: {', '.join(COMBINE_MODES)})")
+    fractions = tuple(_number(f, "probe_fractions") for f in raw.get("probe_fractions", base.probe_fractions))
+    if not fractions or any(f <= 0 or f > 1 for f in fractions):
+        raise ConfigError("probe_fractions", "must be fractions of the global batch in (0, 1]")
+    return replace(
+        base,
+        world_size=world_size,
+        policies=policies,
+        epochs=epochs,
+        global_batch=global_batch,
+        lr=lr,
+        momentum=_number(raw.get("momentum", base.momentum), "momentum"),
+        seed=seed,
+        delay={r: v for r, v in sorted(delay.items()) if parse_delay_spec(v, "--delay").mean() > 0},
+        per_sample_delay={r: s for r, v in sorted(per_sample.items()) if (s := _number(v, "--per-sample-delay")) > 0},
+        slowdown={r: f for r, v in sorted(slowdown.items()) if (f := _number(v, "--slowdown", minimum=1.0)) > 1.0},
+        devices=devices,
+        probe_fractions=fractions,
+        probe_repeats=probe_repeats,
+        warmup_steps=int(raw.get("warmup_steps", base.warmup_steps)),
+        timeout_s=timeout_s,
+        combine=combine,
+        out=args.out,
+        crash_at=_crash_at(args.crash_at, world_size),
+    )
+
+
+def _crash_at(text: str | None, world_size: int) -> tuple[int, int] | None:
+    """The hidden test hook ``--crash-at RANK=STEP``: that rank dies hard before run step STEP."""
+    if text is None:
+        return None
+    rank, step = parse_rank_assignment(text, "--crash-at")
+    if not 0 <= rank < world_size:
+        raise ConfigError("--crash-at", f"rank {rank} is outside 0..{world_size - 1}")
+    return rank, int(_number(step, "--crash-at"))

@@ -1,0 +1,96 @@
+"""Heterogeneity injection: emulating a slower rank on identical hardware.
+
+This is emulation, not a model of real devices: a rank sleeps after its forward and backward
+pass for
+
+    delay (a per-step draw: constant seconds or a hetsim distribution, the paper's method)
+    + per_sample_s * local_batch
+    + (slowdown - 1) * the measured forward-and-backward time
+
+and only in steps where it got samples (a rank with no samples sits the step out, as in the
+simulator). Real mixed devices need none of it. The random delay draws come from the rank's
+own generator, ``SeedSequence(seed).spawn(world_size)[rank]``, one draw per working step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hetsim.config import make_distribution
+from hetsim.distributions import Constant, Distribution
+from hetsim.errors import ConfigError
+
+# positional parameters of each distribution in a NAME:A,B spec
+SPEC_PARAMS = {
+    "constant": ("value",),
+    "exponential": ("mean",),
+    "shifted_exponential": ("shift", "mean"),
+    "gamma": ("shape", "scale"),
+    "uniform": ("low", "high"),
+}
+
+
+def parse_delay_spec(text: str, option: str = "--delay") -> Distribution:
+    """``0.02`` (constant seconds), ``exponential:0.02``, ``uniform:0.01,0.03``, ``empirical:0.01,0.02,...``."""
+    text = str(text).strip()
+    name, sep, args = text.partition(":")
+    if not sep:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(option, f"expected seconds or NAME:PARAMS, got {text!r}") from None
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(option, f"a delay must be finite and >= 0, got {text!r}")
+        return Constant(value)
+    try:
+        values = [float(a) for a in args.split(",") if a.strip()]
+    except ValueError:
+        raise ConfigError(option, f"parameters must be numbers, got {args!r}") from None
+    if name == "empirical":
+        return make_distribution({"dist": "empirical", "samples": values}, option)
+    if name not in SPEC_PARAMS:
+        known = ", ".join([*SPEC_PARAMS, "empirical"])
+        raise ConfigError(option, f"unknown delay distribution {name!r} (known: {known})")
+    params = SPEC_PARAMS[name]
+    if len(values) != len(params):
+        raise ConfigError(option, f"{name} takes {len(params)} parameter(s) ({', '.join(params)}), got {len(values)}")
+    return make_distribution({"dist": name, **dict(zip(params, values))}, option)
+
+
+@dataclass
+class Injector:
+    """One rank's emulated slowness."""
+
+    delay: Distribution = field(default_factory=lambda: Constant(0.0))
+    per_sample_s: float = 0.0
+    slowdown: float = 1.0
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+
+    @classmethod
+    def for_rank(cls, rank: int, world_size: int, seed: int, delay: dict[int, str], per_sample_s: dict[int, float],
+                 slowdown: dict[int, float]) -> "Injector":
+        rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(world_size)[rank])
+        spec = parse_delay_spec(delay[rank]) if rank in delay else Constant(0.0)
+        return cls(spec, float(per_sample_s.get(rank, 0.0)), float(slowdown.get(rank, 1.0)), rng)
+
+    @property
+    def active(self) -> bool:
+        return self.delay.mean() > 0 or self.per_sample_s > 0 or self.slowdown > 1.0
+
+    def extra_s(self, local_batch: int, measured_s: float) -> float:
+        """Seconds to sleep after a step of ``local_batch`` samples that took ``measured_s``."""
+        if local_batch <= 0 or not self.active:
+            return 0.0
+        drawn = float(self.delay.sample(self.rng))
+        return drawn + self.per_sample_s * local_batch + (self.slowdown - 1.0) * measured_s
+
+    def apply(self, local_batch: int, measured_s: float) -> float:
+        """Sleep for :meth:`extra_s`; returns the seconds asked for."""
+        extra = self.extra_s(local_batch, measured_s)
+        if extra > 0:
+            time.sleep(extra)
+        return extra

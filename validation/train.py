@@ -1,0 +1,383 @@
+"""The per-rank entry: ``python -m validation.train [run options]`` under torchrun or the built-in
+launcher (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT from the environment).
+
+A rank runs, in order: a few unrecorded warm-up steps; the probe (every rank steps through
+several local batch sizes, recorded as ``policy = "probe"`` so a scenario can be calibrated
+from it); then every policy from freshly initialised weights for the configured epochs.
+
+One step, as every rank sees it (all times from ``perf_counter``, after synchronising the
+device on GPU):
+
+    start   rank 0 asks the policy for the split and broadcasts it
+    compute the rank's shard of the epoch's permutation: forward, backward, injected delay,
+            the weighted gradient packed into one flat buffer          -> compute_s
+    barrier a tiny all-reduce carrying every rank's compute_s and loss -> wait_s
+    comm    the gradient all-reduce, the division by the total weight,
+            the optimizer update                                        -> comm_s
+
+so ``compute_s + wait_s + comm_s`` is the step's wall time. Rank 0 feeds the compute times to
+``policy.observe`` before the next split. At the end of each epoch the ranks' times are
+gathered to rank 0, which evaluates on the held-out split and rewrites the run folder; none of
+that is inside a step's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from hetsim.calibrate import fit_worker
+from hetsim.errors import ConfigError
+from hetsim.partition import split_by_shares
+from hetsim.policies import Policy, StepInfo, StepRecord, WorkerHint, make_policy
+from validation.allreduce import combine, gradient_weights, pack, unpack
+from validation.backend import (
+    RankEnv, comm_device, init_process_group, resolve_device, select_backend, synchronize, torch_device,
+)
+from validation.config import RunConfig, add_run_options, build_config
+from validation.inject import Injector
+from validation.record import RankTiming, RunWriter, step_rows
+from validation.sharding import PROBE as PROBE_STREAM
+from validation.sharding import WARMUP, epoch_permutation, local_indices, steps_per_epoch
+from validation.workload import Dataset, evaluate, load_digits_split, loss_fn, make_model
+
+CRASH_STATUS = 17
+PROBE = "probe"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError("", f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="validation.train", description="One rank of a validation run (start it with torchrun "
+                     "or python -m validation run).")
+    add_run_options(parser)
+    return parser
+
+
+@dataclass(frozen=True)
+class StepResult:
+    split: tuple[int, ...]
+    timing: RankTiming
+    all_compute_s: tuple[float, ...]
+    loss: float
+
+
+class RankTrainer:
+    """One rank's share of the run. Only rank 0 holds policies and writes files."""
+
+    def __init__(self, config: RunConfig, env: RankEnv) -> None:
+        self.config, self.env = config, env
+        self.rank, self.world = env.rank, env.world_size
+        self.backend = select_backend(config.devices)
+        self.device = torch_device(resolve_device(config.devices[self.rank], env.local_rank))
+        self.comm = comm_device(self.backend, self.device)
+        self.data: Dataset = load_digits_split(config.seed, self.device)
+        self.steps_per_epoch = steps_per_epoch(self.data.n_train, config.global_batch)
+        self.injector = Injector.for_rank(self.rank, self.world, config.seed, dict(config.delay),
+                                          dict(config.per_sample_delay), dict(config.slowdown))
+        self.run_step = 0
+        self.where = "start-up"
+        self.writer: RunWriter | None = None
+        self.probe_hints: tuple[WorkerHint, ...] | None = None
+
+    # ------------------------------------------------------------------ collectives
+
+    def sync_ranks(self) -> None:
+        """An untimed rendezvous (between epochs)."""
+        dist.all_reduce(torch.zeros(1, device=self.comm))
+
+    def broadcast_parameters(self, model: torch.nn.Module) -> None:
+        for p in model.parameters():
+            buf = p.data.to(self.comm)
+            dist.broadcast(buf, src=0)
+            p.data.copy_(buf.to(p.device))
+
+    def gather_timings(self, local: list[RankTiming]) -> list[list[RankTiming]]:
+        """Per step, every rank's timing (on every rank; only rank 0 uses it)."""
+        gathered: list[Any] = [None] * self.world
+        dist.all_gather_object(gathered, [(t.compute_s, t.wait_s, t.comm_s) for t in local])
+        return [[RankTiming(*gathered[r][k]) for r in range(self.world)] for k in range(len(local))]
+
+    # ------------------------------------------------------------------ one step
+
+    def step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, perm: np.ndarray, step_in_epoch: int,
+             propose: Callable[[], Sequence[int]] | None, weighted: bool) -> StepResult:
+        crash = self.config.crash_at
+        if crash is not None and crash == (self.rank, self.run_step):
+            print(f"validation: rank {self.rank}: injected crash at run step {self.run_step}", file=sys.stderr, flush=True)
+            os._exit(CRASH_STATUS)
+        self.run_step += 1
+        synchronize(self.device)
+        t_start = time.perf_counter()
+        split_t = torch.zeros(self.world, dtype=torch.int64, device=self.comm)
+        if self.rank == 0 and propose is not None:
+            split_t.copy_(torch.as_tensor(list(propose()), dtype=torch.int64))
+        dist.broadcast(split_t, src=0)
+        split = tuple(int(b) for b in split_t.tolist())
+        b = split[self.rank]
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = 0.0
+        if b > 0:
+            idx = torch.from_numpy(local_indices(perm, step_in_epoch, split, self.rank)).to(self.device)
+            t_fwd = time.perf_counter()
+            loss = loss_fn(model(self.data.train_x[idx]), self.data.train_y[idx])
+            loss.backward()
+            synchronize(self.device)
+            self.injector.apply(b, time.perf_counter() - t_fwd)
+            loss_sum = float(loss.detach()) * b
+        weights = gradient_weights(split, weighted)
+        flat = pack(model.parameters(), weights[self.rank], self.comm)
+        synchronize(self.device)
+        t_ready = time.perf_counter()
+        compute_s = t_ready - t_start
+
+        barrier = torch.zeros(self.world + 1, dtype=torch.float64, device=self.comm)
+        barrier[self.rank] = compute_s
+        barrier[self.world] = loss_sum
+        dist.all_reduce(barrier, op=dist.ReduceOp.SUM)
+        t_released = time.perf_counter()
+
+        combine(flat, sum(weights))
+        unpack(flat, model.parameters())
+        optimizer.step()
+        synchronize(self.device)
+        t_end = time.perf_counter()
+        values = barrier.tolist()
+        return StepResult(
+            split, RankTiming(compute_s, t_released - t_ready, t_end - t_released),
+            tuple(values[: self.world]), values[self.world] / max(sum(split), 1),
+        )
+
+    # ------------------------------------------------------------------ segments
+
+    def fresh_model(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        model = make_model(self.config.seed, self.device)
+        self.broadcast_parameters(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=self.config.lr, momentum=self.config.momentum)
+        return model, optimizer
+
+    def probe_plan(self) -> list[tuple[int, ...]]:
+        """The probe's splits: for each repeat, fraction and rank, that rank gets the fraction of the
+        global batch and the others share the rest, so every rank sees several local batch sizes
+        while each step processes one global batch, as in the policies' steps."""
+        B, W = self.config.global_batch, self.world
+        plan = []
+        for _ in range(self.config.probe_repeats):
+            for f in self.config.probe_fractions:
+                for focus in range(W):
+                    b = min(B, max(1, int(round(f * B)))) if W > 1 else B
+                    rest = list(split_by_shares([1.0] * (W - 1), B - b)) if W > 1 else []
+                    plan.append(tuple(rest[:focus] + [b] + rest[focus:]))
+        return plan
+
+    def run_probe(self) -> None:
+        model, optimizer = self.fresh_model()
+        n = self.data.n_train
+        warm = split_by_shares([1.0] * self.world, self.config.global_batch)
+        for k in range(self.config.warmup_steps):
+            self.where = f"warm-up step {k}"
+            self.step(model, optimizer, epoch_permutation(self.config.seed, k, n, WARMUP), 0,
+                      lambda: warm, True)
+        plan = self.probe_plan()
+        if not plan:
+            return
+        local: list[RankTiming] = []
+        results: list[StepResult] = []
+        segment_t0 = time.perf_counter()
+        starts = []
+        for k, split in enumerate(plan):
+            self.where = f"probe step {k}"
+            starts.append(time.perf_counter() - segment_t0)
+            result = self.step(model, optimizer, epoch_permutation(self.config.seed, k, n, PROBE_STREAM), 0,
+                               lambda s=split: s, True)
+            local.append(result.timing)
+            results.append(result)
+        self.where = "probe gather"
+        per_step = self.gather_timings(local)
+        if self.writer is not None:
+            for k, (result, timings) in enumerate(zip(results, per_step)):
+                self.writer.add_steps(step_rows(PROBE, 0, k, starts[k], result.split, timings))
+            self.writer.flush()
+            self.probe_hints = self.fit_probe(results, per_step)
+            sizes = sorted({b for split in plan for b in split})
+            print(f"validation: probe: {len(plan)} steps at local batches {sizes}", file=sys.stderr, flush=True)
+        self.sync_ranks()
+
+    def fit_probe(self, results: list[StepResult], per_step: list[list[RankTiming]]) -> tuple[WorkerHint, ...]:
+        """Each rank's affine cost from the probe, for policies that need costs (proportional, optimal)."""
+        hints = []
+        for r in range(self.world):
+            b = np.array([res.split[r] for res in results])
+            y = np.array([t[r].compute_s for t in per_step])
+            fit, _ = fit_worker(r, b, y)
+            hints.append(WorkerHint(fixed_s=fit.overhead_s, per_sample_s=fit.per_sample_s))
+        return tuple(hints)
+
+    def make_policy(self, name: str) -> Policy:
+        policy = make_policy(name)
+        hints = self.probe_hints if policy.needs_costs else None
+        policy.reset(self.world, self.config.global_batch, hints)
+        return policy
+
+    def run_policy(self, name: str) -> None:
+        config = self.config
+        policy = self.make_policy(name) if self.rank == 0 else None
+        weighted = config.combine == "weighted" or bool(policy.weighted_gradients if policy else False)
+        if config.combine == "policy":
+            weighted_t = torch.tensor([int(weighted)], device=self.comm)
+            dist.broadcast(weighted_t, src=0)
+            weighted = bool(weighted_t.item())
+        model, optimizer = self.fresh_model()
+        pending: list[StepRecord] = []
+        elapsed_s = 0.0
+        segment_t0 = time.perf_counter()
+        step = 0
+        for epoch in range(config.epochs):
+            perm = epoch_permutation(config.seed, epoch, self.data.n_train)
+            local: list[RankTiming] = []
+            results: list[StepResult] = []
+            starts: list[float] = []
+            for k in range(self.steps_per_epoch):
+                info = StepInfo(step, epoch, k, self.steps_per_epoch)
+                self.where = f"policy {name}, epoch {epoch}, step {step}"
+
+                def propose(info: StepInfo = info) -> Sequence[int]:
+                    assert policy is not None
+                    while pending:
+                        policy.observe(pending.pop())
+                    return policy.partition(info)
+
+                starts.append(time.perf_counter() - segment_t0)
+                result = self.step(model, optimizer, perm, k, propose, weighted)
+                if policy is not None:
+                    included = tuple(b > 0 for b in result.split)
+                    pending.append(StepRecord(info, result.split, result.all_compute_s, included))
+                local.append(result.timing)
+                results.append(result)
+                step += 1
+            self.where = f"policy {name}, end of epoch {epoch}"
+            per_step = self.gather_timings(local)
+            if self.writer is not None:
+                first = step - len(results)
+                for k, (result, timings) in enumerate(zip(results, per_step)):
+                    self.writer.add_steps(step_rows(name, epoch, first + k, starts[k], result.split, timings))
+                elapsed_s += sum(max(t.compute_s + t.wait_s for t in ts) + ts[0].comm_s for ts in per_step)
+                test_loss, accuracy = evaluate(model, self.data)
+                self.writer.add_epoch({
+                    "policy": name, "epoch": epoch, "train_loss": float(np.mean([r.loss for r in results])),
+                    "test_loss": test_loss, "test_accuracy": accuracy, "elapsed_s": elapsed_s,
+                    "split": "/".join(str(b) for b in results[-1].split),
+                })
+                self.writer.flush()
+            self.sync_ranks()
+        if policy is not None:
+            while pending:
+                policy.observe(pending.pop())
+            last = self.writer.epochs[-1] if self.writer is not None else {}
+            print(f"validation: {name}: {step} steps in {elapsed_s:.2f} s, final split {last.get('split')}, "
+                  f"held-out accuracy {last.get('test_accuracy', float('nan')):.3f}", file=sys.stderr, flush=True)
+
+    def meta(self) -> dict[str, Any]:
+        n_params = sum(p.numel() for p in make_model(self.config.seed, torch.device("cpu")).parameters())
+        return {
+            "config": self.config.to_dict(),
+            "world_size": self.world,
+            "backend": self.backend,
+            "devices": list(self.config.devices),
+            "rank0_device": str(self.device),
+            "global_batch": self.config.global_batch,
+            "steps_per_epoch": self.steps_per_epoch,
+            "epochs": self.config.epochs,
+            "policies": list(self.config.policies),
+            "n_train": self.data.n_train,
+            "n_test": int(self.data.test_y.shape[0]),
+            "parameters": n_params,
+            "gradient_mb": n_params * 4 / 1e6,
+            "torch": torch.__version__,
+            "cpu_count": os.cpu_count(),
+            "injection": {"delay": {str(k): v for k, v in self.config.delay.items()},
+                          "per_sample_delay": {str(k): v for k, v in self.config.per_sample_delay.items()},
+                          "slowdown": {str(k): v for k, v in self.config.slowdown.items()}},
+        }
+
+    def run(self, out: Path) -> None:
+        if self.rank == 0:
+            self.writer = RunWriter(out, self.meta())
+        self.where = "probe"
+        self.run_probe()
+        for name in self.config.policies:
+            self.run_policy(name)
+        if self.writer is not None:
+            self.writer.finish(self.config.policies)
+
+
+class RankFailure(Exception):
+    """A collective or the rendezvous failed: most often another rank died or timed out."""
+
+    def __init__(self, rank: int, where: str, cause: BaseException) -> None:
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        super().__init__(f"rank {rank}: failed during {where}: {first} (another rank died or timed out)")
+
+
+def run_rank(config: RunConfig, env: RankEnv, out: Path) -> None:
+    """Start the process group, run, and always destroy the group."""
+    torch.set_num_threads(1)
+    backend = select_backend(config.devices)
+    device = torch_device(resolve_device(config.devices[env.rank], env.local_rank))
+    trainer: RankTrainer | None = None
+    try:
+        init_process_group(backend, env, device, config.timeout_s)
+    except (RuntimeError, OSError) as exc:
+        raise RankFailure(env.rank, "the rendezvous", exc) from exc
+    try:
+        trainer = RankTrainer(config, env)
+        trainer.run(out)
+    except (RuntimeError, OSError) as exc:
+        raise RankFailure(env.rank, trainer.where if trainer is not None else "start-up", exc) from exc
+    finally:
+        dist.destroy_process_group()
+
+
+def default_out() -> Path:
+    return Path("runs") / time.strftime("validation-%Y%m%d-%H%M%S")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    env: RankEnv | None = None
+    try:
+        args = build_parser().parse_args(argv)
+        env = RankEnv.from_environ()
+        if env is None:
+            raise ConfigError("RANK", "not set: start ranks with `python -m validation run` or torchrun")
+        config = build_config(args, world_size_env=env.world_size)
+        out = config.out or default_out()
+    except ConfigError as exc:
+        where = f"rank {env.rank}: " if env is not None else ""
+        print(f"validation: {where}error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        run_rank(config, env, out)
+    except ConfigError as exc:
+        print(f"validation: rank {env.rank}: error: {exc}", file=sys.stderr)
+        return 2
+    except RankFailure as exc:
+        print(f"validation: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
