@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -137,21 +137,27 @@ def write_outputs(directory: Path, traces: Sequence[Trace], summaries: Sequence[
 
 
 def format_table(summaries: Sequence[Summary]) -> str:
-    header = ("policy", "mean step", "total time", "throughput", "utilization", "vs equal", "final split")
-    rows = [
-        (
-            s.policy,
-            f"{s.mean_step_s * 1e3:.1f} ms",
-            f"{s.total_time_s:.1f} s",
-            f"{s.throughput_sps:.0f} /s",
-            f"{s.mean_utilization:.1%}",
-            "-" if s.speedup_vs_equal is None else f"{s.speedup_vs_equal:.3f}x",
-            "/".join(map(str, s.final_batches)),
-        )
-        for s in summaries
+    """One row per policy; straggler columns appear when some policy has them."""
+    columns: list[tuple[str, Callable[[Summary], str]]] = [
+        ("policy", lambda s: s.policy),
+        ("mean step", lambda s: f"{s.mean_step_s * 1e3:.1f} ms"),
+        ("total time", lambda s: f"{s.total_time_s:.1f} s"),
+        ("throughput", lambda s: f"{s.throughput_sps:.0f} /s"),
+        ("utilization", lambda s: f"{s.mean_utilization:.1%}"),
+        ("vs equal", lambda s: "-" if s.speedup_vs_equal is None else f"{s.speedup_vs_equal:.3f}x"),
     ]
+    if any(s.dropped_samples for s in summaries):
+        columns.append(("dropped", lambda s: f"{s.dropped_samples / s.steps:.0f} /step" if s.dropped_samples else "-"))
+    if any(s.staleness_mean is not None for s in summaries):
+        columns.append(("staleness", lambda s: "-" if s.staleness_mean is None else f"{s.staleness_mean:.1f} (p95 {s.staleness_p95:.0f})"))
+    if any(s.recovery_steps is not None for s in summaries):
+        columns.append(("recovery", lambda s: "-" if s.recovery_steps is None else f"{s.recovery_steps:.1f} steps"))
+    columns.append(("final split", lambda s: "/".join(map(str, s.final_batches))))
+    header = tuple(name for name, _ in columns)
+    rows = [tuple(fmt(s) for _, fmt in columns) for s in summaries]
+    left = {0, len(header) - 1}
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-    line = lambda r: "  ".join(c.ljust(w) if i in (0, 6) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
+    line = lambda r: "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()  # noqa: E731
     return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, rows)])
 
 

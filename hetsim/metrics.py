@@ -81,7 +81,8 @@ def staleness(trace: Trace) -> np.ndarray:
     """Async: per update, the updates applied after its worker read the model (at the start of
     its iteration) and before it was applied."""
     applied = apply_times(trace)
-    return np.arange(len(applied)) - np.searchsorted(applied, trace.start_s, side="right")
+    read = trace.start_s + 1e-9 * np.maximum(trace.start_s, 1.0)  # a read right after an update sees it, despite rounding
+    return np.arange(len(applied)) - np.searchsorted(applied, read, side="right")
 
 
 def summarize(trace: Trace, scenario: "Scenario | None" = None) -> Summary:

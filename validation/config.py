@@ -52,7 +52,7 @@ class RunConfig:
     slowdown: Mapping[int, float] = field(default_factory=dict)
     devices: tuple[str, ...] = ("cpu",)
     probe_fractions: tuple[float, ...] = (0.0625, 0.125, 0.25, 0.5, 0.75)
-    probe_repeats: int = 3
+    probe_repeats: int = 10
     warmup_steps: int = 3
     timeout_s: float = 30.0
     combine: str = "weighted"
@@ -90,7 +90,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slowdown", action="append", default=[], metavar="RANK=FACTOR",
                         help="sleep (FACTOR - 1) x the measured compute after each step (FACTOR >= 1)")
     parser.add_argument("--devices", default=None, help="one device for all ranks or one per rank: cpu | cuda | cuda:0,cuda:1 (default cpu)")
-    parser.add_argument("--probe-repeats", type=int, default=None, help="rounds of probe steps (default 3; 0 skips the probe)")
+    parser.add_argument("--probe-repeats", type=int, default=None, help="rounds of probe steps (default 10; 0 skips the probe)")
     parser.add_argument("--timeout-s", type=float, default=None, help="process-group timeout in seconds (default 30)")
     parser.add_argument("--combine", choices=COMBINE_MODES, default=None,
                         help="weighted: sum_i (b_i/B) g_i for every policy (default); policy: the plain mean of the ranks' "

@@ -1,0 +1,213 @@
+"""Straggler policies, adaptive, slowdown episodes and failures against exact results."""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+import pytest
+
+from hetsim.cli import main
+from hetsim.config import build_scenario, load_scenario
+from hetsim.metrics import staleness, step_times, summarize
+from hetsim.partition import max_time, water_fill
+from hetsim.policies import StepInfo, StepRecord, WorkerHint, make_policy
+from hetsim.simulate import simulate
+from hetsim.workers import WorkerStreams
+
+from conftest import scenario_dict
+
+AFFINE = [
+    {"name": "fast", "overhead_s": 0.01, "per_sample_s": 0.001},
+    {"name": "mid", "overhead_s": 0.02, "per_sample_s": 0.002},
+    {"name": "slow", "overhead_s": 0.005, "per_sample_s": 0.004, "delay": {"dist": "constant", "value": 0.03}},
+]
+
+
+# The paper's set-up on fast cards: the 0.1 s sleep is a large per-step fixed cost.
+FIXED_COST = [
+    {"name": "gpu0", "overhead_s": 0.01, "per_sample_s": 0.0007},
+    {"name": "gpu1", "overhead_s": 0.01, "per_sample_s": 0.0007, "delay": {"dist": "constant", "value": 0.1}},
+]
+
+
+@pytest.mark.parametrize("workers", [AFFINE, FIXED_COST], ids=["affine", "fixed-cost"])
+def test_adaptive_is_within_2_percent_of_optimal_within_3_epochs(workers):
+    s = build_scenario(scenario_dict(workers, global_batch=256, steps_per_epoch=5, epochs=6))
+    optimal = step_times(simulate(s, "optimal"))[-1]
+    adaptive = step_times(simulate(s, "adaptive")).reshape(6, 5)
+    assert adaptive[2:].max() <= 1.02 * optimal  # from the third epoch on
+    assert adaptive[1:].max() <= 1.02 * optimal  # in fact from the second
+    assert adaptive[0, 0] > 1.15 * optimal  # it started from the equal split
+    if workers is FIXED_COST:  # the paper's rule is still on its way there
+        assert step_times(simulate(s, "dynamic")).reshape(6, 5)[2].mean() > 1.02 * optimal
+
+
+def _drive(policy, a, c, factors_at, steps, global_batch=512):
+    """Run a policy on deterministic affine workers whose costs are scaled by factors_at(step)."""
+    n = len(a)
+    policy.reset(n, global_batch, [WorkerHint()] * n)
+    ratios = []
+    for k in range(steps):
+        f = factors_at(k)
+        info = StepInfo(k, k // 50, k % 50, 50)
+        b = policy.partition(info)
+        t = [(a[i] + c[i] * b[i]) * f[i] if b[i] > 0 else 0.0 for i in range(n)]
+        best = max_time(a * f, c * f, water_fill(a * f, c * f, global_batch))
+        ratios.append(max(t) / best)
+        policy.observe(StepRecord(info, tuple(b), tuple(t), tuple(x > 0 for x in b)))
+    return np.array(ratios)
+
+
+@pytest.mark.parametrize("worker", [0, 1, 2])
+def test_adaptive_recovers_within_20_steps_after_a_worker_halves_its_speed(worker):
+    a, c = np.array([0.01, 0.02, 0.005]), np.array([0.001, 0.002, 0.004])
+    change = 100
+
+    def factors(k):
+        f = np.ones(3)
+        if k >= change:
+            f[worker] = 2.0
+        return f
+
+    ratios = _drive(make_policy("adaptive"), a, c, factors, 200)
+    assert ratios[change - 10:change].max() <= 1.02  # converged before the change
+    assert ratios[change] > 1.05  # the change hurt
+    back = np.flatnonzero(ratios[change:] <= 1.05)[0]
+    assert back <= 20
+    assert ratios[change + back:].max() <= 1.05  # and it stays there
+    # The paper's rule, for comparison, waits for the end of the epoch.
+    dyn = _drive(make_policy("dynamic"), a, c, factors, 200)
+    assert dyn[change:change + 20].min() > 1.05
+
+
+def test_adaptive_recovery_in_the_engine_with_a_long_slowdown_episode():
+    workers = [dict(w) for w in AFFINE]
+    workers[0]["slowdown"] = {"every_s": 5.0, "duration_s": 1e6, "factor": 2.0}
+    s = build_scenario(scenario_dict(workers, global_batch=512, steps_per_epoch=50, epochs=2))
+    summary = summarize(simulate(s, "adaptive"), s)
+    assert summary.recovery_steps is not None and summary.recovery_steps <= 20
+    assert summarize(simulate(s, "optimal"), s).recovery_steps > 20  # the static split never recovers
+
+
+def test_adaptive_does_not_chase_noise():
+    noisy = [{**w, "noise": {"dist": "lognormal", "sigma": 0.05}} for w in AFFINE]
+    s = build_scenario(scenario_dict(noisy, global_batch=512, steps_per_epoch=100, epochs=3))
+    summary = summarize(simulate(s, "adaptive"), s)
+    assert summary.split_changes < 5  # samples moved per step, out of 512
+    assert summary.mean_step_s <= 1.05 * summarize(simulate(s, "optimal"), s).mean_step_s
+
+
+DETERMINISTIC = [{"name": f"w{i}", "overhead_s": 0.0, "per_sample_s": c} for i, c in enumerate([0.001, 0.002, 0.003, 0.005])]
+
+
+@pytest.mark.parametrize("policy,params", [("backup", {"backups": 1}), ("ksync", {"k": 3}), ("ksync", {"k": 2}), ("backup", {"backups": 0})])
+def test_first_k_policies_are_exact_on_deterministic_workers(policy, params):
+    s = build_scenario(scenario_dict(DETERMINISTIC, global_batch=400, steps_per_epoch=5, epochs=2,
+                                     network={"kind": "constant", "time_s": 0.01}))
+    trace = simulate(s, policy, params=params)
+    k = params.get("k", 4 - params.get("backups", 0))
+    times = np.array([0.001, 0.002, 0.003, 0.005]) * 100
+    assert np.allclose(step_times(trace), np.sort(times)[k - 1] + 0.01)
+    included = trace.per_step("included")
+    assert np.array_equal(included, np.tile(np.arange(4) < k, (10, 1)))
+    compute = trace.per_step("compute_s")
+    assert np.allclose(compute, np.minimum(times, np.sort(times)[k - 1]))  # cancelled at the barrier
+    summary = summarize(trace)
+    assert summary.dropped_samples == 100 * (4 - k) * 10
+    assert summary.throughput_sps == pytest.approx(100 * k / (np.sort(times)[k - 1] + 0.01))
+
+
+def test_async_is_exact_on_deterministic_workers():
+    workers = [{"name": "a", "per_sample_s": 0.001}, {"name": "b", "per_sample_s": 0.0025}]
+    s = build_scenario(scenario_dict(workers, global_batch=200, steps_per_epoch=10, epochs=3,
+                                     network={"kind": "constant", "time_s": 0.021}))
+    trace = simulate(s, "async")
+    period = {0: 0.1 + 0.021, 1: 0.25 + 0.021}  # compute on B/n = 100 samples, plus the exchange (no ties)
+    expected = heapq.nsmallest(60, [(k * period[w], w) for w in (0, 1) for k in range(1, 200)])
+    applied = trace.start_s + trace.wait_s + trace.compute_s + trace.comm_s
+    assert np.allclose(applied, [t for t, _ in expected])
+    assert list(trace.worker) == [w for _, w in expected]
+    summary = summarize(trace)
+    assert summary.steps == 60 and summary.total_time_s == pytest.approx(expected[-1][0])
+    # Staleness: updates applied between the worker's read (its previous push) and its own push.
+    stale = staleness(trace)
+    for u, (t, w) in enumerate(expected):
+        read = t - period[w]
+        assert stale[u] == sum(1 for t2, _ in expected[:u] if t2 > read + 1e-12)
+    assert summary.staleness_mean == pytest.approx(stale.mean())
+
+
+def test_slowdown_episodes_cover_the_expected_share_of_time_and_groups_share_them():
+    workers = [
+        {"name": "a", "count": 2, "per_sample_s": 0.001, "slowdown": {"every_s": 3.0, "duration_s": 1.0, "factor": 3.0, "group": "host"}},
+        {"name": "b", "per_sample_s": 0.001, "slowdown": {"every_s": 3.0, "duration_s": 1.0, "factor": 1.5}},
+    ]
+    s = build_scenario(scenario_dict(workers, global_batch=300, steps_per_epoch=1000, epochs=4))
+    trace = simulate(s, "equal")
+    factors = trace.per_step("slowdown")
+    assert np.array_equal(factors[:, 0], factors[:, 1])  # the group shares its episodes
+    assert not np.array_equal(factors[:, 0] > 1, factors[:, 2] > 1)  # another worker has its own
+    start = trace.per_step("start_s")[:, 0]
+    share = np.average(factors[:, 2] > 1, weights=step_times(trace))
+    assert share == pytest.approx(1.0 / 4.0, abs=0.06)  # duration / (every + duration), time-weighted
+    assert set(np.unique(factors[:, 0])) == {1.0, 3.0}
+    compute = trace.per_step("compute_s")
+    assert np.allclose(compute[:, 0], 0.1 * factors[:, 0])  # the factor multiplies the compute
+    assert start[-1] > 100  # long enough for many episodes
+
+
+def test_failures_stall_plain_sgd_and_are_excluded_by_re_splitting_policies():
+    workers = [{"name": f"w{i}", "per_sample_s": 0.001} for i in range(3)]
+    workers[2]["failure"] = {"mtbf_s": 2.0, "repair_s": 1.0}
+    s = build_scenario(scenario_dict(workers, global_batch=300, steps_per_epoch=200, epochs=2))
+    equal, optimal, adaptive = (simulate(s, p) for p in ("equal", "optimal", "adaptive"))
+    for trace in (equal, optimal, adaptive):  # one failure timeline, read at each step's start
+        timeline = WorkerStreams.spawn(s.seed, s.workers)[2].failure
+        up = [not timeline.active(t) for t in trace.per_step("start_s")[:, 0]]
+        assert np.array_equal(trace.per_step("up")[:, 2], up) and trace.per_step("up")[:, :2].all()
+    down = ~equal.per_step("up")[:, 2]
+    assert 5 <= down.sum() < 380
+    eq_steps = step_times(equal)
+    assert np.all(eq_steps[down] > 0.1)  # stalled until repaired, then computed
+    assert np.allclose(eq_steps[~down], 0.1)
+    assert np.all(equal.per_step("local_batch")[down, 2] == 100)
+    for trace in (optimal, adaptive):
+        out = ~trace.per_step("up")[:, 2]
+        assert out.sum() > down.sum()  # no stall: many short steps pass while it is down
+        assert np.all(trace.per_step("local_batch")[out, 2] == 0)
+        assert not trace.per_step("included")[out, 2].any()
+    out = ~optimal.per_step("up")[:, 2]
+    assert np.allclose(step_times(optimal)[out], 0.15)  # the two up workers take 150 each
+    assert summarize(optimal).total_time_s < summarize(equal).total_time_s
+
+
+def test_shared_cluster_adaptive_beats_dynamic_by_at_least_10_percent(capsys):
+    assert main(["simulate", "shared-cluster", "--policy", "equal,dynamic,adaptive,optimal,backup", "--json"]) == 0
+    import json
+
+    runs = {s["policy"]: s for s in json.loads(capsys.readouterr().out)}
+    assert runs["dynamic"]["total_time_s"] >= 1.10 * runs["adaptive"]["total_time_s"]
+    assert runs["backup"]["dropped_samples"] > 0
+    s = load_scenario("shared-cluster")
+    assert any(w.failure for w in s.workers) and len({w.slowdown.group for w in s.workers}) == 2
+
+
+BAD = [
+    (["--policy", "backup", "--set", "policy.name=backup", "--set", "policy.backups=4"], "policy.backups: must be smaller than the number of workers (4)"),
+    (["--policy", "ksync", "--set", "policy.name=ksync", "--set", "policy.k=5"], "policy.k: must be at most the number of workers (4)"),
+    (["--set", "workers.0.slowdown={every_s=10, duration_s=-1, factor=2}"], "workers.0.slowdown.duration_s: must be > 0"),
+    (["--set", "workers.0.slowdown={every_s=10, duration_s=1, factor=0.5}"], "workers.0.slowdown.factor: must be >= 1"),
+    (["--set", "workers.0.failure={mtbf_s=0, repair_s=1}"], "workers.0.failure.mtbf_s: must be > 0"),
+    (["--policy", "adaptive", "--set", "policy.name=adaptive", "--set", "policy.forgetting=1.5"], "policy.forgetting: must be in (0, 1]"),
+    (["--policy", "adaptive", "--set", "policy.name=adaptive", "--set", "policy.resplit=hourly"], "policy.resplit: must be 'step' or 'epoch'"),
+    (["--set", "workers.0.slowdown={every_s=10, duration_s=1, factor=2, group='x'}",
+      "--set", "workers.1.slowdown={every_s=20, duration_s=1, factor=2, group='x'}"], "workers.1.slowdown: group 'x' has other every_s/duration_s"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD, ids=[m for _, m in BAD])
+def test_bad_straggler_parameters_get_one_line_and_exit_2(argv, message, capsys):
+    assert main(["simulate", *argv, "--set", "workload.epochs=1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
