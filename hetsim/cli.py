@@ -221,7 +221,7 @@ def render_report(folder: RunFolder, spec: SweepSpec) -> str:
     head = (f"{folder.path}: {results['cell'].nunique()} cells x {spec.replications} replications"
             + (f" ({missing} cells missing: --resume {folder.path})" if missing else "")
             + f"; {len(plots)} plots in {folder.path / 'plots'} (traces of {cell})")
-    return head + "\n\nSpeedup vs equal (total time of equal / policy; mean ± 95% CI over replications)\n\n" + markdown_table(summary, axes, spec.policies)
+    return head + "\n\nSpeedup vs equal (throughput of the policy / throughput of equal; mean ± 95% CI over replications)\n\n" + markdown_table(summary, axes, spec.policies)
 
 
 def plot_cell_labels(spec: SweepSpec) -> dict[str, object]:

@@ -150,8 +150,12 @@ def recovery_steps(trace: Trace, workers: Sequence[WorkerSpec], global_batch: in
 
 
 def with_speedups(summaries: Sequence[Summary]) -> list[Summary]:
-    """Fill ``speedup_vs_equal`` (equal's total time / this total time) when ``equal`` ran alongside."""
+    """Fill ``speedup_vs_equal`` when ``equal`` ran alongside: this run's throughput over equal's
+    (samples that entered an update per second). For policies that use every sample of the same
+    number of steps this is equal's total time over this one's; for backup and K-sync, which drop
+    samples, it counts only the samples they keep. Statistical efficiency (dropped or stale
+    gradients) is not in it."""
     equal = next((s for s in summaries if s.policy == "equal"), None)
     if equal is None:
         return list(summaries)
-    return [replace(s, speedup_vs_equal=equal.total_time_s / s.total_time_s) for s in summaries]
+    return [replace(s, speedup_vs_equal=s.throughput_sps / equal.throughput_sps) for s in summaries]

@@ -132,11 +132,12 @@ def mean_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
 
 def summarize_cells(results: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
     """Per cell: replications, mean and 95% CI half-width of each metric, and the speedup vs
-    ``equal`` (equal's total time over the policy's, paired by grid point and replication)."""
+    ``equal`` (the policy's throughput over equal's, paired by grid point and replication; see
+    :func:`hetsim.metrics.with_speedups`)."""
     keys = list(axes)
-    equal = results[results["policy"] == "equal"][[*keys, "replication", "total_time_s"]]
+    equal = results[results["policy"] == "equal"][[*keys, "replication", "throughput_sps"]]
     merged = results.merge(equal, on=[*keys, "replication"], how="left", suffixes=("", "_equal"))
-    merged["speedup_vs_equal"] = merged["total_time_s_equal"] / merged["total_time_s"]
+    merged["speedup_vs_equal"] = merged["throughput_sps"] / merged["throughput_sps_equal"]
     rows = []
     for (cell, policy), group in merged.groupby(["cell", "policy"], sort=True):
         row: dict[str, Any] = {"cell": cell, **{k: group[k].iloc[0] for k in keys}, "policy": policy, "replications": len(group)}

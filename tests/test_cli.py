@@ -23,7 +23,8 @@ def test_simulate_json_has_exactly_the_summary_keys_and_speedups(capsys):
     assert [s["policy"] for s in out] == ["equal", "optimal"]
     assert all(set(s) == SUMMARY_KEYS for s in out)
     assert out[0]["speedup_vs_equal"] == 1.0
-    assert out[1]["speedup_vs_equal"] == pytest.approx(out[0]["total_time_s"] / out[1]["total_time_s"])
+    assert out[1]["speedup_vs_equal"] == pytest.approx(out[0]["total_time_s"] / out[1]["total_time_s"])  # same samples
+    assert out[1]["speedup_vs_equal"] == pytest.approx(out[1]["throughput_sps"] / out[0]["throughput_sps"])
 
 
 def test_speedup_is_null_without_equal(capsys):
