@@ -16,7 +16,6 @@ This module owns the analytic side of hetsim:
   per-epoch trajectory of the split obtained by iterating the policy's own update on expected
   times, and the epochs it takes to come within 1%), for backup/K-sync the k-th order
   statistic, for async the renewal rate sum_i 1/(E[X_i] + exchange);
-* :func:`mean_ci`, the confidence interval a prediction is checked against.
 
 Policies without a closed form (``adaptive``; any policy on workers with slowdown episodes or
 failures) raise :class:`NoClosedForm` with the reason.
@@ -560,30 +559,3 @@ class _KthOf(_MaxOf):
 # ----------------------------------------------------------------------------- statistics
 
 
-@dataclass(frozen=True)
-class MeanCI:
-    mean: float
-    low: float
-    high: float
-    level: float
-
-    @property
-    def half_width(self) -> float:
-        return 0.5 * (self.high - self.low)
-
-    def contains(self, value: float) -> bool:
-        return self.low <= value <= self.high
-
-
-def mean_ci(values: Sequence[float] | np.ndarray, level: float = 0.95, batches: int | None = None) -> MeanCI:
-    """Student-t confidence interval of the mean. With ``batches``, the batch-means method: the
-    series is cut into that many consecutive batches, whose means are treated as independent
-    (for autocorrelated series such as a dynamic policy's step times)."""
-    x = np.asarray(values, dtype=float)
-    if x.size < 2:
-        raise ValueError("a confidence interval needs at least two values")
-    mean = float(x.mean())
-    if batches is not None:
-        x = np.array([chunk.mean() for chunk in np.array_split(x, max(2, min(int(batches), x.size)))])
-    half = float(stats.t.ppf(0.5 + level / 2.0, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
-    return MeanCI(mean, mean - half, mean + half, level)

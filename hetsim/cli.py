@@ -22,7 +22,8 @@ from hetsim.cli_analysis import add_subcommands
 from hetsim.config import SweepSpec, builtin_names, builtin_text, load_scenario, load_sweep, point_scenario, tomllib
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize, with_speedups
-from hetsim.policies import POLICIES, policy_class
+from hetsim.cli_common import check_seed, parse_policies, text_table
+from hetsim.policies import POLICIES
 from hetsim.plots import render_run
 from hetsim.results import RunFolder, markdown_table, provenance, summarize_cells, write_json
 from hetsim.simulate import simulate
@@ -96,20 +97,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_policies(text: str) -> list[str]:
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise ConfigError("--policy", "no policy given")
-    for name in names:
-        policy_class(name, "--policy")
-    return names
-
-
 def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     policies = parse_policies(args.policy)
-    if args.seed is not None and args.seed < 0:
-        raise ConfigError("--seed", f"must be >= 0, got {args.seed}")
+    check_seed(args.seed)
     traces = [simulate(scenario, name, seed=args.seed) for name in policies]
     summaries = with_speedups([summarize(t, scenario) for t in traces])
     if args.out is not None:
@@ -153,12 +144,8 @@ def format_table(summaries: Sequence[Summary]) -> str:
     if any(s.recovery_steps is not None for s in summaries):
         columns.append(("recovery", lambda s: "-" if s.recovery_steps is None else f"{s.recovery_steps:.1f} steps"))
     columns.append(("final split", lambda s: "/".join(map(str, s.final_batches))))
-    header = tuple(name for name, _ in columns)
-    rows = [tuple(fmt(s) for _, fmt in columns) for s in summaries]
-    left = {0, len(header) - 1}
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-    line = lambda r: "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()  # noqa: E731
-    return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, rows)])
+    rows = [[fmt(s) for _, fmt in columns] for s in summaries]
+    return text_table([name for name, _ in columns], rows, left={0, len(columns) - 1})
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

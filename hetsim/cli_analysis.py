@@ -15,12 +15,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hetsim.analytic import ASYNC_POLICIES, DP_POLICIES, NoClosedForm, Prediction, mean_ci, predict
+from hetsim.analytic import ASYNC_POLICIES, DP_POLICIES, NoClosedForm, Prediction, predict
 from hetsim.calibrate import Calibration, calibrate, read_table, worker_table
+from hetsim.cli_common import check_seed, parse_policies, text_table
 from hetsim.config import Scenario, build_scenario, load_scenario
 from hetsim.errors import ConfigError
 from hetsim.logs import import_run
-from hetsim.metrics import step_times
+from hetsim.metrics import mean_ci, step_times
 from hetsim.policies import POLICIES
 from hetsim.simulate import simulate
 from hetsim.trace import atomic_write
@@ -52,16 +53,6 @@ def add_subcommands(sub: Any) -> None:
 # ----------------------------------------------------------------------------- analyze
 
 
-def _policies(text: str) -> list[str]:
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise ConfigError("--policy", "no policy given")
-    for name in names:
-        if name not in POLICIES:
-            raise ConfigError("--policy", f"unknown policy {name!r} (known: {', '.join(POLICIES)})")
-    return names
-
-
 def compare(scenario: Scenario, policy: str, seed: int | None = None) -> dict[str, Any]:
     """One policy's prediction beside its simulation: the simulated mean step time with its
     confidence interval (batch means over epochs for the DP policies and async, whose steps are
@@ -90,9 +81,8 @@ def compare(scenario: Scenario, policy: str, seed: int | None = None) -> dict[st
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
-    policies = _policies(args.policy)
-    if args.seed is not None and args.seed < 0:
-        raise ConfigError("--seed", f"must be >= 0, got {args.seed}")
+    policies = parse_policies(args.policy)
+    check_seed(args.seed)
     rows = [compare(scenario, name, args.seed) for name in policies]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -124,13 +114,7 @@ def _table(rows: Sequence[dict[str, Any]]) -> str:
         )
         for r in rows
     ]
-    return _format(header, body)
-
-
-def _format(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
-    line = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))  # noqa: E731
-    return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, body)])
+    return text_table(header, body)
 
 
 # ----------------------------------------------------------------------------- calibrate
@@ -167,7 +151,7 @@ def fit_table(calibration: Calibration) -> str:
     )
     workload = (f"workload: global batch {calibration.global_batch}, {calibration.epochs} epochs x "
                 f"{calibration.steps_per_epoch} steps")
-    return "\n".join([_format(header, body), network, workload])
+    return "\n".join([text_table(header, body), network, workload])
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

@@ -26,7 +26,10 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 
+import math
+
 import numpy as np
+from scipy import stats
 
 from hetsim.partition import max_time, water_fill
 from hetsim.trace import Trace
@@ -147,6 +150,35 @@ def recovery_steps(trace: Trace, workers: Sequence[WorkerSpec], global_batch: in
             j += 1
         recovered.append(j - k)
     return float(np.mean(recovered)) if recovered else None
+
+
+@dataclass(frozen=True)
+class MeanCI:
+    mean: float
+    low: float
+    high: float
+    level: float
+
+    @property
+    def half_width(self) -> float:
+        return 0.5 * (self.high - self.low)
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+
+def mean_ci(values: Sequence[float] | np.ndarray, level: float = 0.95, batches: int | None = None) -> MeanCI:
+    """Student-t confidence interval of the mean. With ``batches``, the batch-means method: the
+    series is cut into that many consecutive batches, whose means are treated as independent
+    (for autocorrelated series such as a dynamic policy's step times)."""
+    x = np.asarray(values, dtype=float)
+    if x.size < 2:
+        raise ValueError("a confidence interval needs at least two values")
+    mean = float(x.mean())
+    if batches is not None:
+        x = np.array([chunk.mean() for chunk in np.array_split(x, max(2, min(int(batches), x.size)))])
+    half = float(stats.t.ppf(0.5 + level / 2.0, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    return MeanCI(mean, mean - half, mean + half, level)
 
 
 def with_speedups(summaries: Sequence[Summary]) -> list[Summary]:

@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from hetsim import __version__
 from hetsim.config import SweepSpec, load_sweep
 from hetsim.errors import ConfigError
+from hetsim.metrics import mean_ci
 from hetsim.trace import atomic_write
 
 METRICS = ("mean_step_s", "total_time_s", "throughput_sps", "mean_utilization")
@@ -120,16 +120,6 @@ def git_commit() -> str | None:
         return None
 
 
-def mean_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """Mean and the half-width of its Student-t confidence interval (NaN for one value)."""
-    values = np.asarray(values, dtype=float)
-    n = len(values)
-    mean = float(values.mean())
-    if n < 2:
-        return mean, float("nan")
-    return mean, float(stats.t.ppf(0.5 + level / 2, n - 1) * values.std(ddof=1) / np.sqrt(n))
-
-
 def summarize_cells(results: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
     """Per cell: replications, mean and 95% CI half-width of each metric, and the speedup vs
     ``equal`` (the policy's throughput over equal's, paired by grid point and replication; see
@@ -142,7 +132,9 @@ def summarize_cells(results: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
     for (cell, policy), group in merged.groupby(["cell", "policy"], sort=True):
         row: dict[str, Any] = {"cell": cell, **{k: group[k].iloc[0] for k in keys}, "policy": policy, "replications": len(group)}
         for metric in (*METRICS, "speedup_vs_equal"):
-            mean, half = mean_ci(group[metric].to_numpy()) if group[metric].notna().all() else (np.nan, np.nan)
+            values = group[metric].to_numpy(float)
+            mean = float(values.mean())
+            half = mean_ci(values).half_width if len(values) > 1 and np.isfinite(values).all() else np.nan
             row[metric], row[f"{metric}_ci95"] = mean, half
         rows.append(row)
     return pd.DataFrame(rows)

@@ -16,14 +16,13 @@ from hetsim.analytic import (
     expected_kth,
     expected_max,
     expected_max_exponential,
-    mean_ci,
     optimal_partition,
     predict,
 )
 from hetsim.config import load_scenario
 from hetsim.distributions import Constant, Empirical, Exponential, LogNormal, Uniform
 from hetsim.errors import ConfigError
-from hetsim.metrics import step_times, summarize
+from hetsim.metrics import mean_ci, step_times, summarize
 from hetsim.partition import water_fill
 from hetsim.simulate import simulate
 from hetsim.workers import WorkerSpec

@@ -216,3 +216,56 @@ def test_run_file_keys_are_checked(tmp_path, capsys):
 def test_compare_needs_a_run_folder(tmp_path, capsys):
     assert main(["compare", str(tmp_path)]) == 2
     assert "meta.json" in capsys.readouterr().err
+
+
+def test_run_file_and_options_combine(tmp_path):
+    from validation.cli import build_parser
+    from validation.config import build_config
+
+    path = tmp_path / "run.toml"
+    path.write_text('world_size = 3\nepochs = 2\ndevices = ["cpu", "cpu", "cpu"]\n[delay]\n1 = "exponential:0.003"\n'
+                    '[slowdown]\n2 = 1.5\n')
+    args = build_parser().parse_args(["run", str(path), "--epochs", "4", "--delay", "2=0.01", "--delay", "1=0"])
+    config = build_config(args)
+    assert (config.world_size, config.epochs) == (3, 4)
+    assert dict(config.delay) == {2: "0.01"}  # 1=0 removed the file's delay
+    assert dict(config.slowdown) == {2: 1.5}
+    assert config.devices == ("cpu", "cpu", "cpu")
+    with pytest.raises(ConfigError, match="3 devices for 4 ranks"):  # torchrun's WORLD_SIZE wins, and is checked
+        build_config(args, world_size_env=4)
+
+
+def test_example_run_file_is_valid():
+    from pathlib import Path
+
+    from validation.cli import build_parser
+    from validation.config import build_config
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "validation" / "random-delay.toml"
+    config = build_config(build_parser().parse_args(["run", str(example)]))
+    assert config.world_size == 3 and "optimal" in config.policies
+
+
+def test_local_cuda_devices_are_checked(monkeypatch):
+    import torch
+
+    from validation.cli import check_local_devices
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    check_local_devices(("cuda:0",))
+    check_local_devices(("cpu", "cpu"))
+    with pytest.raises(ConfigError, match="rank 1 wants cuda:1"):
+        check_local_devices(("cuda:0", "cuda:1"))
+    with pytest.raises(ConfigError, match="rank 1 wants cuda"):
+        check_local_devices(("cuda", "cuda"))
+
+
+def test_probe_schedule_starts_with_half_and_spreads_the_rest():
+    from validation.train import probe_schedule
+
+    assert probe_schedule(10, 10) == [5, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0]
+    assert probe_schedule(3, 1) == [2, 1]
+    assert probe_schedule(1, 4) == [1, 0, 0, 0, 0]
+    assert probe_schedule(0, 3) == [0, 0, 0, 0]
+    assert sum(probe_schedule(7, 5)) == 7

@@ -42,6 +42,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from validation.train import default_out
 
     config = build_config(args)
+    check_local_devices(config.devices)
     out = (config.out or default_out()).resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError("--out", f"{out} exists and is not an empty folder")
@@ -59,6 +60,20 @@ def cmd_run(args: argparse.Namespace) -> int:
               f"{'/'.join(map(str, s['final_batches'])):>12} {s['final_test_accuracy']:>9.3f}")
     print(f"wrote {out} in {result.wall_s:.1f} s; compare with: python -m validation compare {out}")
     return 0
+
+
+def check_local_devices(devices: Sequence[str]) -> None:
+    """Every CUDA device asked for exists on this machine (the launcher's ranks all run here)."""
+    wanted = [d for d in devices if d.startswith("cuda")]
+    if not wanted:
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    for rank, d in enumerate(devices):
+        index = rank if d == "cuda" else int(d.partition(":")[2] or 0) if d.startswith("cuda") else None
+        if index is not None and index >= count:
+            raise ConfigError("--devices", f"rank {rank} wants {d} but this machine has {count} CUDA device(s)")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

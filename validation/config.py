@@ -17,7 +17,7 @@ from typing import Any
 
 from hetsim.config import tomllib
 from hetsim.errors import ConfigError
-from hetsim.policies import POLICIES, policy_class
+from hetsim.policies import POLICIES, WorkerHint, make_policy, policy_class
 from validation.backend import parse_devices
 from validation.inject import parse_delay_spec
 
@@ -166,6 +166,17 @@ def _policies(value: Any, option: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _check_barrier_policies(policies: Sequence[str], world_size: int, global_batch: int) -> None:
+    """The real trainer always combines every rank's gradient: policies that wait for fewer are refused."""
+    hints = [WorkerHint(fixed_s=1.0, per_sample_s=1.0)] * world_size
+    for name in policies:
+        policy = make_policy(name)
+        policy.reset(world_size, global_batch, hints)
+        if policy.wait_for() < world_size:
+            raise ConfigError("--policies", f"{name} waits for {policy.wait_for()} of {world_size} gradients; "
+                                            "the real trainer runs barrier policies only")
+
+
 def build_config(args: argparse.Namespace, world_size_env: int | None = None) -> RunConfig:
     """The validated configuration from the default, the run file and the options in ``args``."""
     base = RunConfig()
@@ -208,6 +219,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
     probe_repeats = int(pick("probe_repeats", args.probe_repeats))
     if probe_repeats < 0:
         raise ConfigError("--probe-repeats", f"must be >= 0, got {probe_repeats}")
+    _check_barrier_policies(policies, world_size, global_batch)
     costly = [p for p in policies if policy_class(p).needs_costs]
     if costly and probe_repeats == 0:
         raise ConfigError("--probe-repeats", f"{costly[0]} needs the ranks' costs, which come from the probe: use at least 1")

@@ -1,9 +1,12 @@
 """The per-rank entry: ``python -m validation.train [run options]`` under torchrun or the built-in
 launcher (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT from the environment).
 
-A rank runs, in order: a few unrecorded warm-up steps; the probe (every rank steps through
-several local batch sizes, recorded as ``policy = "probe"`` so a scenario can be calibrated
-from it); then every policy from freshly initialised weights for the configured epochs.
+A rank runs, in order: a few unrecorded warm-up steps; the probe's first rounds (every rank
+steps through several local batch sizes, recorded as ``policy = "probe"`` so a scenario can be
+calibrated from it); then epoch by epoch, one epoch of each policy in turn (every policy from
+the same freshly initialised weights, with its own model, optimizer and policy object), the
+probe's remaining rounds spread between epochs. Interleaving puts every policy and the
+calibration under the same drift of machine load.
 
 One step, as every rank sees it (all times from ``perf_counter``, after synchronising the
 device on GPU):
@@ -18,7 +21,8 @@ device on GPU):
 so ``compute_s + wait_s + comm_s`` is the step's wall time. Rank 0 feeds the compute times to
 ``policy.observe`` before the next split. At the end of each epoch the ranks' times are
 gathered to rank 0, which evaluates on the held-out split and rewrites the run folder; none of
-that is inside a step's time.
+that is inside a step's time. ``start_s`` is the segment's own elapsed step time (the sum of
+its earlier steps), as in a simulated run of that policy alone.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +69,28 @@ def build_parser() -> argparse.ArgumentParser:
                      "or python -m validation run).")
     add_run_options(parser)
     return parser
+
+
+@dataclass
+class Segment:
+    """One trace segment (a policy, or the probe): its model, optimizer, counters and, on rank 0,
+    the policy with the record it has not observed yet."""
+
+    name: str
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    policy: Policy | None
+    weighted: bool
+    step: int = 0
+    elapsed_s: float = 0.0
+    pending: list[StepRecord] = field(default_factory=list)
+
+    def propose(self, info: StepInfo) -> Sequence[int]:
+        """Rank 0: feed the policy the last step's measurements, then ask for this step's split."""
+        assert self.policy is not None
+        while self.pending:
+            self.policy.observe(self.pending.pop(0))
+        return self.policy.partition(info)
 
 
 @dataclass(frozen=True)
@@ -163,132 +189,109 @@ class RankTrainer:
 
     # ------------------------------------------------------------------ segments
 
-    def fresh_model(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-        model = make_model(self.config.seed, self.device)
-        self.broadcast_parameters(model)
-        optimizer = torch.optim.SGD(model.parameters(), lr=self.config.lr, momentum=self.config.momentum)
-        return model, optimizer
-
-    def probe_plan(self) -> list[tuple[int, ...]]:
-        """The probe's splits: for each repeat, fraction and rank, that rank gets the fraction of the
+    def probe_round(self) -> list[tuple[int, ...]]:
+        """One round of the probe: for each fraction and rank, that rank gets the fraction of the
         global batch and the others share the rest, so every rank sees several local batch sizes
         while each step processes one global batch, as in the policies' steps."""
         B, W = self.config.global_batch, self.world
         plan = []
-        for _ in range(self.config.probe_repeats):
-            for f in self.config.probe_fractions:
-                for focus in range(W):
-                    b = min(B, max(1, int(round(f * B)))) if W > 1 else B
-                    rest = list(split_by_shares([1.0] * (W - 1), B - b)) if W > 1 else []
-                    plan.append(tuple(rest[:focus] + [b] + rest[focus:]))
+        for f in self.config.probe_fractions:
+            for focus in range(W):
+                b = min(B, max(1, int(round(f * B)))) if W > 1 else B
+                rest = list(split_by_shares([1.0] * (W - 1), B - b)) if W > 1 else []
+                plan.append(tuple(rest[:focus] + [b] + rest[focus:]))
         return plan
 
-    def run_probe(self) -> None:
-        model, optimizer = self.fresh_model()
-        n = self.data.n_train
-        warm = split_by_shares([1.0] * self.world, self.config.global_batch)
-        for k in range(self.config.warmup_steps):
-            self.where = f"warm-up step {k}"
-            self.step(model, optimizer, epoch_permutation(self.config.seed, k, n, WARMUP), 0,
-                      lambda: warm, True)
-        plan = self.probe_plan()
-        if not plan:
-            return
+    def new_segment(self, name: str) -> Segment:
+        """Fresh weights (broadcast from rank 0), optimizer and, on rank 0, the policy."""
+        config = self.config
+        policy = self.make_policy(name) if self.rank == 0 and name != PROBE else None
+        weighted = True
+        if config.combine == "policy" and name != PROBE:
+            weighted_t = torch.tensor([int(bool(policy.weighted_gradients)) if policy else 0], device=self.comm)
+            dist.broadcast(weighted_t, src=0)
+            weighted = bool(weighted_t.item())
+        model = make_model(config.seed, self.device)
+        self.broadcast_parameters(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+        return Segment(name, model, optimizer, policy, weighted)
+
+    def run_block(self, seg: Segment, epoch: int, n_steps: int, window: Callable[[int], tuple[np.ndarray, int]],
+                  fixed: Sequence[tuple[int, ...]] | None = None) -> list[StepResult]:
+        """``n_steps`` steps of ``seg`` (splits from its policy, or ``fixed``), then the ranks'
+        times gathered and, on rank 0, the trace rows added."""
         local: list[RankTiming] = []
         results: list[StepResult] = []
-        segment_t0 = time.perf_counter()
-        starts = []
-        for k, split in enumerate(plan):
-            self.where = f"probe step {k}"
-            starts.append(time.perf_counter() - segment_t0)
-            result = self.step(model, optimizer, epoch_permutation(self.config.seed, k, n, PROBE_STREAM), 0,
-                               lambda s=split: s, True)
+        for k in range(n_steps):
+            info = StepInfo(seg.step + k, epoch, k, n_steps)
+            self.where = f"{'the probe' if seg.name == PROBE else 'policy ' + seg.name}, epoch {epoch}, step {info.step}"
+            propose = (lambda s=fixed[k]: s) if fixed is not None else (lambda info=info: seg.propose(info))
+            perm, step_in_epoch = window(k)
+            result = self.step(seg.model, seg.optimizer, perm, step_in_epoch, propose, seg.weighted)
+            if seg.policy is not None:
+                seg.pending.append(StepRecord(info, result.split, result.all_compute_s, tuple(b > 0 for b in result.split)))
             local.append(result.timing)
             results.append(result)
-        self.where = "probe gather"
+        self.where = f"{seg.name}, end of epoch {epoch}"
         per_step = self.gather_timings(local)
         if self.writer is not None:
             for k, (result, timings) in enumerate(zip(results, per_step)):
-                self.writer.add_steps(step_rows(PROBE, 0, k, starts[k], result.split, timings))
+                rows = step_rows(seg.name, epoch, seg.step + k, seg.elapsed_s, result.split, timings)
+                self.writer.add_steps(rows)
+                seg.elapsed_s += min(r["compute_s"] + r["wait_s"] for r in rows) + rows[0]["comm_s"]
+        seg.step += n_steps
+        return results
+
+    def run_probe_rounds(self, seg: Segment, rounds: int, epoch: int) -> None:
+        if rounds <= 0:
+            return
+        plan = [split for _ in range(rounds) for split in self.probe_round()]
+        n, first = self.data.n_train, seg.step
+        window = lambda k: (epoch_permutation(self.config.seed, first + k, n, PROBE_STREAM), 0)  # noqa: E731
+        self.run_block(seg, epoch, len(plan), window, plan)
+        if self.writer is not None:
             self.writer.flush()
-            self.probe_hints = self.fit_probe(results, per_step)
-            sizes = sorted({b for split in plan for b in split})
-            print(f"validation: probe: {len(plan)} steps at local batches {sizes}", file=sys.stderr, flush=True)
         self.sync_ranks()
 
-    def fit_probe(self, results: list[StepResult], per_step: list[list[RankTiming]]) -> tuple[WorkerHint, ...]:
-        """Each rank's affine cost from the probe, for policies that need costs (proportional, optimal)."""
+    def run_policy_epoch(self, seg: Segment, epoch: int) -> None:
+        perm = epoch_permutation(self.config.seed, epoch, self.data.n_train)
+        results = self.run_block(seg, epoch, self.steps_per_epoch, lambda k: (perm, k))
+        if self.writer is not None:
+            test_loss, accuracy = evaluate(seg.model, self.data)
+            self.writer.add_epoch({
+                "policy": seg.name, "epoch": epoch, "train_loss": float(np.mean([r.loss for r in results])),
+                "test_loss": test_loss, "test_accuracy": accuracy, "elapsed_s": seg.elapsed_s,
+                "split": "/".join(str(b) for b in results[-1].split),
+            })
+            self.writer.flush()
+        self.sync_ranks()
+
+    def fit_probe(self) -> tuple[WorkerHint, ...] | None:
+        """Each rank's affine cost from the probe so far, for policies that need costs (proportional, optimal)."""
+        if self.writer is None:
+            return None
+        frame = self.writer.trace_frame()
+        frame = frame[frame["policy"] == PROBE]
+        if frame.empty:
+            return None
         hints = []
         for r in range(self.world):
-            b = np.array([res.split[r] for res in results])
-            y = np.array([t[r].compute_s for t in per_step])
-            fit, _ = fit_worker(r, b, y)
+            rows = frame[frame["worker"] == r]
+            fit, _ = fit_worker(r, rows["local_batch"].to_numpy(), rows["compute_s"].to_numpy())
             hints.append(WorkerHint(fixed_s=fit.overhead_s, per_sample_s=fit.per_sample_s))
         return tuple(hints)
 
     def make_policy(self, name: str) -> Policy:
         policy = make_policy(name)
-        hints = self.probe_hints if policy.needs_costs else None
-        policy.reset(self.world, self.config.global_batch, hints)
+        policy.reset(self.world, self.config.global_batch, self.probe_hints if policy.needs_costs else None)
         return policy
 
-    def run_policy(self, name: str) -> None:
-        config = self.config
-        policy = self.make_policy(name) if self.rank == 0 else None
-        weighted = config.combine == "weighted" or bool(policy.weighted_gradients if policy else False)
-        if config.combine == "policy":
-            weighted_t = torch.tensor([int(weighted)], device=self.comm)
-            dist.broadcast(weighted_t, src=0)
-            weighted = bool(weighted_t.item())
-        model, optimizer = self.fresh_model()
-        pending: list[StepRecord] = []
-        elapsed_s = 0.0
-        segment_t0 = time.perf_counter()
-        step = 0
-        for epoch in range(config.epochs):
-            perm = epoch_permutation(config.seed, epoch, self.data.n_train)
-            local: list[RankTiming] = []
-            results: list[StepResult] = []
-            starts: list[float] = []
-            for k in range(self.steps_per_epoch):
-                info = StepInfo(step, epoch, k, self.steps_per_epoch)
-                self.where = f"policy {name}, epoch {epoch}, step {step}"
-
-                def propose(info: StepInfo = info) -> Sequence[int]:
-                    assert policy is not None
-                    while pending:
-                        policy.observe(pending.pop())
-                    return policy.partition(info)
-
-                starts.append(time.perf_counter() - segment_t0)
-                result = self.step(model, optimizer, perm, k, propose, weighted)
-                if policy is not None:
-                    included = tuple(b > 0 for b in result.split)
-                    pending.append(StepRecord(info, result.split, result.all_compute_s, included))
-                local.append(result.timing)
-                results.append(result)
-                step += 1
-            self.where = f"policy {name}, end of epoch {epoch}"
-            per_step = self.gather_timings(local)
-            if self.writer is not None:
-                first = step - len(results)
-                for k, (result, timings) in enumerate(zip(results, per_step)):
-                    self.writer.add_steps(step_rows(name, epoch, first + k, starts[k], result.split, timings))
-                elapsed_s += sum(max(t.compute_s + t.wait_s for t in ts) + ts[0].comm_s for ts in per_step)
-                test_loss, accuracy = evaluate(model, self.data)
-                self.writer.add_epoch({
-                    "policy": name, "epoch": epoch, "train_loss": float(np.mean([r.loss for r in results])),
-                    "test_loss": test_loss, "test_accuracy": accuracy, "elapsed_s": elapsed_s,
-                    "split": "/".join(str(b) for b in results[-1].split),
-                })
-                self.writer.flush()
-            self.sync_ranks()
-        if policy is not None:
-            while pending:
-                policy.observe(pending.pop())
-            last = self.writer.epochs[-1] if self.writer is not None else {}
-            print(f"validation: {name}: {step} steps in {elapsed_s:.2f} s, final split {last.get('split')}, "
-                  f"held-out accuracy {last.get('test_accuracy', float('nan')):.3f}", file=sys.stderr, flush=True)
+    def warm_up(self, seg: Segment) -> None:
+        warm = split_by_shares([1.0] * self.world, self.config.global_batch)
+        for k in range(self.config.warmup_steps):
+            self.where = f"warm-up step {k}"
+            perm = epoch_permutation(self.config.seed, k, self.data.n_train, WARMUP)
+            self.step(seg.model, seg.optimizer, perm, 0, lambda: warm, True)
 
     def meta(self) -> dict[str, Any]:
         n_params = sum(p.numel() for p in make_model(self.config.seed, torch.device("cpu")).parameters())
@@ -314,14 +317,41 @@ class RankTrainer:
         }
 
     def run(self, out: Path) -> None:
+        """Warm-up; the probe's first rounds; then epoch by epoch, each policy's epoch in turn with
+        the probe's remaining rounds spread between epochs."""
+        config = self.config
         if self.rank == 0:
             self.writer = RunWriter(out, self.meta())
-        self.where = "probe"
-        self.run_probe()
-        for name in self.config.policies:
-            self.run_policy(name)
+        probe = self.new_segment(PROBE)
+        self.warm_up(probe)
+        schedule = probe_schedule(config.probe_repeats, config.epochs)
+        self.run_probe_rounds(probe, schedule[0], 0)
+        self.probe_hints = self.fit_probe()
+        segments = [self.new_segment(name) for name in config.policies]
+        for epoch in range(config.epochs):
+            for seg in segments:
+                self.run_policy_epoch(seg, epoch)
+            self.run_probe_rounds(probe, schedule[epoch + 1], epoch + 1)
         if self.writer is not None:
-            self.writer.finish(self.config.policies)
+            summary = self.writer.finish(config.policies)
+            for entry in summary["policies"]:
+                print(f"validation: {entry['policy']}: {entry['steps']} steps in {entry['total_time_s']:.2f} s, final split "
+                      f"{'/'.join(map(str, entry['final_batches']))}, held-out accuracy {entry['final_test_accuracy']:.3f}",
+                      file=sys.stderr, flush=True)
+
+
+def probe_schedule(rounds: int, epochs: int) -> list[int]:
+    """Probe rounds to run at the start (index 0) and after each epoch's block of policies
+    (index e + 1): half of them (rounded up) at the start, the rest spread evenly over the run,
+    so the calibration sees the same drift in machine load as the policies do."""
+    out = [0] * (epochs + 1)
+    if rounds <= 0:
+        return out
+    out[0] = (rounds + 1) // 2
+    rest = rounds - out[0]
+    for j in range(rest):
+        out[1 + (j * epochs) // rest] += 1
+    return out
 
 
 class RankFailure(Exception):

@@ -15,13 +15,14 @@ compute, push, compute, ... and each push is one update.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 from simpy.events import Condition
 
+from hetsim.distributions import Distribution
 from hetsim.policies.base import Policy, StepInfo, StepRecord
 from hetsim.trace import Trace, TraceBuilder, async_trace
 from hetsim.workers import WorkerSpec, WorkerStreams
@@ -30,13 +31,26 @@ if TYPE_CHECKING:
     from hetsim.config import Scenario
 
 
+DRAW_CHUNK = 256  # a worker's noise and delay are drawn this many steps at a time
+
+
 class _Step:
-    """What the coordinator hands the workers for one step."""
+    """What the coordinator hands the workers for one step, and what they write back."""
 
-    __slots__ = ("batches", "done", "row", "start")
+    __slots__ = ("batches", "compute", "done", "slowdown", "start")
 
-    def __init__(self, batches: tuple[int, ...], done: list[simpy.Event], row: int, start: float) -> None:
-        self.batches, self.done, self.row, self.start = batches, done, row, start
+    def __init__(self, batches: tuple[int, ...], done: list[simpy.Event], start: float) -> None:
+        n = len(batches)
+        self.batches, self.done, self.start = batches, done, start
+        self.compute = [0.0] * n  # each worker's compute time (until cancelled, if it was)
+        self.slowdown = [1.0] * n  # the episode factor at each worker's compute start
+
+
+def draws(dist: Distribution, rng: np.random.Generator, chunk: int) -> Iterator[float]:
+    """The draws of ``dist`` from ``rng`` one by one, fetched ``chunk`` at a time: the same
+    numbers as scalar draws (the stream serves this one purpose, so drawing ahead is harmless)."""
+    while True:
+        yield from dist.sample(rng, chunk).tolist()
 
 
 def run_simpy(scenario: "Scenario", policy: Policy, seed: int | None = None) -> Trace:
@@ -52,29 +66,30 @@ def run_simpy(scenario: "Scenario", policy: Policy, seed: int | None = None) -> 
     env = simpy.Environment()
     go: list[simpy.Event] = [env.event()]  # go[0] is always the next step's release event
     began = [0.0] * n  # when each worker's compute began in the current step
+    chunk = max(1, min(wl.total_steps, DRAW_CHUNK))
+    all_up = (True,) * n
+    may_fail = any(rng.failure is not None for rng in streams)
 
     def worker(i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, object, None]:
+        noises = draws(spec.noise, rng.noise, chunk)
+        delays = draws(spec.delay, rng.delay, chunk)
         while True:
             step: _Step = yield go[0]
             b = step.batches[i]
-            noise = spec.noise.sample(rng.noise)
-            delay = spec.delay.sample(rng.delay)
+            noise, delay = next(noises), next(delays)
             began[i] = step.start
-            trace.compute_s[step.row, i] = 0.0
-            trace.slowdown[step.row, i] = rng.factor_at(spec, step.start)
+            factor = step.slowdown[i] = rng.factor_at(spec, step.start)
             try:
                 if b > 0 and rng.down_at(step.start):
                     yield env.timeout(rng.failure.next_change(step.start) - step.start)  # stalled until repaired
                     began[i] = env.now
-                factor = rng.factor_at(spec, env.now)
-                compute = spec.compute_s(b, noise, delay, factor)
-                trace.compute_s[step.row, i] = compute
-                trace.slowdown[step.row, i] = factor
+                    factor = step.slowdown[i] = rng.factor_at(spec, env.now)
+                compute = step.compute[i] = spec.compute_s(b, noise, delay, factor)
                 yield env.timeout(compute)
                 step.done[i].succeed()
             except simpy.Interrupt:  # cancelled: the step completed without this gradient
-                if trace.compute_s[step.row, i] > 0:
-                    trace.compute_s[step.row, i] = env.now - began[i]
+                if step.compute[i] > 0:
+                    step.compute[i] = env.now - began[i]
 
     processes = [env.process(worker(i, spec, rng)) for i, (spec, rng) in enumerate(zip(workers, streams))]
 
@@ -84,12 +99,13 @@ def run_simpy(scenario: "Scenario", policy: Policy, seed: int | None = None) -> 
         for epoch in range(wl.epochs):
             for k in range(wl.steps_per_epoch):
                 start = env.now
-                available = tuple(not rng.down_at(start) for rng in streams)
+                available = tuple(not rng.down_at(start) for rng in streams) if may_fail else all_up
                 info = StepInfo(row, epoch, k, wl.steps_per_epoch, available)
                 batches = tuple(policy.partition(info))
                 done = [env.event() for _ in range(n)]
                 release, go[0] = go[0], env.event()
-                release.succeed(_Step(batches, done, row, start))
+                step = _Step(batches, done, start)
+                release.succeed(step)
                 need = policy.wait_for()
                 yield Condition(env, lambda evs, count: count >= need, done)
                 included = tuple(b > 0 and d.triggered for b, d in zip(batches, done))
@@ -98,6 +114,7 @@ def run_simpy(scenario: "Scenario", policy: Policy, seed: int | None = None) -> 
                         processes[i].interrupt()
                 barrier = env.now
                 yield env.timeout(comm_s)
+                trace.compute_s[row], trace.slowdown[row] = step.compute, step.slowdown
                 compute = trace.compute_s[row]
                 trace.local_batch[row] = batches
                 began_s = np.asarray(began)

@@ -57,6 +57,9 @@ class Adaptive(Policy):
     def split(self, info: StepInfo) -> tuple[int, ...]:
         return self._batches
 
+    def steady_steps(self, info: StepInfo) -> int:
+        return 1 if self.resplit == "step" else info.steps_per_epoch - info.step_in_epoch
+
     def observe(self, record: StepRecord) -> None:
         for i, (b, t, ok) in enumerate(zip(record.local_batches, record.compute_s, record.included)):
             if b > 0 and ok and t > 0 and not self._changed(i, b, t):

@@ -19,11 +19,14 @@ barrier (async). ``weighted_gradients`` tells a real trainer to combine gradient
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from hetsim.partition import split_by_shares
+
+UNTIL_THE_END = sys.maxsize  # Policy.steady_steps: the split never changes by itself
 
 
 @dataclass(frozen=True)
@@ -105,4 +108,11 @@ class Policy:
 
     def wait_for(self) -> int:
         return self.n_workers
+
+    def steady_steps(self, info: StepInfo) -> int:
+        """For how many steps, from ``info``'s on, ``partition`` is sure to return what it returns
+        now (and ``wait_for`` too), provided ``observe`` and ``partition`` keep being called in
+        order and no worker's availability changes. An engine may compute those steps in one go;
+        1, the default, is always safe; :data:`UNTIL_THE_END` means every remaining step."""
+        return 1
 

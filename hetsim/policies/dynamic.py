@@ -30,6 +30,9 @@ class Dynamic(Policy):
     def split(self, info: StepInfo) -> tuple[int, ...]:
         return self._batches
 
+    def steady_steps(self, info: StepInfo) -> int:
+        return info.steps_per_epoch - info.step_in_epoch  # re-split after the epoch's last step
+
     def observe(self, record: StepRecord) -> None:
         worked = np.asarray(record.local_batches) > 0
         self._sum_s[worked] += np.asarray(record.compute_s)[worked]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hetsim.partition import split_by_shares, water_fill
-from hetsim.policies.base import Policy, StepInfo, WorkerHint
+from hetsim.policies.base import UNTIL_THE_END, Policy, StepInfo, WorkerHint
 
 
 class _Static(Policy):
@@ -18,6 +18,9 @@ class _Static(Policy):
 
     def split(self, info: StepInfo) -> tuple[int, ...]:
         return self._batches
+
+    def steady_steps(self, info: StepInfo) -> int:
+        return UNTIL_THE_END  # Optimal's split depends on availability only
 
 
 class Equal(_Static):

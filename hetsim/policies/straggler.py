@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from hetsim.errors import ConfigError
 from hetsim.partition import split_by_shares
-from hetsim.policies.base import Policy, StepInfo, WorkerHint
+from hetsim.policies.base import UNTIL_THE_END, Policy, StepInfo, WorkerHint
 
 
 def _integer(value: object, field: str, minimum: int) -> int:
@@ -37,6 +37,9 @@ class _FirstK(Policy):
 
     def split(self, info: StepInfo) -> tuple[int, ...]:
         return self._batches
+
+    def steady_steps(self, info: StepInfo) -> int:
+        return UNTIL_THE_END
 
 
 class Backup(_FirstK):

@@ -1,0 +1,33 @@
+"""Pieces every subcommand module of the CLI shares: option parsing and plain-text tables."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from hetsim.errors import ConfigError
+from hetsim.policies import policy_class
+
+
+def parse_policies(text: str) -> list[str]:
+    """``--policy a,b,c`` -> names, each checked against the registry."""
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise ConfigError("--policy", "no policy given")
+    for name in names:
+        policy_class(name, "--policy")
+    return names
+
+
+def check_seed(seed: int | None) -> None:
+    if seed is not None and seed < 0:
+        raise ConfigError("--seed", f"must be >= 0, got {seed}")
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: Collection[int] = (0,)) -> str:
+    """Columns padded to width, right-aligned but for the ``left`` ones, with a rule under the header."""
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+
+    def line(r: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])

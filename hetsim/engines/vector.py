@@ -1,0 +1,251 @@
+"""The vector engine: the SimPy engine's model, computed with NumPy a block of steps at a time.
+
+It runs the barrier policies (every policy with ``synchronous = True``: the static splits,
+``dynamic``, ``adaptive``, ``backup``, ``ksync``) and gives the trace the SimPy engine gives, to
+the last bit. Policies without a barrier (``async``) are refused: they need the SimPy engine.
+
+How it stays identical to :func:`hetsim.engines.simpy_engine.run_simpy`:
+
+* *Draws.* Each worker's noise and delay come from the same streams, one number each per step,
+  drawn many steps at a time (``Distribution.sample(rng, k)`` gives the numbers of ``k`` scalar
+  draws), so a step's draws never depend on how steps are grouped here.
+* *Blocks.* ``policy.steady_steps(info)`` says for how many steps the split stays what
+  ``partition`` just returned; those steps are computed together, as (steps x workers) arrays.
+  The policy still gets ``partition`` before and ``observe`` after every step, in order, with the
+  StepInfo and StepRecord the SimPy engine gives it (a re-split every step, as ``adaptive``
+  does, means blocks of one step, vectorised across workers only).
+* *Clock.* SimPy adds each timeout to the current time. A step's barrier is
+  ``start + compute`` of the k-th worker to finish; rounding is monotone, so that equals
+  ``start + (k-th smallest compute)``, and the next start is ``barrier + comm``. One
+  ``np.cumsum`` (a sequential sum) over ``start, M_0, comm, M_1, comm, ...`` makes exactly those
+  additions, in that order, for a whole block.
+* *Episodes and failures.* Every worker's slowdown and failure state is constant until the first
+  change on any of their timelines (the *horizon*); a block ends at the first step that starts
+  at or after it. A step in which a worker with samples is down (it stalls until its repair and
+  starts computing at the factor then in force) is computed alone, by :func:`_stalled_step`.
+* *Cancellation.* Workers that finish after the barrier (``backup``, ``ksync``) were cancelled
+  at the barrier: their compute time is the time they worked until then (0 if still stalled).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hetsim.distributions import Distribution
+from hetsim.errors import ConfigError
+from hetsim.policies.base import Policy, StepInfo, StepRecord
+from hetsim.trace import Trace, TraceBuilder
+from hetsim.workers import Timeline, WorkerSpec, WorkerStreams
+
+if TYPE_CHECKING:
+    from hetsim.config import Scenario
+
+CHUNK_ELEMENTS = 1 << 18  # noise and delay are drawn about this many worker-steps at a time
+
+
+def supports(policy: Policy) -> bool:
+    """Whether the vector engine runs ``policy`` (it needs a barrier)."""
+    return policy.synchronous
+
+
+def run_vector(scenario: "Scenario", policy: Policy, seed: int | None = None) -> Trace:
+    """Simulate ``scenario`` under ``policy`` (reset here); the trace of :func:`run_simpy`."""
+    if not supports(policy):
+        raise ConfigError("engine", f"the vector engine needs a barrier policy and {policy.name!r} has none: "
+                                    "use the SimPy engine (--engine simpy, or auto)")
+    workers = scenario.workers
+    n = len(workers)
+    wl = scenario.workload
+    total, per_epoch = wl.total_steps, wl.steps_per_epoch
+    streams = WorkerStreams.spawn(scenario.seed if seed is None else seed, workers)
+    policy.reset(n, wl.global_batch, scenario.hints())
+    comm_s = scenario.allreduce_s()
+    trace = TraceBuilder(policy.name, n, total)
+    draws = _Draws(workers, streams, total)
+    timelines = _Timelines(workers, streams)
+    overhead = np.array([w.overhead_s for w in workers], dtype=float)
+    per_sample = np.array([w.per_sample_s for w in workers], dtype=float)
+    all_up = (True,) * n
+
+    row, start = 0, 0.0
+    batches: tuple[int, ...] = ()
+    while row < total:
+        factor, down, horizon = timelines.at(start)
+        available = all_up if not down.any() else tuple((~down).tolist())
+        info = StepInfo(row, row // per_epoch, row % per_epoch, per_epoch, available)
+        split = policy.partition(info)
+        if split is not batches:  # a new split (static policies hand back the same tuple)
+            batches = tuple(split)
+            b = np.array(batches, dtype=np.int64)
+            works = b > 0
+            base = overhead + per_sample * b  # compute = base * noise * factor + delay
+        need = min(policy.wait_for(), n)
+        noise, delay = draws.rows(row, min(policy.steady_steps(info), total - row))
+        if (works & down).any():
+            steps, start = _stalled_step(start, comm_s, base, works, noise[0], delay[0], factor, need,
+                                         [(i, workers[i], streams[i]) for i in np.flatnonzero(works & down)])
+        else:
+            steps, start = _block(start, comm_s, base, works, noise, delay, factor, need, horizon)
+        k = len(steps.start_s)
+        rows = slice(row, row + k)
+        trace.local_batch[rows] = b
+        trace.compute_s[rows] = steps.compute_s
+        trace.wait_s[rows] = steps.wait_s
+        trace.included[rows] = steps.included
+        trace.slowdown[rows] = steps.slowdown
+        trace.up[rows] = available
+        trace.epoch[rows] = np.arange(row, row + k) // per_epoch
+        trace.start_s[rows] = steps.start_s
+        trace.comm_s[rows] = comm_s
+        _drive(policy, info, batches, split, steps, per_epoch)
+        row += k
+    return trace.finish()
+
+
+class _Steps:
+    """The computed rows of a block: (steps x workers) arrays, or rows that broadcast to them."""
+
+    __slots__ = ("compute_s", "included", "slowdown", "start_s", "wait_s")
+
+    def __init__(self, start_s: np.ndarray, compute_s: np.ndarray, wait_s: np.ndarray,
+                 included: np.ndarray, slowdown: np.ndarray) -> None:
+        self.start_s, self.compute_s, self.wait_s, self.included, self.slowdown = start_s, compute_s, wait_s, included, slowdown
+
+
+def _block(start: float, comm_s: float, base: np.ndarray, works: np.ndarray, noise: np.ndarray, delay: np.ndarray,
+           factor: np.ndarray, need: int, horizon: float) -> tuple[_Steps, float]:
+    """Up to ``len(noise)`` steps with one split and no stalled worker, cut at the first step
+    that starts at or after ``horizon``; returns them and the start of the step after."""
+    n_steps, n = noise.shape
+    compute = base * noise
+    if not (factor == 1.0).all():
+        compute *= factor
+    compute += delay
+    if not works.all():
+        compute[:, ~works] = 0.0  # a worker without samples sits the step out
+    kth = compute.max(axis=1) if need == n else np.partition(compute, need - 1, axis=1)[:, need - 1]
+    clock = np.empty(2 * n_steps + 1)  # start, kth_0, comm, kth_1, comm, ...
+    clock[0], clock[1::2], clock[2::2] = start, kth, comm_s
+    clock = np.cumsum(clock)  # start_0, barrier_0, start_1, barrier_1, ..., start after the last
+    starts = clock[0:-1:2]
+    k = int(np.searchsorted(starts, horizon, side="left"))  # steps starting before the horizon (>= 1)
+    starts, barriers, compute = starts[:k, None], clock[1 : 2 * k : 2, None], compute[:k]
+    end = starts + compute
+    if need == n:
+        included = works
+    else:
+        finished = end <= barriers
+        included = finished & works
+        if not finished.all():  # cancelled at the barrier: the time worked until then
+            compute = np.where(finished, compute, barriers - starts)
+            end = starts + compute
+    wait = np.maximum(barriers - end, 0.0)
+    return _Steps(starts[:, 0], compute, wait, included, factor), float(clock[2 * k])
+
+
+def _stalled_step(start: float, comm_s: float, base: np.ndarray, works: np.ndarray, noise: np.ndarray,
+                  delay: np.ndarray, factor: np.ndarray, need: int,
+                  stalled: list[tuple[int, WorkerSpec, WorkerStreams]]) -> tuple[_Steps, float]:
+    """One step in which the ``stalled`` workers (down, with samples) wait for their repair,
+    then compute at the slowdown factor in force when they start."""
+    began = np.full(len(base), start)
+    slowdown = factor.copy()
+    for i, spec, rng in stalled:
+        began[i] = start + (rng.failure.next_change(start) - start)
+        slowdown[i] = rng.factor_at(spec, began[i])
+    compute = np.where(works, base * noise * slowdown + delay, 0.0)
+    end = began + compute
+    barrier = end.max() if need == len(base) else np.partition(end, need - 1)[need - 1]
+    finished = end <= barrier
+    resumed = began <= barrier  # a worker still stalled at the barrier never started computing
+    compute = np.where(finished, compute, np.where(resumed, barrier - began, 0.0))
+    began = np.where(resumed, began, start)
+    slowdown = np.where(resumed, slowdown, factor)
+    wait = np.maximum(barrier - (began + compute), 0.0) + np.maximum(began - start, 0.0)
+    steps = _Steps(np.array([start]), compute[None], wait[None], (finished & works)[None], slowdown[None])
+    return steps, float(barrier + comm_s)
+
+
+def _drive(policy: Policy, info: StepInfo, batches: tuple[int, ...], split: tuple[int, ...], steps: _Steps,
+           per_epoch: int) -> None:
+    """Tell the policy what it measured in each step of a block, asking for the split of each
+    step after the first (it must not have changed: ``steady_steps`` promised so)."""
+    compute = steps.compute_s.tolist()
+    if steps.included.ndim == 1:  # the same workers in every step
+        flags = [tuple(steps.included.tolist())] * len(compute)
+    else:
+        flags = [tuple(r) for r in steps.included.tolist()]
+    for j, row_compute in enumerate(compute):
+        if j > 0:
+            step = info.step + 1
+            info = StepInfo(step, step // per_epoch, step % per_epoch, per_epoch, info.available)
+            again = policy.partition(info)
+            if again is not split and tuple(again) != batches:
+                raise RuntimeError(f"policy {policy.name!r} changed its split at step {step}, within the steps its "
+                                   "steady_steps() promised it would keep")
+        policy.observe(StepRecord(info, batches, tuple(row_compute), flags[j]))
+
+
+class _Draws:
+    """Every worker's noise and delay draws, as (steps x workers) arrays a chunk of steps at a time."""
+
+    def __init__(self, workers: tuple[WorkerSpec, ...], streams: list[WorkerStreams], total: int) -> None:
+        self.workers, self.streams, self.total = workers, streams, total
+        self.chunk = max(1, min(total, CHUNK_ELEMENTS // max(1, len(workers))))
+        self.first = 0
+        self.noise = self.delay = np.empty((0, len(workers)))
+
+    def rows(self, row: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """The draws of steps ``row``, ``row + 1``, ... (at most ``count``; at least one)."""
+        if row >= self.first + len(self.noise):
+            self.first = row
+            k = min(self.chunk, self.total - row)
+            self.noise = self._draw(k, [(w.noise, s.noise) for w, s in zip(self.workers, self.streams)])
+            self.delay = self._draw(k, [(w.delay, s.delay) for w, s in zip(self.workers, self.streams)])
+        lo = row - self.first
+        hi = min(lo + count, len(self.noise))
+        return self.noise[lo:hi], self.delay[lo:hi]
+
+    @staticmethod
+    def _draw(k: int, sources: list[tuple[Distribution, np.random.Generator]]) -> np.ndarray:
+        out = np.empty((len(sources), k))
+        for i, (dist, rng) in enumerate(sources):
+            out[i] = dist.sample(rng, k)
+        return out.T.copy()
+
+
+class _Timelines:
+    """The workers' slowdown and failure timelines, queried at increasing times: the state in
+    force and the horizon, the first change on any of them after the time asked."""
+
+    def __init__(self, workers: tuple[WorkerSpec, ...], streams: list[WorkerStreams]) -> None:
+        n = len(workers)
+        self.lines: list[Timeline] = []
+        index: dict[int, int] = {}
+
+        def line(tl: Timeline | None) -> int:
+            if tl is None:
+                return -1
+            if id(tl) not in index:  # a slowdown group's members share one timeline
+                index[id(tl)] = len(self.lines)
+                self.lines.append(tl)
+            return index[id(tl)]
+
+        self.slow = np.array([line(s.slowdown) for s in streams], dtype=np.int64)
+        self.fail = np.array([line(s.failure) for s in streams], dtype=np.int64)
+        self.factors = np.array([w.slowdown.factor if w.slowdown is not None else 1.0 for w in workers], dtype=float)
+        self.active = np.zeros(len(self.lines) + 1, dtype=bool)  # the last entry stands for "no timeline" (-1)
+        self.next = np.full(len(self.lines), -np.inf)
+        self.ones, self.none_down = np.ones(n), np.zeros(n, dtype=bool)
+
+    def at(self, t: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """(slowdown factor per worker, down per worker, horizon) at ``t``."""
+        if not self.lines:
+            return self.ones, self.none_down, np.inf
+        for j in np.flatnonzero(self.next <= t):
+            self.active[j] = self.lines[j].active(t)
+            self.next[j] = self.lines[j].next_change(t)
+        factor = np.where(self.active[self.slow], self.factors, 1.0)
+        return factor, self.active[self.fail], float(self.next.min())

@@ -1,0 +1,191 @@
+"""The vector engine gives the SimPy engine's trace, and drives policies the same way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hetsim.config import build_scenario, load_scenario
+from hetsim.engines import ENGINES, engine_for, run_simpy, run_vector
+from hetsim.errors import ConfigError
+from hetsim.policies import POLICIES, make_policy
+from hetsim.policies.base import StepInfo
+from hetsim.policies.static import Equal
+from hetsim.simulate import simulate
+from hetsim.trace import Trace
+
+from conftest import scenario_dict
+
+FLOAT_COLUMNS = ("start_s", "compute_s", "wait_s", "comm_s", "slowdown")
+EXACT_COLUMNS = ("epoch", "step", "worker", "local_batch", "included", "up")
+BARRIER_POLICIES = [name for name, cls in POLICIES.items() if cls.synchronous]
+
+
+def assert_same_trace(a: Trace, b: Trace) -> None:
+    assert (a.policy, a.n_workers, a.synchronous) == (b.policy, b.n_workers, b.synchronous)
+    for column in EXACT_COLUMNS:
+        assert np.array_equal(getattr(a, column), getattr(b, column)), column
+    for column in FLOAT_COLUMNS:
+        x, y = getattr(a, column), getattr(b, column)
+        assert x.shape == y.shape, column
+        assert np.max(np.abs(x - y), initial=0.0) <= 1e-9, column
+
+
+def recording(cls):
+    """A subclass of policy class ``cls`` that logs every call an engine makes."""
+
+    class Recording(cls):
+        def reset(self, *args, **kwargs):
+            self.log = [("reset", args)]
+            super().reset(*args, **kwargs)
+
+        def partition(self, info):
+            batches = super().partition(info)
+            self.log.append(("partition", info, tuple(batches)))
+            return batches
+
+        def observe(self, record):
+            self.log.append(("observe", record))
+            super().observe(record)
+
+    return Recording
+
+
+NOISES = [
+    {"dist": "constant", "value": 1.0},
+    {"dist": "lognormal", "sigma": 0.3},
+    {"dist": "exponential", "mean": 1.0},
+    {"dist": "gamma", "shape": 4.0, "scale": 0.25},
+    {"dist": "uniform", "low": 0.5, "high": 1.5},
+    {"dist": "empirical", "samples": [0.8, 1.0, 1.2]},
+]
+DELAYS = [
+    {"dist": "constant", "value": 0.0},
+    {"dist": "constant", "value": 0.02},
+    {"dist": "uniform", "low": 0.0, "high": 0.05},
+    {"dist": "shifted_exponential", "shift": 0.01, "mean": 0.02},
+]
+POLICY_PARAMS = {
+    "adaptive": st.fixed_dictionaries({"resplit": st.sampled_from(["step", "epoch"]), "hysteresis": st.sampled_from([0.0, 0.01])}),
+}
+
+
+@st.composite
+def scenarios(draw):
+    """Small scenarios whose episodes and failures come often enough to land inside the run."""
+    workers = []
+    for g in range(draw(st.integers(1, 4))):
+        w = {
+            "name": f"g{g}",
+            "count": draw(st.integers(1, 4)),
+            "overhead_s": draw(st.sampled_from([0.0, 0.01, 0.03])),
+            "per_sample_s": draw(st.floats(1e-4, 5e-3)),
+            "noise": draw(st.sampled_from(NOISES)),
+            "delay": draw(st.sampled_from(DELAYS)),
+        }
+        if draw(st.booleans()):
+            w["max_batch"] = draw(st.integers(8, 200))
+        if draw(st.integers(0, 2)) == 0:
+            shared = draw(st.booleans())
+            w["slowdown"] = {"every_s": 0.4 if shared else draw(st.floats(0.05, 2.0)),
+                             "duration_s": 0.2 if shared else draw(st.floats(0.01, 1.0)),
+                             "factor": draw(st.sampled_from([1.0, 1.5, 3.0]))}
+            if shared:
+                w["slowdown"]["group"] = "host"
+        if draw(st.integers(0, 2)) == 0:
+            w["failure"] = {"mtbf_s": draw(st.floats(0.1, 3.0)), "repair_s": draw(st.floats(0.01, 0.8))}
+        workers.append(w)
+    n = sum(w["count"] for w in workers)
+    cap = sum(w.get("max_batch", 10**9) * w["count"] for w in workers)
+    network = draw(st.sampled_from([{"kind": "constant", "time_s": 0.0}, {"kind": "constant", "time_s": 0.005},
+                                    {"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 10}]))
+    raw = scenario_dict(workers, global_batch=draw(st.integers(n, min(cap, 400))), steps_per_epoch=draw(st.integers(1, 6)),
+                        epochs=draw(st.integers(1, 4)), network=network, seed=draw(st.integers(0, 2**16)), gradient_mb=1.0)
+    return build_scenario(raw)
+
+
+@st.composite
+def policies(draw, n_workers: int):
+    name = draw(st.sampled_from(BARRIER_POLICIES))
+    if name == "backup":
+        return name, {"backups": draw(st.integers(0, n_workers - 1))}
+    if name == "ksync":
+        return name, {"k": draw(st.one_of(st.none(), st.integers(1, n_workers)))}
+    return name, draw(POLICY_PARAMS.get(name, st.just({})))
+
+
+@settings(max_examples=150)
+@given(st.data())
+def test_both_engines_give_the_same_trace_and_the_same_policy_calls(data):
+    scenario = data.draw(scenarios())
+    name, params = data.draw(policies(scenario.n_workers))
+    cls = recording(POLICIES[name])
+    a, b = cls(**params), cls(**params)
+    assert_same_trace(run_simpy(scenario, a), run_vector(scenario, b))
+    assert a.log == b.log
+
+
+def test_ties_at_the_barrier_are_included_by_both_engines():
+    # Identical deterministic workers finish together: everyone makes the barrier of ksync(1).
+    s = build_scenario(scenario_dict([{"count": 4, "overhead_s": 0.01, "per_sample_s": 0.001}], steps_per_epoch=3, epochs=2))
+    for engine in ("simpy", "vector"):
+        trace = simulate(s, "ksync", params={"k": 1}, engine=engine)
+        assert trace.included.all()
+    assert_same_trace(simulate(s, "ksync", params={"k": 1}), simulate(s, "ksync", params={"k": 1}, engine="vector"))
+
+
+@pytest.mark.parametrize("scenario", ["workstation", "paper", "shared-cluster"])
+def test_builtin_scenarios_give_the_same_trace_under_every_barrier_policy(scenario):
+    s = load_scenario(scenario, ["workload.epochs=2"])
+    for name in BARRIER_POLICIES:
+        assert_same_trace(simulate(s, name), simulate(s, name, engine="vector"))
+
+
+def test_long_run_with_frequent_failures_and_shared_episodes():
+    workers = [
+        {"count": 6, "overhead_s": 0.01, "per_sample_s": 0.001, "noise": {"dist": "lognormal", "sigma": 0.1},
+         "slowdown": {"every_s": 1.0, "duration_s": 0.5, "factor": 2.0, "group": "a"}, "failure": {"mtbf_s": 2.0, "repair_s": 0.3}},
+        {"count": 3, "overhead_s": 0.02, "per_sample_s": 0.002, "max_batch": 40,
+         "slowdown": {"every_s": 0.7, "duration_s": 0.2, "factor": 1.5}},
+    ]
+    s = build_scenario(scenario_dict(workers, global_batch=180, steps_per_epoch=25, epochs=8))
+    for name in BARRIER_POLICIES:
+        simpy_trace = simulate(s, name)
+        assert_same_trace(simpy_trace, simulate(s, name, engine="vector"))
+    assert not simpy_trace.up.all() and (simpy_trace.slowdown > 1).any()  # the run did meet both
+
+
+def test_the_vector_engine_refuses_async_naming_the_simpy_engine():
+    s = load_scenario("workstation")
+    with pytest.raises(ConfigError, match="SimPy engine"):
+        simulate(s, "async", engine="vector")
+
+
+def test_auto_picks_vector_for_barrier_policies_and_simpy_for_async():
+    assert engine_for("auto", make_policy("dynamic")) == "vector"
+    assert engine_for("auto", make_policy("async")) == "simpy"
+    assert engine_for("simpy", make_policy("dynamic")) == "simpy"
+    s = load_scenario("workstation", ["workload.epochs=1"])
+    assert_same_trace(simulate(s, "async", engine="auto"), simulate(s, "async"))
+    assert_same_trace(simulate(s, "dynamic", engine="auto"), simulate(s, "dynamic"))
+    with pytest.raises(ConfigError, match="unknown engine"):
+        simulate(s, "dynamic", engine="numba")
+    assert set(ENGINES) == {"simpy", "vector"}
+
+
+def test_a_policy_that_breaks_its_steady_steps_promise_is_caught():
+    class Liar(Equal):
+        name = "liar"
+
+        def split(self, info: StepInfo) -> tuple[int, ...]:
+            batches = list(self._batches)
+            if info.step % 2:
+                batches[0], batches[1] = batches[0] + 1, batches[1] - 1
+            return tuple(batches)
+
+    s = build_scenario(scenario_dict([{"count": 2, "per_sample_s": 0.001}], steps_per_epoch=4, epochs=1))
+    run_simpy(s, Liar())  # the reference engine asks every step
+    with pytest.raises(RuntimeError, match="steady_steps"):
+        run_vector(s, Liar())
