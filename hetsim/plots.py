@@ -6,13 +6,14 @@ pyplot), so there is no global state and no display is needed.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from hetsim.metrics import step_times, summarize
@@ -101,6 +102,108 @@ def gantt(trace: Trace, steps: Sequence[int], ax: Axes | None = None) -> Axes:
     ax.set_title(f"{trace.policy}: steps {steps[0]}-{steps[-1]}")
     handles = [Patch(color=c, label=n) for c, n in (("tab:blue", "compute"), ("lightgrey", "wait"), ("tab:orange", "all-reduce"))]
     ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return ax
+
+
+def _epoch_index(trace: Trace) -> np.ndarray:
+    """The epoch of every entry of ``step_times(trace)`` (a step, or an update for async)."""
+    return trace.per_step("epoch")[:, 0] if trace.synchronous else trace.epoch
+
+
+def step_time_by_epoch(traces: Mapping[str, Trace], ax: Axes | None = None, dashed: Collection[str] = ()) -> Axes:
+    """Mean step time of every epoch, one line per trace (labels in ``dashed`` drawn dashed,
+    e.g. measured runs beside simulated ones). Works on imported logs with one row per epoch."""
+    ax = _axes(ax)
+    for label, trace in traces.items():
+        epochs, index = np.unique(_epoch_index(trace), return_inverse=True)
+        mean = np.bincount(index, weights=step_times(trace)) / np.bincount(index)
+        ax.plot(epochs, mean * 1e3, label=label, linestyle="--" if label in dashed else "-")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("mean step time (ms)")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def share_by_epoch(traces: Mapping[str, Trace], worker: int = -1, ax: Axes | None = None, dashed: Collection[str] = ()) -> Axes:
+    """One worker's share of the step's samples in the first step of every epoch, one line per
+    trace (labels in ``dashed`` drawn dashed); ``worker`` indexes like a list (-1: the last)."""
+    ax = _axes(ax)
+    for label, trace in traces.items():
+        epochs = trace.per_step("epoch")[:, 0]
+        first = np.flatnonzero(np.r_[True, np.diff(epochs) != 0])
+        batches = trace.per_step("local_batch")[first].astype(float)
+        ax.plot(epochs[first], batches[:, worker] / batches.sum(axis=1), label=label, linestyle="--" if label in dashed else "-")
+    n = next(iter(traces.values())).n_workers if traces else 0
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(f"share of worker {worker % n if n else worker}")
+    ax.legend(fontsize="small")
+    return ax
+
+
+def prediction_overlay(simulated: pd.DataFrame, predicted: pd.DataFrame, x: str, lines: str, metric: str, ax: Axes | None = None) -> Axes:
+    """``metric`` against ``x``, one colour per value of ``lines``: simulated means as markers
+    (with 95% CI error bars when ``simulated`` has ``<metric>_ci95``), analytic predictions as
+    solid lines. A group without predictions (no closed form) gets its markers joined by a
+    dotted line."""
+    ax = _axes(ax)
+    for k, (label, group) in enumerate(simulated.groupby(lines, sort=False)):
+        color = f"C{k % 10}"
+        group = group.sort_values(x)
+        ci = f"{metric}_ci95"
+        err = np.nan_to_num(group[ci].to_numpy(float)) if ci in group else None
+        ax.errorbar(group[x], group[metric], yerr=err, fmt="o", color=color, markersize=4, capsize=2, label=str(label))
+        pred = predicted[predicted[lines] == label].sort_values(x)
+        if len(pred):
+            ax.plot(pred[x], pred[metric], color=color, linewidth=1.4)
+        else:
+            ax.plot(group[x], group[metric], color=color, linewidth=0.8, linestyle=":")
+    ax.set_xlabel(x)
+    ax.set_ylabel(metric.replace("_", " "))
+    handles, _ = ax.get_legend_handles_labels()
+    handles += [Line2D([], [], color="grey", marker="o", linestyle="none", label="simulated (95% CI)"),
+                Line2D([], [], color="grey", label="analytic")]
+    ax.legend(handles=handles, fontsize="x-small")
+    return ax
+
+
+def best_policy_map(summary: pd.DataFrame, x: str, y: str, metric: str = "throughput_sps", baseline: str = "equal",
+                    tie: float = 0.02, ax: Axes | None = None) -> Axes:
+    """Per (``x``, ``y``) cell of ``summary`` (one row per cell and policy, higher ``metric``
+    is better): the colour is the best policy's ``metric`` over ``baseline``'s, the text names
+    that policy, or ``-`` when none beats the baseline by more than ``tie`` (it does not matter)."""
+    ax = _axes(ax)
+    xs, ys = list(dict.fromkeys(summary[x])), list(dict.fromkeys(summary[y]))
+    gain = np.full((len(ys), len(xs)), np.nan)
+    for i, yv in enumerate(ys):
+        for j, xv in enumerate(xs):
+            cell = summary[(summary[x] == xv) & (summary[y] == yv)]
+            base = cell.loc[cell["policy"] == baseline, metric]
+            if cell.empty or base.empty:
+                continue
+            best = cell.loc[cell[metric].astype(float).idxmax()]
+            gain[i, j] = float(best[metric]) / float(base.iloc[0])
+            text = f"{best['policy']}\n{gain[i, j]:.2f}x" if gain[i, j] > 1 + tie else "-"
+            ax.text(j, i, text, ha="center", va="center", fontsize="x-small", color="white" if gain[i, j] < 1.5 else "black")
+    image = ax.imshow(gain, origin="lower", aspect="auto", cmap="viridis", vmin=1.0, vmax=max(1.5, float(np.nanmax(gain, initial=1.0))))
+    ax.set_xticks(range(len(xs)), [str(v) for v in xs])
+    ax.set_yticks(range(len(ys)), [str(v) for v in ys])
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.figure.colorbar(image, ax=ax, label=f"best {metric.replace('_', ' ')} / {baseline}")
+    return ax
+
+
+def comparison_bars(table: pd.DataFrame, ax: Axes | None = None, scale: float = 1e3, ylabel: str = "mean step time (ms)") -> Axes:
+    """Grouped bars: one group per row of ``table`` (its index, e.g. policies), one bar per
+    column (e.g. measured, simulated, analytic), values times ``scale``; NaN bars are left out."""
+    ax = _axes(ax)
+    width = 0.8 / max(len(table.columns), 1)
+    for k, column in enumerate(table.columns):
+        values = table[column].to_numpy(float) * scale
+        ax.bar(np.arange(len(table)) + k * width, values, width, label=str(column))
+    ax.set_xticks(np.arange(len(table)) + 0.4 - width / 2, [str(i) for i in table.index])
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize="small")
     return ax
 
 
