@@ -6,8 +6,9 @@ pyplot), so there is no global state and no display is needed.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -110,29 +111,31 @@ def _epoch_index(trace: Trace) -> np.ndarray:
     return trace.per_step("epoch")[:, 0] if trace.synchronous else trace.epoch
 
 
-def step_time_by_epoch(traces: Mapping[str, Trace], ax: Axes | None = None, dashed: Collection[str] = ()) -> Axes:
-    """Mean step time of every epoch, one line per trace (labels in ``dashed`` drawn dashed,
-    e.g. measured runs beside simulated ones). Works on imported logs with one row per epoch."""
+def step_time_by_epoch(traces: Mapping[str, Trace], ax: Axes | None = None, styles: Mapping[str, Mapping[str, Any]] | None = None) -> Axes:
+    """Mean step time of every epoch, one line per trace; ``styles`` maps a label to line
+    keywords (e.g. ``{"color": "C0", "linestyle": "--"}`` for a measured run beside its
+    simulation). Works on imported logs with one row per epoch."""
     ax = _axes(ax)
     for label, trace in traces.items():
         epochs, index = np.unique(_epoch_index(trace), return_inverse=True)
         mean = np.bincount(index, weights=step_times(trace)) / np.bincount(index)
-        ax.plot(epochs, mean * 1e3, label=label, linestyle="--" if label in dashed else "-")
+        ax.plot(epochs, mean * 1e3, label=label, **dict((styles or {}).get(label, {})))
     ax.set_xlabel("epoch")
     ax.set_ylabel("mean step time (ms)")
     ax.legend(fontsize="small")
     return ax
 
 
-def share_by_epoch(traces: Mapping[str, Trace], worker: int = -1, ax: Axes | None = None, dashed: Collection[str] = ()) -> Axes:
+def share_by_epoch(traces: Mapping[str, Trace], worker: int = -1, ax: Axes | None = None,
+                   styles: Mapping[str, Mapping[str, Any]] | None = None) -> Axes:
     """One worker's share of the step's samples in the first step of every epoch, one line per
-    trace (labels in ``dashed`` drawn dashed); ``worker`` indexes like a list (-1: the last)."""
+    trace (``styles`` as in :func:`step_time_by_epoch`); ``worker`` indexes like a list."""
     ax = _axes(ax)
     for label, trace in traces.items():
         epochs = trace.per_step("epoch")[:, 0]
         first = np.flatnonzero(np.r_[True, np.diff(epochs) != 0])
         batches = trace.per_step("local_batch")[first].astype(float)
-        ax.plot(epochs[first], batches[:, worker] / batches.sum(axis=1), label=label, linestyle="--" if label in dashed else "-")
+        ax.plot(epochs[first], batches[:, worker] / batches.sum(axis=1), label=label, **dict((styles or {}).get(label, {})))
     n = next(iter(traces.values())).n_workers if traces else 0
     ax.set_xlabel("epoch")
     ax.set_ylabel(f"share of worker {worker % n if n else worker}")

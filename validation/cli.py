@@ -88,6 +88,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(format_table(comparisons, calibration, args.calibrate_on))
     if args.tolerance is not None and worst_error(comparisons) > args.tolerance:
+        print(f"validation: an error of {100 * worst_error(comparisons):.1f}% exceeds the tolerance of "
+              f"{100 * args.tolerance:.1f}%", file=sys.stderr)
         return 1
     return 0
 

@@ -37,8 +37,9 @@ def default_policies() -> tuple[str, ...]:
 class RunConfig:
     """Everything a rank needs to run. Rank-keyed maps use 0-based ranks.
 
-    The default is the embedded run: 2 CPU ranks on the digits, rank 1 emulating a slower
-    device with a per-step delay of 2 ms plus 0.1 ms per sample."""
+    The default is the embedded run: 2 CPU ranks on the digits, global batch 128, 10 epochs per
+    policy, rank 1 emulating a slower device with a per-step delay of 2 ms plus 0.1 ms per
+    sample, 10 probe rounds."""
 
     world_size: int = 2
     policies: tuple[str, ...] = field(default_factory=default_policies)

@@ -2,8 +2,9 @@
 
     meta.json      the configuration, world, devices, backend, versions; ``status`` running/complete
     trace.parquet  the trace (DESIGN.md schema, columns exactly ``hetsim.trace.COLUMNS``), one segment
-    trace.csv      per policy plus the calibration probe (``policy = "probe"``); ``step`` and
-                   ``start_s`` restart at 0 in every segment, as in a simulated run
+    trace.csv      per policy plus the calibration probe (``policy = "probe"``); ``step`` counts
+                   from 0 in every segment and ``start_s`` is the segment's own elapsed step
+                   time, as in a simulated run of that policy alone
     epochs.csv     per policy and epoch: training loss, held-out loss and accuracy, elapsed step time
     summary.json   per policy: hetsim's Summary of the measured trace and the final accuracy
 

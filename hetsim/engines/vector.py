@@ -99,7 +99,7 @@ def run_vector(scenario: "Scenario", policy: Policy, seed: int | None = None) ->
         trace.epoch[rows] = np.arange(row, row + k) // per_epoch
         trace.start_s[rows] = steps.start_s
         trace.comm_s[rows] = comm_s
-        _drive(policy, info, batches, split, steps, per_epoch)
+        _drive(policy, info, b, split, steps, per_epoch)
         row += k
     return trace.finish()
 
@@ -168,16 +168,31 @@ def _stalled_step(start: float, comm_s: float, base: np.ndarray, works: np.ndarr
     return steps, float(barrier + comm_s)
 
 
-def _drive(policy: Policy, info: StepInfo, batches: tuple[int, ...], split: tuple[int, ...], steps: _Steps,
+class _Row(tuple):
+    """A tuple (what a StepRecord holds) that also keeps the NumPy row it was made from, so a
+    policy's ``np.asarray(record.compute_s)`` costs a copy instead of a conversion per element."""
+
+    def __new__(cls, values: list, array: np.ndarray) -> "_Row":
+        row = super().__new__(cls, values)
+        row.array = array
+        return row
+
+    def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+        return np.array(self.array, dtype=dtype, copy=True)  # a copy: the policy may write to it
+
+
+def _drive(policy: Policy, info: StepInfo, b: np.ndarray, split: tuple[int, ...], steps: _Steps,
            per_epoch: int) -> None:
     """Tell the policy what it measured in each step of a block, asking for the split of each
     step after the first (it must not have changed: ``steady_steps`` promised so)."""
-    compute = steps.compute_s.tolist()
-    if steps.included.ndim == 1:  # the same workers in every step
-        flags = [tuple(steps.included.tolist())] * len(compute)
+    batches = _Row(split, b)
+    compute = steps.compute_s
+    included = steps.included
+    if included.ndim == 1:  # the same workers in every step
+        flags = [_Row(included.tolist(), included)] * len(compute)
     else:
-        flags = [tuple(r) for r in steps.included.tolist()]
-    for j, row_compute in enumerate(compute):
+        flags = [_Row(r, a) for r, a in zip(included.tolist(), included)]
+    for j, (values, row) in enumerate(zip(compute.tolist(), compute)):
         if j > 0:
             step = info.step + 1
             info = StepInfo(step, step // per_epoch, step % per_epoch, per_epoch, info.available)
@@ -185,7 +200,7 @@ def _drive(policy: Policy, info: StepInfo, batches: tuple[int, ...], split: tupl
             if again is not split and tuple(again) != batches:
                 raise RuntimeError(f"policy {policy.name!r} changed its split at step {step}, within the steps its "
                                    "steady_steps() promised it would keep")
-        policy.observe(StepRecord(info, batches, tuple(row_compute), flags[j]))
+        policy.observe(StepRecord(info, batches, _Row(values, row), flags[j]))
 
 
 class _Draws:
