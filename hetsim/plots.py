@@ -146,24 +146,26 @@ def share_by_epoch(traces: Mapping[str, Trace], worker: int = -1, ax: Axes | Non
 def prediction_overlay(simulated: pd.DataFrame, predicted: pd.DataFrame, x: str, lines: str, metric: str, ax: Axes | None = None) -> Axes:
     """``metric`` against ``x``, one colour per value of ``lines``: simulated means as markers
     (with 95% CI error bars when ``simulated`` has ``<metric>_ci95``), analytic predictions as
-    solid lines. A group without predictions (no closed form) gets its markers joined by a
-    dotted line."""
+    solid lines. A group only simulated (no closed form) gets its markers joined by a dotted
+    line; a group only predicted gets its line alone."""
     ax = _axes(ax)
-    for k, (label, group) in enumerate(simulated.groupby(lines, sort=False)):
+    ci = f"{metric}_ci95"
+    labels = list(dict.fromkeys([*simulated[lines], *predicted[lines]]))
+    for k, label in enumerate(labels):
         color = f"C{k % 10}"
-        group = group.sort_values(x)
-        ci = f"{metric}_ci95"
-        err = np.nan_to_num(group[ci].to_numpy(float)) if ci in group else None
-        ax.errorbar(group[x], group[metric], yerr=err, fmt="o", color=color, markersize=4, capsize=2, label=str(label))
+        group = simulated[simulated[lines] == label].sort_values(x)
         pred = predicted[predicted[lines] == label].sort_values(x)
+        if len(group):
+            err = np.nan_to_num(group[ci].to_numpy(float)) if ci in group else None
+            ax.errorbar(group[x], group[metric], yerr=err, fmt="o", color=color, markersize=4, capsize=2, label=str(label))
         if len(pred):
-            ax.plot(pred[x], pred[metric], color=color, linewidth=1.4)
+            ax.plot(pred[x], pred[metric], color=color, linewidth=1.4, label=None if len(group) else str(label))
         else:
             ax.plot(group[x], group[metric], color=color, linewidth=0.8, linestyle=":")
     ax.set_xlabel(x)
     ax.set_ylabel(metric.replace("_", " "))
     handles, _ = ax.get_legend_handles_labels()
-    handles += [Line2D([], [], color="grey", marker="o", linestyle="none", label="simulated (95% CI)"),
+    handles += [Line2D([], [], color="grey", marker="o", linestyle="none", label="simulated" + (" (95% CI)" if ci in simulated else "")),
                 Line2D([], [], color="grey", label="analytic")]
     ax.legend(handles=handles, fontsize="x-small")
     return ax

@@ -375,6 +375,8 @@ def run_rank(config: RunConfig, env: RankEnv, out: Path) -> None:
     try:
         trainer = RankTrainer(config, env)
         trainer.run(out)
+        trainer.where = "shutdown"
+        dist.barrier()  # leave together: a rank tearing gloo down while a peer still talks to it aborts
     except (RuntimeError, OSError) as exc:
         raise RankFailure(env.rank, trainer.where if trainer is not None else "start-up", exc) from exc
     finally:
