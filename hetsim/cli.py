@@ -7,6 +7,7 @@ exit status 2, before anything is written.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -19,6 +20,7 @@ import tomli_w
 from hetsim import __version__
 from hetsim.cli_analysis import COMMANDS as ANALYSIS_COMMANDS
 from hetsim.cli_analysis import add_subcommands
+from hetsim.engines import ENGINE_CHOICES
 from hetsim.config import SweepSpec, builtin_names, builtin_text, load_scenario, load_sweep, point_scenario, tomllib
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize, with_speedups
@@ -58,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=None, help="random seed (default: the scenario's)")
     sim.add_argument("--json", action="store_true", help="print the summaries as a JSON list")
     sim.add_argument("--out", type=Path, default=None, metavar="DIR", help="write trace.parquet, trace.csv and summary.json")
+    sim.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
+                     help="simpy (the reference), vector (barrier policies; the same traces, faster) or auto "
+                          "(vector where it runs the policy; the default)")
     sw = sub.add_parser("sweep", help="run a parameter sweep into a new results folder (default: the embedded sweep)")
     sw.add_argument("sweep", nargs="?", default=None, help="sweep file (TOML or JSON); default: the embedded sweep")
     sw.add_argument("--show-default", action="store_true", help="print the embedded default sweep file and exit")
@@ -65,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--scheduler", default=None, metavar="ADDR", help="a Dask scheduler (tcp://host:8786), or 'local' for a LocalCluster")
     sw.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR", help="finish the missing cells of an interrupted sweep")
     sw.add_argument("--runs", type=Path, default=Path("runs"), metavar="DIR", help="where results folders are made (default: runs)")
+    sw.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
+                    help="simpy, vector or auto (default: the sweep file's engine key, else auto; the results are the same)")
 
     rep = sub.add_parser("report", help="re-render a results folder's tables and plots; print its summary")
     rep.add_argument("run_dir", type=Path)
@@ -101,7 +108,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     policies = parse_policies(args.policy)
     check_seed(args.seed)
-    traces = [simulate(scenario, name, seed=args.seed) for name in policies]
+    traces = [simulate(scenario, name, seed=args.seed, engine=args.engine) for name in policies]
     summaries = with_speedups([summarize(t, scenario) for t in traces])
     if args.out is not None:
         write_outputs(args.out, traces, summaries)
@@ -159,6 +166,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         spec = folder.spec()
     else:
         spec = load_sweep(args.sweep if args.sweep is not None else tomllib.loads(default_sweep_text()))
+    if args.engine is not None:
+        spec = dataclasses.replace(spec, engine=args.engine)
     cells = expand(spec)
     executor = make_executor(args.jobs, args.scheduler)
     try:
@@ -229,7 +238,7 @@ def plotted_traces(folder: RunFolder, spec: SweepSpec) -> dict[str, Trace]:
     point = tuple(a.labels.index(labels[a.name]) for a in spec.axes)
     scenario = point_scenario(spec, point)
     seed = replication_seeds(spec)[0]
-    traces = {p: simulate(scenario, p, seed=seed) for p in spec.policies}
+    traces = {p: simulate(scenario, p, seed=seed, engine=spec.engine) for p in spec.policies}
     folder.write_frame("traces.parquet", pd.concat([t.to_frame() for t in traces.values()], ignore_index=True))
     return traces
 

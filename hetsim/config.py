@@ -487,6 +487,7 @@ class SweepSpec:
     seed: int
     plots: PlotSpec = field(default_factory=PlotSpec)
     base_dir: str | None = None  # where the base's relative file paths (empirical data) are read from
+    engine: str = "auto"  # simpy | vector | auto: how cells are simulated (the same results either way)
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved sweep-file form (base inlined), loadable by :func:`load_sweep`."""
@@ -503,6 +504,8 @@ class SweepSpec:
                "policies": list(self.policies), "base": copy.deepcopy(self.base), "grid": grid}
         if plots:
             out["plots"] = plots
+        if self.engine != "auto":
+            out["engine"] = self.engine
         return out
 
 
@@ -533,13 +536,16 @@ def _make_axis(name: str, value: Any) -> Axis:
     return Axis(name, labels, tuple(sets))
 
 
+SWEEP_ENGINES = ("simpy", "vector", "auto")  # hetsim.engines.ENGINE_CHOICES (config sits below the engines)
+
+
 def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
     """A sweep file (or table) -> :class:`SweepSpec`, every grid point checked to build."""
     if isinstance(source, Mapping):
         raw, base_dir = copy.deepcopy(dict(source)), None
     else:
         raw, base_dir = read_table(source), Path(source).resolve().parent
-    top = _Table(raw, "", ["name", "base", "policies", "grid", "replications", "seed", "plots"])
+    top = _Table(raw, "", ["name", "base", "policies", "grid", "replications", "seed", "plots", "engine"])
     base_ref = top._get("base", ...)
     if isinstance(base_ref, str) and base_dir is not None and (base_dir / base_ref).is_file():
         base_ref = str(base_dir / base_ref)
@@ -581,7 +587,10 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
         seed=top.integer("seed", scenario.seed),
         plots=PlotSpec(plots_raw.data.get("x"), plots_raw.data.get("lines"), tuple(cell.items())),
         base_dir=None if scenario_dir is None else str(scenario_dir),
+        engine=top.string("engine", "auto"),
     )
+    if spec.engine not in SWEEP_ENGINES:
+        raise ConfigError("engine", f"must be one of {', '.join(SWEEP_ENGINES)}, got {spec.engine!r}")
     _check_grid(spec)
     return spec
 

@@ -55,7 +55,7 @@ def run_cell(spec: SweepSpec, cell: Cell) -> tuple[Cell, list[dict[str, Any]]]:
     labels = cell_labels(spec, cell)
     rows = []
     for rep, seed in enumerate(replication_seeds(spec)):
-        summary = summarize(simulate(scenario, cell.policy, seed=seed), scenario)
+        summary = summarize(simulate(scenario, cell.policy, seed=seed, engine=spec.engine), scenario)
         rows.append({"cell": cell.index, **labels, "replication": rep, "seed": seed, **summary.to_dict()})
     return cell, rows
 

@@ -6,12 +6,13 @@ the barrier policies; ``auto`` picks ``vector`` where it supports the policy.
 
 from hetsim.engines.simpy_engine import run_simpy
 from hetsim.engines.vector import run_vector, supports
+from hetsim.policies.base import Policy
 
 ENGINES = {"simpy": run_simpy, "vector": run_vector}
 ENGINE_CHOICES = ("simpy", "vector", "auto")
 
 
-def engine_for(engine: str, policy) -> str:
+def engine_for(engine: str, policy: Policy) -> str:
     """The engine that runs ``policy`` when ``engine`` is asked for (``auto`` resolved)."""
     if engine == "auto":
         return "vector" if supports(policy) else "simpy"

@@ -18,11 +18,9 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING
 
-import numpy as np
 import simpy
 from simpy.events import Condition
 
-from hetsim.distributions import Distribution
 from hetsim.policies.base import Policy, StepInfo, StepRecord
 from hetsim.trace import Trace, TraceBuilder, async_trace
 from hetsim.workers import WorkerSpec, WorkerStreams
@@ -46,11 +44,13 @@ class _Step:
         self.slowdown = [1.0] * n  # the episode factor at each worker's compute start
 
 
-def draws(dist: Distribution, rng: np.random.Generator, chunk: int) -> Iterator[float]:
-    """The draws of ``dist`` from ``rng`` one by one, fetched ``chunk`` at a time: the same
-    numbers as scalar draws (the stream serves this one purpose, so drawing ahead is harmless)."""
+def draws(spec: WorkerSpec, rng: WorkerStreams, chunk: int) -> Iterator[tuple[float, float]]:
+    """A worker's (noise, delay) draws, one pair per step, fetched ``chunk`` steps at a time: the
+    same numbers as scalar draws (each stream serves this one purpose: drawing ahead is harmless)."""
     while True:
-        yield from dist.sample(rng, chunk).tolist()
+        noise = spec.noise.sample(rng.noise, chunk).astype(float).tolist()
+        delay = spec.delay.sample(rng.delay, chunk).astype(float).tolist()
+        yield from zip(noise, delay)
 
 
 def run_simpy(scenario: "Scenario", policy: Policy, seed: int | None = None) -> Trace:
@@ -62,25 +62,23 @@ def run_simpy(scenario: "Scenario", policy: Policy, seed: int | None = None) -> 
     policy.reset(n, wl.global_batch, scenario.hints())
     if not policy.synchronous:
         return run_simpy_async(scenario, policy, streams)
-    trace = TraceBuilder(policy.name, n, wl.total_steps)
     env = simpy.Environment()
     go: list[simpy.Event] = [env.event()]  # go[0] is always the next step's release event
     began = [0.0] * n  # when each worker's compute began in the current step
+    rows: list[tuple] = []  # the trace's columns of each step, written to the trace at the end
     chunk = max(1, min(wl.total_steps, DRAW_CHUNK))
     all_up = (True,) * n
     may_fail = any(rng.failure is not None for rng in streams)
 
     def worker(i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, object, None]:
-        noises = draws(spec.noise, rng.noise, chunk)
-        delays = draws(spec.delay, rng.delay, chunk)
-        while True:
+        episodes, failures = rng.slowdown is not None, rng.failure is not None
+        for noise, delay in draws(spec, rng, chunk):  # this step's draws
             step: _Step = yield go[0]
             b = step.batches[i]
-            noise, delay = next(noises), next(delays)
             began[i] = step.start
-            factor = step.slowdown[i] = rng.factor_at(spec, step.start)
+            factor = step.slowdown[i] = rng.factor_at(spec, step.start) if episodes else 1.0
             try:
-                if b > 0 and rng.down_at(step.start):
+                if b > 0 and failures and rng.down_at(step.start):
                     yield env.timeout(rng.failure.next_change(step.start) - step.start)  # stalled until repaired
                     began[i] = env.now
                     factor = step.slowdown[i] = rng.factor_at(spec, env.now)
@@ -108,24 +106,26 @@ def run_simpy(scenario: "Scenario", policy: Policy, seed: int | None = None) -> 
                 release.succeed(step)
                 need = policy.wait_for()
                 yield Condition(env, lambda evs, count: count >= need, done)
-                included = tuple(b > 0 and d.triggered for b, d in zip(batches, done))
-                for i, d in enumerate(done):
-                    if not d.triggered:
-                        processes[i].interrupt()
+                included = tuple([b > 0 and d.triggered for b, d in zip(batches, done)])
+                if need < n:
+                    for i, d in enumerate(done):
+                        if not d.triggered:
+                            processes[i].interrupt()
                 barrier = env.now
                 yield env.timeout(comm_s)
-                trace.compute_s[row], trace.slowdown[row] = step.compute, step.slowdown
-                compute = trace.compute_s[row]
-                trace.local_batch[row] = batches
-                began_s = np.asarray(began)
-                trace.wait_s[row] = np.maximum(barrier - (began_s + compute), 0.0) + np.maximum(began_s - start, 0.0)
-                trace.included[row] = included
-                trace.up[row] = available
-                trace.epoch[row], trace.start_s[row], trace.comm_s[row] = epoch, start, comm_s
-                policy.observe(StepRecord(info, batches, tuple(compute.tolist()), included))
+                # Idle at the barrier: after computing, and before it while stalled by a failure.
+                wait = [max(barrier - (t + c), 0.0) + max(t - start, 0.0) for t, c in zip(began, step.compute)]
+                rows.append((epoch, start, batches, step.compute, wait, included, step.slowdown, available))
+                policy.observe(StepRecord(info, batches, tuple(step.compute), included))
                 row += 1
 
     env.run(env.process(coordinator()))
+    trace = TraceBuilder(policy.name, n, wl.total_steps)
+    columns = (trace.epoch, trace.start_s, trace.local_batch, trace.compute_s, trace.wait_s, trace.included,
+               trace.slowdown, trace.up)
+    for column, values in zip(columns, zip(*rows)):
+        column[:] = values
+    trace.comm_s[:] = scenario.allreduce_s()
     return trace.finish()
 
 

@@ -42,7 +42,7 @@ from hetsim.workers import Timeline, WorkerSpec, WorkerStreams
 if TYPE_CHECKING:
     from hetsim.config import Scenario
 
-CHUNK_ELEMENTS = 1 << 18  # noise and delay are drawn about this many worker-steps at a time
+CHUNK_ELEMENTS = 1 << 20  # noise and delay are drawn about this many worker-steps at a time
 
 
 def supports(policy: Policy) -> bool:
@@ -94,8 +94,10 @@ def run_vector(scenario: "Scenario", policy: Policy, seed: int | None = None) ->
         trace.compute_s[rows] = steps.compute_s
         trace.wait_s[rows] = steps.wait_s
         trace.included[rows] = steps.included
-        trace.slowdown[rows] = steps.slowdown
-        trace.up[rows] = available
+        if steps.slowdown is not timelines.ones:  # the builder's rows start at 1 and True
+            trace.slowdown[rows] = steps.slowdown
+        if available is not all_up:
+            trace.up[rows] = available
         trace.epoch[rows] = np.arange(row, row + k) // per_epoch
         trace.start_s[rows] = steps.start_s
         trace.comm_s[rows] = comm_s
@@ -179,6 +181,9 @@ class _Row(tuple):
 
     def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
         return np.array(self.array, dtype=dtype, copy=True)  # a copy: the policy may write to it
+
+    def __reduce__(self) -> tuple:
+        return tuple, (tuple(self),)  # pickled and copied as the plain tuple it stands for
 
 
 def _drive(policy: Policy, info: StepInfo, b: np.ndarray, split: tuple[int, ...], steps: _Steps,
