@@ -14,6 +14,7 @@ import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -78,9 +79,9 @@ class Scenario:
     policy: PolicySpec = field(default_factory=PolicySpec)
     description: str = ""
 
-    @property
+    @cached_property
     def workers(self) -> tuple[WorkerSpec, ...]:
-        """One spec per worker, groups expanded in file order."""
+        """One spec per worker, groups expanded in file order (computed once per scenario)."""
         out = []
         for g in self.groups:
             if g.count == 1:
@@ -98,6 +99,10 @@ class Scenario:
 
     def hints(self) -> tuple[WorkerHint, ...]:
         """What the cost-aware policies are told: caps and true expected affine costs."""
+        return self._hints
+
+    @cached_property
+    def _hints(self) -> tuple[WorkerHint, ...]:
         return tuple(WorkerHint(w.cap, w.expected_fixed_s, w.expected_per_sample_s) for w in self.workers)
 
     def to_dict(self) -> dict[str, Any]:

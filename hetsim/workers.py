@@ -163,22 +163,27 @@ class WorkerStreams:
 
     @classmethod
     def spawn(cls, seed: int, workers: "tuple[WorkerSpec, ...] | list[WorkerSpec]") -> list["WorkerStreams"]:
-        """``SeedSequence(seed).spawn(n)``, then one child per purpose of each worker; a slowdown
-        group's shared timeline comes from the first member's stream."""
+        """Worker i's stream for purpose j (0 noise, 1 delay, 2 slowdown, 3 failure) is the
+        child ``SeedSequence(seed).spawn(n)[i].spawn(4)[j]``, built directly from its spawn key
+        ``(i, j)`` and only for the purposes the worker has; a slowdown group's shared timeline
+        comes from its first member's stream."""
+
+        def rng(i: int, j: int) -> np.random.Generator:
+            return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(i, j))))
+
         streams: list[WorkerStreams] = []
         groups: dict[str, Timeline] = {}
-        for spec, worker_seq in zip(workers, np.random.SeedSequence(seed).spawn(len(workers))):
-            noise_seq, delay_seq, slow_seq, fail_seq = worker_seq.spawn(4)
+        for i, spec in enumerate(workers):
             slowdown = None
             if spec.slowdown is not None:
                 sd = spec.slowdown
                 slowdown = groups.get(sd.group) if sd.group is not None else None
                 if slowdown is None:
-                    slowdown = Timeline(np.random.default_rng(slow_seq), sd.every_s, sd.duration_s)
+                    slowdown = Timeline(rng(i, 2), sd.every_s, sd.duration_s)
                     if sd.group is not None:
                         groups[sd.group] = slowdown
             failure = None
             if spec.failure is not None:
-                failure = Timeline(np.random.default_rng(fail_seq), spec.failure.mtbf_s, spec.failure.repair_s)
-            streams.append(cls(np.random.default_rng(noise_seq), np.random.default_rng(delay_seq), slowdown, failure))
+                failure = Timeline(rng(i, 3), spec.failure.mtbf_s, spec.failure.repair_s)
+            streams.append(cls(rng(i, 0), rng(i, 1), slowdown, failure))
         return streams

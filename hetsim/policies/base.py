@@ -22,7 +22,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from hetsim.partition import split_by_shares
 
@@ -39,8 +39,10 @@ class WorkerHint:
     per_sample_s: float | None = None
 
 
-@dataclass(frozen=True)
-class StepInfo:
+class StepInfo(NamedTuple):
+    """Where a step stands. A named tuple, not a dataclass: engines build one per step, and a
+    tuple is several times cheaper to create."""
+
     step: int
     epoch: int
     step_in_epoch: int
@@ -48,9 +50,8 @@ class StepInfo:
     available: tuple[bool, ...] | None = None  # None: every worker is up
 
 
-@dataclass(frozen=True)
-class StepRecord:
-    """What was measured in one step."""
+class StepRecord(NamedTuple):
+    """What was measured in one step (a named tuple for the same reason as StepInfo)."""
 
     info: StepInfo
     local_batches: tuple[int, ...]

@@ -25,6 +25,9 @@ class Dynamic(Policy):
         self._batches = split_by_shares(self.shares, global_batch, self.caps)
         self._sum_s = np.zeros(n_workers)
         self._steps = np.zeros(n_workers, dtype=np.int64)
+        self._seen_batches: tuple[int, ...] | None = None
+        self._worked = np.zeros(n_workers, dtype=bool)
+        self._run = 0  # steps observed since the split last changed
         self.history: list[tuple[int, ...]] = [self._batches]
 
     def split(self, info: StepInfo) -> tuple[int, ...]:
@@ -34,13 +37,22 @@ class Dynamic(Policy):
         return info.steps_per_epoch - info.step_in_epoch  # re-split after the epoch's last step
 
     def observe(self, record: StepRecord) -> None:
-        worked = np.asarray(record.local_batches) > 0
-        self._sum_s[worked] += np.asarray(record.compute_s)[worked]
-        self._steps[worked] += 1
+        if record.local_batches is not self._seen_batches:  # the split changes once per epoch at most
+            self._count_steps()
+            self._seen_batches = record.local_batches
+            self._worked = np.asarray(record.local_batches) > 0
+        self._sum_s += record.compute_s  # a worker's time only counts in epochs where it had samples
+        self._run += 1
         if record.ends_epoch:
             self._update()
 
+    def _count_steps(self) -> None:
+        """Credit the steps observed since the split last changed to the workers that had samples."""
+        self._steps += self._run * self._worked
+        self._run = 0
+
     def _update(self) -> None:
+        self._count_steps()
         seen = (self._steps > 0) & (self._sum_s > 0)
         self._speed[seen] = self.shares[seen] / (self._sum_s[seen] / self._steps[seen])
         self.shares = self._speed / self._speed.sum()
