@@ -10,10 +10,10 @@ How it stays identical to :func:`hetsim.engines.simpy_engine.run_simpy`:
   drawn many steps at a time (``Distribution.sample(rng, k)`` gives the numbers of ``k`` scalar
   draws), so a step's draws never depend on how steps are grouped here.
 * *Blocks.* ``policy.steady_steps(info)`` says for how many steps the split stays what
-  ``partition`` just returned; those steps are computed together, as (steps x workers) arrays.
-  The policy still gets ``partition`` before and ``observe`` after every step, in order, with the
-  StepInfo and StepRecord the SimPy engine gives it (a re-split every step, as ``adaptive``
-  does, means blocks of one step, vectorised across workers only).
+  ``partition`` just returned; those steps are computed together, as (steps x workers) arrays,
+  and reported with one ``policy.observe_steps`` (equivalent to the SimPy engine's ``observe``
+  per step, with the same StepRecords). A re-split every step, as ``adaptive`` does, means
+  blocks of one step, vectorised across workers only.
 * *Clock.* SimPy adds each timeout to the current time. A step's barrier is
   ``start + compute`` of the k-th worker to finish; rounding is monotone, so that equals
   ``start + (k-th smallest compute)``, and the next start is ``barrier + comm``. One
@@ -101,7 +101,7 @@ def run_vector(scenario: "Scenario", policy: Policy, seed: int | None = None) ->
         trace.epoch[rows] = np.arange(row, row + k) // per_epoch
         trace.start_s[rows] = steps.start_s
         trace.comm_s[rows] = comm_s
-        _drive(policy, info, b, split, steps, per_epoch)
+        policy.observe_steps(info, _Row(split, b), steps.compute_s, steps.included)
         row += k
     return trace.finish()
 
@@ -184,28 +184,6 @@ class _Row(tuple):
 
     def __reduce__(self) -> tuple:
         return tuple, (tuple(self),)  # pickled and copied as the plain tuple it stands for
-
-
-def _drive(policy: Policy, info: StepInfo, b: np.ndarray, split: tuple[int, ...], steps: _Steps,
-           per_epoch: int) -> None:
-    """Tell the policy what it measured in each step of a block, asking for the split of each
-    step after the first (it must not have changed: ``steady_steps`` promised so)."""
-    batches = _Row(split, b)
-    compute = steps.compute_s
-    included = steps.included
-    if included.ndim == 1:  # the same workers in every step
-        flags = [_Row(included.tolist(), included)] * len(compute)
-    else:
-        flags = [_Row(r, a) for r, a in zip(included.tolist(), included)]
-    for j, (values, row) in enumerate(zip(compute.tolist(), compute)):
-        if j > 0:
-            step = info.step + 1
-            info = StepInfo(step, step // per_epoch, step % per_epoch, per_epoch, info.available)
-            again = policy.partition(info)
-            if again is not split and tuple(again) != batches:
-                raise RuntimeError(f"policy {policy.name!r} changed its split at step {step}, within the steps its "
-                                   "steady_steps() promised it would keep")
-        policy.observe(StepRecord(info, batches, _Row(values, row), flags[j]))
 
 
 class _Draws:

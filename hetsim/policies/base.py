@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
+
+import numpy as np
 
 from hetsim.partition import split_by_shares
 
@@ -61,6 +63,17 @@ class StepRecord(NamedTuple):
     @property
     def ends_epoch(self) -> bool:
         return self.info.step_in_epoch == self.info.steps_per_epoch - 1
+
+
+def step_records(first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray,
+                 included: np.ndarray) -> Iterator[StepRecord]:
+    """The StepRecord of each step of a block reported to :meth:`Policy.observe_steps`."""
+    included = np.broadcast_to(included, compute_s.shape)
+    per_epoch = first.steps_per_epoch
+    for j, (times, flags) in enumerate(zip(compute_s.tolist(), included.tolist())):
+        step = first.step + j
+        info = first if j == 0 else first._replace(step=step, epoch=step // per_epoch, step_in_epoch=step % per_epoch)
+        yield StepRecord(info, local_batches, tuple(times), tuple(flags))
 
 
 class Policy:
@@ -112,8 +125,20 @@ class Policy:
 
     def steady_steps(self, info: StepInfo) -> int:
         """For how many steps, from ``info``'s on, ``partition`` is sure to return what it returns
-        now (and ``wait_for`` too), provided ``observe`` and ``partition`` keep being called in
-        order and no worker's availability changes. An engine may compute those steps in one go;
-        1, the default, is always safe; :data:`UNTIL_THE_END` means every remaining step."""
+        now (and ``wait_for`` too), as long as no worker's availability changes. An engine may
+        compute those steps in one go, without asking ``partition`` again, and report them with
+        one ``observe_steps``; 1, the default, is always safe; :data:`UNTIL_THE_END` means every
+        remaining step."""
         return 1
+
+    def observe_steps(self, first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray,
+                      included: np.ndarray) -> None:
+        """Observe consecutive steps that ran with one split, from ``first`` on: ``compute_s`` is
+        (steps x workers), ``included`` the same or one row for all. Equivalent to one ``observe``
+        per step (what this default does); a policy may override it to do the same bookkeeping
+        with fewer Python calls."""
+        if type(self).observe is Policy.observe:  # a policy that ignores measurements
+            return
+        for record in step_records(first, local_batches, compute_s, included):
+            self.observe(record)
 

@@ -37,14 +37,24 @@ class Dynamic(Policy):
         return info.steps_per_epoch - info.step_in_epoch  # re-split after the epoch's last step
 
     def observe(self, record: StepRecord) -> None:
-        if record.local_batches is not self._seen_batches:  # the split changes once per epoch at most
+        self._observe(record.info, record.local_batches, (record.compute_s,))
+
+    def observe_steps(self, first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray,
+                      included: np.ndarray) -> None:
+        self._observe(first, local_batches, compute_s)
+
+    def _observe(self, first: StepInfo, local_batches: tuple[int, ...], rows: Sequence[Sequence[float]]) -> None:
+        """Add each step's times, in order (so a block sums exactly as step by step would)."""
+        if local_batches is not self._seen_batches:  # the split changes once per epoch at most
             self._count_steps()
-            self._seen_batches = record.local_batches
-            self._worked = np.asarray(record.local_batches) > 0
-        self._sum_s += record.compute_s  # a worker's time only counts in epochs where it had samples
-        self._run += 1
-        if record.ends_epoch:
-            self._update()
+            self._seen_batches = local_batches
+            self._worked = np.asarray(local_batches) > 0
+        last = first.steps_per_epoch - 1
+        for j, times in enumerate(rows):
+            self._sum_s += times  # a worker's time only counts in epochs where it had samples
+            self._run += 1
+            if (first.step_in_epoch + j) % first.steps_per_epoch == last:
+                self._update()
 
     def _count_steps(self) -> None:
         """Credit the steps observed since the split last changed to the workers that had samples."""
