@@ -174,8 +174,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if args.resume is None:
             folder = RunFolder.create(args.runs, spec.name)
             folder.write_text("sweep.toml", tomli_w.dumps(spec.to_dict()))
-            write_json(folder, "meta.json", {**provenance(), "executor": executor.description, "cells": len(cells),
-                                             "replications": spec.replications})
+            write_json(folder, "meta.json", {**provenance(), "executor": executor.description, "engine": spec.engine,
+                                             "cells": len(cells), "replications": spec.replications})
         done = folder.done_cells()
         todo = [c for c in cells if c.index not in done]
         print(f"{folder.path}: {len(todo)} of {len(cells)} cells to run ({spec.replications} replications each) "

@@ -103,8 +103,16 @@ def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "platform": platform.platform(),
         "host": socket.gethostname(),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(sys.argv if argv is None else argv),
+        "command": " ".join(command_line() if argv is None else argv),
     }
+
+
+def command_line() -> list[str]:
+    """``sys.argv`` as typed: ``python -m hetsim ...`` rather than the path of ``__main__.py``."""
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name == "__main__.py":
+        argv[0] = f"python -m {Path(argv[0]).parent.name}"
+    return argv
 
 
 def git_commit() -> str | None:
