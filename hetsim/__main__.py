@@ -1,3 +1,5 @@
+"""``python -m hetsim``: the command line (hetsim.cli)."""
+
 import sys
 
 from hetsim.cli import main

@@ -71,15 +71,15 @@ def validate_table(frame: pd.DataFrame) -> pd.DataFrame:
         bad = values.isna() | ~np.isfinite(values.to_numpy(dtype=float, na_value=np.nan))
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ConfigError(column, f"non-numeric value {raw.iloc[row]!r} in data row {row + 1}")
+            raise ConfigError(column, f"non-numeric value {str(raw.iloc[row])!r} in data row {row + 1}")
         if (values < 0).any():
             row = int(np.flatnonzero((values < 0).to_numpy())[0])
-            raise ConfigError(column, f"negative value {raw.iloc[row]!r} in data row {row + 1}")
+            raise ConfigError(column, f"negative value {float(raw.iloc[row]):g} in data row {row + 1}")
         if column in INTEGER_COLUMNS:
             frac = values != np.round(values)
             if frac.any():
                 row = int(np.flatnonzero(frac.to_numpy())[0])
-                raise ConfigError(column, f"non-integer value {raw.iloc[row]!r} in data row {row + 1}")
+                raise ConfigError(column, f"non-integer value {float(raw.iloc[row]):g} in data row {row + 1}")
             values = values.astype(np.int64)
         out[column] = values
     return out

@@ -24,28 +24,19 @@ from hetsim.engines import ENGINE_CHOICES
 from hetsim.config import SweepSpec, builtin_names, builtin_text, load_scenario, load_sweep, point_scenario, tomllib
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize, with_speedups
-from hetsim.cli_common import check_seed, parse_policies, text_table
+from hetsim.cli_common import DEFAULT_SCENARIO, OneLineParser, check_seed, parse_policies, run_main, text_table
 from hetsim.policies import POLICIES
 from hetsim.plots import render_run
-from hetsim.results import RunFolder, markdown_table, provenance, summarize_cells, write_json
+from hetsim.results import RunFolder, markdown_table, provenance, summarize_cells
 from hetsim.simulate import simulate
 from hetsim.sweep import Progress, expand, make_executor, replication_seeds
-from hetsim.trace import Trace, atomic_write
-
-DEFAULT_SCENARIO = "workstation"
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line and exit status 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise ConfigError("", f"{self.prog}: {message}")
-
+from hetsim.files import atomic_write, write_json
+from hetsim.trace import Trace
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="hetsim", description="Simulate synchronous data-parallel SGD on heterogeneous clusters.")
+    parser = OneLineParser(prog="hetsim", description="Simulate synchronous data-parallel SGD on heterogeneous clusters.")
     parser.add_argument("--version", action="version", version=f"hetsim {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
     sub.add_parser("scenarios", help="list the built-in scenarios")
 
@@ -80,14 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
+    def run() -> int:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
-    except ConfigError as exc:
-        print(f"hetsim: error: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
+
+    return run_main("hetsim", run)
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
@@ -162,7 +150,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.resume is not None:
         if args.sweep is not None:
             raise ConfigError("--resume", "give either a sweep file or --resume, not both")
-        folder = RunFolder.open(args.resume)
+        folder = RunFolder.open(args.resume, "--resume")
         spec = folder.spec()
     else:
         spec = load_sweep(args.sweep if args.sweep is not None else tomllib.loads(default_sweep_text()))
@@ -174,7 +162,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if args.resume is None:
             folder = RunFolder.create(args.runs, spec.name)
             folder.write_text("sweep.toml", tomli_w.dumps(spec.to_dict()))
-            write_json(folder, "meta.json", {**provenance(), "executor": executor.description, "engine": spec.engine,
+            write_json(folder.path / "meta.json", {**provenance(), "executor": executor.description, "engine": spec.engine,
                                              "cells": len(cells), "replications": spec.replications})
         done = folder.done_cells()
         todo = [c for c in cells if c.index not in done]

@@ -17,16 +17,15 @@ from typing import Any
 
 from hetsim.analytic import ASYNC_POLICIES, DP_POLICIES, NoClosedForm, Prediction, predict
 from hetsim.calibrate import Calibration, calibrate, read_table, worker_table
-from hetsim.cli_common import check_seed, parse_policies, text_table
+from hetsim.cli_common import DEFAULT_SCENARIO, check_seed, parse_policies, text_table
 from hetsim.config import Scenario, build_scenario, load_scenario
 from hetsim.errors import ConfigError
+from hetsim.files import atomic_write
 from hetsim.logs import import_run
 from hetsim.metrics import mean_ci, step_times
 from hetsim.policies import POLICIES
 from hetsim.simulate import simulate
-from hetsim.trace import atomic_write
 
-DEFAULT_SCENARIO = "workstation"
 CI_LEVEL = 0.95
 
 

@@ -1,11 +1,38 @@
-"""Pieces every subcommand module of the CLI shares: option parsing and plain-text tables."""
+"""Pieces every command line shares (``python -m hetsim`` and ``python -m validation``): the
+one-line error contract, option parsing and plain-text tables."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import argparse
+import sys
+from collections.abc import Callable, Collection, Sequence
 
 from hetsim.errors import ConfigError
 from hetsim.policies import policy_class
+
+DEFAULT_SCENARIO = "workstation"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as a ConfigError: one line and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError("", f"{self.prog}: {message}")
+
+
+def run_main(prog: str, run: Callable[[], int]) -> int:
+    """Run a command; bad input (and a path that cannot be read or written) ends in one line on
+    stderr, ``<prog>: error: ...``, and exit status 2."""
+    try:
+        return run()
+    except ConfigError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            return 0
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"{prog}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+    return 2
 
 
 def parse_policies(text: str) -> list[str]:

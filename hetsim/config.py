@@ -209,18 +209,6 @@ def set_path(raw: dict[str, Any], path: str, value: Any) -> None:
             raise ConfigError(where, f"{'.'.join(keys[:depth])} is a value, not a table or list")
 
 
-def get_path(raw: Mapping[str, Any], path: str) -> Any:
-    node: Any = raw
-    for depth, key in enumerate(path.split(".")):
-        if isinstance(node, list) and key.isdigit() and int(key) < len(node):
-            node = node[int(key)]
-        elif isinstance(node, Mapping) and key in node:
-            node = node[key]
-        else:
-            raise ConfigError(".".join(path.split(".")[: depth + 1]), "no such field")
-    return node
-
-
 # ----------------------------------------------------------------------------- field checks
 
 
@@ -319,7 +307,7 @@ def make_distribution(data: Any, path: str, base_dir: Path | None = None) -> Dis
         return cls(t.number("sigma"))
     if kind == "uniform":
         low = t.number("low")
-        high = t.number("high", minimum=low)
+        high = t.number("high", minimum=low, strict=True)
         return cls(low, high)
     return _make_empirical(t, base_dir)
 
@@ -511,6 +499,8 @@ class SweepSpec:
             out["plots"] = plots
         if self.engine != "auto":
             out["engine"] = self.engine
+        if self.base_dir is not None:  # so a saved sweep still finds the base's relative files
+            out["base_dir"] = self.base_dir
         return out
 
 
@@ -550,7 +540,9 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
         raw, base_dir = copy.deepcopy(dict(source)), None
     else:
         raw, base_dir = read_table(source), Path(source).resolve().parent
-    top = _Table(raw, "", ["name", "base", "policies", "grid", "replications", "seed", "plots", "engine"])
+    top = _Table(raw, "", ["name", "base", "base_dir", "policies", "grid", "replications", "seed", "plots", "engine"])
+    if top.has("base_dir"):  # where the base's relative files are (written into a run's sweep.toml)
+        base_dir = Path(top.string("base_dir"))
     base_ref = top._get("base", ...)
     if isinstance(base_ref, str) and base_dir is not None and (base_dir / base_ref).is_file():
         base_ref = str(base_dir / base_ref)

@@ -18,7 +18,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from hetsim.metrics import step_times, summarize
-from hetsim.trace import Trace, atomic_write
+from hetsim.files import atomic_write
+from hetsim.trace import Trace
 
 
 def _axes(ax: Axes | None, size: tuple[float, float] = (6.0, 4.0)) -> Axes:

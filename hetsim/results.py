@@ -17,7 +17,6 @@ half-written file; the parts present are exactly the cells that finished.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import platform
 import re
 import socket
@@ -34,9 +33,10 @@ from hetsim import __version__
 from hetsim.config import SweepSpec, load_sweep
 from hetsim.errors import ConfigError
 from hetsim.metrics import mean_ci
-from hetsim.trace import atomic_write
+from hetsim.files import atomic_write
 
 METRICS = ("mean_step_s", "total_time_s", "throughput_sps", "mean_utilization")
+PART = re.compile(r"cell-(\d{5})\.parquet")  # a finished cell; anything else in parts/ is ignored
 
 
 class RunFolder:
@@ -46,7 +46,10 @@ class RunFolder:
     @classmethod
     def create(cls, root: Path, name: str) -> "RunFolder":
         """A new ``root/NNNN_<name>`` numbered after the highest existing one; never reuses a folder."""
-        root.mkdir(parents=True, exist_ok=True)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError("--runs", f"cannot make {root}: {exc.strerror or exc}") from None
         numbers = [int(m.group(1)) for p in root.iterdir() if (m := re.match(r"(\d{4})_", p.name))]
         safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "sweep"
         number = max(numbers, default=0) + 1
@@ -59,10 +62,11 @@ class RunFolder:
                 number += 1
 
     @classmethod
-    def open(cls, path: Path) -> "RunFolder":
+    def open(cls, path: Path, option: str = "run_dir") -> "RunFolder":
+        """An existing results folder; ``option`` names the argument it came from in errors."""
         folder = cls(path)
         if not (folder.path / "sweep.toml").is_file():
-            raise ConfigError("--resume", f"{path} is not a sweep results folder (no sweep.toml)")
+            raise ConfigError(option, f"{path} is not a sweep results folder (no sweep.toml)")
         return folder
 
     def spec(self) -> SweepSpec:
@@ -83,11 +87,13 @@ class RunFolder:
 
     def done_cells(self) -> set[int]:
         parts = self.path / "parts"
-        return {int(p.stem[5:]) for p in parts.glob("cell-*.parquet")} if parts.is_dir() else set()
+        if not parts.is_dir():
+            return set()
+        return {int(m.group(1)) for p in parts.iterdir() if (m := PART.fullmatch(p.name))}
 
     def results(self) -> pd.DataFrame:
         """All finished rows, ordered by cell and replication."""
-        parts = sorted((self.path / "parts").glob("cell-*.parquet"))
+        parts = sorted(p for p in (self.path / "parts").glob("cell-*.parquet") if PART.fullmatch(p.name))
         if not parts:
             raise ConfigError(str(self.path), "no finished cells yet")
         frame = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
@@ -164,7 +170,3 @@ def markdown_table(summary: pd.DataFrame, axes: Sequence[str], policies: Sequenc
         idx = idx if isinstance(idx, tuple) else (idx,)
         lines.append("| " + " | ".join([*map(str, idx), *map(str, row.tolist())]) + " |")
     return "\n".join(lines)
-
-
-def write_json(folder: RunFolder, name: str, data: Any) -> None:
-    folder.write_text(name, json.dumps(data, indent=2, default=str) + "\n")

@@ -9,7 +9,7 @@ sweep killed at any moment loses at most the cells in flight.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
@@ -160,14 +160,3 @@ class Progress:
     @property
     def eta_s(self) -> float:
         return (self.total - self.done) / self.rate if self.rate > 0 else float("inf")
-
-
-def execute(
-    spec: SweepSpec,
-    cells: Iterable[Cell],
-    executor: LocalExecutor | DaskExecutor,
-    on_cell: Callable[[Cell, list[dict[str, Any]]], None],
-) -> None:
-    """Run ``cells`` and hand each finished one to ``on_cell`` (which persists it)."""
-    for cell, rows in executor.run(spec, cells):
-        on_cell(cell, rows)

@@ -15,8 +15,6 @@ time it spent down before computing.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -94,29 +92,6 @@ class Trace:
         cols = {c: frame[c].to_numpy(dtype=t) for c, t in _NUMERIC.items()}
         synchronous = bool((frame.groupby("step").size() == n_workers).all())
         return cls(policy=str(policies[0]), n_workers=n_workers, synchronous=synchronous, **cols)
-
-    def write(self, directory: str | Path, stem: str = "trace") -> list[Path]:
-        """Write ``<stem>.parquet`` and ``<stem>.csv`` atomically; returns the paths."""
-        frame = self.to_frame()
-        out = []
-        for suffix, writer in ((".parquet", lambda f, p: f.to_parquet(p, index=False)), (".csv", lambda f, p: f.to_csv(p, index=False))):
-            target = Path(directory) / f"{stem}{suffix}"
-            atomic_write(target, lambda tmp: writer(frame, tmp))
-            out.append(target)
-        return out
-
-
-def atomic_write(target: Path, write) -> None:
-    """Call ``write(tmp_path)`` on a temporary file beside ``target``, then rename it into place."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class TraceBuilder:

@@ -125,10 +125,6 @@ class WorkerSpec:
     def cap(self) -> float:
         return float("inf") if self.max_batch is None else float(self.max_batch)
 
-    @property
-    def is_deterministic(self) -> bool:
-        return self.noise.is_constant and self.delay.is_constant
-
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "name": self.name,

@@ -102,30 +102,28 @@ def test_local_pool_inline_and_dask_local_cluster_give_identical_results(tmp_pat
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_a_sweep_killed_mid_run_resumes_to_exactly_the_uninterrupted_result(tmp_path, capsys):
-    sweep = write_sweep(tmp_path, steps_per_epoch=100, epochs=4, replications=3)
+    # Cells long enough (SimPy engine, 1000 steps x 3 replications) that the kill lands mid-run.
+    sweep = write_sweep(tmp_path, steps_per_epoch=250, epochs=4, replications=3)
     full = tmp_path / "full"
-    assert main(["sweep", str(sweep), "--runs", str(full), "--jobs", "1"]) == 0
+    assert main(["sweep", str(sweep), "--runs", str(full), "--jobs", "1", "--engine", "simpy"]) == 0
     expected = pd.read_parquet(only_run(full) / "results.parquet")
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "hetsim", "sweep", str(sweep), "--runs", str(killed), "--jobs", "2"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        parts = list(killed.glob("*/parts/*.parquet"))
-        if len(parts) >= 3:
-            break
-        time.sleep(0.02)
+    proc = subprocess.Popen([sys.executable, "-m", "hetsim", "sweep", str(sweep), "--runs", str(killed), "--jobs", "2",
+                             "--engine", "simpy"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(killed.glob("*/parts/*.parquet")):
+        time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     run = only_run(killed)
     done = list((run / "parts").glob("*.parquet"))
-    assert 3 <= len(done) < 12, "the kill should land mid-run"
+    assert 1 <= len(done) < 12, "the kill should land mid-run"
     assert not (run / "results.parquet").exists()
     for part in done:  # every file left behind is complete and readable
         assert len(pd.read_parquet(part)) == 3
     capsys.readouterr()
-    assert main(["sweep", "--resume", str(run), "--jobs", "2"]) == 0
+    assert main(["sweep", "--resume", str(run), "--jobs", "2", "--engine", "simpy"]) == 0
     assert "12 cells x 3 replications" in capsys.readouterr().out
     pd.testing.assert_frame_equal(pd.read_parquet(run / "results.parquet"), expected)
 

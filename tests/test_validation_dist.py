@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -119,16 +118,15 @@ def test_short_default_run_and_compare_complete(tmp_path, capsys):
 
 def test_a_dead_rank_fails_the_run_fast_and_keeps_the_trace(tmp_path):
     out = tmp_path / "run"
-    # 3 warm-up + 6 probe steps, then equal: crash rank 1 in equal's second epoch
-    t0 = time.monotonic()
+    # 3 warm-up + 6 probe steps, then equal: crash rank 1 in equal's second epoch. The process
+    # group timeout is far longer than the run is allowed (the subprocess timeout), so the run
+    # can only pass by noticing the dead peer, not by waiting out the timeout.
     run = _validation("run", "--epochs", "3", "--policies", "equal", "--probe-repeats", "1", "--out", str(out),
-                      "--crash-at", "1=25", "--timeout-s", "20")
-    elapsed = time.monotonic() - t0
+                      "--crash-at", "1=25", "--timeout-s", "900", timeout=120)
     assert run.returncode != 0
     assert "rank 1: injected crash" in run.stderr
     assert "validation: error: rank 1 failed first" in run.stderr
     assert "rank 0: failed during policy equal" in run.stderr
-    assert elapsed < 20, f"took {elapsed:.1f} s"
     trace = pd.read_csv(out / "trace.csv")
     assert set(trace["policy"]) == {"probe", "equal"}
     assert trace.loc[trace["policy"] == "equal", "epoch"].max() == 0

@@ -1,6 +1,6 @@
 """``python -m validation``: ``run`` (launch the ranks, print the per-policy summary) and
-``compare`` (simulator vs measurement). The only module of the launcher side that prints;
-bad input ends in one line on stderr (``validation: error: <field>: <problem>``) and exit
+``compare`` (simulator vs measurement). It prints the launcher's output (each rank's own
+status and errors come from ``validation.train``); bad input ends in one line on stderr (``validation: error: <field>: <problem>``) and exit
 status 2.
 """
 
@@ -13,19 +13,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from hetsim.cli_common import OneLineParser, run_main
 from hetsim.errors import ConfigError
 from validation.config import add_run_options, build_config
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise ConfigError("", f"{self.prog}: {message}")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="validation", description="Real data-parallel training with torch.distributed under "
+    parser = OneLineParser(prog="validation", description="Real data-parallel training with torch.distributed under "
                      "hetsim's policies, and how well the simulator predicts it.")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     run = sub.add_parser("run", help="launch the ranks on this machine (no arguments: the embedded default run)")
     add_run_options(run)
     cmp = sub.add_parser("compare", help="calibrate on part of a run, simulate its policies, print predicted vs measured")
@@ -98,12 +94,9 @@ COMMANDS = {"run": cmd_run, "compare": cmd_compare}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
+    def run() -> int:
         args = build_parser().parse_args(argv)
         args.argv = list(argv)[1:] if argv is not None else None
         return COMMANDS[args.command](args)
-    except ConfigError as exc:
-        print(f"validation: error: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
+
+    return run_main("validation", run)

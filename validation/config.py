@@ -138,6 +138,19 @@ def _number(text: Any, option: str, *, minimum: float = 0.0) -> float:
     return value
 
 
+def _integer(value: Any, option: str, *, minimum: int = 0) -> int:
+    """A whole number (an int, or a string of one from the command line) of at least ``minimum``."""
+    if isinstance(value, bool) or isinstance(value, float) or not isinstance(value, (int, str)):
+        raise ConfigError(option, f"expected an integer, got {value!r}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(option, f"expected an integer, got {value!r}") from None
+    if number < minimum:
+        raise ConfigError(option, f"must be >= {minimum}, got {number}")
+    return number
+
+
 def _rank_map(raw: Mapping[Any, Any] | None, items: Sequence[str], option: str) -> dict[int, str]:
     """A file table ``{rank: value}`` merged with command-line ``RANK=VALUE`` items (per rank)."""
     out: dict[int, str] = {}
@@ -154,6 +167,8 @@ def _rank_map(raw: Mapping[Any, Any] | None, items: Sequence[str], option: str) 
 
 
 def _policies(value: Any, option: str) -> tuple[str, ...]:
+    if not isinstance(value, (str, list, tuple)):
+        raise ConfigError(option, f"expected a comma-separated string or a list of policy names, got {value!r}")
     names = [p.strip() for p in value.split(",")] if isinstance(value, str) else [str(p).strip() for p in value]
     names = [n for n in names if n]
     if not names:
@@ -186,24 +201,18 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
     def pick(key: str, cli: Any) -> Any:
         return cli if cli is not None else raw.get(key, getattr(base, key))
 
-    world_size = int(pick("world_size", args.world_size))
+    world_size = _integer(pick("world_size", args.world_size), "--world-size", minimum=1)
     if world_size_env is not None:
         world_size = world_size_env
-    if world_size < 1:
-        raise ConfigError("--world-size", f"must be >= 1, got {world_size}")
     policies = _policies(pick("policies", args.policies), "--policies")
-    epochs = int(pick("epochs", args.epochs))
-    if epochs < 1:
-        raise ConfigError("--epochs", f"must be >= 1, got {epochs}")
-    global_batch = int(pick("global_batch", args.global_batch))
+    epochs = _integer(pick("epochs", args.epochs), "--epochs", minimum=1)
+    global_batch = _integer(pick("global_batch", args.global_batch), "--global-batch", minimum=1)
     if global_batch < world_size:
         raise ConfigError("--global-batch", f"{global_batch} is smaller than the world size ({world_size})")
     if global_batch > N_TRAIN:
         raise ConfigError("--global-batch", f"{global_batch} is more than the {N_TRAIN} training samples")
     lr = _number(pick("lr", args.lr), "--lr")
-    seed = int(pick("seed", args.seed))
-    if seed < 0:
-        raise ConfigError("--seed", f"must be >= 0, got {seed}")
+    seed = _integer(pick("seed", args.seed), "--seed")
 
     file_or_default = lambda key: raw[key] if key in raw else getattr(base, key)  # noqa: E731
     delay = _rank_map(file_or_default("delay"), args.delay, "--delay")
@@ -216,10 +225,10 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
     for rank, spec in delay.items():
         parse_delay_spec(spec, f"--delay {rank}")
     devices_raw = pick("devices", args.devices)
+    if not isinstance(devices_raw, str) and not (isinstance(devices_raw, (list, tuple)) and all(isinstance(d, str) for d in devices_raw)):
+        raise ConfigError("--devices", f"expected a comma-separated string or a list of device names, got {devices_raw!r}")
     devices = parse_devices(devices_raw if isinstance(devices_raw, str) else ",".join(devices_raw), world_size)
-    probe_repeats = int(pick("probe_repeats", args.probe_repeats))
-    if probe_repeats < 0:
-        raise ConfigError("--probe-repeats", f"must be >= 0, got {probe_repeats}")
+    probe_repeats = _integer(pick("probe_repeats", args.probe_repeats), "--probe-repeats")
     _check_barrier_policies(policies, world_size, global_batch)
     costly = [p for p in policies if policy_class(p).needs_costs]
     if costly and probe_repeats == 0:
@@ -246,7 +255,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         devices=devices,
         probe_fractions=fractions,
         probe_repeats=probe_repeats,
-        warmup_steps=int(raw.get("warmup_steps", base.warmup_steps)),
+        warmup_steps=_integer(raw.get("warmup_steps", base.warmup_steps), "warmup_steps"),
         timeout_s=timeout_s,
         combine=combine,
         out=args.out,

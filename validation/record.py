@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 from hetsim.metrics import summarize
-from hetsim.trace import COLUMNS, Trace, atomic_write
+from hetsim.files import atomic_write, write_json
+from hetsim.trace import COLUMNS, Trace
 
 EPOCH_COLUMNS = ("policy", "epoch", "train_loss", "test_loss", "test_accuracy", "elapsed_s", "split")
 
@@ -59,10 +60,6 @@ def step_rows(policy: str, epoch: int, step: int, start_s: float, split: Sequenc
         }
         for rank, t in enumerate(timings)
     ]
-
-
-def write_json(path: Path, data: Any) -> None:
-    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(data, indent=2, default=str) + "\n"))
 
 
 class RunWriter:

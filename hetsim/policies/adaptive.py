@@ -106,13 +106,16 @@ class Adaptive(Policy):
     def _update(self, available: tuple[bool, ...] | None) -> None:
         self._fit()
         known = ~np.isnan(self.per_sample_s)
-        caps = [c if k else 0 for c, k in zip(self.caps, known)]
-        if available is not None:
-            caps = [c if up else 0 for c, up in zip(caps, available)]
+        if not known.any():
+            return
+        # A worker never measured (down since the start) is assumed average until it is measured.
+        fixed = np.where(known, self.fixed_s, self.fixed_s[known].mean())
+        per_sample = np.where(known, self.per_sample_s, self.per_sample_s[known].mean())
+        caps = list(self.caps) if available is None else [c if up else 0 for c, up in zip(self.caps, available)]
         if sum(caps) < self.global_batch:
             return
-        proposal = water_fill(self.fixed_s, np.where(known, self.per_sample_s, 1.0), self.global_batch, caps)
-        predict = lambda b: max_time(self.fixed_s, np.where(known, self.per_sample_s, np.inf), b)  # noqa: E731
+        proposal = water_fill(fixed, per_sample, self.global_batch, caps)
+        predict = lambda b: max_time(fixed, per_sample, b)  # noqa: E731
         current = predict(self._batches)
         if not np.isfinite(current) or predict(proposal) < (1 - self.hysteresis) * current:
             self._batches = proposal

@@ -65,6 +65,9 @@ class Dynamic(Policy):
         self._count_steps()
         seen = (self._steps > 0) & (self._sum_s > 0)
         self._speed[seen] = self.shares[seen] / (self._sum_s[seen] / self._steps[seen])
+        never = self._speed == 0  # down for every step so far: assume an average worker, not a dead one
+        if never.any() and not never.all():
+            self._speed[never] = self._speed[~never].mean()
         self.shares = self._speed / self._speed.sum()
         self._batches = split_by_shares(self.shares, self.global_batch, self.caps)
         self.history.append(self._batches)

@@ -67,7 +67,7 @@ class KSync(_FirstK):
             raise ConfigError("policy.k", f"must be at most the number of workers ({n_workers}), got {self.k}")
 
     def wait_for(self) -> int:
-        return self.n_workers - 1 if self.k is None else self.k
+        return max(1, self.n_workers - 1) if self.k is None else self.k
 
 
 class Async(Policy):

@@ -1,0 +1,1 @@
+"""The embedded default sweep (``python -m hetsim sweep --show-default`` prints it)."""
