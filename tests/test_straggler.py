@@ -211,3 +211,20 @@ def test_bad_straggler_parameters_get_one_line_and_exit_2(argv, message, capsys)
     assert main(["simulate", *argv, "--set", "workload.epochs=1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize("name", ["dynamic", "adaptive"])
+def test_a_worker_down_from_the_start_gets_work_once_it_is_back(name):
+    policy = make_policy(name)
+    policy.reset(2, 256, [WorkerHint()] * 2)
+    splits = []
+    for k in range(40):
+        up = (True, k >= 10)  # worker 1 is down for the whole first epoch
+        info = StepInfo(k, k // 10, k % 10, 10, up)
+        b = policy.partition(info)
+        splits.append(b)
+        t = tuple(0.01 + 0.001 * x if x else 0.0 for x in b)
+        policy.observe(StepRecord(info, b, t, tuple(x > 0 for x in b)))
+    assert all(b == (256, 0) for b in splits[:10])
+    assert all(b[1] > 0 for b in splits[20:])  # back in the split, not starved forever
+    assert abs(splits[-1][0] - splits[-1][1]) <= 2  # identical workers end up balanced
