@@ -24,8 +24,7 @@ from hetsim.engines import ENGINE_CHOICES
 from hetsim.config import SweepSpec, builtin_names, builtin_text, load_scenario, load_sweep, point_scenario, tomllib
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize, with_speedups
-from hetsim.cli_common import DEFAULT_SCENARIO, OneLineParser, check_seed, parse_policies, run_main, text_table
-from hetsim.policies import POLICIES
+from hetsim.cli_common import OneLineParser, add_scenario_options, check_seed, parse_policies, run_main, text_table
 from hetsim.plots import render_run
 from hetsim.results import RunFolder, markdown_table, provenance, summarize_cells
 from hetsim.simulate import simulate
@@ -45,11 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
 
     sim = sub.add_parser("simulate", help="simulate policies on one scenario and seed")
-    sim.add_argument("scenario", nargs="?", default=DEFAULT_SCENARIO, help=f"built-in name or file (default: {DEFAULT_SCENARIO})")
-    sim.add_argument("--policy", default=",".join(POLICIES), help="comma-separated policies (default: all)")
-    sim.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field, e.g. workers.1.per_sample_s=0.004")
-    sim.add_argument("--seed", type=int, default=None, help="random seed (default: the scenario's)")
-    sim.add_argument("--json", action="store_true", help="print the summaries as a JSON list")
+    add_scenario_options(sim, "print the summaries as a JSON list")
     sim.add_argument("--out", type=Path, default=None, metavar="DIR", help="write trace.parquet, trace.csv and summary.json")
     sim.add_argument("--engine", choices=ENGINE_CHOICES, default="auto",
                      help="simpy (the reference), vector (barrier policies; the same traces, faster) or auto "

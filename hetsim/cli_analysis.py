@@ -17,13 +17,12 @@ from typing import Any
 
 from hetsim.analytic import ASYNC_POLICIES, DP_POLICIES, NoClosedForm, Prediction, predict
 from hetsim.calibrate import Calibration, calibrate, read_table, worker_table
-from hetsim.cli_common import DEFAULT_SCENARIO, check_seed, parse_policies, text_table
+from hetsim.cli_common import add_scenario_options, check_seed, parse_policies, text_table
 from hetsim.config import Scenario, build_scenario, load_scenario
 from hetsim.errors import ConfigError
 from hetsim.files import atomic_write
 from hetsim.logs import import_run
 from hetsim.metrics import mean_ci, step_times
-from hetsim.policies import POLICIES
 from hetsim.simulate import simulate
 
 CI_LEVEL = 0.95
@@ -32,11 +31,7 @@ CI_LEVEL = 0.95
 def add_subcommands(sub: Any) -> None:
     """Add ``analyze``, ``calibrate`` and ``import-logs`` to an argparse subparsers object."""
     an = sub.add_parser("analyze", help="analytic prediction beside the simulated mean and its 95%% CI, per policy")
-    an.add_argument("scenario", nargs="?", default=DEFAULT_SCENARIO, help=f"built-in name or file (default: {DEFAULT_SCENARIO})")
-    an.add_argument("--policy", default=",".join(POLICIES), help="comma-separated policies (default: all)")
-    an.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
-    an.add_argument("--seed", type=int, default=None, help="random seed of the simulation (default: the scenario's)")
-    an.add_argument("--json", action="store_true", help="print the comparison as a JSON list")
+    add_scenario_options(an, "print the comparison as a JSON list")
 
     cal = sub.add_parser("calibrate", help="fit a scenario to a trace (CSV or Parquet)")
     cal.add_argument("trace", help="trace file with at least worker, local_batch, compute_s")
