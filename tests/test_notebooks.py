@@ -3,7 +3,8 @@
 The execution tests run every notebook with nbclient under ``HETSIM_NOTEBOOK_SMALL=1`` (the
 notebooks' quick mode) in a fresh kernel, with the working directory and ``TMPDIR`` in pytest's
 temporary folder, so a notebook that writes outside its temporary folder cannot touch the
-repository; a cell that raises fails the test.
+repository; a cell that raises fails the test, and a last cell added by the test checks the
+numbers the notebook computed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,28 @@ def test_committed_without_outputs(name: str) -> None:
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
 
 
+# Checks appended to each notebook as a last cell: the numbers it shows must be the right ones.
+CHECKS = {
+    "01_reproduce_paper.ipynb": """
+for delay in DELAYS:
+    for policy in ALGORITHMS:
+        log = summarize(first_epochs(logged[delay, policy][1], EPOCHS)).mean_step_s
+        sim = summarize(simulated[delay][policy]).mean_step_s
+        assert abs(sim / log - 1) < 0.10, (delay, policy, sim, log)
+""",
+    "02_policy_landscape.ipynb": """
+cell = lambda policy, slow, noise: summary[(summary.policy == policy) & (summary.slow_factor == slow) & (summary.noise == noise)]
+assert (cell("optimal", 1.0, "none").speedup_vs_equal.between(0.999, 1.001)).all()  # nothing to win
+assert (cell("optimal", 4.0, "none").speedup_vs_equal > 1.5).all()
+assert (cell("optimal", 4.0, "none").speedup_vs_equal.values >= cell("dynamic", 4.0, "none").speedup_vs_equal.values - 1e-9).all()
+""",
+    "03_calibration.ipynb": """
+assert fits["per sample (us)"].iloc[-1] > fits["per sample (us)"].iloc[0]  # the injected per-sample delay is found
+assert np.median([abs(c.step_error) for c in comparisons]) < 0.5
+""",
+}
+
+
 def _execute(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     nbclient = pytest.importorskip("nbclient")
     monkeypatch.setenv("HETSIM_NOTEBOOK_SMALL", "1")
@@ -42,6 +65,7 @@ def _execute(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     # is this interpreter with hetsim installed.
     monkeypatch.setenv("JUPYTER_PATH", str(Path(sys.prefix) / "share" / "jupyter"))
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(CHECKS[name]))
     client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                                      resources={"metadata": {"path": str(tmp_path)}})
     client.execute()  # raises CellExecutionError, naming the cell, when one fails
