@@ -275,12 +275,12 @@ class Prediction:
     policy: str
     steps: int
     epochs: int
-    total_time_s: float
+    total_time_s: float = field(init=False)  # steps x mean_step_s
     mean_step_s: float
     p95_step_s: float
     throughput_sps: float
     utilization: tuple[float, ...]
-    mean_utilization: float
+    mean_utilization: float = field(init=False)  # the mean of utilization
     idle_fraction: float
     final_batches: tuple[int, ...]
     steady_step_s: float
@@ -289,6 +289,10 @@ class Prediction:
     fixed_point_batches: tuple[int, ...] | None = None
     trajectory: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
     epochs_to_1pct: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total_time_s", self.mean_step_s * self.steps)
+        object.__setattr__(self, "mean_utilization", float(np.mean(self.utilization)))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types: tuples as lists, NaN (not predicted) as None."""
@@ -414,12 +418,10 @@ def _summarize(scenario: "Scenario", name: str, trajectory: Sequence[tuple[int, 
         policy=name,
         steps=wl.total_steps,
         epochs=wl.epochs,
-        total_time_s=mean_step * wl.total_steps,
         mean_step_s=mean_step,
         p95_step_s=p95,
         throughput_sps=wl.global_batch / mean_step if mean_step > 0 else math.inf,
         utilization=util,
-        mean_utilization=float(np.mean(util)),
         idle_fraction=idle / (n * mean_step) if mean_step > 0 else 0.0,
         final_batches=tuple(int(b) for b in trajectory[-1]),
         steady_step_s=steady,
@@ -486,12 +488,10 @@ def _predict_first_k(scenario: "Scenario", name: str, batches: tuple[int, ...], 
         policy=name,
         steps=wl.total_steps,
         epochs=wl.epochs,
-        total_time_s=mean_step * wl.total_steps,
         mean_step_s=mean_step,
         p95_step_s=p95,
         throughput_sps=float(np.dot(batches, included)) / mean_step,
         utilization=util,
-        mean_utilization=float(np.mean(util)),
         idle_fraction=float(n * barrier - sum(busy)) / (n * mean_step),
         final_batches=batches,
         steady_step_s=mean_step,
@@ -517,12 +517,10 @@ def _predict_async(scenario: "Scenario", name: str, batches: tuple[int, ...]) ->
         policy=name,
         steps=updates,
         epochs=wl.epochs,
-        total_time_s=interval * updates,
         mean_step_s=interval,
         p95_step_s=math.nan,
         throughput_sps=float(np.dot(batches, rates)),
         utilization=util,
-        mean_utilization=float(np.mean(util)),
         idle_fraction=0.0,
         final_batches=batches,
         steady_step_s=interval,
