@@ -15,8 +15,8 @@ import json
 import sys
 import time
 
-from hetsim.cli import default_sweep_text
-from hetsim.config import load_sweep, tomllib
+from hetsim.config import tomllib
+from hetsim.sweepfile import default_sweep_text, load_sweep
 from hetsim.sweep import expand, make_executor
 
 

@@ -12,7 +12,6 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from importlib import resources
 from pathlib import Path
 
 import tomli_w
@@ -21,7 +20,8 @@ from hetsim import __version__
 from hetsim.cli_analysis import COMMANDS as ANALYSIS_COMMANDS
 from hetsim.cli_analysis import add_subcommands
 from hetsim.engines import ENGINE_CHOICES
-from hetsim.config import SweepSpec, builtin_names, builtin_text, load_scenario, load_sweep, point_scenario, tomllib
+from hetsim.config import builtin_names, builtin_text, load_scenario, tomllib
+from hetsim.sweepfile import SweepSpec, default_sweep_text, load_sweep, point_scenario
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize, with_speedups
 from hetsim.cli_common import OneLineParser, add_scenario_options, check_seed, parse_policies, run_main, text_table
@@ -240,10 +240,6 @@ def _progress_printer(progress: Progress):
             print(text, file=sys.stderr, flush=True)
 
     return show
-
-
-def default_sweep_text() -> str:
-    return resources.files("hetsim.sweeps").joinpath("default.toml").read_text(encoding="utf-8")
 
 
 COMMANDS = {"scenarios": cmd_scenarios, "show": cmd_show, "simulate": cmd_simulate, "sweep": cmd_sweep, "report": cmd_report, **ANALYSIS_COMMANDS}

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from hetsim import __version__
-from hetsim.config import SweepSpec, load_sweep
+from hetsim.sweepfile import SweepSpec, load_sweep
 from hetsim.errors import ConfigError
 from hetsim.metrics import mean_ci
 from hetsim.files import atomic_write

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from hetsim.config import SweepSpec, grid_points, point_scenario
+from hetsim.sweepfile import SweepSpec, grid_points, point_scenario
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize
 from hetsim.simulate import simulate

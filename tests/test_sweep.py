@@ -15,7 +15,7 @@ import tomli_w
 from matplotlib.image import imread
 
 from hetsim.cli import main
-from hetsim.config import load_sweep, point_scenario
+from hetsim.sweepfile import load_sweep, point_scenario
 from hetsim.sweep import expand, replication_seeds
 
 from conftest import scenario_dict

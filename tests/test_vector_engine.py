@@ -189,7 +189,7 @@ def test_auto_picks_vector_for_barrier_policies_and_simpy_for_async():
 
 
 def test_sweep_files_take_an_engine_and_cells_give_the_same_rows_on_each():
-    from hetsim.config import SWEEP_ENGINES, load_sweep
+    from hetsim.sweepfile import SWEEP_ENGINES, load_sweep
     from hetsim.engines import ENGINE_CHOICES
     from hetsim.sweep import expand, run_cell
 
