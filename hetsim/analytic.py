@@ -1,66 +1,46 @@
-"""Closed-form and numerical predictions of what the simulator measures.
+"""Closed-form and numerical predictions of what the simulator measures, per policy.
 
-This module owns the analytic side of hetsim:
+:func:`predict` turns a scenario and a policy into the simulator's Summary fields in
+expectation, using the order statistics of :mod:`hetsim.orderstats`. Which model applies is
+asked of the policy's traits, never its name:
 
-* order statistics of independent, non-identical random times: :func:`expected_max`
-  (``int_0^inf 1 - prod_i F_i(t) dt``), :func:`expected_kth` (the k-th smallest, through the
-  Poisson-binomial count of finished workers) and the exact inclusion-exclusion formula for
-  exponentials, :func:`expected_max_exponential`, as a cross-check;
-* :class:`ComputeTime`, the distribution of one worker's step time
-  ``(overhead + per_sample * b) * noise + delay``: an exact shift when the delay is constant,
-  a numerical convolution (Stieltjes sum over the noise's CDF) when both are random;
-* :func:`optimal_partition`, the min-max split of expected affine costs (water-filling with
-  caps, see :mod:`hetsim.partition`);
-* :func:`predict`, scenario + policy -> the simulator's Summary fields in expectation: for the
-  static splits and the DP rule E[max] of the compute times (for DP also its fixed point, the
-  per-epoch trajectory of the split obtained by iterating the policy's own update on expected
-  times, and the epochs it takes to come within 1%), for backup/K-sync the k-th order
-  statistic, for async the renewal rate sum_i 1/(E[X_i] + exchange);
+* ``closed_form = False`` (``adaptive``, any policy that does not declare one): no prediction,
+  :class:`NoClosedForm` with the policy's ``no_closed_form_reason``;
+* ``synchronous = False`` (``async``): the renewal rate ``sum_i 1/(E[X_i] + exchange)``;
+* ``wait_for() < n`` (``backup``, ``ksync``): the k-th order statistic;
+* every other barrier policy: E[max] of the compute times of the split in force each epoch,
+  where the splits are what the policy itself chooses when its own ``observe`` is fed expected
+  times, one epoch at a time (a constant split for the static policies; for the DP rule its
+  per-epoch trajectory). A policy that knows its fixed point (``fixed_point_shares``) also gets
+  it and the epochs it takes to come within 1% of it.
 
-Policies without a closed form (``adaptive``; any policy on workers with slowdown episodes or
-failures) raise :class:`NoClosedForm` with the reason.
+Workers with slowdown episodes or failures make step times time-dependent: no closed form.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
-from itertools import combinations
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import integrate, optimize, stats
+from scipy import optimize
 
-from hetsim.distributions import Constant, Empirical
-from hetsim.errors import ConfigError
-from hetsim.partition import balanced_time, split_by_shares, water_fill
-from hetsim.policies import POLICIES, StepInfo, StepRecord, make_policy
+from hetsim.distributions import Constant
+from hetsim.orderstats import (
+    TAIL_Q, ComputeTime, KthOf, MaxOf, TimeDistribution, expected_kth, expected_max, integrate_survival, kth_cdf,
+    max_cdf, quantile,
+)
+from hetsim.partition import split_by_shares
+from hetsim.policies import Policy, StepInfo, StepRecord, make_policy
 from hetsim.workers import WorkerSpec
 
 if TYPE_CHECKING:
     from hetsim.config import Scenario
 
-STATIC_POLICIES = ("equal", "proportional", "optimal")
-DP_POLICIES = ("dynamic", "dynamic-enhanced")
-FIRST_K_POLICIES = ("backup", "ksync")
-ASYNC_POLICIES = ("async",)
-NO_CLOSED_FORM = {
-    "adaptive": "its split follows online estimates of the measured times, so it depends on the random history "
-    "of the run",
-}
 CONVERGENCE_TOL = 0.01
-_CONV_GRID = 4001
-_TAIL_Q = 1e-13
-
-
-class TimeDistribution(Protocol):
-    def mean(self) -> float: ...
-
-    def var(self) -> float: ...
-
-    def cdf(self, t: Any) -> Any: ...
 
 
 class NoClosedForm(ValueError):
@@ -69,197 +49,6 @@ class NoClosedForm(ValueError):
     def __init__(self, policy: str, reason: str) -> None:
         self.policy, self.reason = policy, reason
         super().__init__(f"no closed form for {policy!r} because {reason}")
-
-
-# ----------------------------------------------------------------------------- distributions
-
-
-def _atoms(dist: TimeDistribution) -> np.ndarray | None:
-    """The support points of a purely discrete distribution; None for one with a continuous part."""
-    if isinstance(dist, Constant):
-        return np.array([dist.value])
-    if isinstance(dist, Empirical):
-        return np.unique(np.asarray(dist.samples, dtype=float))
-    if isinstance(dist, ComputeTime):
-        return dist.atoms()
-    return None
-
-
-def quantile(dist: TimeDistribution, q: float) -> float:
-    """The smallest t >= 0 with F(t) >= q, by bracketing and root finding on the CDF."""
-    atoms = _atoms(dist)
-    if atoms is not None:
-        cum = np.asarray(dist.cdf(atoms), dtype=float)
-        return float(atoms[min(int(np.searchsorted(cum, q - 1e-15)), len(atoms) - 1)])
-    if float(dist.cdf(0.0)) >= q:
-        return 0.0
-    hi = max(dist.mean(), 1e-12)
-    while float(dist.cdf(hi)) < q:
-        hi *= 2.0
-    return float(optimize.brentq(lambda t: float(dist.cdf(t)) - q, 0.0, hi, xtol=1e-15 + 1e-13 * hi))
-
-
-class ComputeTime:
-    """One worker's compute time for a positive local batch: ``scale * noise + delay`` with
-    ``scale = overhead_s + per_sample_s * b``.
-
-    Exact when either part is constant (a shift or a scaling of the other's CDF) or discrete (a
-    finite mixture of those). When both are continuous the CDF is the convolution ``F(t) = E_N[F_D(t - scale N)]``, computed as a midpoint
-    Stieltjes sum over a fine grid of the noise's CDF, from its 1e-13 quantile up to where
-    ``t - scale N`` reaches the delay's lowest value (so the kink there is a grid end; error
-    about 1e-8 in the CDF, far below any simulation's sampling error).
-    """
-
-    def __init__(self, scale_s: float, noise: TimeDistribution, delay: TimeDistribution) -> None:
-        if scale_s < 0:
-            raise ValueError(f"scale must be >= 0, got {scale_s}")
-        self.scale_s, self.noise, self.delay = float(scale_s), noise, delay
-        self._noise_atoms = _atoms(noise) if scale_s > 0 else np.array([0.0])
-        self._delay_atoms = _atoms(delay)
-        self._grid: tuple[np.ndarray, np.ndarray] | None = None  # noise range, delay's lowest value
-
-    @classmethod
-    def of(cls, spec: WorkerSpec, local_batch: float) -> "ComputeTime":
-        return cls(spec.overhead_s + spec.per_sample_s * local_batch, spec.noise, spec.delay)
-
-    def mean(self) -> float:
-        return self.scale_s * self.noise.mean() + self.delay.mean()
-
-    def var(self) -> float:
-        return self.scale_s**2 * self.noise.var() + self.delay.var()
-
-    def atoms(self) -> np.ndarray | None:
-        if self._noise_atoms is None or self._delay_atoms is None:
-            return None
-        return np.unique(np.add.outer(self.scale_s * self._noise_atoms, self._delay_atoms).ravel())
-
-    def cdf(self, t: Any) -> Any:
-        t = np.asarray(t, dtype=float)
-        if self._noise_atoms is not None and self._noise_atoms.size == 1:
-            return self.delay.cdf(t - self.scale_s * self._noise_atoms[0])
-        if self._delay_atoms is not None and self._delay_atoms.size == 1:
-            return self.noise.cdf((t - self._delay_atoms[0]) / self.scale_s)
-        if self._noise_atoms is not None:
-            weights = np.diff(np.concatenate([[0.0], np.asarray(self.noise.cdf(self._noise_atoms), dtype=float)]))
-            return np.tensordot(self.delay.cdf(t[..., None] - self.scale_s * self._noise_atoms), weights, axes=1)
-        if self._delay_atoms is not None:
-            weights = np.diff(np.concatenate([[0.0], np.asarray(self.delay.cdf(self._delay_atoms), dtype=float)]))
-            return np.tensordot(self.noise.cdf((t[..., None] - self._delay_atoms) / self.scale_s), weights, axes=1)
-        return self._convolve(t)
-
-    def _convolve(self, t: np.ndarray) -> np.ndarray:
-        """E_N[F_D(t - scale N)] over the noise values with t - scale N above the delay's lowest
-        value (beyond, F_D is 0): a midpoint Stieltjes sum on a grid ending at that kink."""
-        if self._grid is None:
-            self._grid = (
-                np.array([quantile(self.noise, _TAIL_Q), quantile(self.noise, 1.0 - _TAIL_Q)]),
-                np.array([quantile(self.delay, _TAIL_Q)]),
-            )
-        (lo, hi), (delay_lo,) = self._grid
-        top = np.clip((t - delay_lo) / self.scale_s, lo, hi)[..., None]
-        edges = lo + (top - lo) * np.linspace(0.0, 1.0, _CONV_GRID)
-        cum = np.asarray(self.noise.cdf(edges), dtype=float)
-        cum[..., 0] = 0.0  # the tails beyond the grid go to its end cells, so the mass is 1
-        cum[..., -1] = np.where(top[..., 0] >= hi, 1.0, cum[..., -1])
-        mids = 0.5 * (edges[..., 1:] + edges[..., :-1])
-        return np.sum(self.delay.cdf(t[..., None] - self.scale_s * mids) * np.diff(cum, axis=-1), axis=-1)
-
-
-# ----------------------------------------------------------------------------- order statistics
-
-
-def _integrate_survival(survival: Callable[[np.ndarray], np.ndarray], dists: Sequence[TimeDistribution]) -> float:
-    """int_0^inf survival(t) dt for a survival function built from ``dists``' CDFs."""
-    atoms = [_atoms(d) for d in dists]
-    if all(a is not None for a in atoms):  # piecewise constant: an exact sum
-        points = np.unique(np.concatenate([[0.0], *atoms]))
-        return float(np.sum(np.diff(points) * survival(points[:-1])))
-    hi = max(d.mean() + 12.0 * math.sqrt(max(d.var(), 0.0)) for d in dists)
-    hi = max(hi, 1e-12)
-    jumps = np.unique(np.concatenate([a for a in atoms if a is not None] or [np.empty(0)]))
-    jumps = jumps[(jumps > 0) & (jumps < hi)]
-    scalar = lambda t: float(survival(np.asarray(t, dtype=float)))  # noqa: E731
-    opts: dict[str, Any] = {"epsabs": 1e-13 * hi, "epsrel": 1e-9, "limit": 1000}
-    if jumps.size:
-        body = 0.0
-        for a, b in zip(np.concatenate([[0.0], jumps]), np.concatenate([jumps, [hi]])):
-            body += integrate.quad(scalar, a, b, **opts)[0]
-    else:
-        body = integrate.quad(scalar, 0.0, hi, **opts)[0]
-    tail = integrate.quad(scalar, hi, np.inf, epsabs=1e-10 * hi, epsrel=1e-8, limit=200)[0]
-    return float(body + tail)
-
-
-def _cdf_matrix(dists: Sequence[TimeDistribution], t: np.ndarray) -> np.ndarray:
-    return np.stack([np.clip(np.asarray(d.cdf(t), dtype=float), 0.0, 1.0) for d in dists])
-
-
-def max_cdf(dists: Sequence[TimeDistribution], t: Any) -> Any:
-    """P(max_i X_i <= t) = prod_i F_i(t) for independent X_i."""
-    return np.prod(_cdf_matrix(dists, np.asarray(t, dtype=float)), axis=0)
-
-
-def expected_max(dists: Sequence[TimeDistribution]) -> float:
-    """E[max_i X_i] for independent non-negative times: int_0^inf (1 - prod_i F_i(t)) dt."""
-    if not dists:
-        return 0.0
-    return _integrate_survival(lambda t: 1.0 - max_cdf(dists, t), dists)
-
-
-def expected_max_exponential(rates: Sequence[float]) -> float:
-    """E[max] of independent exponentials with the given rates, by inclusion-exclusion:
-    sum over non-empty subsets S of (-1)^(|S|+1) / sum_{i in S} rate_i. Exact; 2^n terms."""
-    rates = [float(r) for r in rates]
-    if any(r <= 0 for r in rates):
-        raise ValueError("rates must be positive")
-    if len(rates) > 20:
-        raise ValueError(f"inclusion-exclusion over {len(rates)} rates needs 2^{len(rates)} terms; use expected_max")
-    return math.fsum(
-        (-1) ** (size + 1) / math.fsum(subset) for size in range(1, len(rates) + 1) for subset in combinations(rates, size)
-    )
-
-
-def kth_cdf(dists: Sequence[TimeDistribution], k: int, t: Any) -> Any:
-    """P(X_(k) <= t): at least k of the independent X_i have finished by t (Poisson-binomial)."""
-    t = np.atleast_1d(np.asarray(t, dtype=float))
-    p = _cdf_matrix(dists, t)  # (n, T)
-    pmf = np.zeros((len(dists) + 1, t.size))
-    pmf[0] = 1.0
-    for row in p:  # the count of finished workers, one worker at a time
-        pmf[1:] = pmf[1:] * (1.0 - row) + pmf[:-1] * row
-        pmf[0] *= 1.0 - row
-    return pmf[k:].sum(axis=0)
-
-
-def expected_kth(dists: Sequence[TimeDistribution], k: int) -> float:
-    """E[X_(k)], the k-th smallest (1-based) of independent, non-identical times:
-    int_0^inf P(fewer than k finished by t) dt."""
-    n = len(dists)
-    if not 1 <= k <= n:
-        raise ValueError(f"k must be in 1..{n}, got {k}")
-    return _integrate_survival(lambda t: 1.0 - kth_cdf(dists, k, t).reshape(np.shape(t)), dists)
-
-
-# ----------------------------------------------------------------------------- partitions
-
-
-def optimal_partition(workers: Sequence[WorkerSpec], global_batch: int) -> tuple[int, ...]:
-    """The integer split minimising the largest expected compute time ``a_i + c_i b_i``
-    (a worker whose fixed cost alone exceeds the balanced time gets nothing), within caps."""
-    return water_fill(
-        [w.expected_fixed_s for w in workers], [w.expected_per_sample_s for w in workers], global_batch, [w.cap for w in workers]
-    )
-
-
-def balanced_shares(workers: Sequence[WorkerSpec], global_batch: int) -> tuple[float, ...]:
-    """The continuous split where every worker with samples has the same expected compute time
-    (the fixed point of the DP rule; capped workers hold their cap)."""
-    fixed = [w.expected_fixed_s for w in workers]
-    per = [w.expected_per_sample_s for w in workers]
-    caps = [w.cap for w in workers]
-    t_star = balanced_time(fixed, per, global_batch, caps)
-    b = np.minimum(np.maximum((t_star - np.asarray(fixed)) / np.asarray(per), 0.0), np.asarray(caps))
-    return tuple(float(x) for x in b / b.sum())
 
 
 # ----------------------------------------------------------------------------- predictions
@@ -318,49 +107,41 @@ def _barrier_stats(workers: tuple[WorkerSpec, ...], batches: tuple[int, ...]) ->
     return expected_max(comps), means
 
 
-def _check_closed_form(scenario: "Scenario", policy: str) -> None:
-    if policy in NO_CLOSED_FORM:
-        raise NoClosedForm(policy, NO_CLOSED_FORM[policy])
-    if policy not in POLICIES:
-        raise ConfigError("policy", f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
-    if policy not in STATIC_POLICIES + DP_POLICIES + FIRST_K_POLICIES + ASYNC_POLICIES:
-        raise NoClosedForm(policy, "hetsim.analytic has no model of it")
+def _check_closed_form(scenario: Scenario, policy: Policy) -> None:
+    if not policy.closed_form:
+        raise NoClosedForm(policy.name, policy.no_closed_form_reason)
     for i, w in enumerate(scenario.workers):
-        if getattr(w, "slowdown", None) is not None:
-            raise NoClosedForm(policy, f"worker {i} has slowdown episodes, which make the step times time-dependent")
-        if getattr(w, "failure", None) is not None:
-            raise NoClosedForm(policy, f"worker {i} fails and is repaired, which makes the step times time-dependent")
+        if w.slowdown is not None:
+            raise NoClosedForm(policy.name, f"worker {i} has slowdown episodes, which make the step times time-dependent")
+        if w.failure is not None:
+            raise NoClosedForm(policy.name, f"worker {i} fails and is repaired, which makes the step times time-dependent")
 
 
-def predict(scenario: "Scenario", policy: str | None = None, params: Mapping[str, Any] | None = None) -> Prediction:
+def predict(scenario: Scenario, policy: str | None = None, params: Mapping[str, Any] | None = None) -> Prediction:
     """Expected Summary fields of ``policy`` (default: the scenario's) on ``scenario``.
 
-    The step time of a split ``b`` is ``E[max_{i: b_i > 0} X_i] + allreduce``. Static policies
-    are asked for their split through their own ``reset``/``partition``; the DP rule is iterated
-    on expected times through the policy's own ``observe``, one epoch per iteration.
+    The step time of a split ``b`` is ``E[max_{i: b_i > 0} X_i] + allreduce``. The policy is
+    built and reset as a run would, and asked for its splits through its own ``partition`` and
+    ``observe`` (see the module docstring for which model its traits select).
     """
     name = scenario.policy.name if policy is None else policy
-    _check_closed_form(scenario, name)
     kwargs = dict(scenario.policy.params) if name == scenario.policy.name else {}
     obj = make_policy(name, {**kwargs, **dict(params or {})})
-    workers = scenario.workers
+    _check_closed_form(scenario, obj)
     wl = scenario.workload
-    n = len(workers)
-    obj.reset(n, wl.global_batch, scenario.hints())
-    if name in FIRST_K_POLICIES:
-        return _predict_first_k(scenario, name, tuple(obj.partition(StepInfo(0, 0, 0, wl.steps_per_epoch))), obj.wait_for())
-    if name in ASYNC_POLICIES:
-        return _predict_async(scenario, name, tuple(obj.partition(StepInfo(0, 0, 0, wl.steps_per_epoch))))
-    if name in STATIC_POLICIES:
-        batches = tuple(obj.partition(StepInfo(0, 0, 0, wl.steps_per_epoch)))
-        trajectory: tuple[tuple[int, ...], ...] = (batches,) * wl.epochs
-        extra: dict[str, Any] = {}
-    else:
-        trajectory, shares = _iterate_dp(obj, workers, wl.epochs)
-        fixed = balanced_shares(workers, wl.global_batch)
+    obj.reset(scenario.n_workers, wl.global_batch, scenario.hints())
+    first = tuple(obj.partition(StepInfo(0, 0, 0, wl.steps_per_epoch)))
+    if not obj.synchronous:
+        return _predict_async(scenario, name, first)
+    if obj.wait_for() < scenario.n_workers:
+        return _predict_first_k(scenario, name, first, obj.wait_for())
+    trajectory, shares = _iterate(obj, scenario.workers, wl.epochs)
+    fixed = obj.fixed_point_shares()
+    extra: dict[str, Any] = {}
+    if fixed is not None:
         extra = {
             "fixed_point_shares": fixed,
-            "fixed_point_batches": _split(fixed, wl.global_batch, workers),
+            "fixed_point_batches": _split(fixed, wl.global_batch, scenario.workers),
             "epochs_to_1pct": _epochs_to_within(shares, fixed, CONVERGENCE_TOL),
         }
     return _summarize(scenario, name, trajectory, extra)
@@ -370,15 +151,15 @@ def _split(shares: Sequence[float], total: int, workers: Sequence[WorkerSpec]) -
     return split_by_shares(shares, total, [w.cap for w in workers])
 
 
-def _iterate_dp(policy: Any, workers: Sequence[WorkerSpec], epochs: int) -> tuple[tuple[tuple[int, ...], ...], list[np.ndarray]]:
+def _iterate(policy: Policy, workers: Sequence[WorkerSpec], epochs: int) -> tuple[tuple[tuple[int, ...], ...], list[np.ndarray]]:
     """Drive the policy's own per-epoch update with expected compute times: the split of every
-    epoch, and the shares that produced it."""
+    epoch, and the shares that produced it (one-step epochs, so every observe ends one)."""
     trajectory, shares = [], []
     for epoch in range(epochs):
         info = StepInfo(epoch, epoch, 0, 1)
         batches = tuple(policy.partition(info))
         trajectory.append(batches)
-        shares.append(np.asarray(getattr(policy, "shares", np.asarray(batches) / sum(batches)), dtype=float).copy())
+        shares.append(np.asarray(policy.shares(), dtype=float))
         times = tuple(ComputeTime.of(w, b).mean() if b > 0 else 0.0 for w, b in zip(workers, batches))
         policy.observe(StepRecord(info, batches, times, tuple(b > 0 for b in batches)))
     return tuple(trajectory), shares
@@ -396,7 +177,7 @@ def _epochs_to_within(shares: Sequence[np.ndarray], fixed: Sequence[float], tol:
     return None
 
 
-def _summarize(scenario: "Scenario", name: str, trajectory: Sequence[tuple[int, ...]], extra: dict[str, Any]) -> Prediction:
+def _summarize(scenario: Scenario, name: str, trajectory: Sequence[tuple[int, ...]], extra: dict[str, Any]) -> Prediction:
     workers = tuple(scenario.workers)
     wl = scenario.workload
     n = len(workers)
@@ -435,7 +216,7 @@ def _mixture_quantile(groups: Sequence[Sequence[TimeDistribution]], weights: np.
     """The q-quantile of the barrier time when a share ``weights[j]`` of the steps uses split j."""
     cdf = lambda t: float(sum(w * float(max_cdf(g, t)) for g, w in zip(groups, weights)))  # noqa: E731
     dists = [d for g in groups for d in g]
-    atoms = [_atoms(d) for d in dists]
+    atoms = [d.atoms() for d in dists]
     if all(a is not None for a in atoms):
         points = np.unique(np.concatenate(atoms))
         cum = np.array([cdf(t) for t in points])
@@ -458,7 +239,7 @@ def _fewer_than(dists: Sequence[TimeDistribution], k: int, t: Any) -> Any:
     return 1.0 - kth_cdf(dists, k, t).reshape(np.shape(t))
 
 
-def _predict_first_k(scenario: "Scenario", name: str, batches: tuple[int, ...], k: int) -> Prediction:
+def _predict_first_k(scenario: Scenario, name: str, batches: tuple[int, ...], k: int) -> Prediction:
     """backup / K-sync: the step ends at the k-th order statistic X_(k); worker i computes for
     min(X_i, X_(k)) (cancelled after) and its samples count when it is among the first k. The
     inclusion probability P(X_i <= k-th smallest of the others) is a Stieltjes sum on a fine
@@ -470,19 +251,19 @@ def _predict_first_k(scenario: "Scenario", name: str, batches: tuple[int, ...], 
     dists = _worker_times(workers, batches)
     barrier = expected_kth(dists, k)
     busy, included = [], []
-    grid = np.linspace(0.0, quantile(_MaxOf(dists), 1.0 - _TAIL_Q), 20_001)
+    grid = np.linspace(0.0, quantile(MaxOf(dists), 1.0 - TAIL_Q), 20_001)
     for i, d in enumerate(dists):
         others = dists[:i] + dists[i + 1 :]
         if batches[i] == 0:
             busy.append(0.0)
             included.append(0.0)
             continue
-        busy.append(_integrate_survival(lambda t, d=d, o=others: (1.0 - d.cdf(t)) * _fewer_than(o, k, t), dists))
+        busy.append(integrate_survival(lambda t, d=d, o=others: (1.0 - d.cdf(t)) * _fewer_than(o, k, t), dists))
         mass = np.diff(np.concatenate([[0.0], np.asarray(d.cdf(grid), dtype=float)]))
         mids = np.concatenate([[0.0], 0.5 * (grid[1:] + grid[:-1])])
         included.append(float(np.sum(mass * _fewer_than(others, k, mids))))
     mean_step = barrier + comm
-    p95 = quantile(_KthOf(dists, k), 0.95) + comm
+    p95 = quantile(KthOf(dists, k), 0.95) + comm
     util = tuple(b / mean_step for b in busy)
     return Prediction(
         policy=name,
@@ -500,7 +281,7 @@ def _predict_first_k(scenario: "Scenario", name: str, batches: tuple[int, ...], 
     )
 
 
-def _predict_async(scenario: "Scenario", name: str, batches: tuple[int, ...]) -> Prediction:
+def _predict_async(scenario: Scenario, name: str, batches: tuple[int, ...]) -> Prediction:
     """async: worker i renews every E[X_i] + exchange seconds, so updates arrive at the rate
     sum_i 1/(E[X_i] + exchange) (renewal-reward theorem; the exchange is the network's cost for
     two parties). ``mean_step_s`` is the mean time between updates. The distribution of that
@@ -527,33 +308,3 @@ def _predict_async(scenario: "Scenario", name: str, batches: tuple[int, ...]) ->
         allreduce_s=exchange,
         trajectory=(batches,) * wl.epochs,
     )
-
-
-class _MaxOf:
-    """The distribution of max_i X_i (for quantiles)."""
-
-    def __init__(self, dists: Sequence[TimeDistribution]) -> None:
-        self.dists = list(dists)
-
-    def mean(self) -> float:
-        return max(d.mean() for d in self.dists)
-
-    def var(self) -> float:
-        return max(d.var() for d in self.dists)
-
-    def cdf(self, t: Any) -> Any:
-        return max_cdf(self.dists, t)
-
-
-class _KthOf(_MaxOf):
-    def __init__(self, dists: Sequence[TimeDistribution], k: int) -> None:
-        super().__init__(dists)
-        self.k = k
-
-    def cdf(self, t: Any) -> Any:
-        return kth_cdf(self.dists, self.k, t).reshape(np.shape(t))
-
-
-# ----------------------------------------------------------------------------- statistics
-
-

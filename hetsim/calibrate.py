@@ -11,9 +11,10 @@ This module owns fitting the simulator's model to measurements:
 * the workload: ``global_batch`` = the median per-step sum of ``local_batch``, steps per epoch
   and epochs from the trace when it has epochs.
 
-Problems with the input table raise :class:`~hetsim.errors.ConfigError` naming the column;
-doubts about the fit come back as warning lines in :attr:`Calibration.warnings` (never printed
-here).
+Reading and checking trace tables is :mod:`hetsim.trace`'s job (:func:`~hetsim.trace.read_trace_table`,
+:func:`~hetsim.trace.check_trace_table`): problems with the input table raise
+:class:`~hetsim.errors.ConfigError` naming the column. Doubts about the fit come back as
+warning lines in :attr:`Calibration.warnings` (never printed here).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,59 +30,7 @@ from scipy import optimize, stats
 
 from hetsim.errors import ConfigError
 from hetsim.policies import POLICIES
-from hetsim.trace import Trace
-
-REQUIRED_COLUMNS = ("worker", "local_batch", "compute_s")
-NUMERIC_COLUMNS = ("epoch", "step", "comm_s", "gradient_mb")  # the others are not used
-INTEGER_COLUMNS = ("worker", "local_batch", "epoch", "step")
-PARQUET_SUFFIXES = (".parquet", ".pq")
-
-
-# ----------------------------------------------------------------------------- input table
-
-
-def read_table(path: str | Path) -> pd.DataFrame:
-    """A trace table from CSV or Parquet (by extension), validated by :func:`validate_table`."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(str(path), "no such file")
-    parquet = p.suffix.lower() in PARQUET_SUFFIXES
-    try:
-        frame = pd.read_parquet(p) if parquet else pd.read_csv(p)
-    except Exception as exc:  # pandas and pyarrow raise many types for unreadable files
-        raise ConfigError(str(path), f"not a readable {'Parquet' if parquet else 'CSV'} table: {exc}".splitlines()[0]) from None
-    return validate_table(frame)
-
-
-def validate_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """The required columns present, every numeric column numeric, finite and non-negative,
-    integer columns integral. Returns a copy with numeric dtypes."""
-    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ConfigError(missing[0], f"missing column (a trace needs {', '.join(REQUIRED_COLUMNS)})")
-    if frame.empty:
-        raise ConfigError("trace", "the table has no rows")
-    out = frame.copy()
-    for column in (*REQUIRED_COLUMNS, *NUMERIC_COLUMNS):
-        if column not in out.columns:
-            continue
-        raw = out[column]
-        values = pd.to_numeric(raw, errors="coerce")
-        bad = values.isna() | ~np.isfinite(values.to_numpy(dtype=float, na_value=np.nan))
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ConfigError(column, f"non-numeric value {str(raw.iloc[row])!r} in data row {row + 1}")
-        if (values < 0).any():
-            row = int(np.flatnonzero((values < 0).to_numpy())[0])
-            raise ConfigError(column, f"negative value {float(raw.iloc[row]):g} in data row {row + 1}")
-        if column in INTEGER_COLUMNS:
-            frac = values != np.round(values)
-            if frac.any():
-                row = int(np.flatnonzero(frac.to_numpy())[0])
-                raise ConfigError(column, f"non-integer value {float(raw.iloc[row]):g} in data row {row + 1}")
-            values = values.astype(np.int64)
-        out[column] = values
-    return out
+from hetsim.trace import Trace, check_trace_table
 
 
 # ----------------------------------------------------------------------------- fits
@@ -198,7 +146,7 @@ class Calibration:
 def calibrate(trace: Trace | pd.DataFrame, name: str = "calibrated") -> Calibration:
     """Fit a scenario to ``trace``: one ``[[workers]]`` entry per trace worker (``count = 1``,
     in worker order). The result's ``scenario`` loads with :func:`hetsim.config.load_scenario`."""
-    frame = validate_table(trace.to_frame() if isinstance(trace, Trace) else trace)
+    frame = check_trace_table(trace.to_frame() if isinstance(trace, Trace) else trace)
     if "step" not in frame.columns:  # rows of a worker in order are its steps
         frame["step"] = frame.groupby("worker").cumcount()
     warnings: list[str] = []

@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetsim.analytic import ASYNC_POLICIES, DP_POLICIES, NoClosedForm, Prediction, predict
-from hetsim.calibrate import Calibration, calibrate, read_table, worker_table
+from hetsim.analytic import NoClosedForm, Prediction, predict
+from hetsim.policies import POLICIES, policy_class
+from hetsim.calibrate import Calibration, calibrate, worker_table
 from hetsim.cli_common import add_scenario_options, check_seed, parse_policies, text_table
 from hetsim.config import Scenario, build_scenario, load_scenario
 from hetsim.errors import ConfigError
@@ -24,6 +26,7 @@ from hetsim.files import atomic_write
 from hetsim.logs import import_run
 from hetsim.metrics import mean_ci, step_times
 from hetsim.simulate import simulate
+from hetsim.trace import TRACE_FORMATS, read_trace_table, write_trace_table
 
 CI_LEVEL = 0.95
 
@@ -47,7 +50,36 @@ def add_subcommands(sub: Any) -> None:
 # ----------------------------------------------------------------------------- analyze
 
 
-def compare(scenario: Scenario, policy: str, seed: int | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Comparison:
+    """One policy's analytic prediction beside its simulation (times in seconds per step)."""
+
+    policy: str
+    predicted_step_s: float | None  # the closed form's mean step time; None without one
+    simulated_step_s: float  # the simulated mean step time
+    ci_low_s: float | None  # the CI_LEVEL confidence interval of the simulated mean; None from one step
+    ci_high_s: float | None
+    inside: bool | None  # the prediction inside that interval; None when either is missing
+    relative_error: float | None  # predicted / simulated - 1
+    no_closed_form: str | None  # why there is no prediction
+    prediction: Prediction | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``analyze --json`` object: these fields, ``prediction`` as its own dict."""
+        return {
+            "policy": self.policy,
+            "predicted_step_s": self.predicted_step_s,
+            "simulated_step_s": self.simulated_step_s,
+            "ci_low_s": self.ci_low_s,
+            "ci_high_s": self.ci_high_s,
+            "inside": self.inside,
+            "relative_error": self.relative_error,
+            "no_closed_form": self.no_closed_form,
+            "prediction": None if self.prediction is None else self.prediction.to_dict(),
+        }
+
+
+def compare(scenario: Scenario, policy: str, seed: int | None = None) -> Comparison:
     """One policy's prediction beside its simulation: the simulated mean step time with its
     confidence interval (batch means over epochs for the DP policies and async, whose steps are
     not independent) and whether the prediction falls inside."""
@@ -57,20 +89,21 @@ def compare(scenario: Scenario, policy: str, seed: int | None = None) -> dict[st
     except NoClosedForm as exc:
         prediction, reason = None, exc.reason
     steps = step_times(simulate(scenario, policy, seed=seed))
-    batches = max(scenario.workload.epochs, 2) if policy in DP_POLICIES + ASYNC_POLICIES else None
+    batches = max(scenario.workload.epochs, 2) if policy_class(policy).autocorrelated_steps else None
     ci = mean_ci(steps, CI_LEVEL, batches) if steps.size > 1 else None
-    out: dict[str, Any] = {
-        "policy": policy,
-        "predicted_step_s": None if prediction is None else prediction.mean_step_s,
-        "simulated_step_s": float(steps.mean()),
-        "ci_low_s": None if ci is None else ci.low,
-        "ci_high_s": None if ci is None else ci.high,
-        "inside": None if prediction is None or ci is None else ci.contains(prediction.mean_step_s),
-        "relative_error": None if prediction is None else prediction.mean_step_s / float(steps.mean()) - 1.0,
-        "no_closed_form": reason,
-        "prediction": None if prediction is None else prediction.to_dict(),
-    }
-    return out
+    simulated = float(steps.mean())
+    predicted = None if prediction is None else prediction.mean_step_s
+    return Comparison(
+        policy=policy,
+        predicted_step_s=predicted,
+        simulated_step_s=simulated,
+        ci_low_s=None if ci is None else ci.low,
+        ci_high_s=None if ci is None else ci.high,
+        inside=None if predicted is None or ci is None else ci.contains(predicted),
+        relative_error=None if predicted is None else predicted / simulated - 1.0,
+        no_closed_form=reason,
+        prediction=prediction,
+    )
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -79,15 +112,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     check_seed(args.seed)
     rows = [compare(scenario, name, args.seed) for name in policies]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([r.to_dict() for r in rows], indent=2))
         return 0
     wl = scenario.workload
     print(f"{scenario.name}: {scenario.n_workers} workers, global batch {wl.global_batch}, "
           f"{wl.epochs} epochs x {wl.steps_per_epoch} steps, {CI_LEVEL:.0%} CI of the simulated mean")
     print(_table(rows))
     for row in rows:
-        if row["no_closed_form"]:
-            print(f"{row['policy']}: no closed form because {row['no_closed_form']}")
+        if row.no_closed_form:
+            print(f"{row.policy}: no closed form because {row.no_closed_form}")
     return 0
 
 
@@ -95,16 +128,16 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1e3:.3f}"
 
 
-def _table(rows: Sequence[dict[str, Any]]) -> str:
+def _table(rows: Sequence[Comparison]) -> str:
     header = ("policy", "predicted ms", "simulated ms", "95% CI ms", "error", "inside")
     body = [
         (
-            r["policy"],
-            _ms(r["predicted_step_s"]),
-            _ms(r["simulated_step_s"]),
-            "-" if r["ci_low_s"] is None else f"{r['ci_low_s'] * 1e3:.3f}-{r['ci_high_s'] * 1e3:.3f}",
-            "-" if r["relative_error"] is None else f"{r['relative_error']:+.2%}",
-            "-" if r["inside"] is None else ("yes" if r["inside"] else "no"),
+            r.policy,
+            _ms(r.predicted_step_s),
+            _ms(r.simulated_step_s),
+            "-" if r.ci_low_s is None or r.ci_high_s is None else f"{r.ci_low_s * 1e3:.3f}-{r.ci_high_s * 1e3:.3f}",
+            "-" if r.relative_error is None else f"{r.relative_error:+.2%}",
+            "-" if r.inside is None else ("yes" if r.inside else "no"),
         )
         for r in rows
     ]
@@ -114,7 +147,7 @@ def _table(rows: Sequence[dict[str, Any]]) -> str:
 # ----------------------------------------------------------------------------- calibrate
 
 
-def _writer(path: Path, kinds: dict[str, str], option: str) -> str:
+def _writer(path: Path, kinds: Mapping[str, str], option: str) -> str:
     kind = kinds.get(path.suffix.lower())
     if kind is None:
         raise ConfigError(option, f"{path}: unknown file type {path.suffix!r} (use {', '.join(kinds)})")
@@ -150,7 +183,7 @@ def fit_table(calibration: Calibration) -> str:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     kind = None if args.out is None else _writer(args.out, {".toml": "toml", ".json": "json"}, "--out")
-    frame = read_table(args.trace)
+    frame = read_trace_table(args.trace)
     name = args.name or f"calibrated-{Path(args.trace).stem}"
     calibration = calibrate(frame, name=name)
     build_scenario(calibration.scenario)  # the written file must load
@@ -181,16 +214,12 @@ def _dump(scenario: dict[str, Any], kind: str) -> str:
 
 
 def cmd_import_logs(args: argparse.Namespace) -> int:
-    kind = _writer(args.out, {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}, "--out")
+    _writer(args.out, TRACE_FORMATS, "--out")
     trace = import_run(args.run_dir if len(args.run_dir) > 1 else args.run_dir[0])
-    frame = trace.to_frame()
-    write: Callable[[str], None] = (
-        (lambda tmp: frame.to_csv(tmp, index=False)) if kind == "csv" else (lambda tmp: frame.to_parquet(tmp, index=False))
-    )
-    atomic_write(args.out, write)
+    write_trace_table(trace, args.out)
     rows_per = "epoch" if trace.n_steps == int(trace.epoch.max()) + 1 else "step"
-    print(f"wrote {len(frame)} rows ({trace.n_workers} workers x {trace.n_steps} {rows_per}s, policy {trace.policy}) to {args.out}")
-    if trace.policy in DP_POLICIES:
+    print(f"wrote {len(trace.step)} rows ({trace.n_workers} workers x {trace.n_steps} {rows_per}s, policy {trace.policy}) to {args.out}")
+    if trace.policy in POLICIES and POLICIES[trace.policy].resplits:
         print("local batches are a reconstruction: the DP rule replayed on the logged epoch means")
     return 0
 

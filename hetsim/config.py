@@ -11,26 +11,24 @@ from __future__ import annotations
 import copy
 import json
 import math
-import sys
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-import numpy as np
-
-from hetsim.distributions import DISTRIBUTIONS, Distribution
+from hetsim.distributions import Distribution
 from hetsim.errors import ConfigError
-from hetsim.network import NETWORKS, NetworkModel
+from hetsim.network import DEFAULT_KIND, NetworkModel
+from hetsim.params import REQUIRED, Param, PlugIn, join, typename
 from hetsim.policies import WorkerHint, policy_class
+from hetsim.registry import DISTRIBUTIONS, NETWORKS, Registry
 from hetsim.workers import Failure, Slowdown, WorkerSpec
+
+T = TypeVar("T")
+V = TypeVar("V", bound=PlugIn)
 
 BUILTIN_PACKAGE = "hetsim.scenarios"
 
@@ -134,15 +132,21 @@ def builtin_text(name: str) -> str:
 
 
 def read_table(path: str | Path) -> dict[str, Any]:
-    """A TOML or JSON file as a dict (by extension; anything but .json is read as TOML)."""
+    """A TOML or JSON file as a dict (by extension; anything but .json is read as TOML). The
+    one reader of such files: scenarios, sweeps and validation run files."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(str(path), "no such file")
+    kind = "JSON" if p.suffix.lower() == ".json" else "TOML"
     try:
         text = p.read_text(encoding="utf-8")
-        data = json.loads(text) if p.suffix.lower() == ".json" else tomllib.loads(text)
+        if text.startswith("\ufeff"):
+            raise ConfigError(str(path), "starts with a byte-order mark (BOM): save it as UTF-8 without one")
+        data = json.loads(text) if kind == "JSON" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), f"not valid {'JSON' if p.suffix.lower() == '.json' else 'TOML'}: {exc}") from None
+        raise ConfigError(str(path), f"not valid {kind}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(str(path), f"not valid {kind}: nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "the file must hold a table (object) at the top")
     return data
@@ -212,177 +216,117 @@ def set_path(raw: dict[str, Any], path: str, value: Any) -> None:
 # ----------------------------------------------------------------------------- field checks
 
 
-class _Table:
-    """A raw table being validated: typed getters that name the field in every error."""
+class Table:
+    """A raw table being validated: values checked by :class:`~hetsim.params.Param`, every
+    error naming the field's full path."""
 
     def __init__(self, data: Any, path: str, allowed: Sequence[str]) -> None:
         if not isinstance(data, Mapping):
-            raise ConfigError(path, f"must be a table, got {_typename(data)}")
+            raise ConfigError(path, f"must be a table, got {typename(data)}")
         unknown = [k for k in data if k not in allowed]
         if unknown:
-            raise ConfigError(_join(path, unknown[0]), f"unknown key (allowed: {', '.join(allowed)})")
+            raise ConfigError(join(path, unknown[0]), f"unknown key (allowed: {', '.join(allowed)})")
         self.data, self.path = data, path
 
     def has(self, key: str) -> bool:
         return key in self.data
 
-    def number(self, key: str, default: Any = ..., *, minimum: float | None = 0.0, strict: bool = False) -> float:
-        where = _join(self.path, key)
-        value = self._get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(where, f"must be a number, got {_typename(value)}")
-        if not math.isfinite(value):
-            raise ConfigError(where, f"must be finite, got {value}")
-        if minimum is not None and (value <= minimum if strict else value < minimum):
-            raise ConfigError(where, f"must be {'>' if strict else '>='} {minimum:g}, got {value:g}")
-        return float(value)
-
-    def integer(self, key: str, default: Any = ..., *, minimum: int = 0) -> int:
-        where = _join(self.path, key)
-        value = self._get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(where, f"must be an integer, got {_typename(value)}")
-        if value < minimum:
-            raise ConfigError(where, f"must be >= {minimum}, got {value}")
-        return value
-
-    def string(self, key: str, default: Any = ...) -> str:
-        value = self._get(key, default)
-        if not isinstance(value, str):
-            raise ConfigError(_join(self.path, key), f"must be a string, got {_typename(value)}")
-        return value
-
-    def _get(self, key: str, default: Any) -> Any:
+    def raw(self, key: str, default: Any = REQUIRED) -> Any:
+        """The value as written (or ``default``); a missing required key is an error."""
         if key in self.data:
             return self.data[key]
-        if default is ...:
-            raise ConfigError(_join(self.path, key), "missing (required)")
+        if default is REQUIRED:
+            raise ConfigError(join(self.path, key), "missing (required)")
         return default
 
+    def get(self, param: Param, others: Mapping[str, Any] | None = None) -> Any:
+        """The value of ``param`` (its default when absent), checked."""
+        value = self.raw(param.name, param.default)
+        try:
+            return param.check(value, others)
+        except ConfigError as exc:
+            raise ConfigError(join(self.path, exc.field), exc.problem) from None
 
-def _join(path: str, key: str | int) -> str:
-    return f"{path}.{key}" if path else str(key)
-
-
-def _typename(value: Any) -> str:
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, str):
-        return f"a string ({value!r})"
-    if isinstance(value, Mapping):
-        return "a table"
-    if isinstance(value, list):
-        return "a list"
-    return f"{type(value).__name__} ({value!r})"
+    def read(self, params: Sequence[Param]) -> dict[str, Any]:
+        """Every one of ``params``, checked in order (a bound may name an earlier one)."""
+        out: dict[str, Any] = {}
+        for p in params:
+            out[p.name] = self.get(p, out)
+        return out
 
 
 # ----------------------------------------------------------------------------- plug-in factories
 
 
-def make_distribution(data: Any, path: str, base_dir: Path | None = None) -> Distribution:
-    if isinstance(data, Mapping) and "dist" in data and data["dist"] not in DISTRIBUTIONS:
-        raise ConfigError(_join(path, "dist"), f"unknown distribution {data['dist']!r} (known: {', '.join(DISTRIBUTIONS)})")
-    kind = data.get("dist") if isinstance(data, Mapping) else None
-    params = {
-        "constant": ["value"],
-        "exponential": ["mean"],
-        "shifted_exponential": ["shift", "mean"],
-        "gamma": ["shape", "scale"],
-        "lognormal": ["sigma"],
-        "uniform": ["low", "high"],
-        "empirical": ["samples", "file"],
-    }.get(kind, [])
-    t = _Table(data, path, ["dist", *params])
-    t.string("dist")
-    cls = DISTRIBUTIONS[kind]
-    if kind == "constant":
-        return cls(t.number("value"))
-    if kind == "exponential":
-        return cls(t.number("mean", strict=True))
-    if kind == "shifted_exponential":
-        return cls(t.number("shift"), t.number("mean", strict=True))
-    if kind == "gamma":
-        return cls(t.number("shape", strict=True), t.number("scale", strict=True))
-    if kind == "lognormal":
-        return cls(t.number("sigma"))
-    if kind == "uniform":
-        low = t.number("low")
-        high = t.number("high", minimum=low, strict=True)
-        return cls(low, high)
-    return _make_empirical(t, base_dir)
-
-
-def _make_empirical(t: _Table, base_dir: Path | None) -> Distribution:
-    cls = DISTRIBUTIONS["empirical"]
-    if t.has("samples") == t.has("file"):
-        raise ConfigError(t.path, "empirical needs exactly one of 'samples' or 'file'")
-    if t.has("file"):
-        name = t.string("file")
-        path = Path(name) if base_dir is None or Path(name).is_absolute() else base_dir / name
-        if not path.is_file():
-            raise ConfigError(_join(t.path, "file"), f"no such file: {path}")
-        try:
-            values = np.loadtxt(path, dtype=float, delimiter=",", ndmin=1, comments="#")
-        except ValueError as exc:
-            raise ConfigError(_join(t.path, "file"), f"not a column of numbers: {exc}") from None
-        samples, where = values.ravel().tolist(), _join(t.path, "file")
-    else:
-        samples, where = t.data["samples"], _join(t.path, "samples")
-        if not isinstance(samples, list):
-            raise ConfigError(where, f"must be a list of numbers, got {_typename(samples)}")
-    if not samples:
-        raise ConfigError(where, "needs at least one value")
-    for i, v in enumerate(samples):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ConfigError(where, f"value {i} must be a non-negative number, got {v!r}")
-    return cls(tuple(float(v) for v in samples), t.data.get("file"))
-
-
-def make_network(data: Any) -> NetworkModel:
+def make_plugin(registry: Registry[T], data: Any, path: str, key: str, base_dir: Path | None = None,
+                default: str | None = None) -> T:
+    """The plug-in a table describes: ``data[key]`` names the class in ``registry`` (``default``
+    when absent), the other keys are its declared parameters. The class checks them; this only
+    adds ``path`` to its errors and reads ``path`` parameters from ``base_dir``."""
     if not isinstance(data, Mapping):
-        raise ConfigError("network", f"must be a table, got {_typename(data)}")
-    kind = data.get("kind", "ring")
-    if kind not in NETWORKS:
-        raise ConfigError("network.kind", f"unknown network {kind!r} (known: {', '.join(NETWORKS)})")
-    if kind == "constant":
-        t = _Table(data, "network", ["kind", "time_s"])
-        return NETWORKS[kind](t.number("time_s"))
-    t = _Table(data, "network", ["kind", "latency_s", "bandwidth_gbps"])
-    return NETWORKS[kind](t.number("latency_s", 2e-5), t.number("bandwidth_gbps", 100.0, strict=True))
+        raise ConfigError(path, f"must be a table, got {typename(data)}")
+    if key not in data and default is None:
+        raise ConfigError(join(path, key), "missing (required)")
+    cls = registry.lookup(data.get(key, default), join(path, key))
+    params: tuple[Param, ...] = getattr(cls, "params", ())
+    values = dict(Table(data, path, [key, *(p.name for p in params)]).data)
+    values.pop(key, None)
+    for p in params:
+        if p.kind == "path" and isinstance(values.get(p.name), str) and base_dir is not None:
+            values[p.name] = str(base_dir / values[p.name])  # an absolute name stays as it is
+    try:
+        return cls(**values)
+    except ConfigError as exc:
+        raise ConfigError(join(path, exc.field), exc.problem) from None
+
+
+def make_distribution(data: Any, path: str, base_dir: Path | None = None) -> Distribution:
+    return make_plugin(DISTRIBUTIONS, data, path, "dist", base_dir)
+
+
+WORKER_PARAMS = (
+    Param("name", "string", default=None, doc="the worker's name (default w<index>)"),
+    Param("count", "integer", default=1, low=1, doc="identical workers this entry stands for"),
+    Param("overhead_s", default=0.0, low=0.0, doc="fixed cost of a step with samples"),
+    Param("per_sample_s", low=0.0, low_open=True, doc="cost of one sample"),
+    Param("max_batch", "integer", default=None, low=1, doc="the most samples the worker can take"),
+)
+WORKER_TABLES = ("noise", "delay", "slowdown", "failure")
+WORKLOAD_PARAMS = (
+    Param("global_batch", "integer", low=1, doc="samples per step, over all workers"),
+    Param("dataset_size", "integer", low=1, doc="samples per epoch"),
+    Param("epochs", "integer", low=1, doc="epochs to run"),
+    Param("gradient_mb", default=0.0, low=0.0, doc="size of the gradient exchanged every step, MB"),
+)
 
 
 def make_worker_group(data: Any, index: int, base_dir: Path | None) -> WorkerGroup:
     path = f"workers.{index}"
-    t = _Table(data, path, ["name", "count", "overhead_s", "per_sample_s", "noise", "delay", "max_batch", "slowdown", "failure"])
-    noise = make_distribution(t.data.get("noise", {"dist": "constant", "value": 1.0}), f"{path}.noise", base_dir)
+    t = Table(data, path, [*(p.name for p in WORKER_PARAMS), *WORKER_TABLES])
+    values = t.read(WORKER_PARAMS)
+    noise = make_distribution(t.raw("noise", {"dist": "constant", "value": 1.0}), f"{path}.noise", base_dir)
     if not math.isclose(noise.mean(), 1.0, rel_tol=1e-6):
         raise ConfigError(f"{path}.noise", f"a noise factor must have mean 1, this one has mean {noise.mean():g}")
     spec = WorkerSpec(
-        name=t.string("name", f"w{index}"),
-        overhead_s=t.number("overhead_s", 0.0),
-        per_sample_s=t.number("per_sample_s", strict=True),
+        name=values["name"] if values["name"] is not None else f"w{index}",
+        overhead_s=values["overhead_s"],
+        per_sample_s=values["per_sample_s"],
         noise=noise,
-        delay=make_distribution(t.data.get("delay", {"dist": "constant", "value": 0.0}), f"{path}.delay", base_dir),
-        max_batch=t.integer("max_batch", minimum=1) if t.has("max_batch") else None,
-        slowdown=make_slowdown(t.data["slowdown"], f"{path}.slowdown") if t.has("slowdown") else None,
-        failure=make_failure(t.data["failure"], f"{path}.failure") if t.has("failure") else None,
+        delay=make_distribution(t.raw("delay", {"dist": "constant", "value": 0.0}), f"{path}.delay", base_dir),
+        max_batch=values["max_batch"],
+        slowdown=_make_value(Slowdown, t.raw("slowdown"), f"{path}.slowdown") if t.has("slowdown") else None,
+        failure=_make_value(Failure, t.raw("failure"), f"{path}.failure") if t.has("failure") else None,
     )
-    return WorkerGroup(spec, t.integer("count", 1, minimum=1))
+    return WorkerGroup(spec, values["count"])
 
 
-def make_slowdown(data: Any, path: str) -> Slowdown:
-    t = _Table(data, path, ["every_s", "duration_s", "factor", "group"])
-    return Slowdown(
-        every_s=t.number("every_s", strict=True),
-        duration_s=t.number("duration_s", strict=True),
-        factor=t.number("factor", minimum=1.0),
-        group=t.string("group") if t.has("group") else None,
-    )
-
-
-def make_failure(data: Any, path: str) -> Failure:
-    t = _Table(data, path, ["mtbf_s", "repair_s"])
-    return Failure(t.number("mtbf_s", strict=True), t.number("repair_s", strict=True))
+def _make_value(cls: type[V], data: Any, path: str) -> V:
+    """A parameter-checked value object (a slowdown, a failure) from its table."""
+    t = Table(data, path, [p.name for p in cls.params])
+    try:
+        return cls(**t.data)
+    except ConfigError as exc:
+        raise ConfigError(join(path, exc.field), exc.problem) from None
 
 
 def _check_slowdown_groups(groups: Sequence[WorkerGroup]) -> None:
@@ -398,43 +342,45 @@ def _check_slowdown_groups(groups: Sequence[WorkerGroup]) -> None:
 
 
 def make_policy_spec(data: Any) -> PolicySpec:
+    """The scenario's ``[policy]``: its name is checked here, its parameters by the policy
+    class when a run builds it (a sweep may set parameters of a policy other than the base's)."""
     if isinstance(data, str):
         data = {"name": data}
     if not isinstance(data, Mapping):
-        raise ConfigError("policy", f"must be a table, got {_typename(data)}")
+        raise ConfigError("policy", f"must be a table, got {typename(data)}")
     name = data.get("name", "equal")
     if not isinstance(name, str):
-        raise ConfigError("policy.name", f"must be a string, got {_typename(name)}")
+        raise ConfigError("policy.name", f"must be a string, got {typename(name)}")
     policy_class(name)
     return PolicySpec(name, tuple(sorted((k, v) for k, v in data.items() if k != "name")))
 
 
+TOP_PARAMS = (
+    Param("name", "string", default="scenario"),
+    Param("description", "string", default=""),
+    Param("seed", "integer", default=0, low=0),
+)
+
+
 def build_scenario(raw: Mapping[str, Any], base_dir: Path | None = None) -> Scenario:
-    top = _Table(raw, "", ["name", "description", "seed", "workload", "network", "workers", "policy"])
-    w = _Table(top._get("workload", ...), "workload", ["global_batch", "dataset_size", "epochs", "gradient_mb"])
-    workload = Workload(
-        global_batch=w.integer("global_batch", minimum=1),
-        dataset_size=w.integer("dataset_size", minimum=1),
-        epochs=w.integer("epochs", minimum=1),
-        gradient_mb=w.number("gradient_mb", 0.0),
-    )
+    top = Table(raw, "", [*(p.name for p in TOP_PARAMS), "workload", "network", "workers", "policy"])
+    w = Table(top.raw("workload"), "workload", [p.name for p in WORKLOAD_PARAMS])
+    workload = Workload(**w.read(WORKLOAD_PARAMS))
     if workload.dataset_size < workload.global_batch:
         raise ConfigError(
             "workload.dataset_size", f"{workload.dataset_size} is smaller than global_batch {workload.global_batch}: no step per epoch"
         )
-    entries = top._get("workers", ...)
+    entries = top.raw("workers")
     if not isinstance(entries, list) or not entries:
         raise ConfigError("workers", "must be a non-empty list of [[workers]] tables")
     groups = tuple(make_worker_group(entry, i, base_dir) for i, entry in enumerate(entries))
     _check_slowdown_groups(groups)
     scenario = Scenario(
-        name=top.string("name", "scenario"),
-        seed=top.integer("seed", 0),
+        **top.read(TOP_PARAMS),
         workload=workload,
-        network=make_network(top.data.get("network", {})),
+        network=make_plugin(NETWORKS, top.raw("network", {}), "network", "kind", default=DEFAULT_KIND),
         groups=groups,
-        policy=make_policy_spec(top.data.get("policy", {})),
-        description=top.string("description", ""),
+        policy=make_policy_spec(top.raw("policy", {})),
     )
     n = scenario.n_workers
     if workload.global_batch < n:

@@ -1,35 +1,38 @@
 """Random-time models: the plug-ins behind a worker's ``noise`` and ``delay``.
 
-Each distribution is a small frozen dataclass with four hooks:
+Each distribution declares its parameters (:class:`~hetsim.params.Param`, named as in
+scenario files) and checks them when it is built, and has four hooks:
 
 * ``sample(rng, size=None)`` draws from a ``numpy.random.Generator`` (never global state);
   a scalar when ``size`` is None. A draw of ``size=k`` yields exactly the numbers of ``k``
   scalar draws in a row, so an engine may batch its draws without changing the trace.
 * ``mean()``, ``var()`` and ``cdf(t)``, exact, for the analytic models.
 
-``to_dict()`` gives back the scenario-file form (``{"dist": "gamma", "shape": 2, ...}``).
-The name -> class table :data:`DISTRIBUTIONS` is what the config factory looks kinds up in.
+``atoms()`` gives the support of a purely discrete distribution (None otherwise), which the
+analytic models use to integrate exactly. ``to_dict()`` gives back the scenario-file form
+(``{"dist": "gamma", "shape": 2, ...}``). A new distribution subclasses :class:`Distribution`
+and registers with ``hetsim.registry.DISTRIBUTIONS``; nothing else needs an edit.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+import warnings
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 from scipy import stats
 
-ArrayOrFloat = Any
+from hetsim.errors import ConfigError
+from hetsim.params import FrozenPlugIn, Param
+from hetsim.registry import DISTRIBUTIONS
 
 
-@dataclass(frozen=True)
-class Distribution:
+class Distribution(FrozenPlugIn):
     """Base class: a non-negative random time (or factor)."""
 
-    kind: ClassVar[str] = ""
-
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> ArrayOrFloat:
+    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
         raise NotImplementedError
 
     def mean(self) -> float:
@@ -38,28 +41,30 @@ class Distribution:
     def var(self) -> float:
         raise NotImplementedError
 
-    def cdf(self, t: ArrayOrFloat) -> ArrayOrFloat:
+    def cdf(self, t: Any) -> Any:
         raise NotImplementedError
+
+    def atoms(self) -> np.ndarray | None:
+        """The support points of a purely discrete distribution; None when it has a continuous part."""
+        return None
 
     @property
     def is_constant(self) -> bool:
         return False
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"dist": self.kind}
-        for name in (f.name for f in fields(self) if f.init):
-            out[name] = getattr(self, name)
-        return out
+        return {"dist": self.name, **self.param_values()}
 
 
-@dataclass(frozen=True)
+@DISTRIBUTIONS.register
 class Constant(Distribution):
     """Always ``value``; consumes no random numbers."""
 
-    kind: ClassVar[str] = "constant"
-    value: float = 0.0
+    name: ClassVar[str] = "constant"
+    params = (Param("value", low=0.0, doc="the value"),)
+    value: float
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> ArrayOrFloat:
+    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
         return self.value if size is None else np.full(size, self.value)
 
     def mean(self) -> float:
@@ -68,20 +73,29 @@ class Constant(Distribution):
     def var(self) -> float:
         return 0.0
 
-    def cdf(self, t: ArrayOrFloat) -> ArrayOrFloat:
+    def cdf(self, t: Any) -> Any:
         return np.where(np.asarray(t) >= self.value, 1.0, 0.0)
+
+    def atoms(self) -> np.ndarray:
+        return np.array([self.value])
 
     @property
     def is_constant(self) -> bool:
         return True
 
 
-@dataclass(frozen=True)
-class Exponential(Distribution):
-    kind: ClassVar[str] = "exponential"
-    mean_s: float = 1.0
+def _exponential_cdf(t: Any, mean_s: float) -> Any:
+    t = np.asarray(t, dtype=float)
+    return np.where(t > 0, -np.expm1(-np.maximum(t, 0) / mean_s), 0.0)
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> ArrayOrFloat:
+
+@DISTRIBUTIONS.register
+class Exponential(Distribution):
+    name: ClassVar[str] = "exponential"
+    params = (Param("mean", low=0.0, low_open=True, attr="mean_s", doc="the mean"),)
+    mean_s: float
+
+    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
         return rng.exponential(self.mean_s, size)
 
     def mean(self) -> float:
@@ -90,23 +104,23 @@ class Exponential(Distribution):
     def var(self) -> float:
         return self.mean_s**2
 
-    def cdf(self, t: ArrayOrFloat) -> ArrayOrFloat:
-        t = np.asarray(t, dtype=float)
-        return np.where(t > 0, -np.expm1(-np.maximum(t, 0) / self.mean_s), 0.0)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"dist": self.kind, "mean": self.mean_s}
+    def cdf(self, t: Any) -> Any:
+        return _exponential_cdf(t, self.mean_s)
 
 
-@dataclass(frozen=True)
+@DISTRIBUTIONS.register
 class ShiftedExponential(Distribution):
     """``shift + Exp(mean)``: a minimum time plus an exponential tail."""
 
-    kind: ClassVar[str] = "shifted_exponential"
-    shift: float = 0.0
-    mean_s: float = 1.0
+    name: ClassVar[str] = "shifted_exponential"
+    params = (
+        Param("shift", low=0.0, doc="the smallest value"),
+        Param("mean", low=0.0, low_open=True, attr="mean_s", doc="the mean of the exponential part"),
+    )
+    shift: float
+    mean_s: float
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> ArrayOrFloat:
+    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
         return self.shift + rng.exponential(self.mean_s, size)
 
     def mean(self) -> float:
@@ -115,21 +129,21 @@ class ShiftedExponential(Distribution):
     def var(self) -> float:
         return self.mean_s**2
 
-    def cdf(self, t: ArrayOrFloat) -> ArrayOrFloat:
-        t = np.asarray(t, dtype=float) - self.shift
-        return np.where(t > 0, -np.expm1(-np.maximum(t, 0) / self.mean_s), 0.0)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"dist": self.kind, "shift": self.shift, "mean": self.mean_s}
+    def cdf(self, t: Any) -> Any:
+        return _exponential_cdf(np.asarray(t, dtype=float) - self.shift, self.mean_s)
 
 
-@dataclass(frozen=True)
+@DISTRIBUTIONS.register
 class Gamma(Distribution):
-    kind: ClassVar[str] = "gamma"
-    shape: float = 1.0
-    scale: float = 1.0
+    name: ClassVar[str] = "gamma"
+    params = (
+        Param("shape", low=0.0, low_open=True, doc="the shape k"),
+        Param("scale", low=0.0, low_open=True, doc="the scale theta (mean k theta)"),
+    )
+    shape: float
+    scale: float
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> ArrayOrFloat:
+    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
         return rng.gamma(self.shape, self.scale, size)
 
     def mean(self) -> float:
@@ -138,18 +152,19 @@ class Gamma(Distribution):
     def var(self) -> float:
         return self.shape * self.scale**2
 
-    def cdf(self, t: ArrayOrFloat) -> ArrayOrFloat:
+    def cdf(self, t: Any) -> Any:
         return stats.gamma.cdf(t, a=self.shape, scale=self.scale)
 
 
-@dataclass(frozen=True)
+@DISTRIBUTIONS.register
 class LogNormal(Distribution):
     """Lognormal with mean exactly 1: ``exp(N(-sigma^2/2, sigma^2))``; a multiplicative noise."""
 
-    kind: ClassVar[str] = "lognormal"
-    sigma: float = 0.0
+    name: ClassVar[str] = "lognormal"
+    params = (Param("sigma", low=0.0, doc="the standard deviation of the log"),)
+    sigma: float
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> ArrayOrFloat:
+    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
         return rng.lognormal(-0.5 * self.sigma**2, self.sigma, size)
 
     def mean(self) -> float:
@@ -158,23 +173,30 @@ class LogNormal(Distribution):
     def var(self) -> float:
         return math.expm1(self.sigma**2)
 
-    def cdf(self, t: ArrayOrFloat) -> ArrayOrFloat:
+    def cdf(self, t: Any) -> Any:
         if self.sigma == 0:
             return np.where(np.asarray(t) >= 1.0, 1.0, 0.0)
         return stats.lognorm.cdf(t, s=self.sigma, scale=math.exp(-0.5 * self.sigma**2))
+
+    def atoms(self) -> np.ndarray | None:
+        return np.array([1.0]) if self.sigma == 0 else None
 
     @property
     def is_constant(self) -> bool:
         return self.sigma == 0
 
 
-@dataclass(frozen=True)
+@DISTRIBUTIONS.register
 class Uniform(Distribution):
-    kind: ClassVar[str] = "uniform"
-    low: float = 0.0
-    high: float = 1.0
+    name: ClassVar[str] = "uniform"
+    params = (
+        Param("low", low=0.0, doc="the smallest value"),
+        Param("high", low="low", low_open=True, doc="the largest value (above low)"),
+    )
+    low: float
+    high: float
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> ArrayOrFloat:
+    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
         return rng.uniform(self.low, self.high, size)
 
     def mean(self) -> float:
@@ -183,23 +205,33 @@ class Uniform(Distribution):
     def var(self) -> float:
         return (self.high - self.low) ** 2 / 12.0
 
-    def cdf(self, t: ArrayOrFloat) -> ArrayOrFloat:
+    def cdf(self, t: Any) -> Any:
         return stats.uniform.cdf(t, loc=self.low, scale=self.high - self.low)
 
 
-@dataclass(frozen=True)
+@DISTRIBUTIONS.register
 class Empirical(Distribution):
-    """Resampling (with replacement) of measured values, given inline or read from ``file``."""
+    """Resampling (with replacement) of measured values, given inline (``samples``) or read
+    from ``file`` (one number per line or comma-separated; ``#`` starts a comment). A relative
+    ``file`` is read from the current folder; the config factory first makes it relative to the
+    scenario file's folder."""
 
-    kind: ClassVar[str] = "empirical"
-    samples: tuple[float, ...] = ()
-    file: str | None = None
-    _sorted: np.ndarray = field(init=False, repr=False, compare=False)
+    name: ClassVar[str] = "empirical"
+    params = (
+        Param("samples", "numbers", default=None, doc="the measured values"),
+        Param("file", "path", default=None, doc="a file of measured values instead"),
+    )
+    samples: tuple[float, ...] | None
+    file: str | None
+    _sorted: np.ndarray
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_sorted", np.sort(np.asarray(self.samples, dtype=float)))
+    def validate(self) -> None:
+        if (self.samples is None) == (self.file is None):
+            raise ConfigError("", "empirical needs exactly one of 'samples' or 'file'")
+        values = self.samples if self.samples is not None else _read_numbers(Path(str(self.file)))
+        object.__setattr__(self, "_sorted", np.sort(np.asarray(values, dtype=float)))
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> ArrayOrFloat:
+    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
         idx = rng.integers(0, len(self._sorted), size)
         return self._sorted[idx]
 
@@ -209,8 +241,11 @@ class Empirical(Distribution):
     def var(self) -> float:
         return float(self._sorted.var())
 
-    def cdf(self, t: ArrayOrFloat) -> ArrayOrFloat:
+    def cdf(self, t: Any) -> Any:
         return np.searchsorted(self._sorted, t, side="right") / len(self._sorted)
+
+    def atoms(self) -> np.ndarray:
+        return np.unique(self._sorted)
 
     @property
     def is_constant(self) -> bool:
@@ -218,10 +253,18 @@ class Empirical(Distribution):
 
     def to_dict(self) -> dict[str, Any]:
         if self.file is not None:
-            return {"dist": self.kind, "file": self.file}
-        return {"dist": self.kind, "samples": list(self.samples)}
+            return {"dist": self.name, "file": self.file}
+        return {"dist": self.name, "samples": list(self._sorted if self.samples is None else self.samples)}
 
 
-DISTRIBUTIONS: dict[str, type[Distribution]] = {
-    cls.kind: cls for cls in (Constant, Exponential, ShiftedExponential, Gamma, LogNormal, Uniform, Empirical)
-}
+def _read_numbers(path: Path) -> tuple[float, ...]:
+    """The numbers of a measurement file, checked like inline samples."""
+    if not path.is_file():
+        raise ConfigError("file", f"no such file: {path}")
+    try:
+        with warnings.catch_warnings():  # NumPy warns on an empty file; the check below says it plainly
+            warnings.simplefilter("ignore")
+            values = np.loadtxt(path, dtype=float, delimiter=",", ndmin=1, comments="#")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError("file", f"not a column of numbers: {exc}") from None
+    return Param("file", "numbers").check(values.ravel().tolist())

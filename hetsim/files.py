@@ -1,6 +1,7 @@
 """Writing files so that a reader never sees half of one: a temporary file beside the target,
 flushed to disk, then renamed into place (atomic on POSIX). A killed run leaves either the old
-file or the new one, never a torn one."""
+file or the new one, never a torn one. JSON and tables (CSV or Parquet, by suffix) have their
+writers here; trace files go through :mod:`hetsim.trace`, which uses them."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hetsim.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FRAME_FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}  # file suffix -> format
 
 
 def atomic_write(target: Path, write: Callable[[str], object]) -> None:
@@ -39,3 +45,24 @@ def write_json(target: Path, data: Any) -> None:
     """``data`` as indented JSON (anything unknown as its string), atomically."""
     text = json.dumps(data, indent=2, default=str) + "\n"
     atomic_write(target, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def frame_format(path: str | Path, field: str | None = None, default: str | None = None) -> str:
+    """``"csv"`` or ``"parquet"`` from a table file's suffix (:data:`FRAME_FORMATS`); an unknown
+    suffix gives ``default``, or without one raises :class:`ConfigError` on ``field`` (the path
+    itself when None)."""
+    suffix = Path(path).suffix
+    kind = FRAME_FORMATS.get(suffix.lower(), default)
+    if kind is None:
+        where = "" if field is None else f"{path}: "
+        raise ConfigError(field or str(path), f"{where}unknown file type {suffix!r} (use {', '.join(FRAME_FORMATS)})")
+    return kind
+
+
+def write_frame(target: str | Path, frame: pd.DataFrame) -> None:
+    """``frame`` (without its index) as CSV or Parquet by the suffix of ``target``, atomically."""
+    target = Path(target)
+    if frame_format(target) == "csv":
+        atomic_write(target, lambda tmp: frame.to_csv(tmp, index=False))
+    else:
+        atomic_write(target, lambda tmp: frame.to_parquet(tmp, index=False))

@@ -1,12 +1,14 @@
 """Plots: each function draws one kind of chart from plain data onto an Axes (a new one when
-``ax`` is None) and returns it. Only the object-oriented matplotlib API is used (``Figure``, no
-pyplot), so there is no global state and no display is needed.
+``ax`` is None) and returns it; :func:`render_run` saves a results folder's figures from data its
+caller computed and chose (:mod:`hetsim.report`). Only the object-oriented matplotlib API is used
+(``Figure``, no pyplot), so there is no global state and no display is needed.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from hetsim.metrics import step_times, summarize
 from hetsim.files import atomic_write
+from hetsim.metrics import step_times
 from hetsim.trace import Trace
 
 
@@ -218,55 +220,74 @@ def save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def render_run(
-    directory: Path,
-    summary: pd.DataFrame,
-    results: pd.DataFrame,
-    traces: Mapping[str, Trace],
-    axes: Sequence[str],
-    x: str | None,
-    lines: str | None,
-) -> list[Path]:
-    """Every plot of a sweep's results folder into ``directory``; returns the files written."""
+@dataclass(frozen=True)
+class CellPlots:
+    """What the trace plots of one grid cell show, chosen by the caller: every trace (one CDF
+    curve each), each policy's per-worker utilization, the traces whose split is drawn over the
+    epochs and the synchronous traces drawn as a Gantt chart of their last steps."""
+
+    traces: Mapping[str, Trace]
+    utilization: Mapping[str, Sequence[float]]
+    split: Sequence[Trace]
+    gantt: Sequence[Trace]
+
+
+def render_run(directory: Path, summary: pd.DataFrame, axes: Sequence[str], x: str | None, lines: str | None,
+               cell: CellPlots | None = None) -> list[Path]:
+    """Every plot of a sweep's results folder into ``directory``: the speedup grid from
+    ``summary`` (one row per cell and policy) and, given ``cell``, its trace plots. Returns the
+    files written."""
     written = []
-    policies = list(dict.fromkeys(summary["policy"]))
     x = x or (axes[0] if axes else None)
-    lines = lines if lines is not None else next((a for a in axes if a != x), None)
     if x is not None:
-        rest = [a for a in axes if a not in (x, lines)]
-        facets = list(itertools.product(*(list(dict.fromkeys(summary[a])) for a in rest))) or [()]
-        metric = "speedup_vs_equal" if summary["speedup_vs_equal"].notna().any() else "mean_step_s"
-        if metric == "speedup_vs_equal" and len(policies) > 1:
-            policies = [p for p in policies if p != "equal"]  # its speedup is 1 by definition
-        fig = Figure(figsize=(3.4 * len(policies), 2.9 * len(facets)), layout="constrained")
-        grid = fig.subplots(len(facets), len(policies), squeeze=False, sharey=True)
-        for r, facet in enumerate(facets):
-            mask = np.logical_and.reduce([summary[a] == v for a, v in zip(rest, facet)]) if rest else np.ones(len(summary), bool)
-            for c, policy in enumerate(policies):
-                ax = speedup_lines(summary[mask & (summary["policy"] == policy)], x, lines, grid[r, c], metric)
-                ax.set_title(", ".join([policy, *(f"{a}={v}" for a, v in zip(rest, facet))]), fontsize="small")
-                if c:
-                    ax.set_ylabel("")
-        written.append(save(fig, directory / "speedup.png"))
-    if traces:
-        fig = Figure(figsize=(6.5, 4.2), layout="constrained")
-        step_cdf(traces, fig.add_subplot())
-        written.append(save(fig, directory / "step_cdf.png"))
+        lines = lines if lines is not None else next((a for a in axes if a != x), None)
+        written.append(save(_speedup_grid(summary, axes, x, lines), directory / "speedup.png"))
+    if cell is not None and cell.traces:
+        written.extend(_cell_plots(directory, cell))
+    return written
 
-        fig = Figure(figsize=(7.0, 4.2), layout="constrained")
-        utilization_bars({p: summarize(t).utilization for p, t in traces.items()}, fig.add_subplot())
-        written.append(save(fig, directory / "utilization.png"))
 
-        dynamic = [t for p, t in traces.items() if p.startswith("dynamic") or p == "adaptive"] or list(traces.values())[:1]
-        fig = Figure(figsize=(5.0 * len(dynamic), 3.8), layout="constrained")
-        for ax, trace in zip(fig.subplots(1, len(dynamic), squeeze=False)[0], dynamic):
+def _speedup_grid(summary: pd.DataFrame, axes: Sequence[str], x: str, lines: str | None) -> Figure:
+    """One panel per policy (columns) and combination of the other axes (rows)."""
+    policies = list(dict.fromkeys(summary["policy"]))
+    rest = [a for a in axes if a not in (x, lines)]
+    facets = list(itertools.product(*(list(dict.fromkeys(summary[a])) for a in rest))) or [()]
+    metric = "speedup_vs_equal" if summary["speedup_vs_equal"].notna().any() else "mean_step_s"
+    if metric == "speedup_vs_equal" and len(policies) > 1:
+        policies = [p for p in policies if p != "equal"]  # its speedup is 1 by definition
+    fig = Figure(figsize=(3.4 * len(policies), 2.9 * len(facets)), layout="constrained")
+    grid = fig.subplots(len(facets), len(policies), squeeze=False, sharey=True)
+    for r, facet in enumerate(facets):
+        mask = np.logical_and.reduce([summary[a] == v for a, v in zip(rest, facet)]) if rest else np.ones(len(summary), bool)
+        for c, policy in enumerate(policies):
+            ax = speedup_lines(summary[mask & (summary["policy"] == policy)], x, lines, grid[r, c], metric)
+            ax.set_title(", ".join([policy, *(f"{a}={v}" for a, v in zip(rest, facet))]), fontsize="small")
+            if c:
+                ax.set_ylabel("")
+    return fig
+
+
+def _cell_plots(directory: Path, cell: CellPlots) -> list[Path]:
+    """step_cdf.png, utilization.png, and split.png and gantt.png when they have traces."""
+    written = []
+    fig = Figure(figsize=(6.5, 4.2), layout="constrained")
+    step_cdf(cell.traces, fig.add_subplot())
+    written.append(save(fig, directory / "step_cdf.png"))
+
+    fig = Figure(figsize=(7.0, 4.2), layout="constrained")
+    utilization_bars(cell.utilization, fig.add_subplot())
+    written.append(save(fig, directory / "utilization.png"))
+
+    if cell.split:
+        fig = Figure(figsize=(5.0 * len(cell.split), 3.8), layout="constrained")
+        for ax, trace in zip(fig.subplots(1, len(cell.split), squeeze=False)[0], cell.split):
             split_over_epochs(trace, ax)
         written.append(save(fig, directory / "split.png"))
 
-        shown = [t for p, t in traces.items() if p in ("equal", "dynamic", "optimal")] or list(traces.values())[:2]
+    if cell.gantt:
+        shown = cell.gantt
         fig = Figure(figsize=(9.0, 2.2 + 0.35 * shown[0].n_workers * len(shown)), layout="constrained")
         for ax, trace in zip(fig.subplots(len(shown), 1, squeeze=False, sharex=False)[:, 0], shown):
             gantt(trace, range(max(0, trace.n_steps - 4), trace.n_steps), ax)  # steady state: the last steps
         written.append(save(fig, directory / "gantt.png"))
     return written
-

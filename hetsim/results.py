@@ -22,18 +22,20 @@ import re
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import tomli_w
 
 from hetsim import __version__
-from hetsim.sweepfile import SweepSpec, load_sweep
 from hetsim.errors import ConfigError
+from hetsim.files import atomic_write, write_frame, write_json
 from hetsim.metrics import mean_ci
-from hetsim.files import atomic_write
+from hetsim.sweepfile import SweepSpec, load_sweep
+from hetsim.trace import COLUMNS, Trace, read_trace_table, traces_by_policy, write_trace_table
 
 METRICS = ("mean_step_s", "total_time_s", "throughput_sps", "mean_utilization")
 PART = re.compile(r"cell-(\d{5})\.parquet")  # a finished cell; anything else in parts/ is ignored
@@ -62,6 +64,14 @@ class RunFolder:
                 number += 1
 
     @classmethod
+    def start(cls, root: Path, spec: SweepSpec, meta: Mapping[str, Any]) -> "RunFolder":
+        """A new folder for ``spec`` with its sweep.toml and meta.json (:func:`provenance` and ``meta``)."""
+        folder = cls.create(root, spec.name)
+        folder.write_text("sweep.toml", tomli_w.dumps(spec.to_dict()))
+        write_json(folder.path / "meta.json", {**provenance(), **meta})
+        return folder
+
+    @classmethod
     def open(cls, path: Path, option: str = "run_dir") -> "RunFolder":
         """An existing results folder; ``option`` names the argument it came from in errors."""
         folder = cls(path)
@@ -76,11 +86,17 @@ class RunFolder:
         atomic_write(self.path / name, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
     def write_frame(self, name: str, frame: pd.DataFrame) -> None:
-        target = self.path / name
-        if target.suffix == ".csv":
-            atomic_write(target, lambda tmp: frame.to_csv(tmp, index=False))
-        else:
-            atomic_write(target, lambda tmp: frame.to_parquet(tmp, index=False))
+        """A table in the folder, CSV or Parquet by the suffix of ``name``, atomically."""
+        write_frame(self.path / name, frame)
+
+    def write_traces(self, name: str, traces: Iterable[Trace]) -> None:
+        """Trace files in the folder (e.g. ``traces.parquet``), atomically."""
+        write_trace_table(list(traces), self.path / name)
+
+    def read_traces(self, name: str) -> dict[str, Trace] | None:
+        """The traces of a trace file written by :meth:`write_traces`, one per policy; None if absent."""
+        path = self.path / name
+        return traces_by_policy(read_trace_table(path, COLUMNS)) if path.is_file() else None
 
     def write_part(self, cell_index: int, rows: Sequence[dict[str, Any]]) -> None:
         self.write_frame(f"parts/cell-{cell_index:05d}.parquet", pd.DataFrame(list(rows)))

@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hetsim.config import Scenario
-from hetsim.engines import ENGINE_CHOICES, ENGINES, engine_for
-from hetsim.errors import ConfigError
+from hetsim.engines import check_engine, engine_for
 from hetsim.policies import make_policy
 from hetsim.trace import Trace
 
@@ -23,13 +22,13 @@ def simulate(
     """Run ``policy`` (default: the scenario's ``[policy]``) on ``scenario`` with ``seed``
     (default: the scenario's). Parameters come from the scenario's ``[policy]`` table when
     the policy is the scenario's own, else from ``params``. ``engine`` is ``simpy`` (the
-    reference), ``vector`` (barrier policies, the same trace faster) or ``auto`` (``vector``
-    where it supports the policy)."""
+    reference), ``vector`` (barrier policies, the same trace faster), another registered
+    engine, or ``auto`` (the supporting engine of highest priority: ``vector`` where it runs
+    the policy)."""
     if policy is None or policy == scenario.policy.name:
         name, kwargs = scenario.policy.name, {**dict(scenario.policy.params), **dict(params or {})}
     else:
         name, kwargs = policy, dict(params or {})
-    if engine not in ENGINE_CHOICES:
-        raise ConfigError("engine", f"unknown engine {engine!r} (known: {', '.join(ENGINE_CHOICES)})")
+    check_engine(engine)
     policy_obj = make_policy(name, kwargs)
-    return ENGINES[engine_for(engine, policy_obj)](scenario, policy_obj, seed)
+    return engine_for(engine, policy_obj).run(scenario, policy_obj, seed)

@@ -8,6 +8,7 @@ sweep killed at any moment loses at most the cells in flight.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -16,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from hetsim.sweepfile import SweepSpec, grid_points, point_scenario
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize
 from hetsim.simulate import simulate
+from hetsim.sweepfile import SweepSpec, grid_points, point_scenario
 
 RESERVED_COLUMNS = frozenset({"cell", "replication", "seed", *Summary.__dataclass_fields__})
+DEFAULT_CONNECT_TIMEOUT_S = 5.0  # how long to try reaching a Dask scheduler
 
 
 @dataclass(frozen=True)
@@ -92,9 +94,10 @@ class LocalExecutor:
 
 
 class DaskExecutor:
-    """Cells on a Dask cluster: an existing scheduler (``tcp://host:8786``) or a LocalCluster."""
+    """Cells on a Dask cluster: an existing scheduler (``tcp://host:8786``), reached within
+    ``connect_timeout_s`` seconds, or a LocalCluster of ``jobs`` workers."""
 
-    def __init__(self, scheduler: str, jobs: int) -> None:
+    def __init__(self, scheduler: str, jobs: int, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
         try:
             from distributed import Client, LocalCluster
         except ImportError:  # pragma: no cover - the 'distributed' extra is part of make install
@@ -106,7 +109,7 @@ class DaskExecutor:
             self.description = f"a Dask LocalCluster of {jobs} workers"
         else:
             try:
-                self.client = Client(scheduler, timeout="5s")
+                self.client = Client(scheduler, timeout=connect_timeout_s)
             except (OSError, TimeoutError, ValueError) as exc:
                 raise ConfigError("--scheduler", f"cannot reach {scheduler}: {str(exc).splitlines()[0]}") from None
             self.description = f"the Dask scheduler at {scheduler}"
@@ -131,11 +134,14 @@ class DaskExecutor:
             self.cluster.close()
 
 
-def make_executor(jobs: int, scheduler: str | None) -> LocalExecutor | DaskExecutor:
+def make_executor(jobs: int, scheduler: str | None,
+                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> LocalExecutor | DaskExecutor:
     """Connect (or start) before anything is written, so an unreachable scheduler leaves no trace."""
     if jobs < 1:
         raise ConfigError("--jobs", f"must be >= 1, got {jobs}")
-    return LocalExecutor(jobs) if scheduler is None else DaskExecutor(scheduler, jobs)
+    if not 0 < connect_timeout_s < math.inf:
+        raise ConfigError("--connect-timeout-s", f"must be a finite number > 0, got {connect_timeout_s:g}")
+    return LocalExecutor(jobs) if scheduler is None else DaskExecutor(scheduler, jobs, connect_timeout_s)
 
 
 @dataclass

@@ -15,8 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from hetsim.config import _join, _Table, _typename, build_scenario, read_table, resolve_source, set_path
+from hetsim.config import Table, build_scenario, read_table, resolve_source, set_path
+from hetsim.engines import AUTO, check_engine
 from hetsim.errors import ConfigError
+from hetsim.params import Param, join, typename
 from hetsim.policies import policy_class
 
 
@@ -76,7 +78,7 @@ class SweepSpec:
 
 def _list(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list):
-        raise ConfigError(where, f"must be a list, got {_typename(value)}")
+        raise ConfigError(where, f"must be a list, got {typename(value)}")
     if not value:
         raise ConfigError(where, "empty axis: give at least one value")
     return value
@@ -101,40 +103,37 @@ def _make_axis(name: str, value: Any) -> Axis:
     return Axis(name, labels, tuple(sets))
 
 
-SWEEP_ENGINES = ("simpy", "vector", "auto")  # hetsim.engines.ENGINE_CHOICES (config sits below the engines)
-
-
 def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
     """A sweep file (or table) -> :class:`SweepSpec`, every grid point checked to build."""
     if isinstance(source, Mapping):
         raw, base_dir = copy.deepcopy(dict(source)), None
     else:
         raw, base_dir = read_table(source), Path(source).resolve().parent
-    top = _Table(raw, "", ["name", "base", "base_dir", "policies", "grid", "replications", "seed", "plots", "engine"])
+    top = Table(raw, "", ["name", "base", "base_dir", "policies", "grid", "replications", "seed", "plots", "engine"])
     if top.has("base_dir"):  # where the base's relative files are (written into a run's sweep.toml)
-        base_dir = Path(top.string("base_dir"))
-    base_ref = top._get("base", ...)
+        base_dir = Path(top.get(Param("base_dir", "path")))
+    base_ref = top.raw("base")
     if isinstance(base_ref, str) and base_dir is not None and (base_dir / base_ref).is_file():
         base_ref = str(base_dir / base_ref)
     if not isinstance(base_ref, (str, Mapping)):
-        raise ConfigError("base", f"must be a scenario name, a path or a table, got {_typename(base_ref)}")
+        raise ConfigError("base", f"must be a scenario name, a path or a table, got {typename(base_ref)}")
     try:
         base, scenario_dir = resolve_source(base_ref)
         if isinstance(base_ref, Mapping):
             scenario_dir = base_dir
         scenario = build_scenario(base, scenario_dir)
     except ConfigError as exc:
-        raise ConfigError(_join("base", exc.field), exc.problem) from None
-    policies = top._get("policies", [scenario.policy.name])
+        raise ConfigError(join("base", exc.field), exc.problem) from None
+    policies = top.raw("policies", [scenario.policy.name])
     if not isinstance(policies, list) or not policies or not all(isinstance(p, str) for p in policies):
         raise ConfigError("policies", "must be a non-empty list of policy names")
     for i, name in enumerate(policies):
         policy_class(name, f"policies.{i}")
-    grid = top._get("grid", {})
+    grid = top.raw("grid", {})
     if not isinstance(grid, Mapping):
-        raise ConfigError("grid", f"must be a table, got {_typename(grid)}")
+        raise ConfigError("grid", f"must be a table, got {typename(grid)}")
     axes = tuple(_make_axis(name, value) for name, value in grid.items())
-    plots_raw = _Table(top.data.get("plots", {}), "plots", ["x", "lines", "cell"])
+    plots_raw = Table(top.data.get("plots", {}), "plots", ["x", "lines", "cell"])
     names = [a.name for a in axes]
     for key in ("x", "lines"):
         if plots_raw.has(key) and plots_raw.data[key] not in names:
@@ -146,18 +145,17 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
         if axis.name in cell and cell[axis.name] not in axis.labels:
             raise ConfigError(f"plots.cell.{axis.name}", f"{cell[axis.name]!r} is not one of {list(axis.labels)}")
     spec = SweepSpec(
-        name=top.string("name", "sweep"),
+        name=top.get(Param("name", "string", default="sweep")),
         base=base,
         policies=tuple(policies),
         axes=axes,
-        replications=top.integer("replications", 1, minimum=1),
-        seed=top.integer("seed", scenario.seed),
+        replications=top.get(Param("replications", "integer", default=1, low=1)),
+        seed=top.get(Param("seed", "integer", default=scenario.seed, low=0)),
         plots=PlotSpec(plots_raw.data.get("x"), plots_raw.data.get("lines"), tuple(cell.items())),
         base_dir=None if scenario_dir is None else str(scenario_dir),
-        engine=top.string("engine", "auto"),
+        engine=top.get(Param("engine", "string", default=AUTO)),
     )
-    if spec.engine not in SWEEP_ENGINES:
-        raise ConfigError("engine", f"must be one of {', '.join(SWEEP_ENGINES)}, got {spec.engine!r}")
+    check_engine(spec.engine)
     _check_grid(spec)
     return spec
 

@@ -8,6 +8,13 @@ start); a table without them reads as 1 and True. Engines fill a
 :class:`Trace` holds NumPy columns in step-major order and converts to a DataFrame or
 CSV/Parquet files on demand.
 
+This module is also the one home of trace *files*: :func:`write_trace_table` writes a trace
+table to CSV and/or Parquet (atomically), :func:`read_trace_table` reads one back by its
+extension, :func:`check_trace_table` is the schema check every table read from outside passes,
+and :func:`fill_optional_columns` gives a table without ``slowdown``/``up`` their defaults.
+pandas is imported inside the functions that need it: engines import this module and must not
+pay for pandas.
+
 A trace without a barrier (``synchronous = False``, the async policy) has one row per update
 instead: ``step`` is the update index, ``worker`` the worker that pushed it, ``wait_s`` the
 time it spent down before computing.
@@ -15,11 +22,15 @@ time it spent down before computing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from hetsim.errors import ConfigError
+from hetsim.files import FRAME_FORMATS, frame_format, write_frame
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,10 +49,18 @@ _NUMERIC = {
     "slowdown": np.float64,
     "up": np.bool_,
 }
+OPTIONAL_DEFAULTS = {"slowdown": 1.0, "up": True}  # what a table without these columns means
+REQUIRED_COLUMNS = ("worker", "local_batch", "compute_s")  # the least a table needs (e.g. to be calibrated)
+NUMERIC_COLUMNS = ("epoch", "step", "start_s", "wait_s", "comm_s", "slowdown", "gradient_mb")  # checked when present
+INTEGER_COLUMNS = ("worker", "local_batch", "epoch", "step")
+TRACE_FORMATS = FRAME_FORMATS  # file suffix -> "csv" | "parquet"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Trace:
+    """One run's rows as NumPy columns. Two traces are equal when policy, worker count,
+    synchronicity and every column are equal (element-wise)."""
+
     policy: str
     n_workers: int
     epoch: np.ndarray
@@ -62,6 +81,15 @@ class Trace:
             object.__setattr__(self, "slowdown", np.ones(len(self.step)))
         if self.up is None:
             object.__setattr__(self, "up", np.ones(len(self.step), dtype=np.bool_))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Trace):
+            return NotImplemented
+        if (self.policy, self.n_workers, self.synchronous) != (other.policy, other.n_workers, other.synchronous):
+            return False
+        return all(np.array_equal(getattr(self, c), getattr(other, c)) for c in _NUMERIC)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable arrays inside: not hashable
 
     @property
     def n_steps(self) -> int:
@@ -88,7 +116,7 @@ class Trace:
         policies = frame["policy"].unique() if "policy" in frame else ["unknown"]
         if len(policies) != 1:
             raise ValueError(f"a Trace holds one policy, this table has {len(policies)}")
-        frame = frame.assign(**{c: v for c, v in (("slowdown", 1.0), ("up", True)) if c not in frame})
+        frame = fill_optional_columns(frame)
         cols = {c: frame[c].to_numpy(dtype=t) for c, t in _NUMERIC.items()}
         synchronous = bool((frame.groupby("step").size() == n_workers).all())
         return cls(policy=str(policies[0]), n_workers=n_workers, synchronous=synchronous, **cols)
@@ -153,3 +181,95 @@ def async_trace(policy: str, n_workers: int, rows: list[tuple[int, int, float, f
         slowdown=cols[:, 5],
         synchronous=False,
     )
+
+
+# ----------------------------------------------------------------------------- trace files
+
+
+def trace_table(table: pd.DataFrame | Trace | Iterable[Trace]) -> pd.DataFrame:
+    """A DataFrame as it is, or the rows of one or several traces concatenated."""
+    import pandas as pd
+
+    if isinstance(table, pd.DataFrame):
+        return table
+    if isinstance(table, Trace):
+        return table.to_frame()
+    return pd.concat([t.to_frame() for t in table], ignore_index=True)
+
+
+def write_trace_table(table: pd.DataFrame | Trace | Iterable[Trace], *targets: str | Path) -> None:
+    """``table`` to every target, CSV or Parquet by its suffix (see :data:`TRACE_FORMATS`), each
+    replaced atomically. Every suffix is checked before anything is written; a DataFrame is
+    written with exactly its own columns."""
+    for target in targets:
+        frame_format(target)
+    frame = trace_table(table)
+    for target in targets:
+        write_frame(target, frame)
+
+
+def read_trace_table(path: str | Path, required: Sequence[str] = REQUIRED_COLUMNS) -> pd.DataFrame:
+    """A trace table from Parquet (``.parquet``, ``.pq``) or else CSV, checked by
+    :func:`check_trace_table`. Any problem is one :class:`ConfigError` naming the file."""
+    import pandas as pd
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(str(path), "no such file")
+    parquet = frame_format(p, default="csv") == "parquet"
+    try:
+        frame = pd.read_parquet(p) if parquet else pd.read_csv(p)
+    except Exception as exc:  # pandas and pyarrow raise many types for unreadable files
+        kind = "Parquet" if parquet else "CSV"
+        raise ConfigError(str(path), f"not a readable {kind} table: {_first_line(exc)}") from None
+    return check_trace_table(frame, required, source=str(path))
+
+
+def check_trace_table(frame: pd.DataFrame, required: Sequence[str] = REQUIRED_COLUMNS, source: str | None = None) -> pd.DataFrame:
+    """The ``required`` columns present, rows present, every numeric column that is present
+    numeric, finite and non-negative, integer columns integral. Returns a copy with numeric
+    dtypes. Errors name the column as their field and ``source`` (a file) in their text."""
+    import pandas as pd
+
+    where = f" in {source}" if source else ""
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise ConfigError(missing[0], f"missing column{where} (a trace needs {', '.join(required)})")
+    if frame.empty:
+        raise ConfigError(source or "trace", "the table has no rows")
+    out = frame.copy()
+    for column in (*REQUIRED_COLUMNS, *NUMERIC_COLUMNS):
+        if column not in out.columns:
+            continue
+        raw = out[column]
+        values = pd.to_numeric(raw, errors="coerce")
+        bad = values.isna() | ~np.isfinite(values.to_numpy(dtype=float, na_value=np.nan))
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ConfigError(column, f"non-numeric value {str(raw.iloc[row])!r} in data row {row + 1}{where}")
+        if (values < 0).any():
+            row = int(np.flatnonzero((values < 0).to_numpy())[0])
+            raise ConfigError(column, f"negative value {float(raw.iloc[row]):g} in data row {row + 1}{where}")
+        if column in INTEGER_COLUMNS:
+            frac = values != np.round(values)
+            if frac.any():
+                row = int(np.flatnonzero(frac.to_numpy())[0])
+                raise ConfigError(column, f"non-integer value {float(raw.iloc[row]):g} in data row {row + 1}{where}")
+            values = values.astype(np.int64)
+        out[column] = values
+    return out
+
+
+def fill_optional_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the optional columns it lacks (``slowdown`` 1.0, ``up`` True) added."""
+    return frame.assign(**{c: v for c, v in OPTIONAL_DEFAULTS.items() if c not in frame.columns})
+
+
+def traces_by_policy(frame: pd.DataFrame) -> dict[str, Trace]:
+    """One :class:`Trace` per policy of a table, in order of first appearance."""
+    return {str(p): Trace.from_frame(frame[frame["policy"] == p]) for p in dict.fromkeys(frame["policy"])}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

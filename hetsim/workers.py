@@ -18,40 +18,50 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from hetsim.distributions import Constant, Distribution
+from hetsim.params import FrozenPlugIn, Param
 
 
-@dataclass(frozen=True)
-class Slowdown:
-    """Episodes that multiply compute time by ``factor``: they start after exponential gaps
-    (mean ``every_s``) and last an exponential time (mean ``duration_s``). Workers naming the
-    same ``group`` share one sequence of episodes (a busy host)."""
+class Slowdown(FrozenPlugIn):
+    """Episodes that multiply compute time by ``factor``. The gap from the end of one episode
+    (or from time 0) to the start of the next is exponential with mean ``every_s``, and an
+    episode lasts an exponential time with mean ``duration_s``, so a worker is slowed a share
+    ``duration_s / (every_s + duration_s)`` of the time. Workers naming the same ``group``
+    share one sequence of episodes (a busy host)."""
 
+    name: ClassVar[str] = "slowdown"
+    params = (
+        Param("every_s", low=0.0, low_open=True, doc="mean gap between episodes (end to start)"),
+        Param("duration_s", low=0.0, low_open=True, doc="mean length of an episode"),
+        Param("factor", low=1.0, doc="compute time multiplier during an episode"),
+        Param("group", "string", default=None, doc="workers naming one group share their episodes"),
+    )
     every_s: float
     duration_s: float
     factor: float
-    group: str | None = None
+    group: str | None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"every_s": self.every_s, "duration_s": self.duration_s, "factor": self.factor}
-        if self.group is not None:
-            out["group"] = self.group
-        return out
+        return {k: v for k, v in self.param_values().items() if v is not None}
 
 
-@dataclass(frozen=True)
-class Failure:
+class Failure(FrozenPlugIn):
     """Up times are exponential with mean ``mtbf_s``, repairs exponential with mean ``repair_s``."""
 
+    name: ClassVar[str] = "failure"
+    params = (
+        Param("mtbf_s", low=0.0, low_open=True, doc="mean time between failures (up time)"),
+        Param("repair_s", low=0.0, low_open=True, doc="mean repair time"),
+    )
     mtbf_s: float
     repair_s: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mtbf_s": self.mtbf_s, "repair_s": self.repair_s}
+        return self.param_values()
 
 
 class Timeline:
@@ -81,11 +91,6 @@ class Timeline:
         """The first change of state after ``t``."""
         self._extend(t)
         return self.changes[bisect.bisect_right(self.changes, t)]
-
-    def onsets(self, until: float) -> list[float]:
-        """Start times of the on-periods that begin before ``until``."""
-        self._extend(until)
-        return [c for c in self.changes[0::2] if c < until]
 
 
 @dataclass(frozen=True)

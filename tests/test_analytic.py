@@ -7,25 +7,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import scenario_dict
 
-from hetsim.analytic import (
-    ComputeTime,
-    NoClosedForm,
-    balanced_shares,
-    expected_kth,
-    expected_max,
-    expected_max_exponential,
-    optimal_partition,
-    predict,
-)
+from hetsim.analytic import NoClosedForm, predict
 from hetsim.config import load_scenario
 from hetsim.distributions import Constant, Empirical, Exponential, LogNormal, Uniform
 from hetsim.errors import ConfigError
 from hetsim.metrics import mean_ci, step_times, summarize
+from hetsim.orderstats import ComputeTime, expected_kth, expected_max, expected_max_exponential
 from hetsim.partition import water_fill
+from hetsim.policies import StepInfo, WorkerHint, make_policy
 from hetsim.simulate import simulate
 from hetsim.workers import WorkerSpec
+from tests.helpers import scenario_dict
 
 
 def harmonic(n: int) -> float:
@@ -144,7 +137,9 @@ def test_optimal_partition_uses_water_filling_with_caps_and_drops_a_hopeless_wor
         WorkerSpec("hopeless", 1.0, 0.001),
         WorkerSpec("noisy", 0.005, 0.003, noise=LogNormal(0.2), delay=Constant(0.01)),
     ]
-    split = optimal_partition(workers, 128)
+    policy = make_policy("optimal")
+    policy.reset(len(workers), 128, [WorkerHint(w.cap, w.expected_fixed_s, w.expected_per_sample_s) for w in workers])
+    split = policy.partition(StepInfo(0, 0, 0, 1))
     assert sum(split) == 128 and split[0] <= 60 and split[2] == 0
     assert split == water_fill([w.expected_fixed_s for w in workers], [w.expected_per_sample_s for w in workers], 128,
                                [w.cap for w in workers])
@@ -171,7 +166,7 @@ def test_dynamic_fixed_point_trajectory_and_convergence():
     b = [f * scenario.workload.global_batch for f in fixed]
     times = [w.expected_fixed_s + w.expected_per_sample_s * x for w, x in zip(workers, b)]
     assert times[0] == pytest.approx(times[1], rel=1e-9)  # the DP fixed point balances expected times
-    assert fixed == pytest.approx(balanced_shares(workers, scenario.workload.global_batch))
+    assert sum(fixed) == pytest.approx(1.0, rel=1e-12)
     assert len(p.trajectory) == scenario.workload.epochs
     n = scenario.n_workers
     assert p.trajectory[0] == tuple([scenario.workload.global_batch // n] * n)

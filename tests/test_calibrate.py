@@ -5,14 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import scenario_dict
 
-from hetsim.calibrate import calibrate, fit_network, fit_worker, read_table, validate_table
+from hetsim.calibrate import calibrate, fit_network, fit_worker
 from hetsim.config import load_scenario
 from hetsim.errors import ConfigError
 from hetsim.metrics import summarize
 from hetsim.network import Ring
 from hetsim.simulate import simulate
+from hetsim.trace import check_trace_table, read_trace_table
+from tests.helpers import scenario_dict
 
 KNOWN = [
     {"name": "a", "overhead_s": 0.010, "per_sample_s": 0.0010, "noise": {"dist": "lognormal", "sigma": 0.1}},
@@ -148,15 +149,15 @@ def test_minimal_table_without_step_epoch_or_comm():
 )
 def test_bad_tables_name_the_column(frame, column, problem):
     with pytest.raises(ConfigError) as info:
-        validate_table(pd.DataFrame(frame))
+        check_trace_table(pd.DataFrame(frame))
     assert info.value.field == column and problem in info.value.problem
 
 
-def test_read_table_csv_parquet_and_missing(tmp_path):
+def test_read_trace_table_csv_parquet_and_missing(tmp_path):
     frame = pd.DataFrame({"worker": [0, 0], "local_batch": [4, 8], "compute_s": [0.1, 0.2]})
     frame.to_csv(tmp_path / "t.csv", index=False)
     frame.to_parquet(tmp_path / "t.parquet", index=False)
     for name in ("t.csv", "t.parquet"):
-        assert read_table(tmp_path / name)["local_batch"].tolist() == [4, 8]
+        assert read_trace_table(tmp_path / name)["local_batch"].tolist() == [4, 8]
     with pytest.raises(ConfigError, match="no such file"):
-        read_table(tmp_path / "nope.csv")
+        read_trace_table(tmp_path / "nope.csv")

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
+import tomllib
 
 import pandas as pd
 import pytest
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 from hetsim.cli import main
 from hetsim.config import load_scenario

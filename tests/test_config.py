@@ -11,8 +11,7 @@ from hetsim.config import builtin_names, build_scenario, load_scenario
 from hetsim.distributions import Constant, Empirical, LogNormal
 from hetsim.errors import ConfigError
 from hetsim.network import ConstantNetwork, ParameterServer, Ring
-
-from conftest import scenario_dict
+from tests.helpers import scenario_dict
 
 
 def test_builtins_load_and_paper_is_the_reference_set_up():

@@ -23,7 +23,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("dist", CASES, ids=lambda d: d.kind)
+@pytest.mark.parametrize("dist", CASES, ids=lambda d: d.name)
 def test_moments_match_a_large_sample(dist):
     x = dist.sample(np.random.default_rng(1), 400_000)
     sd = math.sqrt(dist.var())
@@ -32,7 +32,7 @@ def test_moments_match_a_large_sample(dist):
         assert x.var() == pytest.approx(dist.var(), rel=0.02)
 
 
-@pytest.mark.parametrize("dist", CASES, ids=lambda d: d.kind)
+@pytest.mark.parametrize("dist", CASES, ids=lambda d: d.name)
 def test_cdf_matches_the_sample(dist):
     x = dist.sample(np.random.default_rng(2), 100_000)
     grid = np.quantile(x, [0.1, 0.3, 0.5, 0.7, 0.9])

@@ -14,8 +14,7 @@ from hetsim.metrics import step_times, summarize
 from hetsim.network import Ring
 from hetsim.partition import balanced_time
 from hetsim.simulate import simulate
-
-from conftest import scenario_dict
+from tests.helpers import scenario_dict
 
 POLICY_NAMES = ["equal", "proportional", "dynamic", "dynamic-enhanced", "optimal"]
 

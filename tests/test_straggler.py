@@ -14,8 +14,7 @@ from hetsim.partition import max_time, water_fill
 from hetsim.policies import StepInfo, StepRecord, WorkerHint, make_policy
 from hetsim.simulate import simulate
 from hetsim.workers import WorkerStreams
-
-from conftest import scenario_dict
+from tests.helpers import scenario_dict
 
 AFFINE = [
     {"name": "fast", "overhead_s": 0.01, "per_sample_s": 0.001},

@@ -17,8 +17,7 @@ from matplotlib.image import imread
 from hetsim.cli import main
 from hetsim.sweepfile import load_sweep, point_scenario
 from hetsim.sweep import expand, replication_seeds
-
-from conftest import scenario_dict
+from tests.helpers import scenario_dict
 
 PLOTS = {"speedup.png", "step_cdf.png", "utilization.png", "split.png", "gantt.png"}
 
@@ -199,7 +198,8 @@ def test_bad_sweeps_fail_with_one_line_and_leave_no_folder(change, message, tmp_
 
 def test_an_unreachable_scheduler_fails_cleanly_and_leaves_no_folder(tmp_path, capsys):
     sweep = write_sweep(tmp_path)
-    assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--scheduler", "tcp://127.0.0.1:9"]) == 2
+    assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--scheduler", "tcp://127.0.0.1:9",
+                 "--connect-timeout-s", "0.5"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("hetsim: error: --scheduler: cannot reach tcp://127.0.0.1:9") and err.count("\n") == 1
     assert not (tmp_path / "runs").exists()

@@ -38,7 +38,8 @@ def parse_devices(text: str, world_size: int) -> tuple[str, ...]:
     if len(items) == 1:
         return tuple(items) * world_size
     if len(items) != world_size:
-        raise ConfigError("--devices", f"{len(items)} devices for {world_size} ranks (give one for all, or one per rank)")
+        raise ConfigError("--devices", f"{len(items)} devices for {world_size} ranks "
+                          "(give one for all, or one per rank)")
     return tuple(items)
 
 
@@ -113,6 +114,5 @@ def init_process_group(backend: str, env: RankEnv, device: "torch.device", timeo
     import torch.distributed as dist
 
     kwargs = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(
-        backend, init_method="env://", rank=env.rank, world_size=env.world_size, timeout=timedelta(seconds=timeout_s), **kwargs
-    )
+    dist.init_process_group(backend, init_method="env://", rank=env.rank, world_size=env.world_size,
+                            timeout=timedelta(seconds=timeout_s), **kwargs)

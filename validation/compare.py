@@ -20,11 +20,12 @@ from typing import Any
 import pandas as pd
 
 from hetsim.calibrate import Calibration, calibrate
+from hetsim.cli_common import text_table
 from hetsim.config import load_scenario
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize
 from hetsim.simulate import simulate
-from hetsim.trace import COLUMNS, Trace
+from hetsim.trace import COLUMNS, Trace, read_trace_table
 
 PROBE = "probe"
 
@@ -87,19 +88,10 @@ def load_run(run_dir: Path) -> RunData:
         meta = json.loads(meta_path.read_text())
     except ValueError as exc:
         raise ConfigError(str(meta_path), f"not valid JSON: {exc}") from None
-    parquet, csv = run_dir / "trace.parquet", run_dir / "trace.csv"
-    if parquet.is_file():
-        trace = pd.read_parquet(parquet)
-    elif csv.is_file():
-        trace = pd.read_csv(csv)
-    else:
+    path = next((p for p in (run_dir / "trace.parquet", run_dir / "trace.csv") if p.is_file()), None)
+    if path is None:
         raise ConfigError(str(run_dir), "no trace.parquet or trace.csv (the run died before its first epoch)")
-    missing = [c for c in COLUMNS if c not in trace.columns]
-    if missing:
-        raise ConfigError(missing[0], f"missing trace column in {run_dir}")
-    if trace.empty:
-        raise ConfigError(str(run_dir), "the trace has no rows")
-    return RunData(run_dir, trace, meta)
+    return RunData(run_dir, read_trace_table(path, COLUMNS), meta)
 
 
 def calibrate_run(run: RunData, calibrate_on: str = PROBE) -> Calibration:
@@ -148,15 +140,21 @@ def format_table(comparisons: Sequence[Comparison], calibration: Calibration, ca
         f"rank {w.worker} {1e3 * w.overhead_s:.2f} ms + {1e6 * w.per_sample_s:.1f} us/sample (noise {w.noise_sigma:.2f})"
         for w in calibration.workers) + f"; exchange {1e3 * calibration.network.time_s:.2f} ms"]
     lines.extend(f"warning: {w}" for w in calibration.warnings)
-    header = f"{'policy':<18} {'step meas':>10} {'step pred':>10} {'error':>7} {'total meas':>11} {'total pred':>11} {'error':>7}  split meas -> pred"
-    lines.append(header)
-    for c in comparisons:
-        m, p = c.measured, c.predicted
-        split = f"{'/'.join(map(str, m.final_batches))} -> {'/'.join(map(str, p.final_batches))}"
-        lines.append(
-            f"{c.policy:<18} {1e3 * m.mean_step_s:>8.2f}ms {1e3 * p.mean_step_s:>8.2f}ms {100 * c.step_error:>+6.1f}% "
-            f"{m.total_time_s:>10.3f}s {p.total_time_s:>10.3f}s {100 * c.total_error:>+6.1f}%  {split}"
+    header = ("policy", "step meas", "step pred", "error", "total meas", "total pred", "error", "split meas -> pred")
+    rows = [
+        (
+            c.policy,
+            f"{1e3 * c.measured.mean_step_s:.2f}ms",
+            f"{1e3 * c.predicted.mean_step_s:.2f}ms",
+            f"{100 * c.step_error:+.1f}%",
+            f"{c.measured.total_time_s:.3f}s",
+            f"{c.predicted.total_time_s:.3f}s",
+            f"{100 * c.total_error:+.1f}%",
+            f"{'/'.join(map(str, c.measured.final_batches))} -> {'/'.join(map(str, c.predicted.final_batches))}",
         )
+        for c in comparisons
+    ]
+    lines.append(text_table(header, rows, left={0, len(header) - 1}))
     lines.append(f"median |error| of the mean step time: {100 * median_abs_error(comparisons):.1f}% over {len(comparisons)} policies")
     return "\n".join(lines)
 

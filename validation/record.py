@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hetsim.files import write_frame, write_json
 from hetsim.metrics import summarize
-from hetsim.files import atomic_write, write_json
-from hetsim.trace import COLUMNS, Trace
+from hetsim.trace import COLUMNS, Trace, write_trace_table
 
 EPOCH_COLUMNS = ("policy", "epoch", "train_loss", "test_loss", "test_accuracy", "elapsed_s", "split")
 
@@ -90,11 +90,8 @@ class RunWriter:
 
     def flush(self) -> None:
         """Rewrite trace.parquet, trace.csv and epochs.csv with everything so far."""
-        frame = self.trace_frame()
-        atomic_write(self.out / "trace.parquet", lambda tmp: frame.to_parquet(tmp, index=False))
-        atomic_write(self.out / "trace.csv", lambda tmp: frame.to_csv(tmp, index=False))
-        epochs = pd.DataFrame(self.epochs, columns=list(EPOCH_COLUMNS))
-        atomic_write(self.out / "epochs.csv", lambda tmp: epochs.to_csv(tmp, index=False))
+        write_trace_table(self.trace_frame(), self.out / "trace.parquet", self.out / "trace.csv")
+        write_frame(self.out / "epochs.csv", pd.DataFrame(self.epochs, columns=list(EPOCH_COLUMNS)))
 
     def finish(self, policies: Sequence[str]) -> dict[str, Any]:
         """Write summary.json and mark the run complete; returns the summary."""

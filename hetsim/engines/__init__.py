@@ -1,22 +1,40 @@
 """Engines turn (scenario, policy, seed) into a Trace. They never import pandas or matplotlib.
 
 ``simpy`` is the reference (every policy); ``vector`` computes the same traces with NumPy for
-the barrier policies; ``auto`` picks ``vector`` where it supports the policy.
+the barrier policies; ``auto`` picks, per policy, the supporting engine of highest priority.
+Importing this package registers the built-in engines with :data:`hetsim.registry.ENGINES`.
 """
 
-from hetsim.engines.simpy_engine import run_simpy
-from hetsim.engines.vector import run_vector, supports
+from __future__ import annotations
+
+from hetsim.engines.base import Engine
+from hetsim.engines.simpy_engine import SimPyEngine, run_simpy
+from hetsim.engines.vector import VectorEngine, run_vector
+from hetsim.errors import ConfigError
 from hetsim.policies.base import Policy
+from hetsim.registry import ENGINES
 
-ENGINES = {"simpy": run_simpy, "vector": run_vector}
-ENGINE_CHOICES = ("simpy", "vector", "auto")
-
-
-def engine_for(engine: str, policy: Policy) -> str:
-    """The engine that runs ``policy`` when ``engine`` is asked for (``auto`` resolved)."""
-    if engine == "auto":
-        return "vector" if supports(policy) else "simpy"
-    return engine
+AUTO = "auto"
 
 
-__all__ = ["ENGINES", "ENGINE_CHOICES", "engine_for", "run_simpy", "run_vector"]
+def engine_choices() -> tuple[str, ...]:
+    """Every registered engine's name, then ``auto``."""
+    return (*ENGINES, AUTO)
+
+
+def check_engine(name: object, field: str = "engine") -> str:
+    """``name`` if it is a registered engine or ``auto``; else ConfigError on ``field``."""
+    if name != AUTO:
+        ENGINES.lookup(name, field)
+    return str(name)
+
+
+def engine_for(name: str, policy: Policy) -> Engine:
+    """The engine that runs ``policy`` when ``name`` is asked for (``auto`` resolved)."""
+    if name == AUTO:
+        return max((cls for cls in ENGINES.values() if cls.supports(policy)), key=lambda cls: cls.priority)()
+    return ENGINES.lookup(name, "engine")()
+
+
+__all__ = ["AUTO", "ENGINES", "Engine", "SimPyEngine", "VectorEngine", "check_engine", "engine_choices", "engine_for",
+           "run_simpy", "run_vector"]

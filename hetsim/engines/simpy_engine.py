@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING
 import simpy
 from simpy.events import Condition
 
+from hetsim.engines.base import Engine
 from hetsim.policies.base import Policy, StepInfo, StepRecord
+from hetsim.registry import ENGINES
 from hetsim.trace import Trace, TraceBuilder, async_trace
 from hetsim.workers import WorkerSpec, WorkerStreams
 
@@ -42,6 +44,16 @@ class _Step:
         self.batches, self.done, self.start = batches, done, start
         self.compute = [0.0] * n  # each worker's compute time (until cancelled, if it was)
         self.slowdown = [1.0] * n  # the episode factor at each worker's compute start
+
+
+@ENGINES.register
+class SimPyEngine(Engine):
+    """The reference: every policy, one SimPy process per worker."""
+
+    name = "simpy"
+
+    def run(self, scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
+        return run_simpy(scenario, policy, seed)
 
 
 def draws(spec: WorkerSpec, rng: WorkerStreams, chunk: int) -> Iterator[tuple[float, float]]:

@@ -34,8 +34,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hetsim.distributions import Distribution
+from hetsim.engines.base import Engine
 from hetsim.errors import ConfigError
-from hetsim.policies.base import Policy, StepInfo, StepRecord
+from hetsim.policies.base import Policy, StepInfo
+from hetsim.registry import ENGINES
 from hetsim.trace import Trace, TraceBuilder
 from hetsim.workers import Timeline, WorkerSpec, WorkerStreams
 
@@ -45,14 +47,24 @@ if TYPE_CHECKING:
 CHUNK_ELEMENTS = 1 << 20  # noise and delay are drawn about this many worker-steps at a time
 
 
-def supports(policy: Policy) -> bool:
-    """Whether the vector engine runs ``policy`` (it needs a barrier)."""
-    return policy.synchronous
+@ENGINES.register
+class VectorEngine(Engine):
+    """The SimPy engine's traces, a block of steps at a time with NumPy; barrier policies only."""
+
+    name = "vector"
+    priority = 1
+
+    @classmethod
+    def supports(cls, policy: Policy) -> bool:
+        return policy.synchronous
+
+    def run(self, scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
+        return run_vector(scenario, policy, seed)
 
 
 def run_vector(scenario: "Scenario", policy: Policy, seed: int | None = None) -> Trace:
     """Simulate ``scenario`` under ``policy`` (reset here); the trace of :func:`run_simpy`."""
-    if not supports(policy):
+    if not VectorEngine.supports(policy):
         raise ConfigError("engine", f"the vector engine needs a barrier policy and {policy.name!r} has none: "
                                     "use the SimPy engine (--engine simpy, or auto)")
     workers = scenario.workers

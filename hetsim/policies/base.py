@@ -14,6 +14,10 @@ are repaired. ``wait_for()`` says how many gradients a step waits for (all, for 
 policies; fewer for backup and K-sync). ``synchronous = False`` marks a policy without a
 barrier (async). ``weighted_gradients`` tells a real trainer to combine gradients as
 ``sum_i (b_i/B) g_i``; the simulator's timing does not depend on it.
+
+A new policy subclasses :class:`Policy` and registers with ``hetsim.registry.POLICIES``
+; simulate, analyze, sweep and the plots then find it by name and ask its
+traits.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from hetsim.params import PlugIn
 from hetsim.partition import split_by_shares
 
 UNTIL_THE_END = sys.maxsize  # Policy.steady_steps: the split never changes by itself
@@ -76,15 +81,25 @@ def step_records(first: StepInfo, local_batches: tuple[int, ...], compute_s: np.
         yield StepRecord(info, local_batches, tuple(times), tuple(flags))
 
 
-class Policy:
-    """Base class. Subclasses set ``name`` and implement ``split``; parameters from the
-    scenario's ``[policy]`` table arrive as keyword arguments of ``__init__``."""
+class Policy(PlugIn):
+    """Base class. A subclass sets ``name``, declares its ``params`` (they arrive as keyword
+    arguments, from the scenario's ``[policy]`` table, and become attributes) and either keeps
+    the split it is given at :meth:`reset` (the equal split, or :meth:`initial_split`'s) or
+    changes ``self._batches`` as it observes steps (or overrides :meth:`split`).
 
-    name: ClassVar[str] = ""
-    weighted_gradients: ClassVar[bool] = False
-    needs_costs: ClassVar[bool] = False
-    excludes_failed: ClassVar[bool] = True
-    synchronous: ClassVar[bool] = True
+    The traits below are what the rest of hetsim asks instead of looking at names."""
+
+    weighted_gradients: ClassVar[bool] = False  # a real trainer combines gradients as sum_i (b_i/B) g_i
+    needs_costs: ClassVar[bool] = False  # reset needs every worker's expected costs in the hints
+    excludes_failed: ClassVar[bool] = True  # partition moves the work of workers that are down
+    synchronous: ClassVar[bool] = True  # False: no barrier (the engines run it as async updates)
+    resplits: ClassVar[bool] = False  # the split can change during a run (plots show its trajectory)
+    autocorrelated_steps: ClassVar[bool] = False  # step times depend on the history: CIs use batch means
+    closed_form: ClassVar[bool] = False  # hetsim.analytic.predict models it (see analytic's docstring)
+    no_closed_form_reason: ClassVar[str] = "it does not declare a closed form (Policy.closed_form)"
+
+    __eq__ = object.__eq__  # a policy is stateful: two are the same only if they are one object
+    __hash__ = object.__hash__
 
     def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
         self.n_workers = n_workers
@@ -94,10 +109,23 @@ class Policy:
             raise ValueError(f"{len(self.hints)} hints for {n_workers} workers")
         if self.needs_costs and any(h.fixed_s is None or h.per_sample_s is None for h in self.hints):
             raise ValueError(f"policy {self.name!r} needs every worker's expected costs")
+        self._batches = self.initial_split()
+
+    def initial_split(self) -> tuple[int, ...]:
+        """The split of the first step: equal shares, capped workers' excess spread evenly."""
+        return split_by_shares([1.0] * self.n_workers, self.global_batch, self.caps)
 
     @property
     def caps(self) -> tuple[float, ...]:
         return tuple(h.max_batch for h in self.hints)
+
+    def expected_costs(self) -> tuple[list[float], list[float]]:
+        """The hints' expected fixed and per-sample costs (for policies with ``needs_costs``)."""
+        fixed = [h.fixed_s for h in self.hints]
+        per_sample = [h.per_sample_s for h in self.hints]
+        if any(x is None for x in fixed) or any(x is None for x in per_sample):
+            raise ValueError(f"policy {self.name!r} needs every worker's expected costs")
+        return [float(x) for x in fixed if x is not None], [float(x) for x in per_sample if x is not None]
 
     def partition(self, info: StepInfo) -> tuple[int, ...]:
         batches = self.split(info)
@@ -108,14 +136,26 @@ class Policy:
             return batches
         shares = [b if up else 0 for b, up in zip(batches, available)]
         if not any(shares):
-            shares = [1.0 if up else 0.0 for up in available]
+            shares = [1 if up else 0 for up in available]
         caps = [c if up else 0 for c, up in zip(self.caps, available)]
         if sum(caps) < self.global_batch:  # the workers left cannot hold the batch: wait instead
             return batches
         return split_by_shares(shares, self.global_batch, caps)
 
     def split(self, info: StepInfo) -> tuple[int, ...]:
-        raise NotImplementedError
+        """The split of this step before failures are taken into account: by default the one
+        set at :meth:`reset` or since changed by the policy."""
+        return self._batches
+
+    def shares(self) -> np.ndarray:
+        """The current split as fractions of the global batch (a policy that keeps continuous
+        shares, as ``dynamic`` does, returns those)."""
+        return np.asarray(self._batches, dtype=float) / self.global_batch
+
+    def fixed_point_shares(self) -> tuple[float, ...] | None:
+        """Where the policy's split converges on workers with the hints' expected costs, when it
+        re-splits and the analysis knows (None otherwise)."""
+        return None
 
     def observe(self, record: StepRecord) -> None:
         """Default: a static policy ignores measurements."""
@@ -141,4 +181,3 @@ class Policy:
             return
         for record in step_records(first, local_batches, compute_s, included):
             self.observe(record)
-

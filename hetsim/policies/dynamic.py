@@ -11,18 +11,22 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hetsim.partition import split_by_shares
+from hetsim.partition import balanced_time, split_by_shares
 from hetsim.policies.base import Policy, StepInfo, StepRecord, WorkerHint
+from hetsim.registry import POLICIES
 
 
+@POLICIES.register
 class Dynamic(Policy):
     name = "dynamic"
+    resplits = True
+    autocorrelated_steps = True
+    closed_form = True  # iterating its own update on expected times gives its expected trajectory
 
     def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
         super().reset(n_workers, global_batch, hints)
-        self.shares = np.full(n_workers, 1.0 / n_workers)
+        self._shares = np.full(n_workers, 1.0 / n_workers)
         self._speed = np.zeros(n_workers)  # last p_i / t_i, kept for a worker that sat an epoch out
-        self._batches = split_by_shares(self.shares, global_batch, self.caps)
         self._sum_s = np.zeros(n_workers)
         self._steps = np.zeros(n_workers, dtype=np.int64)
         self._seen_batches: tuple[int, ...] | None = None
@@ -30,8 +34,19 @@ class Dynamic(Policy):
         self._run = 0  # steps observed since the split last changed
         self.history: list[tuple[int, ...]] = [self._batches]
 
-    def split(self, info: StepInfo) -> tuple[int, ...]:
-        return self._batches
+    def shares(self) -> np.ndarray:
+        return self._shares.copy()
+
+    def fixed_point_shares(self) -> tuple[float, ...] | None:
+        """The continuous split where every worker with samples has the same expected compute
+        time (capped workers hold their cap): the fixed point of the update."""
+        if any(h.fixed_s is None or h.per_sample_s is None for h in self.hints):
+            return None
+        fixed, per_sample = (np.asarray(x) for x in self.expected_costs())
+        caps = np.asarray(self.caps, dtype=float)
+        t_star = balanced_time(fixed, per_sample, self.global_batch, caps)
+        b = np.minimum(np.maximum((t_star - fixed) / per_sample, 0.0), caps)
+        return tuple(float(x) for x in b / b.sum())
 
     def steady_steps(self, info: StepInfo) -> int:
         return info.steps_per_epoch - info.step_in_epoch  # re-split after the epoch's last step
@@ -64,17 +79,18 @@ class Dynamic(Policy):
     def _update(self) -> None:
         self._count_steps()
         seen = (self._steps > 0) & (self._sum_s > 0)
-        self._speed[seen] = self.shares[seen] / (self._sum_s[seen] / self._steps[seen])
+        self._speed[seen] = self._shares[seen] / (self._sum_s[seen] / self._steps[seen])
         never = self._speed == 0  # down for every step so far: assume an average worker, not a dead one
         if never.any() and not never.all():
             self._speed[never] = self._speed[~never].mean()
-        self.shares = self._speed / self._speed.sum()
-        self._batches = split_by_shares(self.shares, self.global_batch, self.caps)
+        self._shares = self._speed / self._speed.sum()
+        self._batches = split_by_shares(self._shares, self.global_batch, self.caps)
         self.history.append(self._batches)
         self._sum_s[:] = 0.0
         self._steps[:] = 0
 
 
+@POLICIES.register
 class DynamicEnhanced(Dynamic):
     """EDP-SGD: the split of ``dynamic``; gradients combined as ``sum_i (b_i/B) g_i``."""
 

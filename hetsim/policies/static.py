@@ -6,23 +6,17 @@ from collections.abc import Sequence
 
 from hetsim.partition import split_by_shares, water_fill
 from hetsim.policies.base import UNTIL_THE_END, Policy, StepInfo, WorkerHint
+from hetsim.registry import POLICIES
 
 
 class _Static(Policy):
-    def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
-        super().reset(n_workers, global_batch, hints)
-        self._batches = self._split()
-
-    def _split(self) -> tuple[int, ...]:
-        raise NotImplementedError
-
-    def split(self, info: StepInfo) -> tuple[int, ...]:
-        return self._batches
+    closed_form = True
 
     def steady_steps(self, info: StepInfo) -> int:
         return UNTIL_THE_END  # Optimal's split depends on availability only
 
 
+@POLICIES.register
 class Equal(_Static):
     """Plain synchronous SGD: the same share for everyone (capped workers' excess spread evenly).
     A failed worker keeps its share, so the step waits until it is repaired."""
@@ -30,10 +24,8 @@ class Equal(_Static):
     name = "equal"
     excludes_failed = False
 
-    def _split(self) -> tuple[int, ...]:
-        return split_by_shares([1.0] * self.n_workers, self.global_batch, self.caps)
 
-
+@POLICIES.register
 class Proportional(_Static):
     """Shares proportional to each worker's nominal throughput at the equal split,
     ``(B/n) / E[compute(B/n)]`` samples per second (what a benchmark of the card would report)."""
@@ -42,12 +34,14 @@ class Proportional(_Static):
     needs_costs = True
     excludes_failed = False
 
-    def _split(self) -> tuple[int, ...]:
+    def initial_split(self) -> tuple[int, ...]:
         b = self.global_batch / self.n_workers
-        speeds_sps = [b / (h.fixed_s + h.per_sample_s * b) for h in self.hints]
+        fixed, per_sample = self.expected_costs()
+        speeds_sps = [b / (a + c * b) for a, c in zip(fixed, per_sample)]
         return split_by_shares(speeds_sps, self.global_batch, self.caps)
 
 
+@POLICIES.register
 class Optimal(_Static):
     """Knows the true expected affine costs and minimises the max of the expected compute times
     (water-filling with caps, then exact integer rounding). On deterministic workers this is the
@@ -61,9 +55,10 @@ class Optimal(_Static):
         self._by_availability: dict[tuple[bool, ...], tuple[int, ...]] = {}
         super().reset(n_workers, global_batch, hints)
 
-    def _split(self, available: tuple[bool, ...] | None = None) -> tuple[int, ...]:
+    def initial_split(self, available: tuple[bool, ...] | None = None) -> tuple[int, ...]:
         caps = self.caps if available is None else tuple(c if up else 0 for c, up in zip(self.caps, available))
-        return water_fill([h.fixed_s for h in self.hints], [h.per_sample_s for h in self.hints], self.global_batch, caps)
+        fixed, per_sample = self.expected_costs()
+        return water_fill(fixed, per_sample, self.global_batch, caps)
 
     def split(self, info: StepInfo) -> tuple[int, ...]:
         """The water-filling split over the workers that are up (cached per pattern)."""
@@ -71,5 +66,5 @@ class Optimal(_Static):
         if up is None or all(up) or sum(c for c, u in zip(self.caps, up) if u) < self.global_batch:
             return self._batches
         if up not in self._by_availability:
-            self._by_availability[up] = self._split(up)
+            self._by_availability[up] = self.initial_split(up)
         return self._by_availability[up]

@@ -6,7 +6,7 @@ others are cancelled and their samples dropped, and all restart together. They d
 ``k`` is given: ``backups = b`` (k = n - b) or ``k``. A failed worker is one more straggler.
 
 ``async`` has no barrier: each worker pushes its gradient (``B/n`` samples) as soon as it is
-done and starts again; the engine runs it on its own loop (``synchronous = False``).
+done and starts again; the engines run it on their own loop (``synchronous = False``).
 """
 
 from __future__ import annotations
@@ -14,39 +14,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hetsim.errors import ConfigError
-from hetsim.partition import split_by_shares
+from hetsim.params import Param
 from hetsim.policies.base import UNTIL_THE_END, Policy, StepInfo, WorkerHint
-
-
-def _integer(value: object, field: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(field, f"must be an integer >= {minimum}, got {value!r}")
-    return value
+from hetsim.registry import POLICIES
 
 
 class _FirstK(Policy):
     excludes_failed = False
+    closed_form = True
 
     def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
         super().reset(n_workers, global_batch, hints)
         self._check(n_workers)
-        self._batches = split_by_shares([1.0] * n_workers, global_batch, self.caps)
 
     def _check(self, n_workers: int) -> None:
         raise NotImplementedError
-
-    def split(self, info: StepInfo) -> tuple[int, ...]:
-        return self._batches
 
     def steady_steps(self, info: StepInfo) -> int:
         return UNTIL_THE_END
 
 
+@POLICIES.register
 class Backup(_FirstK):
     name = "backup"
-
-    def __init__(self, backups: int = 1) -> None:
-        self.backups = _integer(backups, "policy.backups", 0)
+    params = (Param("backups", "integer", default=1, low=0, doc="gradients not waited for (k = n - backups)"),)
+    backups: int
 
     def _check(self, n_workers: int) -> None:
         if self.backups >= n_workers:
@@ -56,11 +48,11 @@ class Backup(_FirstK):
         return self.n_workers - self.backups
 
 
+@POLICIES.register
 class KSync(_FirstK):
     name = "ksync"
-
-    def __init__(self, k: int | None = None) -> None:
-        self.k = None if k is None else _integer(k, "policy.k", 1)
+    params = (Param("k", "integer", default=None, low=1, doc="gradients waited for (default n - 1)"),)
+    k: int | None
 
     def _check(self, n_workers: int) -> None:
         if self.k is not None and self.k > n_workers:
@@ -70,14 +62,10 @@ class KSync(_FirstK):
         return max(1, self.n_workers - 1) if self.k is None else self.k
 
 
+@POLICIES.register
 class Async(Policy):
     name = "async"
     synchronous = False
     excludes_failed = False
-
-    def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
-        super().reset(n_workers, global_batch, hints)
-        self._batches = split_by_shares([1.0] * n_workers, global_batch, self.caps)
-
-    def split(self, info: StepInfo) -> tuple[int, ...]:
-        return self._batches
+    autocorrelated_steps = True
+    closed_form = True

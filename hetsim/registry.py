@@ -1,0 +1,116 @@
+"""The name registries, one per plug-in kind, all here: what a name in a scenario file, a
+sweep file or on the command line refers to.
+
+Each registry fills itself on first use by importing the module that registers the built-in
+classes, then the modules named in the ``HETSIM_PLUGINS`` environment variable (module names
+or ``.py`` files, separated by ``os.pathsep``), so plug-ins outside the package reach every
+command and every worker process of a sweep. In a program, :meth:`Registry.register` (usable
+as a class decorator) is the public hook::
+
+    from hetsim.registry import POLICIES
+
+    @POLICIES.register
+    class MyPolicy(Policy):
+        name = "mine"
+        ...
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from hetsim.errors import ConfigError
+
+if TYPE_CHECKING:  # the plug-in base classes import this module to register themselves
+    from hetsim.distributions import Distribution
+    from hetsim.engines.base import Engine
+    from hetsim.network import NetworkModel
+    from hetsim.policies.base import Policy
+
+PLUGINS_ENV = "HETSIM_PLUGINS"
+T = TypeVar("T")
+
+
+class Registry(Mapping[str, "type[T]"], Generic[T]):
+    """Name -> class for one plug-in kind (``kind`` names it in errors, e.g. ``policy``)."""
+
+    def __init__(self, kind: str, builtins: str) -> None:
+        self.kind = kind
+        self._builtins = builtins  # the module whose import registers the built-in classes
+        self._classes: dict[str, type[T]] = {}
+        self._loaded = False
+
+    def register(self, cls: type[T]) -> type[T]:
+        """Add ``cls`` under its ``name``; returns it (a class decorator). Registering the same
+        class twice is harmless; another class under a taken name is an error."""
+        name = getattr(cls, "name", "")
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a {self.kind} class needs a non-empty class attribute 'name'")
+        taken = self._classes.get(name)
+        if taken is not None and taken is not cls:
+            raise ValueError(f"{self.kind} {name!r} is registered already, by {taken.__module__}.{taken.__qualname__}")
+        self._classes[name] = cls
+        return cls
+
+    def unregister(self, name: str) -> None:
+        self._classes.pop(name, None)
+
+    def lookup(self, name: Any, field: str) -> type[T]:
+        """The class registered as ``name``; an unknown name raises ConfigError on ``field``."""
+        if not isinstance(name, str) or name not in self:
+            raise ConfigError(field, f"unknown {self.kind} {name!r} (known: {', '.join(self)})")
+        return self[name]
+
+    def _load(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            importlib.import_module(self._builtins)
+            load_plugins()
+
+    def __getitem__(self, name: str) -> type[T]:
+        self._load()
+        return self._classes[name]
+
+    def __iter__(self) -> Iterator[str]:
+        self._load()
+        return iter(list(self._classes))
+
+    def __len__(self) -> int:
+        self._load()
+        return len(self._classes)
+
+
+_imported: set[str] = set()
+
+
+def load_plugins() -> None:
+    """Import every module named in ``HETSIM_PLUGINS`` (once each)."""
+    for item in filter(None, os.environ.get(PLUGINS_ENV, "").split(os.pathsep)):
+        if item in _imported:
+            continue
+        _imported.add(item)
+        try:
+            if item.endswith(".py"):
+                path = Path(item).resolve()
+                spec = importlib.util.spec_from_file_location(f"hetsim_plugin_{path.stem}", path)
+                if spec is None or spec.loader is None or not path.is_file():
+                    raise ImportError("no such file")
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[spec.name] = module
+                spec.loader.exec_module(module)
+            else:
+                importlib.import_module(item)
+        except Exception as exc:  # any error in a plug-in module is reported as bad input
+            raise ConfigError(PLUGINS_ENV, f"cannot import {item!r}: {exc}".splitlines()[0]) from None
+
+
+DISTRIBUTIONS: Registry[Distribution] = Registry("distribution", "hetsim.distributions")
+NETWORKS: Registry[NetworkModel] = Registry("network", "hetsim.network")
+ENGINES: Registry[Engine] = Registry("engine", "hetsim.engines")
+POLICIES: Registry[Policy] = Registry("policy", "hetsim.policies")

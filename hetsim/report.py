@@ -1,0 +1,156 @@
+"""Report building: what ``simulate``, ``sweep`` and ``report`` show and leave on disk.
+
+This module owns turning results into reports: the per-policy summary table of ``simulate`` and
+its output files, a sweep's progress line, and a results folder's report (results.parquet,
+summary.csv, the plotted cell's traces, every plot, and the speedup table). It decides what the
+trace plots show (:func:`cell_plots`); :mod:`hetsim.plots` only draws it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from hetsim.cli_common import text_table
+from hetsim.errors import ConfigError
+from hetsim.files import write_json
+from hetsim.metrics import Summary, summarize
+from hetsim.plots import CellPlots, render_run
+from hetsim.policies import policy_class
+from hetsim.results import RunFolder, markdown_table, summarize_cells
+from hetsim.simulate import simulate
+from hetsim.sweep import Progress, expand, replication_seeds
+from hetsim.sweepfile import SweepSpec, point_scenario
+from hetsim.trace import Trace, write_trace_table
+
+BASELINE = "equal"  # the policy speedups are measured against
+TRACES_FILE = "traces.parquet"  # replication 0 of the plotted cell, every policy
+
+
+# ----------------------------------------------------------------------------- simulate
+
+
+def format_table(summaries: Sequence[Summary]) -> str:
+    """One row per policy; straggler columns appear when some policy has them."""
+    columns: list[tuple[str, Callable[[Summary], str]]] = [
+        ("policy", lambda s: s.policy),
+        ("mean step", lambda s: f"{s.mean_step_s * 1e3:.1f} ms"),
+        ("total time", lambda s: f"{s.total_time_s:.1f} s"),
+        ("throughput", lambda s: f"{s.throughput_sps:.0f} /s"),
+        ("utilization", lambda s: f"{s.mean_utilization:.1%}"),
+        ("vs equal", lambda s: "-" if s.speedup_vs_equal is None else f"{s.speedup_vs_equal:.3f}x"),
+    ]
+    if any(s.dropped_samples for s in summaries):
+        columns.append(("dropped", lambda s: f"{s.dropped_samples / s.steps:.0f} /step" if s.dropped_samples else "-"))
+    if any(s.staleness_mean is not None for s in summaries):
+        columns.append(("staleness", lambda s: "-" if s.staleness_mean is None else f"{s.staleness_mean:.1f} (p95 {s.staleness_p95:.0f})"))
+    if any(s.recovery_steps is not None for s in summaries):
+        columns.append(("recovery", lambda s: "-" if s.recovery_steps is None else f"{s.recovery_steps:.1f} steps"))
+    columns.append(("final split", lambda s: "/".join(map(str, s.final_batches))))
+    rows = [[fmt(s) for _, fmt in columns] for s in summaries]
+    return text_table([name for name, _ in columns], rows, left={0, len(columns) - 1})
+
+
+def write_outputs(directory: Path, traces: Sequence[Trace], summaries: Sequence[Summary]) -> None:
+    """``simulate --out``: trace.parquet, trace.csv and summary.json in ``directory``."""
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError("--out", f"{directory} exists and is not a folder")
+    write_trace_table(traces, directory / "trace.parquet", directory / "trace.csv")
+    write_json(directory / "summary.json", [s.to_dict() for s in summaries])
+
+
+# ----------------------------------------------------------------------------- sweep progress
+
+
+def progress_printer(progress: Progress, stream: TextIO | None = None) -> Callable[[], None]:
+    """A function that shows ``progress`` on ``stream`` (default: stderr at call time): a bar
+    redrawn in place on a terminal, else a line every tenth of the cells."""
+    out = stream if stream is not None else sys.stderr
+    tty = out.isatty()
+    step = max(1, progress.total // 10)
+
+    def show() -> None:
+        p = progress
+        text = f"{p.done}/{p.total} cells  {p.rate:.1f} cells/s  ETA {p.eta_s:.0f} s"
+        if tty:
+            filled = int(30 * p.done / max(p.total, 1))
+            print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}", end="\n" if p.done == p.total else "", file=out, flush=True)
+        elif p.done % step == 0 or p.done == p.total:
+            print(text, file=out, flush=True)
+
+    return show
+
+
+# ----------------------------------------------------------------------------- results folder
+
+
+def render_report(folder: RunFolder, spec: SweepSpec) -> str:
+    """Rebuild results.parquet, summary.csv, the plotted cell's traces and every plot; return
+    the report's text (the folder's line and the speedup table)."""
+    results = folder.results()
+    axes = [a.name for a in spec.axes]
+    summary = summarize_cells(results, axes)
+    folder.write_frame("results.parquet", results)
+    folder.write_frame("summary.csv", summary)
+    cell = cell_plots(plotted_traces(folder, spec))
+    plots = render_run(folder.path / "plots", summary, axes, spec.plots.x, spec.plots.lines, cell)
+    missing = len(expand(spec)) - results["cell"].nunique()
+    labels = ", ".join(f"{k}={v}" for k, v in plot_cell_labels(spec).items())
+    head = (f"{folder.path}: {results['cell'].nunique()} cells x {spec.replications} replications"
+            + (f" ({missing} cells missing: --resume {folder.path})" if missing else "")
+            + f"; {len(plots)} plots in {folder.path / 'plots'} (traces of {labels})")
+    return (head + f"\n\nSpeedup vs {BASELINE} (throughput of the policy / throughput of {BASELINE}; "
+            "mean ± 95% CI over replications)\n\n" + markdown_table(summary, axes, spec.policies))
+
+
+def plot_cell_labels(spec: SweepSpec) -> dict[str, object]:
+    """The grid point the trace plots show: the sweep's [plots] cell, else each axis's last value."""
+    chosen = dict(spec.plots.cell)
+    return {a.name: chosen.get(a.name, a.labels[-1]) for a in spec.axes}
+
+
+def plotted_traces(folder: RunFolder, spec: SweepSpec) -> dict[str, Trace]:
+    """Replication 0 of the plotted cell under every policy (simulated once, then read back)."""
+    saved = folder.read_traces(TRACES_FILE)
+    if saved is not None:
+        return saved
+    labels = plot_cell_labels(spec)
+    point = tuple(a.labels.index(labels[a.name]) for a in spec.axes)
+    scenario = point_scenario(spec, point)
+    seed = replication_seeds(spec)[0]
+    traces = {p: simulate(scenario, p, seed=seed, engine=spec.engine) for p in spec.policies}
+    folder.write_traces(TRACES_FILE, traces.values())
+    return traces
+
+
+# ----------------------------------------------------------------------------- what the trace plots show
+
+
+def resplits(policy: str) -> bool:
+    """Whether the policy registered as ``policy`` changes its split while it runs (False for a
+    name that is not registered)."""
+    try:
+        return policy_class(policy).resplits
+    except ConfigError:
+        return False
+
+
+def cell_plots(traces: Mapping[str, Trace], baseline: str = BASELINE) -> CellPlots:
+    """The plotted cell's data for :func:`hetsim.plots.render_run`: every trace's utilization;
+    the split over epochs of the policies that re-split (else of the first synchronous trace);
+    Gantt charts of the baseline, the first policy that re-splits and the one with the highest
+    throughput, each once, synchronous traces only (an async trace has no steps to draw)."""
+    summaries = {p: summarize(t) for p, t in traces.items()}
+    synchronous = {p: t for p, t in traces.items() if t.synchronous}
+    moving = [p for p in synchronous if resplits(p)]
+    split = [synchronous[p] for p in moving] or list(synchronous.values())[:1]
+    best = max(synchronous, key=lambda p: summaries[p].throughput_sps, default=None)
+    shown = [p for p in dict.fromkeys([baseline, *moving[:1], best]) if p in synchronous]
+    return CellPlots(
+        traces=traces,
+        utilization={p: s.utilization for p, s in summaries.items()},
+        split=split,
+        gantt=[synchronous[p] for p in shown],
+    )

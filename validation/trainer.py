@@ -1,0 +1,393 @@
+"""One rank's training loop: the schedule of a run, its steps, and what the trace records of them.
+
+Owns :class:`RankTrainer` (inside the process group :mod:`validation.train` started): the trace
+segments, one timed step, the probe's plan and schedule, and the writer every rank calls (rank
+0's :class:`~validation.record.RunWriter` writes the run folder; :class:`NullWriter` elsewhere).
+
+A rank runs, in order: a few unrecorded warm-up steps; the probe's first rounds (every rank
+steps through several local batch sizes, recorded as ``policy = "probe"`` so a scenario can be
+calibrated from it); then epoch by epoch, one epoch of each policy in turn (every policy from
+the same freshly initialised weights, with its own model, optimizer and policy object), the
+probe's remaining rounds spread between epochs. Interleaving puts every policy and the
+calibration under the same drift of machine load.
+
+One step, as every rank sees it (all times from ``perf_counter``, after synchronising the
+device on GPU):
+
+    start   rank 0 asks the policy for the split and broadcasts it
+    compute the rank's shard of the epoch's permutation: forward, backward, injected delay,
+            the weighted gradient packed into one flat buffer          -> compute_s
+    barrier a tiny all-reduce carrying every rank's compute_s and loss -> wait_s
+    comm    the gradient all-reduce, the division by the total weight,
+            the optimizer update                                        -> comm_s
+
+so ``compute_s + wait_s + comm_s`` is the step's wall time. Rank 0 feeds the compute times to
+``policy.observe`` before the next split. At the end of each epoch the ranks' times are
+gathered to every rank and every rank evaluates its (identical) model on the held-out split;
+rank 0's writer keeps the rows and rewrites the run folder, the others' writers drop them. None
+of that is inside a step's time. ``start_s`` is the segment's own elapsed step time (the sum of
+its earlier steps), as in a simulated run of that policy alone.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.distributed as dist
+
+from hetsim.calibrate import fit_worker
+from hetsim.partition import split_by_shares
+from hetsim.policies import Policy, StepInfo, StepRecord, WorkerHint, make_policy
+from hetsim.trace import COLUMNS
+from validation.allreduce import combine, gradient_weights, pack, unpack
+from validation.backend import RankEnv, comm_device, resolve_device, select_backend, synchronize, torch_device
+from validation.config import RunConfig
+from validation.inject import Injector
+from validation.record import RankTiming, RunWriter, step_rows
+from validation.sharding import PROBE as PROBE_STREAM
+from validation.sharding import WARMUP, epoch_permutation, local_indices, steps_per_epoch
+from validation.workload import Dataset, evaluate, load_digits_split, loss_fn, make_model
+
+PROBE = "probe"
+
+
+class InjectedCrash(Exception):
+    """The hidden ``--crash-at`` hook fired: the entry point ends the process as if it were killed."""
+
+    def __init__(self, rank: int, run_step: int) -> None:
+        super().__init__(f"rank {rank}: injected crash at run step {run_step}")
+
+
+class NullWriter:
+    """The writer of every rank but 0: RunWriter's methods, doing nothing. Its trace is empty, so
+    anything read back from it (the probe's fit, the summary) is empty on those ranks."""
+
+    def write_meta(self, status: str) -> None:
+        """Nothing to write."""
+
+    def add_steps(self, rows: Sequence[dict[str, Any]]) -> None:
+        """The rows are dropped."""
+
+    def add_epoch(self, row: dict[str, Any]) -> None:
+        """The row is dropped."""
+
+    def trace_frame(self) -> pd.DataFrame:
+        """An empty trace with the trace's columns."""
+        return pd.DataFrame(columns=list(COLUMNS))
+
+    def flush(self) -> None:
+        """Nothing to write."""
+
+    def finish(self, policies: Sequence[str]) -> dict[str, Any]:
+        """A summary of no policies."""
+        return {"policies": []}
+
+
+Writer = RunWriter | NullWriter
+
+
+@dataclass
+class Segment:
+    """One trace segment (a policy, or the probe): its model, optimizer, counters and, on rank 0,
+    the policy with the record it has not observed yet."""
+
+    name: str
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    policy: Policy | None
+    weighted: bool
+    step: int = 0
+    elapsed_s: float = 0.0
+    pending: list[StepRecord] = field(default_factory=list)
+
+    def propose(self, info: StepInfo) -> Sequence[int]:
+        """Rank 0: feed the policy the last step's measurements, then ask for this step's split."""
+        assert self.policy is not None
+        while self.pending:
+            self.policy.observe(self.pending.pop(0))
+        return self.policy.partition(info)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One step as this rank measured it, with what the barrier told it of every rank."""
+
+    split: tuple[int, ...]
+    timing: RankTiming
+    all_compute_s: tuple[float, ...]
+    loss: float
+
+
+class RankTrainer:
+    """One rank's share of the run. Only rank 0 holds policies; every rank calls its writer."""
+
+    def __init__(self, config: RunConfig, env: RankEnv) -> None:
+        self.config, self.env = config, env
+        self.rank, self.world = env.rank, env.world_size
+        self.backend = select_backend(config.devices)
+        self.device = torch_device(resolve_device(config.devices[self.rank], env.local_rank))
+        self.comm = comm_device(self.backend, self.device)
+        self.data: Dataset = load_digits_split(config.seed, self.device)
+        self.steps_per_epoch = steps_per_epoch(self.data.n_train, config.global_batch)
+        self.injector = Injector.for_rank(self.rank, self.world, config.seed, dict(config.delay),
+                                          dict(config.per_sample_delay), dict(config.slowdown))
+        self.run_step = 0
+        self.where = "start-up"
+        self.writer: Writer = NullWriter()
+        self.probe_hints: tuple[WorkerHint, ...] | None = None
+
+    # ------------------------------------------------------------------ collectives
+
+    def sync_ranks(self) -> None:
+        """An untimed rendezvous (between epochs)."""
+        dist.all_reduce(torch.zeros(1, device=self.comm))
+
+    def broadcast_parameters(self, model: torch.nn.Module) -> None:
+        """Rank 0's weights onto every rank."""
+        for p in model.parameters():
+            buf = p.data.to(self.comm)
+            dist.broadcast(buf, src=0)
+            p.data.copy_(buf.to(p.device))
+
+    def broadcast_split(self, propose: Callable[[], Sequence[int]]) -> tuple[int, ...]:
+        """Rank 0's ``propose()`` onto every rank."""
+        split_t = torch.zeros(self.world, dtype=torch.int64, device=self.comm)
+        if self.rank == 0:
+            split_t.copy_(torch.as_tensor(list(propose()), dtype=torch.int64))
+        dist.broadcast(split_t, src=0)
+        return tuple(int(b) for b in split_t.tolist())
+
+    def gather_timings(self, local: list[RankTiming]) -> list[list[RankTiming]]:
+        """Per step, every rank's timing (on every rank)."""
+        gathered: list[Any] = [None] * self.world
+        dist.all_gather_object(gathered, [(t.compute_s, t.wait_s, t.comm_s) for t in local])
+        return [[RankTiming(*gathered[r][k]) for r in range(self.world)] for k in range(len(local))]
+
+    # ------------------------------------------------------------------ one step
+
+    def check_crash(self) -> None:
+        """The hidden ``--crash-at RANK=STEP`` hook, before every step."""
+        if self.config.crash_at is not None and self.config.crash_at == (self.rank, self.run_step):
+            raise InjectedCrash(self.rank, self.run_step)
+
+    def forward_backward(self, model: torch.nn.Module, perm: np.ndarray, step_in_epoch: int,
+                         split: tuple[int, ...]) -> float:
+        """This rank's shard: forward, backward and the injected delay; the shard's summed loss."""
+        b = split[self.rank]
+        if b == 0:
+            return 0.0
+        idx = torch.from_numpy(local_indices(perm, step_in_epoch, split, self.rank)).to(self.device)
+        t_fwd = time.perf_counter()
+        loss = loss_fn(model(self.data.train_x[idx]), self.data.train_y[idx])
+        loss.backward()
+        synchronize(self.device)
+        self.injector.apply(b, time.perf_counter() - t_fwd)
+        return float(loss.detach()) * b
+
+    def step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, perm: np.ndarray, step_in_epoch: int,
+             propose: Callable[[], Sequence[int]], weighted: bool) -> StepResult:
+        """One timed step (see the module's docstring); ``propose`` is only called on rank 0."""
+        self.check_crash()
+        self.run_step += 1
+        synchronize(self.device)
+        t_start = time.perf_counter()
+        split = self.broadcast_split(propose)
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum = self.forward_backward(model, perm, step_in_epoch, split)
+        weights = gradient_weights(split, weighted)
+        flat = pack(model.parameters(), weights[self.rank], self.comm)
+        synchronize(self.device)
+        t_ready = time.perf_counter()
+        compute_s = t_ready - t_start
+
+        barrier = torch.zeros(self.world + 1, dtype=torch.float64, device=self.comm)
+        barrier[self.rank] = compute_s
+        barrier[self.world] = loss_sum
+        dist.all_reduce(barrier, op=dist.ReduceOp.SUM)
+        t_released = time.perf_counter()
+
+        combine(flat, sum(weights))
+        unpack(flat, model.parameters())
+        optimizer.step()
+        synchronize(self.device)
+        t_end = time.perf_counter()
+        values = barrier.tolist()
+        return StepResult(
+            split, RankTiming(compute_s, t_released - t_ready, t_end - t_released),
+            tuple(values[: self.world]), values[self.world] / max(sum(split), 1),
+        )
+
+    # ------------------------------------------------------------------ segments
+
+    def probe_round(self) -> list[tuple[int, ...]]:
+        """One round of the probe: for each fraction and rank, that rank gets the fraction of the
+        global batch and the others share the rest, so every rank sees several local batch sizes
+        while each step processes one global batch, as in the policies' steps."""
+        B, W = self.config.global_batch, self.world
+        plan = []
+        for f in self.config.probe_fractions:
+            for focus in range(W):
+                b = min(B, max(1, int(round(f * B)))) if W > 1 else B
+                rest = list(split_by_shares([1.0] * (W - 1), B - b)) if W > 1 else []
+                plan.append(tuple(rest[:focus] + [b] + rest[focus:]))
+        return plan
+
+    def new_segment(self, name: str) -> Segment:
+        """Fresh weights (broadcast from rank 0), optimizer and, on rank 0, the policy."""
+        config = self.config
+        policy = self.make_policy(name) if self.rank == 0 and name != PROBE else None
+        weighted = True
+        if config.combine == "policy" and name != PROBE:
+            weighted_t = torch.tensor([int(bool(policy.weighted_gradients)) if policy else 0], device=self.comm)
+            dist.broadcast(weighted_t, src=0)
+            weighted = bool(weighted_t.item())
+        model = make_model(config.seed, self.device)
+        self.broadcast_parameters(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
+        return Segment(name, model, optimizer, policy, weighted)
+
+    def run_block(self, seg: Segment, epoch: int, n_steps: int, window: Callable[[int], tuple[np.ndarray, int]],
+                  fixed: Sequence[tuple[int, ...]] | None = None) -> list[StepResult]:
+        """``n_steps`` steps of ``seg`` (splits from its policy, or ``fixed``), then the ranks'
+        times gathered and the trace rows handed to the writer."""
+        local: list[RankTiming] = []
+        results: list[StepResult] = []
+        label = "the probe" if seg.name == PROBE else f"policy {seg.name}"
+        for k in range(n_steps):
+            info = StepInfo(seg.step + k, epoch, k, n_steps)
+            self.where = f"{label}, epoch {epoch}, step {info.step}"
+            propose = (lambda s=fixed[k]: s) if fixed is not None else (lambda info=info: seg.propose(info))
+            perm, step_in_epoch = window(k)
+            result = self.step(seg.model, seg.optimizer, perm, step_in_epoch, propose, seg.weighted)
+            if seg.policy is not None:
+                included = tuple(b > 0 for b in result.split)
+                seg.pending.append(StepRecord(info, result.split, result.all_compute_s, included))
+            local.append(result.timing)
+            results.append(result)
+        self.where = f"{seg.name}, end of epoch {epoch}"
+        for k, (result, timings) in enumerate(zip(results, self.gather_timings(local))):
+            rows = step_rows(seg.name, epoch, seg.step + k, seg.elapsed_s, result.split, timings)
+            self.writer.add_steps(rows)
+            seg.elapsed_s += min(r["compute_s"] + r["wait_s"] for r in rows) + rows[0]["comm_s"]
+        seg.step += n_steps
+        return results
+
+    def run_probe_rounds(self, seg: Segment, rounds: int, epoch: int) -> None:
+        """``rounds`` rounds of the probe's plan, each step on its own permutation of the probe stream."""
+        if rounds <= 0:
+            return
+        plan = [split for _ in range(rounds) for split in self.probe_round()]
+        n, first = self.data.n_train, seg.step
+
+        def window(k: int) -> tuple[np.ndarray, int]:
+            return epoch_permutation(self.config.seed, first + k, n, PROBE_STREAM), 0
+
+        self.run_block(seg, epoch, len(plan), window, plan)
+        self.writer.flush()
+        self.sync_ranks()
+
+    def run_policy_epoch(self, seg: Segment, epoch: int) -> None:
+        """One epoch of ``seg``'s policy, then the held-out evaluation and the epoch's row."""
+        perm = epoch_permutation(self.config.seed, epoch, self.data.n_train)
+        results = self.run_block(seg, epoch, self.steps_per_epoch, lambda k: (perm, k))
+        test_loss, accuracy = evaluate(seg.model, self.data)
+        self.writer.add_epoch({
+            "policy": seg.name, "epoch": epoch, "train_loss": float(np.mean([r.loss for r in results])),
+            "test_loss": test_loss, "test_accuracy": accuracy, "elapsed_s": seg.elapsed_s,
+            "split": "/".join(str(b) for b in results[-1].split),
+        })
+        self.writer.flush()
+        self.sync_ranks()
+
+    def fit_probe(self) -> tuple[WorkerHint, ...] | None:
+        """Each rank's affine cost from the probe so far, for policies that need costs (proportional,
+        optimal). Only rank 0's writer keeps the trace, so this is None on the other ranks, which
+        hold no policies."""
+        frame = self.writer.trace_frame()
+        frame = frame[frame["policy"] == PROBE]
+        if frame.empty:
+            return None
+        hints = []
+        for r in range(self.world):
+            rows = frame[frame["worker"] == r]
+            fit, _ = fit_worker(r, rows["local_batch"].to_numpy(), rows["compute_s"].to_numpy())
+            hints.append(WorkerHint(fixed_s=fit.overhead_s, per_sample_s=fit.per_sample_s))
+        return tuple(hints)
+
+    def make_policy(self, name: str) -> Policy:
+        """Rank 0: a fresh policy, given the probe's costs when it needs them."""
+        policy = make_policy(name)
+        policy.reset(self.world, self.config.global_batch, self.probe_hints if policy.needs_costs else None)
+        return policy
+
+    def warm_up(self, seg: Segment) -> None:
+        """Unrecorded steps on an equal split, each on its own permutation of the warm-up stream."""
+        warm = split_by_shares([1.0] * self.world, self.config.global_batch)
+        for k in range(self.config.warmup_steps):
+            self.where = f"warm-up step {k}"
+            perm = epoch_permutation(self.config.seed, k, self.data.n_train, WARMUP)
+            self.step(seg.model, seg.optimizer, perm, 0, lambda: warm, True)
+
+    def meta(self) -> dict[str, Any]:
+        """The run's meta.json (before its ``status``)."""
+        n_params = sum(p.numel() for p in make_model(self.config.seed, torch.device("cpu")).parameters())
+        return {
+            "config": self.config.to_dict(),
+            "world_size": self.world,
+            "backend": self.backend,
+            "devices": list(self.config.devices),
+            "rank0_device": str(self.device),
+            "global_batch": self.config.global_batch,
+            "steps_per_epoch": self.steps_per_epoch,
+            "epochs": self.config.epochs,
+            "policies": list(self.config.policies),
+            "n_train": self.data.n_train,
+            "n_test": int(self.data.test_y.shape[0]),
+            "parameters": n_params,
+            "gradient_mb": n_params * 4 / 1e6,
+            "torch": torch.__version__,
+            "cpu_count": os.cpu_count(),
+            "injection": {name: {str(k): v for k, v in getattr(self.config, name).items()}
+                          for name in ("delay", "per_sample_delay", "slowdown")},
+        }
+
+    def run(self, out: Path) -> dict[str, Any]:
+        """Warm-up; the probe's first rounds; then epoch by epoch, each policy's epoch in turn with
+        the probe's remaining rounds spread between epochs. Returns the writer's summary (rank 0's
+        per-policy summary; no policies on the other ranks)."""
+        config = self.config
+        self.writer = RunWriter(out, self.meta()) if self.rank == 0 else NullWriter()
+        probe = self.new_segment(PROBE)
+        self.warm_up(probe)
+        schedule = probe_schedule(config.probe_repeats, config.epochs)
+        self.run_probe_rounds(probe, schedule[0], 0)
+        self.probe_hints = self.fit_probe()
+        segments = [self.new_segment(name) for name in config.policies]
+        for epoch in range(config.epochs):
+            for seg in segments:
+                self.run_policy_epoch(seg, epoch)
+            self.run_probe_rounds(probe, schedule[epoch + 1], epoch + 1)
+        return self.writer.finish(config.policies)
+
+
+def probe_schedule(rounds: int, epochs: int) -> list[int]:
+    """Probe rounds to run at the start (index 0) and after each epoch's block of policies
+    (index e + 1): half of them (rounded up) at the start, the rest spread evenly over the run,
+    so the calibration sees the same drift in machine load as the policies do."""
+    out = [0] * (epochs + 1)
+    if rounds <= 0:
+        return out
+    out[0] = (rounds + 1) // 2
+    rest = rounds - out[0]
+    for j in range(rest):
+        out[1 + (j * epochs) // rest] += 1
+    return out
+
