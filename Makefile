@@ -1,10 +1,12 @@
-# make install | make run | make test  (see README.md)
+# make install | make run | make test | make test-fast | make bench | make clean  (see README.md)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# Extra pytest arguments, e.g. make test-fast PYTEST_ARGS="-x -k engine"
+PYTEST_ARGS ?=
 
-.PHONY: install run test bench clean
+.PHONY: install run test test-fast bench clean
 
 # Re-installs only when the project or its pins change.
 $(STAMP): pyproject.toml constraints-dev.txt
@@ -17,11 +19,21 @@ install: $(STAMP)
 run: install
 	$(PY) -m hetsim sweep
 
+# --- lint (ruff + mypy) goes here; test will then depend on it -------------------------------
+
+# Tests. pytest's exit status is make's: any failure, an error, or no test collected (status 5)
+# fails the target. Never prefix these recipes with `-` or append `|| true`.
+# test: the whole suite, slow and multi-process tests included (what CI runs, with CI=1).
 test: install
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# test-fast: the quick lane for the edit-test loop (~20 s on 2 cores); skips tests marked
+# slow or multiprocess (see the markers in pyproject.toml).
+test-fast: install
+	$(PY) -m pytest -m "not slow and not multiprocess" $(PYTEST_ARGS)
 
 bench: install
 	$(PY) benchmarks/bench_sweep.py --json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -56,15 +56,21 @@ def scenario(n_workers: int, steps: int, policy: str) -> Scenario:
         workers.append({"name": "slow", "count": slow, "overhead_s": 0.02, "per_sample_s": 0.002, **common})
     per_epoch = min(steps, STEPS_PER_EPOCH)
     global_batch = 32 * n_workers
-    return build_scenario({
-        "name": f"bench-{n_workers}",
-        "seed": 0,
-        "workload": {"global_batch": global_batch, "dataset_size": global_batch * per_epoch,
-                     "epochs": max(1, steps // per_epoch), "gradient_mb": 25.0},
-        "network": {"kind": "ring", "latency_s": 2e-5, "bandwidth_gbps": 100},
-        "workers": workers,
-        "policy": {"name": policy},
-    })
+    return build_scenario(
+        {
+            "name": f"bench-{n_workers}",
+            "seed": 0,
+            "workload": {
+                "global_batch": global_batch,
+                "dataset_size": global_batch * per_epoch,
+                "epochs": max(1, steps // per_epoch),
+                "gradient_mb": 25.0,
+            },
+            "network": {"kind": "ring", "latency_s": 2e-5, "bandwidth_gbps": 100},
+            "workers": workers,
+            "policy": {"name": policy},
+        }
+    )
 
 
 def bare_simpy(n: int, durations: list[list[float]], comm_s: float) -> None:
@@ -120,7 +126,8 @@ def same_trace(a: Trace, b: Trace) -> bool:
     floats = ("start_s", "compute_s", "wait_s", "comm_s", "slowdown")
     exact = ("epoch", "step", "worker", "local_batch", "included", "up")
     return all(np.array_equal(getattr(a, c), getattr(b, c)) for c in exact) and all(
-        np.max(np.abs(getattr(a, c) - getattr(b, c)), initial=0.0) <= 1e-9 for c in floats)
+        np.max(np.abs(getattr(a, c) - getattr(b, c)), initial=0.0) <= 1e-9 for c in floats
+    )
 
 
 def measure(n: int, steps: int, policy: str, rounds: int) -> dict[str, float]:
@@ -141,15 +148,24 @@ def measure(n: int, steps: int, policy: str, rounds: int) -> dict[str, float]:
             seconds, result = timed(fn, MIN_TIME_S)
             best[name] = min(best[name], seconds)
             traces[name] = result
-    if not same_trace(traces["simpy"], traces["vector"]):
+    simpy_trace, vector_trace = traces["simpy"], traces["vector"]
+    if not (
+        isinstance(simpy_trace, Trace) and isinstance(vector_trace, Trace) and same_trace(simpy_trace, vector_trace)
+    ):
         raise SystemExit(f"the engines disagree at {n} workers")
     return {name: worker_steps / seconds for name, seconds in best.items()}
 
 
 def ratios(rates: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    return {n: {"vector/simpy": r["vector"] / r["simpy"], "simpy/bare_simpy": r["simpy"] / r["bare_simpy"],
-                "vector/numpy_draws": r["vector"] / r["numpy_draws"],
-                "vector/numpy_streams": r["vector"] / r["numpy_streams"]} for n, r in rates.items()}
+    return {
+        n: {
+            "vector/simpy": r["vector"] / r["simpy"],
+            "simpy/bare_simpy": r["simpy"] / r["bare_simpy"],
+            "vector/numpy_draws": r["vector"] / r["numpy_draws"],
+            "vector/numpy_streams": r["vector"] / r["numpy_streams"],
+        }
+        for n, r in rates.items()
+    }
 
 
 def targets(rates: dict[str, dict[str, float]]) -> dict[str, bool]:
@@ -175,19 +191,29 @@ def main() -> int:
     args = parser.parse_args()
     sizes = [int(x) for x in args.workers.split(",")]
     rates = {str(n): measure(n, args.steps, args.policy, args.rounds) for n in sizes}
-    result = {"workers": rates, "ratios": ratios(rates), "targets_met": targets(rates),
-              "steps": args.steps, "policy": args.policy, "rounds": args.rounds}
+    result = {
+        "workers": rates,
+        "ratios": ratios(rates),
+        "targets_met": targets(rates),
+        "steps": args.steps,
+        "policy": args.policy,
+        "rounds": args.rounds,
+    }
     if args.json:
         print(json.dumps(result))
         return 0
     print(f"worker-steps/s ({args.steps} steps, policy {args.policy}, best of {args.rounds} rounds)")
-    print(f"{'workers':>8} {'simpy':>10} {'vector':>10} {'bare_simpy':>10} {'numpy_draws':>11} {'np_streams':>10}"
-          f" {'vec/simpy':>9} {'simpy/bare':>10} {'vec/numpy':>9} {'vec/np_str':>10}")
+    print(
+        f"{'workers':>8} {'simpy':>10} {'vector':>10} {'bare_simpy':>10} {'numpy_draws':>11} {'np_streams':>10}"
+        f" {'vec/simpy':>9} {'simpy/bare':>10} {'vec/numpy':>9} {'vec/np_str':>10}"
+    )
     for n, r in rates.items():
         q = result["ratios"][n]
-        print(f"{n:>8} {r['simpy']:>10.4g} {r['vector']:>10.4g} {r['bare_simpy']:>10.4g} {r['numpy_draws']:>11.4g}"
-              f" {r['numpy_streams']:>10.4g} {q['vector/simpy']:>9.1f} {q['simpy/bare_simpy']:>10.2f}"
-              f" {q['vector/numpy_draws']:>9.2f} {q['vector/numpy_streams']:>10.2f}")
+        print(
+            f"{n:>8} {r['simpy']:>10.4g} {r['vector']:>10.4g} {r['bare_simpy']:>10.4g} {r['numpy_draws']:>11.4g}"
+            f" {r['numpy_streams']:>10.4g} {q['vector/simpy']:>9.1f} {q['simpy/bare_simpy']:>10.2f}"
+            f" {q['vector/numpy_draws']:>9.2f} {q['vector/numpy_streams']:>10.2f}"
+        )
     for target, met in result["targets_met"].items():
         print(f"{'met' if met else 'NOT met':>8}: {target}")
     return 0

@@ -16,8 +16,8 @@ import sys
 import time
 
 from hetsim.config import tomllib
-from hetsim.sweepfile import default_sweep_text, load_sweep
 from hetsim.sweep import expand, make_executor
+from hetsim.sweepfile import default_sweep_text, load_sweep
 
 
 def measure(jobs: int, n_cells: int) -> float:
@@ -42,7 +42,9 @@ def main() -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        print(f"1 process: {rates['1']:.2f} cells/s; 2 processes: {rates['2']:.2f} cells/s; ratio {result['ratio']:.2f}")
+        print(
+            f"1 process: {rates['1']:.2f} cells/s; 2 processes: {rates['2']:.2f} cells/s; ratio {result['ratio']:.2f}"
+        )
     return 0
 
 

@@ -20,7 +20,7 @@ Workers with slowdown episodes or failures make step times time-dependent: no cl
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -30,8 +30,17 @@ from scipy import optimize
 
 from hetsim.distributions import Constant
 from hetsim.orderstats import (
-    TAIL_Q, ComputeTime, KthOf, MaxOf, TimeDistribution, expected_kth, expected_max, integrate_survival, kth_cdf,
-    max_cdf, quantile,
+    TAIL_Q,
+    ComputeTime,
+    KthOf,
+    MaxOf,
+    TimeDistribution,
+    expected_kth,
+    expected_max,
+    integrate_survival,
+    kth_cdf,
+    max_cdf,
+    quantile,
 )
 from hetsim.partition import split_by_shares
 from hetsim.policies import Policy, StepInfo, StepRecord, make_policy
@@ -112,9 +121,13 @@ def _check_closed_form(scenario: Scenario, policy: Policy) -> None:
         raise NoClosedForm(policy.name, policy.no_closed_form_reason)
     for i, w in enumerate(scenario.workers):
         if w.slowdown is not None:
-            raise NoClosedForm(policy.name, f"worker {i} has slowdown episodes, which make the step times time-dependent")
+            raise NoClosedForm(
+                policy.name, f"worker {i} has slowdown episodes, which make the step times time-dependent"
+            )
         if w.failure is not None:
-            raise NoClosedForm(policy.name, f"worker {i} fails and is repaired, which makes the step times time-dependent")
+            raise NoClosedForm(
+                policy.name, f"worker {i} fails and is repaired, which makes the step times time-dependent"
+            )
 
 
 def predict(scenario: Scenario, policy: str | None = None, params: Mapping[str, Any] | None = None) -> Prediction:
@@ -151,7 +164,9 @@ def _split(shares: Sequence[float], total: int, workers: Sequence[WorkerSpec]) -
     return split_by_shares(shares, total, [w.cap for w in workers])
 
 
-def _iterate(policy: Policy, workers: Sequence[WorkerSpec], epochs: int) -> tuple[tuple[tuple[int, ...], ...], list[np.ndarray]]:
+def _iterate(
+    policy: Policy, workers: Sequence[WorkerSpec], epochs: int
+) -> tuple[tuple[tuple[int, ...], ...], list[np.ndarray]]:
     """Drive the policy's own per-epoch update with expected compute times: the split of every
     epoch, and the shares that produced it (one-step epochs, so every observe ends one)."""
     trajectory, shares = [], []
@@ -177,7 +192,9 @@ def _epochs_to_within(shares: Sequence[np.ndarray], fixed: Sequence[float], tol:
     return None
 
 
-def _summarize(scenario: Scenario, name: str, trajectory: Sequence[tuple[int, ...]], extra: dict[str, Any]) -> Prediction:
+def _summarize(
+    scenario: Scenario, name: str, trajectory: Sequence[tuple[int, ...]], extra: dict[str, Any]
+) -> Prediction:
     workers = tuple(scenario.workers)
     wl = scenario.workload
     n = len(workers)
@@ -214,11 +231,14 @@ def _summarize(scenario: Scenario, name: str, trajectory: Sequence[tuple[int, ..
 
 def _mixture_quantile(groups: Sequence[Sequence[TimeDistribution]], weights: np.ndarray, q: float) -> float:
     """The q-quantile of the barrier time when a share ``weights[j]`` of the steps uses split j."""
-    cdf = lambda t: float(sum(w * float(max_cdf(g, t)) for g, w in zip(groups, weights)))  # noqa: E731
+
+    def cdf(t: float) -> float:
+        return float(sum(w * float(max_cdf(g, t)) for g, w in zip(groups, weights)))
+
     dists = [d for g in groups for d in g]
-    atoms = [d.atoms() for d in dists]
-    if all(a is not None for a in atoms):
-        points = np.unique(np.concatenate(atoms))
+    atoms = [a for a in (d.atoms() for d in dists) if a is not None]
+    if len(atoms) == len(dists):
+        points: np.ndarray = np.unique(np.concatenate(atoms))
         cum = np.array([cdf(t) for t in points])
         return float(points[min(int(np.searchsorted(cum, q - 1e-12)), len(points) - 1)])
     hi = max(max(d.mean() for d in dists), 1e-12)
@@ -237,6 +257,11 @@ def _fewer_than(dists: Sequence[TimeDistribution], k: int, t: Any) -> Any:
     if k > len(dists):
         return np.ones_like(np.asarray(t, dtype=float))
     return 1.0 - kth_cdf(dists, k, t).reshape(np.shape(t))
+
+
+def _busy_survival(dist: TimeDistribution, others: Sequence[TimeDistribution], k: int) -> Callable[[Any], Any]:
+    """P(a worker is still computing at t): it has not finished, and fewer than k others have."""
+    return lambda t: (1.0 - dist.cdf(t)) * _fewer_than(others, k, t)
 
 
 def _predict_first_k(scenario: Scenario, name: str, batches: tuple[int, ...], k: int) -> Prediction:
@@ -258,7 +283,7 @@ def _predict_first_k(scenario: Scenario, name: str, batches: tuple[int, ...], k:
             busy.append(0.0)
             included.append(0.0)
             continue
-        busy.append(integrate_survival(lambda t, d=d, o=others: (1.0 - d.cdf(t)) * _fewer_than(o, k, t), dists))
+        busy.append(integrate_survival(_busy_survival(d, others, k), dists))
         mass = np.diff(np.concatenate([[0.0], np.asarray(d.cdf(grid), dtype=float)]))
         mids = np.concatenate([[0.0], 0.5 * (grid[1:] + grid[:-1])])
         included.append(float(np.sum(mass * _fewer_than(others, k, mids))))

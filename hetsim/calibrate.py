@@ -92,7 +92,8 @@ def fit_worker(worker: int, local_batch: np.ndarray, compute_s: np.ndarray) -> t
         fit = stats.linregress(b, y)
         if fit.intercept < 0 or fit.slope <= 0:
             warnings.append(
-                f"worker {worker}: the affine fit gave overhead {fit.intercept:.3g} s and per-sample {fit.slope:.3g} s; "
+                f"worker {worker}: the affine fit gave overhead {fit.intercept:.3g} s and per-sample "
+                f"{fit.slope:.3g} s; "
                 "fitted the per-sample cost alone (overhead_s = 0)"
             )
             per_sample = float(np.linalg.lstsq(b[:, None], y, rcond=None)[0][0])
@@ -195,7 +196,8 @@ def calibrate(trace: Trace | pd.DataFrame, name: str = "calibrated") -> Calibrat
         "workers": [f.to_scenario(f"w{f.worker}") for f in fits],
         "policy": {"name": policy},
     }
-    return Calibration(tuple(fits), network, global_batch, steps_per_epoch, epochs, gradient_mb, tuple(warnings), scenario)
+    return Calibration(tuple(fits), network, global_batch, steps_per_epoch, epochs, gradient_mb, tuple(warnings),
+                       scenario)
 
 
 def _epochs(frame: pd.DataFrame) -> tuple[int, int, list[str]]:

@@ -1,7 +1,7 @@
 """Command-line wiring of the analysis commands: ``analyze``, ``calibrate`` and ``import-logs``.
 
 :func:`add_subcommands` adds them to ``hetsim.cli``'s subparsers; :data:`COMMANDS` maps each
-name to its handler. Handlers print (the CLI is the only place that does) and raise
+name to its handler. Handlers print what they compute (the library does not) and raise
 :class:`~hetsim.errors.ConfigError` for any bad input, which ``hetsim.cli.main`` reports as one
 line with exit status 2; files are written atomically, after every check has passed.
 """
@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from hetsim.analytic import NoClosedForm, Prediction, predict
-from hetsim.policies import POLICIES, policy_class
 from hetsim.calibrate import Calibration, calibrate, worker_table
 from hetsim.cli_common import add_scenario_options, check_seed, parse_policies, text_table
 from hetsim.config import Scenario, build_scenario, load_scenario
@@ -25,6 +24,7 @@ from hetsim.errors import ConfigError
 from hetsim.files import atomic_write
 from hetsim.logs import import_run
 from hetsim.metrics import mean_ci, step_times
+from hetsim.policies import POLICIES, policy_class
 from hetsim.simulate import simulate
 from hetsim.trace import TRACE_FORMATS, read_trace_table, write_trace_table
 
@@ -44,7 +44,8 @@ def add_subcommands(sub: Any) -> None:
 
     imp = sub.add_parser("import-logs", help="a reference-implementation run folder -> trace")
     imp.add_argument("run_dir", nargs="+", help="run folder (several: the nodes of one run, in rank order)")
-    imp.add_argument("-o", "--out", type=Path, required=True, metavar="TRACE.csv|TRACE.parquet", help="trace file to write")
+    imp.add_argument("-o", "--out", type=Path, required=True, metavar="TRACE.csv|TRACE.parquet",
+                     help="trace file to write")
 
 
 # ----------------------------------------------------------------------------- analyze
@@ -81,8 +82,8 @@ class Comparison:
 
 def compare(scenario: Scenario, policy: str, seed: int | None = None) -> Comparison:
     """One policy's prediction beside its simulation: the simulated mean step time with its
-    confidence interval (batch means over epochs for the DP policies and async, whose steps are
-    not independent) and whether the prediction falls inside."""
+    confidence interval (batch means over epochs for a policy with ``autocorrelated_steps``,
+    whose steps are not independent) and whether the prediction falls inside."""
     try:
         prediction: Prediction | None = predict(scenario, policy)
         reason = None
@@ -218,7 +219,8 @@ def cmd_import_logs(args: argparse.Namespace) -> int:
     trace = import_run(args.run_dir if len(args.run_dir) > 1 else args.run_dir[0])
     write_trace_table(trace, args.out)
     rows_per = "epoch" if trace.n_steps == int(trace.epoch.max()) + 1 else "step"
-    print(f"wrote {len(trace.step)} rows ({trace.n_workers} workers x {trace.n_steps} {rows_per}s, policy {trace.policy}) to {args.out}")
+    print(f"wrote {len(trace.step)} rows ({trace.n_workers} workers x {trace.n_steps} {rows_per}s, "
+          f"policy {trace.policy}) to {args.out}")
     if trace.policy in POLICIES and POLICIES[trace.policy].resplits:
         print("local batches are a reconstruction: the DP rule replayed on the logged epoch means")
     return 0

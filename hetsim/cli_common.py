@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Mapping, Callable, Collection, Sequence
 
 from hetsim.errors import ConfigError
 from hetsim.policies import POLICIES, policy_class
@@ -45,13 +45,21 @@ def run_main(prog: str, run: Callable[[], int]) -> int:
     return 2
 
 
-def parse_policies(text: str) -> list[str]:
-    """``--policy a,b,c`` -> names, each checked against the registry."""
-    names = [p.strip() for p in text.split(",") if p.strip()]
+def parse_policies(value: object, option: str = "--policy", reserved: Mapping[str, str] | None = None) -> list[str]:
+    """``a,b,c`` (or a list of names) -> names, each checked against the registry and listed
+    once; a name in ``reserved`` is refused with its problem."""
+    if not isinstance(value, (str, list, tuple)):
+        raise ConfigError(option, f"expected a comma-separated string or a list of policy names, got {value!r}")
+    names = [p.strip() for p in value.split(",")] if isinstance(value, str) else [str(p).strip() for p in value]
+    names = [n for n in names if n]
     if not names:
-        raise ConfigError("--policy", "no policy given")
+        raise ConfigError(option, "no policy given")
     for name in names:
-        policy_class(name, "--policy")
+        if reserved and name in reserved:
+            raise ConfigError(option, reserved[name])
+        policy_class(name, option)
+    if len(set(names)) != len(names):
+        raise ConfigError(option, "a policy is listed twice")
     return names
 
 

@@ -160,7 +160,9 @@ def resolve_source(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, An
     if text in builtin_names() and not Path(text).exists():
         return tomllib.loads(builtin_text(text)), None
     if not Path(text).exists():
-        raise ConfigError("scenario", f"{text!r} is neither a file nor a built-in scenario ({', '.join(builtin_names())})")
+        raise ConfigError(
+            "scenario", f"{text!r} is neither a file nor a built-in scenario ({', '.join(builtin_names())})"
+        )
     return read_table(text), Path(text).resolve().parent
 
 
@@ -258,8 +260,9 @@ class Table:
 # ----------------------------------------------------------------------------- plug-in factories
 
 
-def make_plugin(registry: Registry[T], data: Any, path: str, key: str, base_dir: Path | None = None,
-                default: str | None = None) -> T:
+def make_plugin(
+    registry: Registry[T], data: Any, path: str, key: str, base_dir: Path | None = None, default: str | None = None
+) -> T:
     """The plug-in a table describes: ``data[key]`` names the class in ``registry`` (``default``
     when absent), the other keys are its declared parameters. The class checks them; this only
     adds ``path`` to its errors and reads ``path`` parameters from ``base_dir``."""
@@ -338,7 +341,9 @@ def _check_slowdown_groups(groups: Sequence[WorkerGroup]) -> None:
             continue
         first = seen.setdefault(sd.group, (i, sd))
         if (first[1].every_s, first[1].duration_s) != (sd.every_s, sd.duration_s):
-            raise ConfigError(f"workers.{i}.slowdown", f"group {sd.group!r} has other every_s/duration_s in workers.{first[0]}")
+            raise ConfigError(
+                f"workers.{i}.slowdown", f"group {sd.group!r} has other every_s/duration_s in workers.{first[0]}"
+            )
 
 
 def make_policy_spec(data: Any) -> PolicySpec:
@@ -368,7 +373,8 @@ def build_scenario(raw: Mapping[str, Any], base_dir: Path | None = None) -> Scen
     workload = Workload(**w.read(WORKLOAD_PARAMS))
     if workload.dataset_size < workload.global_batch:
         raise ConfigError(
-            "workload.dataset_size", f"{workload.dataset_size} is smaller than global_batch {workload.global_batch}: no step per epoch"
+            "workload.dataset_size",
+            f"{workload.dataset_size} is smaller than global_batch {workload.global_batch}: no step per epoch",
         )
     entries = top.raw("workers")
     if not isinstance(entries, list) or not entries:
@@ -384,10 +390,13 @@ def build_scenario(raw: Mapping[str, Any], base_dir: Path | None = None) -> Scen
     )
     n = scenario.n_workers
     if workload.global_batch < n:
-        raise ConfigError("workload.global_batch", f"{workload.global_batch} is smaller than the number of workers ({n})")
+        raise ConfigError(
+            "workload.global_batch", f"{workload.global_batch} is smaller than the number of workers ({n})"
+        )
     capacity = sum(w.cap for w in scenario.workers)
     if capacity < workload.global_batch:
         raise ConfigError(
-            "workers.max_batch", f"the caps hold at most {capacity:g} samples per step, less than global_batch {workload.global_batch}"
+            "workers.max_batch",
+            f"the caps hold at most {capacity:g} samples per step, less than global_batch {workload.global_batch}",
         )
     return scenario

@@ -147,7 +147,7 @@ def _value(text: str) -> Any:
     return text
 
 
-def read_run(run_dirs: "str | Path | Sequence[str | Path]") -> RunLog:
+def read_run(run_dirs: str | Path | Sequence[str | Path]) -> RunLog:
     """Read and check a run folder, or several folders of one run (one node each, as the AWS
     P2 and P3 logs: ranks in the order given). Every problem is a :class:`ConfigError`."""
     dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
@@ -192,7 +192,11 @@ def _read_timer(path: Path) -> dict[str, Any]:
         values = data.get(key)
         if values is None:
             continue
-        if not isinstance(values, list) or not values or not all(isinstance(v, (int, float)) and v >= 0 for v in values):
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, (int, float)) and v >= 0 for v in values)
+        ):
             raise ConfigError(f"{path}:{key}", "must be a non-empty list of non-negative numbers")
     return data
 
@@ -215,7 +219,7 @@ def reference_batches(shares: np.ndarray, global_batch: int) -> np.ndarray:
     return np.maximum(np.floor(shares * global_batch + 1e-9), 1).astype(np.int64)
 
 
-def import_run(run_dirs: "str | Path | Sequence[str | Path] | RunLog") -> Trace:
+def import_run(run_dirs: str | Path | Sequence[str | Path] | RunLog) -> Trace:
     """A reference run as a trace (see the module doc): one row per worker per epoch, or per
     step where the run logged every step's times."""
     run = run_dirs if isinstance(run_dirs, RunLog) else read_run(run_dirs)

@@ -21,12 +21,10 @@ Straggler and adaptivity metrics:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
-
-
-import math
 
 import numpy as np
 from scipy import stats
@@ -84,11 +82,13 @@ def staleness(trace: Trace) -> np.ndarray:
     """Async: per update, the updates applied after its worker read the model (at the start of
     its iteration) and before it was applied."""
     applied = apply_times(trace)
-    read = trace.start_s + 1e-9 * np.maximum(trace.start_s, 1.0)  # a read right after an update sees it, despite rounding
+    read = trace.start_s + 1e-9 * np.maximum(
+        trace.start_s, 1.0
+    )  # a read right after an update sees it, despite rounding
     return np.arange(len(applied)) - np.searchsorted(applied, read, side="right")
 
 
-def summarize(trace: Trace, scenario: "Scenario | None" = None) -> Summary:
+def summarize(trace: Trace, scenario: Scenario | None = None) -> Summary:
     """The Summary of one run; ``scenario`` (its true costs) enables ``recovery_steps``."""
     if trace.n_steps == 0:
         raise ValueError("an empty trace has no summary")
@@ -100,7 +100,11 @@ def summarize(trace: Trace, scenario: "Scenario | None" = None) -> Summary:
     compute = np.bincount(trace.worker, weights=trace.compute_s, minlength=n)
     utilization = compute / total if total > 0 else np.zeros(n)
     stale = staleness(trace) if not trace.synchronous else None
-    final = trace.per_step("local_batch")[-1] if trace.synchronous else trace.local_batch[np.unique(trace.worker, return_index=True)[1]]
+    final = (
+        trace.per_step("local_batch")[-1]
+        if trace.synchronous
+        else trace.local_batch[np.unique(trace.worker, return_index=True)[1]]
+    )
     return Summary(
         policy=trace.policy,
         steps=trace.n_steps,
@@ -117,7 +121,9 @@ def summarize(trace: Trace, scenario: "Scenario | None" = None) -> Summary:
         staleness_mean=None if stale is None else float(stale.mean()),
         staleness_p95=None if stale is None else float(np.percentile(stale, 95)),
         split_changes=split_changes(trace),
-        recovery_steps=None if scenario is None or not trace.synchronous else recovery_steps(trace, scenario.workers, scenario.workload.global_batch),
+        recovery_steps=None
+        if scenario is None or not trace.synchronous
+        else recovery_steps(trace, scenario.workers, scenario.workload.global_batch),
     )
 
 
@@ -128,7 +134,9 @@ def split_changes(trace: Trace) -> float:
     return float(moved.mean())
 
 
-def recovery_steps(trace: Trace, workers: Sequence[WorkerSpec], global_batch: int, within: float = 0.05) -> float | None:
+def recovery_steps(
+    trace: Trace, workers: Sequence[WorkerSpec], global_batch: int, within: float = 0.05
+) -> float | None:
     factors = trace.per_step("slowdown")
     batches = trace.per_step("local_batch")
     up = trace.per_step("up")

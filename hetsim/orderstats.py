@@ -57,11 +57,12 @@ class ComputeTime:
     """One worker's compute time for a positive local batch: ``scale * noise + delay`` with
     ``scale = overhead_s + per_sample_s * b``.
 
-    Exact when either part is constant (a shift or a scaling of the other's CDF) or discrete (a
-    finite mixture of those). When both are continuous the CDF is the convolution ``F(t) = E_N[F_D(t - scale N)]``, computed as a midpoint
-    Stieltjes sum over a fine grid of the noise's CDF, from its 1e-13 quantile up to where
-    ``t - scale N`` reaches the delay's lowest value (so the kink there is a grid end; error
-    about 1e-8 in the CDF, far below any simulation's sampling error).
+    Exact when either part is constant (a shift or a scaling of the other's CDF) or discrete
+    (a finite mixture of those). When both are continuous the CDF is the convolution
+    ``F(t) = E_N[F_D(t - scale N)]``, computed as a midpoint Stieltjes sum over a fine grid of
+    the noise's CDF, from its 1e-13 quantile up to where ``t - scale N`` reaches the delay's
+    lowest value (so the kink there is a grid end; error about 1e-8 in the CDF, far below any
+    simulation's sampling error).
     """
 
     def __init__(self, scale_s: float, noise: TimeDistribution, delay: TimeDistribution) -> None:
@@ -73,7 +74,7 @@ class ComputeTime:
         self._grid: tuple[np.ndarray, np.ndarray] | None = None  # noise range, delay's lowest value
 
     @classmethod
-    def of(cls, spec: WorkerSpec, local_batch: float) -> "ComputeTime":
+    def of(cls, spec: WorkerSpec, local_batch: float) -> ComputeTime:
         return cls(spec.overhead_s + spec.per_sample_s * local_batch, spec.noise, spec.delay)
 
     def mean(self) -> float:
@@ -169,7 +170,9 @@ def expected_max_exponential(rates: Sequence[float]) -> float:
     if len(rates) > 20:
         raise ValueError(f"inclusion-exclusion over {len(rates)} rates needs 2^{len(rates)} terms; use expected_max")
     return math.fsum(
-        (-1) ** (size + 1) / math.fsum(subset) for size in range(1, len(rates) + 1) for subset in combinations(rates, size)
+        (-1) ** (size + 1) / math.fsum(subset)
+        for size in range(1, len(rates) + 1)
+        for subset in combinations(rates, size)
     )
 
 

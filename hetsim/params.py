@@ -89,8 +89,11 @@ class Param:
             return value
         if self.kind == "choice":
             if value not in self.choices:
-                options = " or ".join(map(repr, self.choices)) if len(self.choices) == 2 else (
-                    f"one of {', '.join(map(repr, self.choices))}")
+                options = (
+                    " or ".join(map(repr, self.choices))
+                    if len(self.choices) == 2
+                    else (f"one of {', '.join(map(repr, self.choices))}")
+                )
                 raise ConfigError(self.name, f"must be {options}, got {value!r}")
             return value
         if self.kind == "numbers":

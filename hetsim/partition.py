@@ -17,13 +17,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
+Numbers = Sequence[float] | np.ndarray  # per-worker values: a list or a NumPy row
 
-def _check_feasible(total: int, caps: Sequence[float]) -> None:
+
+def _check_feasible(total: int, caps: Numbers) -> None:
     if sum(caps) < total:
         raise ValueError(f"max_batch caps sum to {sum(caps):g} < global batch {total}")
 
 
-def split_by_shares(shares: Sequence[float], total: int, caps: Sequence[float] | None = None) -> tuple[int, ...]:
+def split_by_shares(shares: Numbers, total: int, caps: Numbers | None = None) -> tuple[int, ...]:
     """Integers proportional to ``shares``, within ``caps``, summing to ``total``.
 
     Shares of capped workers are redistributed to the others in proportion to their shares;
@@ -58,7 +60,7 @@ def split_by_shares(shares: Sequence[float], total: int, caps: Sequence[float] |
     return tuple(int(b) for b in base)
 
 
-def balanced_time(fixed_s: Sequence[float], per_sample_s: Sequence[float], total: float, caps: Sequence[float]) -> float:
+def balanced_time(fixed_s: Numbers, per_sample_s: Numbers, total: float, caps: Numbers) -> float:
     """The smallest T with sum_i b_i(T) = total, b_i(T) = clip((T - a_i)/c_i, 0, cap_i).
 
     The sum is piecewise linear and non-decreasing in T; it is solved exactly on the segment
@@ -88,9 +90,7 @@ def balanced_time(fixed_s: Sequence[float], per_sample_s: Sequence[float], total
     return float(lo + (total - f_lo) * (hi - lo) / (f_hi - f_lo)) if f_hi > f_lo else float(hi)
 
 
-def water_fill(
-    fixed_s: Sequence[float], per_sample_s: Sequence[float], total: int, caps: Sequence[float] | None = None
-) -> tuple[int, ...]:
+def water_fill(fixed_s: Numbers, per_sample_s: Numbers, total: int, caps: Numbers | None = None) -> tuple[int, ...]:
     """Integer split minimising max_i (a_i + c_i b_i) over workers with b_i > 0.
 
     Start from the floors of the continuous water-filling solution and hand out the remaining
@@ -120,6 +120,6 @@ def water_fill(
     return tuple(batches)
 
 
-def max_time(fixed_s: Sequence[float], per_sample_s: Sequence[float], batches: Sequence[int]) -> float:
+def max_time(fixed_s: Numbers, per_sample_s: Numbers, batches: Numbers) -> float:
     """max over workers with samples of a_i + c_i b_i (the deterministic step's compute phase)."""
     return max((a + c * b for a, c, b in zip(fixed_s, per_sample_s, batches) if b > 0), default=0.0)

@@ -28,7 +28,8 @@ def _axes(ax: Axes | None, size: tuple[float, float] = (6.0, 4.0)) -> Axes:
     return ax if ax is not None else Figure(figsize=size, layout="constrained").add_subplot()
 
 
-def speedup_lines(summary: pd.DataFrame, x: str, lines: str | None, ax: Axes | None = None, metric: str = "speedup_vs_equal") -> Axes:
+def speedup_lines(summary: pd.DataFrame, x: str, lines: str | None, ax: Axes | None = None,
+                  metric: str = "speedup_vs_equal") -> Axes:
     """``metric`` against axis ``x``, one line (with its 95% CI band) per value of ``lines``."""
     ax = _axes(ax)
     groups = summary.groupby(lines, sort=False) if lines else [(None, summary)]
@@ -104,7 +105,8 @@ def gantt(trace: Trace, steps: Sequence[int], ax: Axes | None = None) -> Axes:
     ax.set_xlabel("time (s)")
     ax.set_ylabel("worker")
     ax.set_title(f"{trace.policy}: steps {steps[0]}-{steps[-1]}")
-    handles = [Patch(color=c, label=n) for c, n in (("tab:blue", "compute"), ("lightgrey", "wait"), ("tab:orange", "all-reduce"))]
+    parts = (("tab:blue", "compute"), ("lightgrey", "wait"), ("tab:orange", "all-reduce"))
+    handles = [Patch(color=c, label=n) for c, n in parts]
     ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return ax
 
@@ -114,7 +116,8 @@ def _epoch_index(trace: Trace) -> np.ndarray:
     return trace.per_step("epoch")[:, 0] if trace.synchronous else trace.epoch
 
 
-def step_time_by_epoch(traces: Mapping[str, Trace], ax: Axes | None = None, styles: Mapping[str, Mapping[str, Any]] | None = None) -> Axes:
+def step_time_by_epoch(traces: Mapping[str, Trace], ax: Axes | None = None,
+                       styles: Mapping[str, Mapping[str, Any]] | None = None) -> Axes:
     """Mean step time of every epoch, one line per trace; ``styles`` maps a label to line
     keywords (e.g. ``{"color": "C0", "linestyle": "--"}`` for a measured run beside its
     simulation). Works on imported logs with one row per epoch."""
@@ -138,7 +141,8 @@ def share_by_epoch(traces: Mapping[str, Trace], worker: int = -1, ax: Axes | Non
         epochs = trace.per_step("epoch")[:, 0]
         first = np.flatnonzero(np.r_[True, np.diff(epochs) != 0])
         batches = trace.per_step("local_batch")[first].astype(float)
-        ax.plot(epochs[first], batches[:, worker] / batches.sum(axis=1), label=label, **dict((styles or {}).get(label, {})))
+        style = dict((styles or {}).get(label, {}))
+        ax.plot(epochs[first], batches[:, worker] / batches.sum(axis=1), label=label, **style)
     n = next(iter(traces.values())).n_workers if traces else 0
     ax.set_xlabel("epoch")
     ax.set_ylabel(f"share of worker {worker % n if n else worker}")
@@ -146,7 +150,8 @@ def share_by_epoch(traces: Mapping[str, Trace], worker: int = -1, ax: Axes | Non
     return ax
 
 
-def prediction_overlay(simulated: pd.DataFrame, predicted: pd.DataFrame, x: str, lines: str, metric: str, ax: Axes | None = None) -> Axes:
+def prediction_overlay(simulated: pd.DataFrame, predicted: pd.DataFrame, x: str, lines: str, metric: str,
+                       ax: Axes | None = None) -> Axes:
     """``metric`` against ``x``, one colour per value of ``lines``: simulated means as markers
     (with 95% CI error bars when ``simulated`` has ``<metric>_ci95``), analytic predictions as
     solid lines. A group only simulated (no closed form) gets its markers joined by a dotted
@@ -160,7 +165,8 @@ def prediction_overlay(simulated: pd.DataFrame, predicted: pd.DataFrame, x: str,
         pred = predicted[predicted[lines] == label].sort_values(x)
         if len(group):
             err = np.nan_to_num(group[ci].to_numpy(float)) if ci in group else None
-            ax.errorbar(group[x], group[metric], yerr=err, fmt="o", color=color, markersize=4, capsize=2, label=str(label))
+            ax.errorbar(group[x], group[metric], yerr=err, fmt="o", color=color, markersize=4, capsize=2,
+                        label=str(label))
         if len(pred):
             ax.plot(pred[x], pred[metric], color=color, linewidth=1.4, label=None if len(group) else str(label))
         else:
@@ -168,7 +174,8 @@ def prediction_overlay(simulated: pd.DataFrame, predicted: pd.DataFrame, x: str,
     ax.set_xlabel(x)
     ax.set_ylabel(metric.replace("_", " "))
     handles, _ = ax.get_legend_handles_labels()
-    handles += [Line2D([], [], color="grey", marker="o", linestyle="none", label="simulated" + (" (95% CI)" if ci in simulated else "")),
+    simulated_label = "simulated" + (" (95% CI)" if ci in simulated else "")
+    handles += [Line2D([], [], color="grey", marker="o", linestyle="none", label=simulated_label),
                 Line2D([], [], color="grey", label="analytic")]
     ax.legend(handles=handles, fontsize="x-small")
     return ax
@@ -191,8 +198,10 @@ def best_policy_map(summary: pd.DataFrame, x: str, y: str, metric: str = "throug
             best = cell.loc[cell[metric].astype(float).idxmax()]
             gain[i, j] = float(best[metric]) / float(base.iloc[0])
             text = f"{best['policy']}\n{gain[i, j]:.2f}x" if gain[i, j] > 1 + tie else "-"
-            ax.text(j, i, text, ha="center", va="center", fontsize="x-small", color="white" if gain[i, j] < 1.5 else "black")
-    image = ax.imshow(gain, origin="lower", aspect="auto", cmap="viridis", vmin=1.0, vmax=max(1.5, float(np.nanmax(gain, initial=1.0))))
+            ax.text(j, i, text, ha="center", va="center", fontsize="x-small",
+                    color="white" if gain[i, j] < 1.5 else "black")
+    vmax = max(1.5, float(np.nanmax(gain, initial=1.0)))
+    image = ax.imshow(gain, origin="lower", aspect="auto", cmap="viridis", vmin=1.0, vmax=vmax)
     ax.set_xticks(range(len(xs)), [str(v) for v in xs])
     ax.set_yticks(range(len(ys)), [str(v) for v in ys])
     ax.set_xlabel(x)
@@ -201,7 +210,8 @@ def best_policy_map(summary: pd.DataFrame, x: str, y: str, metric: str = "throug
     return ax
 
 
-def comparison_bars(table: pd.DataFrame, ax: Axes | None = None, scale: float = 1e3, ylabel: str = "mean step time (ms)") -> Axes:
+def comparison_bars(table: pd.DataFrame, ax: Axes | None = None, scale: float = 1e3,
+                    ylabel: str = "mean step time (ms)") -> Axes:
     """Grouped bars: one group per row of ``table`` (its index, e.g. policies), one bar per
     column (e.g. measured, simulated, analytic), values times ``scale``; NaN bars are left out."""
     ax = _axes(ax)
@@ -258,7 +268,8 @@ def _speedup_grid(summary: pd.DataFrame, axes: Sequence[str], x: str, lines: str
     fig = Figure(figsize=(3.4 * len(policies), 2.9 * len(facets)), layout="constrained")
     grid = fig.subplots(len(facets), len(policies), squeeze=False, sharey=True)
     for r, facet in enumerate(facets):
-        mask = np.logical_and.reduce([summary[a] == v for a, v in zip(rest, facet)]) if rest else np.ones(len(summary), bool)
+        mask = (np.logical_and.reduce([summary[a] == v for a, v in zip(rest, facet)]) if rest
+                else np.ones(len(summary), bool))
         for c, policy in enumerate(policies):
             ax = speedup_lines(summary[mask & (summary["policy"] == policy)], x, lines, grid[r, c], metric)
             ax.set_title(", ".join([policy, *(f"{a}={v}" for a, v in zip(rest, facet))]), fontsize="small")

@@ -45,7 +45,8 @@ def format_table(summaries: Sequence[Summary]) -> str:
     if any(s.dropped_samples for s in summaries):
         columns.append(("dropped", lambda s: f"{s.dropped_samples / s.steps:.0f} /step" if s.dropped_samples else "-"))
     if any(s.staleness_mean is not None for s in summaries):
-        columns.append(("staleness", lambda s: "-" if s.staleness_mean is None else f"{s.staleness_mean:.1f} (p95 {s.staleness_p95:.0f})"))
+        columns.append(("staleness", lambda s: "-" if s.staleness_mean is None
+                        else f"{s.staleness_mean:.1f} (p95 {s.staleness_p95:.0f})"))
     if any(s.recovery_steps is not None for s in summaries):
         columns.append(("recovery", lambda s: "-" if s.recovery_steps is None else f"{s.recovery_steps:.1f} steps"))
     columns.append(("final split", lambda s: "/".join(map(str, s.final_batches))))
@@ -76,7 +77,8 @@ def progress_printer(progress: Progress, stream: TextIO | None = None) -> Callab
         text = f"{p.done}/{p.total} cells  {p.rate:.1f} cells/s  ETA {p.eta_s:.0f} s"
         if tty:
             filled = int(30 * p.done / max(p.total, 1))
-            print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {text}", end="\n" if p.done == p.total else "", file=out, flush=True)
+            bar = f"[{'#' * filled}{'.' * (30 - filled)}]"
+            print(f"\r{bar} {text}", end="\n" if p.done == p.total else "", file=out, flush=True)
         elif p.done % step == 0 or p.done == p.total:
             print(text, file=out, flush=True)
 

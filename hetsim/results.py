@@ -144,7 +144,8 @@ def git_commit() -> str | None:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
         if commit.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=here, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=here, capture_output=True, text=True,
+                               timeout=5)
         return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -160,7 +161,8 @@ def summarize_cells(results: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
     merged["speedup_vs_equal"] = merged["throughput_sps"] / merged["throughput_sps_equal"]
     rows = []
     for (cell, policy), group in merged.groupby(["cell", "policy"], sort=True):
-        row: dict[str, Any] = {"cell": cell, **{k: group[k].iloc[0] for k in keys}, "policy": policy, "replications": len(group)}
+        row: dict[str, Any] = {"cell": cell, **{k: group[k].iloc[0] for k in keys}, "policy": policy,
+                               "replications": len(group)}
         for metric in (*METRICS, "speedup_vs_equal"):
             values = group[metric].to_numpy(float)
             mean = float(values.mean())
@@ -174,11 +176,13 @@ def markdown_table(summary: pd.DataFrame, axes: Sequence[str], policies: Sequenc
     """Speedup vs equal (mean ± 95% CI) per grid point (rows) and policy (columns)."""
     value = summary.apply(
         lambda r: "-" if np.isnan(r["speedup_vs_equal"]) else (
-            f"{r['speedup_vs_equal']:.3f}" + ("" if np.isnan(r["speedup_vs_equal_ci95"]) else f" ± {r['speedup_vs_equal_ci95']:.3f}")
+            f"{r['speedup_vs_equal']:.3f}"
+            + ("" if np.isnan(r["speedup_vs_equal_ci95"]) else f" ± {r['speedup_vs_equal_ci95']:.3f}")
         ),
         axis=1,
     )
-    table = summary.assign(value=value).pivot_table(index=list(axes) or ["cell"], columns="policy", values="value", aggfunc="first", sort=False)
+    table = summary.assign(value=value).pivot_table(index=list(axes) or ["cell"], columns="policy", values="value",
+                                                    aggfunc="first", sort=False)
     table = table[[p for p in policies if p in table.columns]]
     header = [*(axes or ["cell"]), *table.columns]
     lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]

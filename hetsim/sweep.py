@@ -44,7 +44,8 @@ def expand(spec: SweepSpec) -> list[Cell]:
         if axis.name in RESERVED_COLUMNS:
             raise ConfigError(f"grid.{axis.name}", "this name is taken by a result column; rename the axis")
     points = grid_points(spec.axes)
-    return [Cell(i * len(spec.policies) + j, p, pol) for i, p in enumerate(points) for j, pol in enumerate(spec.policies)]
+    n = len(spec.policies)
+    return [Cell(i * n + j, p, pol) for i, p in enumerate(points) for j, pol in enumerate(spec.policies)]
 
 
 def cell_labels(spec: SweepSpec, cell: Cell) -> dict[str, Any]:

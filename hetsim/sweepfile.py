@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from hetsim.config import Table, build_scenario, read_table, resolve_source, set_path
+from hetsim.config import Scenario, Table, build_scenario, read_table, resolve_source, set_path
 from hetsim.engines import AUTO, check_engine
 from hetsim.errors import ConfigError
 from hetsim.params import Param, join, typename
@@ -65,8 +65,14 @@ class SweepSpec:
         plots: dict[str, Any] = {k: v for k, v in (("x", self.plots.x), ("lines", self.plots.lines)) if v}
         if self.plots.cell:
             plots["cell"] = dict(self.plots.cell)
-        out = {"name": self.name, "seed": self.seed, "replications": self.replications,
-               "policies": list(self.policies), "base": copy.deepcopy(self.base), "grid": grid}
+        out = {
+            "name": self.name,
+            "seed": self.seed,
+            "replications": self.replications,
+            "policies": list(self.policies),
+            "base": copy.deepcopy(self.base),
+            "grid": grid,
+        }
         if plots:
             out["plots"] = plots
         if self.engine != "auto":
@@ -137,7 +143,9 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
     names = [a.name for a in axes]
     for key in ("x", "lines"):
         if plots_raw.has(key) and plots_raw.data[key] not in names:
-            raise ConfigError(f"plots.{key}", f"{plots_raw.data[key]!r} is not a grid axis ({', '.join(names) or 'none'})")
+            raise ConfigError(
+                f"plots.{key}", f"{plots_raw.data[key]!r} is not a grid axis ({', '.join(names) or 'none'})"
+            )
     cell = plots_raw.data.get("cell", {})
     if not isinstance(cell, Mapping) or any(k not in names for k in cell):
         raise ConfigError("plots.cell", f"must map grid axes ({', '.join(names)}) to values")

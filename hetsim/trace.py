@@ -225,7 +225,8 @@ def read_trace_table(path: str | Path, required: Sequence[str] = REQUIRED_COLUMN
     return check_trace_table(frame, required, source=str(path))
 
 
-def check_trace_table(frame: pd.DataFrame, required: Sequence[str] = REQUIRED_COLUMNS, source: str | None = None) -> pd.DataFrame:
+def check_trace_table(frame: pd.DataFrame, required: Sequence[str] = REQUIRED_COLUMNS,
+                      source: str | None = None) -> pd.DataFrame:
     """The ``required`` columns present, rows present, every numeric column that is present
     numeric, finite and non-negative, integer columns integral. Returns a copy with numeric
     dtypes. Errors name the column as their field and ``source`` (a file) in their text."""

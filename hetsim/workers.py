@@ -157,13 +157,21 @@ class WorkerStreams:
     failure: Timeline | None
 
     def factor_at(self, spec: WorkerSpec, t: float) -> float:
-        return spec.slowdown.factor if self.slowdown is not None and self.slowdown.active(t) else 1.0
+        if spec.slowdown is None or self.slowdown is None or not self.slowdown.active(t):
+            return 1.0
+        return spec.slowdown.factor
 
     def down_at(self, t: float) -> bool:
         return self.failure is not None and self.failure.active(t)
 
+    def repaired_at(self, t: float) -> float:
+        """When the worker, down at ``t``, comes back up."""
+        if self.failure is None:
+            raise ValueError("a worker that never fails is never repaired")
+        return self.failure.next_change(t)
+
     @classmethod
-    def spawn(cls, seed: int, workers: "tuple[WorkerSpec, ...] | list[WorkerSpec]") -> list["WorkerStreams"]:
+    def spawn(cls, seed: int, workers: tuple[WorkerSpec, ...] | list[WorkerSpec]) -> list[WorkerStreams]:
         """Worker i's stream for purpose j (0 noise, 1 delay, 2 slowdown, 3 failure) is the
         child ``SeedSequence(seed).spawn(n)[i].spawn(4)[j]``, built directly from its spawn key
         ``(i, j)`` and only for the purposes the worker has; a slowdown group's shared timeline

@@ -120,9 +120,13 @@ def _hypoexp_max_mean(l1: float, l2: float) -> float:
 def test_proportional_split_with_exponential_noise_is_tau_star_times_harmonic():
     per_sample = [1e-3, 2e-3, 4e-3]  # speeds 1000, 500, 250 samples/s
     global_batch = 70
-    workers = [{"name": f"w{i}", "overhead_s": 0.0, "per_sample_s": c, "noise": {"dist": "exponential", "mean": 1.0}}
-               for i, c in enumerate(per_sample)]
-    scenario = load_scenario(scenario_dict(workers, global_batch=global_batch, network={"kind": "constant", "time_s": 0.005}))
+    workers = [
+        {"name": f"w{i}", "overhead_s": 0.0, "per_sample_s": c, "noise": {"dist": "exponential", "mean": 1.0}}
+        for i, c in enumerate(per_sample)
+    ]
+    scenario = load_scenario(
+        scenario_dict(workers, global_batch=global_batch, network={"kind": "constant", "time_s": 0.005})
+    )
     tau_star = global_batch / sum(1 / c for c in per_sample)
     p = predict(scenario, "proportional")
     assert p.final_batches == (40, 20, 10)
@@ -141,13 +145,16 @@ def test_optimal_partition_uses_water_filling_with_caps_and_drops_a_hopeless_wor
     policy.reset(len(workers), 128, [WorkerHint(w.cap, w.expected_fixed_s, w.expected_per_sample_s) for w in workers])
     split = policy.partition(StepInfo(0, 0, 0, 1))
     assert sum(split) == 128 and split[0] <= 60 and split[2] == 0
-    assert split == water_fill([w.expected_fixed_s for w in workers], [w.expected_per_sample_s for w in workers], 128,
-                               [w.cap for w in workers])
+    assert split == water_fill(
+        [w.expected_fixed_s for w in workers], [w.expected_per_sample_s for w in workers], 128, [w.cap for w in workers]
+    )
 
 
 def test_deterministic_prediction_equals_the_simulation():
-    workers = [{"overhead_s": 0.01, "per_sample_s": 0.001}, {"overhead_s": 0.002, "per_sample_s": 0.003,
-                                                          "delay": {"dist": "constant", "value": 0.004}}]
+    workers = [
+        {"overhead_s": 0.01, "per_sample_s": 0.001},
+        {"overhead_s": 0.002, "per_sample_s": 0.003, "delay": {"dist": "constant", "value": 0.004}},
+    ]
     scenario = load_scenario(scenario_dict(workers, global_batch=100, network={"kind": "constant", "time_s": 0.002}))
     for policy in ("equal", "proportional", "optimal", "dynamic"):
         p = predict(scenario, policy)
@@ -221,12 +228,24 @@ NOISES: dict[str, dict[str, Any]] = {
 def _three_workers(noise: dict[str, Any]) -> dict[str, Any]:
     workers = [
         {"name": "a", "overhead_s": 0.010, "per_sample_s": 0.0010, "noise": noise},
-        {"name": "b", "overhead_s": 0.005, "per_sample_s": 0.0020, "noise": noise, "delay": {"dist": "constant", "value": 0.01}},
+        {
+            "name": "b",
+            "overhead_s": 0.005,
+            "per_sample_s": 0.0020,
+            "noise": noise,
+            "delay": {"dist": "constant", "value": 0.01},
+        },
         {"name": "c", "overhead_s": 0.020, "per_sample_s": 0.0005, "noise": noise},
     ]
     # 1000 steps per epoch x 100 epochs = 10^5 steps
-    return scenario_dict(workers, global_batch=120, steps_per_epoch=1000, epochs=100, seed=11,
-                         network={"kind": "constant", "time_s": 0.003})
+    return scenario_dict(
+        workers,
+        global_batch=120,
+        steps_per_epoch=1000,
+        epochs=100,
+        seed=11,
+        network={"kind": "constant", "time_s": 0.003},
+    )
 
 
 @pytest.mark.slow
@@ -250,10 +269,20 @@ def test_prediction_agrees_with_a_1e5_step_simulation(noise, policy):
 def test_random_delay_prediction_agrees_with_a_1e5_step_simulation():
     """The convolution path: gamma noise and an exponential delay on the same worker."""
     workers = [
-        {"name": "a", "overhead_s": 0.004, "per_sample_s": 0.001, "noise": NOISES["gamma"],
-         "delay": {"dist": "exponential", "mean": 0.01}},
-        {"name": "b", "overhead_s": 0.002, "per_sample_s": 0.002, "noise": NOISES["lognormal"],
-         "delay": {"dist": "uniform", "low": 0.0, "high": 0.02}},
+        {
+            "name": "a",
+            "overhead_s": 0.004,
+            "per_sample_s": 0.001,
+            "noise": NOISES["gamma"],
+            "delay": {"dist": "exponential", "mean": 0.01},
+        },
+        {
+            "name": "b",
+            "overhead_s": 0.002,
+            "per_sample_s": 0.002,
+            "noise": NOISES["lognormal"],
+            "delay": {"dist": "uniform", "low": 0.0, "high": 0.02},
+        },
     ]
     scenario = load_scenario(scenario_dict(workers, global_batch=64, steps_per_epoch=1000, epochs=100, seed=5))
     p = predict(scenario, "optimal")

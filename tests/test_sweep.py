@@ -127,6 +127,7 @@ def test_a_sweep_killed_mid_run_resumes_to_exactly_the_uninterrupted_result(tmp_
     pd.testing.assert_frame_equal(pd.read_parquet(run / "results.parquet"), expected)
 
 
+@pytest.mark.slow
 def test_results_folder_has_every_file_and_plot_and_report_rerenders(tmp_path, capsys):
     sweep = write_sweep(tmp_path)
     assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0

@@ -15,7 +15,7 @@ from hetsim.trace import COLUMNS, Trace
 from validation.allreduce import gradient_weights
 from validation.backend import RankEnv, parse_devices, resolve_device, select_backend
 from validation.cli import main
-from validation.config import RunConfig, default_policies
+from validation.config import DEFAULT_POLICIES, RunConfig
 from validation.inject import Injector, parse_delay_spec
 from validation.record import RankTiming, RunWriter, step_rows
 from validation.sharding import epoch_permutation, local_indices, shard_bounds, steps_per_epoch
@@ -174,7 +174,7 @@ def test_run_writer_writes_the_trace_schema(tmp_path):
 def test_default_config():
     config = RunConfig()
     assert config.world_size == 2 and config.devices == ("cpu",)
-    assert config.policies == default_policies()
+    assert config.policies == DEFAULT_POLICIES
     assert 1 in config.delay
     assert all(0 < f <= 1 for f in config.probe_fractions)
 

@@ -14,7 +14,7 @@ import re
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hetsim.errors import ConfigError
 
@@ -38,8 +38,9 @@ def parse_devices(text: str, world_size: int) -> tuple[str, ...]:
     if len(items) == 1:
         return tuple(items) * world_size
     if len(items) != world_size:
-        raise ConfigError("--devices", f"{len(items)} devices for {world_size} ranks "
-                          "(give one for all, or one per rank)")
+        raise ConfigError(
+            "--devices", f"{len(items)} devices for {world_size} ranks (give one for all, or one per rank)"
+        )
     return tuple(items)
 
 
@@ -62,7 +63,7 @@ class RankEnv:
     local_rank: int
 
     @classmethod
-    def from_environ(cls, environ: dict[str, str] | None = None) -> "RankEnv | None":
+    def from_environ(cls, environ: dict[str, str] | None = None) -> RankEnv | None:
         env = os.environ if environ is None else environ
         if "RANK" not in env or "WORLD_SIZE" not in env:
             return None
@@ -83,7 +84,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def torch_device(name: str) -> "torch.device":
+def torch_device(name: str) -> torch.device:
     import torch
 
     device = torch.device(name)
@@ -94,14 +95,14 @@ def torch_device(name: str) -> "torch.device":
     return device
 
 
-def comm_device(backend: str, device: "torch.device") -> "torch.device":
+def comm_device(backend: str, device: torch.device) -> torch.device:
     """Where collective buffers live: the rank's GPU under NCCL, the CPU under gloo."""
     import torch
 
     return device if backend == "nccl" else torch.device("cpu")
 
 
-def synchronize(device: "torch.device") -> None:
+def synchronize(device: torch.device) -> None:
     """Wait for queued GPU work before a clock is read (a no-op on CPU)."""
     if device.type == "cuda":
         import torch
@@ -109,10 +110,16 @@ def synchronize(device: "torch.device") -> None:
         torch.cuda.synchronize(device)
 
 
-def init_process_group(backend: str, env: RankEnv, device: "torch.device", timeout_s: float) -> None:
+def init_process_group(backend: str, env: RankEnv, device: torch.device, timeout_s: float) -> None:
     """``env://`` rendezvous (MASTER_ADDR, MASTER_PORT) with a short timeout for every collective."""
     import torch.distributed as dist
 
-    kwargs = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(backend, init_method="env://", rank=env.rank, world_size=env.world_size,
-                            timeout=timedelta(seconds=timeout_s), **kwargs)
+    kwargs: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
+    dist.init_process_group(
+        backend,
+        init_method="env://",
+        rank=env.rank,
+        world_size=env.world_size,
+        timeout=timedelta(seconds=timeout_s),
+        **kwargs,
+    )

@@ -1,7 +1,7 @@
 """``python -m validation``: ``run`` (launch the ranks, print the per-policy summary) and
 ``compare`` (simulator vs measurement). It prints the launcher's output (each rank's own
-status and errors come from ``validation.train``); bad input ends in one line on stderr (``validation: error: <field>: <problem>``) and exit
-status 2.
+status and errors come from ``validation.train``); bad input ends in one line on stderr
+(``validation: error: <field>: <problem>``) and exit status 2.
 """
 
 from __future__ import annotations
@@ -19,16 +19,28 @@ from validation.config import add_run_options, build_config
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="validation", description="Real data-parallel training with torch.distributed under "
-                     "hetsim's policies, and how well the simulator predicts it.")
+    parser = OneLineParser(
+        prog="validation",
+        description="Real data-parallel training with torch.distributed under "
+        "hetsim's policies, and how well the simulator predicts it.",
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     run = sub.add_parser("run", help="launch the ranks on this machine (no arguments: the embedded default run)")
     add_run_options(run)
-    cmp = sub.add_parser("compare", help="calibrate on part of a run, simulate its policies, print predicted vs measured")
+    cmp = sub.add_parser(
+        "compare", help="calibrate on part of a run, simulate its policies, print predicted vs measured"
+    )
     cmp.add_argument("run_dir", type=Path)
-    cmp.add_argument("--calibrate-on", default="probe", metavar="POLICY", help="trace segment to calibrate on (default: probe)")
-    cmp.add_argument("--tolerance", type=float, default=None, metavar="X",
-                     help="exit status 1 when any relative error (step or total time) exceeds X, e.g. 0.1")
+    cmp.add_argument(
+        "--calibrate-on", default="probe", metavar="POLICY", help="trace segment to calibrate on (default: probe)"
+    )
+    cmp.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        metavar="X",
+        help="exit status 1 when any relative error (step or total time) exceeds X, e.g. 0.1",
+    )
     cmp.add_argument("--json", action="store_true", help="print a JSON list of per-policy objects")
     return parser
 
@@ -46,14 +58,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = launch([*argv, "--out", str(out)], config.world_size, grace_s=min(5.0, config.timeout_s))
     if not result.ok:
         rank, status = result.first_failure or (-1, -1)
-        print(f"validation: error: rank {rank} failed first (exit status {status}); exit statuses by rank "
-              f"{list(result.exit_codes)}; what was written so far is in {out}", file=sys.stderr)
+        print(
+            f"validation: error: rank {rank} failed first (exit status {status}); exit statuses by rank "
+            f"{list(result.exit_codes)}; what was written so far is in {out}",
+            file=sys.stderr,
+        )
         return 1
     summary = json.loads((out / "summary.json").read_text())
     print(f"{'policy':<18} {'mean step':>10} {'total':>8} {'final split':>12} {'accuracy':>9}")
     for s in summary["policies"]:
-        print(f"{s['policy']:<18} {1e3 * s['mean_step_s']:>8.2f}ms {s['total_time_s']:>7.2f}s "
-              f"{'/'.join(map(str, s['final_batches'])):>12} {s['final_test_accuracy']:>9.3f}")
+        print(
+            f"{s['policy']:<18} {1e3 * s['mean_step_s']:>8.2f}ms {s['total_time_s']:>7.2f}s "
+            f"{'/'.join(map(str, s['final_batches'])):>12} {s['final_test_accuracy']:>9.3f}"
+        )
     print(f"wrote {out} in {result.wall_s:.1f} s; compare with: python -m validation compare {out}")
     return 0
 
@@ -84,8 +101,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(format_table(comparisons, calibration, args.calibrate_on))
     if args.tolerance is not None and worst_error(comparisons) > args.tolerance:
-        print(f"validation: an error of {100 * worst_error(comparisons):.1f}% exceeds the tolerance of "
-              f"{100 * args.tolerance:.1f}%", file=sys.stderr)
+        print(
+            f"validation: an error of {100 * worst_error(comparisons):.1f}% exceeds the tolerance of "
+            f"{100 * args.tolerance:.1f}%",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

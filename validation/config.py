@@ -8,29 +8,24 @@ option.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hetsim.config import tomllib
+from hetsim.cli_common import parse_policies
+from hetsim.config import read_table
 from hetsim.errors import ConfigError
-from hetsim.policies import POLICIES, WorkerHint, make_policy, policy_class
+from hetsim.params import Param
+from hetsim.policies import WorkerHint, make_policy, policy_class
 from validation.backend import parse_devices
 from validation.inject import parse_delay_spec
 
 N_DIGITS = 1797  # samples in scikit-learn's digits (the workload checks it)
 N_TEST = 359  # the held-out 20%
 N_TRAIN = N_DIGITS - N_TEST
-BASE_POLICIES = ("equal", "dynamic", "dynamic-enhanced")
+DEFAULT_POLICIES = ("equal", "dynamic", "dynamic-enhanced", "adaptive")
 COMBINE_MODES = ("weighted", "policy")
-
-
-def default_policies() -> tuple[str, ...]:
-    """equal, dynamic, dynamic-enhanced, and adaptive when hetsim has it (looked up at run time)."""
-    return BASE_POLICIES + (("adaptive",) if "adaptive" in POLICIES else ())
 
 
 @dataclass(frozen=True)
@@ -42,7 +37,7 @@ class RunConfig:
     sample, 10 probe rounds."""
 
     world_size: int = 2
-    policies: tuple[str, ...] = field(default_factory=default_policies)
+    policies: tuple[str, ...] = DEFAULT_POLICIES
     epochs: int = 10
     global_batch: int = 128
     lr: float = 0.05
@@ -71,45 +66,84 @@ class RunConfig:
 
 
 FILE_KEYS = {
-    "world_size", "policies", "epochs", "global_batch", "lr", "momentum", "seed", "delay", "per_sample_delay",
-    "slowdown", "devices", "probe_fractions", "probe_repeats", "warmup_steps", "timeout_s", "combine",
+    "world_size",
+    "policies",
+    "epochs",
+    "global_batch",
+    "lr",
+    "momentum",
+    "seed",
+    "delay",
+    "per_sample_delay",
+    "slowdown",
+    "devices",
+    "probe_fractions",
+    "probe_repeats",
+    "warmup_steps",
+    "timeout_s",
+    "combine",
 }
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """The options shared by ``python -m validation run`` and ``python -m validation.train``."""
-    parser.add_argument("config", nargs="?", type=Path, default=None, help="run file (TOML or JSON) with the same keys as the options")
-    parser.add_argument("--world-size", type=int, default=None, help="number of ranks (default 2; torchrun's WORLD_SIZE wins)")
-    parser.add_argument("--policies", default=None, help=f"comma-separated policies (default: {','.join(default_policies())})")
+    parser.add_argument(
+        "config", nargs="?", type=Path, default=None, help="run file (TOML or JSON) with the same keys as the options"
+    )
+    parser.add_argument(
+        "--world-size", type=int, default=None, help="number of ranks (default 2; torchrun's WORLD_SIZE wins)"
+    )
+    parser.add_argument(
+        "--policies", default=None, help=f"comma-separated policies (default: {','.join(DEFAULT_POLICIES)})"
+    )
     parser.add_argument("--epochs", type=int, default=None, help="epochs per policy (default 10)")
     parser.add_argument("--global-batch", type=int, default=None, help="samples per step (default 128)")
     parser.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.05)")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the data split, shuffles, weights and delays (default 0)")
-    parser.add_argument("--delay", action="append", default=[], metavar="RANK=SPEC",
-                        help="per-step injected delay: seconds or a distribution, e.g. 1=0.02 or 1=exponential:0.02 (1=0 removes one)")
-    parser.add_argument("--per-sample-delay", action="append", default=[], metavar="RANK=SECONDS", help="injected delay per sample")
-    parser.add_argument("--slowdown", action="append", default=[], metavar="RANK=FACTOR",
-                        help="sleep (FACTOR - 1) x the measured compute after each step (FACTOR >= 1)")
-    parser.add_argument("--devices", default=None, help="one device for all ranks or one per rank: cpu | cuda | cuda:0,cuda:1 (default cpu)")
-    parser.add_argument("--probe-repeats", type=int, default=None, help="rounds of probe steps (default 10; 0 skips the probe)")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="seed of the data split, shuffles, weights and delays (default 0)"
+    )
+    parser.add_argument(
+        "--delay",
+        action="append",
+        default=[],
+        metavar="RANK=SPEC",
+        help="per-step injected delay: seconds or a distribution, e.g. 1=0.02 or 1=exponential:0.02 (1=0 removes one)",
+    )
+    parser.add_argument(
+        "--per-sample-delay", action="append", default=[], metavar="RANK=SECONDS", help="injected delay per sample"
+    )
+    parser.add_argument(
+        "--slowdown",
+        action="append",
+        default=[],
+        metavar="RANK=FACTOR",
+        help="sleep (FACTOR - 1) x the measured compute after each step (FACTOR >= 1)",
+    )
+    parser.add_argument(
+        "--devices",
+        default=None,
+        help="one device for all ranks or one per rank: cpu | cuda | cuda:0,cuda:1 (default cpu)",
+    )
+    parser.add_argument(
+        "--probe-repeats", type=int, default=None, help="rounds of probe steps (default 10; 0 skips the probe)"
+    )
     parser.add_argument("--timeout-s", type=float, default=None, help="process-group timeout in seconds (default 30)")
-    parser.add_argument("--combine", choices=COMBINE_MODES, default=None,
-                        help="weighted: sum_i (b_i/B) g_i for every policy (default); policy: the plain mean of the ranks' "
-                             "gradients for policies without weighted_gradients (the paper's DP-SGD)")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)")
+    parser.add_argument(
+        "--combine",
+        choices=COMBINE_MODES,
+        default=None,
+        help="weighted: sum_i (b_i/B) g_i for every policy (default); policy: the plain mean of the ranks' "
+        "gradients for policies without weighted_gradients (the paper's DP-SGD)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)"
+    )
     parser.add_argument("--crash-at", default=None, help=argparse.SUPPRESS)
 
 
 def read_run_file(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(str(path), "no such file")
-    try:
-        text = path.read_text()
-        raw = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
-    except (ValueError, OSError) as exc:
-        raise ConfigError(str(path), f"not a readable run file: {exc}".splitlines()[0]) from None
-    if not isinstance(raw, dict):
-        raise ConfigError(str(path), "must hold a table of options")
+    """A run file's options (TOML or JSON), only the known keys."""
+    raw = read_table(path)
     unknown = sorted(set(raw) - FILE_KEYS)
     if unknown:
         raise ConfigError(unknown[0], f"unknown key (known: {', '.join(sorted(FILE_KEYS))})")
@@ -128,27 +162,24 @@ def parse_rank_assignment(text: str, option: str) -> tuple[int, str]:
     return rank, value.strip()
 
 
-def _number(text: Any, option: str, *, minimum: float = 0.0) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise ConfigError(option, f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < minimum:
-        raise ConfigError(option, f"must be a finite number >= {minimum:g}, got {text!r}")
-    return value
+def _number(value: Any, option: str, *, minimum: float = 0.0) -> float:
+    """A finite number of at least ``minimum``, from a file's value or a command line's text."""
+    return float(Param(option, low=minimum).check(_parsed(value, float)))
 
 
 def _integer(value: Any, option: str, *, minimum: int = 0) -> int:
-    """A whole number (an int, or a string of one from the command line) of at least ``minimum``."""
-    if isinstance(value, bool) or isinstance(value, float) or not isinstance(value, (int, str)):
-        raise ConfigError(option, f"expected an integer, got {value!r}")
-    try:
-        number = int(value)
-    except ValueError:
-        raise ConfigError(option, f"expected an integer, got {value!r}") from None
-    if number < minimum:
-        raise ConfigError(option, f"must be >= {minimum}, got {number}")
-    return number
+    """A whole number of at least ``minimum``, from a file's value or a command line's text."""
+    return int(Param(option, "integer", low=minimum).check(_parsed(value, int)))
+
+
+def _parsed(value: Any, kind: type) -> Any:
+    """Command-line text as a ``kind`` (left as it is when it does not parse: the check names it)."""
+    if isinstance(value, str):
+        try:
+            return kind(value)
+        except ValueError:
+            return value
+    return value
 
 
 def _rank_map(raw: Mapping[Any, Any] | None, items: Sequence[str], option: str) -> dict[int, str]:
@@ -167,19 +198,7 @@ def _rank_map(raw: Mapping[Any, Any] | None, items: Sequence[str], option: str) 
 
 
 def _policies(value: Any, option: str) -> tuple[str, ...]:
-    if not isinstance(value, (str, list, tuple)):
-        raise ConfigError(option, f"expected a comma-separated string or a list of policy names, got {value!r}")
-    names = [p.strip() for p in value.split(",")] if isinstance(value, str) else [str(p).strip() for p in value]
-    names = [n for n in names if n]
-    if not names:
-        raise ConfigError(option, "no policy given")
-    for name in names:
-        if name == "probe":
-            raise ConfigError(option, "'probe' is the calibration phase, not a policy")
-        policy_class(name, option)
-    if len(set(names)) != len(names):
-        raise ConfigError(option, "a policy is listed twice")
-    return tuple(names)
+    return tuple(parse_policies(value, option, reserved={"probe": "'probe' is the calibration phase, not a policy"}))
 
 
 def _check_barrier_policies(policies: Sequence[str], world_size: int, global_batch: int) -> None:
@@ -189,8 +208,11 @@ def _check_barrier_policies(policies: Sequence[str], world_size: int, global_bat
         policy = make_policy(name)
         policy.reset(world_size, global_batch, hints)
         if policy.wait_for() < world_size:
-            raise ConfigError("--policies", f"{name} waits for {policy.wait_for()} of {world_size} gradients; "
-                                            "the real trainer runs barrier policies only")
+            raise ConfigError(
+                "--policies",
+                f"{name} waits for {policy.wait_for()} of {world_size} gradients; "
+                "the real trainer runs barrier policies only",
+            )
 
 
 def build_config(args: argparse.Namespace, world_size_env: int | None = None) -> RunConfig:
@@ -225,14 +247,20 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
     for rank, spec in delay.items():
         parse_delay_spec(spec, f"--delay {rank}")
     devices_raw = pick("devices", args.devices)
-    if not isinstance(devices_raw, str) and not (isinstance(devices_raw, (list, tuple)) and all(isinstance(d, str) for d in devices_raw)):
-        raise ConfigError("--devices", f"expected a comma-separated string or a list of device names, got {devices_raw!r}")
+    if not isinstance(devices_raw, str) and not (
+        isinstance(devices_raw, (list, tuple)) and all(isinstance(d, str) for d in devices_raw)
+    ):
+        raise ConfigError(
+            "--devices", f"expected a comma-separated string or a list of device names, got {devices_raw!r}"
+        )
     devices = parse_devices(devices_raw if isinstance(devices_raw, str) else ",".join(devices_raw), world_size)
     probe_repeats = _integer(pick("probe_repeats", args.probe_repeats), "--probe-repeats")
     _check_barrier_policies(policies, world_size, global_batch)
     costly = [p for p in policies if policy_class(p).needs_costs]
     if costly and probe_repeats == 0:
-        raise ConfigError("--probe-repeats", f"{costly[0]} needs the ranks' costs, which come from the probe: use at least 1")
+        raise ConfigError(
+            "--probe-repeats", f"{costly[0]} needs the ranks' costs, which come from the probe: use at least 1"
+        )
     timeout_s = _number(pick("timeout_s", args.timeout_s), "--timeout-s", minimum=1.0)
     combine = str(pick("combine", args.combine))
     if combine not in COMBINE_MODES:

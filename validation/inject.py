@@ -23,19 +23,13 @@ import numpy as np
 from hetsim.config import make_distribution
 from hetsim.distributions import Constant, Distribution
 from hetsim.errors import ConfigError
-
-# positional parameters of each distribution in a NAME:A,B spec
-SPEC_PARAMS = {
-    "constant": ("value",),
-    "exponential": ("mean",),
-    "shifted_exponential": ("shift", "mean"),
-    "gamma": ("shape", "scale"),
-    "uniform": ("low", "high"),
-}
+from hetsim.registry import DISTRIBUTIONS
 
 
 def parse_delay_spec(text: str, option: str = "--delay") -> Distribution:
-    """``0.02`` (constant seconds), ``exponential:0.02``, ``uniform:0.01,0.03``, ``empirical:0.01,0.02,...``."""
+    """``0.02`` (constant seconds) or ``NAME:A,B,...``: a registered distribution with its
+    declared parameters in order (``exponential:0.02``, ``uniform:0.01,0.03``); one that takes
+    a list of numbers takes them all (``empirical:0.01,0.02,...``)."""
     text = str(text).strip()
     name, sep, args = text.partition(":")
     if not sep:
@@ -50,15 +44,14 @@ def parse_delay_spec(text: str, option: str = "--delay") -> Distribution:
         values = [float(a) for a in args.split(",") if a.strip()]
     except ValueError:
         raise ConfigError(option, f"parameters must be numbers, got {args!r}") from None
-    if name == "empirical":
-        return make_distribution({"dist": "empirical", "samples": values}, option)
-    if name not in SPEC_PARAMS:
-        known = ", ".join([*SPEC_PARAMS, "empirical"])
-        raise ConfigError(option, f"unknown delay distribution {name!r} (known: {known})")
-    params = SPEC_PARAMS[name]
+    cls = DISTRIBUTIONS.lookup(name, option)
+    params = [p for p in cls.params if p.kind != "path"]
+    if params and params[0].kind == "numbers":
+        return make_distribution({"dist": name, params[0].name: values}, option)
     if len(values) != len(params):
-        raise ConfigError(option, f"{name} takes {len(params)} parameter(s) ({', '.join(params)}), got {len(values)}")
-    return make_distribution({"dist": name, **dict(zip(params, values))}, option)
+        names = ", ".join(p.name for p in params)
+        raise ConfigError(option, f"{name} takes {len(params)} parameter(s) ({names}), got {len(values)}")
+    return make_distribution({"dist": name, **{p.name: v for p, v in zip(params, values)}}, option)
 
 
 @dataclass
@@ -71,8 +64,15 @@ class Injector:
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
 
     @classmethod
-    def for_rank(cls, rank: int, world_size: int, seed: int, delay: dict[int, str], per_sample_s: dict[int, float],
-                 slowdown: dict[int, float]) -> "Injector":
+    def for_rank(
+        cls,
+        rank: int,
+        world_size: int,
+        seed: int,
+        delay: dict[int, str],
+        per_sample_s: dict[int, float],
+        slowdown: dict[int, float],
+    ) -> Injector:
         rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(world_size)[rank])
         spec = parse_delay_spec(delay[rank]) if rank in delay else Constant(0.0)
         return cls(spec, float(per_sample_s.get(rank, 0.0)), float(slowdown.get(rank, 1.0)), rng)

@@ -36,8 +36,14 @@ class LaunchResult:
 def rank_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
-        RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world_size),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
     )
     return env
 
@@ -60,7 +66,9 @@ def launch(rank_argv: Sequence[str], world_size: int, grace_s: float = 3.0) -> L
     t0 = time.monotonic()
     port = free_port()
     procs = [
-        subprocess.Popen([sys.executable, "-m", "validation.train", *rank_argv], env=rank_environment(r, world_size, port))
+        subprocess.Popen(
+            [sys.executable, "-m", "validation.train", *rank_argv], env=rank_environment(r, world_size, port)
+        )
         for r in range(world_size)
     ]
     first_failure: tuple[int, int] | None = None
@@ -81,5 +89,5 @@ def launch(rank_argv: Sequence[str], world_size: int, grace_s: float = 3.0) -> L
             time.sleep(POLL_S)
     finally:
         _stop(procs)
-    codes = tuple(int(p.returncode) for p in procs)
-    return LaunchResult(codes, first_failure, time.monotonic() - t0)
+    returncodes = tuple(int(p.returncode) for p in procs)
+    return LaunchResult(returncodes, first_failure, time.monotonic() - t0)

@@ -14,7 +14,6 @@ that dies keeps everything up to its last finished epoch.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path

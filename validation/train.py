@@ -42,8 +42,10 @@ class RankFailure(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     """The run options of ``python -m validation run``; a usage error is a ConfigError."""
-    parser = OneLineParser(prog="validation.train", description="One rank of a validation run (start it with "
-                           "torchrun or python -m validation run).")
+    parser = OneLineParser(
+        prog="validation.train",
+        description="One rank of a validation run (start it with torchrun or python -m validation run).",
+    )
     add_run_options(parser)
     return parser
 
@@ -64,9 +66,12 @@ def rank_env() -> RankEnv:
 def print_summary(summary: dict[str, Any]) -> None:
     """One line on stderr per policy of the finished run (rank 0's summary; empty elsewhere)."""
     for entry in summary["policies"]:
-        print(f"validation: {entry['policy']}: {entry['steps']} steps in {entry['total_time_s']:.2f} s, final split "
-              f"{'/'.join(map(str, entry['final_batches']))}, held-out accuracy {entry['final_test_accuracy']:.3f}",
-              file=sys.stderr, flush=True)
+        print(
+            f"validation: {entry['policy']}: {entry['steps']} steps in {entry['total_time_s']:.2f} s, final split "
+            f"{'/'.join(map(str, entry['final_batches']))}, held-out accuracy {entry['final_test_accuracy']:.3f}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def run_rank(config: RunConfig, env: RankEnv, out: Path) -> None:

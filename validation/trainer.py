@@ -137,8 +137,9 @@ class RankTrainer:
         self.comm = comm_device(self.backend, self.device)
         self.data: Dataset = load_digits_split(config.seed, self.device)
         self.steps_per_epoch = steps_per_epoch(self.data.n_train, config.global_batch)
-        self.injector = Injector.for_rank(self.rank, self.world, config.seed, dict(config.delay),
-                                          dict(config.per_sample_delay), dict(config.slowdown))
+        self.injector = Injector.for_rank(
+            self.rank, self.world, config.seed, dict(config.delay), dict(config.per_sample_delay), dict(config.slowdown)
+        )
         self.run_step = 0
         self.where = "start-up"
         self.writer: Writer = NullWriter()
@@ -178,8 +179,9 @@ class RankTrainer:
         if self.config.crash_at is not None and self.config.crash_at == (self.rank, self.run_step):
             raise InjectedCrash(self.rank, self.run_step)
 
-    def forward_backward(self, model: torch.nn.Module, perm: np.ndarray, step_in_epoch: int,
-                         split: tuple[int, ...]) -> float:
+    def forward_backward(
+        self, model: torch.nn.Module, perm: np.ndarray, step_in_epoch: int, split: tuple[int, ...]
+    ) -> float:
         """This rank's shard: forward, backward and the injected delay; the shard's summed loss."""
         b = split[self.rank]
         if b == 0:
@@ -192,8 +194,15 @@ class RankTrainer:
         self.injector.apply(b, time.perf_counter() - t_fwd)
         return float(loss.detach()) * b
 
-    def step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, perm: np.ndarray, step_in_epoch: int,
-             propose: Callable[[], Sequence[int]], weighted: bool) -> StepResult:
+    def step(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        perm: np.ndarray,
+        step_in_epoch: int,
+        propose: Callable[[], Sequence[int]],
+        weighted: bool,
+    ) -> StepResult:
         """One timed step (see the module's docstring); ``propose`` is only called on rank 0."""
         self.check_crash()
         self.run_step += 1
@@ -221,8 +230,10 @@ class RankTrainer:
         t_end = time.perf_counter()
         values = barrier.tolist()
         return StepResult(
-            split, RankTiming(compute_s, t_released - t_ready, t_end - t_released),
-            tuple(values[: self.world]), values[self.world] / max(sum(split), 1),
+            split,
+            RankTiming(compute_s, t_released - t_ready, t_end - t_released),
+            tuple(values[: self.world]),
+            values[self.world] / max(sum(split), 1),
         )
 
     # ------------------------------------------------------------------ segments
@@ -254,8 +265,14 @@ class RankTrainer:
         optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
         return Segment(name, model, optimizer, policy, weighted)
 
-    def run_block(self, seg: Segment, epoch: int, n_steps: int, window: Callable[[int], tuple[np.ndarray, int]],
-                  fixed: Sequence[tuple[int, ...]] | None = None) -> list[StepResult]:
+    def run_block(
+        self,
+        seg: Segment,
+        epoch: int,
+        n_steps: int,
+        window: Callable[[int], tuple[np.ndarray, int]],
+        fixed: Sequence[tuple[int, ...]] | None = None,
+    ) -> list[StepResult]:
         """``n_steps`` steps of ``seg`` (splits from its policy, or ``fixed``), then the ranks'
         times gathered and the trace rows handed to the writer."""
         local: list[RankTiming] = []
@@ -299,11 +316,17 @@ class RankTrainer:
         perm = epoch_permutation(self.config.seed, epoch, self.data.n_train)
         results = self.run_block(seg, epoch, self.steps_per_epoch, lambda k: (perm, k))
         test_loss, accuracy = evaluate(seg.model, self.data)
-        self.writer.add_epoch({
-            "policy": seg.name, "epoch": epoch, "train_loss": float(np.mean([r.loss for r in results])),
-            "test_loss": test_loss, "test_accuracy": accuracy, "elapsed_s": seg.elapsed_s,
-            "split": "/".join(str(b) for b in results[-1].split),
-        })
+        self.writer.add_epoch(
+            {
+                "policy": seg.name,
+                "epoch": epoch,
+                "train_loss": float(np.mean([r.loss for r in results])),
+                "test_loss": test_loss,
+                "test_accuracy": accuracy,
+                "elapsed_s": seg.elapsed_s,
+                "split": "/".join(str(b) for b in results[-1].split),
+            }
+        )
         self.writer.flush()
         self.sync_ranks()
 
@@ -355,8 +378,10 @@ class RankTrainer:
             "gradient_mb": n_params * 4 / 1e6,
             "torch": torch.__version__,
             "cpu_count": os.cpu_count(),
-            "injection": {name: {str(k): v for k, v in getattr(self.config, name).items()}
-                          for name in ("delay", "per_sample_delay", "slowdown")},
+            "injection": {
+                name: {str(k): v for k, v in getattr(self.config, name).items()}
+                for name in ("delay", "per_sample_delay", "slowdown")
+            },
         }
 
     def run(self, out: Path) -> dict[str, Any]:
@@ -390,4 +415,3 @@ def probe_schedule(rounds: int, epochs: int) -> list[int]:
     for j in range(rest):
         out[1 + (j * epochs) // rest] += 1
     return out
-

@@ -10,7 +10,6 @@ from __future__ import annotations
 from hetsim.engines.base import Engine
 from hetsim.engines.simpy_engine import SimPyEngine, run_simpy
 from hetsim.engines.vector import VectorEngine, run_vector
-from hetsim.errors import ConfigError
 from hetsim.policies.base import Policy
 from hetsim.registry import ENGINES
 
@@ -36,5 +35,15 @@ def engine_for(name: str, policy: Policy) -> Engine:
     return ENGINES.lookup(name, "engine")()
 
 
-__all__ = ["AUTO", "ENGINES", "Engine", "SimPyEngine", "VectorEngine", "check_engine", "engine_choices", "engine_for",
-           "run_simpy", "run_vector"]
+__all__ = [
+    "AUTO",
+    "ENGINES",
+    "Engine",
+    "SimPyEngine",
+    "VectorEngine",
+    "check_engine",
+    "engine_choices",
+    "engine_for",
+    "run_simpy",
+    "run_vector",
+]

@@ -15,7 +15,7 @@ compute, push, compute, ... and each push is one update.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING
 
 import simpy
@@ -56,6 +56,11 @@ class SimPyEngine(Engine):
         return run_simpy(scenario, policy, seed)
 
 
+def _at_least(k: int) -> Callable[[tuple[simpy.Event, ...], int], bool]:
+    """A SimPy condition: ``k`` of its events have happened."""
+    return lambda events, count: count >= k
+
+
 def draws(spec: WorkerSpec, rng: WorkerStreams, chunk: int) -> Iterator[tuple[float, float]]:
     """A worker's (noise, delay) draws, one pair per step, fetched ``chunk`` steps at a time: the
     same numbers as scalar draws (each stream serves this one purpose: drawing ahead is harmless)."""
@@ -65,7 +70,7 @@ def draws(spec: WorkerSpec, rng: WorkerStreams, chunk: int) -> Iterator[tuple[fl
         yield from zip(noise, delay)
 
 
-def run_simpy(scenario: "Scenario", policy: Policy, seed: int | None = None) -> Trace:
+def run_simpy(scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
     """Simulate ``scenario`` under ``policy`` (reset here) and return its trace."""
     workers = scenario.workers
     n = len(workers)
@@ -82,16 +87,17 @@ def run_simpy(scenario: "Scenario", policy: Policy, seed: int | None = None) -> 
     all_up = (True,) * n
     may_fail = any(rng.failure is not None for rng in streams)
 
-    def worker(i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, object, None]:
+    def worker(i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, _Step, None]:
         episodes, failures = rng.slowdown is not None, rng.failure is not None
         for noise, delay in draws(spec, rng, chunk):  # this step's draws
-            step: _Step = yield go[0]
+            step = yield go[0]
+            assert isinstance(step, _Step)
             b = step.batches[i]
             began[i] = step.start
             factor = step.slowdown[i] = rng.factor_at(spec, step.start) if episodes else 1.0
             try:
                 if b > 0 and failures and rng.down_at(step.start):
-                    yield env.timeout(rng.failure.next_change(step.start) - step.start)  # stalled until repaired
+                    yield env.timeout(rng.repaired_at(step.start) - step.start)  # stalled until repaired
                     began[i] = env.now
                     factor = step.slowdown[i] = rng.factor_at(spec, env.now)
                 compute = step.compute[i] = spec.compute_s(b, noise, delay, factor)
@@ -117,7 +123,7 @@ def run_simpy(scenario: "Scenario", policy: Policy, seed: int | None = None) -> 
                 step = _Step(batches, done, start)
                 release.succeed(step)
                 need = policy.wait_for()
-                yield Condition(env, lambda evs, count: count >= need, done)
+                yield Condition(env, _at_least(need), done)
                 included = tuple([b > 0 and d.triggered for b, d in zip(batches, done)])
                 if need < n:
                     for i, d in enumerate(done):
@@ -133,15 +139,23 @@ def run_simpy(scenario: "Scenario", policy: Policy, seed: int | None = None) -> 
 
     env.run(env.process(coordinator()))
     trace = TraceBuilder(policy.name, n, wl.total_steps)
-    columns = (trace.epoch, trace.start_s, trace.local_batch, trace.compute_s, trace.wait_s, trace.included,
-               trace.slowdown, trace.up)
+    columns = (
+        trace.epoch,
+        trace.start_s,
+        trace.local_batch,
+        trace.compute_s,
+        trace.wait_s,
+        trace.included,
+        trace.slowdown,
+        trace.up,
+    )
     for column, values in zip(columns, zip(*rows)):
         column[:] = values
     trace.comm_s[:] = scenario.allreduce_s()
     return trace.finish()
 
 
-def run_simpy_async(scenario: "Scenario", policy: Policy, streams: list[WorkerStreams]) -> Trace:
+def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStreams]) -> Trace:
     """No barrier: each worker computes on ``B/n`` samples, pushes, and starts again.
 
     One trace row per update, in the order updates are applied; ``step`` is the update index
@@ -168,7 +182,7 @@ def run_simpy_async(scenario: "Scenario", policy: Policy, streams: list[WorkerSt
             delay = spec.delay.sample(rng.delay)
             down_s = 0.0
             if rng.down_at(start):
-                down_s = rng.failure.next_change(start) - start
+                down_s = rng.repaired_at(start) - start
                 yield env.timeout(down_s)
             factor = rng.factor_at(spec, env.now)
             compute = spec.compute_s(batches[i], noise, delay, factor)

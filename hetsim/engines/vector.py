@@ -62,11 +62,14 @@ class VectorEngine(Engine):
         return run_vector(scenario, policy, seed)
 
 
-def run_vector(scenario: "Scenario", policy: Policy, seed: int | None = None) -> Trace:
+def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
     """Simulate ``scenario`` under ``policy`` (reset here); the trace of :func:`run_simpy`."""
     if not VectorEngine.supports(policy):
-        raise ConfigError("engine", f"the vector engine needs a barrier policy and {policy.name!r} has none: "
-                                    "use the SimPy engine (--engine simpy, or auto)")
+        raise ConfigError(
+            "engine",
+            f"the vector engine needs a barrier policy and {policy.name!r} has none: "
+            "use the SimPy engine (--engine simpy, or auto)",
+        )
     workers = scenario.workers
     n = len(workers)
     wl = scenario.workload
@@ -96,8 +99,17 @@ def run_vector(scenario: "Scenario", policy: Policy, seed: int | None = None) ->
         need = min(policy.wait_for(), n)
         noise, delay = draws.rows(row, min(policy.steady_steps(info), total - row))
         if (works & down).any():
-            steps, start = _stalled_step(start, comm_s, base, works, noise[0], delay[0], factor, need,
-                                         [(i, workers[i], streams[i]) for i in np.flatnonzero(works & down)])
+            steps, start = _stalled_step(
+                start,
+                comm_s,
+                base,
+                works,
+                noise[0],
+                delay[0],
+                factor,
+                need,
+                [(int(i), workers[i], streams[i]) for i in np.flatnonzero(works & down)],
+            )
         else:
             steps, start = _block(start, comm_s, base, works, noise, delay, factor, need, horizon)
         k = len(steps.start_s)
@@ -123,13 +135,29 @@ class _Steps:
 
     __slots__ = ("compute_s", "included", "slowdown", "start_s", "wait_s")
 
-    def __init__(self, start_s: np.ndarray, compute_s: np.ndarray, wait_s: np.ndarray,
-                 included: np.ndarray, slowdown: np.ndarray) -> None:
-        self.start_s, self.compute_s, self.wait_s, self.included, self.slowdown = start_s, compute_s, wait_s, included, slowdown
+    def __init__(
+        self, start_s: np.ndarray, compute_s: np.ndarray, wait_s: np.ndarray, included: np.ndarray, slowdown: np.ndarray
+    ) -> None:
+        self.start_s, self.compute_s, self.wait_s, self.included, self.slowdown = (
+            start_s,
+            compute_s,
+            wait_s,
+            included,
+            slowdown,
+        )
 
 
-def _block(start: float, comm_s: float, base: np.ndarray, works: np.ndarray, noise: np.ndarray, delay: np.ndarray,
-           factor: np.ndarray, need: int, horizon: float) -> tuple[_Steps, float]:
+def _block(
+    start: float,
+    comm_s: float,
+    base: np.ndarray,
+    works: np.ndarray,
+    noise: np.ndarray,
+    delay: np.ndarray,
+    factor: np.ndarray,
+    need: int,
+    horizon: float,
+) -> tuple[_Steps, float]:
     """Up to ``len(noise)`` steps with one split and no stalled worker, cut at the first step
     that starts at or after ``horizon``; returns them and the start of the step after."""
     n_steps, n = noise.shape
@@ -159,15 +187,23 @@ def _block(start: float, comm_s: float, base: np.ndarray, works: np.ndarray, noi
     return _Steps(starts[:, 0], compute, wait, included, factor), float(clock[2 * k])
 
 
-def _stalled_step(start: float, comm_s: float, base: np.ndarray, works: np.ndarray, noise: np.ndarray,
-                  delay: np.ndarray, factor: np.ndarray, need: int,
-                  stalled: list[tuple[int, WorkerSpec, WorkerStreams]]) -> tuple[_Steps, float]:
+def _stalled_step(
+    start: float,
+    comm_s: float,
+    base: np.ndarray,
+    works: np.ndarray,
+    noise: np.ndarray,
+    delay: np.ndarray,
+    factor: np.ndarray,
+    need: int,
+    stalled: list[tuple[int, WorkerSpec, WorkerStreams]],
+) -> tuple[_Steps, float]:
     """One step in which the ``stalled`` workers (down, with samples) wait for their repair,
     then compute at the slowdown factor in force when they start."""
     began = np.full(len(base), start)
     slowdown = factor.copy()
     for i, spec, rng in stalled:
-        began[i] = start + (rng.failure.next_change(start) - start)
+        began[i] = start + (rng.repaired_at(start) - start)
         slowdown[i] = rng.factor_at(spec, began[i])
     compute = np.where(works, base * noise * slowdown + delay, 0.0)
     end = began + compute
@@ -182,19 +218,21 @@ def _stalled_step(start: float, comm_s: float, base: np.ndarray, works: np.ndarr
     return steps, float(barrier + comm_s)
 
 
-class _Row(tuple):
+class _Row(tuple[int, ...]):
     """A tuple (what a StepRecord holds) that also keeps the NumPy row it was made from, so a
     policy's ``np.asarray(record.compute_s)`` costs a copy instead of a conversion per element."""
 
-    def __new__(cls, values: list, array: np.ndarray) -> "_Row":
+    array: np.ndarray
+
+    def __new__(cls, values: tuple[int, ...], array: np.ndarray) -> _Row:
         row = super().__new__(cls, values)
         row.array = array
         return row
 
-    def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+    def __array__(self, dtype: np.dtype | None = None, copy: bool | None = None) -> np.ndarray:
         return np.array(self.array, dtype=dtype, copy=True)  # a copy: the policy may write to it
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[type, tuple[tuple[int, ...]]]:
         return tuple, (tuple(self),)  # pickled and copied as the plain tuple it stands for
 
 

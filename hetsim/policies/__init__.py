@@ -34,6 +34,20 @@ def make_policy(name: str, params: Mapping[str, Any] | None = None, field: str =
 
 
 __all__ = [
-    "POLICIES", "Adaptive", "Async", "Backup", "Dynamic", "DynamicEnhanced", "Equal", "KSync", "Optimal", "Policy",
-    "Proportional", "StepInfo", "StepRecord", "WorkerHint", "make_policy", "policy_class",
+    "POLICIES",
+    "Adaptive",
+    "Async",
+    "Backup",
+    "Dynamic",
+    "DynamicEnhanced",
+    "Equal",
+    "KSync",
+    "Optimal",
+    "Policy",
+    "Proportional",
+    "StepInfo",
+    "StepRecord",
+    "WorkerHint",
+    "make_policy",
+    "policy_class",
 ]

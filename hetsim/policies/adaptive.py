@@ -42,12 +42,19 @@ class Adaptive(Policy):
     resplits = True
     autocorrelated_steps = True
     no_closed_form_reason = (
-        "its split follows online estimates of the measured times, so it depends on the random history of the run")
+        "its split follows online estimates of the measured times, so it depends on the random history of the run"
+    )
     params = (
         Param("resplit", "choice", default="step", choices=("step", "epoch"), doc="how often the split may change"),
         Param("forgetting", default=0.9, low=0.0, low_open=True, high=1.0, doc="decay of old measurements"),
-        Param("hysteresis", default=0.01, low=0.0, high=1.0, high_open=True,
-              doc="a new split is adopted only when predicted at least this much faster"),
+        Param(
+            "hysteresis",
+            default=0.01,
+            low=0.0,
+            high=1.0,
+            high_open=True,
+            doc="a new split is adopted only when predicted at least this much faster",
+        ),
     )
     resplit: str
     forgetting: float

@@ -70,8 +70,9 @@ class StepRecord(NamedTuple):
         return self.info.step_in_epoch == self.info.steps_per_epoch - 1
 
 
-def step_records(first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray,
-                 included: np.ndarray) -> Iterator[StepRecord]:
+def step_records(
+    first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray, included: np.ndarray
+) -> Iterator[StepRecord]:
     """The StepRecord of each step of a block reported to :meth:`Policy.observe_steps`."""
     included = np.broadcast_to(included, compute_s.shape)
     per_epoch = first.steps_per_epoch
@@ -171,8 +172,9 @@ class Policy(PlugIn):
         remaining step."""
         return 1
 
-    def observe_steps(self, first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray,
-                      included: np.ndarray) -> None:
+    def observe_steps(
+        self, first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray, included: np.ndarray
+    ) -> None:
         """Observe consecutive steps that ran with one split, from ``first`` on: ``compute_s`` is
         (steps x workers), ``included`` the same or one row for all. Equivalent to one ``observe``
         per step (what this default does); a policy may override it to do the same bookkeeping

@@ -54,11 +54,14 @@ class Dynamic(Policy):
     def observe(self, record: StepRecord) -> None:
         self._observe(record.info, record.local_batches, (record.compute_s,))
 
-    def observe_steps(self, first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray,
-                      included: np.ndarray) -> None:
+    def observe_steps(
+        self, first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray, included: np.ndarray
+    ) -> None:
         self._observe(first, local_batches, compute_s)
 
-    def _observe(self, first: StepInfo, local_batches: tuple[int, ...], rows: Sequence[Sequence[float]]) -> None:
+    def _observe(
+        self, first: StepInfo, local_batches: tuple[int, ...], rows: Sequence[Sequence[float]] | np.ndarray
+    ) -> None:
         """Add each step's times, in order (so a block sums exactly as step by step would)."""
         if local_batches is not self._seen_batches:  # the split changes once per epoch at most
             self._count_steps()

@@ -42,7 +42,9 @@ class Backup(_FirstK):
 
     def _check(self, n_workers: int) -> None:
         if self.backups >= n_workers:
-            raise ConfigError("policy.backups", f"must be smaller than the number of workers ({n_workers}), got {self.backups}")
+            raise ConfigError(
+                "policy.backups", f"must be smaller than the number of workers ({n_workers}), got {self.backups}"
+            )
 
     def wait_for(self) -> int:
         return self.n_workers - self.backups

@@ -1,0 +1,225 @@
+"""Extending hetsim: a policy and a distribution defined here, outside the package, registered
+through the public hook, work through every command with no other edit (docs/architecture.md,
+"Extending hetsim"). Plug-ins built directly with a bad parameter raise the config's error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+import tomli_w
+
+from hetsim.cli import main
+from hetsim.config import load_scenario
+from hetsim.distributions import Distribution
+from hetsim.errors import ConfigError
+from hetsim.params import Param
+from hetsim.partition import split_by_shares
+from hetsim.policies import Policy
+from hetsim.registry import DISTRIBUTIONS, ENGINES, NETWORKS, PLUGINS_ENV, POLICIES
+from tests.helpers import scenario_dict
+
+
+class FixedShare(Policy):
+    """Gives the first worker a fixed share of the batch and splits the rest evenly."""
+
+    name = "fixed-share"
+    params = (Param("first", default=0.5, low=0.0, high=1.0, doc="the first worker's share"),)
+    first: float
+
+    def initial_split(self) -> tuple[int, ...]:
+        rest = (1.0 - self.first) / (self.n_workers - 1)
+        return split_by_shares([self.first] + [rest] * (self.n_workers - 1), self.global_batch, self.caps)
+
+
+class TwoPoint(Distribution):
+    """``slow_s`` with probability ``p_slow``, else ``fast_s``: a discrete delay."""
+
+    name: ClassVar[str] = "two-point"
+    params = (
+        Param("fast_s", low=0.0),
+        Param("slow_s", low="fast_s", low_open=True),
+        Param("p_slow", low=0.0, high=1.0),
+    )
+    fast_s: float
+    slow_s: float
+    p_slow: float
+
+    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
+        drawn = np.where(rng.random(size) < self.p_slow, self.slow_s, self.fast_s)
+        return float(drawn) if size is None else drawn
+
+    def mean(self) -> float:
+        return self.fast_s + self.p_slow * (self.slow_s - self.fast_s)
+
+    def var(self) -> float:
+        return self.p_slow * (1 - self.p_slow) * (self.slow_s - self.fast_s) ** 2
+
+    def cdf(self, t: Any) -> Any:
+        t = np.asarray(t, dtype=float)
+        return np.where(t >= self.slow_s, 1.0, np.where(t >= self.fast_s, 1.0 - self.p_slow, 0.0))
+
+    def atoms(self) -> np.ndarray:
+        return np.array([self.fast_s, self.slow_s])
+
+
+@pytest.fixture
+def registered() -> Iterator[None]:
+    POLICIES.register(FixedShare)
+    DISTRIBUTIONS.register(TwoPoint)
+    yield
+    POLICIES.unregister(FixedShare.name)
+    DISTRIBUTIONS.unregister(TwoPoint.name)
+
+
+TWO_WORKERS = scenario_dict(
+    [{"per_sample_s": 0.001}, {"per_sample_s": 0.003}], global_batch=100, network={"kind": "constant", "time_s": 0.002}
+)
+
+
+def write(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(tomli_w.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_a_new_policy_runs_through_simulate_analyze_sweep_and_the_plots(registered, tmp_path, capsys):
+    scenario = write(tmp_path / "two.toml", {**TWO_WORKERS, "policy": {"name": "fixed-share", "first": 0.75}})
+    assert main(["simulate", str(scenario), "--policy", "equal,fixed-share", "--json"]) == 0
+    equal, mine = json.loads(capsys.readouterr().out)
+    assert equal["mean_step_s"] == pytest.approx(0.15 + 0.002, rel=1e-12)  # 50 samples at 3 ms, then the exchange
+    assert mine["final_batches"] == [75, 25] and mine["mean_step_s"] == pytest.approx(0.075 + 0.002, rel=1e-12)
+    assert mine["speedup_vs_equal"] == pytest.approx(0.152 / 0.077, rel=1e-12)
+
+    assert main(["analyze", str(scenario), "--policy", "equal,fixed-share"]) == 0
+    out = capsys.readouterr().out
+    assert "fixed-share: no closed form because it does not declare a closed form (Policy.closed_form)" in out
+
+    sweep = write(
+        tmp_path / "sweep.toml",
+        {"name": "mine", "base": "two.toml", "policies": ["equal", "fixed-share"], "grid": {"workload.epochs": [2]}},
+    )
+    assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| 2 | 1.000 | 1.974 |" in out  # the speedup table: 0.152 / 0.077 to three places
+    (run,) = (tmp_path / "runs").iterdir()
+    plots = sorted(p.name for p in (run / "plots").iterdir())
+    assert {"gantt.png", "split.png", "step_cdf.png", "utilization.png"} <= set(plots)
+    assert all((run / "plots" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots)
+
+
+def test_a_new_policy_checks_its_parameters_like_the_builtins(registered, tmp_path, capsys):
+    with pytest.raises(ConfigError) as direct:
+        FixedShare(first=2.0)
+    assert str(direct.value) == "first: must be in [0, 1], got 2"
+    scenario = write(tmp_path / "two.toml", {**TWO_WORKERS, "policy": {"name": "fixed-share", "first": 2.0}})
+    assert main(["simulate", str(scenario), "--policy", "fixed-share"]) == 2
+    assert capsys.readouterr().err == "hetsim: error: policy.first: must be in [0, 1], got 2\n"
+
+
+def test_a_new_distribution_is_usable_from_a_scenario_file_with_an_exact_prediction(registered, tmp_path, capsys):
+    delay = {"dist": "two-point", "fast_s": 0.0, "slow_s": 0.1, "p_slow": 0.5}
+    workers = [{"per_sample_s": 0.001, "delay": delay, "count": 2}]
+    scenario = write(tmp_path / "delays.toml", scenario_dict(workers, global_batch=100, steps_per_epoch=200, epochs=2))
+    assert main(["analyze", str(scenario), "--policy", "equal", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    # 50 samples at 1 ms, plus the larger of two independent delays: 0.1 s unless both are fast.
+    assert row["predicted_step_s"] == pytest.approx(0.05 + 0.1 * 0.75, rel=1e-12)
+    assert row["inside"] is True and row["ci_low_s"] < row["simulated_step_s"] < row["ci_high_s"]
+    loaded = load_scenario(str(scenario))
+    assert loaded.workers[0].delay == TwoPoint(0.0, 0.1, 0.5)
+    assert load_scenario(loaded.to_dict()) == loaded
+
+    bad = write(tmp_path / "bad.toml", scenario_dict([{"per_sample_s": 0.001, "delay": {**delay, "slow_s": 0.0}}]))
+    assert main(["simulate", str(bad)]) == 2
+    assert capsys.readouterr().err == "hetsim: error: workers.0.delay.slow_s: must be > 0, got 0\n"
+
+
+@pytest.mark.slow
+def test_a_plugin_file_named_in_the_environment_reaches_the_command_line(tmp_path):
+    plugin = tmp_path / "my_policies.py"
+    plugin.write_text(
+        "from hetsim.policies import Policy\nfrom hetsim.registry import POLICIES\n\n\n"
+        "@POLICIES.register\nclass AllOnFirst(Policy):\n    name = 'all-on-first'\n\n"
+        "    def initial_split(self):\n        return (self.global_batch,) + (0,) * (self.n_workers - 1)\n",
+        encoding="utf-8",
+    )
+    env = {**os.environ, PLUGINS_ENV: str(plugin)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hetsim",
+            "simulate",
+            "paper",
+            "--policy",
+            "all-on-first",
+            "--json",
+            "--set",
+            "workload.epochs=1",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (summary,) = json.loads(done.stdout)
+    assert summary["final_batches"][0] == load_scenario("paper").workload.global_batch
+    broken = {**os.environ, PLUGINS_ENV: str(tmp_path / "missing.py")}
+    done = subprocess.run(
+        [sys.executable, "-m", "hetsim", "simulate", "paper"], env=broken, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and f"{PLUGINS_ENV}: cannot import" in done.stderr
+
+
+# Every built-in plug-in kind: a bad parameter raises, when the class is built directly, exactly
+# the problem the config factory reports at the field's path.
+BAD = [
+    (DISTRIBUTIONS, "uniform", {"low": 0.5, "high": 0.1}, "workers.0.noise", "high: must be > 0.5, got 0.1"),
+    (DISTRIBUTIONS, "exponential", {"mean": -1.0}, "workers.0.delay", "mean: must be > 0, got -1"),
+    (DISTRIBUTIONS, "gamma", {"shape": 2.0}, "workers.0.delay", "scale: missing (required)"),
+    (
+        DISTRIBUTIONS,
+        "empirical",
+        {"samples": [0.1, -0.2]},
+        "workers.0.delay",
+        "samples: value 1 must be a non-negative number, got -0.2",
+    ),
+    (NETWORKS, "ring", {"bandwidth_gbps": 0.0}, "network", "bandwidth_gbps: must be > 0, got 0"),
+    (NETWORKS, "constant", {"time_s": "fast"}, "network", "time_s: must be a number, got a string ('fast')"),
+    (POLICIES, "adaptive", {"forgetting": 1.5}, "policy", "forgetting: must be in (0, 1], got 1.5"),
+    (POLICIES, "backup", {"backups": -1}, "policy", "backups: must be >= 0, got -1"),
+    (POLICIES, "equal", {"speed": 2}, "policy", "speed: unknown parameter (known: none)"),
+]
+
+
+@pytest.mark.parametrize(("registry", "name", "params", "path", "problem"), BAD, ids=[b[1] for b in BAD])
+def test_building_a_plugin_directly_raises_the_configs_error(registry, name, params, path, problem):
+    with pytest.raises(ConfigError) as direct:
+        registry[name](**params)
+    assert str(direct.value) == problem
+    key = {"workers.0.noise": "noise", "workers.0.delay": "delay"}.get(path)
+    worker = {"per_sample_s": 0.001, **({key: {"dist": name, **params}} if key else {})}
+    raw = scenario_dict([worker, {"per_sample_s": 0.002}])
+    if path == "network":
+        raw["network"] = {"kind": name, **params}
+    if path == "policy":
+        raw["policy"] = {"name": name, **params}
+    with pytest.raises(ConfigError) as configured:
+        from hetsim.simulate import simulate
+
+        simulate(load_scenario(raw), engine="simpy")
+    assert str(configured.value) == f"{path}.{problem}"
+
+
+def test_engines_are_plugins_too():
+    assert {"simpy", "vector"} <= set(ENGINES)
+    with pytest.raises(ConfigError, match="speed: unknown parameter"):
+        ENGINES["vector"](speed=2)

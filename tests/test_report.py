@@ -1,0 +1,43 @@
+"""Report building: which traces the plots of a results folder show."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from hetsim.config import load_scenario
+from hetsim.metrics import summarize
+from hetsim.report import cell_plots, resplits
+from hetsim.simulate import simulate
+
+POLICIES = ("equal", "proportional", "dynamic", "adaptive", "async")
+
+
+@pytest.fixture(scope="module")
+def traces():
+    scenario = load_scenario("paper", ["workload.epochs=2"])
+    return {p: simulate(scenario, p, seed=2) for p in POLICIES}
+
+
+def test_resplits_asks_the_policy_class():
+    assert resplits("dynamic") and resplits("dynamic-enhanced") and resplits("adaptive")
+    assert not resplits("equal") and not resplits("optimal") and not resplits("no-such-policy")
+
+
+def test_cell_plots_choose_by_traits_and_throughput(traces):
+    cell = cell_plots(traces)
+    assert list(cell.utilization) == list(POLICIES)
+    assert [t.policy for t in cell.split] == ["dynamic", "adaptive"]
+    synchronous = [p for p in POLICIES if traces[p].synchronous]
+    best = max(synchronous, key=lambda p: summarize(traces[p]).throughput_sps)
+    assert [t.policy for t in cell.gantt] == list(dict.fromkeys(["equal", "dynamic", best]))
+    assert all(t.synchronous for t in cell.gantt)
+
+
+def test_cell_plots_without_baseline_or_resplitting_policy(traces):
+    renamed = {"mine": dataclasses.replace(traces["dynamic"], policy="mine"), "async": traces["async"]}
+    cell = cell_plots(renamed)
+    assert [t.policy for t in cell.split] == ["mine"]  # unregistered: not re-splitting; the first synchronous trace
+    assert [t.policy for t in cell.gantt] == ["mine"]
+    assert cell_plots({"async": traces["async"]}).gantt == []
