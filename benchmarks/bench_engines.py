@@ -37,9 +37,10 @@ import numpy as np
 import simpy
 from simpy.events import Condition
 
-from hetsim.config import Scenario, build_scenario
+from hetsim.config import build_scenario
 from hetsim.engines import run_simpy, run_vector
 from hetsim.policies import make_policy
+from hetsim.scenario import Scenario
 from hetsim.trace import Trace
 from hetsim.workers import WorkerStreams
 

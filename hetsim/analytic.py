@@ -47,7 +47,7 @@ from hetsim.policies import Policy, StepInfo, StepRecord, make_policy
 from hetsim.workers import WorkerSpec
 
 if TYPE_CHECKING:
-    from hetsim.config import Scenario
+    from hetsim.scenario import Scenario
 
 CONVERGENCE_TOL = 0.01
 

@@ -32,7 +32,6 @@ from hetsim.errors import ConfigError
 from hetsim.policies import POLICIES
 from hetsim.trace import Trace, check_trace_table
 
-
 # ----------------------------------------------------------------------------- fits
 
 
@@ -196,8 +195,9 @@ def calibrate(trace: Trace | pd.DataFrame, name: str = "calibrated") -> Calibrat
         "workers": [f.to_scenario(f"w{f.worker}") for f in fits],
         "policy": {"name": policy},
     }
-    return Calibration(tuple(fits), network, global_batch, steps_per_epoch, epochs, gradient_mb, tuple(warnings),
-                       scenario)
+    return Calibration(
+        tuple(fits), network, global_batch, steps_per_epoch, epochs, gradient_mb, tuple(warnings), scenario
+    )
 
 
 def _epochs(frame: pd.DataFrame) -> tuple[int, int, list[str]]:

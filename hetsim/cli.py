@@ -35,8 +35,9 @@ from hetsim.sweepfile import SweepSpec, default_sweep_text, load_sweep
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="hetsim",
-                           description="Simulate synchronous data-parallel SGD on heterogeneous clusters.")
+    parser = OneLineParser(
+        prog="hetsim", description="Simulate synchronous data-parallel SGD on heterogeneous clusters."
+    )
     parser.add_argument("--version", action="version", version=f"hetsim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
 
@@ -48,32 +49,60 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="simulate policies on one scenario and seed")
     add_scenario_options(sim, "print the summaries as a JSON list")
-    sim.add_argument("--out", type=Path, default=None, metavar="DIR",
-                     help="write trace.parquet, trace.csv and summary.json")
-    sim.add_argument("--engine", choices=engine_choices(), default="auto",
-                     help="simpy (the reference), vector (barrier policies; the same traces, faster) or auto "
-                          "(vector where it runs the policy; the default)")
-    sw = sub.add_parser("sweep", help="run a parameter sweep into a new results folder (default: the embedded sweep)")
-    sw.add_argument("sweep", nargs="?", default=None, help="sweep file (TOML or JSON); default: the embedded sweep")
-    sw.add_argument("--show-default", action="store_true", help="print the embedded default sweep file and exit")
-    sw.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                    help="local processes or LocalCluster workers (default: all cores)")
-    sw.add_argument("--scheduler", default=None, metavar="ADDR",
-                    help="a Dask scheduler (tcp://host:8786), or 'local' for a LocalCluster")
-    sw.add_argument("--connect-timeout-s", type=float, default=DEFAULT_CONNECT_TIMEOUT_S, metavar="SECONDS",
-                    help=f"how long to try reaching --scheduler (default: {DEFAULT_CONNECT_TIMEOUT_S:g})")
-    sw.add_argument("--resume", type=Path, default=None, metavar="RUN_DIR",
-                    help="finish the missing cells of an interrupted sweep")
-    sw.add_argument("--runs", type=Path, default=Path("runs"), metavar="DIR",
-                    help="where results folders are made (default: runs)")
-    sw.add_argument("--engine", choices=engine_choices(), default=None,
-                    help="simpy, vector or auto (default: the sweep file's engine key, else auto; "
-                         "the results are the same)")
+    sim.add_argument(
+        "--out", type=Path, default=None, metavar="DIR", help="write trace.parquet, trace.csv and summary.json"
+    )
+    sim.add_argument(
+        "--engine",
+        choices=engine_choices(),
+        default="auto",
+        help="simpy (the reference), vector (barrier policies; the same traces, faster) or auto "
+        "(vector where it runs the policy; the default)",
+    )
+    _add_sweep(
+        sub.add_parser("sweep", help="run a parameter sweep into a new results folder (default: the embedded sweep)")
+    )
 
     rep = sub.add_parser("report", help="re-render a results folder's tables and plots; print its summary")
     rep.add_argument("run_dir", type=Path)
     add_subcommands(sub)
     return parser
+
+
+def _add_sweep(sw: argparse.ArgumentParser) -> None:
+    sw.add_argument("sweep", nargs="?", default=None, help="sweep file (TOML or JSON); default: the embedded sweep")
+    sw.add_argument("--show-default", action="store_true", help="print the embedded default sweep file and exit")
+    sw.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="local processes or LocalCluster workers (default: all cores)",
+    )
+    sw.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDR",
+        help="a Dask scheduler (tcp://host:8786), or 'local' for a LocalCluster",
+    )
+    sw.add_argument(
+        "--connect-timeout-s",
+        type=float,
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"how long to try reaching --scheduler (default: {DEFAULT_CONNECT_TIMEOUT_S:g})",
+    )
+    sw.add_argument(
+        "--resume", type=Path, default=None, metavar="RUN_DIR", help="finish the missing cells of an interrupted sweep"
+    )
+    sw.add_argument(
+        "--runs", type=Path, default=Path("runs"), metavar="DIR", help="where results folders are made (default: runs)"
+    )
+    sw.add_argument(
+        "--engine",
+        choices=engine_choices(),
+        default=None,
+        help="simpy, vector or auto (default: the sweep file's engine key, else auto; the results are the same)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,9 +138,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([s.to_dict() for s in summaries], indent=2))
     else:
-        print(f"{scenario.name}: {scenario.n_workers} workers, global batch {scenario.workload.global_batch}, "
-              f"{scenario.workload.epochs} epochs x {scenario.workload.steps_per_epoch} steps, "
-              f"seed {scenario.seed if args.seed is None else args.seed}")
+        print(
+            f"{scenario.name}: {scenario.n_workers} workers, global batch {scenario.workload.global_batch}, "
+            f"{scenario.workload.epochs} epochs x {scenario.workload.steps_per_epoch} steps, "
+            f"seed {scenario.seed if args.seed is None else args.seed}"
+        )
         print(format_table(summaries))
     return 0
 
@@ -125,12 +156,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     executor = make_executor(args.jobs, args.scheduler, args.connect_timeout_s)
     try:
         if folder is None:
-            folder = RunFolder.start(args.runs, spec, {"executor": executor.description, "engine": spec.engine,
-                                                       "cells": len(cells), "replications": spec.replications})
+            folder = RunFolder.start(
+                args.runs,
+                spec,
+                {
+                    "executor": executor.description,
+                    "engine": spec.engine,
+                    "cells": len(cells),
+                    "replications": spec.replications,
+                },
+            )
         done = folder.done_cells()
         todo = [c for c in cells if c.index not in done]
-        print(f"{folder.path}: {len(todo)} of {len(cells)} cells to run ({spec.replications} replications each) "
-              f"on {executor.description}", file=sys.stderr)
+        print(
+            f"{folder.path}: {len(todo)} of {len(cells)} cells to run ({spec.replications} replications each) "
+            f"on {executor.description}",
+            file=sys.stderr,
+        )
         progress = Progress(len(todo))
         show = progress_printer(progress)
         try:
@@ -139,8 +181,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 progress.advance()
                 show()
         except KeyboardInterrupt:
-            print(f"\ninterrupted: {len(folder.done_cells())} of {len(cells)} cells saved; "
-                  f"finish with: python -m hetsim sweep --resume {folder.path}", file=sys.stderr)
+            print(
+                f"\ninterrupted: {len(folder.done_cells())} of {len(cells)} cells saved; "
+                f"finish with: python -m hetsim sweep --resume {folder.path}",
+                file=sys.stderr,
+            )
             return 130
     finally:
         executor.close()
@@ -169,5 +214,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"scenarios": cmd_scenarios, "show": cmd_show, "simulate": cmd_simulate, "sweep": cmd_sweep,
-            "report": cmd_report, **ANALYSIS_COMMANDS}
+COMMANDS = {
+    "scenarios": cmd_scenarios,
+    "show": cmd_show,
+    "simulate": cmd_simulate,
+    "sweep": cmd_sweep,
+    "report": cmd_report,
+    **ANALYSIS_COMMANDS,
+}

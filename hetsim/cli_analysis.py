@@ -19,12 +19,13 @@ from typing import Any
 from hetsim.analytic import NoClosedForm, Prediction, predict
 from hetsim.calibrate import Calibration, calibrate, worker_table
 from hetsim.cli_common import add_scenario_options, check_seed, parse_policies, text_table
-from hetsim.config import Scenario, build_scenario, load_scenario
+from hetsim.config import build_scenario, load_scenario
 from hetsim.errors import ConfigError
 from hetsim.files import atomic_write
 from hetsim.logs import import_run
 from hetsim.metrics import mean_ci, step_times
 from hetsim.policies import POLICIES, policy_class
+from hetsim.scenario import Scenario
 from hetsim.simulate import simulate
 from hetsim.trace import TRACE_FORMATS, read_trace_table, write_trace_table
 
@@ -38,14 +39,21 @@ def add_subcommands(sub: Any) -> None:
 
     cal = sub.add_parser("calibrate", help="fit a scenario to a trace (CSV or Parquet)")
     cal.add_argument("trace", help="trace file with at least worker, local_batch, compute_s")
-    cal.add_argument("-o", "--out", type=Path, default=None, metavar="OUT.toml|OUT.json",
-                     help="write the scenario here (default: print it as TOML)")
+    cal.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        default=None,
+        metavar="OUT.toml|OUT.json",
+        help="write the scenario here (default: print it as TOML)",
+    )
     cal.add_argument("--name", default=None, help="scenario name (default: calibrated-<trace stem>)")
 
     imp = sub.add_parser("import-logs", help="a reference-implementation run folder -> trace")
     imp.add_argument("run_dir", nargs="+", help="run folder (several: the nodes of one run, in rank order)")
-    imp.add_argument("-o", "--out", type=Path, required=True, metavar="TRACE.csv|TRACE.parquet",
-                     help="trace file to write")
+    imp.add_argument(
+        "-o", "--out", type=Path, required=True, metavar="TRACE.csv|TRACE.parquet", help="trace file to write"
+    )
 
 
 # ----------------------------------------------------------------------------- analyze
@@ -116,8 +124,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_dict() for r in rows], indent=2))
         return 0
     wl = scenario.workload
-    print(f"{scenario.name}: {scenario.n_workers} workers, global batch {wl.global_batch}, "
-          f"{wl.epochs} epochs x {wl.steps_per_epoch} steps, {CI_LEVEL:.0%} CI of the simulated mean")
+    print(
+        f"{scenario.name}: {scenario.n_workers} workers, global batch {wl.global_batch}, "
+        f"{wl.epochs} epochs x {wl.steps_per_epoch} steps, {CI_LEVEL:.0%} CI of the simulated mean"
+    )
     print(_table(rows))
     for row in rows:
         if row.no_closed_form:
@@ -174,11 +184,14 @@ def fit_table(calibration: Calibration) -> str:
     ]
     net = calibration.network
     network = (
-        f"network: constant {net.time_s * 1e3:.4f} ms per step" if net.kind == "constant"
+        f"network: constant {net.time_s * 1e3:.4f} ms per step"
+        if net.kind == "constant"
         else f"network: {net.kind}, latency {net.latency_s * 1e6:.2f} us, bandwidth {net.bandwidth_gbps:.3g} Gbit/s"
     )
-    workload = (f"workload: global batch {calibration.global_batch}, {calibration.epochs} epochs x "
-                f"{calibration.steps_per_epoch} steps")
+    workload = (
+        f"workload: global batch {calibration.global_batch}, {calibration.epochs} epochs x "
+        f"{calibration.steps_per_epoch} steps"
+    )
     return "\n".join([text_table(header, body), network, workload])
 
 
@@ -219,8 +232,10 @@ def cmd_import_logs(args: argparse.Namespace) -> int:
     trace = import_run(args.run_dir if len(args.run_dir) > 1 else args.run_dir[0])
     write_trace_table(trace, args.out)
     rows_per = "epoch" if trace.n_steps == int(trace.epoch.max()) + 1 else "step"
-    print(f"wrote {len(trace.step)} rows ({trace.n_workers} workers x {trace.n_steps} {rows_per}s, "
-          f"policy {trace.policy}) to {args.out}")
+    print(
+        f"wrote {len(trace.step)} rows ({trace.n_workers} workers x {trace.n_steps} {rows_per}s, "
+        f"policy {trace.policy}) to {args.out}"
+    )
     if trace.policy in POLICIES and POLICIES[trace.policy].resplits:
         print("local batches are a reconstruction: the DP rule replayed on the logged epoch means")
     return 0
@@ -231,4 +246,3 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "calibrate": cmd_calibrate,
     "import-logs": cmd_import_logs,
 }
-

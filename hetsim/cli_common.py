@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from hetsim.errors import ConfigError
 from hetsim.policies import POLICIES, policy_class
@@ -22,10 +22,17 @@ class OneLineParser(argparse.ArgumentParser):
 
 def add_scenario_options(parser: argparse.ArgumentParser, json_help: str) -> None:
     """SCENARIO, --policy, --set, --seed and --json: what every command on one scenario takes."""
-    parser.add_argument("scenario", nargs="?", default=DEFAULT_SCENARIO, help=f"built-in name or file (default: {DEFAULT_SCENARIO})")
+    parser.add_argument(
+        "scenario", nargs="?", default=DEFAULT_SCENARIO, help=f"built-in name or file (default: {DEFAULT_SCENARIO})"
+    )
     parser.add_argument("--policy", default=",".join(POLICIES), help="comma-separated policies (default: all)")
-    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
-                        help="override a field, e.g. workers.1.per_sample_s=0.004")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a field, e.g. workers.1.per_sample_s=0.004",
+    )
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: the scenario's)")
     parser.add_argument("--json", action="store_true", help=json_help)
 

@@ -1,4 +1,4 @@
-"""Scenario files -> validated, frozen :class:`Scenario` objects.
+"""Scenario files -> validated, frozen :class:`~hetsim.scenario.Scenario` objects.
 
 This module is the one validating factory: it reads TOML or JSON (or a built-in scenario by
 name), applies ``--set dotted.path=value`` overrides to the raw tables, checks every field, and
@@ -13,111 +13,23 @@ import json
 import math
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
 from hetsim.distributions import Distribution
 from hetsim.errors import ConfigError
-from hetsim.network import DEFAULT_KIND, NetworkModel
+from hetsim.network import DEFAULT_KIND
 from hetsim.params import REQUIRED, Param, PlugIn, join, typename
-from hetsim.policies import WorkerHint, policy_class
+from hetsim.policies import policy_class
 from hetsim.registry import DISTRIBUTIONS, NETWORKS, Registry
+from hetsim.scenario import PolicySpec, Scenario, WorkerGroup, Workload
 from hetsim.workers import Failure, Slowdown, WorkerSpec
 
 T = TypeVar("T")
 V = TypeVar("V", bound=PlugIn)
 
 BUILTIN_PACKAGE = "hetsim.scenarios"
-
-
-# ----------------------------------------------------------------------------- frozen objects
-
-
-@dataclass(frozen=True)
-class Workload:
-    global_batch: int
-    dataset_size: int
-    epochs: int
-    gradient_mb: float = 0.0
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return self.dataset_size // self.global_batch
-
-    @property
-    def total_steps(self) -> int:
-        return self.steps_per_epoch * self.epochs
-
-
-@dataclass(frozen=True)
-class WorkerGroup:
-    spec: WorkerSpec
-    count: int = 1
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    name: str = "equal"
-    params: tuple[tuple[str, Any], ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, **dict(self.params)}
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    seed: int
-    workload: Workload
-    network: NetworkModel
-    groups: tuple[WorkerGroup, ...]
-    policy: PolicySpec = field(default_factory=PolicySpec)
-    description: str = ""
-
-    @cached_property
-    def workers(self) -> tuple[WorkerSpec, ...]:
-        """One spec per worker, groups expanded in file order (computed once per scenario)."""
-        out = []
-        for g in self.groups:
-            if g.count == 1:
-                out.append(g.spec)
-            else:
-                out.extend(replace(g.spec, name=f"{g.spec.name}#{k}") for k in range(g.count))
-        return tuple(out)
-
-    @property
-    def n_workers(self) -> int:
-        return sum(g.count for g in self.groups)
-
-    def allreduce_s(self) -> float:
-        return self.network.allreduce_s(self.n_workers, self.workload.gradient_mb)
-
-    def hints(self) -> tuple[WorkerHint, ...]:
-        """What the cost-aware policies are told: caps and true expected affine costs."""
-        return self._hints
-
-    @cached_property
-    def _hints(self) -> tuple[WorkerHint, ...]:
-        return tuple(WorkerHint(w.cap, w.expected_fixed_s, w.expected_per_sample_s) for w in self.workers)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The scenario-file form; ``load_scenario(s.to_dict())`` rebuilds an equal scenario."""
-        out: dict[str, Any] = {"name": self.name, "seed": self.seed}
-        if self.description:
-            out["description"] = self.description
-        out["workload"] = {
-            "global_batch": self.workload.global_batch,
-            "dataset_size": self.workload.dataset_size,
-            "epochs": self.workload.epochs,
-            "gradient_mb": self.workload.gradient_mb,
-        }
-        out["network"] = self.network.to_dict()
-        out["workers"] = [{**g.spec.to_dict(), "count": g.count} for g in self.groups]
-        out["policy"] = self.policy.to_dict()
-        return out
 
 
 # ----------------------------------------------------------------------------- reading files

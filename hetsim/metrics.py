@@ -34,7 +34,7 @@ from hetsim.trace import Trace
 from hetsim.workers import WorkerSpec
 
 if TYPE_CHECKING:
-    from hetsim.config import Scenario
+    from hetsim.scenario import Scenario
 
 
 @dataclass(frozen=True)

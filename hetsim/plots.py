@@ -28,15 +28,16 @@ def _axes(ax: Axes | None, size: tuple[float, float] = (6.0, 4.0)) -> Axes:
     return ax if ax is not None else Figure(figsize=size, layout="constrained").add_subplot()
 
 
-def speedup_lines(summary: pd.DataFrame, x: str, lines: str | None, ax: Axes | None = None,
-                  metric: str = "speedup_vs_equal") -> Axes:
+def speedup_lines(
+    summary: pd.DataFrame, x: str, lines: str | None, ax: Axes | None = None, metric: str = "speedup_vs_equal"
+) -> Axes:
     """``metric`` against axis ``x``, one line (with its 95% CI band) per value of ``lines``."""
     ax = _axes(ax)
     groups = summary.groupby(lines, sort=False) if lines else [(None, summary)]
     for label, group in groups:
         group = group.sort_values(x)
         mean, half = group[metric].to_numpy(float), np.nan_to_num(group[f"{metric}_ci95"].to_numpy(float))
-        line, = ax.plot(group[x], mean, marker="o", label=None if label is None else f"{lines}={label}")
+        (line,) = ax.plot(group[x], mean, marker="o", label=None if label is None else f"{lines}={label}")
         ax.fill_between(group[x], mean - half, mean + half, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set_xlabel(x)
     ax.set_ylabel(metric.replace("_", " "))
@@ -116,8 +117,9 @@ def _epoch_index(trace: Trace) -> np.ndarray:
     return trace.per_step("epoch")[:, 0] if trace.synchronous else trace.epoch
 
 
-def step_time_by_epoch(traces: Mapping[str, Trace], ax: Axes | None = None,
-                       styles: Mapping[str, Mapping[str, Any]] | None = None) -> Axes:
+def step_time_by_epoch(
+    traces: Mapping[str, Trace], ax: Axes | None = None, styles: Mapping[str, Mapping[str, Any]] | None = None
+) -> Axes:
     """Mean step time of every epoch, one line per trace; ``styles`` maps a label to line
     keywords (e.g. ``{"color": "C0", "linestyle": "--"}`` for a measured run beside its
     simulation). Works on imported logs with one row per epoch."""
@@ -132,8 +134,12 @@ def step_time_by_epoch(traces: Mapping[str, Trace], ax: Axes | None = None,
     return ax
 
 
-def share_by_epoch(traces: Mapping[str, Trace], worker: int = -1, ax: Axes | None = None,
-                   styles: Mapping[str, Mapping[str, Any]] | None = None) -> Axes:
+def share_by_epoch(
+    traces: Mapping[str, Trace],
+    worker: int = -1,
+    ax: Axes | None = None,
+    styles: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Axes:
     """One worker's share of the step's samples in the first step of every epoch, one line per
     trace (``styles`` as in :func:`step_time_by_epoch`); ``worker`` indexes like a list."""
     ax = _axes(ax)
@@ -150,8 +156,9 @@ def share_by_epoch(traces: Mapping[str, Trace], worker: int = -1, ax: Axes | Non
     return ax
 
 
-def prediction_overlay(simulated: pd.DataFrame, predicted: pd.DataFrame, x: str, lines: str, metric: str,
-                       ax: Axes | None = None) -> Axes:
+def prediction_overlay(
+    simulated: pd.DataFrame, predicted: pd.DataFrame, x: str, lines: str, metric: str, ax: Axes | None = None
+) -> Axes:
     """``metric`` against ``x``, one colour per value of ``lines``: simulated means as markers
     (with 95% CI error bars when ``simulated`` has ``<metric>_ci95``), analytic predictions as
     solid lines. A group only simulated (no closed form) gets its markers joined by a dotted
@@ -165,8 +172,9 @@ def prediction_overlay(simulated: pd.DataFrame, predicted: pd.DataFrame, x: str,
         pred = predicted[predicted[lines] == label].sort_values(x)
         if len(group):
             err = np.nan_to_num(group[ci].to_numpy(float)) if ci in group else None
-            ax.errorbar(group[x], group[metric], yerr=err, fmt="o", color=color, markersize=4, capsize=2,
-                        label=str(label))
+            ax.errorbar(
+                group[x], group[metric], yerr=err, fmt="o", color=color, markersize=4, capsize=2, label=str(label)
+            )
         if len(pred):
             ax.plot(pred[x], pred[metric], color=color, linewidth=1.4, label=None if len(group) else str(label))
         else:
@@ -175,14 +183,23 @@ def prediction_overlay(simulated: pd.DataFrame, predicted: pd.DataFrame, x: str,
     ax.set_ylabel(metric.replace("_", " "))
     handles, _ = ax.get_legend_handles_labels()
     simulated_label = "simulated" + (" (95% CI)" if ci in simulated else "")
-    handles += [Line2D([], [], color="grey", marker="o", linestyle="none", label=simulated_label),
-                Line2D([], [], color="grey", label="analytic")]
+    handles += [
+        Line2D([], [], color="grey", marker="o", linestyle="none", label=simulated_label),
+        Line2D([], [], color="grey", label="analytic"),
+    ]
     ax.legend(handles=handles, fontsize="x-small")
     return ax
 
 
-def best_policy_map(summary: pd.DataFrame, x: str, y: str, metric: str = "throughput_sps", baseline: str = "equal",
-                    tie: float = 0.02, ax: Axes | None = None) -> Axes:
+def best_policy_map(
+    summary: pd.DataFrame,
+    x: str,
+    y: str,
+    metric: str = "throughput_sps",
+    baseline: str = "equal",
+    tie: float = 0.02,
+    ax: Axes | None = None,
+) -> Axes:
     """Per (``x``, ``y``) cell of ``summary`` (one row per cell and policy, higher ``metric``
     is better): the colour is the best policy's ``metric`` over ``baseline``'s, the text names
     that policy, or ``-`` when none beats the baseline by more than ``tie`` (it does not matter)."""
@@ -198,8 +215,9 @@ def best_policy_map(summary: pd.DataFrame, x: str, y: str, metric: str = "throug
             best = cell.loc[cell[metric].astype(float).idxmax()]
             gain[i, j] = float(best[metric]) / float(base.iloc[0])
             text = f"{best['policy']}\n{gain[i, j]:.2f}x" if gain[i, j] > 1 + tie else "-"
-            ax.text(j, i, text, ha="center", va="center", fontsize="x-small",
-                    color="white" if gain[i, j] < 1.5 else "black")
+            ax.text(
+                j, i, text, ha="center", va="center", fontsize="x-small", color="white" if gain[i, j] < 1.5 else "black"
+            )
     vmax = max(1.5, float(np.nanmax(gain, initial=1.0)))
     image = ax.imshow(gain, origin="lower", aspect="auto", cmap="viridis", vmin=1.0, vmax=vmax)
     ax.set_xticks(range(len(xs)), [str(v) for v in xs])
@@ -210,8 +228,9 @@ def best_policy_map(summary: pd.DataFrame, x: str, y: str, metric: str = "throug
     return ax
 
 
-def comparison_bars(table: pd.DataFrame, ax: Axes | None = None, scale: float = 1e3,
-                    ylabel: str = "mean step time (ms)") -> Axes:
+def comparison_bars(
+    table: pd.DataFrame, ax: Axes | None = None, scale: float = 1e3, ylabel: str = "mean step time (ms)"
+) -> Axes:
     """Grouped bars: one group per row of ``table`` (its index, e.g. policies), one bar per
     column (e.g. measured, simulated, analytic), values times ``scale``; NaN bars are left out."""
     ax = _axes(ax)
@@ -242,8 +261,14 @@ class CellPlots:
     gantt: Sequence[Trace]
 
 
-def render_run(directory: Path, summary: pd.DataFrame, axes: Sequence[str], x: str | None, lines: str | None,
-               cell: CellPlots | None = None) -> list[Path]:
+def render_run(
+    directory: Path,
+    summary: pd.DataFrame,
+    axes: Sequence[str],
+    x: str | None,
+    lines: str | None,
+    cell: CellPlots | None = None,
+) -> list[Path]:
     """Every plot of a sweep's results folder into ``directory``: the speedup grid from
     ``summary`` (one row per cell and policy) and, given ``cell``, its trace plots. Returns the
     files written."""
@@ -268,8 +293,11 @@ def _speedup_grid(summary: pd.DataFrame, axes: Sequence[str], x: str, lines: str
     fig = Figure(figsize=(3.4 * len(policies), 2.9 * len(facets)), layout="constrained")
     grid = fig.subplots(len(facets), len(policies), squeeze=False, sharey=True)
     for r, facet in enumerate(facets):
-        mask = (np.logical_and.reduce([summary[a] == v for a, v in zip(rest, facet)]) if rest
-                else np.ones(len(summary), bool))
+        mask = (
+            np.logical_and.reduce([summary[a] == v for a, v in zip(rest, facet)])
+            if rest
+            else np.ones(len(summary), bool)
+        )
         for c, policy in enumerate(policies):
             ax = speedup_lines(summary[mask & (summary["policy"] == policy)], x, lines, grid[r, c], metric)
             ax.set_title(", ".join([policy, *(f"{a}={v}" for a, v in zip(rest, facet))]), fontsize="small")

@@ -45,8 +45,12 @@ def format_table(summaries: Sequence[Summary]) -> str:
     if any(s.dropped_samples for s in summaries):
         columns.append(("dropped", lambda s: f"{s.dropped_samples / s.steps:.0f} /step" if s.dropped_samples else "-"))
     if any(s.staleness_mean is not None for s in summaries):
-        columns.append(("staleness", lambda s: "-" if s.staleness_mean is None
-                        else f"{s.staleness_mean:.1f} (p95 {s.staleness_p95:.0f})"))
+        columns.append(
+            (
+                "staleness",
+                lambda s: "-" if s.staleness_mean is None else f"{s.staleness_mean:.1f} (p95 {s.staleness_p95:.0f})",
+            )
+        )
     if any(s.recovery_steps is not None for s in summaries):
         columns.append(("recovery", lambda s: "-" if s.recovery_steps is None else f"{s.recovery_steps:.1f} steps"))
     columns.append(("final split", lambda s: "/".join(map(str, s.final_batches))))
@@ -100,11 +104,15 @@ def render_report(folder: RunFolder, spec: SweepSpec) -> str:
     plots = render_run(folder.path / "plots", summary, axes, spec.plots.x, spec.plots.lines, cell)
     missing = len(expand(spec)) - results["cell"].nunique()
     labels = ", ".join(f"{k}={v}" for k, v in plot_cell_labels(spec).items())
-    head = (f"{folder.path}: {results['cell'].nunique()} cells x {spec.replications} replications"
-            + (f" ({missing} cells missing: --resume {folder.path})" if missing else "")
-            + f"; {len(plots)} plots in {folder.path / 'plots'} (traces of {labels})")
-    return (head + f"\n\nSpeedup vs {BASELINE} (throughput of the policy / throughput of {BASELINE}; "
-            "mean ± 95% CI over replications)\n\n" + markdown_table(summary, axes, spec.policies))
+    head = (
+        f"{folder.path}: {results['cell'].nunique()} cells x {spec.replications} replications"
+        + (f" ({missing} cells missing: --resume {folder.path})" if missing else "")
+        + f"; {len(plots)} plots in {folder.path / 'plots'} (traces of {labels})"
+    )
+    return (
+        head + f"\n\nSpeedup vs {BASELINE} (throughput of the policy / throughput of {BASELINE}; "
+        "mean ± 95% CI over replications)\n\n" + markdown_table(summary, axes, spec.policies)
+    )
 
 
 def plot_cell_labels(spec: SweepSpec) -> dict[str, object]:

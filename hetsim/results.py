@@ -46,7 +46,7 @@ class RunFolder:
         self.path = Path(path)
 
     @classmethod
-    def create(cls, root: Path, name: str) -> "RunFolder":
+    def create(cls, root: Path, name: str) -> RunFolder:
         """A new ``root/NNNN_<name>`` numbered after the highest existing one; never reuses a folder."""
         try:
             root.mkdir(parents=True, exist_ok=True)
@@ -64,7 +64,7 @@ class RunFolder:
                 number += 1
 
     @classmethod
-    def start(cls, root: Path, spec: SweepSpec, meta: Mapping[str, Any]) -> "RunFolder":
+    def start(cls, root: Path, spec: SweepSpec, meta: Mapping[str, Any]) -> RunFolder:
         """A new folder for ``spec`` with its sweep.toml and meta.json (:func:`provenance` and ``meta``)."""
         folder = cls.create(root, spec.name)
         folder.write_text("sweep.toml", tomli_w.dumps(spec.to_dict()))
@@ -72,7 +72,7 @@ class RunFolder:
         return folder
 
     @classmethod
-    def open(cls, path: Path, option: str = "run_dir") -> "RunFolder":
+    def open(cls, path: Path, option: str = "run_dir") -> RunFolder:
         """An existing results folder; ``option`` names the argument it came from in errors."""
         folder = cls(path)
         if not (folder.path / "sweep.toml").is_file():
@@ -124,7 +124,7 @@ def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "host": socket.gethostname(),
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": " ".join(command_line() if argv is None else argv),
     }
 
@@ -144,8 +144,9 @@ def git_commit() -> str | None:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
         if commit.returncode != 0:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=here, capture_output=True, text=True,
-                               timeout=5)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "."], cwd=here, capture_output=True, text=True, timeout=5
+        )
         return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
@@ -161,8 +162,12 @@ def summarize_cells(results: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
     merged["speedup_vs_equal"] = merged["throughput_sps"] / merged["throughput_sps_equal"]
     rows = []
     for (cell, policy), group in merged.groupby(["cell", "policy"], sort=True):
-        row: dict[str, Any] = {"cell": cell, **{k: group[k].iloc[0] for k in keys}, "policy": policy,
-                               "replications": len(group)}
+        row: dict[str, Any] = {
+            "cell": cell,
+            **{k: group[k].iloc[0] for k in keys},
+            "policy": policy,
+            "replications": len(group),
+        }
         for metric in (*METRICS, "speedup_vs_equal"):
             values = group[metric].to_numpy(float)
             mean = float(values.mean())
@@ -175,14 +180,19 @@ def summarize_cells(results: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
 def markdown_table(summary: pd.DataFrame, axes: Sequence[str], policies: Sequence[str]) -> str:
     """Speedup vs equal (mean ± 95% CI) per grid point (rows) and policy (columns)."""
     value = summary.apply(
-        lambda r: "-" if np.isnan(r["speedup_vs_equal"]) else (
-            f"{r['speedup_vs_equal']:.3f}"
-            + ("" if np.isnan(r["speedup_vs_equal_ci95"]) else f" ± {r['speedup_vs_equal_ci95']:.3f}")
+        lambda r: (
+            "-"
+            if np.isnan(r["speedup_vs_equal"])
+            else (
+                f"{r['speedup_vs_equal']:.3f}"
+                + ("" if np.isnan(r["speedup_vs_equal_ci95"]) else f" ± {r['speedup_vs_equal_ci95']:.3f}")
+            )
         ),
         axis=1,
     )
-    table = summary.assign(value=value).pivot_table(index=list(axes) or ["cell"], columns="policy", values="value",
-                                                    aggfunc="first", sort=False)
+    table = summary.assign(value=value).pivot_table(
+        index=list(axes) or ["cell"], columns="policy", values="value", aggfunc="first", sort=False
+    )
     table = table[[p for p in policies if p in table.columns]]
     header = [*(axes or ["cell"]), *table.columns]
     lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hetsim.config import Scenario
 from hetsim.engines import check_engine, engine_for
 from hetsim.policies import make_policy
+from hetsim.scenario import Scenario
 from hetsim.trace import Trace
 
 

@@ -135,8 +135,9 @@ class DaskExecutor:
             self.cluster.close()
 
 
-def make_executor(jobs: int, scheduler: str | None,
-                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> LocalExecutor | DaskExecutor:
+def make_executor(
+    jobs: int, scheduler: str | None, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+) -> LocalExecutor | DaskExecutor:
     """Connect (or start) before anything is written, so an unreachable scheduler leaves no trace."""
     if jobs < 1:
         raise ConfigError("--jobs", f"must be >= 1, got {jobs}")

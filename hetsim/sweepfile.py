@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from hetsim.config import Scenario, Table, build_scenario, read_table, resolve_source, set_path
+from hetsim.config import Table, build_scenario, read_table, resolve_source, set_path
 from hetsim.engines import AUTO, check_engine
 from hetsim.errors import ConfigError
 from hetsim.params import Param, join, typename
 from hetsim.policies import policy_class
+from hetsim.scenario import Scenario
 
 
 @dataclass(frozen=True)

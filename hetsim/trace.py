@@ -101,7 +101,7 @@ class Trace:
         """A column reshaped to (steps, workers)."""
         return getattr(self, column).reshape(self.n_steps, self.n_workers)
 
-    def to_frame(self) -> "pd.DataFrame":
+    def to_frame(self) -> pd.DataFrame:
         import pandas as pd
 
         data = {"policy": np.full(len(self.step), self.policy, dtype=object)}
@@ -109,7 +109,7 @@ class Trace:
         return pd.DataFrame(data, columns=["policy", *_NUMERIC])
 
     @classmethod
-    def from_frame(cls, frame: "pd.DataFrame") -> "Trace":
+    def from_frame(cls, frame: pd.DataFrame) -> Trace:
         """A trace from a table with the trace columns, one policy, rows in any order."""
         frame = frame.sort_values(["step", "worker"], kind="stable")
         n_workers = int(frame["worker"].nunique())
@@ -160,8 +160,13 @@ class TraceBuilder:
         )
 
 
-def async_trace(policy: str, n_workers: int, rows: list[tuple[int, int, float, float, float, float]],
-                comm_s: float, updates_per_epoch: int) -> Trace:
+def async_trace(
+    policy: str,
+    n_workers: int,
+    rows: list[tuple[int, int, float, float, float, float]],
+    comm_s: float,
+    updates_per_epoch: int,
+) -> Trace:
     """A barrier-free trace from ``(worker, local_batch, start_s, compute_s, down_s, slowdown)``
     rows in the order their updates were applied."""
     cols = np.array(rows, dtype=float).reshape(-1, 6)
@@ -225,8 +230,9 @@ def read_trace_table(path: str | Path, required: Sequence[str] = REQUIRED_COLUMN
     return check_trace_table(frame, required, source=str(path))
 
 
-def check_trace_table(frame: pd.DataFrame, required: Sequence[str] = REQUIRED_COLUMNS,
-                      source: str | None = None) -> pd.DataFrame:
+def check_trace_table(
+    frame: pd.DataFrame, required: Sequence[str] = REQUIRED_COLUMNS, source: str | None = None
+) -> pd.DataFrame:
     """The ``required`` columns present, rows present, every numeric column that is present
     numeric, finite and non-negative, integer columns integral. Returns a copy with numeric
     dtypes. Errors name the column as their field and ``source`` (a file) in their text."""

@@ -7,7 +7,7 @@ import json
 import pytest
 import tomli_w
 
-from hetsim.config import builtin_names, build_scenario, load_scenario
+from hetsim.config import build_scenario, builtin_names, load_scenario
 from hetsim.distributions import Constant, Empirical, LogNormal
 from hetsim.errors import ConfigError
 from hetsim.network import ConstantNetwork, ParameterServer, Ring

@@ -12,7 +12,15 @@ import pytest
 from hetsim.calibrate import calibrate
 from hetsim.config import load_scenario
 from hetsim.errors import ConfigError
-from hetsim.logs import import_run, parse_success, read_run, reference_run_path, reference_runs, replay_shares, steady_state
+from hetsim.logs import (
+    import_run,
+    parse_success,
+    read_run,
+    reference_run_path,
+    reference_runs,
+    replay_shares,
+    steady_state,
+)
 from hetsim.simulate import simulate
 from hetsim.trace import Trace
 

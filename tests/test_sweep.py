@@ -15,8 +15,8 @@ import tomli_w
 from matplotlib.image import imread
 
 from hetsim.cli import main
-from hetsim.sweepfile import load_sweep, point_scenario
 from hetsim.sweep import expand, replication_seeds
+from hetsim.sweepfile import load_sweep, point_scenario
 from tests.helpers import scenario_dict
 
 PLOTS = {"speedup.png", "step_cdf.png", "utilization.png", "split.png", "gantt.png"}

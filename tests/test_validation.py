@@ -20,7 +20,6 @@ from validation.inject import Injector, parse_delay_spec
 from validation.record import RankTiming, RunWriter, step_rows
 from validation.sharding import epoch_permutation, local_indices, shard_bounds, steps_per_epoch
 
-
 # ----------------------------------------------------------------------------- sharding
 
 
@@ -262,7 +261,7 @@ def test_local_cuda_devices_are_checked(monkeypatch):
 
 
 def test_probe_schedule_starts_with_half_and_spreads_the_rest():
-    from validation.train import probe_schedule
+    from validation.trainer import probe_schedule
 
     assert probe_schedule(10, 10) == [5, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0]
     assert probe_schedule(3, 1) == [2, 1]

@@ -136,10 +136,15 @@ def median_abs_error(comparisons: Sequence[Comparison]) -> float:
 
 
 def format_table(comparisons: Sequence[Comparison], calibration: Calibration, calibrate_on: str) -> str:
-    lines = [f"calibrated on {calibrate_on!r}: " + "; ".join(
-        f"rank {w.worker} {1e3 * w.overhead_s:.2f} ms + {1e6 * w.per_sample_s:.1f} us/sample "
-        f"(noise {w.noise_sigma:.2f})"
-        for w in calibration.workers) + f"; exchange {1e3 * calibration.network.time_s:.2f} ms"]
+    lines = [
+        f"calibrated on {calibrate_on!r}: "
+        + "; ".join(
+            f"rank {w.worker} {1e3 * w.overhead_s:.2f} ms + {1e6 * w.per_sample_s:.1f} us/sample "
+            f"(noise {w.noise_sigma:.2f})"
+            for w in calibration.workers
+        )
+        + f"; exchange {1e3 * calibration.network.time_s:.2f} ms"
+    ]
     lines.extend(f"warning: {w}" for w in calibration.warnings)
     header = ("policy", "step meas", "step pred", "error", "total meas", "total pred", "error", "split meas -> pred")
     rows = [
@@ -156,8 +161,10 @@ def format_table(comparisons: Sequence[Comparison], calibration: Calibration, ca
         for c in comparisons
     ]
     lines.append(text_table(header, rows, left={0, len(header) - 1}))
-    lines.append(f"median |error| of the mean step time: {100 * median_abs_error(comparisons):.1f}% "
-                 f"over {len(comparisons)} policies")
+    lines.append(
+        f"median |error| of the mean step time: {100 * median_abs_error(comparisons):.1f}% "
+        f"over {len(comparisons)} policies"
+    )
     return "\n".join(lines)
 
 

@@ -236,24 +236,8 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
     lr = _number(pick("lr", args.lr), "--lr")
     seed = _integer(pick("seed", args.seed), "--seed")
 
-    file_or_default = lambda key: raw[key] if key in raw else getattr(base, key)  # noqa: E731
-    delay = _rank_map(file_or_default("delay"), args.delay, "--delay")
-    per_sample = _rank_map(file_or_default("per_sample_delay"), args.per_sample_delay, "--per-sample-delay")
-    slowdown = _rank_map(file_or_default("slowdown"), args.slowdown, "--slowdown")
-    for option, table in (("--delay", delay), ("--per-sample-delay", per_sample), ("--slowdown", slowdown)):
-        for rank in table:
-            if not 0 <= rank < world_size:
-                raise ConfigError(option, f"rank {rank} is outside 0..{world_size - 1}")
-    for rank, spec in delay.items():
-        parse_delay_spec(spec, f"--delay {rank}")
-    devices_raw = pick("devices", args.devices)
-    if not isinstance(devices_raw, str) and not (
-        isinstance(devices_raw, (list, tuple)) and all(isinstance(d, str) for d in devices_raw)
-    ):
-        raise ConfigError(
-            "--devices", f"expected a comma-separated string or a list of device names, got {devices_raw!r}"
-        )
-    devices = parse_devices(devices_raw if isinstance(devices_raw, str) else ",".join(devices_raw), world_size)
+    injection = _injection(raw, args, world_size)
+    devices = _devices(pick("devices", args.devices), world_size)
     probe_repeats = _integer(pick("probe_repeats", args.probe_repeats), "--probe-repeats")
     _check_barrier_policies(policies, world_size, global_batch)
     costly = [p for p in policies if policy_class(p).needs_costs]
@@ -277,9 +261,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         lr=lr,
         momentum=_number(raw.get("momentum", base.momentum), "momentum"),
         seed=seed,
-        delay={r: v for r, v in sorted(delay.items()) if parse_delay_spec(v, "--delay").mean() > 0},
-        per_sample_delay={r: s for r, v in sorted(per_sample.items()) if (s := _number(v, "--per-sample-delay")) > 0},
-        slowdown={r: f for r, v in sorted(slowdown.items()) if (f := _number(v, "--slowdown", minimum=1.0)) > 1.0},
+        **injection,
         devices=devices,
         probe_fractions=fractions,
         probe_repeats=probe_repeats,
@@ -289,6 +271,40 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         out=args.out,
         crash_at=_crash_at(args.crash_at, world_size),
     )
+
+
+def _injection(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int) -> dict[str, Any]:
+    """The emulated slowness per rank (``delay``, ``per_sample_delay``, ``slowdown``): the run
+    file's tables (else the default's) with the command line's ``RANK=VALUE`` items on top;
+    ranks whose value changes nothing are left out."""
+    base = RunConfig()
+    tables = {
+        key: _rank_map(raw[key] if key in raw else getattr(base, key), getattr(args, key), option)
+        for key, option in (
+            ("delay", "--delay"),
+            ("per_sample_delay", "--per-sample-delay"),
+            ("slowdown", "--slowdown"),
+        )
+    }
+    for key, table in tables.items():
+        for rank in table:
+            if not 0 <= rank < world_size:
+                raise ConfigError(f"--{key.replace('_', '-')}", f"rank {rank} is outside 0..{world_size - 1}")
+    delay = {r: v for r, v in sorted(tables["delay"].items()) if parse_delay_spec(v, f"--delay {r}").mean() > 0}
+    per_sample = {r: _number(v, "--per-sample-delay") for r, v in sorted(tables["per_sample_delay"].items())}
+    slowdown = {r: _number(v, "--slowdown", minimum=1.0) for r, v in sorted(tables["slowdown"].items())}
+    return {
+        "delay": delay,
+        "per_sample_delay": {r: s for r, s in per_sample.items() if s > 0},
+        "slowdown": {r: f for r, f in slowdown.items() if f > 1.0},
+    }
+
+
+def _devices(value: Any, world_size: int) -> tuple[str, ...]:
+    """One device for all ranks, or one per rank, from a string or a list."""
+    if not isinstance(value, str) and not (isinstance(value, (list, tuple)) and all(isinstance(d, str) for d in value)):
+        raise ConfigError("--devices", f"expected a comma-separated string or a list of device names, got {value!r}")
+    return parse_devices(value if isinstance(value, str) else ",".join(value), world_size)
 
 
 def _crash_at(text: str | None, world_size: int) -> tuple[int, int] | None:

@@ -38,8 +38,9 @@ class RankTiming:
     comm_s: float
 
 
-def step_rows(policy: str, epoch: int, step: int, start_s: float, split: Sequence[int],
-              timings: Sequence[RankTiming]) -> list[dict[str, Any]]:
+def step_rows(
+    policy: str, epoch: int, step: int, start_s: float, split: Sequence[int], timings: Sequence[RankTiming]
+) -> list[dict[str, Any]]:
     """The trace rows of one step. The barrier's own latency (the least time any rank spent in
     it: the last rank to arrive waited for nobody) moves from ``wait_s`` to ``comm_s``, so
     ``wait_s`` is pure idle time and ``compute_s + wait_s + comm_s`` is every rank's wall time."""
@@ -84,8 +85,9 @@ class RunWriter:
 
     def trace_frame(self) -> pd.DataFrame:
         frame = pd.DataFrame(self.rows, columns=list(COLUMNS))
-        return frame.astype({"epoch": np.int64, "step": np.int64, "worker": np.int64, "local_batch": np.int64,
-                             "included": np.bool_})
+        return frame.astype(
+            {"epoch": np.int64, "step": np.int64, "worker": np.int64, "local_batch": np.int64, "included": np.bool_}
+        )
 
     def flush(self) -> None:
         """Rewrite trace.parquet, trace.csv and epochs.csv with everything so far."""
@@ -109,3 +111,31 @@ class RunWriter:
         write_json(self.out / "summary.json", summary)
         self.write_meta("complete")
         return summary
+
+
+class NullWriter:
+    """The writer of every rank but 0: RunWriter's methods, doing nothing. Its trace is empty, so
+    anything read back from it (the probe's fit, the summary) is empty on those ranks."""
+
+    def write_meta(self, status: str) -> None:
+        """Nothing to write."""
+
+    def add_steps(self, rows: Sequence[dict[str, Any]]) -> None:
+        """The rows are dropped."""
+
+    def add_epoch(self, row: dict[str, Any]) -> None:
+        """The row is dropped."""
+
+    def trace_frame(self) -> pd.DataFrame:
+        """An empty trace with the trace's columns."""
+        return pd.DataFrame(columns=list(COLUMNS))
+
+    def flush(self) -> None:
+        """Nothing to write."""
+
+    def finish(self, policies: Sequence[str]) -> dict[str, Any]:
+        """A summary of no policies."""
+        return {"policies": []}
+
+
+Writer = RunWriter | NullWriter

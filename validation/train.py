@@ -25,9 +25,9 @@ from hetsim.cli_common import OneLineParser
 from hetsim.errors import ConfigError
 from validation.backend import RankEnv, init_process_group, resolve_device, select_backend, torch_device
 from validation.config import RunConfig, add_run_options, build_config
-from validation.trainer import InjectedCrash, RankTrainer, probe_schedule
+from validation.trainer import InjectedCrash, RankTrainer
 
-__all__ = ["CRASH_STATUS", "RankFailure", "build_parser", "default_out", "main", "probe_schedule", "run_rank"]
+__all__ = ["CRASH_STATUS", "RankFailure", "build_parser", "default_out", "main", "run_rank"]
 
 CRASH_STATUS = 17
 

@@ -39,19 +39,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 import torch.distributed as dist
 
 from hetsim.calibrate import fit_worker
 from hetsim.partition import split_by_shares
 from hetsim.policies import Policy, StepInfo, StepRecord, WorkerHint, make_policy
-from hetsim.trace import COLUMNS
 from validation.allreduce import combine, gradient_weights, pack, unpack
 from validation.backend import RankEnv, comm_device, resolve_device, select_backend, synchronize, torch_device
 from validation.config import RunConfig
 from validation.inject import Injector
-from validation.record import RankTiming, RunWriter, step_rows
+from validation.record import NullWriter, RankTiming, RunWriter, Writer, step_rows
 from validation.sharding import PROBE as PROBE_STREAM
 from validation.sharding import WARMUP, epoch_permutation, local_indices, steps_per_epoch
 from validation.workload import Dataset, evaluate, load_digits_split, loss_fn, make_model
@@ -64,34 +62,6 @@ class InjectedCrash(Exception):
 
     def __init__(self, rank: int, run_step: int) -> None:
         super().__init__(f"rank {rank}: injected crash at run step {run_step}")
-
-
-class NullWriter:
-    """The writer of every rank but 0: RunWriter's methods, doing nothing. Its trace is empty, so
-    anything read back from it (the probe's fit, the summary) is empty on those ranks."""
-
-    def write_meta(self, status: str) -> None:
-        """Nothing to write."""
-
-    def add_steps(self, rows: Sequence[dict[str, Any]]) -> None:
-        """The rows are dropped."""
-
-    def add_epoch(self, row: dict[str, Any]) -> None:
-        """The row is dropped."""
-
-    def trace_frame(self) -> pd.DataFrame:
-        """An empty trace with the trace's columns."""
-        return pd.DataFrame(columns=list(COLUMNS))
-
-    def flush(self) -> None:
-        """Nothing to write."""
-
-    def finish(self, policies: Sequence[str]) -> dict[str, Any]:
-        """A summary of no policies."""
-        return {"policies": []}
-
-
-Writer = RunWriter | NullWriter
 
 
 @dataclass

@@ -14,7 +14,7 @@ from hetsim.params import PlugIn
 from hetsim.policies.base import Policy
 
 if TYPE_CHECKING:
-    from hetsim.config import Scenario
+    from hetsim.scenario import Scenario
     from hetsim.trace import Trace
 
 

@@ -28,7 +28,7 @@ from hetsim.trace import Trace, TraceBuilder, async_trace
 from hetsim.workers import WorkerSpec, WorkerStreams
 
 if TYPE_CHECKING:
-    from hetsim.config import Scenario
+    from hetsim.scenario import Scenario
 
 
 DRAW_CHUNK = 256  # a worker's noise and delay are drawn this many steps at a time
@@ -72,26 +72,46 @@ def draws(spec: WorkerSpec, rng: WorkerStreams, chunk: int) -> Iterator[tuple[fl
 
 def run_simpy(scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
     """Simulate ``scenario`` under ``policy`` (reset here) and return its trace."""
-    workers = scenario.workers
-    n = len(workers)
-    wl = scenario.workload
-    streams = WorkerStreams.spawn(scenario.seed if seed is None else seed, workers)
-    policy.reset(n, wl.global_batch, scenario.hints())
+    streams = WorkerStreams.spawn(scenario.seed if seed is None else seed, scenario.workers)
+    policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints())
     if not policy.synchronous:
         return run_simpy_async(scenario, policy, streams)
-    env = simpy.Environment()
-    go: list[simpy.Event] = [env.event()]  # go[0] is always the next step's release event
-    began = [0.0] * n  # when each worker's compute began in the current step
-    rows: list[tuple] = []  # the trace's columns of each step, written to the trace at the end
-    chunk = max(1, min(wl.total_steps, DRAW_CHUNK))
-    all_up = (True,) * n
-    may_fail = any(rng.failure is not None for rng in streams)
+    return _BarrierRun(scenario, policy, streams).run()
 
-    def worker(i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, _Step, None]:
+
+class _BarrierRun:
+    """One run of a barrier policy: a coordinator process and one process per worker."""
+
+    def __init__(self, scenario: Scenario, policy: Policy, streams: list[WorkerStreams]) -> None:
+        self.scenario, self.policy, self.streams = scenario, policy, streams
+        self.n = scenario.n_workers
+        self.env = simpy.Environment()
+        self.go: simpy.Event = self.env.event()  # always the next step's release event
+        self.began = [0.0] * self.n  # when each worker's compute began in the current step
+        self.rows: list[tuple[object, ...]] = []  # the trace's columns of each step, written at the end
+        self.comm_s = scenario.allreduce_s()
+        self.may_fail = any(rng.failure is not None for rng in streams)
+        self.processes = [
+            self.env.process(self.worker(i, spec, rng)) for i, (spec, rng) in enumerate(zip(scenario.workers, streams))
+        ]
+
+    def run(self) -> Trace:
+        self.env.run(self.env.process(self.coordinator()))
+        wl = self.scenario.workload
+        trace = TraceBuilder(self.policy.name, self.n, wl.total_steps)
+        columns = (trace.epoch, trace.start_s, trace.local_batch, trace.compute_s, trace.wait_s, trace.included,
+                   trace.slowdown, trace.up)  # fmt: skip
+        for column, values in zip(columns, zip(*self.rows)):
+            column[:] = values
+        trace.comm_s[:] = self.comm_s
+        return trace.finish()
+
+    def worker(self, i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, _Step, None]:
+        env, began = self.env, self.began
         episodes, failures = rng.slowdown is not None, rng.failure is not None
+        chunk = max(1, min(self.scenario.workload.total_steps, DRAW_CHUNK))
         for noise, delay in draws(spec, rng, chunk):  # this step's draws
-            step = yield go[0]
-            assert isinstance(step, _Step)
+            step = yield self.go
             b = step.batches[i]
             began[i] = step.start
             factor = step.slowdown[i] = rng.factor_at(spec, step.start) if episodes else 1.0
@@ -107,52 +127,35 @@ def run_simpy(scenario: Scenario, policy: Policy, seed: int | None = None) -> Tr
                 if step.compute[i] > 0:
                     step.compute[i] = env.now - began[i]
 
-    processes = [env.process(worker(i, spec, rng)) for i, (spec, rng) in enumerate(zip(workers, streams))]
+    def coordinator(self) -> Generator[simpy.Event, object, None]:
+        wl = self.scenario.workload
+        for row in range(wl.total_steps):
+            yield from self.step(StepInfo(row, row // wl.steps_per_epoch, row % wl.steps_per_epoch, wl.steps_per_epoch))
 
-    def coordinator() -> Generator[simpy.Event, object, None]:
-        comm_s = scenario.allreduce_s()
-        row = 0
-        for epoch in range(wl.epochs):
-            for k in range(wl.steps_per_epoch):
-                start = env.now
-                available = tuple(not rng.down_at(start) for rng in streams) if may_fail else all_up
-                info = StepInfo(row, epoch, k, wl.steps_per_epoch, available)
-                batches = tuple(policy.partition(info))
-                done = [env.event() for _ in range(n)]
-                release, go[0] = go[0], env.event()
-                step = _Step(batches, done, start)
-                release.succeed(step)
-                need = policy.wait_for()
-                yield Condition(env, _at_least(need), done)
-                included = tuple([b > 0 and d.triggered for b, d in zip(batches, done)])
-                if need < n:
-                    for i, d in enumerate(done):
-                        if not d.triggered:
-                            processes[i].interrupt()
-                barrier = env.now
-                yield env.timeout(comm_s)
-                # Idle at the barrier: after computing, and before it while stalled by a failure.
-                wait = [max(barrier - (t + c), 0.0) + max(t - start, 0.0) for t, c in zip(began, step.compute)]
-                rows.append((epoch, start, batches, step.compute, wait, included, step.slowdown, available))
-                policy.observe(StepRecord(info, batches, tuple(step.compute), included))
-                row += 1
-
-    env.run(env.process(coordinator()))
-    trace = TraceBuilder(policy.name, n, wl.total_steps)
-    columns = (
-        trace.epoch,
-        trace.start_s,
-        trace.local_batch,
-        trace.compute_s,
-        trace.wait_s,
-        trace.included,
-        trace.slowdown,
-        trace.up,
-    )
-    for column, values in zip(columns, zip(*rows)):
-        column[:] = values
-    trace.comm_s[:] = scenario.allreduce_s()
-    return trace.finish()
+    def step(self, info: StepInfo) -> Generator[simpy.Event, object, None]:
+        """Release the workers, wait for the barrier (cancelling the rest), then the all-reduce."""
+        env, n, policy = self.env, self.n, self.policy
+        start = env.now
+        available = tuple(not rng.down_at(start) for rng in self.streams) if self.may_fail else (True,) * n
+        info = info._replace(available=available)
+        batches = tuple(policy.partition(info))
+        done = [env.event() for _ in range(n)]
+        release, self.go = self.go, env.event()
+        step = _Step(batches, done, start)
+        release.succeed(step)
+        need = policy.wait_for()
+        yield Condition(env, _at_least(need), done)
+        included = tuple([b > 0 and d.triggered for b, d in zip(batches, done)])
+        if need < n:
+            for i, d in enumerate(done):
+                if not d.triggered:
+                    self.processes[i].interrupt()
+        barrier = env.now
+        yield env.timeout(self.comm_s)
+        # Idle at the barrier: after computing, and before it while stalled by a failure.
+        wait = [max(barrier - (t + c), 0.0) + max(t - start, 0.0) for t, c in zip(self.began, step.compute)]
+        self.rows.append((info.epoch, start, batches, step.compute, wait, included, step.slowdown, available))
+        policy.observe(StepRecord(info, batches, tuple(step.compute), included))
 
 
 def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStreams]) -> Trace:

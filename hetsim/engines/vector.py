@@ -42,7 +42,7 @@ from hetsim.trace import Trace, TraceBuilder
 from hetsim.workers import Timeline, WorkerSpec, WorkerStreams
 
 if TYPE_CHECKING:
-    from hetsim.config import Scenario
+    from hetsim.scenario import Scenario
 
 CHUNK_ELEMENTS = 1 << 20  # noise and delay are drawn about this many worker-steps at a time
 
@@ -99,35 +99,32 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
         need = min(policy.wait_for(), n)
         noise, delay = draws.rows(row, min(policy.steady_steps(info), total - row))
         if (works & down).any():
-            steps, start = _stalled_step(
-                start,
-                comm_s,
-                base,
-                works,
-                noise[0],
-                delay[0],
-                factor,
-                need,
-                [(int(i), workers[i], streams[i]) for i in np.flatnonzero(works & down)],
-            )
+            stalled = [(int(i), workers[i], streams[i]) for i in np.flatnonzero(works & down)]
+            steps, start = _stalled_step(start, comm_s, base, works, noise[0], delay[0], factor, need, stalled)
         else:
             steps, start = _block(start, comm_s, base, works, noise, delay, factor, need, horizon)
-        k = len(steps.start_s)
-        rows = slice(row, row + k)
-        trace.local_batch[rows] = b
-        trace.compute_s[rows] = steps.compute_s
-        trace.wait_s[rows] = steps.wait_s
-        trace.included[rows] = steps.included
-        if steps.slowdown is not timelines.ones:  # the builder's rows start at 1 and True
-            trace.slowdown[rows] = steps.slowdown
-        if available is not all_up:
-            trace.up[rows] = available
-        trace.epoch[rows] = np.arange(row, row + k) // per_epoch
-        trace.start_s[rows] = steps.start_s
-        trace.comm_s[rows] = comm_s
+        _record(trace, row, b, steps, None if available is all_up else available, comm_s, per_epoch)
         policy.observe_steps(info, _Row(split, b), steps.compute_s, steps.included)
-        row += k
+        row += len(steps.start_s)
     return trace.finish()
+
+
+def _record(trace: TraceBuilder, row: int, batches: np.ndarray, steps: _Steps, available: tuple[bool, ...] | None,
+            comm_s: float, per_epoch: int) -> None:  # fmt: skip
+    """Write a block's steps into the trace from ``row`` on (``available`` None: all up)."""
+    k = len(steps.start_s)
+    rows = slice(row, row + k)
+    trace.local_batch[rows] = batches
+    trace.compute_s[rows] = steps.compute_s
+    trace.wait_s[rows] = steps.wait_s
+    trace.included[rows] = steps.included
+    if not (steps.slowdown.ndim == 1 and (steps.slowdown == 1.0).all()):  # the builder's rows start at 1 and True
+        trace.slowdown[rows] = steps.slowdown
+    if available is not None:
+        trace.up[rows] = available
+    trace.epoch[rows] = np.arange(row, row + k) // per_epoch
+    trace.start_s[rows] = steps.start_s
+    trace.comm_s[rows] = comm_s
 
 
 class _Steps:

@@ -1,0 +1,98 @@
+"""What a scenario is: the frozen, validated objects the scenario factory (:mod:`hetsim.config`)
+builds from a file, and everything else reads: the workload, the worker groups, the network
+model, the policy's name and parameters, and the seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any
+
+from hetsim.network import NetworkModel
+from hetsim.policies import WorkerHint
+from hetsim.workers import WorkerSpec
+
+
+@dataclass(frozen=True)
+class Workload:
+    global_batch: int
+    dataset_size: int
+    epochs: int
+    gradient_mb: float = 0.0
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.dataset_size // self.global_batch
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps_per_epoch * self.epochs
+
+
+@dataclass(frozen=True)
+class WorkerGroup:
+    spec: WorkerSpec
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    name: str = "equal"
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **dict(self.params)}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    seed: int
+    workload: Workload
+    network: NetworkModel
+    groups: tuple[WorkerGroup, ...]
+    policy: PolicySpec = field(default_factory=PolicySpec)
+    description: str = ""
+
+    @cached_property
+    def workers(self) -> tuple[WorkerSpec, ...]:
+        """One spec per worker, groups expanded in file order (computed once per scenario)."""
+        out = []
+        for g in self.groups:
+            if g.count == 1:
+                out.append(g.spec)
+            else:
+                out.extend(replace(g.spec, name=f"{g.spec.name}#{k}") for k in range(g.count))
+        return tuple(out)
+
+    @property
+    def n_workers(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    def allreduce_s(self) -> float:
+        return self.network.allreduce_s(self.n_workers, self.workload.gradient_mb)
+
+    def hints(self) -> tuple[WorkerHint, ...]:
+        """What the cost-aware policies are told: caps and true expected affine costs."""
+        return self._hints
+
+    @cached_property
+    def _hints(self) -> tuple[WorkerHint, ...]:
+        return tuple(WorkerHint(w.cap, w.expected_fixed_s, w.expected_per_sample_s) for w in self.workers)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The scenario-file form; ``load_scenario(s.to_dict())`` rebuilds an equal scenario."""
+        out: dict[str, Any] = {"name": self.name, "seed": self.seed}
+        if self.description:
+            out["description"] = self.description
+        out["workload"] = {
+            "global_batch": self.workload.global_batch,
+            "dataset_size": self.workload.dataset_size,
+            "epochs": self.workload.epochs,
+            "gradient_mb": self.workload.gradient_mb,
+        }
+        out["network"] = self.network.to_dict()
+        out["workers"] = [{**g.spec.to_dict(), "count": g.count} for g in self.groups]
+        out["policy"] = self.policy.to_dict()
+        return out

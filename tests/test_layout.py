@@ -1,0 +1,46 @@
+"""House rules that keep the code readable in one sitting, checked on the source itself: no
+module over 400 lines, no function over 60, and the layers pointing one way (engines import
+neither pandas, matplotlib nor argparse; hetsim never imports torch or validation)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = sorted(p for d in ("hetsim", "validation", "benchmarks") for p in (ROOT / d).rglob("*.py"))
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+
+def imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return {name.split(".")[0] for name in names}
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_modules_and_functions_are_short(path):
+    lines = path.read_text(encoding="utf-8").count("\n")
+    assert lines <= MAX_MODULE_LINES, f"{lines} lines"
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long
+
+
+def test_layers_point_one_way():
+    for path in (ROOT / "hetsim").rglob("*.py"):
+        assert not imported_modules(path) & {"torch", "validation"}, path
+    for path in (ROOT / "hetsim" / "engines").rglob("*.py"):
+        assert not imported_modules(path) & {"pandas", "matplotlib", "argparse"}, path
