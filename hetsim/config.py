@@ -265,7 +265,7 @@ def make_policy_spec(data: Any) -> PolicySpec:
         data = {"name": data}
     if not isinstance(data, Mapping):
         raise ConfigError("policy", f"must be a table, got {typename(data)}")
-    name = data.get("name", "equal")
+    name = data.get("name", PolicySpec.name)
     if not isinstance(name, str):
         raise ConfigError("policy.name", f"must be a string, got {typename(name)}")
     policy_class(name)

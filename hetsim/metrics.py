@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from hetsim.scenario import Scenario
 
 
+BASELINE = "equal"  # the policy every speedup is measured against (``speedup_vs_equal``)
+
 @dataclass(frozen=True)
 class Summary:
     policy: str
@@ -195,7 +197,7 @@ def with_speedups(summaries: Sequence[Summary]) -> list[Summary]:
     number of steps this is equal's total time over this one's; for backup and K-sync, which drop
     samples, it counts only the samples they keep. Statistical efficiency (dropped or stale
     gradients) is not in it."""
-    equal = next((s for s in summaries if s.policy == "equal"), None)
+    equal = next((s for s in summaries if s.policy == BASELINE), None)
     if equal is None:
         return list(summaries)
     return [replace(s, speedup_vs_equal=s.throughput_sps / equal.throughput_sps) for s in summaries]

@@ -20,7 +20,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from hetsim.files import atomic_write
-from hetsim.metrics import step_times
+from hetsim.metrics import BASELINE, step_times
 from hetsim.trace import Trace
 
 
@@ -196,7 +196,7 @@ def best_policy_map(
     x: str,
     y: str,
     metric: str = "throughput_sps",
-    baseline: str = "equal",
+    baseline: str = BASELINE,
     tie: float = 0.02,
     ax: Axes | None = None,
 ) -> Axes:
@@ -289,7 +289,7 @@ def _speedup_grid(summary: pd.DataFrame, axes: Sequence[str], x: str, lines: str
     facets = list(itertools.product(*(list(dict.fromkeys(summary[a])) for a in rest))) or [()]
     metric = "speedup_vs_equal" if summary["speedup_vs_equal"].notna().any() else "mean_step_s"
     if metric == "speedup_vs_equal" and len(policies) > 1:
-        policies = [p for p in policies if p != "equal"]  # its speedup is 1 by definition
+        policies = [p for p in policies if p != BASELINE]  # its speedup is 1 by definition
     fig = Figure(figsize=(3.4 * len(policies), 2.9 * len(facets)), layout="constrained")
     grid = fig.subplots(len(facets), len(policies), squeeze=False, sharey=True)
     for r, facet in enumerate(facets):

@@ -16,7 +16,7 @@ from typing import TextIO
 from hetsim.cli_common import text_table
 from hetsim.errors import ConfigError
 from hetsim.files import write_json
-from hetsim.metrics import Summary, summarize
+from hetsim.metrics import BASELINE, Summary, summarize
 from hetsim.plots import CellPlots, render_run
 from hetsim.policies import policy_class
 from hetsim.results import RunFolder, markdown_table, summarize_cells
@@ -25,7 +25,6 @@ from hetsim.sweep import Progress, expand, replication_seeds
 from hetsim.sweepfile import SweepSpec, point_scenario
 from hetsim.trace import Trace, write_trace_table
 
-BASELINE = "equal"  # the policy speedups are measured against
 TRACES_FILE = "traces.parquet"  # replication 0 of the plotted cell, every policy
 
 

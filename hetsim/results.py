@@ -33,7 +33,7 @@ import tomli_w
 from hetsim import __version__
 from hetsim.errors import ConfigError
 from hetsim.files import atomic_write, write_frame, write_json
-from hetsim.metrics import mean_ci
+from hetsim.metrics import BASELINE, mean_ci
 from hetsim.sweepfile import SweepSpec, load_sweep
 from hetsim.trace import COLUMNS, Trace, read_trace_table, traces_by_policy, write_trace_table
 
@@ -157,7 +157,7 @@ def summarize_cells(results: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
     ``equal`` (the policy's throughput over equal's, paired by grid point and replication; see
     :func:`hetsim.metrics.with_speedups`)."""
     keys = list(axes)
-    equal = results[results["policy"] == "equal"][[*keys, "replication", "throughput_sps"]]
+    equal = results[results["policy"] == BASELINE][[*keys, "replication", "throughput_sps"]]
     merged = results.merge(equal, on=[*keys, "replication"], how="left", suffixes=("", "_equal"))
     merged["speedup_vs_equal"] = merged["throughput_sps"] / merged["throughput_sps_equal"]
     rows = []

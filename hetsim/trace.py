@@ -139,10 +139,13 @@ class TraceBuilder:
         self.start_s = np.zeros(n_steps)
         self.comm_s = np.zeros(n_steps)
 
-    def finish(self, n_steps: int | None = None) -> Trace:
-        """The trace of the first ``n_steps`` steps (all by default)."""
-        k, n = self.n_steps if n_steps is None else n_steps, self.n_workers
-        per_step = lambda a: np.repeat(a[:k], n)  # noqa: E731
+    def finish(self) -> Trace:
+        """The frozen trace: every row of every step."""
+        k, n = self.n_steps, self.n_workers
+
+        def per_step(column: np.ndarray) -> np.ndarray:
+            return np.repeat(column[:k], n)
+
         return Trace(
             policy=self.policy,
             n_workers=n,

@@ -19,11 +19,14 @@ import tomli_w
 from hetsim.cli import main
 from hetsim.config import load_scenario
 from hetsim.distributions import Distribution
+from hetsim.engines import Engine
 from hetsim.errors import ConfigError
+from hetsim.network import NetworkModel
 from hetsim.params import Param
 from hetsim.partition import split_by_shares
-from hetsim.policies import Policy
+from hetsim.policies import Policy, make_policy
 from hetsim.registry import DISTRIBUTIONS, ENGINES, NETWORKS, PLUGINS_ENV, POLICIES
+from hetsim.trace import Trace
 from tests.helpers import scenario_dict
 
 
@@ -217,6 +220,55 @@ def test_building_a_plugin_directly_raises_the_configs_error(registry, name, par
 
         simulate(load_scenario(raw), engine="simpy")
     assert str(configured.value) == f"{path}.{problem}"
+
+
+class TwoLevel(NetworkModel):
+    """A fixed intra-node exchange plus one inter-node hop: a toy hierarchy."""
+
+    name: ClassVar[str] = "two-level"
+    params = (Param("intra_s", low=0.0), Param("inter_s", low=0.0))
+    intra_s: float
+    inter_s: float
+
+    def allreduce_s(self, n_workers: int, gradient_mb: float) -> float:
+        return 0.0 if n_workers <= 1 else self.intra_s + self.inter_s
+
+
+class Replay(Engine):
+    """Runs the SimPy engine, then checks the vector engine gives the same trace."""
+
+    name = "replay"
+
+    @classmethod
+    def supports(cls, policy: Policy) -> bool:
+        return policy.synchronous
+
+    def run(self, scenario: Any, policy: Policy, seed: int | None = None) -> Trace:
+        trace = ENGINES["simpy"]().run(scenario, policy, seed)
+        again = ENGINES["vector"]().run(scenario, make_policy(policy.name, policy.param_values()), seed)
+        assert trace == again
+        return trace
+
+
+def test_a_new_network_model_and_a_new_engine_work_from_files_and_the_command_line(tmp_path, capsys):
+    NETWORKS.register(TwoLevel)
+    ENGINES.register(Replay)
+    try:
+        raw = {**TWO_WORKERS, "network": {"kind": "two-level", "intra_s": 0.001, "inter_s": 0.004}}
+        scenario = write(tmp_path / "net.toml", raw)
+        assert main(["simulate", str(scenario), "--policy", "equal", "--engine", "replay", "--json"]) == 0
+        (summary,) = json.loads(capsys.readouterr().out)
+        assert summary["mean_step_s"] == pytest.approx(0.15 + 0.005, rel=1e-12)
+        assert main(["simulate", str(scenario), "--policy", "async", "--engine", "replay"]) == 2
+        assert capsys.readouterr().err == (
+            "hetsim: error: engine: the replay engine does not run 'async': "
+            "use another engine (--engine auto picks one)\n"
+        )
+        with pytest.raises(ConfigError, match="inter_s: must be >= 0"):
+            TwoLevel(0.0, -1.0)
+    finally:
+        NETWORKS.unregister(TwoLevel.name)
+        ENGINES.unregister(Replay.name)
 
 
 def test_engines_are_plugins_too():

@@ -10,6 +10,7 @@ from __future__ import annotations
 from hetsim.engines.base import Engine
 from hetsim.engines.simpy_engine import SimPyEngine, run_simpy
 from hetsim.engines.vector import VectorEngine, run_vector
+from hetsim.errors import ConfigError
 from hetsim.policies.base import Policy
 from hetsim.registry import ENGINES
 
@@ -32,7 +33,10 @@ def engine_for(name: str, policy: Policy) -> Engine:
     """The engine that runs ``policy`` when ``name`` is asked for (``auto`` resolved)."""
     if name == AUTO:
         return max((cls for cls in ENGINES.values() if cls.supports(policy)), key=lambda cls: cls.priority)()
-    return ENGINES.lookup(name, "engine")()
+    cls = ENGINES.lookup(name, "engine")
+    if not cls.supports(policy):
+        raise ConfigError("engine", cls.refusal(policy))
+    return cls()
 
 
 __all__ = [

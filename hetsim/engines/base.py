@@ -26,6 +26,11 @@ class Engine(PlugIn):
         """Whether this engine runs ``policy``."""
         return True
 
+    @classmethod
+    def refusal(cls, policy: Policy) -> str:
+        """Why this engine does not run ``policy`` (asked when it was chosen by name)."""
+        return f"the {cls.name} engine does not run {policy.name!r}: use another engine (--engine auto picks one)"
+
     def run(self, scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
         """Simulate ``scenario`` under ``policy`` (reset here) with ``seed`` (default: the scenario's)."""
         raise NotImplementedError

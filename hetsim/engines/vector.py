@@ -58,6 +58,11 @@ class VectorEngine(Engine):
     def supports(cls, policy: Policy) -> bool:
         return policy.synchronous
 
+    @classmethod
+    def refusal(cls, policy: Policy) -> str:
+        return (f"the vector engine needs a barrier policy and {policy.name!r} has none: "
+                "use the SimPy engine (--engine simpy, or auto)")  # fmt: skip
+
     def run(self, scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
         return run_vector(scenario, policy, seed)
 
@@ -65,11 +70,7 @@ class VectorEngine(Engine):
 def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
     """Simulate ``scenario`` under ``policy`` (reset here); the trace of :func:`run_simpy`."""
     if not VectorEngine.supports(policy):
-        raise ConfigError(
-            "engine",
-            f"the vector engine needs a barrier policy and {policy.name!r} has none: "
-            "use the SimPy engine (--engine simpy, or auto)",
-        )
+        raise ConfigError("engine", VectorEngine.refusal(policy))
     workers = scenario.workers
     n = len(workers)
     wl = scenario.workload

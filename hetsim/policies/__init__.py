@@ -17,6 +17,9 @@ from hetsim.policies.static import Equal, Optimal, Proportional
 from hetsim.policies.straggler import Async, Backup, KSync
 from hetsim.registry import POLICIES
 
+for _cls in (Equal, Proportional, Dynamic, DynamicEnhanced, Optimal, Adaptive, Backup, KSync, Async):
+    POLICIES.register(_cls)  # in this order: the order of --policy's default, the tables and the docs
+
 
 def policy_class(name: Any, field: str = "policy.name") -> type[Policy]:
     """The class registered as ``name``; an unknown name raises :class:`ConfigError` on ``field``."""

@@ -28,14 +28,12 @@ import numpy as np
 from hetsim.params import Param
 from hetsim.partition import max_time, water_fill
 from hetsim.policies.base import Policy, StepInfo, StepRecord, WorkerHint
-from hetsim.registry import POLICIES
 
 MIN_SPREAD = 0.5  # samples; with MIN_SPREAD_REL of the mean: below this spread of b the slope is kept
 MIN_SPREAD_REL = 0.05
 MIN_JUMP = 0.10  # relative: smaller surprises are left to the forgetting fit
 
 
-@POLICIES.register
 class Adaptive(Policy):
     name = "adaptive"
     weighted_gradients = True

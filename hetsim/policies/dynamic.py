@@ -13,10 +13,8 @@ import numpy as np
 
 from hetsim.partition import balanced_time, split_by_shares
 from hetsim.policies.base import Policy, StepInfo, StepRecord, WorkerHint
-from hetsim.registry import POLICIES
 
 
-@POLICIES.register
 class Dynamic(Policy):
     name = "dynamic"
     resplits = True
@@ -93,7 +91,6 @@ class Dynamic(Policy):
         self._steps[:] = 0
 
 
-@POLICIES.register
 class DynamicEnhanced(Dynamic):
     """EDP-SGD: the split of ``dynamic``; gradients combined as ``sum_i (b_i/B) g_i``."""
 

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 from hetsim.partition import split_by_shares, water_fill
 from hetsim.policies.base import UNTIL_THE_END, Policy, StepInfo, WorkerHint
-from hetsim.registry import POLICIES
 
 
 class _Static(Policy):
@@ -16,7 +15,6 @@ class _Static(Policy):
         return UNTIL_THE_END  # Optimal's split depends on availability only
 
 
-@POLICIES.register
 class Equal(_Static):
     """Plain synchronous SGD: the same share for everyone (capped workers' excess spread evenly).
     A failed worker keeps its share, so the step waits until it is repaired."""
@@ -25,7 +23,6 @@ class Equal(_Static):
     excludes_failed = False
 
 
-@POLICIES.register
 class Proportional(_Static):
     """Shares proportional to each worker's nominal throughput at the equal split,
     ``(B/n) / E[compute(B/n)]`` samples per second (what a benchmark of the card would report)."""
@@ -41,7 +38,6 @@ class Proportional(_Static):
         return split_by_shares(speeds_sps, self.global_batch, self.caps)
 
 
-@POLICIES.register
 class Optimal(_Static):
     """Knows the true expected affine costs and minimises the max of the expected compute times
     (water-filling with caps, then exact integer rounding). On deterministic workers this is the

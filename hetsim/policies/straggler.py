@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from hetsim.errors import ConfigError
 from hetsim.params import Param
 from hetsim.policies.base import UNTIL_THE_END, Policy, StepInfo, WorkerHint
-from hetsim.registry import POLICIES
 
 
 class _FirstK(Policy):
@@ -34,7 +33,6 @@ class _FirstK(Policy):
         return UNTIL_THE_END
 
 
-@POLICIES.register
 class Backup(_FirstK):
     name = "backup"
     params = (Param("backups", "integer", default=1, low=0, doc="gradients not waited for (k = n - backups)"),)
@@ -50,7 +48,6 @@ class Backup(_FirstK):
         return self.n_workers - self.backups
 
 
-@POLICIES.register
 class KSync(_FirstK):
     name = "ksync"
     params = (Param("k", "integer", default=None, low=1, doc="gradients waited for (default n - 1)"),)
@@ -64,7 +61,6 @@ class KSync(_FirstK):
         return max(1, self.n_workers - 1) if self.k is None else self.k
 
 
-@POLICIES.register
 class Async(Policy):
     name = "async"
     synchronous = False
