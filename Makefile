@@ -1,4 +1,4 @@
-# make install | make run | make test | make test-fast | make bench | make clean  (see README.md)
+# make install | make run | make lint | make test | make test-fast | make bench | make clean  (see README.md)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # Extra pytest arguments, e.g. make test-fast PYTEST_ARGS="-x -k engine"
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast bench clean
+.PHONY: install run lint test test-fast bench clean
 
 # Re-installs only when the project or its pins change.
 $(STAMP): pyproject.toml constraints-dev.txt
@@ -19,12 +19,16 @@ install: $(STAMP)
 run: install
 	$(PY) -m hetsim sweep
 
-# --- lint (ruff + mypy) goes here; test will then depend on it -------------------------------
+# lint: ruff (rules and their reasons in pyproject.toml) and mypy (hetsim, validation,
+# benchmarks); either finding anything fails the target, and so make test.
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 # Tests. pytest's exit status is make's: any failure, an error, or no test collected (status 5)
 # fails the target. Never prefix these recipes with `-` or append `|| true`.
 # test: the whole suite, slow and multi-process tests included (what CI runs, with CI=1).
-test: install
+test: install lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # test-fast: the quick lane for the edit-test loop (~20 s on 2 cores); skips tests marked

@@ -9,8 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 
-def scenario_dict(workers: list[dict[str, Any]], *, global_batch: int = 256, steps_per_epoch: int = 20,
-                  epochs: int = 3, network: dict[str, Any] | None = None, seed: int = 0, gradient_mb: float = 0.0) -> dict[str, Any]:
+def scenario_dict(
+    workers: list[dict[str, Any]],
+    *,
+    global_batch: int = 256,
+    steps_per_epoch: int = 20,
+    epochs: int = 3,
+    network: dict[str, Any] | None = None,
+    seed: int = 0,
+    gradient_mb: float = 0.0,
+) -> dict[str, Any]:
     """A raw scenario (the dict a scenario file holds) around ``workers``: dataset = global_batch * steps_per_epoch."""
     return {
         "name": "test",

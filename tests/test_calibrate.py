@@ -26,8 +26,9 @@ KNOWN = [
 def known_run():
     # dynamic with one-step epochs: the split follows every step's noisy times, so each worker
     # is seen at a few dozen batch sizes and overhead and per-sample cost are identifiable
-    raw = scenario_dict(KNOWN, global_batch=120, steps_per_epoch=1, epochs=20_000, seed=3,
-                        network={"kind": "constant", "time_s": 0.002})
+    raw = scenario_dict(
+        KNOWN, global_batch=120, steps_per_epoch=1, epochs=20_000, seed=3, network={"kind": "constant", "time_s": 0.002}
+    )
     raw["policy"] = {"name": "dynamic"}
     scenario = load_scenario(raw)
     return scenario, simulate(scenario)
@@ -118,8 +119,16 @@ def test_ring_network_from_a_table_with_gradient_sizes():
     ring = Ring(latency_s=1e-5, bandwidth_gbps=10.0)
     for step, mb in enumerate([5.0, 50.0, 5.0, 50.0]):
         for w in range(3):
-            rows.append({"step": step, "worker": w, "local_batch": 10 + step + w, "compute_s": 0.01 + 0.001 * (10 + step + w),
-                         "comm_s": ring.allreduce_s(3, mb), "gradient_mb": mb})
+            rows.append(
+                {
+                    "step": step,
+                    "worker": w,
+                    "local_batch": 10 + step + w,
+                    "compute_s": 0.01 + 0.001 * (10 + step + w),
+                    "comm_s": ring.allreduce_s(3, mb),
+                    "gradient_mb": mb,
+                }
+            )
     cal = calibrate(pd.DataFrame(rows))
     assert cal.network.kind == "ring"
     assert cal.network.bandwidth_gbps == pytest.approx(10.0, rel=1e-6)
@@ -127,8 +136,13 @@ def test_ring_network_from_a_table_with_gradient_sizes():
 
 
 def test_minimal_table_without_step_epoch_or_comm():
-    frame = pd.DataFrame({"worker": [0, 1, 0, 1, 0, 1], "local_batch": [10, 6, 12, 4, 8, 8],
-                          "compute_s": [0.02, 0.012, 0.022, 0.008, 0.018, 0.016]})
+    frame = pd.DataFrame(
+        {
+            "worker": [0, 1, 0, 1, 0, 1],
+            "local_batch": [10, 6, 12, 4, 8, 8],
+            "compute_s": [0.02, 0.012, 0.022, 0.008, 0.018, 0.016],
+        }
+    )
     cal = calibrate(frame)
     assert cal.global_batch == 16 and cal.steps_per_epoch == 3 and cal.epochs == 1
     assert any("no comm_s" in w for w in cal.warnings)

@@ -42,7 +42,23 @@ def test_simulate_table_lists_every_policy(capsys):
 
 def test_out_writes_trace_and_summary(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["simulate", "paper", "--policy", "equal,dynamic", "--set", "workload.epochs=2", "--out", str(out), "--seed", "3"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "paper",
+                "--policy",
+                "equal,dynamic",
+                "--set",
+                "workload.epochs=2",
+                "--out",
+                str(out),
+                "--seed",
+                "3",
+            ]
+        )
+        == 0
+    )
     frame = pd.read_parquet(out / "trace.parquet")
     assert list(frame.columns) == [*COLUMNS, "slowdown", "up"]
     steps = load_scenario("paper", ["workload.epochs=2"]).workload.total_steps
@@ -73,10 +89,16 @@ BAD = [
     (["simulate", "--policy", "fastest"], "--policy: unknown policy 'fastest'"),
     (["simulate", "--set", "workers.0.per_sample_s=-1"], "workers.0.per_sample_s: must be > 0"),
     (["simulate", "--set", "workers.0.delay={dist='constant', value=-0.1}"], "workers.0.delay.value: must be >= 0"),
-    (["simulate", "--set", "workload.global_batch=2"], "workload.global_batch: 2 is smaller than the number of workers (4)"),
-    (["simulate", "--set", "workers.0.max_batch=100", "--set", "workers.1.max_batch=8"], "workers.max_batch: the caps hold at most 216"),
+    (
+        ["simulate", "--set", "workload.global_batch=2"],
+        "workload.global_batch: 2 is smaller than the number of workers (4)",
+    ),
+    (
+        ["simulate", "--set", "workers.0.max_batch=100", "--set", "workers.1.max_batch=8"],
+        "workers.max_batch: the caps hold at most 216",
+    ),
     (["simulate", "--set", "workers.0.colour=1"], "workers.0.colour: unknown key"),
-    (["simulate", "--set", "workload.epochs=\"3\""], "workload.epochs: must be an integer, got a string"),
+    (["simulate", "--set", 'workload.epochs="3"'], "workload.epochs: must be an integer, got a string"),
     (["simulate", "no/such/file.toml"], "scenario: 'no/such/file.toml' is neither a file nor a built-in"),
     (["simulate", "--set", "policy.name=fastest", "--policy", "equal"], "policy.name: unknown policy 'fastest'"),
     (["simulate", "--seed", "-1"], "--seed: must be >= 0"),
@@ -103,6 +125,8 @@ def test_bad_file_contents_fail_cleanly(tmp_path, capsys):
 
 
 def test_module_entry_point_exits_2_without_traceback():
-    proc = subprocess.run([sys.executable, "-m", "hetsim", "simulate", "--policy", "nope"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hetsim", "simulate", "--policy", "nope"], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1

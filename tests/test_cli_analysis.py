@@ -48,7 +48,10 @@ def test_analyze_bad_policy(capsys):
 
 @pytest.fixture()
 def trace_csv(tmp_path):
-    assert main(["simulate", "paper", "--policy", "dynamic", "--set", "workload.epochs=3", "--out", str(tmp_path / "sim")]) == 0
+    assert (
+        main(["simulate", "paper", "--policy", "dynamic", "--set", "workload.epochs=3", "--out", str(tmp_path / "sim")])
+        == 0
+    )
     return tmp_path / "sim" / "trace.csv"
 
 

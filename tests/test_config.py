@@ -35,19 +35,24 @@ def test_to_dict_round_trips_through_toml_and_json(name, tmp_path):
 
 
 def test_groups_expand_in_order_with_names():
-    s = build_scenario(scenario_dict([{"name": "f", "count": 3, "per_sample_s": 1e-3}, {"name": "s", "per_sample_s": 2e-3}]))
+    s = build_scenario(
+        scenario_dict([{"name": "f", "count": 3, "per_sample_s": 1e-3}, {"name": "s", "per_sample_s": 2e-3}])
+    )
     assert [w.name for w in s.workers] == ["f#0", "f#1", "f#2", "s"]
     assert [w.per_sample_s for w in s.workers] == [1e-3] * 3 + [2e-3]
 
 
 def test_overrides_with_list_indices_inline_tables_and_bare_strings():
-    s = load_scenario("workstation", [
-        "workers.1.per_sample_s=0.004",
-        "workers.0.noise={dist='lognormal', sigma=0.2}",
-        "policy.name=equal",
-        "network={kind='constant', time_s=0.5}",
-        "seed=7",
-    ])
+    s = load_scenario(
+        "workstation",
+        [
+            "workers.1.per_sample_s=0.004",
+            "workers.0.noise={dist='lognormal', sigma=0.2}",
+            "policy.name=equal",
+            "network={kind='constant', time_s=0.5}",
+            "seed=7",
+        ],
+    )
     assert s.groups[1].spec.per_sample_s == 0.004
     assert s.groups[0].spec.noise == LogNormal(0.2)
     assert s.policy.name == "equal" and s.seed == 7

@@ -21,7 +21,9 @@ POLICY_NAMES = ["equal", "proportional", "dynamic", "dynamic-enhanced", "optimal
 
 def test_identical_deterministic_workers_under_equal_give_the_analytic_step_time():
     net = {"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 50}
-    s = build_scenario(scenario_dict([{"count": 4, "overhead_s": 0.02, "per_sample_s": 0.001}], network=net, gradient_mb=40.0))
+    s = build_scenario(
+        scenario_dict([{"count": 4, "overhead_s": 0.02, "per_sample_s": 0.001}], network=net, gradient_mb=40.0)
+    )
     expected = 0.02 + 0.001 * 64 + Ring(1e-5, 50).allreduce_s(4, 40.0)
     trace = simulate(s, "equal")
     summary = summarize(trace)
@@ -133,9 +135,19 @@ def random_scenarios(draw):
             "count": draw(st.integers(1, 3)),
             "overhead_s": draw(st.floats(0.0, 0.05)),
             "per_sample_s": draw(st.floats(1e-4, 1e-2)),
-            "noise": draw(st.sampled_from([{"dist": "constant", "value": 1.0}, {"dist": "lognormal", "sigma": 0.3},
-                                           {"dist": "exponential", "mean": 1.0}, {"dist": "gamma", "shape": 4.0, "scale": 0.25}])),
-            "delay": draw(st.sampled_from([{"dist": "constant", "value": 0.0}, {"dist": "uniform", "low": 0.0, "high": 0.05}])),
+            "noise": draw(
+                st.sampled_from(
+                    [
+                        {"dist": "constant", "value": 1.0},
+                        {"dist": "lognormal", "sigma": 0.3},
+                        {"dist": "exponential", "mean": 1.0},
+                        {"dist": "gamma", "shape": 4.0, "scale": 0.25},
+                    ]
+                )
+            ),
+            "delay": draw(
+                st.sampled_from([{"dist": "constant", "value": 0.0}, {"dist": "uniform", "low": 0.0, "high": 0.05}])
+            ),
         }
         if draw(st.booleans()):
             w["max_batch"] = draw(st.integers(1, 200))

@@ -45,8 +45,10 @@ def test_shipped_runs_and_licence():
 
 
 def test_parse_success_types():
-    config = parse_success("Training parameters\nruns : 5\nlr : 0.1\ndynamic_partition : True\narchitecture : VGG16\n"
-                           "Best Top 1 Accuracy: 0.9\n")
+    config = parse_success(
+        "Training parameters\nruns : 5\nlr : 0.1\ndynamic_partition : True\narchitecture : VGG16\n"
+        "Best Top 1 Accuracy: 0.9\n"
+    )
     assert config == {"runs": 5, "lr": 0.1, "dynamic_partition": True, "architecture": "VGG16"}
 
 

@@ -70,14 +70,14 @@ def test_adaptive_recovers_within_20_steps_after_a_worker_halves_its_speed(worke
         return f
 
     ratios = _drive(make_policy("adaptive"), a, c, factors, 200)
-    assert ratios[change - 10:change].max() <= 1.02  # converged before the change
+    assert ratios[change - 10 : change].max() <= 1.02  # converged before the change
     assert ratios[change] > 1.05  # the change hurt
     back = np.flatnonzero(ratios[change:] <= 1.05)[0]
     assert back <= 20
-    assert ratios[change + back:].max() <= 1.05  # and it stays there
+    assert ratios[change + back :].max() <= 1.05  # and it stays there
     # The paper's rule, for comparison, waits for the end of the epoch.
     dyn = _drive(make_policy("dynamic"), a, c, factors, 200)
-    assert dyn[change:change + 20].min() > 1.05
+    assert dyn[change : change + 20].min() > 1.05
 
 
 def test_adaptive_recovery_in_the_engine_with_a_long_slowdown_episode():
@@ -97,13 +97,20 @@ def test_adaptive_does_not_chase_noise():
     assert summary.mean_step_s <= 1.05 * summarize(simulate(s, "optimal"), s).mean_step_s
 
 
-DETERMINISTIC = [{"name": f"w{i}", "overhead_s": 0.0, "per_sample_s": c} for i, c in enumerate([0.001, 0.002, 0.003, 0.005])]
+DETERMINISTIC = [
+    {"name": f"w{i}", "overhead_s": 0.0, "per_sample_s": c} for i, c in enumerate([0.001, 0.002, 0.003, 0.005])
+]
 
 
-@pytest.mark.parametrize("policy,params", [("backup", {"backups": 1}), ("ksync", {"k": 3}), ("ksync", {"k": 2}), ("backup", {"backups": 0})])
+@pytest.mark.parametrize(
+    "policy,params", [("backup", {"backups": 1}), ("ksync", {"k": 3}), ("ksync", {"k": 2}), ("backup", {"backups": 0})]
+)
 def test_first_k_policies_are_exact_on_deterministic_workers(policy, params):
-    s = build_scenario(scenario_dict(DETERMINISTIC, global_batch=400, steps_per_epoch=5, epochs=2,
-                                     network={"kind": "constant", "time_s": 0.01}))
+    s = build_scenario(
+        scenario_dict(
+            DETERMINISTIC, global_batch=400, steps_per_epoch=5, epochs=2, network={"kind": "constant", "time_s": 0.01}
+        )
+    )
     trace = simulate(s, policy, params=params)
     k = params.get("k", 4 - params.get("backups", 0))
     times = np.array([0.001, 0.002, 0.003, 0.005]) * 100
@@ -119,8 +126,11 @@ def test_first_k_policies_are_exact_on_deterministic_workers(policy, params):
 
 def test_async_is_exact_on_deterministic_workers():
     workers = [{"name": "a", "per_sample_s": 0.001}, {"name": "b", "per_sample_s": 0.0025}]
-    s = build_scenario(scenario_dict(workers, global_batch=200, steps_per_epoch=10, epochs=3,
-                                     network={"kind": "constant", "time_s": 0.021}))
+    s = build_scenario(
+        scenario_dict(
+            workers, global_batch=200, steps_per_epoch=10, epochs=3, network={"kind": "constant", "time_s": 0.021}
+        )
+    )
     trace = simulate(s, "async")
     period = {0: 0.1 + 0.021, 1: 0.25 + 0.021}  # compute on B/n = 100 samples, plus the exchange (no ties)
     expected = heapq.nsmallest(60, [(k * period[w], w) for w in (0, 1) for k in range(1, 200)])
@@ -139,7 +149,12 @@ def test_async_is_exact_on_deterministic_workers():
 
 def test_slowdown_episodes_cover_the_expected_share_of_time_and_groups_share_them():
     workers = [
-        {"name": "a", "count": 2, "per_sample_s": 0.001, "slowdown": {"every_s": 3.0, "duration_s": 1.0, "factor": 3.0, "group": "host"}},
+        {
+            "name": "a",
+            "count": 2,
+            "per_sample_s": 0.001,
+            "slowdown": {"every_s": 3.0, "duration_s": 1.0, "factor": 3.0, "group": "host"},
+        },
         {"name": "b", "per_sample_s": 0.001, "slowdown": {"every_s": 3.0, "duration_s": 1.0, "factor": 1.5}},
     ]
     s = build_scenario(scenario_dict(workers, global_batch=300, steps_per_epoch=1000, epochs=4))
@@ -193,15 +208,37 @@ def test_shared_cluster_adaptive_beats_dynamic_by_at_least_10_percent(capsys):
 
 
 BAD = [
-    (["--policy", "backup", "--set", "policy.name=backup", "--set", "policy.backups=4"], "policy.backups: must be smaller than the number of workers (4)"),
-    (["--policy", "ksync", "--set", "policy.name=ksync", "--set", "policy.k=5"], "policy.k: must be at most the number of workers (4)"),
-    (["--set", "workers.0.slowdown={every_s=10, duration_s=-1, factor=2}"], "workers.0.slowdown.duration_s: must be > 0"),
+    (
+        ["--policy", "backup", "--set", "policy.name=backup", "--set", "policy.backups=4"],
+        "policy.backups: must be smaller than the number of workers (4)",
+    ),
+    (
+        ["--policy", "ksync", "--set", "policy.name=ksync", "--set", "policy.k=5"],
+        "policy.k: must be at most the number of workers (4)",
+    ),
+    (
+        ["--set", "workers.0.slowdown={every_s=10, duration_s=-1, factor=2}"],
+        "workers.0.slowdown.duration_s: must be > 0",
+    ),
     (["--set", "workers.0.slowdown={every_s=10, duration_s=1, factor=0.5}"], "workers.0.slowdown.factor: must be >= 1"),
     (["--set", "workers.0.failure={mtbf_s=0, repair_s=1}"], "workers.0.failure.mtbf_s: must be > 0"),
-    (["--policy", "adaptive", "--set", "policy.name=adaptive", "--set", "policy.forgetting=1.5"], "policy.forgetting: must be in (0, 1]"),
-    (["--policy", "adaptive", "--set", "policy.name=adaptive", "--set", "policy.resplit=hourly"], "policy.resplit: must be 'step' or 'epoch'"),
-    (["--set", "workers.0.slowdown={every_s=10, duration_s=1, factor=2, group='x'}",
-      "--set", "workers.1.slowdown={every_s=20, duration_s=1, factor=2, group='x'}"], "workers.1.slowdown: group 'x' has other every_s/duration_s"),
+    (
+        ["--policy", "adaptive", "--set", "policy.name=adaptive", "--set", "policy.forgetting=1.5"],
+        "policy.forgetting: must be in (0, 1]",
+    ),
+    (
+        ["--policy", "adaptive", "--set", "policy.name=adaptive", "--set", "policy.resplit=hourly"],
+        "policy.resplit: must be 'step' or 'epoch'",
+    ),
+    (
+        [
+            "--set",
+            "workers.0.slowdown={every_s=10, duration_s=1, factor=2, group='x'}",
+            "--set",
+            "workers.1.slowdown={every_s=20, duration_s=1, factor=2, group='x'}",
+        ],
+        "workers.1.slowdown: group 'x' has other every_s/duration_s",
+    ),
 ]
 
 

@@ -24,9 +24,19 @@ PLOTS = {"speedup.png", "step_cdf.png", "utilization.png", "split.png", "gantt.p
 
 def sweep_dict(steps_per_epoch: int = 10, epochs: int = 3, replications: int = 2) -> dict:
     base = scenario_dict(
-        [{"name": "fast", "count": 2, "overhead_s": 0.005, "per_sample_s": 0.0005, "noise": {"dist": "lognormal", "sigma": 0.1}},
-         {"name": "slow", "overhead_s": 0.005, "per_sample_s": 0.001}],
-        global_batch=128, steps_per_epoch=steps_per_epoch, epochs=epochs,
+        [
+            {
+                "name": "fast",
+                "count": 2,
+                "overhead_s": 0.005,
+                "per_sample_s": 0.0005,
+                "noise": {"dist": "lognormal", "sigma": 0.1},
+            },
+            {"name": "slow", "overhead_s": 0.005, "per_sample_s": 0.001},
+        ],
+        global_batch=128,
+        steps_per_epoch=steps_per_epoch,
+        epochs=epochs,
     )
     return {
         "name": "small",
@@ -59,7 +69,9 @@ def test_expansion_is_a_pure_deterministic_cartesian_product(tmp_path):
     assert cells == expand(load_sweep(write_sweep(tmp_path)))
     assert len(cells) == 2 * 2 * 3
     assert [c.index for c in cells] == list(range(12))
-    assert {(c.point, c.policy) for c in cells} == {((i, j), p) for i in range(2) for j in range(2) for p in spec.policies}
+    assert {(c.point, c.policy) for c in cells} == {
+        ((i, j), p) for i in range(2) for j in range(2) for p in spec.policies
+    }
     assert replication_seeds(spec) == replication_seeds(load_sweep(write_sweep(tmp_path)))
     assert len(set(replication_seeds(spec))) == 2
     # A named axis sets every path it lists; a plain one sets its own path.
@@ -108,8 +120,24 @@ def test_a_sweep_killed_mid_run_resumes_to_exactly_the_uninterrupted_result(tmp_
     expected = pd.read_parquet(only_run(full) / "results.parquet")
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "hetsim", "sweep", str(sweep), "--runs", str(killed), "--jobs", "2",
-                             "--engine", "simpy"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hetsim",
+            "sweep",
+            str(sweep),
+            "--runs",
+            str(killed),
+            "--jobs",
+            "2",
+            "--engine",
+            "simpy",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list(killed.glob("*/parts/*.parquet")):
         time.sleep(0.01)
@@ -133,13 +161,17 @@ def test_results_folder_has_every_file_and_plot_and_report_rerenders(tmp_path, c
     assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
     run = only_run(tmp_path / "runs")
     assert run.name == "0001_small"
-    assert {"sweep.toml", "meta.json", "results.parquet", "summary.csv", "traces.parquet"} <= {p.name for p in run.iterdir()}
+    assert {"sweep.toml", "meta.json", "results.parquet", "summary.csv", "traces.parquet"} <= {
+        p.name for p in run.iterdir()
+    }
     assert {p.name for p in (run / "plots").iterdir()} == PLOTS
     for png in (run / "plots").iterdir():
         image = imread(png)
         assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
     results = pd.read_parquet(run / "results.parquet")
-    assert {"workers.1.per_sample_s", "size", "policy", "replication", "seed", "mean_step_s", "utilization"} <= set(results.columns)
+    assert {"workers.1.per_sample_s", "size", "policy", "replication", "seed", "mean_step_s", "utilization"} <= set(
+        results.columns
+    )
     summary = pd.read_csv(run / "summary.csv")
     equal = summary[summary["policy"] == "equal"]
     assert (equal["speedup_vs_equal"] == 1.0).all()
@@ -199,8 +231,21 @@ def test_bad_sweeps_fail_with_one_line_and_leave_no_folder(change, message, tmp_
 
 def test_an_unreachable_scheduler_fails_cleanly_and_leaves_no_folder(tmp_path, capsys):
     sweep = write_sweep(tmp_path)
-    assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--scheduler", "tcp://127.0.0.1:9",
-                 "--connect-timeout-s", "0.5"]) == 2
+    assert (
+        main(
+            [
+                "sweep",
+                str(sweep),
+                "--runs",
+                str(tmp_path / "runs"),
+                "--scheduler",
+                "tcp://127.0.0.1:9",
+                "--connect-timeout-s",
+                "0.5",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("hetsim: error: --scheduler: cannot reach tcp://127.0.0.1:9") and err.count("\n") == 1
     assert not (tmp_path / "runs").exists()

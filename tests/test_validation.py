@@ -123,8 +123,12 @@ def test_injector_adds_delay_per_sample_and_slowdown_only_with_samples():
 
 
 def test_injector_random_delays_are_seeded_per_rank():
-    draws = lambda rank: [Injector.for_rank(rank, 2, 7, {0: "exponential:0.01", 1: "exponential:0.01"}, {}, {}).extra_s(1, 0)
-                          for _ in range(1)]
+    def draws(rank):
+        return [
+            Injector.for_rank(rank, 2, 7, {0: "exponential:0.01", 1: "exponential:0.01"}, {}, {}).extra_s(1, 0)
+            for _ in range(1)
+        ]
+
     assert draws(0) == draws(0)
     assert draws(0) != draws(1)
 
@@ -153,10 +157,22 @@ def test_step_rows_move_barrier_latency_to_comm_and_keep_wall_time():
 def test_run_writer_writes_the_trace_schema(tmp_path):
     writer = RunWriter(tmp_path, {"global_batch": 8})
     for step in range(3):
-        writer.add_steps(step_rows("equal", 0, step, 0.01 * step, (3, 5), [RankTiming(0.003, 0.002, 0.001),
-                                                                           RankTiming(0.005, 0.0, 0.001)]))
-    writer.add_epoch({"policy": "equal", "epoch": 0, "train_loss": 1.0, "test_loss": 1.1, "test_accuracy": 0.5,
-                      "elapsed_s": 0.03, "split": "3/5"})
+        writer.add_steps(
+            step_rows(
+                "equal", 0, step, 0.01 * step, (3, 5), [RankTiming(0.003, 0.002, 0.001), RankTiming(0.005, 0.0, 0.001)]
+            )
+        )
+    writer.add_epoch(
+        {
+            "policy": "equal",
+            "epoch": 0,
+            "train_loss": 1.0,
+            "test_loss": 1.1,
+            "test_accuracy": 0.5,
+            "elapsed_s": 0.03,
+            "split": "3/5",
+        }
+    )
     writer.flush()
     summary = writer.finish(["equal"])
     for frame in (pd.read_parquet(tmp_path / "trace.parquet"), pd.read_csv(tmp_path / "trace.csv")):
@@ -207,7 +223,7 @@ def test_bad_input_is_one_line_and_status_2(argv, field, capsys):
 
 def test_run_file_keys_are_checked(tmp_path, capsys):
     path = tmp_path / "run.toml"
-    path.write_text('epochs = 2\nspeed = 3\n')
+    path.write_text("epochs = 2\nspeed = 3\n")
     assert main(["run", str(path)]) == 2
     assert "speed" in capsys.readouterr().err
 
@@ -222,8 +238,10 @@ def test_run_file_and_options_combine(tmp_path):
     from validation.config import build_config
 
     path = tmp_path / "run.toml"
-    path.write_text('world_size = 3\nepochs = 2\ndevices = ["cpu", "cpu", "cpu"]\n[delay]\n1 = "exponential:0.003"\n'
-                    '[slowdown]\n2 = 1.5\n')
+    path.write_text(
+        'world_size = 3\nepochs = 2\ndevices = ["cpu", "cpu", "cpu"]\n[delay]\n1 = "exponential:0.003"\n'
+        "[slowdown]\n2 = 1.5\n"
+    )
     args = build_parser().parse_args(["run", str(path), "--epochs", "4", "--delay", "2=0.01", "--delay", "1=0"])
     config = build_config(args)
     assert (config.world_size, config.epochs) == (3, 4)

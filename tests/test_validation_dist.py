@@ -43,7 +43,8 @@ RANK_SCRIPT = textwrap.dedent(
             weights = gradient_weights(split, True)
             flat = combine(pack(model.parameters(), weights[rank], torch.device("cpu")), sum(weights))
             unpack(flat, model.parameters())
-            np.save(f"{out}/split{k}-rank{rank}.npy", torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy())
+            grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+            np.save(f"{out}/split{k}-rank{rank}.npy", grad.numpy())
     finally:
         dist.destroy_process_group()
     """
@@ -60,8 +61,12 @@ def test_weighted_allreduce_equals_the_gradient_over_the_union(tmp_path):
 
     port = free_port()
     arg = ";".join(",".join(map(str, s)) for s in SPLITS)
-    procs = [subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, arg, str(tmp_path)], env=rank_environment(r, 2, port), cwd=ROOT)
-             for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RANK_SCRIPT, arg, str(tmp_path)], env=rank_environment(r, 2, port), cwd=ROOT
+        )
+        for r in range(2)
+    ]
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
     torch.set_num_threads(1)
     data = load_digits_split(0, torch.device("cpu"))
@@ -76,8 +81,9 @@ def test_weighted_allreduce_equals_the_gradient_over_the_union(tmp_path):
 
 
 def _validation(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "validation", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "validation", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 def test_short_default_run_and_compare_complete(tmp_path, capsys):
@@ -121,8 +127,22 @@ def test_a_dead_rank_fails_the_run_fast_and_keeps_the_trace(tmp_path):
     # 3 warm-up + 6 probe steps, then equal: crash rank 1 in equal's second epoch. The process
     # group timeout is far longer than the run is allowed (the subprocess timeout), so the run
     # can only pass by noticing the dead peer, not by waiting out the timeout.
-    run = _validation("run", "--epochs", "3", "--policies", "equal", "--probe-repeats", "1", "--out", str(out),
-                      "--crash-at", "1=25", "--timeout-s", "900", timeout=120)
+    run = _validation(
+        "run",
+        "--epochs",
+        "3",
+        "--policies",
+        "equal",
+        "--probe-repeats",
+        "1",
+        "--out",
+        str(out),
+        "--crash-at",
+        "1=25",
+        "--timeout-s",
+        "900",
+        timeout=120,
+    )
     assert run.returncode != 0
     assert "rank 1: injected crash" in run.stderr
     assert "validation: error: rank 1 failed first" in run.stderr
@@ -139,8 +159,29 @@ def test_torchrun_entry(tmp_path):
         pytest.skip("torchrun not installed")
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "validation.train",
-                          "--epochs", "1", "--policies", "equal", "--probe-repeats", "1", "--out", str(out)],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    run = subprocess.run(
+        [
+            str(torchrun),
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "validation.train",
+            "--epochs",
+            "1",
+            "--policies",
+            "equal",
+            "--probe-repeats",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr
     assert json.loads((out / "meta.json").read_text())["status"] == "complete"

@@ -77,7 +77,9 @@ DELAYS = [
     {"dist": "shifted_exponential", "shift": 0.01, "mean": 0.02},
 ]
 POLICY_PARAMS = {
-    "adaptive": st.fixed_dictionaries({"resplit": st.sampled_from(["step", "epoch"]), "hysteresis": st.sampled_from([0.0, 0.01])}),
+    "adaptive": st.fixed_dictionaries(
+        {"resplit": st.sampled_from(["step", "epoch"]), "hysteresis": st.sampled_from([0.0, 0.01])}
+    ),
 }
 
 
@@ -98,9 +100,11 @@ def scenarios(draw):
             w["max_batch"] = draw(st.integers(8, 200))
         if draw(st.integers(0, 2)) == 0:
             shared = draw(st.booleans())
-            w["slowdown"] = {"every_s": 0.4 if shared else draw(st.floats(0.05, 2.0)),
-                             "duration_s": 0.2 if shared else draw(st.floats(0.01, 1.0)),
-                             "factor": draw(st.sampled_from([1.0, 1.5, 3.0]))}
+            w["slowdown"] = {
+                "every_s": 0.4 if shared else draw(st.floats(0.05, 2.0)),
+                "duration_s": 0.2 if shared else draw(st.floats(0.01, 1.0)),
+                "factor": draw(st.sampled_from([1.0, 1.5, 3.0])),
+            }
             if shared:
                 w["slowdown"]["group"] = "host"
         if draw(st.integers(0, 2)) == 0:
@@ -108,10 +112,24 @@ def scenarios(draw):
         workers.append(w)
     n = sum(w["count"] for w in workers)
     cap = sum(w.get("max_batch", 10**9) * w["count"] for w in workers)
-    network = draw(st.sampled_from([{"kind": "constant", "time_s": 0.0}, {"kind": "constant", "time_s": 0.005},
-                                    {"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 10}]))
-    raw = scenario_dict(workers, global_batch=draw(st.integers(n, min(cap, 400))), steps_per_epoch=draw(st.integers(1, 6)),
-                        epochs=draw(st.integers(1, 4)), network=network, seed=draw(st.integers(0, 2**16)), gradient_mb=1.0)
+    network = draw(
+        st.sampled_from(
+            [
+                {"kind": "constant", "time_s": 0.0},
+                {"kind": "constant", "time_s": 0.005},
+                {"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 10},
+            ]
+        )
+    )
+    raw = scenario_dict(
+        workers,
+        global_batch=draw(st.integers(n, min(cap, 400))),
+        steps_per_epoch=draw(st.integers(1, 6)),
+        epochs=draw(st.integers(1, 4)),
+        network=network,
+        seed=draw(st.integers(0, 2**16)),
+        gradient_mb=1.0,
+    )
     return build_scenario(raw)
 
 
@@ -141,7 +159,9 @@ def test_both_engines_give_the_same_trace_and_the_same_policy_calls(data):
 
 def test_ties_at_the_barrier_are_included_by_both_engines():
     # Identical deterministic workers finish together: everyone makes the barrier of ksync(1).
-    s = build_scenario(scenario_dict([{"count": 4, "overhead_s": 0.01, "per_sample_s": 0.001}], steps_per_epoch=3, epochs=2))
+    s = build_scenario(
+        scenario_dict([{"count": 4, "overhead_s": 0.01, "per_sample_s": 0.001}], steps_per_epoch=3, epochs=2)
+    )
     for engine in ("simpy", "vector"):
         trace = simulate(s, "ksync", params={"k": 1}, engine=engine)
         assert trace.included.all()
@@ -157,10 +177,21 @@ def test_builtin_scenarios_give_the_same_trace_under_every_barrier_policy(scenar
 
 def test_long_run_with_frequent_failures_and_shared_episodes():
     workers = [
-        {"count": 6, "overhead_s": 0.01, "per_sample_s": 0.001, "noise": {"dist": "lognormal", "sigma": 0.1},
-         "slowdown": {"every_s": 1.0, "duration_s": 0.5, "factor": 2.0, "group": "a"}, "failure": {"mtbf_s": 2.0, "repair_s": 0.3}},
-        {"count": 3, "overhead_s": 0.02, "per_sample_s": 0.002, "max_batch": 40,
-         "slowdown": {"every_s": 0.7, "duration_s": 0.2, "factor": 1.5}},
+        {
+            "count": 6,
+            "overhead_s": 0.01,
+            "per_sample_s": 0.001,
+            "noise": {"dist": "lognormal", "sigma": 0.1},
+            "slowdown": {"every_s": 1.0, "duration_s": 0.5, "factor": 2.0, "group": "a"},
+            "failure": {"mtbf_s": 2.0, "repair_s": 0.3},
+        },
+        {
+            "count": 3,
+            "overhead_s": 0.02,
+            "per_sample_s": 0.002,
+            "max_batch": 40,
+            "slowdown": {"every_s": 0.7, "duration_s": 0.2, "factor": 1.5},
+        },
     ]
     s = build_scenario(scenario_dict(workers, global_batch=180, steps_per_epoch=25, epochs=8))
     for name in BARRIER_POLICIES:
@@ -192,8 +223,13 @@ def test_sweep_files_take_an_engine_and_cells_give_the_same_rows_on_each():
     from hetsim.sweep import expand, run_cell
     from hetsim.sweepfile import load_sweep
 
-    raw = {"name": "t", "base": "workstation", "policies": ["dynamic", "async"], "replications": 2,
-           "grid": {"workload.epochs": [1]}}
+    raw = {
+        "name": "t",
+        "base": "workstation",
+        "policies": ["dynamic", "async"],
+        "replications": 2,
+        "grid": {"workload.epochs": [1]},
+    }
     assert load_sweep(raw).engine == "auto" and "engine" not in load_sweep(raw).to_dict()
     rows = {}
     for engine in engine_choices():
@@ -212,8 +248,22 @@ def test_cli_simulate_gives_the_same_summaries_on_either_engine(capsys):
 
     out = {}
     for engine in ("simpy", "vector"):
-        assert main(["simulate", "workstation", "--policy", "equal,dynamic,ksync", "--set", "workload.epochs=1",
-                     "--json", "--engine", engine]) == 0
+        assert (
+            main(
+                [
+                    "simulate",
+                    "workstation",
+                    "--policy",
+                    "equal,dynamic,ksync",
+                    "--set",
+                    "workload.epochs=1",
+                    "--json",
+                    "--engine",
+                    engine,
+                ]
+            )
+            == 0
+        )
         out[engine] = capsys.readouterr().out
     assert out["simpy"] == out["vector"]
 
@@ -223,10 +273,21 @@ def test_draws_fetched_in_small_chunks_give_the_same_trace(monkeypatch):
     import hetsim.engines.vector as vector
 
     workers = [
-        {"count": 3, "overhead_s": 0.01, "per_sample_s": 0.001, "noise": {"dist": "gamma", "shape": 4.0, "scale": 0.25},
-         "delay": {"dist": "exponential", "mean": 0.01}, "failure": {"mtbf_s": 1.0, "repair_s": 0.2}},
-        {"count": 2, "overhead_s": 0.02, "per_sample_s": 0.002, "noise": {"dist": "empirical", "samples": [0.9, 1.1]},
-         "slowdown": {"every_s": 0.5, "duration_s": 0.3, "factor": 2.0}},
+        {
+            "count": 3,
+            "overhead_s": 0.01,
+            "per_sample_s": 0.001,
+            "noise": {"dist": "gamma", "shape": 4.0, "scale": 0.25},
+            "delay": {"dist": "exponential", "mean": 0.01},
+            "failure": {"mtbf_s": 1.0, "repair_s": 0.2},
+        },
+        {
+            "count": 2,
+            "overhead_s": 0.02,
+            "per_sample_s": 0.002,
+            "noise": {"dist": "empirical", "samples": [0.9, 1.1]},
+            "slowdown": {"every_s": 0.5, "duration_s": 0.3, "factor": 2.0},
+        },
     ]
     s = build_scenario(scenario_dict(workers, global_batch=100, steps_per_epoch=7, epochs=5))
     expected = {name: simulate(s, name) for name in ("dynamic", "ksync", "adaptive")}
