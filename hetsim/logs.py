@@ -20,7 +20,7 @@ Most runs log no per-step values, so the import gives one row per worker per epo
 * ``local_batch``: ``max(floor(p_i * B), 1)``, the reference sampler's rounding of the shares.
   With ``dynamic_partition`` the shares are **a reconstruction**: the logs do not record them,
   so they are recomputed by replaying the DP rule ``p_i <- (p_i / t_i) / sum_j (p_j / t_j)``
-  (DESIGN.md) on the logged epoch means, from equal shares. Without it, the shares are 1/n.
+  (docs/architecture.md) on the logged epoch means, from equal shares. Without it, the shares are 1/n.
 
 Runs that also logged every step (``process_times`` and ``reduce_times``, the AWS runs) give
 one row per worker per step, ``comm_s`` the step's smallest ``reduce_times`` over ranks. The

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 BASELINE = "equal"  # the policy every speedup is measured against (``speedup_vs_equal``)
 
+
 @dataclass(frozen=True)
 class Summary:
     policy: str

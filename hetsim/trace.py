@@ -1,6 +1,6 @@
 """The Trace: one row per worker per step, the table every part of hetsim speaks.
 
-Columns (DESIGN.md): policy, epoch, step, worker, local_batch, start_s, compute_s, wait_s,
+Columns (docs/architecture.md): policy, epoch, step, worker, local_batch, start_s, compute_s, wait_s,
 comm_s, included; simulated traces add ``slowdown`` (the episode factor applied to that
 worker's compute; 1 outside episodes) and ``up`` (whether the worker was up at the step's
 start); a table without them reads as 1 and True. Engines fill a

@@ -3,7 +3,7 @@
 Each rank computes ``g_i``, the mean gradient over its ``b_i`` samples (zero when ``b_i = 0``),
 packs ``w_i * g_i`` of every parameter into one flat buffer, the buffers are summed with one
 all-reduce, and the sum is divided by ``W = sum_i w_i``. With ``w_i = b_i`` (the default, and
-the correct update of DESIGN.md) the result is ``sum_i (b_i / B) g_i``: exactly the mean
+the correct update of docs/architecture.md) the result is ``sum_i (b_i / B) g_i``: exactly the mean
 gradient over the union of the local batches, whatever the split. With ``w_i = 1`` for every
 rank that got samples it is the plain mean of the ranks' gradients, the paper's DP-SGD, which
 over-weights the samples of ranks with small shares whenever the split is uneven.

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hetsim.cli_common import OneLineParser, run_main
+from hetsim.cli_common import OneLineParser, run_main, text_table
 from hetsim.errors import ConfigError
 from validation.config import add_run_options, build_config
 
@@ -65,12 +65,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return 1
     summary = json.loads((out / "summary.json").read_text())
-    print(f"{'policy':<18} {'mean step':>10} {'total':>8} {'final split':>12} {'accuracy':>9}")
-    for s in summary["policies"]:
-        print(
-            f"{s['policy']:<18} {1e3 * s['mean_step_s']:>8.2f}ms {s['total_time_s']:>7.2f}s "
-            f"{'/'.join(map(str, s['final_batches'])):>12} {s['final_test_accuracy']:>9.3f}"
-        )
+    rows = [
+        [s["policy"], f"{1e3 * s['mean_step_s']:.2f}ms", f"{s['total_time_s']:.2f}s",
+         "/".join(map(str, s["final_batches"])), f"{s['final_test_accuracy']:.3f}"]
+        for s in summary["policies"]
+    ]  # fmt: skip
+    print(text_table(["policy", "mean step", "total", "final split", "accuracy"], rows))
     print(f"wrote {out} in {result.wall_s:.1f} s; compare with: python -m validation compare {out}")
     return 0
 

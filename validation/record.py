@@ -1,7 +1,7 @@
 """Rank 0's run folder: everything a run writes, each file replaced atomically.
 
     meta.json      the configuration, world, devices, backend, versions; ``status`` running/complete
-    trace.parquet  the trace (DESIGN.md schema, columns exactly ``hetsim.trace.COLUMNS``), one segment
+    trace.parquet  the trace (docs/architecture.md schema, columns exactly ``hetsim.trace.COLUMNS``), one segment
     trace.csv      per policy plus the calibration probe (``policy = "probe"``); ``step`` counts
                    from 0 in every segment and ``start_s`` is the segment's own elapsed step
                    time, as in a simulated run of that policy alone
