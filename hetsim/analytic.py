@@ -139,7 +139,7 @@ def predict(scenario: Scenario, policy: str | None = None, params: Mapping[str, 
     """
     name = scenario.policy.name if policy is None else policy
     kwargs = dict(scenario.policy.params) if name == scenario.policy.name else {}
-    obj = make_policy(name, {**kwargs, **dict(params or {})})
+    obj = make_policy(name, {**kwargs, **dict(params or {})}, n_workers=scenario.n_workers)
     _check_closed_form(scenario, obj)
     wl = scenario.workload
     obj.reset(scenario.n_workers, wl.global_batch, scenario.hints())

@@ -18,13 +18,14 @@ from typing import Any
 
 from hetsim.analytic import NoClosedForm, Prediction, predict
 from hetsim.calibrate import Calibration, calibrate, worker_table
-from hetsim.cli_common import add_scenario_options, check_seed, parse_policies, text_table
+from hetsim.cli_common import add_scenario_options, check_seed, parse_policies
 from hetsim.config import build_scenario, load_scenario
 from hetsim.errors import ConfigError
 from hetsim.files import atomic_write
 from hetsim.logs import import_run
 from hetsim.metrics import mean_ci, step_times
-from hetsim.policies import POLICIES, policy_class
+from hetsim.policies import policy_class
+from hetsim.report import resplits, text_table
 from hetsim.scenario import Scenario
 from hetsim.simulate import simulate
 from hetsim.trace import TRACE_FORMATS, read_trace_table, write_trace_table
@@ -236,7 +237,7 @@ def cmd_import_logs(args: argparse.Namespace) -> int:
         f"wrote {len(trace.step)} rows ({trace.n_workers} workers x {trace.n_steps} {rows_per}s, "
         f"policy {trace.policy}) to {args.out}"
     )
-    if trace.policy in POLICIES and POLICIES[trace.policy].resplits:
+    if resplits(trace.policy):
         print("local batches are a reconstruction: the DP rule replayed on the logged epoch means")
     return 0
 

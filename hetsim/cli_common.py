@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 from hetsim.errors import ConfigError
+from hetsim.params import Param
 from hetsim.policies import POLICIES, policy_class
 
 DEFAULT_SCENARIO = "workstation"
@@ -71,15 +72,5 @@ def parse_policies(value: object, option: str = "--policy", reserved: Mapping[st
 
 
 def check_seed(seed: int | None) -> None:
-    if seed is not None and seed < 0:
-        raise ConfigError("--seed", f"must be >= 0, got {seed}")
-
-
-def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: Collection[int] = (0,)) -> str:
-    """Columns padded to width, right-aligned but for the ``left`` ones, with a rule under the header."""
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-
-    def line(r: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+    if seed is not None:
+        Param("--seed", "integer", low=0).check(seed)

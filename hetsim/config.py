@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from hetsim.distributions import Distribution
 from hetsim.errors import ConfigError
 from hetsim.network import DEFAULT_KIND
-from hetsim.params import REQUIRED, Param, PlugIn, join, typename
+from hetsim.params import REQUIRED, FileName, Param, PlugIn, join, typename
 from hetsim.policies import policy_class
 from hetsim.registry import DISTRIBUTIONS, NETWORKS, Registry
 from hetsim.scenario import PolicySpec, Scenario, WorkerGroup, Workload
@@ -184,11 +184,10 @@ def make_plugin(
         raise ConfigError(join(path, key), "missing (required)")
     cls = registry.lookup(data.get(key, default), join(path, key))
     params: tuple[Param, ...] = getattr(cls, "params", ())
-    values = dict(Table(data, path, [key, *(p.name for p in params)]).data)
-    values.pop(key, None)
+    values = {k: v for k, v in data.items() if k != key}
     for p in params:
-        if p.kind == "path" and isinstance(values.get(p.name), str) and base_dir is not None:
-            values[p.name] = str(base_dir / values[p.name])  # an absolute name stays as it is
+        if p.kind == "path" and isinstance(values.get(p.name), str):
+            values[p.name] = FileName(values[p.name], base_dir)
     try:
         return cls(**values)
     except ConfigError as exc:

@@ -25,7 +25,7 @@ import numpy as np
 from scipy import stats
 
 from hetsim.errors import ConfigError
-from hetsim.params import FrozenPlugIn, Param
+from hetsim.params import FrozenPlugIn, Param, file_path
 from hetsim.registry import DISTRIBUTIONS
 
 
@@ -226,10 +226,17 @@ class Empirical(Distribution):
     _sorted: np.ndarray
 
     def validate(self) -> None:
-        if (self.samples is None) == (self.file is None):
+        if self.file is not None and self.samples is None:
+            values = _read_numbers(file_path(self.file))
+        elif self.samples is not None and self.file is None:
+            values = self.samples
+        else:
             raise ConfigError("", "empirical needs exactly one of 'samples' or 'file'")
-        values = self.samples if self.samples is not None else _read_numbers(Path(str(self.file)))
         object.__setattr__(self, "_sorted", np.sort(np.asarray(values, dtype=float)))
+
+    def _key(self) -> tuple[Any, ...]:
+        where = None if self.file is None else file_path(self.file).resolve()  # one name, two folders: two files
+        return (*super()._key(), where)
 
     def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
         idx = rng.integers(0, len(self._sorted), size)

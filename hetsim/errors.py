@@ -14,3 +14,6 @@ class ConfigError(ValueError):
         self.field = field
         self.problem = problem
         super().__init__(f"{field}: {problem}" if field else problem)
+
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str]]:
+        return ConfigError, (self.field, self.problem)  # so an error in a worker process reaches the parent

@@ -101,8 +101,13 @@ class RunLog:
         return np.stack([chunk.mean(axis=0) for chunk in np.array_split(steps, self.epochs)])
 
     @property
+    def dynamic_partition(self) -> bool:
+        """Whether the run re-split by the DP rule (the reference's ``dynamic_partition``)."""
+        return bool(self.config.get("dynamic_partition", False))
+
+    @property
     def policy(self) -> str:
-        if not self.config.get("dynamic_partition", False):
+        if not self.dynamic_partition:
             return "equal"
         return "dynamic-enhanced" if self.config.get("enhance", False) else "dynamic"
 
@@ -225,7 +230,7 @@ def import_run(run_dirs: str | Path | Sequence[str | Path] | RunLog) -> Trace:
     run = run_dirs if isinstance(run_dirs, RunLog) else read_run(run_dirs)
     means = run.epoch_means_s
     epochs, n = means.shape
-    shares = np.full((epochs, n), 1.0 / n) if run.policy == "equal" else replay_shares(means)
+    shares = replay_shares(means) if run.dynamic_partition else np.full((epochs, n), 1.0 / n)
     batches = reference_batches(shares, run.global_batch)
     spe = run.steps_per_epoch
     steps = run.step_compute_s

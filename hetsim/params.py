@@ -14,11 +14,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from hetsim.errors import ConfigError
 
-REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "REQUIRED"})()
+
+class _Required:
+    """The default of a parameter that has none."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED = _Required()
 KINDS = ("number", "integer", "string", "path", "choice", "numbers")
 
 
@@ -33,6 +42,28 @@ def typename(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     return f"{type(value).__name__} ({value!r})"
+
+
+class FileName(str):
+    """A file named in a scenario: it compares and prints as written, and :attr:`path` is where
+    it is read (a relative name from ``folder``, the scenario file's folder, when known)."""
+
+    folder: Path | None
+
+    def __new__(cls, name: str, folder: Path | None = None) -> FileName:
+        obj = super().__new__(cls, name)
+        obj.folder = folder
+        return obj
+
+    @property
+    def path(self) -> Path:
+        p = Path(str(self))
+        return p if self.folder is None or p.is_absolute() else self.folder / p
+
+
+def file_path(name: str) -> Path:
+    """Where a ``path`` parameter's file is read."""
+    return name.path if isinstance(name, FileName) else Path(name)
 
 
 def join(path: str, key: str | int) -> str:
@@ -57,7 +88,7 @@ class Param:
 
     name: str
     kind: str = "number"
-    default: Any = REQUIRED
+    default: object = REQUIRED
     low: float | str | None = None
     low_open: bool = False
     high: float | str | None = None

@@ -9,11 +9,10 @@ trace plots show (:func:`cell_plots`); :mod:`hetsim.plots` only draws it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from hetsim.cli_common import text_table
 from hetsim.errors import ConfigError
 from hetsim.files import write_json
 from hetsim.metrics import BASELINE, Summary, summarize
@@ -29,6 +28,16 @@ TRACES_FILE = "traces.parquet"  # replication 0 of the plotted cell, every polic
 
 
 # ----------------------------------------------------------------------------- simulate
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: Collection[int] = (0,)) -> str:
+    """Columns padded to width, right-aligned but for the ``left`` ones, with a rule under the header."""
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+
+    def line(r: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 def format_table(summaries: Sequence[Summary]) -> str:

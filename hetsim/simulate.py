@@ -30,5 +30,5 @@ def simulate(
     else:
         name, kwargs = policy, dict(params or {})
     check_engine(engine)
-    policy_obj = make_policy(name, kwargs)
+    policy_obj = make_policy(name, kwargs, n_workers=scenario.n_workers)
     return engine_for(engine, policy_obj).run(scenario, policy_obj, seed)

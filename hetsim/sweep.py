@@ -8,7 +8,6 @@ sweep killed at any moment loses at most the cells in flight.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -19,6 +18,7 @@ import numpy as np
 
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize
+from hetsim.params import Param
 from hetsim.simulate import simulate
 from hetsim.sweepfile import SweepSpec, grid_points, point_scenario
 
@@ -139,10 +139,8 @@ def make_executor(
     jobs: int, scheduler: str | None, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
 ) -> LocalExecutor | DaskExecutor:
     """Connect (or start) before anything is written, so an unreachable scheduler leaves no trace."""
-    if jobs < 1:
-        raise ConfigError("--jobs", f"must be >= 1, got {jobs}")
-    if not 0 < connect_timeout_s < math.inf:
-        raise ConfigError("--connect-timeout-s", f"must be a finite number > 0, got {connect_timeout_s:g}")
+    Param("--jobs", "integer", low=1).check(jobs)
+    Param("--connect-timeout-s", low=0.0, low_open=True).check(connect_timeout_s)
     return LocalExecutor(jobs) if scheduler is None else DaskExecutor(scheduler, jobs, connect_timeout_s)
 
 

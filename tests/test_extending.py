@@ -126,10 +126,15 @@ def test_a_new_policy_checks_its_parameters_like_the_builtins(registered, tmp_pa
     assert capsys.readouterr().err == "hetsim: error: policy.first: must be in [0, 1], got 2\n"
 
 
-def test_a_new_distribution_is_usable_from_a_scenario_file_with_an_exact_prediction(registered, tmp_path, capsys):
+def test_a_new_distribution_runs_through_simulate_analyze_sweep_and_the_plots(registered, tmp_path, capsys):
     delay = {"dist": "two-point", "fast_s": 0.0, "slow_s": 0.1, "p_slow": 0.5}
     workers = [{"per_sample_s": 0.001, "delay": delay, "count": 2}]
     scenario = write(tmp_path / "delays.toml", scenario_dict(workers, global_batch=100, steps_per_epoch=200, epochs=2))
+    assert main(["simulate", str(scenario), "--policy", "equal", "--json"]) == 0
+    (summary,) = json.loads(capsys.readouterr().out)
+    delay_part = summary["mean_step_s"] - 0.05  # the larger delay: 0.1 s unless both are fast (p = 0.25)
+    assert abs(delay_part - 0.075) < 0.0065  # 400 steps: within 3 standard errors of 0.0022 s
+
     assert main(["analyze", str(scenario), "--policy", "equal", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     # 50 samples at 1 ms, plus the larger of two independent delays: 0.1 s unless both are fast.
@@ -138,6 +143,13 @@ def test_a_new_distribution_is_usable_from_a_scenario_file_with_an_exact_predict
     loaded = load_scenario(str(scenario))
     assert loaded.workers[0].delay == TwoPoint(0.0, 0.1, 0.5)
     assert load_scenario(loaded.to_dict()) == loaded
+
+    sweep = write(tmp_path / "sweep.toml", {"name": "delays", "base": "delays.toml", "policies": ["equal", "dynamic"],
+                                            "grid": {"workers.0.delay.p_slow": [0.5]}})  # fmt: skip
+    assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
+    assert "| 0.5 | 1.000 |" in capsys.readouterr().out
+    (run,) = (tmp_path / "runs").iterdir()
+    assert {"gantt.png", "split.png", "step_cdf.png", "utilization.png"} <= {p.name for p in (run / "plots").iterdir()}
 
     bad = write(tmp_path / "bad.toml", scenario_dict([{"per_sample_s": 0.001, "delay": {**delay, "slow_s": 0.0}}]))
     assert main(["simulate", str(bad)]) == 2
@@ -195,6 +207,7 @@ BAD = [
         "workers.0.delay",
         "samples: value 1 must be a non-negative number, got -0.2",
     ),
+    (DISTRIBUTIONS, "constant", {"value": 1.0, "foo": 2}, "workers.0.delay", "foo: unknown parameter (known: value)"),
     (NETWORKS, "ring", {"bandwidth_gbps": 0.0}, "network", "bandwidth_gbps: must be > 0, got 0"),
     (NETWORKS, "constant", {"time_s": "fast"}, "network", "time_s: must be a number, got a string ('fast')"),
     (POLICIES, "adaptive", {"forgetting": 1.5}, "policy", "forgetting: must be in (0, 1], got 1.5"),

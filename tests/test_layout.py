@@ -44,3 +44,45 @@ def test_layers_point_one_way():
         assert not imported_modules(path) & {"torch", "validation"}, path
     for path in (ROOT / "hetsim" / "engines").rglob("*.py"):
         assert not imported_modules(path) & {"pandas", "matplotlib", "argparse"}, path
+
+
+# Each hetsim module's layer; a module imports only from its own layer or below (imports under
+# ``if TYPE_CHECKING:`` are for annotations and do not count).
+LAYERS = [
+    {"errors", "params", "registry", "files", "scenarios", "sweeps"},  # (the last two: data packages)
+    {"distributions", "network", "workers", "partition", "policies", "orderstats", "trace"},
+    {"scenario", "config"},
+    {"engines", "simulate", "analytic", "metrics", "calibrate", "logs"},
+    {"sweepfile", "sweep", "results"},
+    {"plots", "report"},
+    {"cli", "cli_analysis", "cli_common", "__main__", "__init__"},
+]
+LAYER = {name: rank for rank, names in enumerate(LAYERS) for name in names}
+
+
+def runtime_hetsim_imports(path: Path) -> set[str]:
+    """The hetsim modules (first component under hetsim) ``path`` imports outside TYPE_CHECKING blocks."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for inner in ast.walk(node)
+    }
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("hetsim."):
+            names.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            names.update(a.name.split(".")[1] for a in node.names if a.name.startswith("hetsim."))
+    return names
+
+
+def test_every_hetsim_module_imports_only_from_its_layer_or_below():
+    for path in (ROOT / "hetsim").rglob("*.py"):
+        parts = path.relative_to(ROOT / "hetsim").with_suffix("").parts
+        own = LAYER[parts[0]]
+        above = {m for m in runtime_hetsim_imports(path) if LAYER[m] > own and m != parts[0]}
+        assert not above, f"{path.relative_to(ROOT)} imports {sorted(above)} from a higher layer"

@@ -163,7 +163,7 @@ def test_run_writer_writes_the_trace_schema(tmp_path):
             )
         )
     writer.add_epoch(
-        {
+        lambda: {
             "policy": "equal",
             "epoch": 0,
             "train_loss": 1.0,

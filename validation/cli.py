@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hetsim.cli_common import OneLineParser, run_main, text_table
+from hetsim.cli_common import OneLineParser, run_main
 from hetsim.errors import ConfigError
+from hetsim.params import Param
+from hetsim.report import text_table
 from validation.config import add_run_options, build_config
 
 
@@ -92,8 +93,8 @@ def check_local_devices(devices: Sequence[str]) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from validation.compare import compare_run, format_table, load_run, worst_error
 
-    if args.tolerance is not None and not (math.isfinite(args.tolerance) and args.tolerance >= 0):
-        raise ConfigError("--tolerance", f"must be a number >= 0, got {args.tolerance}")
+    if args.tolerance is not None:
+        Param("--tolerance", low=0.0).check(args.tolerance)
     run = load_run(args.run_dir)
     comparisons, calibration = compare_run(run, args.calibrate_on)
     if args.json:

@@ -20,10 +20,10 @@ from typing import Any
 import pandas as pd
 
 from hetsim.calibrate import Calibration, calibrate
-from hetsim.cli_common import text_table
 from hetsim.config import load_scenario
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize
+from hetsim.report import text_table
 from hetsim.simulate import simulate
 from hetsim.trace import COLUMNS, Trace, read_trace_table
 

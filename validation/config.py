@@ -249,9 +249,10 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
     combine = str(pick("combine", args.combine))
     if combine not in COMBINE_MODES:
         raise ConfigError("--combine", f"unknown mode {combine!r} (known: {', '.join(COMBINE_MODES)})")
-    fractions = tuple(_number(f, "probe_fractions") for f in raw.get("probe_fractions", base.probe_fractions))
-    if not fractions or any(f <= 0 or f > 1 for f in fractions):
-        raise ConfigError("probe_fractions", "must be fractions of the global batch in (0, 1]")
+    fraction = Param("probe_fractions", low=0.0, low_open=True, high=1.0, doc="a fraction of the global batch")
+    fractions = tuple(float(fraction.check(f)) for f in raw.get("probe_fractions", base.probe_fractions))
+    if not fractions:
+        raise ConfigError("probe_fractions", "needs at least one fraction of the global batch")
     return replace(
         base,
         world_size=world_size,

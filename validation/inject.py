@@ -14,15 +14,15 @@ own generator, ``SeedSequence(seed).spawn(world_size)[rank]``, one draw per work
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from hetsim.config import make_distribution
+from hetsim.config import make_distribution, parse_value
 from hetsim.distributions import Constant, Distribution
 from hetsim.errors import ConfigError
+from hetsim.params import Param
 from hetsim.registry import DISTRIBUTIONS
 
 
@@ -33,17 +33,11 @@ def parse_delay_spec(text: str, option: str = "--delay") -> Distribution:
     text = str(text).strip()
     name, sep, args = text.partition(":")
     if not sep:
-        try:
-            value = float(text)
-        except ValueError:
-            raise ConfigError(option, f"expected seconds or NAME:PARAMS, got {text!r}") from None
-        if not math.isfinite(value) or value < 0:
-            raise ConfigError(option, f"a delay must be finite and >= 0, got {text!r}")
-        return Constant(value)
-    try:
-        values = [float(a) for a in args.split(",") if a.strip()]
-    except ValueError:
-        raise ConfigError(option, f"parameters must be numbers, got {args!r}") from None
+        value = parse_value(text)
+        if isinstance(value, str):
+            raise ConfigError(option, f"expected seconds or NAME:PARAMS, got {text!r}")
+        return Constant(Param(option, low=0.0).check(value))
+    values = [parse_value(a.strip()) for a in args.split(",") if a.strip()]  # TOML values: 2, 0.01, "x"
     cls = DISTRIBUTIONS.lookup(name, option)
     params = [p for p in cls.params if p.kind != "path"]
     if params and params[0].kind == "numbers":

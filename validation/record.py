@@ -14,7 +14,7 @@ that dies keeps everything up to its last finished epoch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,8 +80,10 @@ class RunWriter:
     def add_steps(self, rows: Sequence[dict[str, Any]]) -> None:
         self.rows.extend(rows)
 
-    def add_epoch(self, row: dict[str, Any]) -> None:
-        self.epochs.append({c: row[c] for c in EPOCH_COLUMNS})
+    def add_epoch(self, row: Callable[[], dict[str, Any]]) -> None:
+        """Add the epoch's row, made by ``row()`` (which evaluates the model: only this writer calls it)."""
+        values = row()
+        self.epochs.append({c: values[c] for c in EPOCH_COLUMNS})
 
     def trace_frame(self) -> pd.DataFrame:
         frame = pd.DataFrame(self.rows, columns=list(COLUMNS))
@@ -123,8 +125,8 @@ class NullWriter:
     def add_steps(self, rows: Sequence[dict[str, Any]]) -> None:
         """The rows are dropped."""
 
-    def add_epoch(self, row: dict[str, Any]) -> None:
-        """The row is dropped."""
+    def add_epoch(self, row: Callable[[], dict[str, Any]]) -> None:
+        """The row is never made (so the model is not evaluated)."""
 
     def trace_frame(self) -> pd.DataFrame:
         """An empty trace with the trace's columns."""

@@ -23,9 +23,9 @@ device on GPU):
 
 so ``compute_s + wait_s + comm_s`` is the step's wall time. Rank 0 feeds the compute times to
 ``policy.observe`` before the next split. At the end of each epoch the ranks' times are
-gathered to every rank and every rank evaluates its (identical) model on the held-out split;
-rank 0's writer keeps the rows and rewrites the run folder, the others' writers drop them. None
-of that is inside a step's time. ``start_s`` is the segment's own elapsed step time (the sum of
+gathered to every rank; rank 0's writer evaluates the model on the held-out split, keeps the
+rows and rewrites the run folder, the others' writers drop them. None of that is inside a
+step's time. ``start_s`` is the segment's own elapsed step time (the sum of
 its earlier steps), as in a simulated run of that policy alone.
 """
 
@@ -285,9 +285,10 @@ class RankTrainer:
         """One epoch of ``seg``'s policy, then the held-out evaluation and the epoch's row."""
         perm = epoch_permutation(self.config.seed, epoch, self.data.n_train)
         results = self.run_block(seg, epoch, self.steps_per_epoch, lambda k: (perm, k))
-        test_loss, accuracy = evaluate(seg.model, self.data)
-        self.writer.add_epoch(
-            {
+
+        def row() -> dict[str, Any]:
+            test_loss, accuracy = evaluate(seg.model, self.data)
+            return {
                 "policy": seg.name,
                 "epoch": epoch,
                 "train_loss": float(np.mean([r.loss for r in results])),
@@ -296,7 +297,8 @@ class RankTrainer:
                 "elapsed_s": seg.elapsed_s,
                 "split": "/".join(str(b) for b in results[-1].split),
             }
-        )
+
+        self.writer.add_epoch(row)  # rank 0's writer evaluates the model; the others' never call row
         self.writer.flush()
         self.sync_ranks()
 

@@ -24,8 +24,8 @@ def engine_choices() -> tuple[str, ...]:
 
 def check_engine(name: object, field: str = "engine") -> str:
     """``name`` if it is a registered engine or ``auto``; else ConfigError on ``field``."""
-    if name != AUTO:
-        ENGINES.lookup(name, field)
+    if name != AUTO and (not isinstance(name, str) or name not in ENGINES):
+        raise ConfigError(field, f"unknown engine {name!r} (known: {', '.join(engine_choices())})")
     return str(name)
 
 

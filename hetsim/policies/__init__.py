@@ -26,12 +26,18 @@ def policy_class(name: Any, field: str = "policy.name") -> type[Policy]:
     return POLICIES.lookup(name, field)
 
 
-def make_policy(name: str, params: Mapping[str, Any] | None = None, field: str = "policy") -> Policy:
-    """A fresh policy object; an unknown name or a bad parameter raises :class:`ConfigError`
-    on the parameter's path under ``field`` (``policy.forgetting``)."""
+def make_policy(
+    name: str, params: Mapping[str, Any] | None = None, field: str = "policy", n_workers: int | None = None
+) -> Policy:
+    """A fresh policy object; an unknown name or a bad parameter (also, given ``n_workers``, one
+    that does not fit the cluster) raises :class:`ConfigError` on the parameter's path under
+    ``field`` (``policy.forgetting``)."""
     cls = policy_class(name, join(field, "name"))
     try:
-        return cls(**dict(params or {}))
+        policy = cls(**dict(params or {}))
+        if n_workers is not None:
+            policy.check_cluster(n_workers)
+        return policy
     except ConfigError as exc:
         raise ConfigError(join(field, exc.field), exc.problem) from None
 

@@ -14,9 +14,11 @@ water-filling optimum of the fitted costs with ``max_batch`` caps, recomputed ev
 every epoch (``resplit``), and adopted only when it is predicted to be at least
 ``hysteresis`` faster than the current one, so noise does not make it oscillate. Unlike the
 1/t rule it models per-step fixed costs, so it gets near the optimum in a few re-splits
-instead of creeping towards it; the hysteresis is also how near: a split within
-``hysteresis`` of the optimum is kept, so with the default 1% it may stop up to 1% short of
-it (0.98% on deterministic workers).
+instead of creeping towards it. It does not land on it: a split predicted within
+``hysteresis`` of the optimum of the *fitted* costs is kept, so with the default 1% it may stop
+up to 1% short of that (0.98% measured on deterministic workers), and while a worker's slope is
+not yet identified (its batch has hardly moved) the fitted optimum itself can differ from the
+true one by more.
 """
 
 from __future__ import annotations

@@ -7,17 +7,18 @@ A policy owns the split of the global batch. The caller drives it with three hoo
   summing exactly to ``global_batch``);
 * ``observe(record)`` after every step, with the measured per-worker compute times.
 
-Subclasses implement ``split(info)``; ``partition`` adds the one shared failure rule: a policy
-that ``excludes_failed`` moves the work of workers that are down (``info.available``) to the
-others, while the rest (plain synchronous SGD) keep them in the split and so stall until they
-are repaired. ``wait_for()`` says how many gradients a step waits for (all, for barrier
-policies; fewer for backup and K-sync). ``synchronous = False`` marks a policy without a
-barrier (async). ``weighted_gradients`` tells a real trainer to combine gradients as
-``sum_i (b_i/B) g_i``; the simulator's timing does not depend on it.
+The base class keeps the split (set at ``reset`` from :meth:`Policy.initial_split`, the equal
+split unless a subclass overrides it; a re-splitting policy changes it as it observes), and
+``partition`` adds the one shared failure rule: a policy that ``excludes_failed`` moves the
+work of workers that are down (``info.available``) to the others, while the rest (plain
+synchronous SGD) keep them in the split and so stall until they are repaired. ``wait_for()``
+says how many gradients a step waits for (all, for barrier policies; fewer for backup and
+K-sync). ``synchronous = False`` marks a policy without a barrier (async).
+``weighted_gradients`` tells a real trainer to combine gradients as ``sum_i (b_i/B) g_i``; the
+simulator's timing does not depend on it.
 
-A new policy subclasses :class:`Policy` and registers with ``hetsim.registry.POLICIES``
-; simulate, analyze, sweep and the plots then find it by name and ask its
-traits.
+A new policy subclasses :class:`Policy` and registers with ``hetsim.registry.POLICIES``;
+simulate, analyze, sweep and the plots then find it by name and ask its traits.
 """
 
 from __future__ import annotations
@@ -110,7 +111,12 @@ class Policy(PlugIn):
             raise ValueError(f"{len(self.hints)} hints for {n_workers} workers")
         if self.needs_costs and any(h.fixed_s is None or h.per_sample_s is None for h in self.hints):
             raise ValueError(f"policy {self.name!r} needs every worker's expected costs")
+        self.check_cluster(n_workers)
         self._batches = self.initial_split()
+
+    def check_cluster(self, n_workers: int) -> None:
+        """Check the parameters against the cluster's size; raise ConfigError on the parameter's
+        name (``make_policy(..., n_workers=n)`` adds the path, as for every parameter)."""
 
     def initial_split(self) -> tuple[int, ...]:
         """The split of the first step: equal shares, capped workers' excess spread evenly."""

@@ -30,7 +30,6 @@ class Dynamic(Policy):
         self._seen_batches: tuple[int, ...] | None = None
         self._worked = np.zeros(n_workers, dtype=bool)
         self._run = 0  # steps observed since the split last changed
-        self.history: list[tuple[int, ...]] = [self._batches]
 
     def shares(self) -> np.ndarray:
         return self._shares.copy()
@@ -86,7 +85,6 @@ class Dynamic(Policy):
             self._speed[never] = self._speed[~never].mean()
         self._shares = self._speed / self._speed.sum()
         self._batches = split_by_shares(self._shares, self.global_batch, self.caps)
-        self.history.append(self._batches)
         self._sum_s[:] = 0.0
         self._steps[:] = 0
 

@@ -11,23 +11,14 @@ done and starts again; the engines run it on their own loop (``synchronous = Fal
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from hetsim.errors import ConfigError
 from hetsim.params import Param
-from hetsim.policies.base import UNTIL_THE_END, Policy, StepInfo, WorkerHint
+from hetsim.policies.base import UNTIL_THE_END, Policy, StepInfo
 
 
 class _FirstK(Policy):
     excludes_failed = False
     closed_form = True
-
-    def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
-        super().reset(n_workers, global_batch, hints)
-        self._check(n_workers)
-
-    def _check(self, n_workers: int) -> None:
-        raise NotImplementedError
 
     def steady_steps(self, info: StepInfo) -> int:
         return UNTIL_THE_END
@@ -38,10 +29,10 @@ class Backup(_FirstK):
     params = (Param("backups", "integer", default=1, low=0, doc="gradients not waited for (k = n - backups)"),)
     backups: int
 
-    def _check(self, n_workers: int) -> None:
+    def check_cluster(self, n_workers: int) -> None:
         if self.backups >= n_workers:
             raise ConfigError(
-                "policy.backups", f"must be smaller than the number of workers ({n_workers}), got {self.backups}"
+                "backups", f"must be smaller than the number of workers ({n_workers}), got {self.backups}"
             )
 
     def wait_for(self) -> int:
@@ -53,9 +44,9 @@ class KSync(_FirstK):
     params = (Param("k", "integer", default=None, low=1, doc="gradients waited for (default n - 1)"),)
     k: int | None
 
-    def _check(self, n_workers: int) -> None:
+    def check_cluster(self, n_workers: int) -> None:
         if self.k is not None and self.k > n_workers:
-            raise ConfigError("policy.k", f"must be at most the number of workers ({n_workers}), got {self.k}")
+            raise ConfigError("k", f"must be at most the number of workers ({n_workers}), got {self.k}")
 
     def wait_for(self) -> int:
         return max(1, self.n_workers - 1) if self.k is None else self.k
