@@ -17,12 +17,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hetsim.costs import CostModel
 from hetsim.distributions import Distribution
 from hetsim.errors import ConfigError
 from hetsim.network import DEFAULT_KIND
 from hetsim.params import REQUIRED, FileName, Param, PlugIn, join, typename
 from hetsim.policies import policy_class
-from hetsim.registry import DISTRIBUTIONS, NETWORKS, Registry
+from hetsim.registry import COSTS, DISTRIBUTIONS, NETWORKS, Registry
 from hetsim.scenario import PolicySpec, Scenario, WorkerGroup, Workload
 from hetsim.workers import Failure, Slowdown, WorkerSpec
 
@@ -201,11 +202,10 @@ def make_distribution(data: Any, path: str, base_dir: Path | None = None) -> Dis
 WORKER_PARAMS = (
     Param("name", "string", default=None, doc="the worker's name (default w<index>)"),
     Param("count", "integer", default=1, low=1, doc="identical workers this entry stands for"),
-    Param("overhead_s", default=0.0, low=0.0, doc="fixed cost of a step with samples"),
-    Param("per_sample_s", low=0.0, low_open=True, doc="cost of one sample"),
     Param("max_batch", "integer", default=None, low=1, doc="the most samples the worker can take"),
 )
-WORKER_TABLES = ("noise", "delay", "slowdown", "failure")
+AFFINE_KEYS = ("overhead_s", "per_sample_s")  # a worker's shorthand for cost = { model = "affine", ... }
+WORKER_TABLES = ("cost", "noise", "delay", "slowdown", "failure")
 WORKLOAD_PARAMS = (
     Param("global_batch", "integer", low=1, doc="samples per step, over all workers"),
     Param("dataset_size", "integer", low=1, doc="samples per epoch"),
@@ -216,22 +216,33 @@ WORKLOAD_PARAMS = (
 
 def make_worker_group(data: Any, index: int, base_dir: Path | None) -> WorkerGroup:
     path = f"workers.{index}"
-    t = Table(data, path, [*(p.name for p in WORKER_PARAMS), *WORKER_TABLES])
+    t = Table(data, path, [*(p.name for p in WORKER_PARAMS), *AFFINE_KEYS, *WORKER_TABLES])
     values = t.read(WORKER_PARAMS)
+    cost = _make_cost(t, base_dir)
     noise = make_distribution(t.raw("noise", {"dist": "constant", "value": 1.0}), f"{path}.noise", base_dir)
     if not math.isclose(noise.mean(), 1.0, rel_tol=1e-6):
         raise ConfigError(f"{path}.noise", f"a noise factor must have mean 1, this one has mean {noise.mean():g}")
     spec = WorkerSpec(
         name=values["name"] if values["name"] is not None else f"w{index}",
-        overhead_s=values["overhead_s"],
-        per_sample_s=values["per_sample_s"],
+        cost=cost,
         noise=noise,
         delay=make_distribution(t.raw("delay", {"dist": "constant", "value": 0.0}), f"{path}.delay", base_dir),
-        max_batch=values["max_batch"],
+        max_batch=values["max_batch"] if values["max_batch"] is not None else cost.max_batch(),
         slowdown=_make_value(Slowdown, t.raw("slowdown"), f"{path}.slowdown") if t.has("slowdown") else None,
         failure=_make_value(Failure, t.raw("failure"), f"{path}.failure") if t.has("failure") else None,
     )
     return WorkerGroup(spec, values["count"])
+
+
+def _make_cost(t: Table, base_dir: Path | None) -> CostModel:
+    """The worker's ``cost`` table, or its ``overhead_s``/``per_sample_s`` (an affine cost)."""
+    shorthand = {k: t.data[k] for k in AFFINE_KEYS if t.has(k)}
+    if t.has("cost"):
+        if shorthand:
+            key = next(iter(shorthand))
+            raise ConfigError(join(t.path, key), "give either a cost table or overhead_s/per_sample_s")
+        return make_plugin(COSTS, t.raw("cost"), join(t.path, "cost"), "model", base_dir)
+    return make_plugin(COSTS, {"model": "affine", **shorthand}, t.path, "model")
 
 
 def _make_value(cls: type[V], data: Any, path: str) -> V:

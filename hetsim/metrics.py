@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
-from hetsim.partition import max_time, water_fill
+from hetsim.partition import expected_max, min_max_split
+from hetsim.policies.base import WorkerHint
 from hetsim.trace import Trace
-from hetsim.workers import WorkerSpec
 
 if TYPE_CHECKING:
     from hetsim.scenario import Scenario
@@ -126,7 +126,7 @@ def summarize(trace: Trace, scenario: Scenario | None = None) -> Summary:
         split_changes=split_changes(trace),
         recovery_steps=None
         if scenario is None or not trace.synchronous
-        else recovery_steps(trace, scenario.workers, scenario.workload.global_batch),
+        else recovery_steps(trace, scenario.hints(), scenario.workload.global_batch),
     )
 
 
@@ -137,9 +137,7 @@ def split_changes(trace: Trace) -> float:
     return float(moved.mean())
 
 
-def recovery_steps(
-    trace: Trace, workers: Sequence[WorkerSpec], global_batch: int, within: float = 0.05
-) -> float | None:
+def recovery_steps(trace: Trace, hints: Sequence[WorkerHint], global_batch: int, within: float = 0.05) -> float | None:
     factors = trace.per_step("slowdown")
     batches = trace.per_step("local_batch")
     up = trace.per_step("up")
@@ -148,15 +146,14 @@ def recovery_steps(
         return None
     recovered = []
     for k in onsets:
-        a = [w.overhead_s * w.noise.mean() * f + w.delay.mean() for w, f in zip(workers, factors[k])]
-        c = [w.per_sample_s * w.noise.mean() * f for w, f in zip(workers, factors[k])]
-        caps = [w.cap if u else 0 for w, u in zip(workers, up[k])]
+        slowed = [replace(h, noise_mean=h.noise_mean * f) for h, f in zip(hints, factors[k])]  # the episode's speeds
+        caps = [h.max_batch if u else 0 for h, u in zip(hints, up[k])]
         if sum(caps) < global_batch:
             continue
-        best = max_time(a, c, water_fill(a, c, global_batch, caps))
+        best = expected_max(slowed, min_max_split(slowed, global_batch, caps))
         j = k
         while j < len(factors) and np.array_equal(factors[j], factors[k]) and np.array_equal(up[j], up[k]):
-            if max_time(a, c, batches[j]) <= (1 + within) * best:
+            if expected_max(slowed, batches[j]) <= (1 + within) * best:
                 break
             j += 1
         recovered.append(j - k)

@@ -2,7 +2,7 @@
 :mod:`hetsim.analytic`'s predictions, with no knowledge of policies.
 
 * :class:`ComputeTime`, the distribution of one worker's step time
-  ``(overhead + per_sample * b) * noise + delay``: an exact shift when the delay is constant,
+  ``cost(b) * noise + delay``: an exact shift when the delay is constant,
   a numerical convolution (Stieltjes sum over the noise's CDF) when both are random;
 * :func:`expected_max` (``int_0^inf 1 - prod_i F_i(t) dt``), :func:`expected_kth` (the k-th
   smallest, through the Poisson-binomial count of finished workers) and the exact
@@ -55,7 +55,7 @@ def quantile(dist: TimeDistribution, q: float) -> float:
 
 class ComputeTime:
     """One worker's compute time for a positive local batch: ``scale * noise + delay`` with
-    ``scale = overhead_s + per_sample_s * b``.
+    ``scale = cost(b)``, the worker's cost model at ``b``.
 
     Exact when either part is constant (a shift or a scaling of the other's CDF) or discrete
     (a finite mixture of those). When both are continuous the CDF is the convolution
@@ -75,7 +75,7 @@ class ComputeTime:
 
     @classmethod
     def of(cls, spec: WorkerSpec, local_batch: float) -> ComputeTime:
-        return cls(spec.overhead_s + spec.per_sample_s * local_batch, spec.noise, spec.delay)
+        return cls(float(spec.cost.time_s(local_batch)), spec.noise, spec.delay)
 
     def mean(self) -> float:
         return self.scale_s * self.noise.mean() + self.delay.mean()

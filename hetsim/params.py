@@ -28,7 +28,7 @@ class _Required:
 
 
 REQUIRED = _Required()
-KINDS = ("number", "integer", "string", "path", "choice", "numbers")
+KINDS = ("number", "integer", "string", "path", "choice", "numbers", "points")
 
 
 def typename(value: Any) -> str:
@@ -78,8 +78,9 @@ def join(path: str, key: str | int) -> str:
 class Param:
     """One parameter. ``kind`` is ``number`` (a finite float), ``integer``, ``string``, ``path``
     (a string naming a file: the config factory reads a relative one from the scenario file's
-    folder), ``choice`` (one of ``choices``) or ``numbers`` (a non-empty list of non-negative numbers,
-    kept as a tuple). ``low``/``high`` bound a number or integer, inclusive unless
+    folder), ``choice`` (one of ``choices``), ``numbers`` (a non-empty list of non-negative
+    numbers, kept as a tuple) or ``points`` (a list of ``[x, y]`` pairs of non-negative
+    numbers). ``low``/``high`` bound a number or integer, inclusive unless
     ``low_open``/``high_open``; a bound may name another parameter declared before this one
     (``Param("high", low="low", low_open=True)``). ``default`` is :data:`REQUIRED` for a
     required parameter; a default of None makes the parameter optional (None stays None).
@@ -129,6 +130,8 @@ class Param:
             return value
         if self.kind == "numbers":
             return self._numbers(value)
+        if self.kind == "points":
+            return self._points(value)
         return self._bounded(self._scalar(value), others or {})
 
     def _scalar(self, value: Any) -> float | int:
@@ -155,6 +158,15 @@ class Param:
         if too_low:
             raise ConfigError(self.name, f"must be {'>' if self.low_open else '>='} {low:g}, got {value:g}")
         raise ConfigError(self.name, f"must be {'<' if self.high_open else '<='} {high:g}, got {value:g}")
+
+    def _points(self, value: Any) -> tuple[tuple[float, float], ...]:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, (list, tuple)) and len(v) == 2 for v in value):
+            raise ConfigError(self.name, f"must be a list of [x, y] pairs, got {typename(value)}")
+        for i, pair in enumerate(value):
+            for v in pair:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                    raise ConfigError(self.name, f"point {i} must be two non-negative numbers, got {list(pair)!r}")
+        return tuple((float(x), float(y)) for x, y in value)
 
     def _numbers(self, value: Any) -> tuple[float, ...]:
         if not isinstance(value, (list, tuple)):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -123,3 +124,66 @@ def water_fill(fixed_s: Numbers, per_sample_s: Numbers, total: int, caps: Number
 def max_time(fixed_s: Numbers, per_sample_s: Numbers, batches: Numbers) -> float:
     """max over workers with samples of a_i + c_i b_i (the deterministic step's compute phase)."""
     return max((a + c * b for a, c, b in zip(fixed_s, per_sample_s, batches) if b > 0), default=0.0)
+
+
+class Curve(Protocol):
+    """A worker's expected compute time: non-decreasing ``expected_s(b)`` for ``b >= 1``, its
+    continuous inverse ``batch_within(t)``, and ``affine()`` when it is ``fixed + per_sample * b``."""
+
+    def expected_s(self, batch: Any) -> Any: ...
+
+    def batch_within(self, time_s: float) -> float: ...
+
+    def affine(self) -> tuple[float, float] | None: ...
+
+
+def min_max_split(curves: Sequence[Curve], total: int, caps: Numbers) -> tuple[int, ...]:
+    """The integer split minimising the largest expected time over workers with samples, within
+    ``caps``, for any non-decreasing curves. Any split uses ``total`` of the values ``t_i(1) <=
+    t_i(2) <= ...`` (a prefix per worker) and its max is the largest of them, so the ``total``
+    smallest values (ties to the lower worker) are the optimum. Affine curves take
+    :func:`water_fill`, the same optimum in closed form."""
+    cap = np.asarray(caps, dtype=float)
+    _check_feasible(total, cap)
+    affine = [c.affine() for c in curves]
+    if all(a is not None for a in affine):
+        terms = [a for a in affine if a is not None]
+        return water_fill([a for a, _ in terms], [c for _, c in terms], total, cap)
+    values, owner = [], []
+    for i, (curve, limit) in enumerate(zip(curves, cap)):
+        k = int(min(limit, total))
+        if k > 0:
+            values.append(np.maximum.accumulate(np.asarray(curve.expected_s(np.arange(1, k + 1)), dtype=float)))
+            owner.append(np.full(k, i))
+    flat_owner = np.concatenate(owner)
+    chosen = np.lexsort((flat_owner, np.concatenate(values)))[:total]  # by time, ties to the lower worker
+    return tuple(int(b) for b in np.bincount(flat_owner[chosen], minlength=len(curves)))
+
+
+def expected_max(curves: Sequence[Curve], batches: Numbers) -> float:
+    """max over workers with samples of their expected time (a deterministic step's compute phase)."""
+    return max((float(c.expected_s(b)) for c, b in zip(curves, batches) if b > 0), default=0.0)
+
+
+def balanced_split(curves: Sequence[Curve], total: float, caps: Numbers) -> np.ndarray:
+    """The continuous split where every worker with samples has the same expected time (capped
+    workers hold their cap): ``b_i(T) = min(cap_i, batch_within_i(T))`` at the smallest ``T``
+    with ``sum_i b_i(T) >= total`` (closed form for affine curves, else bisection to 1e-12)."""
+    cap = np.asarray(caps, dtype=float)
+    affine = [c.affine() for c in curves]
+    if all(a is not None for a in affine):
+        fixed = np.array([a[0] for a in affine if a is not None])
+        per = np.array([a[1] for a in affine if a is not None])
+        t_star = balanced_time(fixed, per, total, cap)
+        return np.minimum(np.maximum((t_star - fixed) / per, 0.0), cap)
+
+    def filled(t: float) -> np.ndarray:
+        return np.minimum(np.array([c.batch_within(t) for c in curves]), cap)
+
+    lo, hi = 0.0, max(float(c.expected_s(1.0)) for c in curves)
+    while filled(hi).sum() < total:
+        hi *= 2.0
+    while hi - lo > 1e-12 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if filled(mid).sum() < total else (lo, mid)
+    return filled(hi)

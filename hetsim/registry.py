@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from hetsim.errors import ConfigError
 
 if TYPE_CHECKING:  # the plug-in base classes import this module to register themselves
+    from hetsim.costs import CostModel
     from hetsim.distributions import Distribution
     from hetsim.engines.base import Engine
     from hetsim.network import NetworkModel
@@ -111,6 +112,7 @@ def load_plugins() -> None:
 
 
 DISTRIBUTIONS: Registry[Distribution] = Registry("distribution", "hetsim.distributions")
+COSTS: Registry[CostModel] = Registry("cost model", "hetsim.costs")
 NETWORKS: Registry[NetworkModel] = Registry("network", "hetsim.network")
 ENGINES: Registry[Engine] = Registry("engine", "hetsim.engines")
 POLICIES: Registry[Policy] = Registry("policy", "hetsim.policies")

@@ -79,7 +79,7 @@ class Scenario:
 
     @cached_property
     def _hints(self) -> tuple[WorkerHint, ...]:
-        return tuple(WorkerHint(w.cap, w.expected_fixed_s, w.expected_per_sample_s) for w in self.workers)
+        return tuple(WorkerHint(w.cap, w.cost, w.noise.mean(), w.delay.mean()) for w in self.workers)
 
     def to_dict(self) -> dict[str, Any]:
         """The scenario-file form; ``load_scenario(s.to_dict())`` rebuilds an equal scenario."""

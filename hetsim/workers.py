@@ -1,11 +1,12 @@
 """The compute-time model of one worker.
 
-    compute = (overhead_s + per_sample_s * b) * noise * slowdown(t) + delay   (b > 0)
-    compute = 0                                                               (b = 0: the worker sits the step out)
+    compute = cost(b) * noise * slowdown(t) + delay   (b > 0)
+    compute = 0                                       (b = 0: the worker sits the step out)
 
-``noise`` is a mean-1 multiplicative factor, ``delay`` an additive injected time (the paper's
-sleep), ``slowdown(t)`` the factor of a slowdown episode in force when the compute starts (1
-outside episodes). A worker may also fail: while it is down it takes no work.
+``cost`` is the worker's cost model (:mod:`hetsim.costs`: affine, ``overhead_s + per_sample_s *
+b``, unless the scenario names another), ``noise`` a mean-1 multiplicative factor, ``delay`` an
+additive injected time (the paper's sleep), ``slowdown(t)`` the factor of a slowdown episode in
+force when the compute starts (1 outside episodes). A worker may also fail: while it is down it takes no work.
 
 Each worker draws from streams of its own, one per purpose (noise, delay, slowdown episodes,
 failures). Noise and delay give one number each per step, whether or not the worker got
@@ -17,11 +18,13 @@ axis (:class:`Timeline`), in a fixed order, so they too are the same whatever qu
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
+from hetsim.costs import CostModel
 from hetsim.distributions import Constant, Distribution
 from hetsim.params import FrozenPlugIn, Param
 
@@ -98,8 +101,7 @@ class WorkerSpec:
     """One worker (a ``[[workers]]`` entry with ``count = 1``)."""
 
     name: str
-    overhead_s: float
-    per_sample_s: float
+    cost: CostModel
     noise: Distribution = field(default_factory=lambda: Constant(1.0))
     delay: Distribution = field(default_factory=lambda: Constant(0.0))
     max_batch: int | None = None
@@ -110,31 +112,23 @@ class WorkerSpec:
         """Compute time for ``local_batch`` samples given this step's draws and slowdown factor."""
         if local_batch <= 0:
             return 0.0
-        return (self.overhead_s + self.per_sample_s * local_batch) * noise * factor + delay
+        return float(self.cost.time_s(local_batch)) * noise * factor + delay
 
     def expected_compute_s(self, local_batch: int | float) -> float:
         if local_batch <= 0:
             return 0.0
-        return (self.overhead_s + self.per_sample_s * local_batch) * self.noise.mean() + self.delay.mean()
-
-    @property
-    def expected_fixed_s(self) -> float:
-        """Expected per-step cost that does not grow with the batch (overhead and delay)."""
-        return self.overhead_s * self.noise.mean() + self.delay.mean()
-
-    @property
-    def expected_per_sample_s(self) -> float:
-        return self.per_sample_s * self.noise.mean()
+        return float(self.cost.time_s(local_batch)) * self.noise.mean() + self.delay.mean()
 
     @property
     def cap(self) -> float:
         return float("inf") if self.max_batch is None else float(self.max_batch)
 
     def to_dict(self) -> dict[str, Any]:
+        affine = self.cost.affine_terms()
+        cost = {"cost": self.cost.to_dict()} if affine is None else dict(zip(("overhead_s", "per_sample_s"), affine))
         out: dict[str, Any] = {
             "name": self.name,
-            "overhead_s": self.overhead_s,
-            "per_sample_s": self.per_sample_s,
+            **cost,
             "noise": self.noise.to_dict(),
             "delay": self.delay.to_dict(),
         }
@@ -196,3 +190,12 @@ class WorkerStreams:
                 failure = Timeline(rng(i, 3), spec.failure.mtbf_s, spec.failure.repair_s)
             streams.append(cls(rng(i, 0), rng(i, 1), slowdown, failure))
         return streams
+
+
+def cost_groups(workers: Sequence[WorkerSpec]) -> list[tuple[CostModel, np.ndarray]]:
+    """The workers' cost models, each once with the indices of the workers that have it (a
+    group of identical workers shares one), so costs can be computed a group at a time."""
+    groups: dict[CostModel, list[int]] = {}
+    for i, w in enumerate(workers):
+        groups.setdefault(w.cost, []).append(i)
+    return [(model, np.array(idx, dtype=np.int64)) for model, idx in groups.items()]

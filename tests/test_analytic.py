@@ -10,6 +10,7 @@ import pytest
 
 from hetsim.analytic import NoClosedForm, predict
 from hetsim.config import load_scenario
+from hetsim.costs import Affine
 from hetsim.distributions import Constant, Empirical, Exponential, LogNormal, Uniform
 from hetsim.errors import ConfigError
 from hetsim.metrics import mean_ci, step_times, summarize
@@ -136,18 +137,19 @@ def test_proportional_split_with_exponential_noise_is_tau_star_times_harmonic():
 
 def test_optimal_partition_uses_water_filling_with_caps_and_drops_a_hopeless_worker():
     workers = [
-        WorkerSpec("fast", 0.01, 0.001, max_batch=60),
-        WorkerSpec("mid", 0.01, 0.002),
-        WorkerSpec("hopeless", 1.0, 0.001),
-        WorkerSpec("noisy", 0.005, 0.003, noise=LogNormal(0.2), delay=Constant(0.01)),
+        WorkerSpec("fast", Affine(0.01, 0.001), max_batch=60),
+        WorkerSpec("mid", Affine(0.01, 0.002)),
+        WorkerSpec("hopeless", Affine(1.0, 0.001)),
+        WorkerSpec("noisy", Affine(0.005, 0.003), noise=LogNormal(0.2), delay=Constant(0.01)),
     ]
+    hints = [WorkerHint(w.cap, w.cost, w.noise.mean(), w.delay.mean()) for w in workers]
     policy = make_policy("optimal")
-    policy.reset(len(workers), 128, [WorkerHint(w.cap, w.expected_fixed_s, w.expected_per_sample_s) for w in workers])
+    policy.reset(len(workers), 128, hints)
     split = policy.partition(StepInfo(0, 0, 0, 1))
     assert sum(split) == 128 and split[0] <= 60 and split[2] == 0
-    assert split == water_fill(
-        [w.expected_fixed_s for w in workers], [w.expected_per_sample_s for w in workers], 128, [w.cap for w in workers]
-    )
+    fixed = [0.01, 0.01, 1.0, 0.005 + 0.01]  # overhead x E[noise] + E[delay]
+    per_sample = [0.001, 0.002, 0.001, 0.003]
+    assert split == water_fill(fixed, per_sample, 128, [w.cap for w in workers])
 
 
 def test_deterministic_prediction_equals_the_simulation():
@@ -171,7 +173,7 @@ def test_dynamic_fixed_point_trajectory_and_convergence():
     workers = scenario.workers
     fixed = p.fixed_point_shares
     b = [f * scenario.workload.global_batch for f in fixed]
-    times = [w.expected_fixed_s + w.expected_per_sample_s * x for w, x in zip(workers, b)]
+    times = [w.expected_compute_s(x) for w, x in zip(workers, b)]
     assert times[0] == pytest.approx(times[1], rel=1e-9)  # the DP fixed point balances expected times
     assert sum(fixed) == pytest.approx(1.0, rel=1e-12)
     assert len(p.trajectory) == scenario.workload.epochs

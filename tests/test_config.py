@@ -19,10 +19,10 @@ def test_builtins_load_and_paper_is_the_reference_set_up():
     paper = load_scenario("paper")
     assert paper.n_workers == 2 and paper.workload.global_batch == 256
     a, b = paper.workers
-    assert (a.overhead_s, a.per_sample_s) == (b.overhead_s, b.per_sample_s)
+    assert a.cost == b.cost
     assert a.delay == Constant(0.0) and b.delay == Constant(0.1)
     ws = load_scenario("workstation")
-    assert ws.n_workers == 4 and len({w.per_sample_s for w in ws.workers}) == 2
+    assert ws.n_workers == 4 and len({w.cost for w in ws.workers}) == 2
 
 
 @pytest.mark.parametrize("name", ["paper", "workstation"])
@@ -39,7 +39,7 @@ def test_groups_expand_in_order_with_names():
         scenario_dict([{"name": "f", "count": 3, "per_sample_s": 1e-3}, {"name": "s", "per_sample_s": 2e-3}])
     )
     assert [w.name for w in s.workers] == ["f#0", "f#1", "f#2", "s"]
-    assert [w.per_sample_s for w in s.workers] == [1e-3] * 3 + [2e-3]
+    assert [w.cost.per_sample_s for w in s.workers] == [1e-3] * 3 + [2e-3]
 
 
 def test_overrides_with_list_indices_inline_tables_and_bare_strings():
@@ -53,7 +53,7 @@ def test_overrides_with_list_indices_inline_tables_and_bare_strings():
             "seed=7",
         ],
     )
-    assert s.groups[1].spec.per_sample_s == 0.004
+    assert s.groups[1].spec.cost.per_sample_s == 0.004
     assert s.groups[0].spec.noise == LogNormal(0.2)
     assert s.policy.name == "equal" and s.seed == 7
     assert s.network == ConstantNetwork(0.5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hetsim.registry import DISTRIBUTIONS, ENGINES, NETWORKS, POLICIES
+from hetsim.registry import COSTS, DISTRIBUTIONS, ENGINES, NETWORKS, POLICIES
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
 TRAITS = ("synchronous", "excludes_failed", "needs_costs", "weighted_gradients", "resplits", "autocorrelated_steps",
@@ -25,7 +25,9 @@ def table_rows(header_start: str) -> list[list[str]]:
 
 
 def test_the_plugin_table_lists_every_builtin_with_its_declared_parameters():
-    registries = {"distribution": DISTRIBUTIONS, "network": NETWORKS, "engine": ENGINES, "policy": POLICIES}
+    registries = {
+        "cost model": COSTS, "distribution": DISTRIBUTIONS, "network": NETWORKS, "engine": ENGINES, "policy": POLICIES,
+    }  # fmt: skip
     documented = {(kind, name): params for kind, name, params in table_rows("| kind | name | parameters |")}
     actual = {
         (kind, name): ", ".join(f"`{p.name}`" for p in cls.params).strip("`")

@@ -50,7 +50,7 @@ def test_layers_point_one_way():
 # ``if TYPE_CHECKING:`` are for annotations and do not count).
 LAYERS = [
     {"errors", "params", "registry", "files", "scenarios", "sweeps"},  # (the last two: data packages)
-    {"distributions", "network", "workers", "partition", "policies", "orderstats", "trace"},
+    {"distributions", "costs", "network", "workers", "partition", "policies", "orderstats", "trace"},
     {"scenario", "config"},
     {"engines", "simulate", "analytic", "metrics", "calibrate", "logs"},
     {"sweepfile", "sweep", "results"},

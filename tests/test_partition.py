@@ -9,7 +9,17 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from hetsim.partition import balanced_time, max_time, split_by_shares, water_fill
+from hetsim.costs import Affine, Hinge, Table
+from hetsim.partition import (
+    balanced_split,
+    balanced_time,
+    expected_max,
+    max_time,
+    min_max_split,
+    split_by_shares,
+    water_fill,
+)
+from hetsim.policies import WorkerHint
 
 
 @st.composite
@@ -97,3 +107,61 @@ def test_water_fill_closed_form():
     assert water_fill([0.0, 0.0, 10.0], [0.001, 0.001, 0.001], 100) == (50, 50, 0)
     # A cap binds and the rest is re-balanced among the others.
     assert water_fill([0.0, 0.0], [0.001, 0.004], 100, [50, math.inf]) == (50, 50)
+
+
+# ----------------------------------------------------------------------------- any cost curve
+
+
+@st.composite
+def table_problems(draw):
+    """A few workers with random non-decreasing tables (some flat stretches, some steep), caps
+    and a global batch small enough for brute force."""
+    n = draw(st.integers(1, 4))
+    total = draw(st.integers(n, 12))
+    hints = []
+    for _ in range(n):
+        steps = draw(st.lists(st.sampled_from([0.0, 0.0, 0.001, 0.01, 0.2]), min_size=3, max_size=3))
+        start = draw(st.sampled_from([0.001, 0.01, 0.05]))
+        times = list(itertools.accumulate([start, *steps]))
+        points = [[b, t] for b, t in zip([1, 3, 6, 12], times)]
+        cap = draw(st.one_of(st.just(math.inf), st.integers(0, total)))
+        hints.append(
+            WorkerHint(cap, Table(points=points), draw(st.sampled_from([1.0, 1.3])), draw(st.sampled_from([0.0, 0.02])))
+        )
+    assume(sum(h.max_batch for h in hints) >= total)
+    return hints, total
+
+
+@given(table_problems())
+def test_the_min_max_split_on_any_non_decreasing_curve_equals_brute_force(problem):
+    hints, total = problem
+    caps = [h.max_batch for h in hints]
+    split = min_max_split(hints, total, caps)
+    assert sum(split) == total and all(0 <= b <= c for b, c in zip(split, caps))
+    ranges = [range(0, int(min(c, total)) + 1) for c in caps]
+    best = min(expected_max(hints, s) for s in itertools.product(*ranges) if sum(s) == total)
+    assert expected_max(hints, split) == pytest.approx(best, rel=1e-12, abs=1e-15)
+
+
+def test_the_min_max_split_takes_the_closed_form_for_affine_costs_and_agrees_with_it_as_a_table():
+    hints = [WorkerHint(math.inf, Affine(0.01, 0.001)), WorkerHint(60, Affine(0.0, 0.003), 1.0, 0.005)]
+    split = min_max_split(hints, 100, [math.inf, 60])
+    assert split == water_fill([0.01, 0.005], [0.001, 0.003], 100, [math.inf, 60])
+    as_tables = [WorkerHint(h.max_batch, Table(points=[[b, float(h.cost.time_s(b))] for b in (1, 200)]), 1.0, h.delay_s)
+                 for h in hints]  # fmt: skip
+    assert expected_max(as_tables, min_max_split(as_tables, 100, [math.inf, 60])) == pytest.approx(
+        expected_max(hints, split), rel=1e-12
+    )
+
+
+def test_balanced_split_gives_equal_times_on_curves_and_the_closed_form_on_affine_costs():
+    curves = [
+        WorkerHint(math.inf, Hinge(0.02, 0.0, 0.001)),
+        WorkerHint(math.inf, Table(points=[[1, 0.01], [100, 0.2]])),
+    ]
+    b = balanced_split(curves, 120, [math.inf, math.inf])
+    assert b.sum() == pytest.approx(120, rel=1e-9)
+    assert float(curves[0].expected_s(b[0])) == pytest.approx(float(curves[1].expected_s(b[1])), rel=1e-9)
+    affine = [WorkerHint(math.inf, Affine(0.01, 0.001)), WorkerHint(math.inf, Affine(0.0, 0.002))]
+    t = balanced_time([0.01, 0.0], [0.001, 0.002], 90, [math.inf, math.inf])
+    assert balanced_split(affine, 90, [math.inf, math.inf]).tolist() == pytest.approx([(t - 0.01) / 0.001, t / 0.002])

@@ -76,7 +76,7 @@ def test_expansion_is_a_pure_deterministic_cartesian_product(tmp_path):
     assert len(set(replication_seeds(spec))) == 2
     # A named axis sets every path it lists; a plain one sets its own path.
     s = point_scenario(spec, (1, 1))
-    assert s.n_workers == 4 and s.workers[-1].per_sample_s == 0.002
+    assert s.n_workers == 4 and s.workers[-1].cost.per_sample_s == 0.002
 
 
 def test_the_embedded_default_sweep_is_the_papers_question_widened(capsys):

@@ -76,6 +76,11 @@ DELAYS = [
     {"dist": "uniform", "low": 0.0, "high": 0.05},
     {"dist": "shifted_exponential", "shift": 0.01, "mean": 0.02},
 ]
+COSTS = [  # beside the affine overhead_s/per_sample_s of most draws
+    {"model": "hinge", "floor_s": 0.02, "overhead_s": 0.005, "per_sample_s": 0.001},
+    {"model": "table", "points": [[4, 0.01], [32, 0.012], [128, 0.06]]},
+    {"model": "profile", "device": "v100", "workload": "ResNet-18"},
+]
 POLICY_PARAMS = {
     "adaptive": st.fixed_dictionaries(
         {"resplit": st.sampled_from(["step", "epoch"]), "hysteresis": st.sampled_from([0.0, 0.01])}
@@ -98,6 +103,10 @@ def scenarios(draw):
         }
         if draw(st.booleans()):
             w["max_batch"] = draw(st.integers(8, 200))
+        if draw(st.integers(0, 3)) == 0:
+            del w["overhead_s"], w["per_sample_s"]
+            w["cost"] = draw(st.sampled_from(COSTS))
+            w["max_batch"] = w.get("max_batch", 200)  # within the profile's largest measured batch
         if draw(st.integers(0, 2)) == 0:
             shared = draw(st.booleans())
             w["slowdown"] = {

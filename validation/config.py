@@ -15,6 +15,7 @@ from typing import Any
 
 from hetsim.cli_common import parse_policies
 from hetsim.config import read_table
+from hetsim.costs import Affine
 from hetsim.errors import ConfigError
 from hetsim.params import Param
 from hetsim.policies import WorkerHint, make_policy, policy_class
@@ -203,7 +204,7 @@ def _policies(value: Any, option: str) -> tuple[str, ...]:
 
 def _check_barrier_policies(policies: Sequence[str], world_size: int, global_batch: int) -> None:
     """The real trainer always combines every rank's gradient: policies that wait for fewer are refused."""
-    hints = [WorkerHint(fixed_s=1.0, per_sample_s=1.0)] * world_size
+    hints = [WorkerHint(cost=Affine(1.0, 1.0))] * world_size
     for name in policies:
         policy = make_policy(name)
         policy.reset(world_size, global_batch, hints)

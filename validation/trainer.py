@@ -43,6 +43,7 @@ import torch
 import torch.distributed as dist
 
 from hetsim.calibrate import fit_worker
+from hetsim.costs import Affine
 from hetsim.partition import split_by_shares
 from hetsim.policies import Policy, StepInfo, StepRecord, WorkerHint, make_policy
 from validation.allreduce import combine, gradient_weights, pack, unpack
@@ -314,7 +315,7 @@ class RankTrainer:
         for r in range(self.world):
             rows = frame[frame["worker"] == r]
             fit, _ = fit_worker(r, rows["local_batch"].to_numpy(), rows["compute_s"].to_numpy())
-            hints.append(WorkerHint(fixed_s=fit.overhead_s, per_sample_s=fit.per_sample_s))
+            hints.append(WorkerHint(cost=Affine(fit.overhead_s, fit.per_sample_s)))
         return tuple(hints)
 
     def make_policy(self, name: str) -> Policy:

@@ -39,7 +39,7 @@ from hetsim.errors import ConfigError
 from hetsim.policies.base import Policy, StepInfo
 from hetsim.registry import ENGINES
 from hetsim.trace import Trace, TraceBuilder
-from hetsim.workers import Timeline, WorkerSpec, WorkerStreams
+from hetsim.workers import Timeline, WorkerSpec, WorkerStreams, cost_groups
 
 if TYPE_CHECKING:
     from hetsim.scenario import Scenario
@@ -81,8 +81,7 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
     trace = TraceBuilder(policy.name, n, total)
     draws = _Draws(workers, streams, total)
     timelines = _Timelines(workers, streams)
-    overhead = np.array([w.overhead_s for w in workers], dtype=float)
-    per_sample = np.array([w.per_sample_s for w in workers], dtype=float)
+    costs = cost_groups(workers)
     all_up = (True,) * n
 
     row, start = 0, 0.0
@@ -96,7 +95,9 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
             batches = tuple(split)
             b = np.array(batches, dtype=np.int64)
             works = b > 0
-            base = overhead + per_sample * b  # compute = base * noise * factor + delay
+            base = np.empty(n)  # compute = base * noise * factor + delay, base = cost(b)
+            for model, idx in costs:
+                base[idx] = model.time_s(b[idx])
         need = min(policy.wait_for(), n)
         noise, delay = draws.rows(row, min(policy.steady_steps(info), total - row))
         if (works & down).any():

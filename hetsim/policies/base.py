@@ -27,10 +27,11 @@ import math
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from hetsim.costs import CostModel
 from hetsim.params import PlugIn
 from hetsim.partition import split_by_shares
 
@@ -40,11 +41,38 @@ UNTIL_THE_END = sys.maxsize  # Policy.steady_steps: the split never changes by i
 @dataclass(frozen=True)
 class WorkerHint:
     """What a policy may know about a worker before running: its cap and, when known, its
-    expected affine cost ``fixed_s + per_sample_s * b`` (None where unknown, e.g. on real hardware)."""
+    expected compute time ``cost(b) * noise_mean + delay_s`` (``cost`` None where unknown, e.g.
+    on real hardware before a probe)."""
 
     max_batch: float = math.inf
-    fixed_s: float | None = None
-    per_sample_s: float | None = None
+    cost: CostModel | None = None
+    noise_mean: float = 1.0
+    delay_s: float = 0.0
+
+    def affine(self) -> tuple[float, float] | None:
+        """``(fixed_s, per_sample_s)`` of the expected time when the cost is affine."""
+        terms = None if self.cost is None else self.cost.affine_terms()
+        if terms is None:
+            return None
+        return terms[0] * self.noise_mean + self.delay_s, terms[1] * self.noise_mean
+
+    def expected_s(self, batch: Any) -> Any:
+        """Expected compute time at ``batch`` samples (``batch >= 1``; arrays element-wise). An
+        affine cost is evaluated as ``fixed_s + per_sample_s * b``, the closed form's arrangement."""
+        if self.cost is None:
+            raise ValueError("this worker's costs are unknown")
+        affine = self.affine()
+        if affine is not None:
+            return affine[0] + affine[1] * batch
+        return self.cost.time_s(batch) * self.noise_mean + self.delay_s
+
+    def batch_within(self, time_s: float) -> float:
+        """The largest (real) batch whose expected time is at most ``time_s``."""
+        if self.cost is None:
+            raise ValueError("this worker's costs are unknown")
+        if time_s < self.delay_s:
+            return 0.0
+        return self.cost.batch_within((time_s - self.delay_s) / self.noise_mean)
 
 
 class StepInfo(NamedTuple):
@@ -109,7 +137,7 @@ class Policy(PlugIn):
         self.hints = tuple(hints) if hints is not None else (WorkerHint(),) * n_workers
         if len(self.hints) != n_workers:
             raise ValueError(f"{len(self.hints)} hints for {n_workers} workers")
-        if self.needs_costs and any(h.fixed_s is None or h.per_sample_s is None for h in self.hints):
+        if self.needs_costs and not self.costs_known:
             raise ValueError(f"policy {self.name!r} needs every worker's expected costs")
         self.check_cluster(n_workers)
         self._batches = self.initial_split()
@@ -126,13 +154,10 @@ class Policy(PlugIn):
     def caps(self) -> tuple[float, ...]:
         return tuple(h.max_batch for h in self.hints)
 
-    def expected_costs(self) -> tuple[list[float], list[float]]:
-        """The hints' expected fixed and per-sample costs (for policies with ``needs_costs``)."""
-        fixed = [h.fixed_s for h in self.hints]
-        per_sample = [h.per_sample_s for h in self.hints]
-        if any(x is None for x in fixed) or any(x is None for x in per_sample):
-            raise ValueError(f"policy {self.name!r} needs every worker's expected costs")
-        return [float(x) for x in fixed if x is not None], [float(x) for x in per_sample if x is not None]
+    @property
+    def costs_known(self) -> bool:
+        """Whether every worker's expected costs are in the hints."""
+        return all(h.cost is not None for h in self.hints)
 
     def partition(self, info: StepInfo) -> tuple[int, ...]:
         batches = self.split(info)

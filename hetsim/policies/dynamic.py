@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hetsim.partition import balanced_time, split_by_shares
+from hetsim.partition import balanced_split, split_by_shares
 from hetsim.policies.base import Policy, StepInfo, StepRecord, WorkerHint
 
 
@@ -37,12 +37,9 @@ class Dynamic(Policy):
     def fixed_point_shares(self) -> tuple[float, ...] | None:
         """The continuous split where every worker with samples has the same expected compute
         time (capped workers hold their cap): the fixed point of the update."""
-        if any(h.fixed_s is None or h.per_sample_s is None for h in self.hints):
+        if not self.costs_known:
             return None
-        fixed, per_sample = (np.asarray(x) for x in self.expected_costs())
-        caps = np.asarray(self.caps, dtype=float)
-        t_star = balanced_time(fixed, per_sample, self.global_batch, caps)
-        b = np.minimum(np.maximum((t_star - fixed) / per_sample, 0.0), caps)
+        b = balanced_split(self.hints, self.global_batch, self.caps)
         return tuple(float(x) for x in b / b.sum())
 
     def steady_steps(self, info: StepInfo) -> int:

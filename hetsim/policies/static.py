@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hetsim.partition import split_by_shares, water_fill
+from hetsim.partition import min_max_split, split_by_shares
 from hetsim.policies.base import UNTIL_THE_END, Policy, StepInfo, WorkerHint
 
 
@@ -33,16 +33,15 @@ class Proportional(_Static):
 
     def initial_split(self) -> tuple[int, ...]:
         b = self.global_batch / self.n_workers
-        fixed, per_sample = self.expected_costs()
-        speeds_sps = [b / (a + c * b) for a, c in zip(fixed, per_sample)]
+        speeds_sps = [b / float(h.expected_s(b)) for h in self.hints]
         return split_by_shares(speeds_sps, self.global_batch, self.caps)
 
 
 class Optimal(_Static):
-    """Knows the true expected affine costs and minimises the max of the expected compute times
-    (water-filling with caps, then exact integer rounding). On deterministic workers this is the
-    lower bound of every barrier policy; with noise it balances the means, which is not always
-    the minimiser of the expected max."""
+    """Knows the true expected costs and minimises the max of the expected compute times (the
+    exact integer min-max split with caps, :func:`~hetsim.partition.min_max_split`). On
+    deterministic workers this is the lower bound of every barrier policy; with noise it
+    balances the means, which is not always the minimiser of the expected max."""
 
     name = "optimal"
     needs_costs = True
@@ -53,8 +52,7 @@ class Optimal(_Static):
 
     def initial_split(self, available: tuple[bool, ...] | None = None) -> tuple[int, ...]:
         caps = self.caps if available is None else tuple(c if up else 0 for c, up in zip(self.caps, available))
-        fixed, per_sample = self.expected_costs()
-        return water_fill(fixed, per_sample, self.global_batch, caps)
+        return min_max_split(self.hints, self.global_batch, caps)
 
     def split(self, info: StepInfo) -> tuple[int, ...]:
         """The water-filling split over the workers that are up (cached per pattern)."""
