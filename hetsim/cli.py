@@ -23,6 +23,8 @@ from hetsim import __version__
 from hetsim.cli_analysis import COMMANDS as ANALYSIS_COMMANDS
 from hetsim.cli_analysis import add_subcommands
 from hetsim.cli_common import OneLineParser, add_scenario_options, check_seed, parse_policies, run_main
+from hetsim.cli_costs import COMMANDS as COST_COMMANDS
+from hetsim.cli_costs import add_subcommands as add_cost_subcommands
 from hetsim.config import builtin_names, builtin_text, load_scenario, tomllib
 from hetsim.engines import engine_choices
 from hetsim.errors import ConfigError
@@ -66,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="re-render a results folder's tables and plots; print its summary")
     rep.add_argument("run_dir", type=Path)
     add_subcommands(sub)
+    add_cost_subcommands(sub)
     return parser
 
 
@@ -221,4 +224,5 @@ COMMANDS = {
     "sweep": cmd_sweep,
     "report": cmd_report,
     **ANALYSIS_COMMANDS,
+    **COST_COMMANDS,
 }

@@ -3,6 +3,7 @@ them, and the one-line errors of bad curves."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hetsim.cli import main
 from hetsim.config import load_scenario
 from hetsim.costs import Affine, Hinge, Profile, Table, device_profiles
 from hetsim.errors import ConfigError
@@ -117,3 +119,24 @@ def test_bad_cost_curves_get_one_line_naming_the_field(worker, message):
 def test_costs_of_inf_cap_workers_are_finite_everywhere():
     assert math.isfinite(float(Table(points=[[1, 0.01], [2, 0.01]]).time_s(10**6)))
     assert Table(points=[[1, 0.01], [2, 0.01]]).batch_within(0.02) == math.inf  # flat: never exceeds
+
+
+def test_the_costs_command_prints_each_workers_expected_time(capsys):
+    assert main(["costs", "mixed-gpus", "--batch", "16,256", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["worker"], r["name"], r["batch"]) for r in rows[:2]] == [(0, "v100#0", 16), (0, "v100#0", 256)]
+    assert rows[0]["compute_s"] == pytest.approx(1 / GAVEL_V100_RESNET18[16], rel=1e-12)  # noise has mean 1
+    assert rows[1]["compute_s"] == pytest.approx(1 / GAVEL_V100_RESNET18[256], rel=1e-12)
+    assert main(["costs", "workstation", "--batch", "16"]) == 0
+    assert "22.40" in capsys.readouterr().out  # 8 ms + 16 x 0.9 ms
+    assert main(["costs", "paper", "--batch", "16,zero"]) == 2
+    assert capsys.readouterr().err == "hetsim: error: --batch: must be an integer, got a string ('zero')\n"
+
+
+def test_the_profiles_command_lists_every_device_and_workload(capsys):
+    assert main(["profiles", "--json"]) == 0
+    profiles = json.loads(capsys.readouterr().out)
+    assert len(profiles) == 15 and {p["device"] for p in profiles} == {"k80", "p100", "v100"}
+    v100 = next(p for p in profiles if (p["device"], p["workload"]) == ("v100", "ResNet-18"))
+    assert v100["batch"] == list(GAVEL_V100_RESNET18)
+    assert v100["step_s"] == pytest.approx([1 / v for v in GAVEL_V100_RESNET18.values()], rel=1e-12)

@@ -55,7 +55,7 @@ LAYERS = [
     {"engines", "simulate", "analytic", "metrics", "calibrate", "logs"},
     {"sweepfile", "sweep", "results"},
     {"plots", "report"},
-    {"cli", "cli_analysis", "cli_common", "__main__", "__init__"},
+    {"cli", "cli_analysis", "cli_costs", "cli_common", "__main__", "__init__"},
 ]
 LAYER = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

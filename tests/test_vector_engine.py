@@ -177,7 +177,7 @@ def test_ties_at_the_barrier_are_included_by_both_engines():
     assert_same_trace(simulate(s, "ksync", params={"k": 1}), simulate(s, "ksync", params={"k": 1}, engine="vector"))
 
 
-@pytest.mark.parametrize("scenario", ["workstation", "paper", "shared-cluster"])
+@pytest.mark.parametrize("scenario", ["workstation", "paper", "shared-cluster", "mixed-gpus"])
 def test_builtin_scenarios_give_the_same_trace_under_every_barrier_policy(scenario):
     s = load_scenario(scenario, ["workload.epochs=2"])
     for name in BARRIER_POLICIES:
