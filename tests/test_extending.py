@@ -18,6 +18,7 @@ import tomli_w
 
 from hetsim.cli import main
 from hetsim.config import load_scenario
+from hetsim.costs import CostModel
 from hetsim.distributions import Distribution
 from hetsim.engines import Engine
 from hetsim.errors import ConfigError
@@ -25,7 +26,7 @@ from hetsim.network import NetworkModel
 from hetsim.params import Param
 from hetsim.partition import split_by_shares
 from hetsim.policies import Policy, make_policy
-from hetsim.registry import DISTRIBUTIONS, ENGINES, NETWORKS, PLUGINS_ENV, POLICIES
+from hetsim.registry import COSTS, DISTRIBUTIONS, ENGINES, NETWORKS, PLUGINS_ENV, POLICIES
 from hetsim.trace import Trace
 from tests.helpers import scenario_dict
 
@@ -209,6 +210,7 @@ BAD = [
     ),
     (DISTRIBUTIONS, "constant", {"value": 1.0, "foo": 2}, "workers.0.delay", "foo: unknown parameter (known: value)"),
     (NETWORKS, "ring", {"bandwidth_gbps": 0.0}, "network", "bandwidth_gbps: must be > 0, got 0"),
+    (COSTS, "hinge", {"floor_s": -1.0, "per_sample_s": 1.0}, "workers.0.cost", "floor_s: must be >= 0, got -1"),
     (NETWORKS, "constant", {"time_s": "fast"}, "network", "time_s: must be a number, got a string ('fast')"),
     (POLICIES, "adaptive", {"forgetting": 1.5}, "policy", "forgetting: must be in (0, 1], got 1.5"),
     (POLICIES, "backup", {"backups": -1}, "policy", "backups: must be >= 0, got -1"),
@@ -228,6 +230,8 @@ def test_building_a_plugin_directly_raises_the_configs_error(registry, name, par
         raw["network"] = {"kind": name, **params}
     if path == "policy":
         raw["policy"] = {"name": name, **params}
+    if path == "workers.0.cost":
+        raw["workers"][0] = {"cost": {"model": name, **params}}
     with pytest.raises(ConfigError) as configured:
         from hetsim.simulate import simulate
 
@@ -282,6 +286,38 @@ def test_a_new_network_model_and_a_new_engine_work_from_files_and_the_command_li
     finally:
         NETWORKS.unregister(TwoLevel.name)
         ENGINES.unregister(Replay.name)
+
+
+class Quadratic(CostModel):
+    """``overhead_s + coef * b^2``: a toy superlinear cost."""
+
+    name: ClassVar[str] = "quadratic"
+    params = (Param("overhead_s", default=0.0, low=0.0), Param("coef", low=0.0, low_open=True))
+    overhead_s: float
+    coef: float
+
+    def time_s(self, batch: Any) -> Any:
+        return self.overhead_s + self.coef * np.asarray(batch, dtype=float) ** 2
+
+    def batch_within(self, time_s: float) -> float:
+        return float(np.sqrt(max(time_s - self.overhead_s, 0.0) / self.coef))
+
+
+def test_a_new_cost_model_works_from_a_scenario_file_through_every_policy_and_analysis(tmp_path, capsys):
+    COSTS.register(Quadratic)
+    try:
+        workers = [{"cost": {"model": "quadratic", "coef": 1e-5}}, {"cost": {"model": "quadratic", "coef": 4e-5}}]
+        scenario = write(tmp_path / "q.toml", scenario_dict(workers, global_batch=90))
+        assert main(["analyze", str(scenario), "--policy", "optimal,dynamic", "--json"]) == 0
+        optimal, dynamic = json.loads(capsys.readouterr().out)
+        # Equal times: 1e-5 b0^2 = 4e-5 b1^2, so b0 = 2 b1: 60 and 30 samples, 36 ms each.
+        assert optimal["prediction"]["final_batches"] == [60, 30]
+        assert optimal["predicted_step_s"] == pytest.approx(0.036, rel=1e-12) == optimal["simulated_step_s"]
+        assert dynamic["prediction"]["fixed_point_shares"] == pytest.approx([2 / 3, 1 / 3], rel=1e-9)
+        with pytest.raises(ConfigError, match="coef: must be > 0"):
+            Quadratic(coef=0.0)
+    finally:
+        COSTS.unregister(Quadratic.name)
 
 
 def test_engines_are_plugins_too():
