@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +33,16 @@ from hetsim.metrics import summarize, with_speedups
 from hetsim.report import format_table, progress_printer, render_report, write_outputs
 from hetsim.results import RunFolder
 from hetsim.simulate import simulate
-from hetsim.sweep import DEFAULT_CONNECT_TIMEOUT_S, Progress, expand, make_executor
+from hetsim.sweep import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    Cell,
+    DaskExecutor,
+    LocalExecutor,
+    Progress,
+    expand,
+    make_executor,
+    replication_seeds,
+)
 from hetsim.sweepfile import SweepSpec, default_sweep_text, load_sweep
 
 
@@ -157,43 +167,46 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     folder, spec = _resumed_or_new(args)
     cells = expand(spec)
     executor = make_executor(args.jobs, args.scheduler, args.connect_timeout_s)
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends the sweep as Ctrl-C does
     try:
         if folder is None:
-            folder = RunFolder.start(
-                args.runs,
-                spec,
-                {
-                    "executor": executor.description,
-                    "engine": spec.engine,
-                    "cells": len(cells),
-                    "replications": spec.replications,
-                },
-            )
-        done = folder.done_cells()
-        todo = [c for c in cells if c.index not in done]
-        print(
-            f"{folder.path}: {len(todo)} of {len(cells)} cells to run ({spec.replications} replications each) "
-            f"on {executor.description}",
-            file=sys.stderr,
-        )
-        progress = Progress(len(todo))
-        show = progress_printer(progress)
+            meta = {"executor": executor.description, "engine": spec.engine, "cells": len(cells),
+                    "replications": spec.replications}  # fmt: skip
+            folder = RunFolder.start(args.runs, spec, meta)
+        _heal(folder, spec)
         try:
-            for cell, rows in executor.run(spec, todo):
-                folder.write_part(cell.index, rows)
-                progress.advance()
-                show()
+            _run_cells(folder, spec, executor, [c for c in cells if c.index not in folder.done_cells()], len(cells))
+            print(render_report(folder, spec))
         except KeyboardInterrupt:
-            print(
-                f"\ninterrupted: {len(folder.done_cells())} of {len(cells)} cells saved; "
-                f"finish with: python -m hetsim sweep --resume {folder.path}",
-                file=sys.stderr,
-            )
+            print(f"\ninterrupted: {len(folder.done_cells())} of {len(cells)} cells saved; "
+                  f"finish with: python -m hetsim sweep --resume {folder.path}", file=sys.stderr)  # fmt: skip
             return 130
     finally:
         executor.close()
-    print(render_report(folder, spec))
+        signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _heal(folder: RunFolder, spec: SweepSpec) -> None:
+    """Check the finished cells before using them (one note per damaged part, which runs again)."""
+    for note in folder.heal(replication_seeds(spec)):
+        print(f"hetsim: note: {note}", file=sys.stderr)
+
+
+def _run_cells(folder: RunFolder, spec: SweepSpec, executor: LocalExecutor | DaskExecutor, todo: list[Cell],
+               total: int) -> None:  # fmt: skip
+    print(f"{folder.path}: {len(todo)} of {total} cells to run ({spec.replications} replications each) "
+          f"on {executor.description}", file=sys.stderr)  # fmt: skip
+    progress = Progress(len(todo))
+    show = progress_printer(progress)
+    for cell, rows in executor.run(spec, todo):
+        folder.write_part(cell.index, rows)
+        progress.advance()
+        show()
 
 
 def _resumed_or_new(args: argparse.Namespace) -> tuple[RunFolder | None, SweepSpec]:
@@ -213,7 +226,9 @@ def _resumed_or_new(args: argparse.Namespace) -> tuple[RunFolder | None, SweepSp
 
 def cmd_report(args: argparse.Namespace) -> int:
     folder = RunFolder.open(args.run_dir)
-    print(render_report(folder, folder.spec()))
+    spec = folder.spec()
+    _heal(folder, spec)
+    print(render_report(folder, spec))
     return 0
 
 

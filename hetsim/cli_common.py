@@ -40,9 +40,12 @@ def add_scenario_options(parser: argparse.ArgumentParser, json_help: str) -> Non
 
 def run_main(prog: str, run: Callable[[], int]) -> int:
     """Run a command; bad input (and a path that cannot be read or written) ends in one line on
-    stderr, ``<prog>: error: ...``, and exit status 2."""
+    stderr, ``<prog>: error: ...``, and exit status 2; Ctrl-C in one line and exit status 130."""
     try:
         return run()
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted", file=sys.stderr)
+        return 130
     except ConfigError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
     except OSError as exc:

@@ -18,6 +18,16 @@ if TYPE_CHECKING:
     import pandas as pd
 
 FRAME_FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}  # file suffix -> format
+TMP_SUFFIX = ".tmp"  # a temporary file is ``.<target name>.<random>.tmp``: a killed write leaves one
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file; mkstemp's are 0600
 
 
 def atomic_write(target: Path, write: Callable[[str], object]) -> None:
@@ -27,7 +37,7 @@ def atomic_write(target: Path, write: Callable[[str], object]) -> None:
     target = Path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TMP_SUFFIX, dir=target.parent)
     except OSError as exc:
         raise ConfigError(str(target), f"cannot write here: {exc.strerror or exc}") from None
     os.close(fd)
@@ -35,10 +45,19 @@ def atomic_write(target: Path, write: Callable[[str], object]) -> None:
         write(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(tmp, FILE_MODE)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def remove_stale_temporaries(folder: Path) -> int:
+    """Delete the temporary files that killed writes left below ``folder``; returns how many."""
+    stale = [p for p in Path(folder).rglob(f".*{TMP_SUFFIX}") if p.is_file()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return len(stale)
 
 
 def write_json(target: Path, data: Any) -> None:

@@ -32,12 +32,13 @@ import tomli_w
 
 from hetsim import __version__
 from hetsim.errors import ConfigError
-from hetsim.files import atomic_write, write_frame, write_json
+from hetsim.files import atomic_write, remove_stale_temporaries, write_frame, write_json
 from hetsim.metrics import BASELINE, mean_ci
 from hetsim.sweepfile import SweepSpec, load_sweep
 from hetsim.trace import COLUMNS, Trace, read_trace_table, traces_by_policy, write_trace_table
 
 METRICS = ("mean_step_s", "total_time_s", "throughput_sps", "mean_utilization")
+PART_COLUMNS = ("cell", "replication", "seed", *METRICS)  # what every part holds, at least
 PART = re.compile(r"cell-(\d{5})\.parquet")  # a finished cell; anything else in parts/ is ignored
 
 
@@ -107,6 +108,32 @@ class RunFolder:
             return set()
         return {int(m.group(1)) for p in parts.iterdir() if (m := PART.fullmatch(p.name))}
 
+    def heal(self, seeds: Sequence[int]) -> list[str]:
+        """Make the folder trustworthy before a resume or a report: remove the temporary files of
+        killed writes, and every part that cannot be read or does not hold one row per
+        replication of its cell (its cell then counts as not run). Returns one note per part
+        removed. A part run with other seeds than ``seeds`` (sweep.toml's seed or replications
+        edited since) is an error: mixing them would be silently wrong."""
+        remove_stale_temporaries(self.path)
+        notes = []
+        for part in sorted((self.path / "parts").glob("cell-*.parquet")):
+            match = PART.fullmatch(part.name)
+            if match is None:
+                continue
+            problem = _part_problem(part, int(match.group(1)), len(seeds))
+            if problem is not None:
+                part.unlink()
+                notes.append(f"{part.relative_to(self.path)} {problem}: its cell runs again")
+                continue
+            ran = pd.read_parquet(part, columns=["seed"])["seed"].tolist()
+            if ran != list(seeds):
+                raise ConfigError(
+                    str(self.path / "sweep.toml"),
+                    f"its seed or replications no longer match {part.relative_to(self.path)} (seeds {ran}); "
+                    "restore them or start a new sweep",
+                )
+        return notes
+
     def results(self) -> pd.DataFrame:
         """All finished rows, ordered by cell and replication."""
         parts = sorted(p for p in (self.path / "parts").glob("cell-*.parquet") if PART.fullmatch(p.name))
@@ -114,6 +141,22 @@ class RunFolder:
             raise ConfigError(str(self.path), "no finished cells yet")
         frame = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
         return frame.sort_values(["cell", "replication"], kind="stable").reset_index(drop=True)
+
+
+def _part_problem(path: Path, cell: int, replications: int) -> str | None:
+    """What is wrong with a finished cell's part, or None."""
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises many kinds for a damaged file
+        return f"cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    missing = [c for c in PART_COLUMNS if c not in frame.columns]
+    if missing:
+        return f"lacks the column {missing[0]!r}"
+    if len(frame) != replications or frame["cell"].tolist() != [cell] * replications:
+        return f"holds {len(frame)} rows, not the {replications} replications of cell {cell}"
+    if frame["replication"].tolist() != list(range(replications)):
+        return "does not hold replications 0.." + str(replications - 1)
+    return None
 
 
 def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -8,6 +8,8 @@ sweep killed at any moment loses at most the cells in flight.
 
 from __future__ import annotations
 
+import multiprocessing
+import signal
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -66,6 +68,12 @@ def run_cell(spec: SweepSpec, cell: Cell) -> tuple[Cell, list[dict[str, Any]]]:
 # ----------------------------------------------------------------------------- executors
 
 
+def _ignore_interrupts() -> None:
+    """In a pool worker: Ctrl-C reaches the whole process group, and only the parent handles it
+    (it stops the workers), so a worker neither prints a traceback nor dies half-way on its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class LocalExecutor:
     """Cells on a pool of local processes (``jobs == 1``: in this process, no pool)."""
 
@@ -79,16 +87,19 @@ class LocalExecutor:
             for cell in cells:
                 yield run_cell(spec, cell)
             return
-        with ProcessPoolExecutor(max_workers=self.jobs) as pool:
+        pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=_ignore_interrupts)
+        try:
             pending = {pool.submit(run_cell, spec, cell) for cell in cells}
-            try:
-                while pending:
-                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        yield future.result()
-            finally:
-                for future in pending:
-                    future.cancel()
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()
+        except BaseException:  # interrupted, or a cell failed: stop the cells in flight too
+            pool.shutdown(wait=False, cancel_futures=True)
+            for child in multiprocessing.active_children():
+                child.terminate()
+            raise
+        pool.shutdown()
 
     def close(self) -> None:
         pass

@@ -1,0 +1,82 @@
+"""A results folder heals before a resume or a report: damaged parts run again, temporary files
+of killed writes go, edited seeds are refused; files get the umask's mode; SIGTERM stops a
+sweep and its pool workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hetsim.cli import main
+from tests.test_sweep import only_run, write_sweep
+
+
+def finished_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, pd.DataFrame, str]:
+    sweep = write_sweep(tmp_path)
+    assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
+    run = only_run(tmp_path / "runs")
+    return run, pd.read_parquet(run / "results.parquet"), capsys.readouterr().out
+
+
+def test_a_damaged_part_and_stale_temporaries_are_healed_on_resume(tmp_path, capsys):
+    run, expected, table = finished_run(tmp_path, capsys)
+    (run / "parts" / "cell-00004.parquet").write_bytes(b"not parquet at all")  # a disk error
+    short = pd.read_parquet(run / "parts" / "cell-00007.parquet").head(1)  # a copy cut short
+    short.to_parquet(run / "parts" / "cell-00007.parquet", index=False)
+    (run / "parts" / ".cell-00009.parquet.abc123.tmp").write_bytes(b"half")  # a killed write
+    (run / "plots" / ".gantt.png.xyz.tmp").write_bytes(b"half")
+    assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 0
+    captured = capsys.readouterr()
+    notes = [line for line in captured.err.splitlines() if line.startswith("hetsim: note:")]
+    assert len(notes) == 2
+    assert "parts/cell-00004.parquet cannot be read" in notes[0] and notes[0].endswith("its cell runs again")
+    assert "parts/cell-00007.parquet holds 1 rows, not the 2 replications of cell 7" in notes[1]
+    assert "2 of 12 cells to run" in captured.err
+    assert captured.out == table  # the same report
+    pd.testing.assert_frame_equal(pd.read_parquet(run / "results.parquet"), expected)
+    assert not list(run.rglob("*.tmp"))
+
+
+def test_a_sweep_toml_whose_seeds_changed_is_refused(tmp_path, capsys):
+    run, _, _ = finished_run(tmp_path, capsys)
+    text = (run / "sweep.toml").read_text()
+    (run / "sweep.toml").write_text(text.replace("seed = 11", "seed = 12"))
+    assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "its seed or replications no longer match parts/cell-00000.parquet" in err
+    assert main(["report", str(run)]) == 2
+
+
+def test_written_files_get_the_umasks_mode(tmp_path, capsys):
+    run, _, _ = finished_run(tmp_path, capsys)
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("sweep.toml", "meta.json", "results.parquet", "summary.csv", "plots/gantt.png"):
+        assert stat.S_IMODE((run / name).stat().st_mode) == 0o666 & ~umask, name
+
+
+@pytest.mark.multiprocess
+def test_sigterm_stops_the_sweep_and_its_pool_workers_with_the_resume_hint(tmp_path):
+    sweep = write_sweep(tmp_path, steps_per_epoch=250, epochs=4, replications=3)
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "hetsim", "sweep", str(sweep), "--runs", str(runs), "--jobs", "2", "--engine",
+               "simpy"]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(runs.glob("*/parts/*.parquet")):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted:" in err and "--resume" in err and "Traceback" not in err
+    time.sleep(1.0)
+    with pytest.raises(ProcessLookupError):  # no process of the sweep's group is left
+        os.killpg(proc.pid, 0)
