@@ -199,6 +199,10 @@ def make_distribution(data: Any, path: str, base_dir: Path | None = None) -> Dis
     return make_plugin(DISTRIBUTIONS, data, path, "dist", base_dir)
 
 
+MAX_COUNT = 2**40  # samples, epochs: far beyond any run, and sums of them stay within int64
+MAX_TRACE_ROWS = 2**28  # worker-steps a run may record (about 16 GB of trace); more does not fit here
+MAX_STEP_S = 1e9  # a step over 30 years is a unit mistake
+
 WORKER_PARAMS = (
     Param("name", "string", default=None, doc="the worker's name (default w<index>)"),
     Param("count", "integer", default=1, low=1, doc="identical workers this entry stands for"),
@@ -207,9 +211,9 @@ WORKER_PARAMS = (
 AFFINE_KEYS = ("overhead_s", "per_sample_s")  # a worker's shorthand for cost = { model = "affine", ... }
 WORKER_TABLES = ("cost", "noise", "delay", "slowdown", "failure")
 WORKLOAD_PARAMS = (
-    Param("global_batch", "integer", low=1, doc="samples per step, over all workers"),
-    Param("dataset_size", "integer", low=1, doc="samples per epoch"),
-    Param("epochs", "integer", low=1, doc="epochs to run"),
+    Param("global_batch", "integer", low=1, high=MAX_COUNT, doc="samples per step, over all workers"),
+    Param("dataset_size", "integer", low=1, high=MAX_COUNT, doc="samples per epoch"),
+    Param("epochs", "integer", low=1, high=MAX_COUNT, doc="epochs to run"),
     Param("gradient_mb", default=0.0, low=0.0, doc="size of the gradient exchanged every step, MB"),
 )
 
@@ -321,4 +325,23 @@ def build_scenario(raw: Mapping[str, Any], base_dir: Path | None = None) -> Scen
             "workers.max_batch",
             f"the caps hold at most {capacity:g} samples per step, less than global_batch {workload.global_batch}",
         )
+    _check_size(scenario)
     return scenario
+
+
+def _check_size(scenario: Scenario) -> None:
+    """Refuse a run that cannot fit: a trace too large for memory, or steps of absurd length."""
+    rows = scenario.workload.total_steps * scenario.n_workers
+    if rows > MAX_TRACE_ROWS:
+        raise ConfigError(
+            "workload",
+            f"{scenario.workload.total_steps} steps x {scenario.n_workers} workers = {rows:.3g} trace rows, more than "
+            f"the {MAX_TRACE_ROWS:.3g} a run can hold: fewer epochs or a larger global batch",
+        )
+    for i, w in enumerate(scenario.workers):
+        step_s = w.expected_compute_s(scenario.workload.global_batch)
+        if not step_s < MAX_STEP_S:
+            raise ConfigError(
+                f"workers.{i}",
+                f"a step of {scenario.workload.global_batch} samples would take {step_s:.3g} s: check the units",
+            )

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from hetsim.errors import ConfigError
+from hetsim.params import Param
 from hetsim.trace import Trace
 
 DATA_PACKAGE = "hetsim"
@@ -172,7 +173,12 @@ def read_run(run_dirs: str | Path | Sequence[str | Path]) -> RunLog:
         if not ranks:
             raise ConfigError(str(root), "no timer_summary_<rank>.json files")
         timers.extend(_read_timer(path) for _, path in ranks)
+    for key in ("batch_size", "num_epochs"):  # numbers the import divides and counts by
+        if key in config:
+            Param(key, "integer", low=1).check(config[key])
     run = RunLog(tuple(Path(d) for d in dirs), config, tuple(timers))
+    if run.dynamic_partition and not (run.epoch_means_s > 0).all():
+        raise ConfigError("mean_batch_process_times", "must be positive: the DP rule divides by each epoch's mean")
     if not all("mean_batch_process_times" in t for t in timers) and run.step_compute_s is None:
         raise ConfigError("mean_batch_process_times", "missing (and no per-step process_times to compute it from)")
     if "num_epochs" not in config and not all("mean_batch_process_times" in t for t in timers):

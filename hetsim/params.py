@@ -61,6 +61,11 @@ class FileName(str):
         return p if self.folder is None or p.is_absolute() else self.folder / p
 
 
+def _number_text(value: float) -> str:
+    """A number in a message: an integer in full, a float in short (``%g``)."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 def file_path(name: str) -> Path:
     """Where a ``path`` parameter's file is read."""
     return name.path if isinstance(name, FileName) else Path(name)
@@ -152,12 +157,14 @@ class Param:
         too_high = high is not None and (value >= high if self.high_open else value > high)
         if not (too_low or too_high):
             return value
+        got = _number_text(value)
         if low is not None and high is not None:
-            interval = f"{'(' if self.low_open else '['}{low:g}, {high:g}{')' if self.high_open else ']'}"
-            raise ConfigError(self.name, f"must be in {interval}, got {value:g}")
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            interval = f"{left}{_number_text(low)}, {_number_text(high)}{right}"
+            raise ConfigError(self.name, f"must be in {interval}, got {got}")
         if too_low:
-            raise ConfigError(self.name, f"must be {'>' if self.low_open else '>='} {low:g}, got {value:g}")
-        raise ConfigError(self.name, f"must be {'<' if self.high_open else '<='} {high:g}, got {value:g}")
+            raise ConfigError(self.name, f"must be {'>' if self.low_open else '>='} {_number_text(low)}, got {got}")
+        raise ConfigError(self.name, f"must be {'<' if self.high_open else '<='} {_number_text(high)}, got {got}")
 
     def _points(self, value: Any) -> tuple[tuple[float, float], ...]:
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, (list, tuple)) and len(v) == 2 for v in value):
