@@ -19,7 +19,7 @@ from hetsim.config import Table, build_scenario, read_table, resolve_source, set
 from hetsim.engines import AUTO, check_engine
 from hetsim.errors import ConfigError
 from hetsim.params import Param, join, typename
-from hetsim.policies import policy_class
+from hetsim.policies import make_policy, policy_class
 from hetsim.scenario import Scenario
 
 
@@ -184,9 +184,14 @@ def point_scenario(spec: SweepSpec, point: Sequence[int]) -> Scenario:
 
 
 def _check_grid(spec: SweepSpec) -> None:
+    """Every grid point builds, and every policy fits it (its parameters, the cluster's size), so
+    a bad cell is reported before anything is written or started."""
     for point in grid_points(spec.axes):
         try:
-            point_scenario(spec, point)
+            scenario = point_scenario(spec, point)
+            for name in spec.policies:
+                params = dict(scenario.policy.params) if name == scenario.policy.name else {}
+                make_policy(name, params, n_workers=scenario.n_workers)
         except ConfigError as exc:
             where = ", ".join(f"{a.name}={a.labels[k]!r}" for a, k in zip(spec.axes, point))
             raise ConfigError(f"grid.{exc.field}" if exc.field else "grid", f"{exc.problem} (at {where})") from None
