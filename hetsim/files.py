@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +52,32 @@ def atomic_write(target: Path, write: Callable[[str], object]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def atomic_folder(target: Path, option: str) -> Iterator[Path]:
+    """A temporary folder beside ``target`` to write into; when the block ends without an error it
+    replaces ``target`` (whose other files are kept), so a failure leaves ``target`` as it was.
+    ``option`` names the argument ``target`` came from in errors."""
+    target = Path(target)
+    if target.exists() and not target.is_dir():
+        raise ConfigError(option, f"{target} exists and is not a folder")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=TMP_SUFFIX, dir=target.parent))
+    except OSError as exc:
+        raise ConfigError(option, f"cannot write in {target.parent}: {exc.strerror or exc}") from None
+    try:
+        yield tmp
+        target.mkdir(exist_ok=True)
+        items = sorted(tmp.iterdir())
+        for item in items:  # check every move before the first, so none or all happen
+            if (target / item.name).is_dir():
+                raise ConfigError(option, f"cannot write {target / item.name}: a folder is in the way")
+        for item in items:
+            os.replace(item, target / item.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def remove_stale_temporaries(folder: Path) -> int:

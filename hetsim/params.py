@@ -61,7 +61,7 @@ class FileName(str):
         return p if self.folder is None or p.is_absolute() else self.folder / p
 
 
-def _number_text(value: float) -> str:
+def _number_text(value: float | None) -> str:
     """A number in a message: an integer in full, a float in short (``%g``)."""
     return str(value) if isinstance(value, int) else f"{value:g}"
 

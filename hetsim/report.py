@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from hetsim.errors import ConfigError
-from hetsim.files import write_json
+from hetsim.files import atomic_folder, write_json
 from hetsim.metrics import BASELINE, Summary, summarize
 from hetsim.plots import CellPlots, render_run
 from hetsim.policies import policy_class
@@ -67,11 +67,11 @@ def format_table(summaries: Sequence[Summary]) -> str:
 
 
 def write_outputs(directory: Path, traces: Sequence[Trace], summaries: Sequence[Summary]) -> None:
-    """``simulate --out``: trace.parquet, trace.csv and summary.json in ``directory``."""
-    if directory.exists() and not directory.is_dir():
-        raise ConfigError("--out", f"{directory} exists and is not a folder")
-    write_trace_table(traces, directory / "trace.parquet", directory / "trace.csv")
-    write_json(directory / "summary.json", [s.to_dict() for s in summaries])
+    """``simulate --out``: trace.parquet, trace.csv and summary.json in ``directory``, all or none
+    (written in a temporary folder, then moved in)."""
+    with atomic_folder(directory, "--out") as tmp:
+        write_trace_table(traces, tmp / "trace.parquet", tmp / "trace.csv")
+        write_json(tmp / "summary.json", [s.to_dict() for s in summaries])
 
 
 # ----------------------------------------------------------------------------- sweep progress
