@@ -286,3 +286,16 @@ def test_probe_schedule_starts_with_half_and_spreads_the_rest():
     assert probe_schedule(1, 4) == [1, 0, 0, 0, 0]
     assert probe_schedule(0, 3) == [0, 0, 0, 0]
     assert sum(probe_schedule(7, 5)) == 7
+
+
+def test_compare_refuses_a_run_with_nothing_to_compare_even_with_a_tolerance(tmp_path, capsys):
+    meta = {"global_batch": 8, "steps_per_epoch": 2, "epochs": 1, "world_size": 2, "gradient_mb": 0.1,
+            "policies": ["equal"]}  # fmt: skip
+    writer = RunWriter(tmp_path, meta)
+    for step, split in enumerate([(2, 6), (6, 2), (4, 4), (1, 7)]):  # the probe ran; no policy finished an epoch
+        timings = [RankTiming(0.001 * split[0], 0.001, 0.001), RankTiming(0.001 * split[1], 0.001, 0.001)]
+        writer.add_steps(step_rows("probe", 0, step, 0.01 * step, split, timings))
+    writer.flush()
+    assert main(["compare", str(tmp_path), "--tolerance", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"validation: error: run_dir: {tmp_path} has no policy with a finished epoch to compare\n"

@@ -97,6 +97,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         Param("--tolerance", low=0.0).check(args.tolerance)
     run = load_run(args.run_dir)
     comparisons, calibration = compare_run(run, args.calibrate_on)
+    if not comparisons:  # a tolerance must never pass on nothing
+        raise ConfigError("run_dir", f"{args.run_dir} has no policy with a finished epoch to compare")
     if args.json:
         print(json.dumps([c.to_dict() for c in comparisons], indent=2))
     else:
