@@ -23,7 +23,7 @@ import tomli_w
 from hetsim import __version__
 from hetsim.cli_analysis import COMMANDS as ANALYSIS_COMMANDS
 from hetsim.cli_analysis import add_subcommands
-from hetsim.cli_common import OneLineParser, add_scenario_options, check_seed, parse_policies, run_main
+from hetsim.cli_common import OneLineParser, add_scenario_options, check_seed, run_main, scenario_policies
 from hetsim.cli_costs import COMMANDS as COST_COMMANDS
 from hetsim.cli_costs import add_subcommands as add_cost_subcommands
 from hetsim.config import builtin_names, builtin_text, load_scenario, tomllib
@@ -142,7 +142,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
-    policies = parse_policies(args.policy)
+    policies = scenario_policies(args.policy, scenario)
     check_seed(args.seed)
     traces = [simulate(scenario, name, seed=args.seed, engine=args.engine) for name in policies]
     summaries = with_speedups([summarize(t, scenario) for t in traces])

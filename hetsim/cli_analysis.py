@@ -18,7 +18,7 @@ from typing import Any
 
 from hetsim.analytic import NoClosedForm, Prediction, predict
 from hetsim.calibrate import Calibration, calibrate, worker_table
-from hetsim.cli_common import add_scenario_options, check_seed, parse_policies
+from hetsim.cli_common import add_scenario_options, check_seed, scenario_policies
 from hetsim.config import build_scenario, load_scenario
 from hetsim.errors import ConfigError
 from hetsim.files import atomic_write
@@ -118,7 +118,7 @@ def compare(scenario: Scenario, policy: str, seed: int | None = None) -> Compari
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
-    policies = parse_policies(args.policy)
+    policies = scenario_policies(args.policy, scenario)
     check_seed(args.seed)
     rows = [compare(scenario, name, args.seed) for name in policies]
     if args.json:

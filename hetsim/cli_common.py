@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping
 
 from hetsim.errors import ConfigError
 from hetsim.params import Param
-from hetsim.policies import POLICIES, policy_class
+from hetsim.policies import POLICIES, make_policy, policy_class
+from hetsim.scenario import Scenario
 
 DEFAULT_SCENARIO = "workstation"
 
@@ -26,7 +27,9 @@ def add_scenario_options(parser: argparse.ArgumentParser, json_help: str) -> Non
     parser.add_argument(
         "scenario", nargs="?", default=DEFAULT_SCENARIO, help=f"built-in name or file (default: {DEFAULT_SCENARIO})"
     )
-    parser.add_argument("--policy", default=",".join(POLICIES), help="comma-separated policies (default: all)")
+    parser.add_argument(
+        "--policy", default=None, help="comma-separated policies (default: every policy that can run the scenario)"
+    )
     parser.add_argument(
         "--set",
         action="append",
@@ -71,6 +74,27 @@ def parse_policies(value: object, option: str = "--policy", reserved: Mapping[st
         policy_class(name, option)
     if len(set(names)) != len(names):
         raise ConfigError(option, "a policy is listed twice")
+    return names
+
+
+def scenario_policies(text: str | None, scenario: Scenario) -> list[str]:
+    """The policies a command runs: those given with ``--policy`` (each must fit the scenario),
+    or, by default, every registered policy that fits it, with a note on stderr for each left out."""
+    if text is not None:
+        names = parse_policies(text)
+        for name in names:
+            params = dict(scenario.policy.params) if name == scenario.policy.name else {}
+            make_policy(name, params, n_workers=scenario.n_workers)
+        return names
+    names = []
+    for name in POLICIES:
+        params = dict(scenario.policy.params) if name == scenario.policy.name else {}
+        try:
+            make_policy(name, params, n_workers=scenario.n_workers)
+        except ConfigError as exc:
+            print(f"note: {name} left out: {exc}", file=sys.stderr)
+            continue
+        names.append(name)
     return names
 
 

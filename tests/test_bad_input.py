@@ -115,3 +115,19 @@ def test_simulate_out_writes_all_or_nothing(tmp_path, capsys):
     (out / "summary.json").rmdir()
     assert main(["simulate", "paper", "--policy", "equal", "--set", "workload.epochs=1", "--out", str(out)]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["summary.json", "trace.csv", "trace.parquet"]
+
+
+def test_policies_that_cannot_run_are_left_out_with_a_note_unless_named(tmp_path, capsys):
+    one = tmp_path / "one.toml"
+    one.write_text(tomli_w.dumps(scenario_dict([{"per_sample_s": 0.001}], global_batch=8)), encoding="utf-8")
+    assert main(["simulate", str(one), "--json"]) == 0
+    captured = capsys.readouterr()
+    ran = [s["policy"] for s in json.loads(captured.out)]
+    assert "backup" not in ran and "equal" in ran and "ksync" in ran
+    assert captured.err == (
+        "note: backup left out: policy.backups: must be smaller than the number of workers (1), got 1\n"
+    )
+    assert main(["simulate", str(one), "--policy", "equal,backup"]) == 2
+    assert capsys.readouterr().err == (
+        "hetsim: error: policy.backups: must be smaller than the number of workers (1), got 1\n"
+    )
