@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -150,7 +152,43 @@ def test_a_dead_rank_fails_the_run_fast_and_keeps_the_trace(tmp_path):
     trace = pd.read_csv(out / "trace.csv")
     assert set(trace["policy"]) == {"probe", "equal"}
     assert trace.loc[trace["policy"] == "equal", "epoch"].max() == 0
-    assert json.loads((out / "meta.json").read_text())["status"] == "running"
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["status"] == "failed" and meta["failure"].startswith("rank 1 failed first (exit status 17)")
+
+
+def test_a_stopped_rank_is_named_and_the_run_fails_within_seconds(tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "validation", "run", "--epochs", "50", "--policies", "equal", "--probe-repeats",
+               "1", "--out", str(out), "--timeout-s", "900"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env, start_new_session=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not (out / "trace.csv").exists():  # training has begun
+        time.sleep(0.05)
+    ranks = [c for c in _children(proc.pid)]
+    assert len(ranks) == 2
+    os.kill(ranks[1], signal.SIGSTOP)  # rank 1 hangs; the collective timeout is 900 s
+    stopped_at = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert time.monotonic() - stopped_at < 10
+    assert "rank 1 failed first (stopped responding" in err and "terminate called" not in err
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["status"] == "failed" and "rank 1" in meta["failure"]
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (from /proc), in start order."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                out.append((int(fields[19]), int(entry.name)))
+    return [p for _, p in sorted(out)]
 
 
 def test_torchrun_entry(tmp_path):

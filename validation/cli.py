@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hetsim.cli_common import OneLineParser, run_main
 from hetsim.errors import ConfigError
+from hetsim.files import write_json
 from hetsim.params import Param
 from hetsim.report import text_table
 from validation.config import add_run_options, build_config
@@ -56,14 +57,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError("--out", f"{out} exists and is not an empty folder")
     argv = [a for a in sys.argv[2:]] if args.argv is None else list(args.argv)
-    result = launch([*argv, "--out", str(out)], config.world_size, grace_s=min(5.0, config.timeout_s))
+    result = launch([*argv, "--out", str(out)], config.world_size)
     if not result.ok:
-        rank, status = result.first_failure or (-1, -1)
-        print(
-            f"validation: error: rank {rank} failed first (exit status {status}); exit statuses by rank "
-            f"{list(result.exit_codes)}; what was written so far is in {out}",
-            file=sys.stderr,
-        )
+        rank, _ = result.first_failure or (-1, -1)
+        failure = f"rank {rank} failed first ({result.reason}); exit statuses by rank {list(result.exit_codes)}"
+        record_failure(out, failure)
+        print(f"validation: error: {failure}; what was written so far is in {out}", file=sys.stderr)
         return 1
     summary = json.loads((out / "summary.json").read_text())
     rows = [
@@ -74,6 +73,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(text_table(["policy", "mean step", "total", "final split", "accuracy"], rows))
     print(f"wrote {out} in {result.wall_s:.1f} s; compare with: python -m validation compare {out}")
     return 0
+
+
+def record_failure(out: Path, failure: str) -> None:
+    """Mark the run folder's meta.json as failed, with how (when the run got far enough to write one)."""
+    path = out / "meta.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(meta, dict):
+        write_json(path, {**meta, "status": "failed", "failure": failure})
 
 
 def check_local_devices(devices: Sequence[str]) -> None:

@@ -5,18 +5,24 @@ Each rank runs ``python -m validation.train`` with the launcher's arguments and 
 environment variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). When a rank exits
 with a non-zero status, the others normally fail within a moment on their own (their next
 collective sees the closed connection, or the process-group timeout expires); whoever is still
-running after ``grace_s`` is terminated. The launcher reports the rank that failed first.
+running after ``grace_s`` is ended. A rank that stops responding (no heartbeat, see
+:mod:`validation.heartbeat`) fails the run at once. The launcher reports the rank that failed
+first and how; ranks end themselves when the launcher dies.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from validation import heartbeat
 from validation.backend import free_port
 
 POLL_S = 0.05
@@ -27,6 +33,7 @@ class LaunchResult:
     exit_codes: tuple[int, ...]
     first_failure: tuple[int, int] | None  # (rank, exit status) of the first rank to fail
     wall_s: float
+    reason: str = ""  # how the first failure showed: an exit status, or a rank that stopped beating
 
     @property
     def ok(self) -> bool:
@@ -48,11 +55,15 @@ def rank_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
     return env
 
 
-def _stop(procs: Sequence[subprocess.Popen]) -> None:
+def _stop(procs: Sequence[subprocess.Popen], hard: bool = False) -> None:
+    """End every rank still running: SIGTERM, then SIGKILL after a second (at once when ``hard``:
+    a rank stuck in a collective aborts noisily on SIGTERM)."""
     for p in procs:
-        if p.poll() is None:
+        if p.poll() is None and hard:
+            p.kill()
+        elif p.poll() is None:
             p.terminate()
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + 1.0
     for p in procs:
         try:
             p.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -61,33 +72,51 @@ def _stop(procs: Sequence[subprocess.Popen]) -> None:
             p.wait()
 
 
-def launch(rank_argv: Sequence[str], world_size: int, grace_s: float = 3.0) -> LaunchResult:
-    """Run ``world_size`` ranks of ``python -m validation.train *rank_argv`` and wait for all."""
+def launch(rank_argv: Sequence[str], world_size: int, grace_s: float = 1.5) -> LaunchResult:
+    """Run ``world_size`` ranks of ``python -m validation.train *rank_argv`` and wait for all. After
+    the first failure (a non-zero exit, or a rank that stops beating) the others get ``grace_s``
+    to end on their own, then are ended."""
     t0 = time.monotonic()
     port = free_port()
+    beats = Path(tempfile.mkdtemp(prefix="hetsim-heartbeat-"))
     procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "validation.train", *rank_argv], env=rank_environment(r, world_size, port)
-        )
+        subprocess.Popen([sys.executable, "-m", "validation.train", *rank_argv],
+                         env={**rank_environment(r, world_size, port), heartbeat.DIR_ENV: str(beats)})
         for r in range(world_size)
-    ]
-    first_failure: tuple[int, int] | None = None
-    deadline: float | None = None
+    ]  # fmt: skip
+    first_failure: tuple[int, int | None] | None = None
+    reason, deadline = "", None
     try:
         while True:
             codes = [p.poll() for p in procs]
             if first_failure is None:
-                failed = [(r, c) for r, c in enumerate(codes) if c is not None and c != 0]
-                if failed:
-                    first_failure = failed[0]
+                first_failure, reason = _first_failure(codes, beats)
+                if first_failure is not None:
+                    hung = first_failure[1] is None
+                    if hung:  # a stopped rank never ends by itself, and its peers would abort in gloo
+                        _stop(procs, hard=True)
+                        break
                     deadline = time.monotonic() + grace_s
             if all(c is not None for c in codes):
                 break
             if deadline is not None and time.monotonic() > deadline:
-                _stop(procs)
                 break
             time.sleep(POLL_S)
     finally:
         _stop(procs)
+        shutil.rmtree(beats, ignore_errors=True)
     returncodes = tuple(int(p.returncode) for p in procs)
-    return LaunchResult(returncodes, first_failure, time.monotonic() - t0)
+    failed = None if first_failure is None else (first_failure[0], returncodes[first_failure[0]])
+    return LaunchResult(returncodes, failed, time.monotonic() - t0, reason)
+
+
+def _first_failure(codes: Sequence[int | None], beats: Path) -> tuple[tuple[int, int | None] | None, str]:
+    """The first rank that failed: exited non-zero, or stopped beating (status None: still alive)."""
+    for rank, code in enumerate(codes):
+        if code is not None and code != 0:
+            return (rank, code), f"exit status {code}"
+    for rank, code in enumerate(codes):
+        doing = heartbeat.stopped(beats, rank) if code is None else None
+        if doing is not None:
+            return (rank, None), f"stopped responding (no heartbeat for {heartbeat.STALE_S:g} s) during {doing}"
+    return None, ""

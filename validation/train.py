@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from hetsim.cli_common import OneLineParser
 from hetsim.errors import ConfigError
+from validation import heartbeat
 from validation.backend import RankEnv, init_process_group, resolve_device, select_backend, torch_device
 from validation.config import RunConfig, add_run_options, build_config
 from validation.trainer import InjectedCrash, RankTrainer
@@ -79,6 +80,8 @@ def run_rank(config: RunConfig, env: RankEnv, out: Path) -> None:
     ends the process at once, with neither the closing barrier nor the teardown, as a killed rank does."""
     torch.set_num_threads(1)
     device = torch_device(resolve_device(config.devices[env.rank], env.local_rank))
+    started: list[RankTrainer] = []  # what the heartbeat reports: the trainer's step, once it exists
+    heartbeat.start(env.rank, lambda: started[0].where if started else "start-up")
     try:
         init_process_group(select_backend(config.devices), env, device, config.timeout_s)
     except (RuntimeError, OSError) as exc:
@@ -86,6 +89,7 @@ def run_rank(config: RunConfig, env: RankEnv, out: Path) -> None:
     trainer: RankTrainer | None = None
     try:
         trainer = RankTrainer(config, env)
+        started.append(trainer)
         print_summary(trainer.run(out))
         trainer.where = "shutdown"
         dist.barrier()  # leave together: a rank tearing gloo down while a peer still talks to it aborts

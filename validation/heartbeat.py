@@ -1,0 +1,61 @@
+"""Liveness between the built-in launcher and its ranks, in both directions.
+
+A rank started by ``python -m validation run`` (the launcher sets :data:`DIR_ENV`) runs a daemon
+thread that, every :data:`BEAT_S`, rewrites ``<dir>/rank-<r>`` with what the rank is doing, and
+ends the rank at once when its parent (the launcher) is gone. A rank that is stopped or hung
+(SIGSTOP, a deadlock in native code) stops beating; the launcher sees its file go stale after
+:data:`STALE_S` and fails the run naming it, long before a collective's timeout would, and
+before the healthy ranks' timeouts could be mistaken for the cause.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+DIR_ENV = "HETSIM_HEARTBEAT_DIR"
+BEAT_S = 0.5
+STALE_S = 4.0  # no beat for this long: the rank has stopped (a beat is due every BEAT_S)
+
+
+def beat_file(folder: Path, rank: int) -> Path:
+    return Path(folder) / f"rank-{rank}"
+
+
+def start(rank: int, doing: Callable[[], str]) -> threading.Thread | None:
+    """Start beating for ``rank`` (``doing()`` says what it is doing) when a launcher asked for it."""
+    folder = os.environ.get(DIR_ENV)
+    if not folder:
+        return None
+    path, parent = beat_file(Path(folder), rank), os.getppid()
+
+    def run() -> None:
+        while True:
+            if os.getppid() != parent:  # the launcher died: nobody supervises this rank any more
+                os._exit(1)
+            tmp = path.with_suffix(".tmp")
+            try:
+                tmp.write_text(doing(), encoding="utf-8")
+                os.replace(tmp, path)
+            except OSError:
+                pass  # the launcher removes the folder when it ends
+            time.sleep(BEAT_S)
+
+    thread = threading.Thread(target=run, name="heartbeat", daemon=True)
+    thread.start()
+    return thread
+
+
+def stopped(folder: Path, rank: int, now: float | None = None) -> str | None:
+    """What a rank was doing when it stopped beating, or None while it beats (or has not begun)."""
+    path = beat_file(folder, rank)
+    try:
+        age = (time.time() if now is None else now) - path.stat().st_mtime
+        if age <= STALE_S:
+            return None
+        return path.read_text(encoding="utf-8") or "an unknown step"
+    except OSError:
+        return None
