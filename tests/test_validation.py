@@ -299,3 +299,11 @@ def test_compare_refuses_a_run_with_nothing_to_compare_even_with_a_tolerance(tmp
     assert main(["compare", str(tmp_path), "--tolerance", "0.5"]) == 2
     err = capsys.readouterr().err
     assert err == f"validation: error: run_dir: {tmp_path} has no policy with a finished epoch to compare\n"
+
+
+def test_a_one_rank_run_is_possible_from_the_command_line():
+    from validation.cli import build_parser
+    from validation.config import build_config
+
+    config = build_config(build_parser().parse_args(["run", "--world-size", "1"]))
+    assert config.world_size == 1 and dict(config.delay) == {} and dict(config.per_sample_delay) == {}

@@ -277,11 +277,17 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
 
 def _injection(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     """The emulated slowness per rank (``delay``, ``per_sample_delay``, ``slowdown``): the run
-    file's tables (else the default's) with the command line's ``RANK=VALUE`` items on top;
-    ranks whose value changes nothing are left out."""
+    file's tables (else the default's, for the ranks the run has) with the command line's
+    ``RANK=VALUE`` items on top; ranks whose value changes nothing are left out."""
     base = RunConfig()
+
+    def given(key: str) -> Mapping[Any, Any]:
+        if key in raw:
+            return raw[key]
+        return {r: v for r, v in getattr(base, key).items() if r < world_size}  # one rank: no default delay
+
     tables = {
-        key: _rank_map(raw[key] if key in raw else getattr(base, key), getattr(args, key), option)
+        key: _rank_map(given(key), getattr(args, key), option)
         for key, option in (
             ("delay", "--delay"),
             ("per_sample_delay", "--per-sample-delay"),
