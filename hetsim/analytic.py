@@ -14,7 +14,17 @@ asked of the policy's traits, never its name:
   per-epoch trajectory). A policy that knows its fixed point (``fixed_point_shares``) also gets
   it and the epochs it takes to come within 1% of it.
 
-Workers with slowdown episodes or failures make step times time-dependent: no closed form.
+Workers with slowdown episodes or failures make step times time-dependent: no closed form. A
+shared noise group enters E[max] exactly, as one part (:func:`~hetsim.orderstats.barrier_parts`);
+persistent noise leaves every step's distribution as it was (only CIs need batch means); not
+modelled: the first k of workers sharing a factor, re-splitting under persistent noise.
+
+A barrier step ends at ``B + allreduce``, ``B`` the barrier (E[max] or the k-th order
+statistic). With an overlapped all-reduce (the network's ``buckets_mb``) it ends at ``h(B)``
+instead, :meth:`hetsim.network.Buckets.end_s`: every worker starts with the step, so bucket k of
+the waited-for workers is ready at ``B * (1 - backlog_k)``. ``h`` is increasing and piecewise
+linear, so ``E[h(B)] = h(0) + E[B] + sum_j (slope_j - 1) int_{t_j}^{t_{j+1}} P(B > t) dt`` over
+its pieces (exact for discrete times, quadrature otherwise) and its quantiles are ``h`` of B's.
 """
 
 from __future__ import annotations
@@ -26,15 +36,18 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import optimize
+from scipy import integrate, optimize
 
 from hetsim.distributions import Constant
+from hetsim.network import Buckets
 from hetsim.orderstats import (
     TAIL_Q,
+    CommonFactorMax,
     ComputeTime,
     KthOf,
     MaxOf,
     TimeDistribution,
+    barrier_parts,
     expected_kth,
     expected_max,
     integrate_survival,
@@ -44,7 +57,7 @@ from hetsim.orderstats import (
 )
 from hetsim.partition import split_by_shares
 from hetsim.policies import Policy, StepInfo, StepRecord, make_policy
-from hetsim.workers import WorkerSpec
+from hetsim.workers import WorkerSpec, persistent_noise
 
 if TYPE_CHECKING:
     from hetsim.scenario import Scenario
@@ -82,7 +95,7 @@ class Prediction:
     idle_fraction: float
     final_batches: tuple[int, ...]
     steady_step_s: float
-    allreduce_s: float
+    allreduce_s: float  # after the barrier (with buckets: the part still exposed, on average over the run)
     fixed_point_shares: tuple[float, ...] | None = None
     fixed_point_batches: tuple[int, ...] | None = None
     trajectory: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
@@ -103,9 +116,9 @@ class Prediction:
         return out
 
 
-def step_components(workers: Sequence[WorkerSpec], batches: Sequence[int]) -> list[ComputeTime]:
-    """The compute-time distributions of the workers that got samples (the others sit out)."""
-    return [ComputeTime.of(w, b) for w, b in zip(workers, batches) if b > 0]
+def step_components(workers: Sequence[WorkerSpec], batches: Sequence[int]) -> list[TimeDistribution]:
+    """The independent parts of the barrier of the workers that got samples (the others sit out)."""
+    return barrier_parts(workers, batches)
 
 
 @lru_cache(maxsize=4096)
@@ -128,6 +141,8 @@ def _check_closed_form(scenario: Scenario, policy: Policy) -> None:
             raise NoClosedForm(
                 policy.name, f"worker {i} fails and is repaired, which makes the step times time-dependent"
             )
+    if policy.resplits and persistent_noise(scenario.workers):
+        raise NoClosedForm(policy.name, "noise persists: the split follows measured epoch means, which it makes wander")
 
 
 def predict(scenario: Scenario, policy: str | None = None, params: Mapping[str, Any] | None = None) -> Prediction:
@@ -210,7 +225,14 @@ def _summarize(
     mean_compute = weights @ compute
     idle = float(weights @ (n * barrier - compute.sum(axis=1)))
     steady = _barrier_stats(workers, tuple(trajectory[-1]))[0] + comm
-    p95 = _mixture_quantile([step_components(workers, b) for b in splits], weights, 0.95) + comm
+    q95 = _mixture_quantile([step_components(workers, b) for b in splits], weights, 0.95)
+    p95 = q95 + comm
+    buckets = scenario.buckets()
+    if buckets is not None:  # the step ends at h(barrier): see the module docstring
+        ends = np.array([_bucket_end(buckets, workers, b) for b in splits])
+        mean_step, comm = float(weights @ ends), float(weights @ (ends - barrier))
+        steady = _bucket_end(buckets, workers, tuple(trajectory[-1]))
+        p95 = float(buckets.end_s(q95))
     util = tuple(float(u) for u in mean_compute / mean_step) if mean_step > 0 else (0.0,) * n
     return Prediction(
         policy=name,
@@ -247,6 +269,33 @@ def _mixture_quantile(groups: Sequence[Sequence[TimeDistribution]], weights: np.
     return float(optimize.brentq(lambda t: cdf(t) - q, 0.0, hi, xtol=1e-12 * hi))
 
 
+@lru_cache(maxsize=4096)
+def _bucket_end(buckets: Buckets, workers: tuple[WorkerSpec, ...], batches: tuple[int, ...]) -> float:
+    """E[h(max compute)] for one split, h the step's end after its barrier with buckets."""
+    return expected_end(buckets, MaxOf(step_components(workers, batches)), _barrier_stats(workers, batches)[0])
+
+
+def expected_end(buckets: Buckets, barrier: MaxOf, mean_barrier: float) -> float:
+    """E[h(B)] for the barrier B (``barrier``'s CDF, mean ``mean_barrier``), h = ``buckets.end_s``."""
+    pieces = buckets.envelope()
+    total = float(buckets.end_s(0.0)) + mean_barrier
+    for (lo, slope), (hi, _) in zip(pieces, pieces[1:]):
+        total += (slope - 1.0) * _survival_between(barrier, lo, hi)
+    return total
+
+
+def _survival_between(barrier: MaxOf, lo: float, hi: float) -> float:
+    """int_lo^hi P(B > t) dt: exact between the atoms when every time is discrete, else quadrature."""
+    atoms = [d.atoms() for d in barrier.dists]
+    inner = [a[(a > lo) & (a < hi)] for a in atoms if a is not None]
+    points = np.unique(np.concatenate([[lo, hi], *inner]))
+    if all(a is not None for a in atoms):
+        mids = 0.5 * (points[1:] + points[:-1])  # (a CDF evaluated at its own atom may round below it)
+        return float(np.sum(np.diff(points) * (1.0 - np.asarray(barrier.cdf(mids), dtype=float))))
+    survival = lambda t: 1.0 - float(barrier.cdf(np.asarray(t, dtype=float)))  # noqa: E731
+    return float(sum(integrate.quad(survival, a, b, epsabs=1e-13, limit=200)[0] for a, b in zip(points, points[1:])))
+
+
 def _worker_times(workers: Sequence[WorkerSpec], batches: Sequence[int]) -> list[TimeDistribution]:
     """Every worker's compute time, 0 for one that sits the step out (it reports at once)."""
     return [ComputeTime.of(w, b) if b > 0 else Constant(0.0) for w, b in zip(workers, batches)]
@@ -270,6 +319,8 @@ def _predict_first_k(scenario: Scenario, name: str, batches: tuple[int, ...], k:
     inclusion probability P(X_i <= k-th smallest of the others) is a Stieltjes sum on a fine
     grid of F_i; everything else is an integral of products of CDFs."""
     workers = scenario.workers
+    if any(isinstance(d, CommonFactorMax) for d in step_components(workers, batches)):
+        raise NoClosedForm(name, "workers share a noise factor: the k-th of dependent times is not modelled")
     wl = scenario.workload
     n = len(workers)
     comm = scenario.allreduce_s()
@@ -288,7 +339,12 @@ def _predict_first_k(scenario: Scenario, name: str, batches: tuple[int, ...], k:
         mids = np.concatenate([[0.0], 0.5 * (grid[1:] + grid[:-1])])
         included.append(float(np.sum(mass * _fewer_than(others, k, mids))))
     mean_step = barrier + comm
-    p95 = quantile(KthOf(dists, k), 0.95) + comm
+    q95 = quantile(KthOf(dists, k), 0.95)
+    p95 = q95 + comm
+    buckets = scenario.buckets()
+    if buckets is not None:  # the step ends at h(k-th finish): see the module docstring
+        mean_step = expected_end(buckets, KthOf(dists, k), barrier)
+        comm, p95 = mean_step - barrier, float(buckets.end_s(q95))
     util = tuple(b / mean_step for b in busy)
     return Prediction(
         policy=name,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsim.analytic import NoClosedForm, Prediction, predict
-from hetsim.calibrate import Calibration, calibrate, worker_table
+from hetsim.calibrate import CHOICES, MODELS, Calibration, calibrate, check_model, trace_policies, worker_table
 from hetsim.cli_common import add_scenario_options, check_seed, scenario_policies
 from hetsim.config import build_scenario, load_scenario
 from hetsim.errors import ConfigError
@@ -29,6 +29,7 @@ from hetsim.report import resplits, text_table
 from hetsim.scenario import Scenario
 from hetsim.simulate import simulate
 from hetsim.trace import TRACE_FORMATS, read_trace_table, write_trace_table
+from hetsim.workers import persistent_noise
 
 CI_LEVEL = 0.95
 
@@ -49,6 +50,16 @@ def add_subcommands(sub: Any) -> None:
         help="write the scenario here (default: print it as TOML)",
     )
     cal.add_argument("--name", default=None, help="scenario name (default: calibrated-<trace stem>)")
+    cal.add_argument(
+        "--policy", default=None, metavar="NAME", help="fit this policy's rows (needed when the trace holds several)"
+    )
+    cal.add_argument(
+        "--model",
+        default="auto",
+        metavar="|".join(CHOICES),
+        help="each worker's cost model; auto (the default): the one with the least error at batch sizes left out",
+    )
+    cal.add_argument("--json", action="store_true", help="print the fit as one JSON object (the scenario inside)")
 
     imp = sub.add_parser("import-logs", help="a reference-implementation run folder -> trace")
     imp.add_argument("run_dir", nargs="+", help="run folder (several: the nodes of one run, in rank order)")
@@ -91,15 +102,17 @@ class Comparison:
 
 def compare(scenario: Scenario, policy: str, seed: int | None = None) -> Comparison:
     """One policy's prediction beside its simulation: the simulated mean step time with its
-    confidence interval (batch means over epochs for a policy with ``autocorrelated_steps``,
-    whose steps are not independent) and whether the prediction falls inside."""
+    confidence interval (batch means over epochs for a policy with ``autocorrelated_steps`` or
+    on persistent noise, whose steps are not independent) and whether the prediction falls
+    inside."""
     try:
         prediction: Prediction | None = predict(scenario, policy)
         reason = None
     except NoClosedForm as exc:
         prediction, reason = None, exc.reason
     steps = step_times(simulate(scenario, policy, seed=seed))
-    batches = max(scenario.workload.epochs, 2) if policy_class(policy).autocorrelated_steps else None
+    autocorrelated = policy_class(policy).autocorrelated_steps or persistent_noise(scenario.workers)
+    batches = max(scenario.workload.epochs, 2) if autocorrelated else None
     ci = mean_ci(steps, CI_LEVEL, batches) if steps.size > 1 else None
     simulated = float(steps.mean())
     predicted = None if prediction is None else prediction.mean_step_s
@@ -168,21 +181,93 @@ def _writer(path: Path, kinds: Mapping[str, str], option: str) -> str:
     return kind
 
 
+def _with_se(value: float, se: float | None, scale: float, digits: int) -> str:
+    text = f"{value * scale:.{digits}f}"
+    return text if se is None else f"{text} ± {se * scale:.{digits}f}"
+
+
+def _cost_cells(row: Mapping[str, Any]) -> tuple[str, str, str]:
+    """overhead, per-sample and floor cells of the chosen curve (table: its points come below)."""
+    if row["model"] == "table":
+        return "-", "-", "-"
+    params, se = row["params"], row["se"]
+    floor = _with_se(params["floor_s"], se.get("floor_s"), 1e3, 4) if "floor_s" in params else "-"
+    return (
+        _with_se(params["overhead_s"], se.get("overhead_s"), 1e3, 4),
+        _with_se(params["per_sample_s"], se.get("per_sample_s"), 1e3, 5),
+        floor,
+    )
+
+
 def fit_table(calibration: Calibration) -> str:
-    header = ("worker", "overhead ms", "per-sample ms", "noise sigma", "R^2", "residual CV", "rows", "sizes")
+    """The fit as text: per worker the chosen curve with standard errors, noise and fit quality;
+    the held-out errors of every model; the noise's structure, the network and the workload."""
+    rows = worker_table(calibration.workers)
+    lag = calibration.noise.persistence
+    header = (
+        "worker",
+        "model",
+        "overhead ms",
+        "per-sample ms",
+        "floor ms",
+        "noise sigma",
+        "lag-1",
+        "R^2",
+        "residual CV",
+        "rows",
+        "sizes",
+    )
     body = [
         (
             f"w{r['worker']}",
-            f"{r['overhead_s'] * 1e3:.4f}",
-            f"{r['per_sample_s'] * 1e3:.5f}",
+            r["model"],
+            *_cost_cells(r),
             f"{r['noise_sigma']:.4f}",
+            "-" if i >= len(lag) or lag[i] is None else f"{lag[i]:.2f}",
             "-" if r["r2"] is None else f"{r['r2']:.3f}",
             f"{r['residual_cv']:.4f}",
             str(r["rows"]),
             str(r["batch_sizes"]),
         )
-        for r in worker_table(calibration.workers)
+        for i, r in enumerate(rows)
     ]
+    lines = [text_table(header, body)]
+    for r in rows:
+        if r["model"] == "table":
+            points = ", ".join(
+                f"{key[2:]}: {_with_se(value, r['se'].get(key), 1e3, 3)}" for key, value in r["params"].items()
+            )
+            lines.append(f"w{r['worker']} table, ms at each batch: {points}")
+    lines.extend(_held_out_lines(rows))
+    lines.extend(_noise_network_workload(calibration))
+    return "\n".join(lines)
+
+
+def _held_out_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    if all(v is None for r in rows for v in r["held_out_error"].values()):
+        return []
+    body = [
+        (
+            f"w{r['worker']}",
+            *(
+                "-" if v is None else f"{v:.2%}" + ("*" if m == r["model"] else "")
+                for m, v in r["held_out_error"].items()
+            ),
+        )
+        for r in rows
+    ]
+    header = ("worker", *(f"{m} held-out" for m in MODELS))
+    return [
+        "error at batch sizes left out of the fit (rms of predicted / measured mean - 1; * chosen):",
+        text_table(header, body),
+    ]
+
+
+def _noise_network_workload(calibration: Calibration) -> list[str]:
+    noise = calibration.noise
+    shared = "-" if noise.shared is None else f"{noise.shared:.3f}"
+    lag = noise.mean_persistence
+    persistence = "-" if lag is None else f"{lag:.3f}"
     net = calibration.network
     network = (
         f"network: constant {net.time_s * 1e3:.4f} ms per step"
@@ -191,29 +276,44 @@ def fit_table(calibration: Calibration) -> str:
     )
     workload = (
         f"workload: global batch {calibration.global_batch}, {calibration.epochs} epochs x "
-        f"{calibration.steps_per_epoch} steps"
+        f"{calibration.steps_per_epoch} steps" + (f" (policy {calibration.policy})" if calibration.policy else "")
     )
-    return "\n".join([text_table(header, body), network, workload])
+    return [
+        f"noise: share common to the workers of a step {shared} (over {noise.shared_steps} steps), lag-1 "
+        f"persistence {persistence} (mean of the workers'); the written scenario draws independent noise",
+        network,
+        workload,
+    ]
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     kind = None if args.out is None else _writer(args.out, {".toml": "toml", ".json": "json"}, "--out")
+    check_model(args.model, "--model")
     frame = read_trace_table(args.trace)
+    found = trace_policies(frame)
+    if args.policy is None and len(found) > 1:
+        raise ConfigError(
+            "--policy",
+            f"the trace holds {len(found)} policies ({', '.join(found)}); calibrate one at a time with --policy NAME",
+        )
     name = args.name or f"calibrated-{Path(args.trace).stem}"
-    calibration = calibrate(frame, name=name)
+    calibration = calibrate(frame, name=name, policy=args.policy, model=args.model)
     build_scenario(calibration.scenario)  # the written file must load
     for warning in calibration.warnings:
         print(f"hetsim: warning: {warning}", file=sys.stderr)
-    if kind is None:
+    if kind is not None:
+        text = _dump(calibration.scenario, kind)
+        atomic_write(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    if args.json:
+        print(json.dumps(calibration.to_dict(), indent=2))
+    elif kind is None:
         import tomli_w
 
         comment = "\n".join(f"# {line}" for line in fit_table(calibration).splitlines())
         print(f"{comment}\n{tomli_w.dumps(calibration.scenario)}", end="")
-        return 0
-    text = _dump(calibration.scenario, kind)
-    atomic_write(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-    print(fit_table(calibration))
-    print(f"wrote {args.out}")
+    else:
+        print(fit_table(calibration))
+        print(f"wrote {args.out}")
     return 0
 
 

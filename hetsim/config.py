@@ -25,7 +25,7 @@ from hetsim.params import REQUIRED, FileName, Param, PlugIn, join, typename
 from hetsim.policies import policy_class
 from hetsim.registry import COSTS, DISTRIBUTIONS, NETWORKS, Registry
 from hetsim.scenario import PolicySpec, Scenario, WorkerGroup, Workload
-from hetsim.workers import Failure, Slowdown, WorkerSpec
+from hetsim.workers import Failure, SharedNoise, Slowdown, WorkerSpec, check_persistence
 
 T = TypeVar("T")
 V = TypeVar("V", bound=PlugIn)
@@ -209,13 +209,17 @@ WORKER_PARAMS = (
     Param("max_batch", "integer", default=None, low=1, doc="the most samples the worker can take"),
 )
 AFFINE_KEYS = ("overhead_s", "per_sample_s")  # a worker's shorthand for cost = { model = "affine", ... }
-WORKER_TABLES = ("cost", "noise", "delay", "slowdown", "failure")
+WORKER_TABLES = ("cost", "noise", "delay", "shared_noise", "slowdown", "failure")
+FACTOR_KEYS = ("persistence",)  # a noise table's keys beside its distribution's parameters
+SHARED_KEYS = ("group", "persistence")  # a shared_noise table's keys beside its distribution's
 WORKLOAD_PARAMS = (
     Param("global_batch", "integer", low=1, high=MAX_COUNT, doc="samples per step, over all workers"),
     Param("dataset_size", "integer", low=1, high=MAX_COUNT, doc="samples per epoch"),
     Param("epochs", "integer", low=1, high=MAX_COUNT, doc="epochs to run"),
     Param("gradient_mb", default=0.0, low=0.0, doc="size of the gradient exchanged every step, MB"),
-)
+    Param("backward_fraction", default=None, low=0.0, low_open=True, high=1.0,
+          doc="the backward pass's share of a step's compute, for bucketed all-reduce (default 2/3)"),
+)  # fmt: skip
 
 
 def make_worker_group(data: Any, index: int, base_dir: Path | None) -> WorkerGroup:
@@ -223,19 +227,64 @@ def make_worker_group(data: Any, index: int, base_dir: Path | None) -> WorkerGro
     t = Table(data, path, [*(p.name for p in WORKER_PARAMS), *AFFINE_KEYS, *WORKER_TABLES])
     values = t.read(WORKER_PARAMS)
     cost = _make_cost(t, base_dir)
-    noise = make_distribution(t.raw("noise", {"dist": "constant", "value": 1.0}), f"{path}.noise", base_dir)
-    if not math.isclose(noise.mean(), 1.0, rel_tol=1e-6):
-        raise ConfigError(f"{path}.noise", f"a noise factor must have mean 1, this one has mean {noise.mean():g}")
+    noise, persistence = _make_noise(t, base_dir)
     spec = WorkerSpec(
         name=values["name"] if values["name"] is not None else f"w{index}",
         cost=cost,
         noise=noise,
+        persistence=persistence,
+        shared_noise=_make_shared_noise(t, base_dir) if t.has("shared_noise") else None,
         delay=make_distribution(t.raw("delay", {"dist": "constant", "value": 0.0}), f"{path}.delay", base_dir),
         max_batch=values["max_batch"] if values["max_batch"] is not None else cost.max_batch(),
         slowdown=_make_value(Slowdown, t.raw("slowdown"), f"{path}.slowdown") if t.has("slowdown") else None,
         failure=_make_value(Failure, t.raw("failure"), f"{path}.failure") if t.has("failure") else None,
     )
     return WorkerGroup(spec, values["count"])
+
+
+def _split_table(data: Any, path: str, keys: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A table's distribution part and its ``keys``."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(path, f"must be a table, got {typename(data)}")
+    return {k: v for k, v in data.items() if k not in keys}, {k: v for k, v in data.items() if k in keys}
+
+
+def _make_noise(t: Table, base_dir: Path | None) -> tuple[Distribution, float]:
+    """The worker's ``noise``: a mean-1 distribution and its ``persistence`` (default 0)."""
+    path = join(t.path, "noise")
+    data, extra = _split_table(t.raw("noise", {"dist": "constant", "value": 1.0}), path, FACTOR_KEYS)
+    noise = make_distribution(data, path, base_dir)
+    if not math.isclose(noise.mean(), 1.0, rel_tol=1e-6):
+        raise ConfigError(path, f"a noise factor must have mean 1, this one has mean {noise.mean():g}")
+    try:
+        return noise, check_persistence(noise, extra.get("persistence", 0.0))
+    except ConfigError as exc:
+        raise ConfigError(join(path, exc.field), exc.problem) from None
+
+
+def _make_shared_noise(t: Table, base_dir: Path | None) -> SharedNoise:
+    """The worker's ``shared_noise``: ``group``, ``persistence`` and a mean-1 distribution."""
+    path = join(t.path, "shared_noise")
+    data, extra = _split_table(t.raw("shared_noise"), path, SHARED_KEYS)
+    group = Table(extra, path, SHARED_KEYS).get(Param("group", "string"))
+    dist = make_distribution(data, path, base_dir)
+    try:
+        return SharedNoise(group, dist, extra.get("persistence", 0.0))
+    except ConfigError as exc:
+        raise ConfigError(join(path, exc.field), exc.problem) from None
+
+
+def _check_shared_noise_groups(groups: Sequence[WorkerGroup]) -> None:
+    """Workers naming one shared-noise group draw one factor per step, so they must declare it alike."""
+    seen: dict[str, tuple[int, SharedNoise]] = {}
+    for i, g in enumerate(groups):
+        sn = g.spec.shared_noise
+        if sn is None:
+            continue
+        j, first = seen.setdefault(sn.group, (i, sn))
+        if first != sn:  # one line: what workers.j declares, what this one does
+            was, now = ({k: v for k, v in x.to_dict().items() if k != "group"} for x in (first, sn))
+            raise ConfigError(f"workers.{i}.shared_noise", f"group {sn.group!r} is {was} in workers.{j}, here {now}")
 
 
 def _make_cost(t: Table, base_dir: Path | None) -> CostModel:
@@ -307,6 +356,7 @@ def build_scenario(raw: Mapping[str, Any], base_dir: Path | None = None) -> Scen
         raise ConfigError("workers", "must be a non-empty list of [[workers]] tables")
     groups = tuple(make_worker_group(entry, i, base_dir) for i, entry in enumerate(entries))
     _check_slowdown_groups(groups)
+    _check_shared_noise_groups(groups)
     scenario = Scenario(
         **top.read(TOP_PARAMS),
         workload=workload,

@@ -4,6 +4,9 @@
 * :class:`ComputeTime`, the distribution of one worker's step time
   ``cost(b) * noise + delay``: an exact shift when the delay is constant,
   a numerical convolution (Stieltjes sum over the noise's CDF) when both are random;
+* :class:`CommonFactorMax`, the max of workers' times that share a factor (a shared-noise
+  group): independent given the factor, so its CDF is a one-dimensional integral over it,
+  and groups stay independent of each other and of the other workers;
 * :func:`expected_max` (``int_0^inf 1 - prod_i F_i(t) dt``), :func:`expected_kth` (the k-th
   smallest, through the Poisson-binomial count of finished workers) and the exact
   inclusion-exclusion formula for exponentials, :func:`expected_max_exponential`, as a
@@ -21,12 +24,16 @@ from itertools import combinations
 from typing import Any, Protocol
 
 import numpy as np
-from scipy import integrate, optimize
+from scipy import integrate, optimize, stats
 
+from hetsim.distributions import LogNormal
 from hetsim.workers import WorkerSpec
 
 CONV_GRID = 4001
 TAIL_Q = 1e-13
+FACTOR_CELLS = 512  # a continuous common factor as this many cells of equal probability
+FACTOR_CELLS_CONVOLVED = 48  # ... when a member's time is itself a convolution (its CDF is costly)
+CONV_CELLS = 256  # such a member's delay as this many cells of equal probability
 
 
 class TimeDistribution(Protocol):
@@ -118,6 +125,150 @@ class ComputeTime:
         cum[..., -1] = np.where(top[..., 0] >= hi, 1.0, cum[..., -1])
         mids = 0.5 * (edges[..., 1:] + edges[..., :-1])
         return np.sum(self.delay.cdf(t[..., None] - self.scale_s * mids) * np.diff(cum, axis=-1), axis=-1)
+
+
+# ----------------------------------------------------------------------------- a shared factor
+
+
+def factor_nodes(factor: TimeDistribution, cells: int = FACTOR_CELLS) -> tuple[np.ndarray, np.ndarray]:
+    """A factor S as values and weights (summing to 1) for E[g(S)] = sum_j w_j g(s_j): its atoms
+    when it is discrete (exact), else ``cells`` cells of equal probability, each at the mean of
+    S within it (closed form for a lognormal; for another, the cell's middle quantile, all
+    scaled to keep E[S]), so E[S] is kept and E[g(S)] is exact for g linear within cells."""
+    atoms = factor.atoms()
+    if atoms is not None:
+        return atoms.astype(float), np.diff(np.concatenate([[0.0], np.asarray(factor.cdf(atoms), dtype=float)]))
+    weights = np.full(cells, 1.0 / cells)
+    if isinstance(factor, LogNormal):  # E[S; a < Z < b] = Phi(b - sigma) - Phi(a - sigma), S = exp(sigma Z - sigma^2/2)
+        edges = stats.norm.ppf(np.linspace(0.0, 1.0, cells + 1)) - factor.sigma
+        upper = edges[:-1] > 0  # in the upper tail, differences of survival functions keep their digits
+        mass = np.where(upper, stats.norm.sf(edges[:-1]) - stats.norm.sf(edges[1:]),
+                        stats.norm.cdf(edges[1:]) - stats.norm.cdf(edges[:-1]))  # fmt: skip
+        return mass * cells, weights
+    values = _quantiles(factor, (np.arange(cells) + 0.5) / cells)
+    return values * (factor.mean() / values.mean()), weights
+
+
+def _quantiles(dist: TimeDistribution, qs: np.ndarray) -> np.ndarray:
+    """Quantiles of a continuous distribution, all at once by bisection on its CDF."""
+    lo, hi = np.zeros_like(qs), np.full_like(qs, max(dist.mean(), 1e-12))
+    while float(np.min(dist.cdf(hi))) < qs.max():
+        hi *= 2.0
+    for _ in range(80):
+        mid = 0.5 * (lo + hi)
+        below = np.asarray(dist.cdf(mid), dtype=float) < qs
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    return 0.5 * (lo + hi)
+
+
+class CommonFactorMax:
+    """max_i (scale_i N_i S + D_i) over members that share the factor S and are independent
+    given it (the delays are added, not scaled): ``F(t) = E_S[prod_i F_i(t | S)]``, one
+    integral over S. A member whose time given s takes finitely many values (noise and delay
+    discrete, or constant) has a step function of s for ``F_i(t | s)``: its product A(u), in
+    u = F_S(s), is integrated exactly over every cell of :func:`factor_nodes`; the other members'
+    product B is taken at each cell's value: ``F(t) = sum_j B(s_j) int_cell_j A(u) du`` (exact
+    when every member is discrete, or the factor is). ``mean`` and ``var`` are the largest
+    member's (bounds for integration, as :class:`MaxOf`'s)."""
+
+    def __init__(self, members: Sequence[ComputeTime], factor: TimeDistribution) -> None:
+        self.members, self.factor = list(members), factor
+        self.steps = [_atom_pairs(m) for m in members if m.atoms() is not None]
+        self.smooth = [m for m in members if m.atoms() is None]
+        both = any(m._noise_atoms is None and m._delay_atoms is None for m in self.smooth)
+        self.values, self.weights = factor_nodes(factor, FACTOR_CELLS_CONVOLVED if both else FACTOR_CELLS)
+        self.discrete = factor.atoms() is not None
+        self.delays = {id(m): _quantiles(m.delay, (np.arange(CONV_CELLS) + 0.5) / CONV_CELLS) for m in self.smooth
+                       if m._noise_atoms is None and m._delay_atoms is None}  # fmt: skip
+
+    def mean(self) -> float:
+        return max(m.scale_s * m.noise.mean() * self.factor.mean() + m.delay.mean() for m in self.members)
+
+    def var(self) -> float:
+        s2 = self.factor.var() + self.factor.mean() ** 2
+        return max(m.scale_s**2 * ((m.noise.var() + m.noise.mean() ** 2) * s2 - m.noise.mean() ** 2) + m.delay.var()
+                   for m in self.members)  # fmt: skip
+
+    def atoms(self) -> np.ndarray | None:
+        if not self.discrete or self.smooth:
+            return None
+        return np.unique(np.concatenate([(np.multiply.outer(self.values, a) + b).ravel() for a, b, _ in self.steps]))
+
+    def cdf(self, t: Any) -> Any:
+        t = np.asarray(t, dtype=float)
+        tt = t[..., None]
+        smooth = np.ones((*t.shape, len(self.values)))
+        for m in self.smooth:
+            smooth *= np.clip(self._smooth_cdf(m, tt), 0.0, 1.0)
+        if self.discrete:  # A at the factor's atoms
+            for slope, shift, mass in self.steps:
+                smooth *= (mass * (np.multiply.outer(self.values, slope) + shift <= tt[..., None])).sum(axis=-1)
+            return smooth @ self.weights
+        if not self.steps:
+            return smooth @ self.weights
+        if not self.smooth:  # A alone: its integral over [0, 1]
+            return self._integral_of_steps(t, np.array([1.0]))[..., 0]
+        edges = np.linspace(0.0, 1.0, len(self.values) + 1)
+        return np.sum(smooth * np.diff(self._integral_of_steps(t, edges), axis=-1), axis=-1)
+
+    def _smooth_cdf(self, m: ComputeTime, tt: np.ndarray) -> np.ndarray:
+        """P(scale s N + D <= t) of a member with a continuous part, at every t and node s."""
+        scale = m.scale_s * self.values
+        if m._noise_atoms is not None:  # shifts of the delay's CDF, one per noise atom
+            mass = _masses(m.noise, m._noise_atoms) if m.scale_s > 0 else np.ones(1)
+            return sum(w * np.asarray(m.delay.cdf(tt - scale * a), dtype=float) for a, w in zip(m._noise_atoms, mass))
+        positive = scale > 0  # a factor of 0 leaves the delay alone
+        safe = np.where(positive, scale, 1.0)
+        delays, mass = (m._delay_atoms, _masses(m.delay, m._delay_atoms)) if m._delay_atoms is not None else (
+            self.delays[id(m)], np.full(CONV_CELLS, 1.0 / CONV_CELLS))  # fmt: skip
+        rest = tt[..., None] - delays  # (t, node, delay value): one call of the noise's CDF
+        done = np.where(positive[:, None], np.asarray(m.noise.cdf(rest / safe[:, None]), dtype=float), rest >= 0)
+        return done @ mass
+
+    def _integral_of_steps(self, t: np.ndarray, edges: np.ndarray) -> np.ndarray:
+        """int_0^x A(u) du at every x of ``edges`` (the last axis), for every t."""
+        tt = t[..., None]
+        probs = []  # a member's atom pair is done by t iff u <= F_S((t - shift) / slope)
+        for slope, shift, _ in self.steps:
+            flat = slope <= 0  # done or not, whatever the factor
+            x = (tt - shift) / np.where(flat, 1.0, slope)
+            done = np.asarray(self.factor.cdf(np.where(flat, 0.0, x)), dtype=float)
+            probs.append(np.where(flat, (tt >= shift).astype(float), done))
+        cuts = np.sort(np.concatenate([np.zeros((*t.shape, 1)), *probs], axis=-1), axis=-1)  # where A steps down
+        level = np.ones((*cuts.shape[:-1], cuts.shape[-1] - 1))  # A on (cuts[m], cuts[m + 1]]
+        for (_, _, mass), p in zip(self.steps, probs):
+            level *= (mass * (p[..., None, :] >= cuts[..., 1:, None])).sum(axis=-1)
+        covered = np.clip(np.minimum(cuts[..., 1:, None], edges) - cuts[..., :-1, None], 0.0, None)
+        return np.sum(level[..., None] * covered, axis=-2)
+
+
+def _masses(dist: TimeDistribution, atoms: np.ndarray) -> np.ndarray:
+    return np.diff(np.concatenate([[0.0], np.asarray(dist.cdf(atoms), dtype=float)]))
+
+
+def _atom_pairs(m: ComputeTime) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A discrete member's time given s as ``slope * s + shift`` with probability ``mass``, over
+    every pair of its noise and delay atoms."""
+    noise = m._noise_atoms if m._noise_atoms is not None else np.zeros(1)
+    delay = m._delay_atoms if m._delay_atoms is not None else np.zeros(1)
+    noise_mass = _masses(m.noise, noise) if m.scale_s > 0 else np.ones(1)
+    slope, shift = np.meshgrid(m.scale_s * noise, delay, indexing="ij")
+    return slope.ravel(), shift.ravel(), np.outer(noise_mass, _masses(m.delay, delay)).ravel()
+
+
+def barrier_parts(workers: Sequence[WorkerSpec], batches: Sequence[int]) -> list[TimeDistribution]:
+    """The independent parts of a barrier: the compute time of each worker with samples, the
+    members of a shared-noise group (with a factor that is not constant) as one, their max."""
+    out: list[TimeDistribution] = []
+    groups: dict[str, tuple[TimeDistribution, list[ComputeTime]]] = {}
+    for w, b in zip(workers, batches):
+        if b <= 0:
+            continue
+        if w.shared_noise is None or w.shared_noise.dist.is_constant:  # a constant mean-1 factor is 1
+            out.append(ComputeTime.of(w, b))
+        else:
+            groups.setdefault(w.shared_noise.group, (w.shared_noise.dist, []))[1].append(ComputeTime.of(w, b))
+    return out + [CommonFactorMax(members, factor) for factor, members in groups.values()]
 
 
 # ----------------------------------------------------------------------------- order statistics

@@ -9,9 +9,12 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from hetsim.network import NetworkModel
+from hetsim.errors import ConfigError
+from hetsim.network import Buckets, NetworkModel
 from hetsim.policies import WorkerHint
 from hetsim.workers import WorkerSpec
+
+DEFAULT_BACKWARD_FRACTION = 2.0 / 3.0  # backward ~ twice the forward pass's time
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,13 @@ class Workload:
     dataset_size: int
     epochs: int
     gradient_mb: float = 0.0
+    backward_fraction: float | None = None  # the backward pass's share of the compute (None: the default)
+
+    @property
+    def backward_share(self) -> float:
+        """The backward pass's share of every worker's compute: ``backward_fraction``, or
+        :data:`DEFAULT_BACKWARD_FRACTION` (used only when the network overlaps in buckets)."""
+        return DEFAULT_BACKWARD_FRACTION if self.backward_fraction is None else self.backward_fraction
 
     @property
     def steps_per_epoch(self) -> int:
@@ -55,6 +65,12 @@ class Scenario:
     policy: PolicySpec = field(default_factory=PolicySpec)
     description: str = ""
 
+    def __post_init__(self) -> None:
+        try:
+            self.network.bucket_sizes(self.workload.gradient_mb)
+        except ConfigError as exc:
+            raise ConfigError(f"network.{exc.field}", exc.problem) from None
+
     @cached_property
     def workers(self) -> tuple[WorkerSpec, ...]:
         """One spec per worker, groups expanded in file order (computed once per scenario)."""
@@ -71,7 +87,17 @@ class Scenario:
         return sum(g.count for g in self.groups)
 
     def allreduce_s(self) -> float:
+        """The whole gradient's all-reduce (what follows the barrier without buckets)."""
         return self.network.allreduce_s(self.n_workers, self.workload.gradient_mb)
+
+    def buckets(self) -> Buckets | None:
+        """The network's overlap of the all-reduce with the backward pass (None: none)."""
+        return self._buckets
+
+    @cached_property
+    def _buckets(self) -> Buckets | None:
+        wl = self.workload
+        return self.network.buckets(self.n_workers, wl.gradient_mb, wl.backward_share)
 
     def hints(self) -> tuple[WorkerHint, ...]:
         """What the cost-aware policies are told: caps and true expected affine costs."""
@@ -92,6 +118,8 @@ class Scenario:
             "epochs": self.workload.epochs,
             "gradient_mb": self.workload.gradient_mb,
         }
+        if self.workload.backward_fraction is not None:
+            out["workload"]["backward_fraction"] = self.workload.backward_fraction
         out["network"] = self.network.to_dict()
         out["workers"] = [{**g.spec.to_dict(), "count": g.count} for g in self.groups]
         out["policy"] = self.policy.to_dict()

@@ -13,20 +13,64 @@ failures). Noise and delay give one number each per step, whether or not the wor
 samples, so the draws of a step never depend on the split: any two engines (and any two
 policies) see the same random numbers. Episodes and failures are drawn lazily along the time
 axis (:class:`Timeline`), in a fixed order, so they too are the same whatever queries them.
+
+A worker's noise factor may be the product of its own factor and a factor shared by a group
+(:class:`SharedNoise`: one draw per step from the group's stream, the same number for every
+member), and either may persist (``persistence`` rho: the log of a lognormal factor is a
+stationary lag-1 autoregression, :class:`FactorStream`). Both still give one number per step.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+from scipy import signal
 
 from hetsim.costs import CostModel
-from hetsim.distributions import Constant, Distribution
+from hetsim.distributions import Constant, Distribution, LogNormal
+from hetsim.errors import ConfigError
 from hetsim.params import FrozenPlugIn, Param
+
+PERSISTENCE = Param(
+    "persistence", default=0.0, low=0.0, high=1.0, high_open=True, doc="lag-1 autocorrelation of the log factor"
+)
+NOISE_PURPOSE, DELAY_PURPOSE, SLOWDOWN_PURPOSE, FAILURE_PURPOSE, SHARED_PURPOSE = range(5)
+
+
+def check_persistence(dist: Distribution, value: Any) -> float:
+    """``value`` as a persistence of a factor drawn from ``dist``: in [0, 1), and above 0 only
+    for a lognormal factor (the lag-1 autocorrelation of its log). ConfigError on ``persistence``."""
+    rho = float(PERSISTENCE.check(value))
+    if rho > 0 and not isinstance(dist, LogNormal):
+        raise ConfigError("persistence", f"needs a lognormal factor (it persists through its log), got {dist.name}")
+    return rho
+
+
+@dataclass(frozen=True)
+class SharedNoise:
+    """A mean-1 factor common to the workers naming ``group`` (a busy host): one draw per step
+    from the group's own stream, multiplying each member's own noise. ``persistence`` as for a
+    worker's own noise. Members must declare the same factor (the scenario factory checks)."""
+
+    group: str
+    dist: Distribution
+    persistence: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not math.isclose(self.dist.mean(), 1.0, rel_tol=1e-6):
+            raise ConfigError("", f"a shared factor must have mean 1, this one has mean {self.dist.mean():g}")
+        object.__setattr__(self, "persistence", check_persistence(self.dist, self.persistence))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"group": self.group, **self.dist.to_dict()}
+        if self.persistence:
+            out["persistence"] = self.persistence
+        return out
 
 
 class Slowdown(FrozenPlugIn):
@@ -107,6 +151,11 @@ class WorkerSpec:
     max_batch: int | None = None
     slowdown: Slowdown | None = None
     failure: Failure | None = None
+    persistence: float = 0.0  # of the own noise factor (lognormal only)
+    shared_noise: SharedNoise | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "persistence", check_persistence(self.noise, self.persistence))
 
     def compute_s(self, local_batch: int, noise: float, delay: float, factor: float = 1.0) -> float:
         """Compute time for ``local_batch`` samples given this step's draws and slowdown factor."""
@@ -129,9 +178,11 @@ class WorkerSpec:
         out: dict[str, Any] = {
             "name": self.name,
             **cost,
-            "noise": self.noise.to_dict(),
+            "noise": {**self.noise.to_dict(), **({"persistence": self.persistence} if self.persistence else {})},
             "delay": self.delay.to_dict(),
         }
+        if self.shared_noise is not None:
+            out["shared_noise"] = self.shared_noise.to_dict()
         if self.max_batch is not None:
             out["max_batch"] = self.max_batch
         if self.slowdown is not None:
@@ -139,6 +190,71 @@ class WorkerSpec:
         if self.failure is not None:
             out["failure"] = self.failure.to_dict()
         return out
+
+
+class FactorStream:
+    """Mean-1 factors, one per step, from one generator: independent draws of ``dist``, or with
+    ``persistence`` rho > 0 (a lognormal of log-sd sigma) the stationary lag-1 autoregression
+
+        log X_t = -sigma^2/2 + Z_t,   Z_t = rho Z_{t-1} + sigma sqrt(1 - rho^2) eps_t,
+
+    eps_t the generator's standard normals, Z_{-1} = sigma times the first of them (so every
+    X_t is lognormal(sigma) with mean 1, and corr(Z_t, Z_{t+1}) = rho). ``take(k)`` gives the
+    next ``k`` factors, the same numbers however the steps are grouped into calls: the i.i.d.
+    draws by the distributions' contract, the recursion because it runs element by element, in
+    order (``scipy.signal.lfilter``), from the state the previous call left."""
+
+    def __init__(self, dist: Distribution, rng: np.random.Generator, persistence: float = 0.0) -> None:
+        self.dist, self.rng, self.rho = dist, rng, check_persistence(dist, persistence)
+        if isinstance(dist, LogNormal) and self.rho > 0:
+            sigma = dist.sigma
+            self._mu = -0.5 * sigma * sigma
+            self._b = np.array([sigma * math.sqrt(1.0 - persistence * persistence), 0.0])
+            self._a = np.array([1.0, -persistence])
+            self._state = np.array([persistence * (sigma * float(rng.standard_normal()))])  # rho Z_{-1}
+
+    def take(self, k: int) -> np.ndarray:
+        if self.rho == 0:
+            return np.asarray(self.dist.sample(self.rng, k), dtype=float)
+        log, self._state = signal.lfilter(self._b, self._a, self.rng.standard_normal(k), zi=self._state)
+        return np.exp(self._mu + log)
+
+
+class SharedFactor:
+    """A shared-noise group's factors, read by each member at its own pace: every member's n-th
+    step gets the group's n-th factor. Keeps only what the slowest member has not read yet."""
+
+    def __init__(self, stream: FactorStream) -> None:
+        self.stream = stream
+        self.read: list[int] = []  # steps read by each member
+        self.first = 0  # the step of ahead[0]
+        self.ahead = np.empty(0)
+
+    def join(self) -> int:
+        self.read.append(0)
+        return len(self.read) - 1
+
+    def take(self, member: int, k: int) -> np.ndarray:
+        start = self.read[member]
+        missing = start + k - (self.first + len(self.ahead))
+        if missing > 0:
+            low = min(self.read)  # every member has read the steps before
+            self.ahead = np.concatenate([self.ahead[low - self.first :], self.stream.take(missing)])
+            self.first = low
+        self.read[member] = start + k
+        return self.ahead[start - self.first : start + k - self.first]
+
+
+class NoiseFactors:
+    """One worker's noise factors: its own, times its shared group's when it has one."""
+
+    def __init__(self, own: FactorStream, shared: SharedFactor | None) -> None:
+        self.own, self.shared = own, shared
+        self.member = shared.join() if shared is not None else -1
+
+    def take(self, k: int) -> np.ndarray:
+        own = self.own.take(k)
+        return own if self.shared is None else own * self.shared.take(self.member, k)
 
 
 @dataclass
@@ -149,6 +265,11 @@ class WorkerStreams:
     delay: np.random.Generator
     slowdown: Timeline | None
     failure: Timeline | None
+    factors: NoiseFactors  # the noise factors (from ``noise``, and a shared group's stream)
+
+    def noise_factors(self, k: int) -> np.ndarray:
+        """The worker's next ``k`` noise factors, one per step."""
+        return self.factors.take(k)
 
     def factor_at(self, spec: WorkerSpec, t: float) -> float:
         if spec.slowdown is None or self.slowdown is None or not self.slowdown.active(t):
@@ -166,30 +287,45 @@ class WorkerStreams:
 
     @classmethod
     def spawn(cls, seed: int, workers: tuple[WorkerSpec, ...] | list[WorkerSpec]) -> list[WorkerStreams]:
-        """Worker i's stream for purpose j (0 noise, 1 delay, 2 slowdown, 3 failure) is the
-        child ``SeedSequence(seed).spawn(n)[i].spawn(4)[j]``, built directly from its spawn key
-        ``(i, j)`` and only for the purposes the worker has; a slowdown group's shared timeline
-        comes from its first member's stream."""
+        """Worker i's stream for purpose j (0 noise, 1 delay, 2 slowdown, 3 failure, 4 shared
+        noise) is ``PCG64(SeedSequence(seed, spawn_key=(i, j)))``, made only for the purposes
+        the worker has; a slowdown group's shared timeline comes from its first member's stream
+        2, a shared-noise group's factors from its first member's stream 4."""
 
         def rng(i: int, j: int) -> np.random.Generator:
             return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(i, j))))
 
         streams: list[WorkerStreams] = []
         groups: dict[str, Timeline] = {}
+        shared: dict[str, SharedFactor] = {}
         for i, spec in enumerate(workers):
+            sn, group = spec.shared_noise, None
+            if sn is not None:
+                group = shared.get(sn.group)
+                if group is None:  # the first member's stream
+                    group = SharedFactor(FactorStream(sn.dist, rng(i, SHARED_PURPOSE), sn.persistence))
+                    shared[sn.group] = group
             slowdown = None
             if spec.slowdown is not None:
                 sd = spec.slowdown
                 slowdown = groups.get(sd.group) if sd.group is not None else None
                 if slowdown is None:
-                    slowdown = Timeline(rng(i, 2), sd.every_s, sd.duration_s)
+                    slowdown = Timeline(rng(i, SLOWDOWN_PURPOSE), sd.every_s, sd.duration_s)
                     if sd.group is not None:
                         groups[sd.group] = slowdown
             failure = None
             if spec.failure is not None:
-                failure = Timeline(rng(i, 3), spec.failure.mtbf_s, spec.failure.repair_s)
-            streams.append(cls(rng(i, 0), rng(i, 1), slowdown, failure))
+                failure = Timeline(rng(i, FAILURE_PURPOSE), spec.failure.mtbf_s, spec.failure.repair_s)
+            noise = rng(i, NOISE_PURPOSE)
+            factors = NoiseFactors(FactorStream(spec.noise, noise, spec.persistence), group)
+            streams.append(cls(noise, rng(i, DELAY_PURPOSE), slowdown, failure, factors))
         return streams
+
+
+def persistent_noise(workers: Sequence[WorkerSpec]) -> bool:
+    """Whether any worker's noise (its own or its shared group's) persists from step to step, so
+    that step times are autocorrelated (confidence intervals then need batch means)."""
+    return any(w.persistence > 0 or (w.shared_noise is not None and w.shared_noise.persistence > 0) for w in workers)
 
 
 def cost_groups(workers: Sequence[WorkerSpec]) -> list[tuple[CostModel, np.ndarray]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from hetsim.calibrate import calibrate, fit_network, fit_worker
 from hetsim.config import load_scenario
@@ -175,3 +176,122 @@ def test_read_trace_table_csv_parquet_and_missing(tmp_path):
         assert read_trace_table(tmp_path / name)["local_batch"].tolist() == [4, 8]
     with pytest.raises(ConfigError, match="no such file"):
         read_trace_table(tmp_path / "nope.csv")
+
+
+# ----------------------------------------------------------------------------- standard errors
+
+
+def test_affine_costs_recovered_within_three_standard_errors(known_run):
+    _, trace = known_run
+    cal = calibrate(trace)
+    for fit, truth in zip(cal.workers, KNOWN):
+        assert fit.model == "affine"
+        for key in ("overhead_s", "per_sample_s"):
+            se = fit.se[key]
+            assert se is not None and 0 < se < 0.1 * truth[key]
+            assert abs(getattr(fit, key) - truth[key]) <= 3 * se, (fit.worker, key)
+
+
+def test_affine_winner_writes_the_plain_keys_of_the_least_squares_fit(known_run):
+    """Where affine wins, the scenario entry is what calibration always wrote: the least-squares
+    line over the rows, in the overhead_s/per_sample_s keys."""
+    _, trace = known_run
+    cal = calibrate(trace)
+    frame = trace.to_frame()
+    for entry, fit in zip(cal.scenario["workers"], cal.workers):
+        rows = frame[(frame["worker"] == fit.worker) & (frame["local_batch"] > 0)]
+        line = stats.linregress(rows["local_batch"], rows["compute_s"])
+        assert set(entry) == {"name", "count", "overhead_s", "per_sample_s", "noise"}
+        assert (entry["overhead_s"], entry["per_sample_s"]) == (line.intercept, line.slope)
+
+
+# ----------------------------------------------------------------------------- one policy at a time
+
+
+def _two_policies():
+    raw = scenario_dict(KNOWN[:2], global_batch=240, steps_per_epoch=10, epochs=4)
+    scenario = load_scenario(raw)
+    return pd.concat([simulate(scenario, p).to_frame() for p in ("equal", "dynamic")], ignore_index=True)
+
+
+def test_a_trace_of_two_policies_is_fitted_one_policy_at_a_time():
+    frame = _two_policies()
+    with pytest.raises(ConfigError) as info:
+        calibrate(frame)
+    assert info.value.field == "--policy" and "equal, dynamic" in info.value.problem
+    for policy in ("equal", "dynamic"):
+        cal = calibrate(frame, policy=policy)
+        assert (cal.global_batch, cal.steps_per_epoch, cal.epochs) == (240, 10, 4)
+        assert cal.policy == policy and cal.scenario["policy"] == {"name": policy}
+        assert [f.rows for f in cal.workers] == [40, 40]
+    with pytest.raises(ConfigError, match="no rows of 'ksync'"):
+        calibrate(frame, policy="ksync")
+
+
+def test_runs_that_cannot_be_told_apart_are_refused():
+    frame = _two_policies()
+    with pytest.raises(ConfigError) as info:
+        calibrate(frame.drop(columns=["policy"]))
+    assert info.value.field == "policy" and "step 0 of worker 0 appears twice" in info.value.problem
+    frame["policy"] = "equal"
+    with pytest.raises(ConfigError) as info:
+        calibrate(frame)
+    assert info.value.field == "step"
+    with pytest.raises(ConfigError, match="no policy column"):
+        calibrate(frame.drop(columns=["policy"]).drop_duplicates(["step", "worker"]), policy="equal")
+
+
+def test_policies_pooled_on_purpose_keep_their_steps_apart():
+    frame = _two_policies()
+    frame.loc[frame["policy"] == "dynamic", "step"] += 1000
+    cal = calibrate(frame)
+    assert cal.policy is None and cal.global_batch == 240
+    assert any("pooled the rows of 2 policies" in w for w in cal.warnings)
+
+
+# ----------------------------------------------------------------------------- cut at the barrier
+
+SLOW = 1.3  # the last of four workers: cut at the barrier in nine steps of ten
+
+
+def _backup_trace(slow: float, seed: int = 0):
+    workers = [{"overhead_s": 0.01, "per_sample_s": 0.001, "noise": {"dist": "lognormal", "sigma": 0.1}}] * 3
+    workers = [*workers, {"overhead_s": 0.01 * slow, "per_sample_s": 0.001 * slow, "noise": workers[0]["noise"]}]
+    raw = scenario_dict(workers, global_batch=128, steps_per_epoch=100, epochs=20, seed=seed)
+    raw["policy"] = {"name": "backup"}
+    return simulate(load_scenario(raw)).to_frame()
+
+
+def test_a_backup_trace_recovers_the_slow_workers_cost_within_its_standard_error():
+    frame = _backup_trace(SLOW)
+    cal = calibrate(frame)
+    slow = cal.workers[3]
+    truth = (0.01 + 0.001 * 32) * SLOW / 32  # one batch size: the per-sample cost alone
+    rows = frame[frame["worker"] == 3]
+    assert slow.cancelled == int((~rows["included"]).sum()) > 0.8 * len(rows)
+    assert slow.rows == int(rows["included"].sum())
+    assert abs(slow.per_sample_s - truth) <= 2 * slow.se["per_sample_s"]
+    assert slow.noise_sigma == pytest.approx(0.1, rel=0.1)
+    assert any("cut at the barrier" in w and "censored" in w for w in cal.warnings)
+    # what the cut rows would have given as complete ones, or the complete rows alone: far off
+    as_complete = rows["compute_s"].mean() / 32
+    lucky_only = rows.loc[rows["included"], "compute_s"].mean() / 32
+    for wrong in (as_complete, lucky_only):
+        assert truth - wrong > 10 * slow.se["per_sample_s"]
+
+
+def test_a_worker_whose_every_compute_was_cut_is_one_error():
+    with pytest.raises(ConfigError) as info:
+        calibrate(_backup_trace(2.0))
+    assert info.value.field == "included" and "worker 3 never completed a compute" in info.value.problem
+
+
+def test_included_read_from_text_and_numbers():
+    frame = pd.DataFrame({"worker": [0, 0, 0, 0], "local_batch": [4, 8, 12, 8], "compute_s": [0.1, 0.2, 0.3, 0.15]})
+    plain = calibrate(frame.iloc[:3])
+    for column in (["true", "True", "1", "false"], [1, 1, 1, 0]):
+        assert calibrate(frame.assign(included=column)).workers[0].rows == 3
+    assert plain.workers[0].per_sample_s == pytest.approx(0.025)
+    with pytest.raises(ConfigError) as info:
+        calibrate(frame.assign(included=["yes", "no", "yes", "no"]))
+    assert info.value.field == "included" and "'yes'" in info.value.problem

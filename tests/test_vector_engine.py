@@ -81,6 +81,12 @@ COSTS = [  # beside the affine overhead_s/per_sample_s of most draws
     {"model": "table", "points": [[4, 0.01], [32, 0.012], [128, 0.06]]},
     {"model": "profile", "device": "v100", "workload": "ResNet-18"},
 ]
+SHARED_NOISES = [  # one definition per group name: members of a group declare the same factor
+    {"group": "host", "dist": "lognormal", "sigma": 0.2},
+    {"group": "busy", "dist": "lognormal", "sigma": 0.4, "persistence": 0.8},
+    {"group": "rack", "dist": "gamma", "shape": 4.0, "scale": 0.25},
+    {"group": "pair", "dist": "empirical", "samples": [0.5, 1.5]},
+]
 POLICY_PARAMS = {
     "adaptive": st.fixed_dictionaries(
         {"resplit": st.sampled_from(["step", "epoch"]), "hysteresis": st.sampled_from([0.0, 0.01])}
@@ -90,7 +96,8 @@ POLICY_PARAMS = {
 
 @st.composite
 def scenarios(draw):
-    """Small scenarios whose episodes and failures come often enough to land inside the run."""
+    """Small scenarios whose episodes and failures come often enough to land inside the run,
+    with persistent noise and shared noise groups."""
     workers = []
     for g in range(draw(st.integers(1, 4))):
         w = {
@@ -101,6 +108,10 @@ def scenarios(draw):
             "noise": draw(st.sampled_from(NOISES)),
             "delay": draw(st.sampled_from(DELAYS)),
         }
+        if w["noise"]["dist"] == "lognormal" and draw(st.booleans()):
+            w["noise"] = {**w["noise"], "persistence": draw(st.sampled_from([0.0, 0.3, 0.9, 0.999]))}
+        if draw(st.integers(0, 2)) == 0:
+            w["shared_noise"] = draw(st.sampled_from(SHARED_NOISES))
         if draw(st.booleans()):
             w["max_batch"] = draw(st.integers(8, 200))
         if draw(st.integers(0, 3)) == 0:
@@ -127,6 +138,10 @@ def scenarios(draw):
                 {"kind": "constant", "time_s": 0.0},
                 {"kind": "constant", "time_s": 0.005},
                 {"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 10},
+                # overlapped with the backward pass in buckets (gradient_mb = 1)
+                {"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 1, "buckets_mb": 0.25},
+                {"kind": "ps", "latency_s": 1e-4, "bandwidth_gbps": 2, "buckets_mb": 0.3, "first_bucket_mb": 0.05},
+                {"kind": "constant", "time_s": 0.02, "buckets_mb": 1.0, "first_bucket_mb": 0.5},
             ]
         )
     )
@@ -289,19 +304,22 @@ def test_draws_fetched_in_small_chunks_give_the_same_trace(monkeypatch):
             "noise": {"dist": "gamma", "shape": 4.0, "scale": 0.25},
             "delay": {"dist": "exponential", "mean": 0.01},
             "failure": {"mtbf_s": 1.0, "repair_s": 0.2},
+            "shared_noise": {"group": "host", "dist": "lognormal", "sigma": 0.3, "persistence": 0.6},
         },
         {
             "count": 2,
             "overhead_s": 0.02,
             "per_sample_s": 0.002,
-            "noise": {"dist": "empirical", "samples": [0.9, 1.1]},
+            "noise": {"dist": "lognormal", "sigma": 0.1, "persistence": 0.9},
             "slowdown": {"every_s": 0.5, "duration_s": 0.3, "factor": 2.0},
+            "shared_noise": {"group": "host", "dist": "lognormal", "sigma": 0.3, "persistence": 0.6},
         },
+        {"overhead_s": 0.01, "per_sample_s": 0.003, "noise": {"dist": "empirical", "samples": [0.9, 1.1]}},
     ]
     s = build_scenario(scenario_dict(workers, global_batch=100, steps_per_epoch=7, epochs=5))
     expected = {name: simulate(s, name) for name in ("dynamic", "ksync", "adaptive")}
     monkeypatch.setattr(simpy_engine, "DRAW_CHUNK", 3)
-    monkeypatch.setattr(vector, "CHUNK_ELEMENTS", 11)  # two steps of five workers per chunk
+    monkeypatch.setattr(vector, "CHUNK_ELEMENTS", 12)  # two steps of six workers per chunk
     for name, trace in expected.items():
         assert_same_trace(trace, simulate(s, name))
         assert_same_trace(trace, simulate(s, name, engine="vector"))

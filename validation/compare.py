@@ -99,7 +99,8 @@ def calibrate_run(run: RunData, calibrate_on: str = PROBE) -> Calibration:
     if rows.empty:
         known = ", ".join(dict.fromkeys(run.trace["policy"].astype(str)))
         raise ConfigError("--calibrate-on", f"the run has no rows for {calibrate_on!r} (it has: {known})")
-    return calibrate(rows.drop(columns=["policy"]), name=f"{run.path.name}-{calibrate_on}")
+    # affine: format_table prints each rank's overhead and per-sample cost, the model simulated
+    return calibrate(rows.drop(columns=["policy"]), name=f"{run.path.name}-{calibrate_on}", model="affine")
 
 
 def scenario_for(run: RunData, calibration: Calibration, policy: str, epochs: int) -> dict[str, Any]:

@@ -2,11 +2,13 @@
 
 Each step the coordinator asks the policy for the split (telling it which workers are up) and
 releases every worker with one shared ``go`` event. A worker draws its noise and delay (one
-number from each of its own streams, every step, in that order); if it is down it first waits
+number each, every step: its noise factor from its own stream, times its shared-noise group's
+factor of the step if it has one; its delay from its own stream); if it is down it first waits
 for its repair; then it holds for its compute time, slowed by the episode in force when it
 starts, and reports done. The coordinator waits for the barrier (all workers, or the first
-``policy.wait_for()``, cancelling the rest), holds for the all-reduce, records the step and
-tells the policy what it measured. A worker's failure state is read at the start of each
+``policy.wait_for()``, cancelling the rest), holds for the all-reduce (with buckets, for what of
+it is still running: :meth:`hetsim.network.Buckets.exposed_s`), records the step and tells the
+policy what it measured. A worker's failure state is read at the start of each
 step: a failure that begins mid-step takes effect at the next one.
 
 Policies without a barrier (``async``) run on :func:`run_simpy_async`: every worker loops on
@@ -18,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING
 
+import numpy as np
 import simpy
 from simpy.events import Condition
 
@@ -63,9 +66,10 @@ def _at_least(k: int) -> Callable[[tuple[simpy.Event, ...], int], bool]:
 
 def draws(spec: WorkerSpec, rng: WorkerStreams, chunk: int) -> Iterator[tuple[float, float]]:
     """A worker's (noise, delay) draws, one pair per step, fetched ``chunk`` steps at a time: the
-    same numbers as scalar draws (each stream serves this one purpose: drawing ahead is harmless)."""
+    same numbers as scalar draws (each stream serves this one purpose: drawing ahead is harmless;
+    a shared group's factors are kept until every member has read them)."""
     while True:
-        noise = spec.noise.sample(rng.noise, chunk).astype(float).tolist()
+        noise = rng.noise_factors(chunk).tolist()
         delay = spec.delay.sample(rng.delay, chunk).astype(float).tolist()
         yield from zip(noise, delay)
 
@@ -90,6 +94,7 @@ class _BarrierRun:
         self.began = [0.0] * self.n  # when each worker's compute began in the current step
         self.rows: list[tuple[object, ...]] = []  # the trace's columns of each step, written at the end
         self.comm_s = scenario.allreduce_s()
+        self.buckets = scenario.buckets()
         self.may_fail = any(rng.failure is not None for rng in streams)
         self.processes = [
             self.env.process(self.worker(i, spec, rng)) for i, (spec, rng) in enumerate(zip(scenario.workers, streams))
@@ -100,10 +105,9 @@ class _BarrierRun:
         wl = self.scenario.workload
         trace = TraceBuilder(self.policy.name, self.n, wl.total_steps)
         columns = (trace.epoch, trace.start_s, trace.local_batch, trace.compute_s, trace.wait_s, trace.included,
-                   trace.slowdown, trace.up)  # fmt: skip
+                   trace.slowdown, trace.up, trace.comm_s)  # fmt: skip
         for column, values in zip(columns, zip(*self.rows)):
             column[:] = values
-        trace.comm_s[:] = self.comm_s
         return trace.finish()
 
     def worker(self, i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, _Step, None]:
@@ -146,16 +150,27 @@ class _BarrierRun:
         need = policy.wait_for()
         yield Condition(env, _at_least(need), done)
         included = tuple([b > 0 and d.triggered for b, d in zip(batches, done)])
+        comm = self.comm_s if self.buckets is None else self.exposed(start, step, done, need)
         if need < n:
             for i, d in enumerate(done):
                 if not d.triggered:
                     self.processes[i].interrupt()
         barrier = env.now
-        yield env.timeout(self.comm_s)
+        yield env.timeout(comm)
         # Idle at the barrier: after computing, and before it while stalled by a failure.
         wait = [max(barrier - (t + c), 0.0) + max(t - start, 0.0) for t, c in zip(self.began, step.compute)]
-        self.rows.append((info.epoch, start, batches, step.compute, wait, included, step.slowdown, available))
+        self.rows.append((info.epoch, start, batches, step.compute, wait, included, step.slowdown, available, comm))
         policy.observe(StepRecord(info, batches, tuple(step.compute), included))
+
+    def exposed(self, start: float, step: _Step, done: list[simpy.Event], need: int) -> float:
+        """With buckets: the all-reduce left at the barrier, from each worker's finish (since the
+        step's start) and compute time; waited for: the workers done at the barrier (all when
+        the policy waits for all)."""
+        compute = np.array(step.compute)
+        finish = (np.array(self.began) - start) + compute
+        waited = None if need >= self.n else np.array([d.triggered for d in done])
+        assert self.buckets is not None
+        return float(self.buckets.exposed_s(finish, compute, waited))
 
 
 def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStreams]) -> Trace:
@@ -181,7 +196,7 @@ def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStre
     def worker(i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, object, None]:
         while applied[0] < total:
             start = env.now
-            noise = spec.noise.sample(rng.noise)
+            noise = float(rng.noise_factors(1)[0])  # a shared factor: the group's n-th for each member's n-th
             delay = spec.delay.sample(rng.delay)
             down_s = 0.0
             if rng.down_at(start):

@@ -8,7 +8,9 @@ How it stays identical to :func:`hetsim.engines.simpy_engine.run_simpy`:
 
 * *Draws.* Each worker's noise and delay come from the same streams, one number each per step,
   drawn many steps at a time (``Distribution.sample(rng, k)`` gives the numbers of ``k`` scalar
-  draws), so a step's draws never depend on how steps are grouped here.
+  draws; persistent and shared factors come through the same ``WorkerStreams.noise_factors``,
+  which carries the autoregression's state across calls), so a step's draws never depend on how
+  steps are grouped here.
 * *Blocks.* ``policy.steady_steps(info)`` says for how many steps the split stays what
   ``partition`` just returned; those steps are computed together, as (steps x workers) arrays,
   and reported with one ``policy.observe_steps`` (equivalent to the SimPy engine's ``observe``
@@ -19,6 +21,13 @@ How it stays identical to :func:`hetsim.engines.simpy_engine.run_simpy`:
   ``start + (k-th smallest compute)``, and the next start is ``barrier + comm``. One
   ``np.cumsum`` (a sequential sum) over ``start, M_0, comm, M_1, comm, ...`` makes exactly those
   additions, in that order, for a whole block.
+* *Buckets.* With an overlapped all-reduce, ``comm`` is each step's exposed part, computed by
+  the function the SimPy engine calls (:meth:`hetsim.network.Buckets.exposed_s`) on the same
+  arrays: each worker's finish since the step's start (its compute, in a step without stalls)
+  and compute time. It needs only those when every worker is waited for, so a block stays one
+  ``cumsum``; for ``backup`` and ``ksync`` the waited-for workers are those done at the barrier,
+  whose absolute time decides ties, so :func:`_first_k_clock` checks the ties it assumed and
+  redoes a step (then the rest) where rounding decided one otherwise.
 * *Episodes and failures.* Every worker's slowdown and failure state is constant until the first
   change on any of their timelines (the *horizon*); a block ends at the first step that starts
   at or after it. A step in which a worker with samples is down (it stalls until its repair and
@@ -29,13 +38,15 @@ How it stays identical to :func:`hetsim.engines.simpy_engine.run_simpy`:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hetsim.distributions import Distribution
 from hetsim.engines.base import Engine
 from hetsim.errors import ConfigError
+from hetsim.network import Buckets
 from hetsim.policies.base import Policy, StepInfo
 from hetsim.registry import ENGINES
 from hetsim.trace import Trace, TraceBuilder
@@ -77,7 +88,8 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
     total, per_epoch = wl.total_steps, wl.steps_per_epoch
     streams = WorkerStreams.spawn(scenario.seed if seed is None else seed, workers)
     policy.reset(n, wl.global_batch, scenario.hints())
-    comm_s = scenario.allreduce_s()
+    buckets = scenario.buckets()
+    comm: float | Buckets = scenario.allreduce_s() if buckets is None else buckets
     trace = TraceBuilder(policy.name, n, total)
     draws = _Draws(workers, streams, total)
     timelines = _Timelines(workers, streams)
@@ -102,17 +114,17 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
         noise, delay = draws.rows(row, min(policy.steady_steps(info), total - row))
         if (works & down).any():
             stalled = [(int(i), workers[i], streams[i]) for i in np.flatnonzero(works & down)]
-            steps, start = _stalled_step(start, comm_s, base, works, noise[0], delay[0], factor, need, stalled)
+            steps, start = _stalled_step(start, comm, base, works, noise[0], delay[0], factor, need, stalled)
         else:
-            steps, start = _block(start, comm_s, base, works, noise, delay, factor, need, horizon)
-        _record(trace, row, b, steps, None if available is all_up else available, comm_s, per_epoch)
+            steps, start = _block(start, comm, base, works, noise, delay, factor, need, horizon)
+        _record(trace, row, b, steps, None if available is all_up else available, per_epoch)
         policy.observe_steps(info, _Row(split, b), steps.compute_s, steps.included)
         row += len(steps.start_s)
     return trace.finish()
 
 
 def _record(trace: TraceBuilder, row: int, batches: np.ndarray, steps: _Steps, available: tuple[bool, ...] | None,
-            comm_s: float, per_epoch: int) -> None:  # fmt: skip
+            per_epoch: int) -> None:  # fmt: skip
     """Write a block's steps into the trace from ``row`` on (``available`` None: all up)."""
     k = len(steps.start_s)
     rows = slice(row, row + k)
@@ -126,17 +138,18 @@ def _record(trace: TraceBuilder, row: int, batches: np.ndarray, steps: _Steps, a
         trace.up[rows] = available
     trace.epoch[rows] = np.arange(row, row + k) // per_epoch
     trace.start_s[rows] = steps.start_s
-    trace.comm_s[rows] = comm_s
+    trace.comm_s[rows] = steps.comm_s
 
 
 class _Steps:
     """The computed rows of a block: (steps x workers) arrays, or rows that broadcast to them."""
 
-    __slots__ = ("compute_s", "included", "slowdown", "start_s", "wait_s")
+    __slots__ = ("comm_s", "compute_s", "included", "slowdown", "start_s", "wait_s")
 
     def __init__(
-        self, start_s: np.ndarray, compute_s: np.ndarray, wait_s: np.ndarray, included: np.ndarray, slowdown: np.ndarray
-    ) -> None:
+        self, start_s: np.ndarray, compute_s: np.ndarray, wait_s: np.ndarray, included: np.ndarray,
+        slowdown: np.ndarray, comm_s: float | np.ndarray,
+    ) -> None:  # fmt: skip
         self.start_s, self.compute_s, self.wait_s, self.included, self.slowdown = (
             start_s,
             compute_s,
@@ -144,11 +157,12 @@ class _Steps:
             included,
             slowdown,
         )
+        self.comm_s = comm_s  # the all-reduce after each step's barrier (one number for every step)
 
 
 def _block(
     start: float,
-    comm_s: float,
+    comm: float | Buckets,
     base: np.ndarray,
     works: np.ndarray,
     noise: np.ndarray,
@@ -167,9 +181,14 @@ def _block(
     if not works.all():
         compute[:, ~works] = 0.0  # a worker without samples sits the step out
     kth = compute.max(axis=1) if need == n else np.partition(compute, need - 1, axis=1)[:, need - 1]
-    clock = np.empty(2 * n_steps + 1)  # start, kth_0, comm, kth_1, comm, ...
-    clock[0], clock[1::2], clock[2::2] = start, kth, comm_s
-    clock = np.cumsum(clock)  # start_0, barrier_0, start_1, barrier_1, ..., start after the last
+    comm_s: float | np.ndarray
+    if isinstance(comm, Buckets) and need < n:
+        clock, comm_s = _first_k_clock(start, compute, kth, comm)
+    else:
+        comm_s = comm.exposed_s(compute, compute) if isinstance(comm, Buckets) else comm
+        clock = np.empty(2 * n_steps + 1)  # start, kth_0, comm_0, kth_1, comm_1, ...
+        clock[0], clock[1::2], clock[2::2] = start, kth, comm_s
+        clock = np.cumsum(clock)  # start_0, barrier_0, start_1, barrier_1, ..., start after the last
     starts = clock[0:-1:2]
     k = int(np.searchsorted(starts, horizon, side="left"))  # steps starting before the horizon (>= 1)
     starts, barriers, compute = starts[:k, None], clock[1 : 2 * k : 2, None], compute[:k]
@@ -183,12 +202,42 @@ def _block(
             compute = np.where(finished, compute, barriers - starts)
             end = starts + compute
     wait = np.maximum(barriers - end, 0.0)
-    return _Steps(starts[:, 0], compute, wait, included, factor), float(clock[2 * k])
+    comm_s = comm_s[:k] if isinstance(comm_s, np.ndarray) else comm_s
+    return _Steps(starts[:, 0], compute, wait, included, factor, comm_s), float(clock[2 * k])
+
+
+def _first_k_clock(
+    start: float, compute: np.ndarray, kth: np.ndarray, buckets: Buckets
+) -> tuple[np.ndarray, np.ndarray]:
+    """The clock of :func:`_block` and each step's exposed all-reduce for a policy that waits for
+    the first k: the workers done at the barrier, ``start + compute <= start + kth`` (ties by
+    absolute time, as in the SimPy engine), are the ones waited for. Computed for all steps at
+    once with ties decided by ``compute <= kth``, then checked: from the first step where
+    rounding at the absolute time decided a tie otherwise, that step is redone with its true
+    waited-for set and the rest again (the same additions as one step at a time)."""
+    n_steps = len(kth)
+    clock, comm_s = np.empty(2 * n_steps + 1), np.empty(n_steps)
+    clock[0], j = start, 0
+    while j < n_steps:
+        waited = compute[j:] <= kth[j:, None]
+        comm_s[j:] = buckets.exposed_s(compute[j:], compute[j:], waited)
+        part = clock[2 * j :]  # a view: start_j, then kth_j, comm_j, kth_j+1, ...
+        part[1::2], part[2::2] = kth[j:], comm_s[j:]
+        part[:] = np.cumsum(part)
+        wrong = np.flatnonzero(((part[0:-1:2, None] + compute[j:] <= part[1::2, None]) != waited).any(axis=1))
+        if not wrong.size:
+            break
+        j += int(wrong[0])  # steps before j are right; step j's start and barrier too
+        now, barrier = clock[2 * j], clock[2 * j + 1]
+        comm_s[j] = buckets.exposed_s(compute[j], compute[j], now + compute[j] <= barrier)
+        clock[2 * j + 2] = barrier + comm_s[j]
+        j += 1
+    return clock, comm_s
 
 
 def _stalled_step(
     start: float,
-    comm_s: float,
+    comm: float | Buckets,
     base: np.ndarray,
     works: np.ndarray,
     noise: np.ndarray,
@@ -208,12 +257,16 @@ def _stalled_step(
     end = began + compute
     barrier = end.max() if need == len(base) else np.partition(end, need - 1)[need - 1]
     finished = end <= barrier
+    if isinstance(comm, Buckets):  # from the finishes since the start, as the SimPy engine has them
+        comm_s = float(comm.exposed_s((began - start) + compute, compute, None if need == len(base) else finished))
+    else:
+        comm_s = comm
     resumed = began <= barrier  # a worker still stalled at the barrier never started computing
     compute = np.where(finished, compute, np.where(resumed, barrier - began, 0.0))
     began = np.where(resumed, began, start)
     slowdown = np.where(resumed, slowdown, factor)
     wait = np.maximum(barrier - (began + compute), 0.0) + np.maximum(began - start, 0.0)
-    steps = _Steps(np.array([start]), compute[None], wait[None], (finished & works)[None], slowdown[None])
+    steps = _Steps(np.array([start]), compute[None], wait[None], (finished & works)[None], slowdown[None], comm_s)
     return steps, float(barrier + comm_s)
 
 
@@ -239,27 +292,29 @@ class _Draws:
     """Every worker's noise and delay draws, as (steps x workers) arrays a chunk of steps at a time."""
 
     def __init__(self, workers: tuple[WorkerSpec, ...], streams: list[WorkerStreams], total: int) -> None:
-        self.workers, self.streams, self.total = workers, streams, total
+        self.total = total
         self.chunk = max(1, min(total, CHUNK_ELEMENTS // max(1, len(workers))))
         self.first = 0
         self.noise = self.delay = np.empty((0, len(workers)))
+        self.noise_sources = [s.noise_factors for s in streams]  # own factor x shared group's, as in draws()
+        self.delay_sources = [partial(w.delay.sample, s.delay) for w, s in zip(workers, streams)]
 
     def rows(self, row: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         """The draws of steps ``row``, ``row + 1``, ... (at most ``count``; at least one)."""
         if row >= self.first + len(self.noise):
             self.first = row
             k = min(self.chunk, self.total - row)
-            self.noise = self._draw(k, [(w.noise, s.noise) for w, s in zip(self.workers, self.streams)])
-            self.delay = self._draw(k, [(w.delay, s.delay) for w, s in zip(self.workers, self.streams)])
+            self.noise = self._draw(k, self.noise_sources)
+            self.delay = self._draw(k, self.delay_sources)
         lo = row - self.first
         hi = min(lo + count, len(self.noise))
         return self.noise[lo:hi], self.delay[lo:hi]
 
     @staticmethod
-    def _draw(k: int, sources: list[tuple[Distribution, np.random.Generator]]) -> np.ndarray:
+    def _draw(k: int, sources: Sequence[Callable[[int], Any]]) -> np.ndarray:
         out = np.empty((len(sources), k))
-        for i, (dist, rng) in enumerate(sources):
-            out[i] = dist.sample(rng, k)
+        for i, take in enumerate(sources):
+            out[i] = take(k)
         return out.T.copy()
 
 

@@ -1,0 +1,257 @@
+"""A whole trace -> :class:`Calibration`: one policy's rows, every worker, the noise, the network, the workload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import optimize
+
+from hetsim.calibrate.models import check_model
+from hetsim.calibrate.noise import NoiseStructure, noise_structure
+from hetsim.calibrate.worker_fit import WorkerFit, fit_worker, worker_table
+from hetsim.errors import ConfigError
+from hetsim.policies import POLICIES
+from hetsim.trace import Trace, check_trace_table
+
+
+@dataclass(frozen=True)
+class NetworkFit:
+    kind: str
+    time_s: float = 0.0
+    latency_s: float = 0.0
+    bandwidth_gbps: float = 0.0
+
+    def to_scenario(self) -> dict[str, Any]:
+        if self.kind == "constant":
+            return {"kind": "constant", "time_s": self.time_s}
+        return {"kind": self.kind, "latency_s": self.latency_s, "bandwidth_gbps": self.bandwidth_gbps}
+
+
+def fit_network(comm_s: np.ndarray, n_workers: np.ndarray, gradient_mb: np.ndarray) -> tuple[NetworkFit, list[str]]:
+    """A constant exchange time when all steps share one (world size, gradient size); else the
+    ring model ``2(n-1) latency + 2(n-1)/n * bytes / bandwidth`` by non-negative least squares."""
+    comm = np.asarray(comm_s, dtype=float)
+    n = np.asarray(n_workers, dtype=float)
+    mb = np.asarray(gradient_mb, dtype=float)
+    multi = n > 1
+    if not multi.any():
+        return NetworkFit("constant", time_s=0.0), []
+    comm, n, mb = comm[multi], n[multi], mb[multi]
+    if np.unique(np.stack([n, mb]), axis=1).shape[1] == 1:
+        return NetworkFit("constant", time_s=float(comm.mean())), []
+    design = np.stack([2 * (n - 1), 2 * (n - 1) / n * mb * 1e6 * 8 / 1e9], axis=1)  # latency_s, s per Gbit
+    (latency, s_per_gbit), _ = optimize.nnls(design, comm)
+    if s_per_gbit <= 0:
+        warning = "network: comm_s does not grow with the gradient size; fitted a constant exchange time instead"
+        return NetworkFit("constant", time_s=float(comm.mean())), [warning]
+    return NetworkFit("ring", latency_s=float(latency), bandwidth_gbps=float(1.0 / s_per_gbit)), []
+
+
+@dataclass(frozen=True)
+class Calibration:
+    workers: tuple[WorkerFit, ...]
+    network: NetworkFit
+    global_batch: int
+    steps_per_epoch: int
+    epochs: int
+    gradient_mb: float
+    warnings: tuple[str, ...]
+    scenario: dict[str, Any]
+    noise: NoiseStructure = field(default_factory=lambda: NoiseStructure(None, 0, ()))
+    policy: str | None = None  # the policy whose rows were fitted (None: the table has no policy column)
+    model: str = "auto"  # the model asked for
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fit as JSON-ready data (``calibrate --json``)."""
+        return {
+            "policy": self.policy,
+            "model": self.model,
+            "workers": worker_table(self.workers),
+            "noise": self.noise.to_dict(),
+            "network": self.network.to_scenario(),
+            "workload": {
+                "global_batch": self.global_batch,
+                "steps_per_epoch": self.steps_per_epoch,
+                "epochs": self.epochs,
+                "gradient_mb": self.gradient_mb,
+            },
+            "warnings": list(self.warnings),
+            "scenario": self.scenario,
+        }
+
+
+def trace_policies(frame: pd.DataFrame) -> list[str]:
+    """The policies of a trace table, in order of first appearance ([] without a policy column)."""
+    return [str(p) for p in dict.fromkeys(frame["policy"].astype(str))] if "policy" in frame.columns else []
+
+
+def calibrate(
+    trace: Trace | pd.DataFrame, name: str = "calibrated", *, policy: str | None = None, model: str = "auto"
+) -> Calibration:
+    """Fit a scenario to ``trace``: one ``[[workers]]`` entry per trace worker (``count = 1``,
+    in worker order), each with the cost model ``model`` (auto: chosen by held-out error). A
+    table of several policies needs ``policy`` (unless their step numbers never meet, as in a
+    table pooled on purpose). The result's ``scenario`` loads with :func:`hetsim.config.load_scenario`."""
+    check_model(model)
+    frame = check_trace_table(trace.to_frame() if isinstance(trace, Trace) else trace)
+    frame, chosen, warnings = _policy_rows(frame, policy)
+    if "step" not in frame.columns:  # rows of a worker in order are its steps
+        frame["step"] = frame.groupby("worker").cumcount()
+    _check_steps(frame, chosen)
+    done = _included(frame)
+    workers = sorted(int(w) for w in frame["worker"].unique())
+    fits = []
+    for w in workers:
+        rows = frame["worker"].to_numpy() == w
+        fit, notes = fit_worker(
+            w, frame["local_batch"].to_numpy()[rows], frame["compute_s"].to_numpy()[rows], done[rows], model
+        )
+        fits.append(fit)
+        warnings.extend(notes)
+    cut = sum(f.cancelled for f in fits)
+    if cut:
+        warnings.append(
+            f"trace: {cut} rows cut at the barrier (included = false) were fitted as censored times (at least "
+            "compute_s, lognormal noise assumed), not as complete computes"
+        )
+    noise = _noise(frame, done, workers)
+    workload, network = _workload(frame, warnings), _network(frame, warnings)
+    global_batch, steps_per_epoch, epochs, gradient_mb = workload
+    scenario = {
+        "name": name,
+        "description": f"calibrated from a trace of {len(workers)} workers ({len(frame)} rows)",
+        "seed": 0,
+        "workload": {
+            "global_batch": global_batch,
+            "dataset_size": global_batch * steps_per_epoch,
+            "epochs": epochs,
+            "gradient_mb": gradient_mb,
+        },
+        "network": network.to_scenario(),
+        "workers": [f.to_scenario(f"w{f.worker}") for f in fits],
+        "policy": {"name": chosen if chosen in POLICIES else "equal"},
+    }
+    return Calibration(
+        tuple(fits),
+        network,
+        global_batch,
+        steps_per_epoch,
+        epochs,
+        gradient_mb,
+        tuple(warnings),
+        scenario,
+        noise,
+        chosen,
+        model,
+    )
+
+
+def _policy_rows(frame: pd.DataFrame, policy: str | None) -> tuple[pd.DataFrame, str | None, list[str]]:
+    """The rows of the policy to fit and its name; several policies only with ``policy``."""
+    found = trace_policies(frame)
+    if policy is not None:
+        if not found:
+            raise ConfigError("--policy", "the trace has no policy column to choose rows by")
+        if policy not in found:
+            raise ConfigError("--policy", f"no rows of {policy!r} in the trace (it has: {', '.join(found)})")
+        return frame[frame["policy"].astype(str) == policy].copy(), policy, []
+    if len(found) <= 1:
+        return frame, (found[0] if found else None), []
+    if "step" not in frame.columns or frame.duplicated(["step", "worker"]).any():
+        raise ConfigError(
+            "--policy",
+            f"the trace holds {len(found)} policies ({', '.join(found)}); calibrate one at a time with --policy NAME",
+        )
+    note = f"trace: pooled the rows of {len(found)} policies ({', '.join(found)}), whose steps never meet"
+    return frame, None, [note]
+
+
+def _check_steps(frame: pd.DataFrame, policy: str | None) -> None:
+    """Each (step, worker) once: otherwise the table holds several runs that cannot be told apart."""
+    dup = frame.duplicated(["step", "worker"])
+    if not dup.any():
+        return
+    row = frame[dup].iloc[0]
+    where = f"step {int(row['step'])} of worker {int(row['worker'])} appears twice"
+    if "policy" not in frame.columns:
+        raise ConfigError("policy", f"{where}: the table holds several runs and no policy column to tell them apart")
+    raise ConfigError("step", f"{where} in the rows of {policy!r}: the table holds several runs of it")
+
+
+def _included(frame: pd.DataFrame) -> np.ndarray:
+    """The ``included`` column as booleans (all true without one)."""
+    if "included" not in frame.columns:
+        return np.ones(len(frame), dtype=bool)
+    raw = frame["included"]
+    if raw.dtype == bool:
+        return raw.to_numpy()
+    text = raw.astype(str).str.strip().str.lower()
+    known = {"true": True, "1": True, "1.0": True, "false": False, "0": False, "0.0": False}
+    bad = ~text.isin(list(known))
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ConfigError("included", f"not true or false: {str(raw.iloc[row])!r} in data row {row + 1}")
+    return text.map(known).to_numpy(dtype=bool)
+
+
+def _noise(frame: pd.DataFrame, done: np.ndarray, workers: list[int]) -> NoiseStructure:
+    """The noise structure from log-residuals around each worker's mean log time at each batch
+    size (not around the fitted curve, whose misfit would pass for shared or persistent noise);
+    sizes seen once tell nothing and are left out."""
+    keep = done & (frame["local_batch"].to_numpy() > 0)
+    rows = frame.loc[keep, ["step", "worker", "local_batch"]].assign(log=np.log(frame.loc[keep, "compute_s"]))
+    group = rows.groupby(["worker", "local_batch"])["log"]
+    rows = rows.assign(e=rows["log"] - group.transform("mean"), n=group.transform("size"))
+    rows = rows[rows["n"] > 1]
+    return noise_structure(rows["step"].to_numpy(), rows["worker"].to_numpy(), rows["e"].to_numpy(), workers)
+
+
+def _workload(frame: pd.DataFrame, warnings: list[str]) -> tuple[int, int, int, float]:
+    per_step = frame.groupby("step")
+    global_batch = int(round(float(per_step["local_batch"].sum().median())))
+    if global_batch < 1:
+        raise ConfigError("local_batch", "the median step processed no samples")
+    steps_per_epoch, epochs, note = _epochs(frame)
+    warnings.extend(note)
+    gradient_mb = float(per_step["gradient_mb"].first().median()) if "gradient_mb" in frame.columns else 0.0
+    return global_batch, steps_per_epoch, epochs, gradient_mb
+
+
+def _network(frame: pd.DataFrame, warnings: list[str]) -> NetworkFit:
+    if "comm_s" not in frame.columns:
+        warnings.append("network: the trace has no comm_s column; the all-reduce time is set to 0")
+        return NetworkFit("constant", time_s=0.0)
+    per_step = frame.groupby("step")
+    gradient = per_step["gradient_mb"].first().to_numpy() if "gradient_mb" in frame.columns else None
+    network, notes = fit_network(
+        per_step["comm_s"].first().to_numpy(),
+        per_step["worker"].nunique().to_numpy(),
+        gradient if gradient is not None else np.zeros(per_step.ngroups),
+    )
+    warnings.extend(notes)
+    return network
+
+
+def _epochs(frame: pd.DataFrame) -> tuple[int, int, list[str]]:
+    """Steps per epoch and epochs. With an epoch column and two or more epochs the steps per
+    epoch are the median stride between epochs' first steps, so a trace with one row per
+    epoch (an imported log, whose ``step`` counts the run's real steps) keeps its epoch length."""
+    steps = np.sort(frame["step"].unique())
+    if "epoch" not in frame.columns:
+        return int(steps.size), 1, []
+    first = frame.groupby("epoch")["step"].min().sort_values().to_numpy()
+    rows = frame.groupby("epoch")["step"].nunique()
+    epochs = int(first.size)
+    if epochs < 2:
+        return int(steps.size), 1, []
+    steps_per_epoch = int(round(float(np.median(np.diff(first)))))
+    notes = []
+    if steps_per_epoch > 1 and int(rows.max()) == 1:
+        notes.append(
+            f"trace: one row per worker per epoch of {steps_per_epoch} steps (epoch means): the fitted noise "
+            "describes epoch means, not single steps"
+        )
+    return max(steps_per_epoch, 1), epochs, notes

@@ -1,0 +1,286 @@
+"""Calibration that chooses: the affine, hinge and table fits, their held-out errors and the
+choice among them, standard errors, the noise's structure, the shipped device profiles, and the
+``calibrate`` command's new options (--model, --policy, --json)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hetsim.calibrate import calibrate
+from hetsim.calibrate.models import Sizes, choose, fit_curve, folds, held_out_errors
+from hetsim.calibrate.noise import censored_scale, noise_structure
+from hetsim.cli import main
+from hetsim.config import build_scenario, load_scenario
+from hetsim.costs import Hinge, Table
+from hetsim.errors import ConfigError
+from hetsim.registry import COSTS
+from hetsim.simulate import simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+HINGE = {"model": "hinge", "floor_s": 0.05, "overhead_s": 0.01, "per_sample_s": 0.001}  # bends at 40 samples
+CONVEX = {"model": "table", "points": [[8, 0.02], [32, 0.03], [64, 0.07], [128, 0.2]]}
+AFFINE = {"model": "affine", "overhead_s": 0.01, "per_sample_s": 0.001}
+SIZES = [8, 16, 24, 32, 48, 64, 96, 128]
+
+
+def pooled_runs(cost: dict, sizes: list[int], steps: int = 100, sigma: float = 0.05, seed: int = 0) -> pd.DataFrame:
+    """One worker run at each batch size in turn, as one trace (steps kept apart)."""
+    frames = []
+    for k, batch in enumerate(sizes):
+        raw = {
+            "name": "one",
+            "seed": seed * 1000 + k,
+            "workload": {"global_batch": batch, "dataset_size": batch * steps, "epochs": 1},
+            "workers": [{"cost": cost, "noise": {"dist": "lognormal", "sigma": sigma}}],
+        }
+        frame = simulate(build_scenario(raw), "equal").to_frame()
+        frames.append(frame.assign(step=frame["step"] + k * steps, epoch=k))
+    return pd.concat(frames, ignore_index=True)
+
+
+# ----------------------------------------------------------------------------- the fits
+
+
+def _exact(model) -> Sizes:
+    b = np.repeat(np.array(SIZES, dtype=float), 3)
+    return Sizes.of(b, model.time_s(b))
+
+
+def test_noise_free_curves_are_fitted_exactly():
+    hinge = fit_curve("hinge", _exact(Hinge(**{k: v for k, v in HINGE.items() if k != "model"})))
+    assert hinge is not None and hinge.values == pytest.approx([0.05, 0.01, 0.001], rel=1e-6)
+    table = fit_curve("table", _exact(Table(points=CONVEX["points"])))
+    truth = Table(points=CONVEX["points"]).time_s(np.array(SIZES, dtype=float))
+    assert table is not None and table.values == pytest.approx(truth)
+    assert fit_curve("hinge", _exact(Table(points=CONVEX["points"]))) is not None
+    flat_then_line = Hinge(0.04, 0.0, 0.001)  # bends at 40 on the line through the origin
+    fit = fit_curve("hinge", _exact(flat_then_line))
+    assert fit is not None and fit.values == pytest.approx([0.04, 0.0, 0.001], rel=1e-6)
+
+
+def test_a_table_is_made_non_decreasing_and_needs_two_sizes():
+    sizes = Sizes.of(np.array([8.0, 8.0, 16.0, 32.0]), np.array([0.05, 0.07, 0.05, 0.09]))
+    fit = fit_curve("table", sizes)
+    assert fit is not None and fit.values.tolist() == pytest.approx([0.0566667, 0.0566667, 0.09], rel=1e-5)
+    one = Sizes.of(np.array([8.0, 8.0]), np.array([0.1, 0.2]))
+    assert [fit_curve(m, one) for m in ("affine", "hinge", "table")] == [None, None, None]
+
+
+def test_held_out_folds_and_which_models_can_be_scored():
+    assert [f.tolist() for f in folds(3)] == [[0], [1], [2]]
+    assert [f.tolist() for f in folds(23)][:2] == [[0, 10, 20], [1, 11, 21]] and len(folds(23)) == 10
+    b = np.array([8.0, 16.0, 32.0])
+    three = held_out_errors(Sizes.of(b, 0.01 + 0.001 * b))
+    assert three["affine"] == pytest.approx(0.0, abs=1e-12) and three["hinge"] is None and three["table"] > 0
+    assert held_out_errors(Sizes.of(b[:2], b[:2])) == {"affine": None, "hinge": None, "table": None}
+
+
+def test_choose_keeps_the_simplest_model_within_the_noise_floor():
+    errors = {"affine": 0.030, "hinge": 0.028, "table": 0.010}
+    assert choose(errors, 0.0) == "table"
+    assert choose(errors, 0.005) == "table"
+    assert choose(errors, 0.021) == "affine"
+    assert choose({"affine": 0.05, "hinge": 0.02, "table": None}, 0.001) == "hinge"
+    assert choose({"affine": None, "hinge": None, "table": None}, 0.0) == "affine"
+
+
+@pytest.mark.parametrize(("cost", "model"), [(AFFINE, "affine"), (HINGE, "hinge"), (CONVEX, "table")])
+def test_auto_chooses_the_model_that_made_the_trace(cost, model):
+    cal = calibrate(pooled_runs(cost, SIZES))
+    fit = cal.workers[0]
+    assert fit.model == model
+    assert min((v, k) for k, v in fit.held_out.items() if v is not None)[1] == model
+    entry = cal.scenario["workers"][0]
+    assert ("cost" in entry) == (model != "affine")
+    if model != "affine":
+        assert entry["cost"]["model"] == model
+    rebuilt = load_scenario(cal.scenario).workers[0].cost
+    truth = COSTS[cost["model"]](**{k: v for k, v in cost.items() if k != "model"})
+    grid = np.arange(4, 160, 4.0)
+    assert rebuilt.time_s(grid) == pytest.approx(truth.time_s(grid), rel=0.03)
+
+
+def test_hinge_parameters_within_three_bootstrap_standard_errors():
+    fit = calibrate(pooled_runs(HINGE, SIZES, seed=1), model="hinge").workers[0]
+    params = fit.cost_curve().params()
+    for key in ("floor_s", "overhead_s", "per_sample_s"):
+        se = fit.se[key]
+        assert se is not None and 0 < se < 0.1 * HINGE[key]
+        assert abs(params[key] - HINGE[key]) <= 3 * se, key
+    assert fit.overhead_s > 0 and fit.per_sample_s > 0  # the affine terms are always there too
+
+
+def test_table_points_have_standard_errors():
+    fit = calibrate(pooled_runs(CONVEX, SIZES), model="table").workers[0]
+    params = fit.cost_curve().params()
+    assert list(params) == [f"t@{b}" for b in SIZES]
+    assert all(fit.se[k] is not None and 0 < fit.se[k] < 0.02 * params[k] for k in params)
+
+
+def test_a_forced_model_needs_enough_sizes():
+    frame = pooled_runs(AFFINE, [16, 32], steps=20)
+    assert calibrate(frame, model="table").workers[0].model == "table"
+    with pytest.raises(ConfigError) as info:
+        calibrate(frame, model="hinge")
+    assert info.value.field == "--model" and "2 batch size(s); hinge needs 3" in info.value.problem
+    with pytest.raises(ConfigError) as info:
+        calibrate(frame, model="spline")
+    assert info.value.field == "--model" and "auto, affine, hinge, table" in info.value.problem
+
+
+# ----------------------------------------------------------------------------- the device profiles
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("calibration_profiles", ROOT / "benchmarks/calibration_profiles.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_every_device_profile_is_predicted_at_the_sizes_left_out():
+    result = _benchmark().run(3, 100, 0.05, 0)
+    assert len(result["curves"]) == 15
+    assert result["auto"]["n"] == result["affine"]["n"] == 12 * 10 * 2 + 3 * 4 * 1  # 5-size and 4-size curves
+    auto, affine = result["auto"], result["affine"]
+    assert auto["median"] <= affine["median"] and auto["worst"] <= affine["worst"]
+    assert auto["interpolation"]["median"] < 0.06 and auto["median"] < 0.1
+    assert set(result["chosen"]) <= {"affine", "hinge", "table"} and sum(result["chosen"].values()) == 132
+
+
+# ----------------------------------------------------------------------------- the noise
+
+
+def _correlated(shared: float, persist: float, steps: int = 4000, workers: int = 3, seed: int = 0) -> pd.DataFrame:
+    """Log-noise with the given share common to all workers of a step and lag-1 persistence."""
+    rng = np.random.default_rng(seed)
+    common = rng.standard_normal(steps)
+    own = np.empty((steps, workers))
+    own[0] = rng.standard_normal(workers)
+    for t in range(1, steps):
+        own[t] = persist * own[t - 1] + np.sqrt(1 - persist**2) * rng.standard_normal(workers)
+    z = np.sqrt(shared) * common[:, None] + np.sqrt(1 - shared) * own
+    batch = rng.choice([16, 32, 48], size=(steps, workers))
+    y = (0.01 + 0.001 * batch) * np.exp(0.1 * z)
+    step = np.repeat(np.arange(steps), workers)
+    return pd.DataFrame({"step": step, "worker": np.tile(np.arange(workers), steps),
+                         "local_batch": batch.ravel(), "compute_s": y.ravel()})  # fmt: skip
+
+
+@pytest.mark.parametrize(("shared", "persist"), [(0.0, 0.0), (0.5, 0.0), (0.0, 0.6)])
+def test_shared_and_persistent_noise_are_measured(shared, persist):
+    cal = calibrate(_correlated(shared, persist))
+    assert cal.noise.shared == pytest.approx(shared, abs=0.05)
+    assert cal.noise.shared_steps == 4000
+    assert all(p == pytest.approx(persist * (1 - shared), abs=0.06) for p in cal.noise.persistence)
+    assert all(f.noise_sigma == pytest.approx(0.1, rel=0.05) for f in cal.workers)
+
+
+def test_noise_structure_without_enough_data_is_none():
+    one = noise_structure(np.arange(5), np.zeros(5, dtype=int), np.zeros(5), [0])
+    assert one.shared is None and one.persistence == (None,) and one.mean_persistence is None
+
+
+def test_censored_lognormal_recovers_the_level():
+    rng = np.random.default_rng(4)
+    sigma, k = 0.2, 1.3
+    e = np.log(k) - sigma**2 / 2 + sigma * rng.standard_normal(20_000)
+    cut_at = np.log(k) + 0.1 * rng.standard_normal(e.size)
+    cut = e > cut_at
+    found = censored_scale(e[~cut], cut_at[cut])
+    assert cut.mean() > 0.3
+    assert abs(found.factor - k) < 3 * found.factor_se and found.factor_se < 0.01
+    assert found.sigma == pytest.approx(sigma, rel=0.03)
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def _one_line_error(capsys, *needles: str) -> None:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("hetsim: error: "), err
+    for needle in needles:
+        assert needle in err, err
+
+
+@pytest.fixture(scope="module")
+def two_policy_csv(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sim")
+    args = ["simulate", "paper", "--policy", "equal,dynamic", "--set", "workload.epochs=3", "--out", str(out)]
+    assert main(args) == 0
+    return out / "trace.csv"
+
+
+def test_cli_two_policies_need_policy_and_give_the_right_global_batch(two_policy_csv, tmp_path, capsys):
+    capsys.readouterr()
+    target = tmp_path / "cal.toml"
+    assert main(["calibrate", str(two_policy_csv), "-o", str(target)]) == 2
+    _one_line_error(capsys, "--policy", "equal, dynamic")
+    assert not target.exists()
+    assert main(["calibrate", str(two_policy_csv), "--policy", "dynamic", "-o", str(target)]) == 0
+    out = capsys.readouterr().out
+    assert "held-out" in out and "±" in out and "(policy dynamic)" in out and "share common" in out
+    written = tomllib.loads(target.read_text())
+    assert written["workload"]["global_batch"] == 256 and written["policy"]["name"] == "dynamic"
+    assert load_scenario(target).workload.steps_per_epoch == 195
+
+
+@pytest.mark.parametrize(
+    ("extra", "needles"),
+    [
+        (["--policy", "nope"], ("--policy", "no rows of 'nope'")),
+        (["--policy", "equal", "--model", "spline"], ("--model", "unknown model 'spline'")),
+        (["--policy", "equal", "--model", "hinge"], ("--model", "hinge needs 3")),
+    ],
+)
+def test_cli_bad_choices_are_one_line_and_write_nothing(two_policy_csv, tmp_path, capsys, extra, needles):
+    capsys.readouterr()
+    target = tmp_path / "cal.json"
+    assert main(["calibrate", str(two_policy_csv), "-o", str(target), *extra]) == 2
+    _one_line_error(capsys, *needles)
+    assert not target.exists()
+
+
+def test_cli_runs_that_cannot_be_told_apart(two_policy_csv, tmp_path, capsys):
+    trace = tmp_path / "mixed.csv"
+    pd.read_csv(two_policy_csv).drop(columns=["policy"]).to_csv(trace, index=False)
+    capsys.readouterr()
+    assert main(["calibrate", str(trace), "-o", str(tmp_path / "cal.toml")]) == 2
+    _one_line_error(capsys, "policy: step 0 of worker 0 appears twice")
+    assert not (tmp_path / "cal.toml").exists()
+
+
+def test_cli_json_report(tmp_path, capsys):
+    trace = tmp_path / "hinge.csv"
+    pooled_runs(HINGE, SIZES, steps=40).to_csv(trace, index=False)
+    assert main(["calibrate", str(trace), "--json", "-o", str(tmp_path / "cal.toml")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    worker = report["workers"][0]
+    assert report["policy"] == "equal" and report["model"] == "auto" and worker["model"] == "hinge"
+    assert set(worker["se"]) == set(worker["params"]) == {"floor_s", "overhead_s", "per_sample_s"}
+    assert worker["held_out_error"]["hinge"] < worker["held_out_error"]["affine"]
+    assert set(report["noise"]) == {"shared", "shared_steps", "persistence", "mean_persistence"}
+    assert report["scenario"]["workers"][0]["cost"]["model"] == "hinge"
+    assert tomllib.loads((tmp_path / "cal.toml").read_text()) == report["scenario"]
+    assert main(["calibrate", str(trace), "--model", "table"]) == 0
+    assert "w0 table, ms at each batch: 8: " in capsys.readouterr().out
+
+
+def test_a_table_flat_at_the_top_is_a_warning():
+    b = np.repeat([8, 16, 32], 20)  # the largest batch measured a little faster than the one before
+    y = np.select([b == 8, b == 16], [0.02, 0.041], 0.039) * np.exp(
+        0.001 * np.random.default_rng(0).standard_normal(60)
+    )
+    cal = calibrate(pd.DataFrame({"worker": 0, "local_batch": b, "compute_s": y}), model="table")
+    assert any("flat from batch 16 on" in w for w in cal.warnings)
