@@ -284,3 +284,39 @@ def test_a_table_flat_at_the_top_is_a_warning():
     )
     cal = calibrate(pd.DataFrame({"worker": 0, "local_batch": b, "compute_s": y}), model="table")
     assert any("flat from batch 16 on" in w for w in cal.warnings)
+
+
+def test_forced_affine_from_one_batch_size_is_the_per_sample_fit():
+    frame = pooled_runs(AFFINE, [32], steps=20)
+    fit = calibrate(frame, model="affine").workers[0]
+    assert fit.model == "affine" and fit.overhead_s == 0.0
+    assert fit.per_sample_s == pytest.approx(frame["compute_s"].mean() / 32)
+
+
+def _shared_persistent(policy: str) -> dict:
+    """Three workers whose log-noise (sigma 0.1) is 40% a host's shared factor, the rest their
+    own with lag-1 persistence 0.6; one-step epochs."""
+    noise = {"dist": "lognormal", "sigma": 0.1 * np.sqrt(0.6), "persistence": 0.6}
+    shared = {"group": "host", "dist": "lognormal", "sigma": 0.1 * np.sqrt(0.4)}
+    worker = {"overhead_s": 0.01, "per_sample_s": 0.001, "noise": noise, "shared_noise": shared}
+    raw = {
+        "name": "noisy",
+        "workload": {"global_batch": 96, "dataset_size": 96, "epochs": 4000},
+        "workers": [worker] * 3,
+        "policy": {"name": policy},
+    }
+    return raw
+
+
+def test_simulated_shared_and_persistent_noise_is_measured():
+    cal = calibrate(simulate(load_scenario(_shared_persistent("equal"))))
+    assert cal.noise.shared == pytest.approx(0.4, abs=0.05)
+    assert all(p == pytest.approx(0.6 * 0.6, abs=0.06) for p in cal.noise.persistence)
+    assert all(f.noise_sigma == pytest.approx(0.1, rel=0.05) for f in cal.workers)
+    assert not any("persists" in w for w in cal.warnings)
+
+
+def test_a_split_that_follows_persistent_noise_is_a_warning():
+    cal = calibrate(simulate(load_scenario(_shared_persistent("dynamic"))))
+    notes = [w for w in cal.warnings if "persists" in w]
+    assert len(notes) == 3 and all("fitted cost is biased" in w for w in notes)

@@ -314,7 +314,7 @@ class RankTrainer:
         hints = []
         for r in range(self.world):
             rows = frame[frame["worker"] == r]
-            fit, _ = fit_worker(r, rows["local_batch"].to_numpy(), rows["compute_s"].to_numpy())
+            fit, _ = fit_worker(r, rows["local_batch"].to_numpy(), rows["compute_s"].to_numpy(), model="affine")
             hints.append(WorkerHint(cost=Affine(fit.overhead_s, fit.per_sample_s)))
         return tuple(hints)
 

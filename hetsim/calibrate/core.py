@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +119,7 @@ def calibrate(
             "compute_s, lognormal noise assumed), not as complete computes"
         )
     noise = _noise(frame, done, workers)
+    warnings.extend(_reacting_split(frame, noise, fits))
     workload, network = _workload(frame, warnings), _network(frame, warnings)
     global_batch, steps_per_epoch, epochs, gradient_mb = workload
     scenario = {
@@ -207,6 +209,24 @@ def _noise(frame: pd.DataFrame, done: np.ndarray, workers: list[int]) -> NoiseSt
     rows = rows.assign(e=rows["log"] - group.transform("mean"), n=group.transform("size"))
     rows = rows[rows["n"] > 1]
     return noise_structure(rows["step"].to_numpy(), rows["worker"].to_numpy(), rows["e"].to_numpy(), workers)
+
+
+def _reacting_split(frame: pd.DataFrame, noise: NoiseStructure, fits: list[WorkerFit]) -> list[str]:
+    """A worker whose noise persists while its batch changes from step to step: if the split
+    reacts to the times (dynamic with short epochs, adaptive), the batch follows the noise and
+    least squares of time on batch is biased."""
+    notes = []
+    for fit, lag in zip(fits, noise.persistence):
+        if lag is None or lag <= max(0.1, 3 / math.sqrt(fit.rows)):
+            continue
+        batches = frame.loc[frame["worker"] == fit.worker].sort_values("step")["local_batch"].to_numpy()
+        if (np.diff(batches) != 0).mean() > 0.1:
+            notes.append(
+                f"worker {fit.worker}: its noise persists (lag-1 {lag:.2f}) while its batch changes from step to "
+                "step; where the split reacts to the times the batch follows the noise and the fitted cost is "
+                "biased: calibrate on a fixed split (equal) or on longer epochs"
+            )
+    return notes
 
 
 def _workload(frame: pd.DataFrame, warnings: list[str]) -> tuple[int, int, int, float]:

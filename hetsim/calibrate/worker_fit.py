@@ -198,7 +198,7 @@ def _chosen(
         name = choose(dict(held_out), noise_floor(b, y, sizes))
     else:
         name = model
-        if sizes.batch.size < MIN_SIZES[name]:
+        if name != "affine" and sizes.batch.size < MIN_SIZES[name]:  # affine: the per-sample cost alone
             raise ConfigError(
                 "--model",
                 f"worker {worker} was seen at {sizes.batch.size} batch size(s); {name} needs {MIN_SIZES[name]} or more",
