@@ -6,7 +6,9 @@ asked of the policy's traits, never its name:
 
 * ``closed_form = False`` (``adaptive``, any policy that does not declare one): no prediction,
   :class:`NoClosedForm` with the policy's ``no_closed_form_reason``;
-* ``synchronous = False`` (``async``): the renewal rate ``sum_i 1/(E[X_i] + exchange)``;
+* ``synchronous = False`` (``async``): the renewal rate ``sum_i 1/(E[X_i] + exchange)``, or
+  where the network's workers share a link (``ps``), the closed queueing network of the
+  workers and that link (:mod:`hetsim.analytic_async`);
 * ``wait_for() < n`` (``backup``, ``ksync``): the k-th order statistic;
 * every other barrier policy: E[max] of the compute times of the split in force each epoch,
   where the splits are what the policy itself chooses when its own ``observe`` is fed expected
@@ -31,13 +33,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import integrate, optimize
 
+from hetsim.analytic_async import predict_async
 from hetsim.distributions import Constant
 from hetsim.network import Buckets
 from hetsim.orderstats import (
@@ -57,63 +59,13 @@ from hetsim.orderstats import (
 )
 from hetsim.partition import split_by_shares
 from hetsim.policies import Policy, StepInfo, StepRecord, make_policy
+from hetsim.prediction import NoClosedForm, Prediction
 from hetsim.workers import WorkerSpec, persistent_noise
 
 if TYPE_CHECKING:
     from hetsim.scenario import Scenario
 
 CONVERGENCE_TOL = 0.01
-
-
-class NoClosedForm(ValueError):
-    """The policy's expected step time has no closed form; ``reason`` says why."""
-
-    def __init__(self, policy: str, reason: str) -> None:
-        self.policy, self.reason = policy, reason
-        super().__init__(f"no closed form for {policy!r} because {reason}")
-
-
-# ----------------------------------------------------------------------------- predictions
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """Expected values of the :class:`~hetsim.metrics.Summary` fields (same names), plus what
-    only the analysis knows. ``mean_step_s`` is over the whole run (for ``dynamic`` it includes
-    the epochs before convergence, as the simulator's does); ``steady_step_s`` is at the final
-    split. ``trajectory`` is the split of every epoch."""
-
-    policy: str
-    steps: int
-    epochs: int
-    total_time_s: float = field(init=False)  # steps x mean_step_s
-    mean_step_s: float
-    p95_step_s: float
-    throughput_sps: float
-    utilization: tuple[float, ...]
-    mean_utilization: float = field(init=False)  # the mean of utilization
-    idle_fraction: float
-    final_batches: tuple[int, ...]
-    steady_step_s: float
-    allreduce_s: float  # after the barrier (with buckets: the part still exposed, on average over the run)
-    fixed_point_shares: tuple[float, ...] | None = None
-    fixed_point_batches: tuple[int, ...] | None = None
-    trajectory: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
-    epochs_to_1pct: int | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "total_time_s", self.mean_step_s * self.steps)
-        object.__setattr__(self, "mean_utilization", float(np.mean(self.utilization)))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types: tuples as lists, NaN (not predicted) as None."""
-        out = asdict(self)
-        for key, value in out.items():
-            if isinstance(value, tuple):
-                out[key] = [list(v) if isinstance(v, tuple) else v for v in value]
-            elif isinstance(value, float) and math.isnan(value):
-                out[key] = None
-        return out
 
 
 def step_components(workers: Sequence[WorkerSpec], batches: Sequence[int]) -> list[TimeDistribution]:
@@ -160,7 +112,7 @@ def predict(scenario: Scenario, policy: str | None = None, params: Mapping[str, 
     obj.reset(scenario.n_workers, wl.global_batch, scenario.hints())
     first = tuple(obj.partition(StepInfo(0, 0, 0, wl.steps_per_epoch)))
     if not obj.synchronous:
-        return _predict_async(scenario, name, first)
+        return predict_async(scenario, name, first)
     if obj.wait_for() < scenario.n_workers:
         return _predict_first_k(scenario, name, first, obj.wait_for())
     trajectory, shares = _iterate(obj, scenario.workers, wl.epochs)
@@ -358,34 +310,5 @@ def _predict_first_k(scenario: Scenario, name: str, batches: tuple[int, ...], k:
         final_batches=batches,
         steady_step_s=mean_step,
         allreduce_s=comm,
-        trajectory=(batches,) * wl.epochs,
-    )
-
-
-def _predict_async(scenario: Scenario, name: str, batches: tuple[int, ...]) -> Prediction:
-    """async: worker i renews every E[X_i] + exchange seconds, so updates arrive at the rate
-    sum_i 1/(E[X_i] + exchange) (renewal-reward theorem; the exchange is the network's cost for
-    two parties). ``mean_step_s`` is the mean time between updates. The distribution of that
-    time (a superposition of renewal processes) has no closed form: ``p95_step_s`` is NaN."""
-    workers = scenario.workers
-    wl = scenario.workload
-    exchange = scenario.network.allreduce_s(2, wl.gradient_mb)
-    means = np.array([ComputeTime.of(w, b).mean() for w, b in zip(workers, batches)])
-    rates = 1.0 / (means + exchange)
-    interval = 1.0 / float(rates.sum())
-    updates = wl.total_steps * len(workers)
-    util = tuple(float(u) for u in means * rates)
-    return Prediction(
-        policy=name,
-        steps=updates,
-        epochs=wl.epochs,
-        mean_step_s=interval,
-        p95_step_s=math.nan,
-        throughput_sps=float(np.dot(batches, rates)),
-        utilization=util,
-        idle_fraction=0.0,
-        final_batches=batches,
-        steady_step_s=interval,
-        allreduce_s=exchange,
         trajectory=(batches,) * wl.epochs,
     )

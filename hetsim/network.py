@@ -1,10 +1,21 @@
 """All-reduce cost models: how long the gradient exchange of one step takes.
 
 A network model declares its parameters (named as in the scenario's ``[network]`` table,
-whose ``kind`` picks the model) and has one hook, ``allreduce_s(n_workers, gradient_mb)``.
-Sizes are decimal megabytes (1 MB = 1e6 bytes), bandwidths Gbit/s per link. One worker needs
-no exchange. A new model subclasses :class:`NetworkModel` and registers with
+whose ``kind`` picks the model) and has one hook, ``allreduce_s(n_workers, gradient_mb,
+nodes=None)``. Sizes are decimal megabytes (1 MB = 1e6 bytes), bandwidths Gbit/s per link. One
+worker needs no exchange. A new model subclasses :class:`NetworkModel` and registers with
 ``hetsim.registry.NETWORKS``.
+
+Two traits, asked by the scenario, the engines and the analysis (never a model's name):
+
+* ``uses_nodes``: the all-reduce depends on where the workers are. Every worker then names its
+  ``node``, and the scenario passes ``nodes`` (how many workers each node holds, in order of
+  first appearance) to ``allreduce_s`` and ``bucket_times``; a model without the trait is never
+  given it (and may leave the argument out).
+* :meth:`NetworkModel.update_link_s`: how long one ``async`` update's push-and-pull occupies a
+  link every worker shares (``ps``: the server's link); the updates then queue for it, first
+  come first served. None (the default): no shared link, and each update's exchange is the
+  two-party all-reduce ``allreduce_s(2, gradient_mb)``, uncontended.
 
 Overlap (the built-in models' optional ``buckets_mb`` and ``first_bucket_mb``), as PyTorch DDP
 does it: the gradient is cut into buckets (the first of ``first_bucket_mb``, default
@@ -33,6 +44,7 @@ from hetsim.errors import ConfigError
 from hetsim.params import FrozenPlugIn, Param
 from hetsim.registry import NETWORKS
 
+Nodes = tuple[int, ...]  # how many workers each node holds
 DEFAULT_KIND = "ring"  # a [network] table without ``kind``
 DDP_FIRST_BUCKET_MB = 1.0  # DDP's first bucket (the default first_bucket_mb, at most buckets_mb)
 MAX_BUCKETS = 10_000  # more buckets than this is a mistake in buckets_mb, not a model
@@ -92,12 +104,34 @@ class Buckets:
 
 
 class NetworkModel(FrozenPlugIn):
-    def allreduce_s(self, n_workers: int, gradient_mb: float) -> float:
+    uses_nodes: ClassVar[bool] = False  # the all-reduce depends on the workers' nodes (see the module docstring)
+
+    def allreduce_s(self, n_workers: int, gradient_mb: float, nodes: Nodes | None = None) -> float:
+        """The all-reduce of ``gradient_mb`` among ``n_workers``; ``nodes``: the workers on each
+        node, given only to a model with ``uses_nodes``."""
         raise NotImplementedError
 
-    def bucket_times(self, n_workers: int, sizes_mb: Sequence[float]) -> tuple[float, ...]:
+    def allreduce_among(self, n_workers: int, gradient_mb: float, nodes: Nodes | None) -> float:
+        """``allreduce_s``, passing ``nodes`` only when there is a layout (a model without
+        ``uses_nodes`` need not take the argument)."""
+        if nodes is None:
+            return float(self.allreduce_s(n_workers, gradient_mb))
+        return float(self.allreduce_s(n_workers, gradient_mb, nodes))
+
+    def update_link_s(self, gradient_mb: float) -> float | None:
+        """How long one async update (push and pull of ``gradient_mb``) occupies a link that every
+        worker shares, so that updates queue for it; None: no shared link (the default)."""
+        return None
+
+    def exchange_s(self, gradient_mb: float) -> float:
+        """One async update's exchange when nothing queues: the shared link's time, or else the
+        two-party all-reduce ``allreduce_s(2, gradient_mb)``."""
+        link = self.update_link_s(gradient_mb)
+        return float(self.allreduce_s(2, gradient_mb)) if link is None else link
+
+    def bucket_times(self, n_workers: int, sizes_mb: Sequence[float], nodes: Nodes | None = None) -> tuple[float, ...]:
         """Each bucket's all-reduce time (by default, each bucket is an all-reduce of its own)."""
-        return tuple(float(self.allreduce_s(n_workers, s)) for s in sizes_mb)
+        return tuple(self.allreduce_among(n_workers, s, nodes) for s in sizes_mb)
 
     def validate(self) -> None:
         if getattr(self, "first_bucket_mb", None) is not None and getattr(self, "buckets_mb", None) is None:
@@ -124,14 +158,17 @@ class NetworkModel(FrozenPlugIn):
             rest -= size
         return tuple(sizes)
 
-    def buckets(self, n_workers: int, gradient_mb: float, backward_fraction: float) -> Buckets | None:
+    def buckets(
+        self, n_workers: int, gradient_mb: float, backward_fraction: float, nodes: Nodes | None = None
+    ) -> Buckets | None:
         """The overlap plan (None: the whole all-reduce after the barrier)."""
         sizes = self.bucket_sizes(gradient_mb)
         if sizes is None:
             return None
         done = np.cumsum(sizes) / gradient_mb  # the share of the gradient produced with bucket k
         backlog = [max(backward_fraction * (1.0 - float(c)), 0.0) for c in done[:-1]] + [0.0]
-        return Buckets(sizes, self.bucket_times(n_workers, sizes), tuple(backlog))
+        times = self.bucket_times(n_workers, sizes) if nodes is None else self.bucket_times(n_workers, sizes, nodes)
+        return Buckets(sizes, times, tuple(backlog))
 
     def to_dict(self) -> dict[str, Any]:
         """The ``[network]`` table (optional parameters left unset are left out)."""
@@ -140,6 +177,13 @@ class NetworkModel(FrozenPlugIn):
 
 def _bytes_per_s(bandwidth_gbps: float) -> float:
     return bandwidth_gbps * 1e9 / 8.0
+
+
+def _ring_s(n: int, gradient_mb: float, latency_s: float, bandwidth_gbps: float) -> float:
+    """A ring all-reduce among ``n``: ``2(n-1) * latency + 2(n-1)/n * bytes / bandwidth``."""
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) * latency_s + 2 * (n - 1) / n * gradient_mb * 1e6 / _bytes_per_s(bandwidth_gbps)
 
 
 BUCKET_PARAMS = (
@@ -169,11 +213,8 @@ class Ring(NetworkModel):
     buckets_mb: float | None
     first_bucket_mb: float | None
 
-    def allreduce_s(self, n_workers: int, gradient_mb: float) -> float:
-        if n_workers <= 1:
-            return 0.0
-        n = n_workers
-        return 2 * (n - 1) * self.latency_s + 2 * (n - 1) / n * gradient_mb * 1e6 / _bytes_per_s(self.bandwidth_gbps)
+    def allreduce_s(self, n_workers: int, gradient_mb: float, nodes: Nodes | None = None) -> float:
+        return _ring_s(n_workers, gradient_mb, self.latency_s, self.bandwidth_gbps)
 
 
 @NETWORKS.register
@@ -181,6 +222,10 @@ class ParameterServer(NetworkModel):
     """One parameter server whose link carries every worker's push and pull in turn.
 
     time = 2 * latency + 2 * n * bytes / bandwidth  (the server's link is the bottleneck)
+
+    The link is one resource under every policy: an ``async`` update holds it for its own push
+    and pull, ``2 * latency + 2 * bytes / bandwidth`` (:meth:`update_link_s`), and updates queue
+    for it, so they never arrive faster than the link carries them.
     """
 
     name: ClassVar[str] = "ps"
@@ -190,10 +235,14 @@ class ParameterServer(NetworkModel):
     buckets_mb: float | None
     first_bucket_mb: float | None
 
-    def allreduce_s(self, n_workers: int, gradient_mb: float) -> float:
+    def allreduce_s(self, n_workers: int, gradient_mb: float, nodes: Nodes | None = None) -> float:
         if n_workers <= 1:
             return 0.0
         return 2 * self.latency_s + 2 * n_workers * gradient_mb * 1e6 / _bytes_per_s(self.bandwidth_gbps)
+
+    def update_link_s(self, gradient_mb: float) -> float:
+        """One worker's push and pull through the server's link (the n = 1 share of a step's)."""
+        return 2 * self.latency_s + 2 * gradient_mb * 1e6 / _bytes_per_s(self.bandwidth_gbps)
 
 
 @NETWORKS.register
@@ -206,10 +255,57 @@ class ConstantNetwork(NetworkModel):
     buckets_mb: float | None
     first_bucket_mb: float | None
 
-    def allreduce_s(self, n_workers: int, gradient_mb: float) -> float:
+    def allreduce_s(self, n_workers: int, gradient_mb: float, nodes: Nodes | None = None) -> float:
         return 0.0 if n_workers <= 1 else self.time_s
 
-    def bucket_times(self, n_workers: int, sizes_mb: Sequence[float]) -> tuple[float, ...]:
+    def bucket_times(self, n_workers: int, sizes_mb: Sequence[float], nodes: Nodes | None = None) -> tuple[float, ...]:
         """A bucket takes its share of ``time_s`` by size (the step's exchange stays ``time_s``)."""
         total = math.fsum(sizes_mb)
         return tuple(self.allreduce_s(n_workers, total) * s / total for s in sizes_mb)
+
+
+@NETWORKS.register
+class Hierarchical(NetworkModel):
+    """Fast links inside a node (NVLink, PCIe), a slower network between nodes (Ethernet,
+    InfiniBand): the two-level all-reduce of NCCL and Horovod. For ``k`` nodes of at most ``m``
+    workers (``nodes``, from each worker's ``node``):
+
+    1. inside each node, a ring reduce-scatter: every worker holds the node's sum of ``1/m`` of
+       the gradient, after ``(m-1)`` messages of ``bytes/m`` on the intra-node links;
+    2. between nodes, a ring all-reduce of each of those shards, all ``m`` at once: they share
+       the node's NIC, which carries ``2(k-1)/k * bytes`` in ``2(k-1)`` rounds;
+    3. inside each node, a ring all-gather: ``(m-1)`` messages of ``bytes/m`` again.
+
+    time = 2(m-1) * latency_s + 2(m-1)/m * bytes / bandwidth_gbps
+         + 2(k-1) * inter_latency_s + 2(k-1)/k * bytes / inter_bandwidth_gbps
+
+    Nodes of unequal size take the largest node's intra-node phases (they run in parallel, and
+    the slowest ends them). One node is a ``ring`` of the intra-node links, one worker per node
+    a ``ring`` of the inter-node ones. Without a layout (``nodes=None``; the async exchange of
+    two workers) every worker is a node of its own.
+    """
+
+    name: ClassVar[str] = "hierarchical"
+    uses_nodes: ClassVar[bool] = True
+    params = (
+        Param("latency_s", default=5e-6, low=0.0, doc="per-message latency inside a node"),
+        Param("bandwidth_gbps", default=1200.0, low=0.0, low_open=True,
+              doc="link bandwidth inside a node, Gbit/s (NVLink-class: 1200)"),
+        Param("inter_latency_s", default=2e-5, low=0.0, doc="per-message latency between nodes"),
+        Param("inter_bandwidth_gbps", default=100.0, low=0.0, low_open=True,
+              doc="a node's network bandwidth, Gbit/s, shared by its workers"),
+        *BUCKET_PARAMS,
+    )  # fmt: skip
+    latency_s: float
+    bandwidth_gbps: float
+    inter_latency_s: float
+    inter_bandwidth_gbps: float
+    buckets_mb: float | None
+    first_bucket_mb: float | None
+
+    def allreduce_s(self, n_workers: int, gradient_mb: float, nodes: Nodes | None = None) -> float:
+        if n_workers <= 1:
+            return 0.0
+        k, m = (n_workers, 1) if nodes is None else (len(nodes), max(nodes))
+        intra = _ring_s(m, gradient_mb, self.latency_s, self.bandwidth_gbps)
+        return intra + _ring_s(k, gradient_mb, self.inter_latency_s, self.inter_bandwidth_gbps)

@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from hetsim.errors import ConfigError
-from hetsim.network import Buckets, NetworkModel
+from hetsim.network import Buckets, NetworkModel, Nodes
 from hetsim.policies import WorkerHint
 from hetsim.workers import WorkerSpec
 
@@ -70,6 +70,12 @@ class Scenario:
             self.network.bucket_sizes(self.workload.gradient_mb)
         except ConfigError as exc:
             raise ConfigError(f"network.{exc.field}", exc.problem) from None
+        if self.network.uses_nodes:
+            for i, g in enumerate(self.groups):
+                if g.spec.node is None:
+                    raise ConfigError(
+                        f"workers.{i}.node", f"missing (the {self.network.name} network needs every worker's node)"
+                    )
 
     @cached_property
     def workers(self) -> tuple[WorkerSpec, ...]:
@@ -86,9 +92,20 @@ class Scenario:
     def n_workers(self) -> int:
         return sum(g.count for g in self.groups)
 
+    @cached_property
+    def nodes(self) -> Nodes | None:
+        """How many workers each node holds, nodes in order of first appearance, when the network
+        ``uses_nodes`` (None otherwise: the layout changes nothing and is not asked for)."""
+        if not self.network.uses_nodes:
+            return None
+        count: dict[str | None, int] = {}
+        for w in self.workers:
+            count[w.node] = count.get(w.node, 0) + 1
+        return tuple(count.values())
+
     def allreduce_s(self) -> float:
         """The whole gradient's all-reduce (what follows the barrier without buckets)."""
-        return self.network.allreduce_s(self.n_workers, self.workload.gradient_mb)
+        return self.network.allreduce_among(self.n_workers, self.workload.gradient_mb, self.nodes)
 
     def buckets(self) -> Buckets | None:
         """The network's overlap of the all-reduce with the backward pass (None: none)."""
@@ -97,7 +114,7 @@ class Scenario:
     @cached_property
     def _buckets(self) -> Buckets | None:
         wl = self.workload
-        return self.network.buckets(self.n_workers, wl.gradient_mb, wl.backward_share)
+        return self.network.buckets(self.n_workers, wl.gradient_mb, wl.backward_share, self.nodes)
 
     def hints(self) -> tuple[WorkerHint, ...]:
         """What the cost-aware policies are told: caps and true expected affine costs."""

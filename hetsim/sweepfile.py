@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from hetsim.config import Table, build_scenario, read_table, resolve_source, set_path
+from hetsim.config import build_scenario, read_table, resolve_source, set_path
 from hetsim.engines import AUTO, check_engine
 from hetsim.errors import ConfigError
 from hetsim.params import Param, join, typename
 from hetsim.policies import make_policy, policy_class
 from hetsim.scenario import Scenario
+from hetsim.tables import Table
 
 
 @dataclass(frozen=True)

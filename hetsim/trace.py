@@ -17,7 +17,9 @@ pay for pandas.
 
 A trace without a barrier (``synchronous = False``, the async policy) has one row per update
 instead: ``step`` is the update index, ``worker`` the worker that pushed it, ``wait_s`` the
-time it spent down before computing.
+time it spent down before computing, ``comm_s`` its exchange (on a network with a shared link:
+the time it queued for the link plus its transfer), so that it was applied at ``start_s +
+wait_s + compute_s + comm_s``.
 """
 
 from __future__ import annotations
@@ -166,13 +168,12 @@ class TraceBuilder:
 def async_trace(
     policy: str,
     n_workers: int,
-    rows: list[tuple[int, int, float, float, float, float]],
-    comm_s: float,
+    rows: list[tuple[int, int, float, float, float, float, float]],
     updates_per_epoch: int,
 ) -> Trace:
-    """A barrier-free trace from ``(worker, local_batch, start_s, compute_s, down_s, slowdown)``
-    rows in the order their updates were applied."""
-    cols = np.array(rows, dtype=float).reshape(-1, 6)
+    """A barrier-free trace from ``(worker, local_batch, start_s, compute_s, down_s, slowdown,
+    comm_s)`` rows in the order their updates were applied."""
+    cols = np.array(rows, dtype=float).reshape(-1, 7)
     k = len(cols)
     return Trace(
         policy=policy,
@@ -184,7 +185,7 @@ def async_trace(
         start_s=cols[:, 2],
         compute_s=cols[:, 3],
         wait_s=cols[:, 4],
-        comm_s=np.full(k, comm_s),
+        comm_s=cols[:, 6],
         included=np.ones(k, dtype=np.bool_),
         slowdown=cols[:, 5],
         synchronous=False,

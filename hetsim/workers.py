@@ -153,6 +153,7 @@ class WorkerSpec:
     failure: Failure | None = None
     persistence: float = 0.0  # of the own noise factor (lognormal only)
     shared_noise: SharedNoise | None = None
+    node: str | None = None  # the machine it runs on (a network that ``uses_nodes`` needs it)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "persistence", check_persistence(self.noise, self.persistence))
@@ -185,6 +186,8 @@ class WorkerSpec:
             out["shared_noise"] = self.shared_noise.to_dict()
         if self.max_batch is not None:
             out["max_batch"] = self.max_batch
+        if self.node is not None:
+            out["node"] = self.node
         if self.slowdown is not None:
             out["slowdown"] = self.slowdown.to_dict()
         if self.failure is not None:

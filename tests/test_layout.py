@@ -51,8 +51,8 @@ def test_layers_point_one_way():
 LAYERS = [
     {"errors", "params", "registry", "files", "scenarios", "sweeps"},  # (the last two: data packages)
     {"distributions", "costs", "network", "workers", "partition", "policies", "orderstats", "trace"},
-    {"scenario", "config"},
-    {"engines", "simulate", "analytic", "metrics", "calibrate", "logs"},
+    {"scenario", "config", "tables", "worker_tables"},
+    {"engines", "simulate", "analytic", "analytic_async", "prediction", "metrics", "calibrate", "logs"},
     {"sweepfile", "sweep", "results"},
     {"plots", "report"},
     {"cli", "cli_analysis", "cli_costs", "cli_common", "__main__", "__init__"},

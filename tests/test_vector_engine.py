@@ -142,9 +142,15 @@ def scenarios(draw):
                 {"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 1, "buckets_mb": 0.25},
                 {"kind": "ps", "latency_s": 1e-4, "bandwidth_gbps": 2, "buckets_mb": 0.3, "first_bucket_mb": 0.05},
                 {"kind": "constant", "time_s": 0.02, "buckets_mb": 1.0, "first_bucket_mb": 0.5},
+                # two levels: every worker group on one of three nodes (a node may hold several groups)
+                {"kind": "hierarchical", "latency_s": 1e-6, "bandwidth_gbps": 50, "inter_bandwidth_gbps": 2},
+                {"kind": "hierarchical", "inter_latency_s": 1e-4, "inter_bandwidth_gbps": 1, "buckets_mb": 0.25},
             ]
         )
     )
+    if network["kind"] == "hierarchical":
+        for w in workers:
+            w["node"] = draw(st.sampled_from(["n0", "n1", "n2"]))
     raw = scenario_dict(
         workers,
         global_batch=draw(st.integers(n, min(cap, 400))),

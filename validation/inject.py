@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hetsim.config import make_distribution, parse_value
+from hetsim.config import parse_value
 from hetsim.distributions import Constant, Distribution
 from hetsim.errors import ConfigError
 from hetsim.params import Param
 from hetsim.registry import DISTRIBUTIONS
+from hetsim.tables import make_distribution
 
 
 def parse_delay_spec(text: str, option: str = "--delay") -> Distribution:

@@ -12,7 +12,8 @@ policy what it measured. A worker's failure state is read at the start of each
 step: a failure that begins mid-step takes effect at the next one.
 
 Policies without a barrier (``async``) run on :func:`run_simpy_async`: every worker loops on
-compute, push, compute, ... and each push is one update.
+compute, push, compute, ... and each push is one update; on a network with a shared link (the
+parameter server's) the pushes queue for it.
 """
 
 from __future__ import annotations
@@ -177,9 +178,12 @@ def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStre
     """No barrier: each worker computes on ``B/n`` samples, pushes, and starts again.
 
     One trace row per update, in the order updates are applied; ``step`` is the update index
-    and ``comm_s`` the worker's push-and-pull exchange (the network's cost for two parties).
-    An epoch is ``steps_per_epoch * n`` updates, so a run applies as many samples as the
-    synchronous policies do.
+    and ``comm_s`` the worker's push-and-pull exchange. On a network whose workers share a link
+    (:meth:`~hetsim.network.NetworkModel.update_link_s`, the parameter server's) every exchange
+    holds that link, one at a time, first come first served (a SimPy ``Resource`` of capacity
+    1), and ``comm_s`` is the time queued for it plus the transfer; otherwise each exchange is
+    the network's two-party all-reduce, uncontended. An epoch is ``steps_per_epoch * n``
+    updates, so a run applies as many samples as the synchronous policies do.
     """
     workers = scenario.workers
     n = len(workers)
@@ -188,10 +192,11 @@ def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStre
     per_epoch = wl.steps_per_epoch * n
     env = simpy.Environment()
     finished = env.event()
-    exchange_s = scenario.network.allreduce_s(2, wl.gradient_mb)
+    exchange_s = scenario.network.exchange_s(wl.gradient_mb)
+    link = None if scenario.network.update_link_s(wl.gradient_mb) is None else simpy.Resource(env, capacity=1)
     applied = [0]
     batches = policy.partition(StepInfo(0, 0, 0, per_epoch))
-    rows: list[tuple[int, int, float, float, float, float]] = []  # worker, batch, start, compute, down, factor
+    rows: list[tuple[int, int, float, float, float, float, float]] = []  # + down, factor, comm
 
     def worker(i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, object, None]:
         while applied[0] < total:
@@ -204,10 +209,18 @@ def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStre
                 yield env.timeout(down_s)
             factor = rng.factor_at(spec, env.now)
             compute = spec.compute_s(batches[i], noise, delay, factor)
-            yield env.timeout(compute + exchange_s)
+            comm = exchange_s
+            if link is None:
+                yield env.timeout(compute + exchange_s)
+            else:
+                yield env.timeout(compute)
+                with link.request() as turn:  # queue for the shared link
+                    yield turn
+                    yield env.timeout(exchange_s)
+                comm = env.now - (start + down_s + compute)
             if applied[0] >= total:
                 return
-            rows.append((i, batches[i], start, compute, down_s, factor))
+            rows.append((i, batches[i], start, compute, down_s, factor, comm))
             applied[0] += 1
             if applied[0] == total:
                 finished.succeed()
@@ -215,4 +228,4 @@ def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStre
     for i, (spec, rng) in enumerate(zip(workers, streams)):
         env.process(worker(i, spec, rng))
     env.run(finished)
-    return async_trace(policy.name, n, rows, exchange_s, per_epoch)
+    return async_trace(policy.name, n, rows, per_epoch)
