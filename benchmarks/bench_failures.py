@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from validation.launch import child_pids
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -41,20 +43,6 @@ def start_run(out: Path) -> subprocess.Popen[str]:
     return proc
 
 
-def children(pid: int) -> list[int]:
-    """The pids whose parent is ``pid``, in start order (from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                found.append((int(fields[19]), int(entry.name)))
-    return [p for _, p in sorted(found)]
-
-
 def alive(pid: int) -> bool:
     try:
         state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -65,7 +53,7 @@ def alive(pid: int) -> bool:
 
 def hung_rank_trial(folder: Path) -> dict[str, float | bool]:
     proc = start_run(folder / "run")
-    ranks = children(proc.pid)
+    ranks = child_pids(proc.pid)
     os.kill(ranks[1], signal.SIGSTOP)
     stopped = time.monotonic()
     _, err = proc.communicate(timeout=120)
@@ -74,7 +62,7 @@ def hung_rank_trial(folder: Path) -> dict[str, float | bool]:
 
 def killed_launcher_trial(folder: Path) -> dict[str, float | bool]:
     proc = start_run(folder / "run")
-    ranks = children(proc.pid)
+    ranks = child_pids(proc.pid)
     proc.kill()
     proc.wait()
     time.sleep(5.0)

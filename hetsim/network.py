@@ -199,26 +199,31 @@ LINK_PARAMS = (
 )
 
 
-@NETWORKS.register
-class Ring(NetworkModel):
-    """Ring all-reduce (reduce-scatter + all-gather): 2(n-1) messages of size bytes/n in sequence.
+class _OneLink(NetworkModel):
+    """A model of one kind of link: latency and bandwidth (and the optional buckets)."""
 
-    time = 2(n-1) * latency + 2(n-1)/n * bytes / bandwidth
-    """
-
-    name: ClassVar[str] = "ring"
     params = LINK_PARAMS
     latency_s: float
     bandwidth_gbps: float
     buckets_mb: float | None
     first_bucket_mb: float | None
 
+
+@NETWORKS.register
+class Ring(_OneLink):
+    """Ring all-reduce (reduce-scatter + all-gather): 2(n-1) messages of size bytes/n in sequence.
+
+    time = 2(n-1) * latency + 2(n-1)/n * bytes / bandwidth
+    """
+
+    name: ClassVar[str] = "ring"
+
     def allreduce_s(self, n_workers: int, gradient_mb: float, nodes: Nodes | None = None) -> float:
         return _ring_s(n_workers, gradient_mb, self.latency_s, self.bandwidth_gbps)
 
 
 @NETWORKS.register
-class ParameterServer(NetworkModel):
+class ParameterServer(_OneLink):
     """One parameter server whose link carries every worker's push and pull in turn.
 
     time = 2 * latency + 2 * n * bytes / bandwidth  (the server's link is the bottleneck)
@@ -229,11 +234,6 @@ class ParameterServer(NetworkModel):
     """
 
     name: ClassVar[str] = "ps"
-    params = LINK_PARAMS
-    latency_s: float
-    bandwidth_gbps: float
-    buckets_mb: float | None
-    first_bucket_mb: float | None
 
     def allreduce_s(self, n_workers: int, gradient_mb: float, nodes: Nodes | None = None) -> float:
         if n_workers <= 1:

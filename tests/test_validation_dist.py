@@ -18,7 +18,7 @@ import pytest
 from hetsim.trace import COLUMNS
 from validation.backend import free_port
 from validation.cli import main
-from validation.launch import rank_environment
+from validation.launch import child_pids, rank_environment
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
@@ -165,7 +165,7 @@ def test_a_stopped_rank_is_named_and_the_run_fails_within_seconds(tmp_path):
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and not (out / "trace.csv").exists():  # training has begun
         time.sleep(0.05)
-    ranks = [c for c in _children(proc.pid)]
+    ranks = child_pids(proc.pid)
     assert len(ranks) == 2
     os.kill(ranks[1], signal.SIGSTOP)  # rank 1 hangs; the collective timeout is 900 s
     stopped_at = time.monotonic()
@@ -175,20 +175,6 @@ def test_a_stopped_rank_is_named_and_the_run_fails_within_seconds(tmp_path):
     assert "rank 1 failed first (stopped responding" in err and "terminate called" not in err
     meta = json.loads((out / "meta.json").read_text())
     assert meta["status"] == "failed" and "rank 1" in meta["failure"]
-
-
-def _children(pid: int) -> list[int]:
-    """The pids whose parent is ``pid`` (from /proc), in start order."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid:
-                out.append((int(fields[19]), int(entry.name)))
-    return [p for _, p in sorted(out)]
 
 
 def test_torchrun_entry(tmp_path):

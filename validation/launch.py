@@ -120,3 +120,18 @@ def _first_failure(codes: Sequence[int | None], beats: Path) -> tuple[tuple[int,
         if doing is not None:
             return (rank, None), f"stopped responding (no heartbeat for {heartbeat.STALE_S:g} s) during {doing}"
     return None, ""
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``, in the order they started (Linux, from /proc): a
+    launcher's ranks, for the tests and benchmarks that stop or kill one."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()  # after the command's name
+            except OSError:
+                continue
+            if int(fields[1]) == pid:  # field 4, the parent; field 22, the start time
+                found.append((int(fields[19]), int(entry.name)))
+    return [p for _, p in sorted(found)]
