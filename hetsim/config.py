@@ -207,8 +207,8 @@ def _check_size(scenario: Scenario) -> None:
             f"{scenario.workload.total_steps} steps x {scenario.n_workers} workers = {rows:.3g} trace rows, more than "
             f"the {MAX_TRACE_ROWS:.3g} a run can hold: fewer epochs or a larger global batch",
         )
-    for i, w in enumerate(scenario.workers):
-        step_s = w.expected_compute_s(scenario.workload.global_batch)
+    for i, group in enumerate(scenario.groups):  # the [[workers]] tables, as the file numbers them
+        step_s = group.spec.expected_compute_s(scenario.workload.global_batch)
         if not step_s < MAX_STEP_S:
             raise ConfigError(
                 f"workers.{i}",

@@ -46,8 +46,9 @@ class CostModel(FrozenPlugIn):
         raise NotImplementedError
 
     def batch_within(self, time_s: float) -> float:
-        """The largest (real) batch whose time is at most ``time_s``: 0 when even one sample takes
-        longer, ``inf`` when the time never exceeds it."""
+        """The largest (real) batch whose time is at most ``time_s``: 0 when no batch's time is
+        that small (a fraction of a sample where the curve allows it: callers round down), ``inf``
+        when the time never exceeds it."""
         raise NotImplementedError
 
     def affine_terms(self) -> tuple[float, float] | None:
@@ -156,6 +157,10 @@ class Table(_PiecewiseLinear):
         batches, times = (np.array(column, dtype=float) for column in zip(*pairs)) if pairs else (np.empty(0),) * 2
         if batches.size < 2:
             raise ConfigError(field, f"needs at least two points, got {batches.size}")
+        if not (np.isfinite(batches).all() and np.isfinite(times).all()):
+            raise ConfigError(field, f"every batch and time must be a finite number, got {pairs}")
+        if times[0] <= 0:
+            raise ConfigError(field, f"a step with samples must take some time, got {times[0]:g} s at {batches[0]:g}")
         if (batches <= 0).any() or (np.diff(batches) <= 0).any():
             raise ConfigError(field, f"batch sizes must be positive and increasing, got {batches.tolist()}")
         if (np.diff(times) < 0).any():

@@ -64,6 +64,8 @@ def atomic_folder(target: Path, option: str) -> Iterator[Path]:
         raise ConfigError(option, f"{target} exists and is not a folder")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+        for stale in target.parent.glob(f".{target.name}.*{TMP_SUFFIX}"):  # left by a killed earlier write
+            shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=TMP_SUFFIX, dir=target.parent))
     except OSError as exc:
         raise ConfigError(option, f"cannot write in {target.parent}: {exc.strerror or exc}") from None
@@ -81,10 +83,14 @@ def atomic_folder(target: Path, option: str) -> Iterator[Path]:
 
 
 def remove_stale_temporaries(folder: Path) -> int:
-    """Delete the temporary files that killed writes left below ``folder``; returns how many."""
-    stale = [p for p in Path(folder).rglob(f".*{TMP_SUFFIX}") if p.is_file()]
+    """Delete the temporary files and folders that killed writes left below ``folder``; returns
+    how many."""
+    stale = [p for p in Path(folder).rglob(f".*{TMP_SUFFIX}")]
     for p in stale:
-        p.unlink(missing_ok=True)
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
     return len(stale)
 
 

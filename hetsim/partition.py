@@ -149,15 +149,44 @@ def min_max_split(curves: Sequence[Curve], total: int, caps: Numbers) -> tuple[i
     if all(a is not None for a in affine):
         terms = [a for a in affine if a is not None]
         return water_fill([a for a, _ in terms], [c for _, c in terms], total, cap)
-    values, owner = [], []
-    for i, (curve, limit) in enumerate(zip(curves, cap)):
-        k = int(min(limit, total))
-        if k > 0:
-            values.append(np.maximum.accumulate(np.asarray(curve.expected_s(np.arange(1, k + 1)), dtype=float)))
-            owner.append(np.full(k, i))
-    flat_owner = np.concatenate(owner)
-    chosen = np.lexsort((flat_owner, np.concatenate(values)))[:total]  # by time, ties to the lower worker
-    return tuple(int(b) for b in np.bincount(flat_owner[chosen], minlength=len(curves)))
+    limits = [int(min(c, total)) for c in cap]
+    lo, hi = 0.0, max(float(c.expected_s(float(k))) for c, k in zip(curves, limits) if k > 0)
+    for _ in range(200):  # the largest time below the total-th smallest value, to float precision
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        if sum(_count_within(c, k, mid) for c, k in zip(curves, limits)) >= total:
+            hi = mid
+        else:
+            lo = mid
+    batches = [_count_within(c, k, lo) for c, k in zip(curves, limits)]  # every value <= lo is taken
+    return _take_smallest(curves, limits, batches, total - sum(batches))
+
+
+def _count_within(curve: Curve, limit: int, time_s: float) -> int:
+    """How many of ``t(1) <= t(2) <= ... <= t(limit)`` are at most ``time_s`` (the inverse gives
+    the count; two evaluations settle floating-point rounding at the edge)."""
+    k = int(min(limit, math.floor(min(curve.batch_within(time_s), float(limit)) + 1e-9)))
+    while k < limit and float(curve.expected_s(k + 1)) <= time_s:
+        k += 1
+    while k > 0 and float(curve.expected_s(k)) > time_s:
+        k -= 1
+    return k
+
+
+def _take_smallest(curves: Sequence[Curve], limits: Sequence[int], batches: list[int], rest: int) -> tuple[int, ...]:
+    """Hand out ``rest`` more samples, smallest next time first (ties to the lower worker); a
+    worker takes at once every further sample of the same time (a flat stretch of its curve)."""
+    heap = [(float(c.expected_s(b + 1)), i) for i, (c, b, k) in enumerate(zip(curves, batches, limits)) if b < k]
+    heapq.heapify(heap)
+    while rest > 0:
+        value, i = heapq.heappop(heap)
+        take = min(rest, _count_within(curves[i], limits[i], value) - batches[i])
+        batches[i] += take
+        rest -= take
+        if batches[i] < limits[i]:
+            heapq.heappush(heap, (float(curves[i].expected_s(batches[i] + 1)), i))
+    return tuple(batches)
 
 
 def expected_max(curves: Sequence[Curve], batches: Numbers) -> float:

@@ -117,7 +117,8 @@ class Scenario:
         return self.network.buckets(self.n_workers, wl.gradient_mb, wl.backward_share, self.nodes)
 
     def hints(self) -> tuple[WorkerHint, ...]:
-        """What the cost-aware policies are told: caps and true expected affine costs."""
+        """What the cost-aware policies are told: caps and the true expected cost curves (cost
+        model, noise mean, mean delay)."""
         return self._hints
 
     @cached_property

@@ -70,8 +70,10 @@ def run_cell(spec: SweepSpec, cell: Cell) -> tuple[Cell, list[dict[str, Any]]]:
 
 def _ignore_interrupts() -> None:
     """In a pool worker: Ctrl-C reaches the whole process group, and only the parent handles it
-    (it stops the workers), so a worker neither prints a traceback nor dies half-way on its own."""
+    (it stops the workers), so a worker prints no traceback; SIGTERM, which the parent sends to
+    stop a worker, ends it at once (the parent's own SIGTERM handler is not inherited)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class LocalExecutor:

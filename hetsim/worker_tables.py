@@ -106,7 +106,11 @@ def _make_cost(t: Table, base_dir: Path | None) -> CostModel:
     if t.has("cost"):
         if shorthand:
             key = next(iter(shorthand))
-            raise ConfigError(join(t.path, key), "give either a cost table or overhead_s/per_sample_s")
+            raise ConfigError(
+                join(t.path, key),
+                "give either a cost table or overhead_s/per_sample_s (with --set, replace the whole entry: "
+                f"{t.path}={{...}})",
+            )
         return make_plugin(COSTS, t.raw("cost"), join(t.path, "cost"), "model", base_dir)
     return make_plugin(COSTS, {"model": "affine", **shorthand}, t.path, "model")
 

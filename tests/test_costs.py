@@ -93,6 +93,8 @@ BAD = [
     ({"cost": {"model": "table", "points": [[32, 0.03], [16, 0.05]]}},
      "workers.0.cost.points: batch sizes must be positive and increasing, got [32.0, 16.0]"),
     ({"cost": {"model": "table"}}, "workers.0.cost: a table needs exactly one of 'points' or 'file'"),
+    ({"cost": {"model": "table", "points": [[1, 0.0], [2, 0.0]]}},
+     "workers.0.cost.points: a step with samples must take some time, got 0 s at 1"),
     ({"cost": {"model": "table", "file": "missing.csv"}}, "workers.0.cost.file: no such file: missing.csv"),
     ({"cost": {"model": "profile", "device": "h100", "workload": "ResNet-18"}},
      "workers.0.cost.device: unknown device 'h100' (known: k80, p100, v100)"),
@@ -104,7 +106,8 @@ BAD = [
     ({"cost": {"model": "hinge", "floor_s": 0.1, "per_sample_s": 0.0}},
      "workers.0.cost.per_sample_s: must be > 0, got 0"),
     ({"cost": {"model": "affine", "per_sample_s": 0.1}, "overhead_s": 0.1},
-     "workers.0.overhead_s: give either a cost table or overhead_s/per_sample_s"),
+     "workers.0.overhead_s: give either a cost table or overhead_s/per_sample_s (with --set, replace the whole "
+     "entry: workers.0={...})"),
     ({}, "workers.0.per_sample_s: missing (required)"),
 ]  # fmt: skip
 

@@ -64,17 +64,27 @@ def test_written_files_get_the_umasks_mode(tmp_path, capsys):
 
 
 @pytest.mark.multiprocess
-def test_sigterm_stops_the_sweep_and_its_pool_workers_with_the_resume_hint(tmp_path):
-    sweep = write_sweep(tmp_path, steps_per_epoch=250, epochs=4, replications=3)
+@pytest.mark.parametrize(
+    ("signum", "whole_group"), [(signal.SIGTERM, False), (signal.SIGINT, True)], ids=["term", "ctrl-c"]
+)
+def test_a_signal_stops_the_sweep_and_its_pool_workers_at_once_with_the_resume_hint(signum, whole_group, tmp_path):
+    # Cells of several seconds each, a sweep of a minute or more: stopping must not wait for them.
+    sweep = write_sweep(tmp_path, steps_per_epoch=250, epochs=40, replications=3)
     runs = tmp_path / "runs"
     command = [sys.executable, "-m", "hetsim", "sweep", str(sweep), "--runs", str(runs), "--jobs", "2", "--engine",
                "simpy"]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not list(runs.glob("*/parts/*.parquet")):
+    while time.monotonic() < deadline and not list(runs.glob("*/sweep.toml")):
         time.sleep(0.01)
-    proc.send_signal(signal.SIGTERM)
+    time.sleep(1.0)  # the pool is busy with its first cells
+    if whole_group:  # what a terminal's Ctrl-C does
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
+    sent = time.monotonic()
     out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - sent < 10
     assert proc.returncode == 130, err
     assert "interrupted:" in err and "--resume" in err and "Traceback" not in err
     time.sleep(1.0)

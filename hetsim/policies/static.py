@@ -55,7 +55,7 @@ class Optimal(_Static):
         return min_max_split(self.hints, self.global_batch, caps)
 
     def split(self, info: StepInfo) -> tuple[int, ...]:
-        """The water-filling split over the workers that are up (cached per pattern)."""
+        """The min-max split over the workers that are up (cached per pattern)."""
         up = info.available
         if up is None or all(up) or sum(c for c, u in zip(self.caps, up) if u) < self.global_batch:
             return self._batches
