@@ -58,7 +58,7 @@ from hetsim.orderstats import (
     quantile,
 )
 from hetsim.partition import split_by_shares
-from hetsim.policies import Policy, StepInfo, StepRecord, make_policy
+from hetsim.policies import Policy, StepInfo, StepRecord
 from hetsim.prediction import NoClosedForm, Prediction
 from hetsim.workers import WorkerSpec, persistent_noise
 
@@ -104,9 +104,8 @@ def predict(scenario: Scenario, policy: str | None = None, params: Mapping[str, 
     built and reset as a run would, and asked for its splits through its own ``partition`` and
     ``observe`` (see the module docstring for which model its traits select).
     """
-    name = scenario.policy.name if policy is None else policy
-    kwargs = dict(scenario.policy.params) if name == scenario.policy.name else {}
-    obj = make_policy(name, {**kwargs, **dict(params or {})}, n_workers=scenario.n_workers)
+    obj = scenario.make_policy(policy, params)
+    name = obj.name
     _check_closed_form(scenario, obj)
     wl = scenario.workload
     obj.reset(scenario.n_workers, wl.global_batch, scenario.hints())

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 
 from hetsim.errors import ConfigError
 from hetsim.params import Param
-from hetsim.policies import POLICIES, make_policy, policy_class
+from hetsim.policies import POLICIES, policy_class
 from hetsim.scenario import Scenario
 
 DEFAULT_SCENARIO = "workstation"
@@ -83,14 +83,12 @@ def scenario_policies(text: str | None, scenario: Scenario) -> list[str]:
     if text is not None:
         names = parse_policies(text)
         for name in names:
-            params = dict(scenario.policy.params) if name == scenario.policy.name else {}
-            make_policy(name, params, n_workers=scenario.n_workers)
+            scenario.make_policy(name)
         return names
     names = []
     for name in POLICIES:
-        params = dict(scenario.policy.params) if name == scenario.policy.name else {}
         try:
-            make_policy(name, params, n_workers=scenario.n_workers)
+            scenario.make_policy(name)
         except ConfigError as exc:
             print(f"note: {name} left out: {exc}", file=sys.stderr)
             continue

@@ -5,13 +5,14 @@ model, the policy's name and parameters, and the seed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 from hetsim.errors import ConfigError
 from hetsim.network import Buckets, NetworkModel, Nodes
-from hetsim.policies import WorkerHint
+from hetsim.policies import Policy, WorkerHint, make_policy
 from hetsim.workers import WorkerSpec
 
 DEFAULT_BACKWARD_FRACTION = 2.0 / 3.0  # backward ~ twice the forward pass's time
@@ -115,6 +116,14 @@ class Scenario:
     def _buckets(self) -> Buckets | None:
         wl = self.workload
         return self.network.buckets(self.n_workers, wl.gradient_mb, wl.backward_share, self.nodes)
+
+    def make_policy(self, name: str | None = None, params: Mapping[str, Any] | None = None) -> Policy:
+        """A fresh policy for this scenario (default: its own): the ``[policy]`` table's
+        parameters when it is the scenario's own policy, then ``params``; checked against the
+        cluster's size (ConfigError on ``policy.<parameter>``)."""
+        name = self.policy.name if name is None else name
+        own = dict(self.policy.params) if name == self.policy.name else {}
+        return make_policy(name, {**own, **dict(params or {})}, n_workers=self.n_workers)
 
     def hints(self) -> tuple[WorkerHint, ...]:
         """What the cost-aware policies are told: caps and the true expected cost curves (cost

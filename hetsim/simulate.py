@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from hetsim.engines import check_engine, engine_for
-from hetsim.policies import make_policy
 from hetsim.scenario import Scenario
 from hetsim.trace import Trace
 
@@ -25,10 +24,6 @@ def simulate(
     reference), ``vector`` (barrier policies, the same trace faster), another registered
     engine, or ``auto`` (the supporting engine of highest priority: ``vector`` where it runs
     the policy)."""
-    if policy is None or policy == scenario.policy.name:
-        name, kwargs = scenario.policy.name, {**dict(scenario.policy.params), **dict(params or {})}
-    else:
-        name, kwargs = policy, dict(params or {})
     check_engine(engine)
-    policy_obj = make_policy(name, kwargs, n_workers=scenario.n_workers)
+    policy_obj = scenario.make_policy(policy, params)
     return engine_for(engine, policy_obj).run(scenario, policy_obj, seed)

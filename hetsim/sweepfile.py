@@ -19,7 +19,7 @@ from hetsim.config import build_scenario, read_table, resolve_source, set_path
 from hetsim.engines import AUTO, check_engine
 from hetsim.errors import ConfigError
 from hetsim.params import Param, join, typename
-from hetsim.policies import make_policy, policy_class
+from hetsim.policies import policy_class
 from hetsim.scenario import Scenario
 from hetsim.tables import Table
 
@@ -191,8 +191,7 @@ def _check_grid(spec: SweepSpec) -> None:
         try:
             scenario = point_scenario(spec, point)
             for name in spec.policies:
-                params = dict(scenario.policy.params) if name == scenario.policy.name else {}
-                make_policy(name, params, n_workers=scenario.n_workers)
+                scenario.make_policy(name)
         except ConfigError as exc:
             where = ", ".join(f"{a.name}={a.labels[k]!r}" for a, k in zip(spec.axes, point))
             raise ConfigError(f"grid.{exc.field}" if exc.field else "grid", f"{exc.problem} (at {where})") from None
