@@ -48,6 +48,11 @@ class Distribution(FrozenPlugIn):
         """The support points of a purely discrete distribution; None when it has a continuous part."""
         return None
 
+    def log_normal_sigma(self) -> float | None:
+        """``sigma`` when the distribution is ``exp(N(-sigma^2/2, sigma^2))`` (a mean-1 lognormal
+        factor, which can persist through its log and is integrated in closed form); else None."""
+        return None
+
     @property
     def is_constant(self) -> bool:
         return False
@@ -180,6 +185,9 @@ class LogNormal(Distribution):
 
     def atoms(self) -> np.ndarray | None:
         return np.array([1.0]) if self.sigma == 0 else None
+
+    def log_normal_sigma(self) -> float:
+        return self.sigma
 
     @property
     def is_constant(self) -> bool:

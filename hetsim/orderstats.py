@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 from scipy import integrate, optimize, stats
 
-from hetsim.distributions import LogNormal
+from hetsim.distributions import Distribution
 from hetsim.workers import WorkerSpec
 
 CONV_GRID = 4001
@@ -130,7 +130,7 @@ class ComputeTime:
 # ----------------------------------------------------------------------------- a shared factor
 
 
-def factor_nodes(factor: TimeDistribution, cells: int = FACTOR_CELLS) -> tuple[np.ndarray, np.ndarray]:
+def factor_nodes(factor: Distribution, cells: int = FACTOR_CELLS) -> tuple[np.ndarray, np.ndarray]:
     """A factor S as values and weights (summing to 1) for E[g(S)] = sum_j w_j g(s_j): its atoms
     when it is discrete (exact), else ``cells`` cells of equal probability, each at the mean of
     S within it (closed form for a lognormal; for another, the cell's middle quantile, all
@@ -139,8 +139,9 @@ def factor_nodes(factor: TimeDistribution, cells: int = FACTOR_CELLS) -> tuple[n
     if atoms is not None:
         return atoms.astype(float), np.diff(np.concatenate([[0.0], np.asarray(factor.cdf(atoms), dtype=float)]))
     weights = np.full(cells, 1.0 / cells)
-    if isinstance(factor, LogNormal):  # E[S; a < Z < b] = Phi(b - sigma) - Phi(a - sigma), S = exp(sigma Z - sigma^2/2)
-        edges = stats.norm.ppf(np.linspace(0.0, 1.0, cells + 1)) - factor.sigma
+    sigma = factor.log_normal_sigma()
+    if sigma is not None:  # E[S; a < Z < b] = Phi(b - sigma) - Phi(a - sigma), S = exp(sigma Z - sigma^2/2)
+        edges = stats.norm.ppf(np.linspace(0.0, 1.0, cells + 1)) - sigma
         upper = edges[:-1] > 0  # in the upper tail, differences of survival functions keep their digits
         mass = np.where(upper, stats.norm.sf(edges[:-1]) - stats.norm.sf(edges[1:]),
                         stats.norm.cdf(edges[1:]) - stats.norm.cdf(edges[:-1]))  # fmt: skip
@@ -171,7 +172,7 @@ class CommonFactorMax:
     when every member is discrete, or the factor is). ``mean`` and ``var`` are the largest
     member's (bounds for integration, as :class:`MaxOf`'s)."""
 
-    def __init__(self, members: Sequence[ComputeTime], factor: TimeDistribution) -> None:
+    def __init__(self, members: Sequence[ComputeTime], factor: Distribution) -> None:
         self.members, self.factor = list(members), factor
         self.steps = [_atom_pairs(m) for m in members if m.atoms() is not None]
         self.smooth = [m for m in members if m.atoms() is None]
@@ -260,7 +261,7 @@ def barrier_parts(workers: Sequence[WorkerSpec], batches: Sequence[int]) -> list
     """The independent parts of a barrier: the compute time of each worker with samples, the
     members of a shared-noise group (with a factor that is not constant) as one, their max."""
     out: list[TimeDistribution] = []
-    groups: dict[str, tuple[TimeDistribution, list[ComputeTime]]] = {}
+    groups: dict[str, tuple[Distribution, list[ComputeTime]]] = {}
     for w, b in zip(workers, batches):
         if b <= 0:
             continue

@@ -32,7 +32,7 @@ import numpy as np
 from scipy import signal
 
 from hetsim.costs import CostModel
-from hetsim.distributions import Constant, Distribution, LogNormal
+from hetsim.distributions import Constant, Distribution
 from hetsim.errors import ConfigError
 from hetsim.params import FrozenPlugIn, Param
 
@@ -46,7 +46,7 @@ def check_persistence(dist: Distribution, value: Any) -> float:
     """``value`` as a persistence of a factor drawn from ``dist``: in [0, 1), and above 0 only
     for a lognormal factor (the lag-1 autocorrelation of its log). ConfigError on ``persistence``."""
     rho = float(PERSISTENCE.check(value))
-    if rho > 0 and not isinstance(dist, LogNormal):
+    if rho > 0 and dist.log_normal_sigma() is None:
         raise ConfigError("persistence", f"needs a lognormal factor (it persists through its log), got {dist.name}")
     return rho
 
@@ -209,8 +209,8 @@ class FactorStream:
 
     def __init__(self, dist: Distribution, rng: np.random.Generator, persistence: float = 0.0) -> None:
         self.dist, self.rng, self.rho = dist, rng, check_persistence(dist, persistence)
-        if isinstance(dist, LogNormal) and self.rho > 0:
-            sigma = dist.sigma
+        sigma = dist.log_normal_sigma()
+        if sigma is not None and self.rho > 0:
             self._mu = -0.5 * sigma * sigma
             self._b = np.array([sigma * math.sqrt(1.0 - persistence * persistence), 0.0])
             self._a = np.array([1.0, -persistence])
