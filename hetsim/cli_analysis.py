@@ -29,7 +29,7 @@ from hetsim.report import resplits, text_table
 from hetsim.scenario import Scenario
 from hetsim.simulate import simulate
 from hetsim.trace import TRACE_FORMATS, read_trace_table, write_trace_table
-from hetsim.workers import persistent_noise
+from hetsim.workers import noise_persistence
 
 CI_LEVEL = 0.95
 
@@ -100,20 +100,30 @@ class Comparison:
         }
 
 
+def ci_batches(scenario: Scenario, policy: str, steps: int) -> int | None:
+    """How many batch means the CI of the mean step time uses: None (every step on its own) when
+    steps are independent; one per epoch for a policy with ``autocorrelated_steps``; on noise
+    that persists with rho, fewer if needed, so that each batch spans at least ten of its
+    integrated autocorrelation times ``(1 + rho) / (1 - rho)`` (batches far apart are nearly
+    independent); at least two."""
+    rho = noise_persistence(scenario.workers)
+    if not (policy_class(policy).autocorrelated_steps or rho > 0):
+        return None
+    span = 10.0 * (1.0 + rho) / (1.0 - rho)
+    return max(2, min(scenario.workload.epochs, int(steps / span)) if rho > 0 else scenario.workload.epochs)
+
+
 def compare(scenario: Scenario, policy: str, seed: int | None = None) -> Comparison:
     """One policy's prediction beside its simulation: the simulated mean step time with its
-    confidence interval (batch means over epochs for a policy with ``autocorrelated_steps`` or
-    on persistent noise, whose steps are not independent) and whether the prediction falls
-    inside."""
+    confidence interval (batch means when steps are not independent: :func:`ci_batches`) and
+    whether the prediction falls inside."""
     try:
         prediction: Prediction | None = predict(scenario, policy)
         reason = None
     except NoClosedForm as exc:
         prediction, reason = None, exc.reason
     steps = step_times(simulate(scenario, policy, seed=seed))
-    autocorrelated = policy_class(policy).autocorrelated_steps or persistent_noise(scenario.workers)
-    batches = max(scenario.workload.epochs, 2) if autocorrelated else None
-    ci = mean_ci(steps, CI_LEVEL, batches) if steps.size > 1 else None
+    ci = mean_ci(steps, CI_LEVEL, ci_batches(scenario, policy, steps.size)) if steps.size > 1 else None
     simulated = float(steps.mean())
     predicted = None if prediction is None else prediction.mean_step_s
     return Comparison(

@@ -325,10 +325,17 @@ class WorkerStreams:
         return streams
 
 
+def noise_persistence(workers: Sequence[WorkerSpec]) -> float:
+    """The largest lag-1 persistence of any worker's noise (its own or its shared group's): 0
+    when step times are independent from step to step."""
+    shared = [w.shared_noise.persistence for w in workers if w.shared_noise is not None]
+    return max([w.persistence for w in workers] + shared, default=0.0)
+
+
 def persistent_noise(workers: Sequence[WorkerSpec]) -> bool:
-    """Whether any worker's noise (its own or its shared group's) persists from step to step, so
-    that step times are autocorrelated (confidence intervals then need batch means)."""
-    return any(w.persistence > 0 or (w.shared_noise is not None and w.shared_noise.persistence > 0) for w in workers)
+    """Whether any worker's noise persists from step to step, so that step times are
+    autocorrelated (confidence intervals then need batch means)."""
+    return noise_persistence(workers) > 0
 
 
 def cost_groups(workers: Sequence[WorkerSpec]) -> list[tuple[CostModel, np.ndarray]]:

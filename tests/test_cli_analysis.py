@@ -127,3 +127,16 @@ def test_import_logs_bad_inputs(tmp_path, capsys):
     _one_line_error(capsys, "--out")
     assert main(["import-logs", str(reference_run_path(DP_01))]) == 2
     _one_line_error(capsys, "-o")
+
+
+def test_ci_batches_follow_the_noise_persistence():
+    from hetsim.cli_analysis import ci_batches
+
+    paper = load_scenario("paper")  # 10 epochs of 195 steps, independent noise
+    assert ci_batches(paper, "equal", 1950) is None  # independent steps: no batching
+    assert ci_batches(paper, "dynamic", 1950) == 10  # the split changes per epoch: one batch each
+    persistent = load_scenario("paper", ["workers.0.noise.persistence=0.9"])  # span 10 x 19 = 190 steps
+    assert ci_batches(persistent, "equal", 1950) == 10
+    very = load_scenario("paper", ["workers.0.noise.persistence=0.995"])  # span 3990 steps
+    assert ci_batches(very, "equal", 1950) == 2  # at least two; each as long as the data allow
+    assert ci_batches(very, "equal", 40_000) == 10
