@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
-from hetsim.partition import expected_max, min_max_split
+from hetsim.partition import min_max_split, slowest_expected_s
 from hetsim.policies.base import WorkerHint
 from hetsim.trace import Trace
 
@@ -150,10 +150,10 @@ def recovery_steps(trace: Trace, hints: Sequence[WorkerHint], global_batch: int,
         caps = [h.max_batch if u else 0 for h, u in zip(hints, up[k])]
         if sum(caps) < global_batch:
             continue
-        best = expected_max(slowed, min_max_split(slowed, global_batch, caps))
+        best = slowest_expected_s(slowed, min_max_split(slowed, global_batch, caps))
         j = k
         while j < len(factors) and np.array_equal(factors[j], factors[k]) and np.array_equal(up[j], up[k]):
-            if expected_max(slowed, batches[j]) <= (1 + within) * best:
+            if slowest_expected_s(slowed, batches[j]) <= (1 + within) * best:
                 break
             j += 1
         recovered.append(j - k)

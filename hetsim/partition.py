@@ -189,7 +189,7 @@ def _take_smallest(curves: Sequence[Curve], limits: Sequence[int], batches: list
     return tuple(batches)
 
 
-def expected_max(curves: Sequence[Curve], batches: Numbers) -> float:
+def slowest_expected_s(curves: Sequence[Curve], batches: Numbers) -> float:
     """max over workers with samples of their expected time (a deterministic step's compute phase)."""
     return max((float(c.expected_s(b)) for c, b in zip(curves, batches) if b > 0), default=0.0)
 

@@ -13,9 +13,9 @@ from hetsim.costs import Affine, Hinge, Table
 from hetsim.partition import (
     balanced_split,
     balanced_time,
-    expected_max,
     max_time,
     min_max_split,
+    slowest_expected_s,
     split_by_shares,
     water_fill,
 )
@@ -139,8 +139,8 @@ def test_the_min_max_split_on_any_non_decreasing_curve_equals_brute_force(proble
     split = min_max_split(hints, total, caps)
     assert sum(split) == total and all(0 <= b <= c for b, c in zip(split, caps))
     ranges = [range(0, int(min(c, total)) + 1) for c in caps]
-    best = min(expected_max(hints, s) for s in itertools.product(*ranges) if sum(s) == total)
-    assert expected_max(hints, split) == pytest.approx(best, rel=1e-12, abs=1e-15)
+    best = min(slowest_expected_s(hints, s) for s in itertools.product(*ranges) if sum(s) == total)
+    assert slowest_expected_s(hints, split) == pytest.approx(best, rel=1e-12, abs=1e-15)
 
 
 def test_the_min_max_split_takes_the_closed_form_for_affine_costs_and_agrees_with_it_as_a_table():
@@ -149,8 +149,8 @@ def test_the_min_max_split_takes_the_closed_form_for_affine_costs_and_agrees_wit
     assert split == water_fill([0.01, 0.005], [0.001, 0.003], 100, [math.inf, 60])
     as_tables = [WorkerHint(h.max_batch, Table(points=[[b, float(h.cost.time_s(b))] for b in (1, 200)]), 1.0, h.delay_s)
                  for h in hints]  # fmt: skip
-    assert expected_max(as_tables, min_max_split(as_tables, 100, [math.inf, 60])) == pytest.approx(
-        expected_max(hints, split), rel=1e-12
+    assert slowest_expected_s(as_tables, min_max_split(as_tables, 100, [math.inf, 60])) == pytest.approx(
+        slowest_expected_s(hints, split), rel=1e-12
     )
 
 
