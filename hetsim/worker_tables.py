@@ -7,7 +7,7 @@ its cost, noise, shared noise, delay, slowdown and failure tables, and the check
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -87,19 +87,6 @@ def _make_shared_noise(t: Table, base_dir: Path | None) -> SharedNoise:
         raise ConfigError(join(path, exc.field), exc.problem) from None
 
 
-def _check_shared_noise_groups(groups: Sequence[WorkerGroup]) -> None:
-    """Workers naming one shared-noise group draw one factor per step, so they must declare it alike."""
-    seen: dict[str, tuple[int, SharedNoise]] = {}
-    for i, g in enumerate(groups):
-        sn = g.spec.shared_noise
-        if sn is None:
-            continue
-        j, first = seen.setdefault(sn.group, (i, sn))
-        if first != sn:  # one line: what workers.j declares, what this one does
-            was, now = ({k: v for k, v in x.to_dict().items() if k != "group"} for x in (first, sn))
-            raise ConfigError(f"workers.{i}.shared_noise", f"group {sn.group!r} is {was} in workers.{j}, here {now}")
-
-
 def _make_cost(t: Table, base_dir: Path | None) -> CostModel:
     """The worker's ``cost`` table, or its ``overhead_s``/``per_sample_s`` (an affine cost)."""
     shorthand = {k: t.data[k] for k in AFFINE_KEYS if t.has(k)}
@@ -124,21 +111,33 @@ def _make_value(cls: type[V], data: Any, path: str) -> V:
         raise ConfigError(join(path, exc.field), exc.problem) from None
 
 
-def _check_slowdown_groups(groups: Sequence[WorkerGroup]) -> None:
-    """Workers sharing a slowdown group share its episode timing, so they must agree on it."""
-    seen: dict[str, tuple[int, Slowdown]] = {}
-    for i, g in enumerate(groups):
-        sd = g.spec.slowdown
-        if sd is None or sd.group is None:
-            continue
-        first = seen.setdefault(sd.group, (i, sd))
-        if (first[1].every_s, first[1].duration_s) != (sd.every_s, sd.duration_s):
-            raise ConfigError(
-                f"workers.{i}.slowdown", f"group {sd.group!r} has other every_s/duration_s in workers.{first[0]}"
-            )
-
-
 def check_worker_groups(groups: Sequence[WorkerGroup]) -> None:
-    """The checks across workers: slowdown and shared-noise groups declared alike by their members."""
-    _check_slowdown_groups(groups)
-    _check_shared_noise_groups(groups)
+    """The checks across workers: the members of a slowdown group share its episodes, so they
+    must agree on its timing; the members of a shared-noise group draw one factor per step, so
+    they must declare it alike."""
+    conflict = _group_conflict(groups, "slowdown", lambda sd: (sd.every_s, sd.duration_s))
+    if conflict is not None:
+        i, j, _, sd = conflict
+        raise ConfigError(f"workers.{i}.slowdown", f"group {sd.group!r} has other every_s/duration_s in workers.{j}")
+    conflict = _group_conflict(groups, "shared_noise", lambda sn: sn)
+    if conflict is not None:
+        i, j, first, sn = conflict
+        was, now = ({k: v for k, v in x.to_dict().items() if k != "group"} for x in (first, sn))
+        raise ConfigError(f"workers.{i}.shared_noise", f"group {sn.group!r} is {was} in workers.{j}, here {now}")
+
+
+def _group_conflict(
+    groups: Sequence[WorkerGroup], table: str, declared: Callable[[Any], object]
+) -> tuple[int, int, Any, Any] | None:
+    """The first worker entry whose ``table`` (a slowdown, a shared noise) names a group that an
+    earlier entry declared otherwise (by ``declared``): (its index, the earlier's, the earlier
+    declaration, its own); None when every group is declared alike."""
+    seen: dict[str, tuple[int, Any]] = {}
+    for i, g in enumerate(groups):
+        value = getattr(g.spec, table)
+        if value is None or value.group is None:
+            continue
+        j, first = seen.setdefault(value.group, (i, value))
+        if declared(first) != declared(value):
+            return i, j, first, value
+    return None

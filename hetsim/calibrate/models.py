@@ -23,6 +23,7 @@ residuals of the fit, then refitted); those of ``affine`` from the OLS formula (
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 from scipy import optimize
@@ -75,33 +76,30 @@ class Curve:
     batches: np.ndarray | None = None
 
     def time_s(self, b: np.ndarray) -> np.ndarray:
-        b = np.asarray(b, dtype=float)
-        v = self.values
-        if self.model == "affine":
-            return v[0] + v[1] * b
-        if self.model == "hinge":
-            return np.maximum(v[0], v[1] + v[2] * b)
-        u = self.batches if self.batches is not None else np.empty(0)
-        slope = (v[-1] - v[-2]) / (u[-1] - u[-2])
-        return np.where(b > u[-1], v[-1] + slope * (b - u[-1]), np.interp(b, u, v))
+        """The curve at ``b``: the cost model's own formula (one home for each model's shape)."""
+        return np.asarray(self.cost_model().time_s(np.asarray(b, dtype=float)), dtype=float)
 
     def scaled(self, factor: float) -> Curve:
         return replace(self, values=self.values * factor)
 
     def params(self) -> dict[str, float]:
         """The parameters by their names in scenario files (table: one ``t@b`` per point)."""
-        names = {"affine": ("overhead_s", "per_sample_s"), "hinge": ("floor_s", "overhead_s", "per_sample_s")}
-        if self.model in names:
-            return {k: float(x) for k, x in zip(names[self.model], self.values)}
-        return {f"t@{b:g}": float(x) for b, x in zip(self.batches if self.batches is not None else [], self.values)}
+        if self.batches is None:
+            return {k: float(x) for k, x in self.cost_model().param_values().items()}
+        return {f"t@{b:g}": float(x) for b, x in zip(self.batches, self.values)}
 
-    def cost_model(self) -> CostModel:
+    @cached_property
+    def _model(self) -> CostModel:
         v = [float(x) for x in self.values]
         if self.model == "affine":
             return Affine(v[0], v[1])
         if self.model == "hinge":
             return Hinge(*v)
         return Table(points=[[float(b), t] for b, t in zip(self.batches if self.batches is not None else [], v)])
+
+    def cost_model(self) -> CostModel:
+        """The fitted curve as the cost-model plug-in a scenario uses (built once)."""
+        return self._model
 
 
 # ----------------------------------------------------------------------------- the fits
