@@ -183,7 +183,7 @@ def test_shared_and_persistent_noise_are_measured(shared, persist):
     cal = calibrate(_correlated(shared, persist))
     assert cal.noise.shared == pytest.approx(shared, abs=0.05)
     assert cal.noise.shared_steps == 4000
-    assert all(p == pytest.approx(persist * (1 - shared), abs=0.06) for p in cal.noise.persistence)
+    assert all(p == pytest.approx(persist * (1 - shared), abs=0.05) for p in cal.noise.persistence)
     assert all(f.noise_sigma == pytest.approx(0.1, rel=0.05) for f in cal.workers)
 
 
@@ -311,7 +311,7 @@ def _shared_persistent(policy: str) -> dict:
 def test_simulated_shared_and_persistent_noise_is_measured():
     cal = calibrate(simulate(load_scenario(_shared_persistent("equal"))))
     assert cal.noise.shared == pytest.approx(0.4, abs=0.05)
-    assert all(p == pytest.approx(0.6 * 0.6, abs=0.06) for p in cal.noise.persistence)
+    assert all(p == pytest.approx(0.6 * 0.6, abs=0.05) for p in cal.noise.persistence)
     assert all(f.noise_sigma == pytest.approx(0.1, rel=0.05) for f in cal.workers)
     assert not any("persists" in w for w in cal.warnings)
 
