@@ -44,7 +44,6 @@ from hetsim.distributions import Constant
 from hetsim.network import Buckets
 from hetsim.orderstats import (
     TAIL_Q,
-    CommonFactorMax,
     ComputeTime,
     KthOf,
     MaxOf,
@@ -68,15 +67,10 @@ if TYPE_CHECKING:
 CONVERGENCE_TOL = 0.01
 
 
-def step_components(workers: Sequence[WorkerSpec], batches: Sequence[int]) -> list[TimeDistribution]:
-    """The independent parts of the barrier of the workers that got samples (the others sit out)."""
-    return barrier_parts(workers, batches)
-
-
 @lru_cache(maxsize=4096)
 def _barrier_stats(workers: tuple[WorkerSpec, ...], batches: tuple[int, ...]) -> tuple[float, tuple[float, ...]]:
     """E[max compute] and each worker's E[compute] for one split."""
-    comps = step_components(workers, batches)
+    comps = barrier_parts(workers, batches)
     means = tuple(ComputeTime.of(w, b).mean() if b > 0 else 0.0 for w, b in zip(workers, batches))
     return expected_max(comps), means
 
@@ -176,7 +170,7 @@ def _summarize(
     mean_compute = weights @ compute
     idle = float(weights @ (n * barrier - compute.sum(axis=1)))
     steady = _barrier_stats(workers, tuple(trajectory[-1]))[0] + comm
-    q95 = _mixture_quantile([step_components(workers, b) for b in splits], weights, 0.95)
+    q95 = _mixture_quantile([barrier_parts(workers, b) for b in splits], weights, 0.95)
     p95 = q95 + comm
     buckets = scenario.buckets()
     if buckets is not None:  # the step ends at h(barrier): see the module docstring
@@ -223,7 +217,7 @@ def _mixture_quantile(groups: Sequence[Sequence[TimeDistribution]], weights: np.
 @lru_cache(maxsize=4096)
 def _bucket_end(buckets: Buckets, workers: tuple[WorkerSpec, ...], batches: tuple[int, ...]) -> float:
     """E[h(max compute)] for one split, h the step's end after its barrier with buckets."""
-    return expected_end(buckets, MaxOf(step_components(workers, batches)), _barrier_stats(workers, batches)[0])
+    return expected_end(buckets, MaxOf(barrier_parts(workers, batches)), _barrier_stats(workers, batches)[0])
 
 
 def expected_end(buckets: Buckets, barrier: MaxOf, mean_barrier: float) -> float:
@@ -270,7 +264,7 @@ def _predict_first_k(scenario: Scenario, name: str, batches: tuple[int, ...], k:
     inclusion probability P(X_i <= k-th smallest of the others) is a Stieltjes sum on a fine
     grid of F_i; everything else is an integral of products of CDFs."""
     workers = scenario.workers
-    if any(isinstance(d, CommonFactorMax) for d in step_components(workers, batches)):
+    if any(b > 0 and w.shares_noise for w, b in zip(workers, batches)):
         raise NoClosedForm(name, "workers share a noise factor: the k-th of dependent times is not modelled")
     wl = scenario.workload
     n = len(workers)

@@ -265,9 +265,9 @@ def barrier_parts(workers: Sequence[WorkerSpec], batches: Sequence[int]) -> list
     for w, b in zip(workers, batches):
         if b <= 0:
             continue
-        if w.shared_noise is None or w.shared_noise.dist.is_constant:  # a constant mean-1 factor is 1
+        if not w.shares_noise:
             out.append(ComputeTime.of(w, b))
-        else:
+        elif w.shared_noise is not None:
             groups.setdefault(w.shared_noise.group, (w.shared_noise.dist, []))[1].append(ComputeTime.of(w, b))
     return out + [CommonFactorMax(members, factor) for factor, members in groups.values()]
 

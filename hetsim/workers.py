@@ -170,6 +170,12 @@ class WorkerSpec:
         return float(self.cost.time_s(local_batch)) * self.noise.mean() + self.delay.mean()
 
     @property
+    def shares_noise(self) -> bool:
+        """Whether a factor common to a group multiplies this worker's compute (a constant mean-1
+        factor is 1: no sharing)."""
+        return self.shared_noise is not None and not self.shared_noise.dist.is_constant
+
+    @property
     def cap(self) -> float:
         return float("inf") if self.max_batch is None else float(self.max_batch)
 
