@@ -30,18 +30,19 @@ RANK_SCRIPT = textwrap.dedent(
     import os, sys
     import numpy as np, torch, torch.distributed as dist
     from validation.allreduce import combine, gradient_weights, pack, unpack
-    from validation.workload import load_digits_split, loss_fn, make_model
+    from validation.workloads import load_workload
+    workload = load_workload("digits-cnn")
     torch.set_num_threads(1)
     rank, out = int(os.environ["RANK"]), sys.argv[2]
     splits = [tuple(int(b) for b in s.split(",")) for s in sys.argv[1].split(";")]
     dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
     try:
-        data = load_digits_split(0, torch.device("cpu"))
+        data = workload.load(0, torch.device("cpu"))
         for k, split in enumerate(splits):
-            model = make_model(0, torch.device("cpu"))
+            model = workload.make_model(0, torch.device("cpu"))
             start = sum(split[:rank]); b = split[rank]
             if b:
-                loss_fn(model(data.train_x[start:start + b]), data.train_y[start:start + b]).backward()
+                workload.loss(model(data.train_x[start:start + b]), data.train_y[start:start + b]).backward()
             weights = gradient_weights(split, True)
             flat = combine(pack(model.parameters(), weights[rank], torch.device("cpu")), sum(weights))
             unpack(flat, model.parameters())
@@ -59,7 +60,9 @@ SPLITS = [(5, 13), (17, 1), (0, 18), (40, 88)]
 def test_weighted_allreduce_equals_the_gradient_over_the_union(tmp_path):
     import torch
 
-    from validation.workload import load_digits_split, loss_fn, make_model
+    from validation.workloads import load_workload
+
+    workload = load_workload("digits-cnn")
 
     port = free_port()
     arg = ";".join(",".join(map(str, s)) for s in SPLITS)
@@ -71,11 +74,11 @@ def test_weighted_allreduce_equals_the_gradient_over_the_union(tmp_path):
     ]
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
     torch.set_num_threads(1)
-    data = load_digits_split(0, torch.device("cpu"))
+    data = workload.load(0, torch.device("cpu"))
     for k, split in enumerate(SPLITS):
-        model = make_model(0, torch.device("cpu"))
+        model = workload.make_model(0, torch.device("cpu"))
         total = sum(split)
-        loss_fn(model(data.train_x[:total]), data.train_y[:total]).backward()
+        workload.loss(model(data.train_x[:total]), data.train_y[:total]).backward()
         expected = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()
         for rank in range(2):
             got = np.load(tmp_path / f"split{k}-rank{rank}.npy")

@@ -21,12 +21,12 @@ from hetsim.params import Param
 from hetsim.policies import WorkerHint, make_policy, policy_class
 from validation.backend import parse_devices
 from validation.inject import parse_delay_spec
+from validation.placement import available_cpus, parse_cpu_list
+from validation.workloads import WORKLOAD_INFO, workload_info
 
-N_DIGITS = 1797  # samples in scikit-learn's digits (the workload checks it)
-N_TEST = 359  # the held-out 20%
-N_TRAIN = N_DIGITS - N_TEST
 DEFAULT_POLICIES = ("equal", "dynamic", "dynamic-enhanced", "adaptive")
 COMBINE_MODES = ("weighted", "policy")
+COMM_MODES = ("flat", "ddp")
 
 
 @dataclass(frozen=True)
@@ -53,14 +53,19 @@ class RunConfig:
     warmup_steps: int = 3
     timeout_s: float = 30.0
     combine: str = "weighted"
+    workload: str = "digits-cnn"
+    comm: str = "flat"
+    threads: Mapping[int, int] = field(default_factory=dict)
+    cpus: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    contention: Mapping[int, float] = field(default_factory=dict)
     out: Path | None = None
     crash_at: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["delay"] = {str(k): v for k, v in self.delay.items()}
-        out["per_sample_delay"] = {str(k): v for k, v in self.per_sample_delay.items()}
-        out["slowdown"] = {str(k): v for k, v in self.slowdown.items()}
+        for key in ("delay", "per_sample_delay", "slowdown", "threads", "contention"):
+            out[key] = {str(k): v for k, v in getattr(self, key).items()}
+        out["cpus"] = {str(k): list(v) for k, v in self.cpus.items()}
         out["out"] = str(self.out) if self.out is not None else None
         out.pop("crash_at")
         return out
@@ -83,6 +88,11 @@ FILE_KEYS = {
     "warmup_steps",
     "timeout_s",
     "combine",
+    "workload",
+    "comm",
+    "threads",
+    "cpus",
+    "contention",
 }
 
 
@@ -135,6 +145,33 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="weighted: sum_i (b_i/B) g_i for every policy (default); policy: the plain mean of the ranks' "
         "gradients for policies without weighted_gradients (the paper's DP-SGD)",
+    )
+    parser.add_argument(
+        "--workload", default=None, help=f"what to train: {', '.join(WORKLOAD_INFO)} (default digits-cnn)"
+    )
+    parser.add_argument(
+        "--comm",
+        choices=COMM_MODES,
+        default=None,
+        help="flat: one weighted all-reduce after backward (default); ddp: DistributedDataParallel "
+        "(bucketed, overlapped with backward)",
+    )
+    parser.add_argument(
+        "--threads", action="append", default=[], metavar="RANK=N,...", help="CPU threads of a rank (default 1 each)"
+    )
+    parser.add_argument(
+        "--cpus",
+        action="append",
+        default=[],
+        metavar="RANK=CPUS,...",
+        help="pin a rank to CPUs: 0=0,1=1 (one CPU each) or 0=0-1 (a range) or 0=0+2 (a set)",
+    )
+    parser.add_argument(
+        "--contention",
+        action="append",
+        default=[],
+        metavar="RANK=DUTY,...",
+        help="a noisy neighbour: a busy process on that rank's CPUs for DUTY (0, 1] of the time",
     )
     parser.add_argument(
         "--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)"
@@ -193,9 +230,13 @@ def _rank_map(raw: Mapping[Any, Any] | None, items: Sequence[str], option: str) 
             rank, text = parse_rank_assignment(f"{key}={value}", option)
             out[rank] = text
     for item in items:
-        rank, text = parse_rank_assignment(item, option)
-        out[rank] = text
+        for part in str(item).split(",") if option in LIST_OPTIONS else [item]:
+            rank, text = parse_rank_assignment(part, option)
+            out[rank] = text
     return out
+
+
+LIST_OPTIONS = ("--threads", "--cpus", "--contention")  # RANK=VALUE items, comma-separated
 
 
 def _policies(value: Any, option: str) -> tuple[str, ...]:
@@ -232,8 +273,11 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
     global_batch = _integer(pick("global_batch", args.global_batch), "--global-batch", minimum=1)
     if global_batch < world_size:
         raise ConfigError("--global-batch", f"{global_batch} is smaller than the world size ({world_size})")
-    if global_batch > N_TRAIN:
-        raise ConfigError("--global-batch", f"{global_batch} is more than the {N_TRAIN} training samples")
+    workload = workload_info(str(pick("workload", args.workload)))
+    if global_batch > workload.n_train:
+        raise ConfigError(
+            "--global-batch", f"{global_batch} is more than the {workload.n_train} training samples of {workload.name}"
+        )
     lr = _number(pick("lr", args.lr), "--lr")
     seed = _integer(pick("seed", args.seed), "--seed")
 
@@ -250,6 +294,11 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
     combine = str(pick("combine", args.combine))
     if combine not in COMBINE_MODES:
         raise ConfigError("--combine", f"unknown mode {combine!r} (known: {', '.join(COMBINE_MODES)})")
+    comm = str(pick("comm", args.comm))
+    if comm not in COMM_MODES:
+        raise ConfigError("--comm", f"unknown mode {comm!r} (known: {', '.join(COMM_MODES)})")
+    if comm == "ddp" and len({d.partition(":")[0] for d in devices}) > 1:
+        raise ConfigError("--comm", "ddp needs every rank on one kind of device; use --comm flat for mixed devices")
     fraction = Param("probe_fractions", low=0.0, low_open=True, high=1.0, doc="a fraction of the global batch")
     fractions = tuple(float(fraction.check(f)) for f in raw.get("probe_fractions", base.probe_fractions))
     if not fractions:
@@ -270,6 +319,9 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         warmup_steps=_integer(raw.get("warmup_steps", base.warmup_steps), "warmup_steps"),
         timeout_s=timeout_s,
         combine=combine,
+        workload=workload.name,
+        comm=comm,
+        **_placement(raw, args, world_size),
         out=args.out,
         crash_at=_crash_at(args.crash_at, world_size),
     )
@@ -306,6 +358,24 @@ def _injection(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int
         "per_sample_delay": {r: s for r, s in per_sample.items() if s > 0},
         "slowdown": {r: f for r, f in slowdown.items() if f > 1.0},
     }
+
+
+def _placement(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int) -> dict[str, Any]:
+    """Real heterogeneity: each rank's CPU threads, CPU affinity and noisy neighbour's duty cycle."""
+    tables = {key: _rank_map(raw.get(key), getattr(args, key), f"--{key}") for key in ("threads", "cpus", "contention")}
+    for key, table in tables.items():
+        for rank in table:
+            if not 0 <= rank < world_size:
+                raise ConfigError(f"--{key}", f"rank {rank} is outside 0..{world_size - 1}")
+    cpus = {r: parse_cpu_list(v, "--cpus") for r, v in sorted(tables["cpus"].items())}
+    n_cpus = len(available_cpus())
+    threads = {r: _integer(v, "--threads", minimum=1) for r, v in sorted(tables["threads"].items())}
+    for rank, n in threads.items():
+        if n > n_cpus:
+            raise ConfigError("--threads", f"rank {rank} asks for {n} threads but this machine has {n_cpus} CPUs")
+    duty = Param("--contention", low=0.0, low_open=True, high=1.0, doc="a duty cycle")
+    contention = {r: float(duty.check(_parsed(v, float))) for r, v in sorted(tables["contention"].items())}
+    return {"threads": threads, "cpus": cpus, "contention": contention}
 
 
 def _devices(value: Any, world_size: int) -> tuple[str, ...]:

@@ -53,7 +53,8 @@ from validation.inject import Injector
 from validation.record import NullWriter, RankTiming, RunWriter, Writer, step_rows
 from validation.sharding import PROBE as PROBE_STREAM
 from validation.sharding import WARMUP, epoch_permutation, local_indices, steps_per_epoch
-from validation.workload import Dataset, evaluate, load_digits_split, loss_fn, make_model
+from validation.workloads import load_workload
+from validation.workloads.base import Dataset
 
 PROBE = "probe"
 
@@ -106,7 +107,8 @@ class RankTrainer:
         self.backend = select_backend(config.devices)
         self.device = torch_device(resolve_device(config.devices[self.rank], env.local_rank))
         self.comm = comm_device(self.backend, self.device)
-        self.data: Dataset = load_digits_split(config.seed, self.device)
+        self.workload = load_workload(config.workload)
+        self.data: Dataset = self.workload.load(config.seed, self.device)
         self.steps_per_epoch = steps_per_epoch(self.data.n_train, config.global_batch)
         self.injector = Injector.for_rank(
             self.rank, self.world, config.seed, dict(config.delay), dict(config.per_sample_delay), dict(config.slowdown)
@@ -159,7 +161,7 @@ class RankTrainer:
             return 0.0
         idx = torch.from_numpy(local_indices(perm, step_in_epoch, split, self.rank)).to(self.device)
         t_fwd = time.perf_counter()
-        loss = loss_fn(model(self.data.train_x[idx]), self.data.train_y[idx])
+        loss = self.workload.loss(model(self.data.train_x[idx]), self.data.train_y[idx])
         loss.backward()
         synchronize(self.device)
         self.injector.apply(b, time.perf_counter() - t_fwd)
@@ -231,7 +233,7 @@ class RankTrainer:
             weighted_t = torch.tensor([int(bool(policy.weighted_gradients)) if policy else 0], device=self.comm)
             dist.broadcast(weighted_t, src=0)
             weighted = bool(weighted_t.item())
-        model = make_model(config.seed, self.device)
+        model = self.workload.make_model(config.seed, self.device)
         self.broadcast_parameters(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
         return Segment(name, model, optimizer, policy, weighted)
@@ -288,7 +290,7 @@ class RankTrainer:
         results = self.run_block(seg, epoch, self.steps_per_epoch, lambda k: (perm, k))
 
         def row() -> dict[str, Any]:
-            test_loss, accuracy = evaluate(seg.model, self.data)
+            test_loss, accuracy = self.workload.evaluate(seg.model, self.data)
             return {
                 "policy": seg.name,
                 "epoch": epoch,
@@ -334,7 +336,7 @@ class RankTrainer:
 
     def meta(self) -> dict[str, Any]:
         """The run's meta.json (before its ``status``)."""
-        n_params = sum(p.numel() for p in make_model(self.config.seed, torch.device("cpu")).parameters())
+        n_params = sum(p.numel() for p in self.workload.make_model(self.config.seed, torch.device("cpu")).parameters())
         return {
             "config": self.config.to_dict(),
             "world_size": self.world,

@@ -1,0 +1,68 @@
+"""The interface every workload implements, and the tensors it hands the trainer.
+
+A workload owns its data (real data that ships with an installed package: no download), its
+model and its loss. The trainer only indexes ``train_x`` / ``train_y`` by sample and calls
+:meth:`Workload.loss` on a shard: the loss must be the *mean over the shard's samples* of a
+per-sample loss, and the model must have no statistic that depends on how a batch is cut
+(no BatchNorm), so that the weighted combination ``sum_i (b_i/B) g_i`` of the ranks' gradients
+is exactly the gradient of the union of their shards, whatever the split.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Train and held-out tensors, indexed by sample along the first dimension."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+
+    @property
+    def n_train(self) -> int:
+        return int(self.train_y.shape[0])
+
+
+class Workload(ABC):
+    """One trainable workload: data, a freshly seeded model, the loss and a held-out evaluation."""
+
+    name: str
+
+    @abstractmethod
+    def load(self, seed: int, device: torch.device) -> Dataset:
+        """The train / held-out split (the same for every rank given ``seed``), on ``device``."""
+
+    @abstractmethod
+    def build_model(self) -> nn.Module:
+        """A new model with torch's current random state (make_model seeds it)."""
+
+    @abstractmethod
+    def loss(self, output: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The mean over the batch's samples of each sample's loss."""
+
+    def make_model(self, seed: int, device: torch.device) -> nn.Module:
+        """A freshly initialised model; the same ``seed`` gives the same weights on every rank."""
+        torch.manual_seed(seed)
+        return self.build_model().to(device)
+
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, data: Dataset, chunk: int = 512) -> tuple[float, float]:
+        """Mean loss and accuracy (of the arg-max prediction, per sample or per token) on the held-out split."""
+        model.eval()
+        loss_sum, correct, count, n = 0.0, 0.0, 0, int(data.test_y.shape[0])
+        for start in range(0, n, chunk):
+            x, y = data.test_x[start : start + chunk], data.test_y[start : start + chunk]
+            logits = model(x)
+            loss_sum += float(self.loss(logits, y)) * int(y.shape[0])
+            correct += float((logits.argmax(dim=-1) == y).float().mean()) * int(y.shape[0])
+            count += int(y.shape[0])
+        model.train()
+        return loss_sum / count, correct / count
