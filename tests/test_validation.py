@@ -279,7 +279,7 @@ def test_local_cuda_devices_are_checked(monkeypatch):
 
 
 def test_probe_schedule_starts_with_half_and_spreads_the_rest():
-    from validation.trainer import probe_schedule
+    from validation.probe import probe_schedule
 
     assert probe_schedule(10, 10) == [5, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0]
     assert probe_schedule(3, 1) == [2, 1]

@@ -24,28 +24,41 @@ pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# One rank: its uneven local batch of the digits, the weighted all-reduce, the combined gradient saved.
+# One rank: its uneven local batch of the digits, combined by the flat weighted all-reduce or by
+# DDP with the trainer's loss scaling (a rank without samples runs one sample at weight zero),
+# the combined gradient saved.
 RANK_SCRIPT = textwrap.dedent(
     """
     import os, sys
     import numpy as np, torch, torch.distributed as dist
     from validation.allreduce import combine, gradient_weights, pack, unpack
+    from validation.ddp import ReadyClock, loss_scale, wrap
     from validation.workloads import load_workload
     workload = load_workload("digits-cnn")
     torch.set_num_threads(1)
-    rank, out = int(os.environ["RANK"]), sys.argv[2]
+    rank, out, mode = int(os.environ["RANK"]), sys.argv[2], sys.argv[3]
+    cpu = torch.device("cpu")
     splits = [tuple(int(b) for b in s.split(",")) for s in sys.argv[1].split(";")]
     dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
     try:
-        data = workload.load(0, torch.device("cpu"))
+        data = workload.load(0, cpu)
         for k, split in enumerate(splits):
-            model = workload.make_model(0, torch.device("cpu"))
+            model = workload.make_model(0, cpu)
             start = sum(split[:rank]); b = split[rank]
-            if b:
-                workload.loss(model(data.train_x[start:start + b]), data.train_y[start:start + b]).backward()
             weights = gradient_weights(split, True)
-            flat = combine(pack(model.parameters(), weights[rank], torch.device("cpu")), sum(weights))
-            unpack(flat, model.parameters())
+            if mode == "ddp":
+                clock = ReadyClock(cpu)
+                net = wrap(model, cpu, clock)
+                clock.start(lambda: None)
+                shard = slice(start, start + max(b, 1))
+                loss = workload.loss(net(data.train_x[shard]), data.train_y[shard])
+                (loss * loss_scale(weights, rank)).backward()
+                assert clock.compute_s() > 0
+            else:
+                if b:
+                    workload.loss(model(data.train_x[start:start + b]), data.train_y[start:start + b]).backward()
+                flat = combine(pack(model.parameters(), weights[rank], cpu), sum(weights))
+                unpack(flat, model.parameters())
             grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
             np.save(f"{out}/split{k}-rank{rank}.npy", grad.numpy())
     finally:
@@ -57,7 +70,8 @@ RANK_SCRIPT = textwrap.dedent(
 SPLITS = [(5, 13), (17, 1), (0, 18), (40, 88)]
 
 
-def test_weighted_allreduce_equals_the_gradient_over_the_union(tmp_path):
+@pytest.mark.parametrize("mode", ["flat", "ddp"])
+def test_weighted_allreduce_equals_the_gradient_over_the_union(tmp_path, mode):
     import torch
 
     from validation.workloads import load_workload
@@ -68,7 +82,7 @@ def test_weighted_allreduce_equals_the_gradient_over_the_union(tmp_path):
     arg = ";".join(",".join(map(str, s)) for s in SPLITS)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", RANK_SCRIPT, arg, str(tmp_path)], env=rank_environment(r, 2, port), cwd=ROOT
+            [sys.executable, "-c", RANK_SCRIPT, arg, str(tmp_path), mode], env=rank_environment(r, 2, port), cwd=ROOT
         )
         for r in range(2)
     ]
@@ -212,3 +226,40 @@ def test_torchrun_entry(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     assert json.loads((out / "meta.json").read_text())["status"] == "complete"
+
+
+SLOW_POLICY = """
+import time
+from hetsim.policies import Policy
+from hetsim.registry import POLICIES
+
+
+@POLICIES.register
+class SlowToDecide(Policy):
+    name = "slow-to-decide"
+
+    def partition(self, info):
+        time.sleep(0.05)
+        return super().partition(info)
+"""
+
+
+@pytest.mark.parametrize("comm", ["flat", "ddp"])
+def test_the_split_broadcast_is_not_compute(tmp_path, comm):
+    """Rank 0's policy takes 50 ms to decide every split: every rank waits for it in the
+    broadcast, which the trace books as communication, never as compute."""
+    plugin = tmp_path / "slow_policy.py"
+    plugin.write_text(SLOW_POLICY, encoding="utf-8")
+    out = tmp_path / "run"
+    run = subprocess.run(
+        [sys.executable, "-m", "validation", "run", "--epochs", "1", "--probe-repeats", "1", "--global-batch", "64",
+         "--policies", "equal,slow-to-decide", "--comm", comm, "--delay", "1=0", "--per-sample-delay", "1=0",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "HETSIM_PLUGINS": str(plugin)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    trace = pd.read_parquet(out / "trace.parquet")
+    fast, slow = (trace[trace["policy"] == name] for name in ("equal", "slow-to-decide"))
+    assert slow["compute_s"].median() < 0.04  # 32 digits each: no 50 ms of waiting in it
+    assert slow["comm_s"].min() >= 0.04 > fast["comm_s"].median()
+    assert (slow["compute_s"] + slow["wait_s"] + slow["comm_s"]).min() >= 0.04  # each rank's wall time

@@ -26,8 +26,7 @@ from hetsim.metrics import Summary, summarize
 from hetsim.report import text_table
 from hetsim.simulate import simulate
 from hetsim.trace import COLUMNS, Trace, read_trace_table
-
-PROBE = "probe"
+from validation.probe import PROBE
 
 
 @dataclass(frozen=True)

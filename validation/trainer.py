@@ -14,14 +14,20 @@ calibration under the same drift of machine load.
 One step, as every rank sees it (all times from ``perf_counter``, after synchronising the
 device on GPU):
 
-    start   rank 0 asks the policy for the split and broadcasts it
-    compute the rank's shard of the epoch's permutation: forward, backward, injected delay,
-            the weighted gradient packed into one flat buffer          -> compute_s
-    barrier a tiny all-reduce carrying every rank's compute_s and loss -> wait_s
-    comm    the gradient all-reduce, the division by the total weight,
-            the optimizer update                                        -> comm_s
+    split   rank 0 asks the policy for the split and broadcasts it      -> comm_s (not compute:
+            every rank waits here for rank 0's decision)
+    compute the rank's shard of the epoch's permutation: forward, backward, injected delay
+            flat: then the weighted gradient packed into one flat buffer -> compute_s
+            ddp:  until the rank's last gradient bucket is ready (:mod:`validation.ddp`; CUDA
+                  events on a GPU), the buckets' all-reduces overlapping the backward
+    barrier a tiny all-reduce carrying every rank's compute_s and loss   -> wait_s (flat); with
+            DDP the waiting happened inside backward and wait_s is the slowest rank's compute
+            minus this rank's
+    comm    flat: the gradient all-reduce and the division by the total weight; ddp: what was
+            left of the bucket all-reduces; then the optimizer update   -> comm_s
 
-so ``compute_s + wait_s + comm_s`` is the step's wall time. Rank 0 feeds the compute times to
+so ``compute_s + wait_s + comm_s`` is the rank's wall time of the step and ``comm_s`` the
+communication it exposed. Rank 0 feeds the compute times to
 ``policy.observe`` before the next split. At the end of each epoch the ranks' times are
 gathered to every rank; rank 0's writer evaluates the model on the held-out split, keeps the
 rows and rewrites the run folder, the others' writers drop them. None of that is inside a
@@ -42,21 +48,19 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from hetsim.calibrate import fit_worker
-from hetsim.costs import Affine
 from hetsim.partition import split_by_shares
 from hetsim.policies import Policy, StepInfo, StepRecord, WorkerHint, make_policy
 from validation.allreduce import combine, gradient_weights, pack, unpack
 from validation.backend import RankEnv, comm_device, resolve_device, select_backend, synchronize, torch_device
 from validation.config import RunConfig
+from validation.ddp import ReadyClock, loss_scale, wrap
 from validation.inject import Injector
+from validation.probe import PROBE, fit_probe, probe_round, probe_schedule
 from validation.record import NullWriter, RankTiming, RunWriter, Writer, step_rows
 from validation.sharding import PROBE as PROBE_STREAM
 from validation.sharding import WARMUP, epoch_permutation, local_indices, steps_per_epoch
 from validation.workloads import load_workload
 from validation.workloads.base import Dataset
-
-PROBE = "probe"
 
 
 class InjectedCrash(Exception):
@@ -73,6 +77,8 @@ class Segment:
 
     name: str
     model: torch.nn.Module
+    net: torch.nn.Module  # what the forward pass calls: the model, or the model inside DDP
+    clock: ReadyClock | None  # DDP's compute clock (None: the flat all-reduce)
     optimizer: torch.optim.Optimizer
     policy: Policy | None
     weighted: bool
@@ -86,6 +92,16 @@ class Segment:
         while self.pending:
             self.policy.observe(self.pending.pop(0))
         return self.policy.partition(info)
+
+
+@dataclass(frozen=True)
+class Computed:
+    """A rank's compute phase of one step: its time, its shard's summed loss and, on the flat
+    path, the weighted gradient packed for the all-reduce."""
+
+    compute_s: float
+    loss_sum: float
+    flat: torch.Tensor | None
 
 
 @dataclass(frozen=True)
@@ -152,29 +168,43 @@ class RankTrainer:
         if self.config.crash_at is not None and self.config.crash_at == (self.rank, self.run_step):
             raise InjectedCrash(self.rank, self.run_step)
 
-    def forward_backward(
-        self, model: torch.nn.Module, perm: np.ndarray, step_in_epoch: int, split: tuple[int, ...]
-    ) -> float:
-        """This rank's shard: forward, backward and the injected delay; the shard's summed loss."""
-        b = split[self.rank]
-        if b == 0:
-            return 0.0
-        idx = torch.from_numpy(local_indices(perm, step_in_epoch, split, self.rank)).to(self.device)
-        t_fwd = time.perf_counter()
-        loss = self.workload.loss(model(self.data.train_x[idx]), self.data.train_y[idx])
-        loss.backward()
+    def shard(self, perm: np.ndarray, step_in_epoch: int, split: tuple[int, ...]) -> torch.Tensor:
+        """This rank's sample indices of the step (one sample, for DDP's zero-weighted pass, when it has none)."""
+        idx = local_indices(perm, step_in_epoch, split, self.rank)
+        return torch.from_numpy(idx if idx.size else perm[:1]).to(self.device)
+
+    def backward_flat(self, seg: Segment, idx: torch.Tensor, b: int, weights: tuple[float, ...]) -> Computed:
+        """Forward, backward and the injected delay, then the weighted gradient packed for one all-reduce."""
+        loss_sum = 0.0
+        t0 = time.perf_counter()
+        if b > 0:
+            loss = self.workload.loss(seg.net(self.data.train_x[idx]), self.data.train_y[idx])
+            loss.backward()
+            synchronize(self.device)
+            self.injector.apply(b, time.perf_counter() - t0)
+            loss_sum = float(loss.detach()) * b
+        flat = pack(seg.model.parameters(), weights[self.rank], self.comm)
         synchronize(self.device)
-        self.injector.apply(b, time.perf_counter() - t_fwd)
-        return float(loss.detach()) * b
+        return Computed(time.perf_counter() - t0, loss_sum, flat)
+
+    def backward_ddp(self, seg: Segment, idx: torch.Tensor, b: int, weights: tuple[float, ...]) -> Computed:
+        """Forward and backward inside DDP, the loss scaled so that DDP's average is the weighted
+        combination; the compute time is the clock's (the rank's last bucket ready, delay included)."""
+        t0 = time.perf_counter()
+        clock = seg.clock
+        assert clock is not None
+        clock.start(lambda: self.injector.apply(b, time.perf_counter() - t0))
+        loss = self.workload.loss(seg.net(self.data.train_x[idx]), self.data.train_y[idx])
+        (loss * loss_scale(weights, self.rank)).backward()
+        synchronize(self.device)
+        return Computed(clock.compute_s(), float(loss.detach()) * b if b > 0 else 0.0, None)
 
     def step(
         self,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
+        seg: Segment,
         perm: np.ndarray,
         step_in_epoch: int,
         propose: Callable[[], Sequence[int]],
-        weighted: bool,
     ) -> StepResult:
         """One timed step (see the module's docstring); ``propose`` is only called on rank 0."""
         self.check_crash()
@@ -182,47 +212,36 @@ class RankTrainer:
         synchronize(self.device)
         t_start = time.perf_counter()
         split = self.broadcast_split(propose)
-        optimizer.zero_grad(set_to_none=True)
-        loss_sum = self.forward_backward(model, perm, step_in_epoch, split)
-        weights = gradient_weights(split, weighted)
-        flat = pack(model.parameters(), weights[self.rank], self.comm)
-        synchronize(self.device)
+        seg.optimizer.zero_grad(set_to_none=True)
+        weights = gradient_weights(split, seg.weighted)
+        backward = self.backward_ddp if seg.clock is not None else self.backward_flat
+        done = backward(seg, self.shard(perm, step_in_epoch, split), split[self.rank], weights)
         t_ready = time.perf_counter()
-        compute_s = t_ready - t_start
 
         barrier = torch.zeros(self.world + 1, dtype=torch.float64, device=self.comm)
-        barrier[self.rank] = compute_s
-        barrier[self.world] = loss_sum
+        barrier[self.rank] = done.compute_s
+        barrier[self.world] = done.loss_sum
         dist.all_reduce(barrier, op=dist.ReduceOp.SUM)
+        synchronize(self.device)
         t_released = time.perf_counter()
 
-        combine(flat, sum(weights))
-        unpack(flat, model.parameters())
-        optimizer.step()
+        if done.flat is not None:
+            unpack(combine(done.flat, sum(weights)), seg.model.parameters())
+        seg.optimizer.step()
         synchronize(self.device)
         t_end = time.perf_counter()
         values = barrier.tolist()
+        all_compute = tuple(values[: self.world])
+        if done.flat is not None:  # flat: the barrier is where a rank waits for the slowest
+            wait_s = t_released - t_ready
+        else:  # DDP: the waiting happened inside backward; it is what the slowest rank's compute adds
+            wait_s = max(all_compute) - done.compute_s
+        comm_s = (t_end - t_start) - done.compute_s - wait_s  # the split's broadcast included: not compute
         return StepResult(
-            split,
-            RankTiming(compute_s, t_released - t_ready, t_end - t_released),
-            tuple(values[: self.world]),
-            values[self.world] / max(sum(split), 1),
+            split, RankTiming(done.compute_s, wait_s, comm_s), all_compute, values[self.world] / max(sum(split), 1)
         )
 
     # ------------------------------------------------------------------ segments
-
-    def probe_round(self) -> list[tuple[int, ...]]:
-        """One round of the probe: for each fraction and rank, that rank gets the fraction of the
-        global batch and the others share the rest, so every rank sees several local batch sizes
-        while each step processes one global batch, as in the policies' steps."""
-        B, W = self.config.global_batch, self.world
-        plan = []
-        for f in self.config.probe_fractions:
-            for focus in range(W):
-                b = min(B, max(1, int(round(f * B)))) if W > 1 else B
-                rest = list(split_by_shares([1.0] * (W - 1), B - b)) if W > 1 else []
-                plan.append(tuple(rest[:focus] + [b] + rest[focus:]))
-        return plan
 
     def new_segment(self, name: str) -> Segment:
         """Fresh weights (broadcast from rank 0), optimizer and, on rank 0, the policy."""
@@ -236,7 +255,9 @@ class RankTrainer:
         model = self.workload.make_model(config.seed, self.device)
         self.broadcast_parameters(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
-        return Segment(name, model, optimizer, policy, weighted)
+        clock = ReadyClock(self.device) if config.comm == "ddp" else None
+        net = wrap(model, self.device, clock) if clock is not None else model
+        return Segment(name, model, net, clock, optimizer, policy, weighted)
 
     def run_block(
         self,
@@ -256,7 +277,7 @@ class RankTrainer:
             self.where = f"{label}, epoch {epoch}, step {info.step}"
             propose = (lambda s=fixed[k]: s) if fixed is not None else (lambda info=info: seg.propose(info))
             perm, step_in_epoch = window(k)
-            result = self.step(seg.model, seg.optimizer, perm, step_in_epoch, propose, seg.weighted)
+            result = self.step(seg, perm, step_in_epoch, propose)
             if seg.policy is not None:
                 included = tuple(b > 0 for b in result.split)
                 seg.pending.append(StepRecord(info, result.split, result.all_compute_s, included))
@@ -274,7 +295,11 @@ class RankTrainer:
         """``rounds`` rounds of the probe's plan, each step on its own permutation of the probe stream."""
         if rounds <= 0:
             return
-        plan = [split for _ in range(rounds) for split in self.probe_round()]
+        plan = [
+            split
+            for _ in range(rounds)
+            for split in probe_round(self.config.global_batch, self.world, self.config.probe_fractions)
+        ]
         n, first = self.data.n_train, seg.step
 
         def window(k: int) -> tuple[np.ndarray, int]:
@@ -305,21 +330,6 @@ class RankTrainer:
         self.writer.flush()
         self.sync_ranks()
 
-    def fit_probe(self) -> tuple[WorkerHint, ...] | None:
-        """Each rank's affine cost from the probe so far, for policies that need costs (proportional,
-        optimal). Only rank 0's writer keeps the trace, so this is None on the other ranks, which
-        hold no policies."""
-        frame = self.writer.trace_frame()
-        frame = frame[frame["policy"] == PROBE]
-        if frame.empty:
-            return None
-        hints = []
-        for r in range(self.world):
-            rows = frame[frame["worker"] == r]
-            fit, _ = fit_worker(r, rows["local_batch"].to_numpy(), rows["compute_s"].to_numpy(), model="affine")
-            hints.append(WorkerHint(cost=Affine(fit.overhead_s, fit.per_sample_s)))
-        return tuple(hints)
-
     def make_policy(self, name: str) -> Policy:
         """Rank 0: a fresh policy, given the probe's costs when it needs them."""
         policy = make_policy(name)
@@ -332,7 +342,7 @@ class RankTrainer:
         for k in range(self.config.warmup_steps):
             self.where = f"warm-up step {k}"
             perm = epoch_permutation(self.config.seed, k, self.data.n_train, WARMUP)
-            self.step(seg.model, seg.optimizer, perm, 0, lambda: warm, True)
+            self.step(seg, perm, 0, lambda: warm)
 
     def meta(self) -> dict[str, Any]:
         """The run's meta.json (before its ``status``)."""
@@ -369,24 +379,10 @@ class RankTrainer:
         self.warm_up(probe)
         schedule = probe_schedule(config.probe_repeats, config.epochs)
         self.run_probe_rounds(probe, schedule[0], 0)
-        self.probe_hints = self.fit_probe()
+        self.probe_hints = fit_probe(self.writer.trace_frame(), self.world)
         segments = [self.new_segment(name) for name in config.policies]
         for epoch in range(config.epochs):
             for seg in segments:
                 self.run_policy_epoch(seg, epoch)
             self.run_probe_rounds(probe, schedule[epoch + 1], epoch + 1)
         return self.writer.finish(config.policies)
-
-
-def probe_schedule(rounds: int, epochs: int) -> list[int]:
-    """Probe rounds to run at the start (index 0) and after each epoch's block of policies
-    (index e + 1): half of them (rounded up) at the start, the rest spread evenly over the run,
-    so the calibration sees the same drift in machine load as the policies do."""
-    out = [0] * (epochs + 1)
-    if rounds <= 0:
-        return out
-    out[0] = (rounds + 1) // 2
-    rest = rounds - out[0]
-    for j in range(rest):
-        out[1 + (j * epochs) // rest] += 1
-    return out
