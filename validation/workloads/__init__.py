@@ -36,6 +36,20 @@ WORKLOAD_INFO: dict[str, WorkloadInfo] = {
             1438,
             "scikit-learn's 8x8 digits, a 38k-parameter CNN (the fast default)",
         ),
+        WorkloadInfo(
+            "resnet18",
+            "validation.workloads.resnet",
+            1438,
+            "scikit-learn's digits upscaled to 3x32x32, ResNet-18 with GroupNorm (11.2M parameters, 44.7 MB "
+            "of gradient)",
+        ),
+        WorkloadInfo(
+            "transformer",
+            "validation.workloads.transformer",
+            2048,
+            "a byte-level GPT-style model (2 blocks, width 128, context 64; 0.47M parameters, 1.9 MB of "
+            "gradient) on the source of 10 standard-library modules",
+        ),
     )
 }
 
