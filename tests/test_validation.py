@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from hetsim.distributions import Constant, Exponential, Uniform
 from hetsim.errors import ConfigError
+from hetsim.metrics import step_times
 from hetsim.trace import COLUMNS, Trace
 from validation.allreduce import gradient_weights
 from validation.backend import RankEnv, parse_devices, resolve_device, select_backend
@@ -144,13 +145,17 @@ def test_gradient_weights():
 # ----------------------------------------------------------------------------- trace rows
 
 
-def test_step_rows_move_barrier_latency_to_comm_and_keep_wall_time():
-    timings = [RankTiming(0.004, 0.0062, 0.001), RankTiming(0.010, 0.0002, 0.001)]
+def test_step_rows_add_up_to_rank_0s_step_with_the_barrier_latency_as_comm():
+    # rank 1 got the split 0.5 ms after rank 0 (its comm_s has that wait), computed 10 ms and
+    # arrived last at the barrier, which took 0.2 ms
+    timings = [RankTiming(0.004, 0.0062, 0.001), RankTiming(0.010, 0.0002, 0.0015)]
     rows = step_rows("equal", 0, 7, 1.5, (64, 64), timings)
-    assert [r["wait_s"] for r in rows] == pytest.approx([0.006, 0.0])
     assert [r["comm_s"] for r in rows] == pytest.approx([0.0012, 0.0012])
-    for r, t in zip(rows, timings):
-        assert r["compute_s"] + r["wait_s"] + r["comm_s"] == pytest.approx(t.compute_s + t.wait_s + t.comm_s)
+    assert [r["wait_s"] for r in rows] == pytest.approx([0.006, 0.0])
+    for r in rows:
+        assert r["compute_s"] + r["wait_s"] + r["comm_s"] == pytest.approx(0.004 + 0.0062 + 0.001)
+    trace = Trace.from_frame(pd.DataFrame(rows))
+    assert step_times(trace) == pytest.approx([0.0112])  # what the simulator would call the step
     assert all(set(r) == set(COLUMNS) for r in rows)
 
 
@@ -278,14 +283,19 @@ def test_local_cuda_devices_are_checked(monkeypatch):
         check_local_devices(("cuda", "cuda"))
 
 
-def test_probe_schedule_starts_with_half_and_spreads_the_rest():
+def test_probe_schedule_spreads_the_rounds_evenly_with_one_at_the_start():
     from validation.probe import probe_schedule
 
-    assert probe_schedule(10, 10) == [5, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0]
-    assert probe_schedule(3, 1) == [2, 1]
+    assert probe_schedule(10, 4) == [2, 2, 2, 2, 2]
+    assert probe_schedule(10, 10) == [1] * 10 + [0]
+    assert probe_schedule(7, 5) == [2, 1, 1, 1, 1, 1]
+    assert probe_schedule(2, 5) == [1, 0, 0, 1, 0, 0]
     assert probe_schedule(1, 4) == [1, 0, 0, 0, 0]
     assert probe_schedule(0, 3) == [0, 0, 0, 0]
-    assert sum(probe_schedule(7, 5)) == 7
+    for rounds in range(1, 30):
+        for epochs in range(1, 12):
+            plan = probe_schedule(rounds, epochs)
+            assert sum(plan) == rounds and plan[0] >= 1 and max(plan) - min(plan[: min(rounds, epochs + 1)]) <= 1
 
 
 def test_compare_refuses_a_run_with_nothing_to_compare_even_with_a_tolerance(tmp_path, capsys):

@@ -44,6 +44,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit status 1 when any relative error (step or total time) exceeds X, e.g. 0.1",
     )
     cmp.add_argument("--json", action="store_true", help="print a JSON list of per-policy objects")
+    mx = sub.add_parser("matrix", help="the fidelity benchmark: a fixed set of real runs, each compared with hetsim")
+    mx.add_argument("--quick", action="store_true", help="the quick subset (a few minutes on two cores)")
+    mx.add_argument("--gpu", action="store_true", help="add the GPU configurations (needs CUDA)")
+    mx.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="results folder (default runs/matrix-<time>; an existing one resumes)",
+    )
+    mx.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep N extra busy processes running for the whole matrix (a loaded machine)",
+    )
+    mx.add_argument("--json", action="store_true", help="print results.json instead of the table")
     return parser
 
 
@@ -57,7 +75,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError("--out", f"{out} exists and is not an empty folder")
     argv = [a for a in sys.argv[2:]] if args.argv is None else list(args.argv)
-    result = launch([*argv, "--out", str(out)], config.world_size)
+    result = launch(
+        [*argv, "--out", str(out)],
+        config.world_size,
+        threads=config.threads,
+        cpus=config.cpus,
+        contention=config.contention,
+    )
     if not result.ok:
         rank, _ = result.first_failure or (-1, -1)
         failure = f"rank {rank} failed first ({result.reason}); exit statuses by rank {list(result.exit_codes)}"
@@ -123,7 +147,41 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "compare": cmd_compare}
+def cmd_matrix(args: argparse.Namespace) -> int:
+    import time
+
+    from validation import matrix_report
+    from validation.contention import Neighbours
+    from validation.matrix import run_matrix, select
+
+    busy = int(Param("--busy", "integer", low=0, high=64).check(args.busy))
+    runs, cross = select(args.quick, cuda_devices() if args.gpu else 0)
+    if args.gpu and not any(r.gpus for r in runs):
+        raise ConfigError("--gpu", "no CUDA device on this machine")
+    out = (args.out or Path("runs") / time.strftime("matrix-%Y%m%d-%H%M%S")).resolve()
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", f"{out} exists and is not a folder")
+
+    def echo(line: str) -> None:
+        print(f"validation: {line}", file=sys.stderr, flush=True)
+
+    with Neighbours({k: 1.0 for k in range(busy)}, {}):
+        found, failed, load = run_matrix(out, runs, cross, echo)
+    data = matrix_report.results(runs, found, failed, load, busy)
+    matrix_report.write(out, data, found, load)
+    print(json.dumps(data, indent=2, default=str) if args.json else matrix_report.table(found, data["statistics"]))
+    print(f"wrote {out}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cuda_devices() -> int:
+    """CUDA devices on this machine (0 without torch's CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+COMMANDS = {"run": cmd_run, "compare": cmd_compare, "matrix": cmd_matrix}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,6 +26,7 @@ from hetsim.metrics import Summary, summarize
 from hetsim.report import text_table
 from hetsim.simulate import simulate
 from hetsim.trace import COLUMNS, Trace, read_trace_table
+from validation.inject import parse_delay_spec
 from validation.probe import PROBE
 
 
@@ -120,15 +121,70 @@ def scenario_for(run: RunData, calibration: Calibration, policy: str, epochs: in
 def compare_run(run: RunData, calibrate_on: str = PROBE) -> tuple[list[Comparison], Calibration]:
     """Predicted vs measured for every policy of the run (the probe itself is not compared)."""
     calibration = calibrate_run(run, calibrate_on)
+    return predict_run(run, calibration), calibration
+
+
+def predict_run(
+    run: RunData, calibration: Calibration, workers: Sequence[dict[str, Any]] | None = None
+) -> list[Comparison]:
+    """Every policy of ``run``, measured and simulated on ``calibration``'s scenario with the
+    run's workload (and ``workers`` in place of the calibrated ones when given)."""
     out = []
     for policy in run.policies:
         rows = run.trace[run.trace["policy"] == policy]
         measured = summarize(Trace.from_frame(rows))
         epochs = int(rows["epoch"].max()) + 1
-        scenario = load_scenario(scenario_for(run, calibration, policy, epochs))
-        predicted = summarize(simulate(scenario, policy))
+        scenario = scenario_for(run, calibration, policy, epochs)
+        if workers is not None:
+            scenario["workers"] = list(workers)
+        predicted = summarize(simulate(load_scenario(scenario), policy))
         out.append(Comparison(policy, measured, predicted))
-    return out, calibration
+    return out
+
+
+def compare_across(source: RunData, target: RunData, calibrate_on: str = PROBE) -> list[Comparison]:
+    """Cross-run: calibrated on ``source`` and predicting ``target``, a run that differs in one
+    controlled way. What differs in the runs' injected delays is replayed on the calibrated
+    workers (:func:`reinjected`); a different global batch, policy or epoch count needs nothing."""
+    calibration = calibrate_run(source, calibrate_on)
+    workers = reinjected(calibration.scenario["workers"], source.meta, target.meta)
+    return predict_run(target, calibration, workers)
+
+
+def reinjected(
+    workers: Sequence[dict[str, Any]], source: dict[str, Any], target: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The calibrated affine workers of ``source`` moved to ``target``'s injected delays: each
+    rank's overhead shifts by the change of its mean per-step delay, its per-sample cost by the
+    change of its per-sample delay, and both scale by the ratio of slowdown factors (a slowdown
+    sleeps in proportion to the measured compute)."""
+    out = []
+    for rank, worker in enumerate(workers):
+        if "overhead_s" not in worker:
+            raise ConfigError("--calibrate-on", "cross-run predictions need the affine calibration")
+        delay_a, per_a, slow_a = _injected(source, rank)
+        delay_b, per_b, slow_b = _injected(target, rank)
+        ratio = slow_b / slow_a
+        out.append(
+            {
+                **worker,
+                "overhead_s": (worker["overhead_s"] - delay_a) * ratio + delay_b,
+                "per_sample_s": (worker["per_sample_s"] - per_a) * ratio + per_b,
+            }
+        )
+    return out
+
+
+def _injected(meta: dict[str, Any], rank: int) -> tuple[float, float, float]:
+    """A run's injection on ``rank``: mean per-step delay (s), per-sample delay (s), slowdown factor."""
+    injection = meta.get("injection", {})
+    key = str(rank)
+    delay = injection.get("delay", {}).get(key)
+    return (
+        parse_delay_spec(delay).mean() if delay is not None else 0.0,
+        float(injection.get("per_sample_delay", {}).get(key, 0.0)),
+        float(injection.get("slowdown", {}).get(key, 1.0)),
+    )
 
 
 def median_abs_error(comparisons: Sequence[Comparison]) -> float:

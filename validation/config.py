@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,29 +71,7 @@ class RunConfig:
         return out
 
 
-FILE_KEYS = {
-    "world_size",
-    "policies",
-    "epochs",
-    "global_batch",
-    "lr",
-    "momentum",
-    "seed",
-    "delay",
-    "per_sample_delay",
-    "slowdown",
-    "devices",
-    "probe_fractions",
-    "probe_repeats",
-    "warmup_steps",
-    "timeout_s",
-    "combine",
-    "workload",
-    "comm",
-    "threads",
-    "cpus",
-    "contention",
-}
+FILE_KEYS = {f.name for f in fields(RunConfig)} - {"out", "crash_at"}  # a run file's keys: the options'
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -113,23 +91,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=int, default=None, help="seed of the data split, shuffles, weights and delays (default 0)"
     )
-    parser.add_argument(
-        "--delay",
-        action="append",
-        default=[],
-        metavar="RANK=SPEC",
-        help="per-step injected delay: seconds or a distribution, e.g. 1=0.02 or 1=exponential:0.02 (1=0 removes one)",
-    )
-    parser.add_argument(
-        "--per-sample-delay", action="append", default=[], metavar="RANK=SECONDS", help="injected delay per sample"
-    )
-    parser.add_argument(
-        "--slowdown",
-        action="append",
-        default=[],
-        metavar="RANK=FACTOR",
-        help="sleep (FACTOR - 1) x the measured compute after each step (FACTOR >= 1)",
-    )
+    add_heterogeneity_options(parser)
     parser.add_argument(
         "--devices",
         default=None,
@@ -157,6 +119,32 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "(bucketed, overlapped with backward)",
     )
     parser.add_argument(
+        "--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)"
+    )
+    parser.add_argument("--crash-at", default=None, help=argparse.SUPPRESS)
+
+
+def add_heterogeneity_options(parser: argparse.ArgumentParser) -> None:
+    """What makes the ranks differ: injected delays (emulation), and CPU threads, affinity and
+    noisy neighbours (real)."""
+    parser.add_argument(
+        "--delay",
+        action="append",
+        default=[],
+        metavar="RANK=SPEC",
+        help="per-step injected delay: seconds or a distribution, e.g. 1=0.02 or 1=exponential:0.02 (1=0 removes one)",
+    )
+    parser.add_argument(
+        "--per-sample-delay", action="append", default=[], metavar="RANK=SECONDS", help="injected delay per sample"
+    )
+    parser.add_argument(
+        "--slowdown",
+        action="append",
+        default=[],
+        metavar="RANK=FACTOR",
+        help="sleep (FACTOR - 1) x the measured compute after each step (FACTOR >= 1)",
+    )
+    parser.add_argument(
         "--threads", action="append", default=[], metavar="RANK=N,...", help="CPU threads of a rank (default 1 each)"
     )
     parser.add_argument(
@@ -173,10 +161,6 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         metavar="RANK=DUTY,...",
         help="a noisy neighbour: a busy process on that rank's CPUs for DUTY (0, 1] of the time",
     )
-    parser.add_argument(
-        "--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)"
-    )
-    parser.add_argument("--crash-at", default=None, help=argparse.SUPPRESS)
 
 
 def read_run_file(path: Path) -> dict[str, Any]:
@@ -280,7 +264,6 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         )
     lr = _number(pick("lr", args.lr), "--lr")
     seed = _integer(pick("seed", args.seed), "--seed")
-
     injection = _injection(raw, args, world_size)
     devices = _devices(pick("devices", args.devices), world_size)
     probe_repeats = _integer(pick("probe_repeats", args.probe_repeats), "--probe-repeats")
@@ -291,18 +274,10 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
             "--probe-repeats", f"{costly[0]} needs the ranks' costs, which come from the probe: use at least 1"
         )
     timeout_s = _number(pick("timeout_s", args.timeout_s), "--timeout-s", minimum=1.0)
-    combine = str(pick("combine", args.combine))
-    if combine not in COMBINE_MODES:
-        raise ConfigError("--combine", f"unknown mode {combine!r} (known: {', '.join(COMBINE_MODES)})")
-    comm = str(pick("comm", args.comm))
-    if comm not in COMM_MODES:
-        raise ConfigError("--comm", f"unknown mode {comm!r} (known: {', '.join(COMM_MODES)})")
+    combine = _mode(pick("combine", args.combine), "--combine", COMBINE_MODES)
+    comm = _mode(pick("comm", args.comm), "--comm", COMM_MODES)
     if comm == "ddp" and len({d.partition(":")[0] for d in devices}) > 1:
         raise ConfigError("--comm", "ddp needs every rank on one kind of device; use --comm flat for mixed devices")
-    fraction = Param("probe_fractions", low=0.0, low_open=True, high=1.0, doc="a fraction of the global batch")
-    fractions = tuple(float(fraction.check(f)) for f in raw.get("probe_fractions", base.probe_fractions))
-    if not fractions:
-        raise ConfigError("probe_fractions", "needs at least one fraction of the global batch")
     return replace(
         base,
         world_size=world_size,
@@ -314,7 +289,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         seed=seed,
         **injection,
         devices=devices,
-        probe_fractions=fractions,
+        probe_fractions=_fractions(raw.get("probe_fractions", base.probe_fractions)),
         probe_repeats=probe_repeats,
         warmup_steps=_integer(raw.get("warmup_steps", base.warmup_steps), "warmup_steps"),
         timeout_s=timeout_s,
@@ -325,6 +300,20 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         out=args.out,
         crash_at=_crash_at(args.crash_at, world_size),
     )
+
+
+def _fractions(values: Sequence[Any]) -> tuple[float, ...]:
+    fraction = Param("probe_fractions", low=0.0, low_open=True, high=1.0, doc="a fraction of the global batch")
+    fractions = tuple(float(fraction.check(f)) for f in values)
+    if not fractions:
+        raise ConfigError("probe_fractions", "needs at least one fraction of the global batch")
+    return fractions
+
+
+def _mode(value: Any, option: str, known: Sequence[str]) -> str:
+    if str(value) not in known:
+        raise ConfigError(option, f"unknown mode {value!r} (known: {', '.join(known)})")
+    return str(value)
 
 
 def _injection(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 DIR_ENV = "HETSIM_HEARTBEAT_DIR"
+PARENT_ENV = "HETSIM_LAUNCHER_PID"  # the launcher's pid: a launcher that died before the beat began still counts
 BEAT_S = 0.5
 STALE_S = 10.0  # no beat for this long: the rank has stopped (a beat is due every BEAT_S; a loaded
 # two-core machine has been seen to delay one by more than 4 s)
@@ -31,7 +32,8 @@ def start(rank: int, doing: Callable[[], str]) -> threading.Thread | None:
     folder = os.environ.get(DIR_ENV)
     if not folder:
         return None
-    path, parent = beat_file(Path(folder), rank), os.getppid()
+    path = beat_file(Path(folder), rank)
+    parent = int(os.environ.get(PARENT_ENV, os.getppid()))
 
     def run() -> None:
         while True:

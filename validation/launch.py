@@ -7,25 +7,33 @@ with a non-zero status, the others normally fail within a moment on their own (t
 collective sees the closed connection, or the process-group timeout expires); whoever is still
 running after ``grace_s`` is ended. A rank that stops responding (no heartbeat, see
 :mod:`validation.heartbeat`) fails the run at once. The launcher reports the rank that failed
-first and how; ranks end themselves when the launcher dies.
+first and how; ranks end themselves when the launcher dies. The noisy neighbours of
+``--contention`` (:mod:`validation.contention`) start before the ranks and are stopped after
+them, whatever happens; they too end themselves when the launcher dies.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 from validation import heartbeat
 from validation.backend import free_port
+from validation.contention import Neighbours
 
 POLL_S = 0.05
+PEER_FAILED = 1  # validation.train's exit status when a collective failed, most often as another rank died
 
 
 @dataclass(frozen=True)
@@ -40,8 +48,14 @@ class LaunchResult:
         return self.first_failure is None and all(c == 0 for c in self.exit_codes)
 
 
-def rank_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
+def rank_environment(rank: int, world_size: int, port: int, threads: int = 1) -> dict[str, str]:
+    """torchrun's variables for ``rank``, and OMP_NUM_THREADS for its ``threads``. A rank with
+    several threads also gets OMP_WAIT_POLICY=PASSIVE (unless set already): OpenMP workers that
+    spin while waiting take the CPU from the rank's peers and neighbours, and two threads pinned
+    to one CPU made steps about 10x slower here."""
     env = dict(os.environ)
+    if threads > 1:
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env.update(
         RANK=str(rank),
         WORLD_SIZE=str(world_size),
@@ -49,7 +63,7 @@ def rank_environment(rank: int, world_size: int, port: int) -> dict[str, str]:
         LOCAL_WORLD_SIZE=str(world_size),
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
-        OMP_NUM_THREADS="1",
+        OMP_NUM_THREADS=str(threads),
         PYTHONUNBUFFERED="1",
     )
     return env
@@ -72,49 +86,92 @@ def _stop(procs: Sequence[subprocess.Popen], hard: bool = False) -> None:
             p.wait()
 
 
-def launch(rank_argv: Sequence[str], world_size: int, grace_s: float = 1.5) -> LaunchResult:
+def launch(
+    rank_argv: Sequence[str],
+    world_size: int,
+    grace_s: float = 1.5,
+    *,
+    threads: Mapping[int, int] | None = None,
+    cpus: Mapping[int, Sequence[int]] | None = None,
+    contention: Mapping[int, float] | None = None,
+) -> LaunchResult:
     """Run ``world_size`` ranks of ``python -m validation.train *rank_argv`` and wait for all. After
     the first failure (a non-zero exit, or a rank that stops beating) the others get ``grace_s``
-    to end on their own, then are ended."""
+    to end on their own, then are ended. ``threads`` sets each rank's OMP_NUM_THREADS (default 1);
+    ``contention`` starts a noisy neighbour per rank (on that rank's ``cpus``, when it has some)
+    before the ranks, stopped after them whatever happens (SIGTERM to the launcher included)."""
     t0 = time.monotonic()
     port = free_port()
     beats = Path(tempfile.mkdtemp(prefix="hetsim-heartbeat-"))
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "validation.train", *rank_argv],
-                         env={**rank_environment(r, world_size, port), heartbeat.DIR_ENV: str(beats)})
-        for r in range(world_size)
-    ]  # fmt: skip
-    first_failure: tuple[int, int | None] | None = None
-    reason, deadline = "", None
-    try:
-        while True:
-            codes = [p.poll() for p in procs]
-            if first_failure is None:
-                first_failure, reason = _first_failure(codes, beats)
-                if first_failure is not None:
-                    hung = first_failure[1] is None
-                    if hung:  # a stopped rank never ends by itself, and its peers would abort in gloo
-                        _stop(procs, hard=True)
-                        break
-                    deadline = time.monotonic() + grace_s
-            if all(c is not None for c in codes):
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            time.sleep(POLL_S)
-    finally:
-        _stop(procs)
-        shutil.rmtree(beats, ignore_errors=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    with _sigterm_as_exit(), Neighbours(contention or {}, cpus):
+        try:
+            for r in range(world_size):
+                env = rank_environment(r, world_size, port, threads=(threads or {}).get(r, 1))
+                command = [sys.executable, "-m", "validation.train", *rank_argv]
+                procs.append(
+                    subprocess.Popen(
+                        command, env={**env, heartbeat.DIR_ENV: str(beats), heartbeat.PARENT_ENV: str(os.getpid())}
+                    )
+                )
+            first_failure, reason = _supervise(procs, beats, grace_s)
+        finally:
+            _stop(procs)
+            shutil.rmtree(beats, ignore_errors=True)
     returncodes = tuple(int(p.returncode) for p in procs)
     failed = None if first_failure is None else (first_failure[0], returncodes[first_failure[0]])
     return LaunchResult(returncodes, failed, time.monotonic() - t0, reason)
 
 
+def _supervise(
+    procs: Sequence[subprocess.Popen[bytes]], beats: Path, grace_s: float
+) -> tuple[tuple[int, int | None] | None, str]:
+    """Wait for the ranks; the first failure and how it showed (see :func:`launch`)."""
+    first_failure: tuple[int, int | None] | None = None
+    reason, deadline = "", None
+    while True:
+        codes = [p.poll() for p in procs]
+        if first_failure is None:
+            first_failure, reason = _first_failure(codes, beats)
+            if first_failure is not None:
+                if first_failure[1] is None:  # a stopped rank never ends by itself; its peers would abort in gloo
+                    _stop(procs, hard=True)
+                    break
+                deadline = time.monotonic() + grace_s
+        if all(c is not None for c in codes):
+            break
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        time.sleep(POLL_S)
+    return first_failure, reason
+
+
+@contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """While launching, SIGTERM to the launcher raises SystemExit(143), so that its ``finally``
+    blocks stop the ranks and neighbours (only in the main thread, where handlers can be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def leave(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, leave)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _first_failure(codes: Sequence[int | None], beats: Path) -> tuple[tuple[int, int | None] | None, str]:
-    """The first rank that failed: exited non-zero, or stopped beating (status None: still alive)."""
-    for rank, code in enumerate(codes):
-        if code is not None and code != 0:
-            return (rank, code), f"exit status {code}"
+    """The first rank that failed: exited non-zero, or stopped beating (status None: still alive).
+    When several exited since the last look, one that failed by itself comes before one that
+    only saw a peer die (:data:`PEER_FAILED`): a crash makes its peers fail within milliseconds."""
+    exited = [(rank, code) for rank, code in enumerate(codes) if code is not None and code != 0]
+    if exited:
+        first, status = min(exited, key=lambda e: e[1] == PEER_FAILED)  # stable: the lowest such rank
+        return (first, status), f"exit status {status}"
     for rank, code in enumerate(codes):
         doing = heartbeat.stopped(beats, rank) if code is None else None
         if doing is not None:

@@ -3,8 +3,8 @@
 In each round, for each fraction f of the global batch and each rank r, rank r gets f of the
 batch and the others share the rest: every rank sees several local batch sizes (so its
 overhead and per-sample cost are identifiable) while every step processes one global batch,
-as the policies' steps do. Half of the rounds (rounded up) run at the start, the rest spread
-over the run, so the calibration sees the same drift in machine load as the policies do.
+as the policies' steps do. The rounds are spread evenly over the run (at least one at the
+start), so the calibration sees the same drift in machine load as the policies do.
 """
 
 from __future__ import annotations
@@ -34,14 +34,15 @@ def probe_round(global_batch: int, world: int, fractions: Sequence[float]) -> li
 
 def probe_schedule(rounds: int, epochs: int) -> list[int]:
     """Probe rounds to run at the start (index 0) and after each epoch's block of policies
-    (index e + 1): half of them (rounded up) at the start, the rest spread evenly over the run."""
-    out = [0] * (epochs + 1)
+    (index e + 1): spread as evenly as they go over those ``epochs + 1`` places, so that the
+    calibration sees the machine as the policies do; at least one at the start (whose costs
+    the policies that need them get)."""
     if rounds <= 0:
-        return out
-    out[0] = (rounds + 1) // 2
-    rest = rounds - out[0]
-    for j in range(rest):
-        out[1 + (j * epochs) // rest] += 1
+        return [0] * (epochs + 1)
+    slots = min(epochs + 1, rounds)
+    out = [0] * (epochs + 1)
+    for j in range(rounds):
+        out[((j % slots) * (epochs + 1)) // slots] += 1
     return out
 
 

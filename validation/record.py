@@ -14,6 +14,7 @@ that dies keeps everything up to its last finished epoch.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +22,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from hetsim.files import write_frame, write_json
 from hetsim.metrics import summarize
 from hetsim.trace import COLUMNS, Trace, write_trace_table
+from validation.config import RunConfig
+from validation.workloads.base import Dataset
 
 EPOCH_COLUMNS = ("policy", "epoch", "train_loss", "test_loss", "test_accuracy", "elapsed_s", "split")
 
@@ -41,10 +45,15 @@ class RankTiming:
 def step_rows(
     policy: str, epoch: int, step: int, start_s: float, split: Sequence[int], timings: Sequence[RankTiming]
 ) -> list[dict[str, Any]]:
-    """The trace rows of one step. The barrier's own latency (the least time any rank spent in
-    it: the last rank to arrive waited for nobody) moves from ``wait_s`` to ``comm_s``, so
-    ``wait_s`` is pure idle time and ``compute_s + wait_s + comm_s`` is every rank's wall time."""
+    """The trace rows of one step, in the simulator's terms: every rank's row adds up to the
+    step's duration, as rank 0 measured it (rank 0 starts every step: it decides the split and
+    broadcasts it), and every row's ``comm_s`` is the step's exposed communication as rank 0
+    saw it, the barrier's own latency included (the least time any rank spent in it: the last
+    to arrive waited for nobody). A rank's ``wait_s`` is the rest: its idle time in the step.
+    (The ranks' own wall times differ by when each received the split; rank 0's is the step's.)"""
     latency_s = min(t.wait_s for t in timings)
+    comm_s = timings[0].comm_s + latency_s
+    step_s = timings[0].compute_s + timings[0].wait_s + timings[0].comm_s
     return [
         {
             "policy": policy,
@@ -54,12 +63,51 @@ def step_rows(
             "local_batch": int(split[rank]),
             "start_s": start_s,
             "compute_s": t.compute_s,
-            "wait_s": t.wait_s - latency_s,
-            "comm_s": t.comm_s + latency_s,
+            "wait_s": max(0.0, step_s - comm_s - t.compute_s),
+            "comm_s": comm_s,
             "included": bool(split[rank] > 0),
         }
         for rank, t in enumerate(timings)
     ]
+
+
+def run_meta(
+    config: RunConfig,
+    backend: str,
+    rank0_device: str,
+    data: Dataset,
+    steps_per_epoch: int,
+    model: torch.nn.Module,
+    placements: Sequence[dict[str, Any]],
+) -> dict[str, Any]:
+    """meta.json's content (before its ``status``): the configuration, the world, the workload's
+    size (``gradient_mb``: float32 gradients, which the calibrated scenario uses), the versions,
+    each rank's threads and CPUs as they really were, and the injected delays."""
+    n_params = sum(p.numel() for p in model.parameters())
+    return {
+        "config": config.to_dict(),
+        "world_size": config.world_size,
+        "backend": backend,
+        "devices": list(config.devices),
+        "rank0_device": rank0_device,
+        "workload": config.workload,
+        "comm": config.comm,
+        "global_batch": config.global_batch,
+        "steps_per_epoch": steps_per_epoch,
+        "epochs": config.epochs,
+        "policies": list(config.policies),
+        "n_train": data.n_train,
+        "n_test": int(data.test_y.shape[0]),
+        "parameters": n_params,
+        "gradient_mb": n_params * 4 / 1e6,
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "placement": {str(rank): p for rank, p in enumerate(placements)},
+        "injection": {
+            name: {str(k): v for k, v in getattr(config, name).items()}
+            for name in ("delay", "per_sample_delay", "slowdown")
+        },
+    }
 
 
 class RunWriter:

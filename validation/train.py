@@ -26,6 +26,7 @@ from hetsim.errors import ConfigError
 from validation import heartbeat
 from validation.backend import RankEnv, init_process_group, resolve_device, select_backend, torch_device
 from validation.config import RunConfig, add_run_options, build_config
+from validation.placement import apply_placement, placement_in_effect
 from validation.trainer import InjectedCrash, RankTrainer
 
 __all__ = ["CRASH_STATUS", "RankFailure", "build_parser", "default_out", "main", "run_rank"]
@@ -78,7 +79,15 @@ def print_summary(summary: dict[str, Any]) -> None:
 def run_rank(config: RunConfig, env: RankEnv, out: Path) -> None:
     """Start the process group, run the trainer, and always destroy the group. An injected crash
     ends the process at once, with neither the closing barrier nor the teardown, as a killed rank does."""
-    torch.set_num_threads(1)
+    apply_placement(config.threads.get(env.rank, 1), config.cpus.get(env.rank))
+    torch.set_num_threads(config.threads.get(env.rank, 1))
+    if env.rank in config.threads or env.rank in config.cpus:
+        placed = placement_in_effect()
+        print(
+            f"validation: rank {env.rank}: threads {placed['threads']}, cpus {placed['cpus']}",
+            file=sys.stderr,
+            flush=True,
+        )
     device = torch_device(resolve_device(config.devices[env.rank], env.local_rank))
     started: list[RankTrainer] = []  # what the heartbeat reports: the trainer's step, once it exists
     heartbeat.start(env.rank, lambda: started[0].where if started else "start-up")
@@ -120,5 +129,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def exit_now(status: int) -> None:
+    """End the rank without the interpreter's teardown: the process group is destroyed and every
+    file written by then, but gloo's threads can still be joinable when C++ static destructors
+    run, and std::terminate then aborts a finished rank ("terminate called without an active
+    exception", status -6), which would fail a run that succeeded."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -37,10 +37,10 @@ its earlier steps), as in a simulated run of that policy alone.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +55,9 @@ from validation.backend import RankEnv, comm_device, resolve_device, select_back
 from validation.config import RunConfig
 from validation.ddp import ReadyClock, loss_scale, wrap
 from validation.inject import Injector
+from validation.placement import placement_in_effect
 from validation.probe import PROBE, fit_probe, probe_round, probe_schedule
-from validation.record import NullWriter, RankTiming, RunWriter, Writer, step_rows
+from validation.record import NullWriter, RankTiming, RunWriter, Writer, run_meta, step_rows
 from validation.sharding import PROBE as PROBE_STREAM
 from validation.sharding import WARMUP, epoch_permutation, local_indices, steps_per_epoch
 from validation.workloads import load_workload
@@ -257,7 +258,9 @@ class RankTrainer:
         optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
         clock = ReadyClock(self.device) if config.comm == "ddp" else None
         net = wrap(model, self.device, clock) if clock is not None else model
-        return Segment(name, model, net, clock, optimizer, policy, weighted)
+        segment = Segment(name, model, net, clock, optimizer, policy, weighted)
+        self.prime(segment)
+        return segment
 
     def run_block(
         self,
@@ -337,44 +340,40 @@ class RankTrainer:
         return policy
 
     def warm_up(self, seg: Segment) -> None:
-        """Unrecorded steps on an equal split, each on its own permutation of the warm-up stream."""
-        warm = split_by_shares([1.0] * self.world, self.config.global_batch)
-        for k in range(self.config.warmup_steps):
+        """Unrecorded steps, each on its own permutation of the warm-up stream: one round of the
+        probe's splits (every local batch size the probe will time, so the first timed step of
+        a size does not pay for its first use), then ``warmup_steps`` on an equal split."""
+        config = self.config
+        plan = probe_round(config.global_batch, self.world, config.probe_fractions) if config.probe_repeats else []
+        plan += [split_by_shares([1.0] * self.world, config.global_batch)] * config.warmup_steps
+        for k, split in enumerate(plan):
             self.where = f"warm-up step {k}"
-            perm = epoch_permutation(self.config.seed, k, self.data.n_train, WARMUP)
-            self.step(seg, perm, 0, lambda: warm)
+            perm = epoch_permutation(config.seed, k, self.data.n_train, WARMUP)
+            self.step(seg, perm, 0, partial(tuple, split))
+
+    def prime(self, seg: Segment) -> None:
+        """One untimed forward and backward of a new segment's model with the loss scaled by zero
+        (DDP builds its buckets in its first backward), gradients dropped, no update."""
+        idx = torch.arange(min(self.config.global_batch, self.data.n_train), device=self.device)
+        loss = self.workload.loss(seg.net(self.data.train_x[idx]), self.data.train_y[idx])
+        (loss * 0.0).backward()
+        seg.optimizer.zero_grad(set_to_none=True)
 
     def meta(self) -> dict[str, Any]:
-        """The run's meta.json (before its ``status``)."""
-        n_params = sum(p.numel() for p in self.workload.make_model(self.config.seed, torch.device("cpu")).parameters())
-        return {
-            "config": self.config.to_dict(),
-            "world_size": self.world,
-            "backend": self.backend,
-            "devices": list(self.config.devices),
-            "rank0_device": str(self.device),
-            "global_batch": self.config.global_batch,
-            "steps_per_epoch": self.steps_per_epoch,
-            "epochs": self.config.epochs,
-            "policies": list(self.config.policies),
-            "n_train": self.data.n_train,
-            "n_test": int(self.data.test_y.shape[0]),
-            "parameters": n_params,
-            "gradient_mb": n_params * 4 / 1e6,
-            "torch": torch.__version__,
-            "cpu_count": os.cpu_count(),
-            "injection": {
-                name: {str(k): v for k, v in getattr(self.config, name).items()}
-                for name in ("delay", "per_sample_delay", "slowdown")
-            },
-        }
+        """The run's meta.json (before its ``status``); every rank calls it (it gathers what each
+        rank really runs with: threads and CPUs)."""
+        placements: list[Any] = [None] * self.world
+        dist.all_gather_object(placements, placement_in_effect())
+        model = self.workload.make_model(self.config.seed, torch.device("cpu"))
+        return run_meta(self.config, self.backend, str(self.device), self.data, self.steps_per_epoch, model, placements)
 
     def run(self, out: Path) -> dict[str, Any]:
         """Warm-up; the probe's first rounds; then epoch by epoch, each policy's epoch in turn with
         the probe's remaining rounds spread between epochs. Returns the writer's summary (rank 0's
         per-policy summary; no policies on the other ranks)."""
         config = self.config
-        self.writer = RunWriter(out, self.meta()) if self.rank == 0 else NullWriter()
+        meta = self.meta()
+        self.writer = RunWriter(out, meta) if self.rank == 0 else NullWriter()
         probe = self.new_segment(PROBE)
         self.warm_up(probe)
         schedule = probe_schedule(config.probe_repeats, config.epochs)

@@ -1,0 +1,281 @@
+"""``python -m validation matrix``: the fidelity benchmark. A fixed, documented set of real runs,
+each compared with hetsim's prediction.
+
+Every configuration is one ``python -m validation run`` (its own process tree, its own run
+folder under ``<out>/runs/<name>``; its output in ``<name>.log``). Predictions are of two kinds:
+
+* **same-run**: calibrated on the run's own probe, predicting the run's policies;
+* **cross-run**: calibrated on one configuration's probe, predicting another that differs in
+  one controlled way (:data:`CROSS`: a delay value, the global batch, the policies, the
+  contention level is *not* among them: hetsim has no model of a noisy neighbour's share).
+
+A rerun into the same folder resumes: a run whose folder says ``complete`` is not run again,
+an unfinished one is run afresh. The results (``results.json``, ``predictions.csv``,
+``load.csv``, ``matrix.png``) are written by :mod:`validation.matrix_report` once every run has
+ended; a run that failed is reported and makes the command exit 1 after the others.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from validation.compare import Comparison, compare_across, compare_run, load_run
+from validation.machine_load import LoadSampler
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class MatrixRun:
+    """One configuration: a name, the ``validation run`` options, what it tests."""
+
+    name: str
+    argv: tuple[str, ...]
+    what: str
+    quick: bool = False  # part of ``--quick``
+    gpus: int = 0  # CUDA devices it needs (``--gpu`` only)
+
+
+@dataclass(frozen=True)
+class CrossRun:
+    """Calibrated on ``source``'s probe, predicting ``target``'s policies."""
+
+    source: str
+    target: str
+    change: str
+
+
+DIGITS = ("--workload", "digits-cnn", "--global-batch", "128", "--epochs", "4")
+# Two emulated devices, rank 1 about 2.5 times slower: per step 2 / 4 ms plus 0.1 / 0.3 ms per sample.
+INJECTED = (
+    "--delay",
+    "0=0.002",
+    "--delay",
+    "1=0.004",
+    "--per-sample-delay",
+    "0=0.0001",
+    "--per-sample-delay",
+    "1=0.0003",
+)
+REAL_ONLY = ("--delay", "1=0", "--per-sample-delay", "1=0")  # the default run's injected delay removed
+
+RUNS: tuple[MatrixRun, ...] = (
+    MatrixRun("digits-injected", (*DIGITS, *INJECTED), "2 ranks emulating two devices by injected delays", quick=True),
+    MatrixRun(
+        "digits-injected-2x",
+        (
+            *DIGITS,
+            "--delay",
+            "0=0.002",
+            "--delay",
+            "1=0.008",
+            "--per-sample-delay",
+            "0=0.0001",
+            "--per-sample-delay",
+            "1=0.0006",
+        ),
+        "as digits-injected with rank 1's delays doubled (cross-run: a delay value)",
+        quick=True,
+    ),
+    MatrixRun(
+        "digits-batch-256",
+        ("--workload", "digits-cnn", "--global-batch", "256", "--epochs", "8", *INJECTED),
+        "as digits-injected with twice the global batch (cross-run: the batch)",
+    ),
+    MatrixRun("digits-ddp", (*DIGITS, *INJECTED, "--comm", "ddp"), "as digits-injected with DistributedDataParallel"),
+    MatrixRun(
+        "digits-3-ranks",
+        (
+            *DIGITS,
+            "--world-size",
+            "3",
+            "--delay",
+            "0=0.002,1=0.004,2=0.003",
+            "--per-sample-delay",
+            "0=0.0001,1=0.0003,2=0.0002",
+        ),
+        "3 ranks on 2 cores emulating three devices by injected delays",
+    ),  # fmt: skip
+    MatrixRun(
+        "resnet18-contention",
+        (
+            "--workload",
+            "resnet18",
+            "--global-batch",
+            "32",
+            "--epochs",
+            "1",
+            *REAL_ONLY,
+            "--cpus",
+            "0=0,1=1",
+            "--contention",
+            "1=0.5",
+        ),
+        "ResNet-18, each rank pinned to a core, a noisy neighbour busy half the time on rank 1's",
+        quick=True,
+    ),  # fmt: skip
+    MatrixRun(
+        "transformer-ddp-contention",
+        (
+            "--workload",
+            "transformer",
+            "--global-batch",
+            "64",
+            "--epochs",
+            "1",
+            *REAL_ONLY,
+            "--comm",
+            "ddp",
+            "--cpus",
+            "0=0,1=1",
+            "--contention",
+            "1=0.3",
+        ),
+        "a small GPT on Python's own source under DDP, each rank pinned to a core, a noisy neighbour "
+        "busy 30% of the time on rank 1's",
+    ),  # fmt: skip
+    MatrixRun(
+        "digits-threads",
+        (
+            "--workload",
+            "digits-cnn",
+            "--global-batch",
+            "512",
+            "--epochs",
+            "8",
+            *REAL_ONLY,
+            "--threads",
+            "0=2,1=1",
+            "--cpus",
+            "0=0+1,1=1",
+        ),
+        "digits in batches of 512, rank 0 with two threads on both cores, rank 1 with one on the second",
+    ),  # fmt: skip
+    MatrixRun(
+        "gpu-mixed",
+        ("--workload", "resnet18", "--global-batch", "64", "--epochs", "2", "--devices", "cuda:0,cpu", *REAL_ONLY),
+        "ResNet-18 on a GPU and a CPU rank over gloo (mixed devices)",
+        gpus=1,
+    ),
+    MatrixRun(
+        "gpu-nccl",
+        ("--workload", "resnet18", "--global-batch", "128", "--epochs", "2", "--devices", "cuda", "--delay", "1=0.01"),
+        "ResNet-18 on two GPUs over NCCL, rank 1 slowed by an injected delay",
+        gpus=2,
+    ),
+    MatrixRun(
+        "gpu-nccl-ddp",
+        (
+            "--workload",
+            "transformer",
+            "--global-batch",
+            "128",
+            "--epochs",
+            "2",
+            "--devices",
+            "cuda",
+            "--comm",
+            "ddp",
+            "--delay",
+            "1=0.01",
+        ),
+        "the small GPT on two GPUs, DDP over NCCL, rank 1 slowed by an injected delay",
+        gpus=2,
+    ),  # fmt: skip
+)
+
+CROSS: tuple[CrossRun, ...] = (
+    CrossRun("digits-injected", "digits-injected-2x", "the injected delay doubled"),
+    CrossRun("digits-injected-2x", "digits-injected", "the injected delay halved"),
+    CrossRun("digits-injected", "digits-batch-256", "the global batch doubled"),
+    CrossRun("digits-injected", "digits-ddp", "DDP instead of the flat all-reduce"),
+)
+
+
+def select(quick: bool, gpus: int) -> tuple[list[MatrixRun], list[CrossRun]]:
+    """The runs of the matrix (``--quick``: the quick ones; GPU runs that fit ``gpus`` devices)
+    and the cross-run predictions whose two runs are both in it."""
+    runs = [r for r in RUNS if (r.quick or not quick) and (r.gpus == 0 or 0 < r.gpus <= gpus)]
+    names = {r.name for r in runs}
+    return runs, [c for c in CROSS if c.source in names and c.target in names]
+
+
+def is_complete(folder: Path) -> bool:
+    """A run folder whose meta.json says the run finished."""
+    try:
+        return json.loads((folder / "meta.json").read_text(encoding="utf-8")).get("status") == "complete"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def run_one(run: MatrixRun, runs_dir: Path, echo: Echo) -> bool:
+    """``python -m validation run`` for one configuration (skipped when its folder is complete)."""
+    folder = runs_dir / run.name
+    if is_complete(folder):
+        echo(f"{run.name}: complete already, kept")
+        return True
+    shutil.rmtree(folder, ignore_errors=True)
+    echo(f"{run.name}: {run.what}")
+    log = runs_dir / f"{run.name}.log"
+    with log.open("w", encoding="utf-8") as out:
+        done = subprocess.run(
+            [sys.executable, "-m", "validation", "run", *run.argv, "--out", str(folder)], stdout=out, stderr=out
+        )
+    if done.returncode != 0:
+        echo(f"{run.name}: failed (exit status {done.returncode}; see {log})")
+    return done.returncode == 0
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One policy of one configuration, predicted one way."""
+
+    config: str
+    kind: str  # same-run | cross-run
+    calibrated_on: str
+    change: str
+    comparison: Comparison
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "kind": self.kind,
+            "calibrated_on": self.calibrated_on,
+            "change": self.change,
+            **self.comparison.to_dict(),
+        }
+
+
+def predictions(runs: Sequence[MatrixRun], cross: Sequence[CrossRun], runs_dir: Path) -> list[Prediction]:
+    """Every same-run prediction of the runs that finished, then every cross-run one."""
+    done = {r.name: load_run(runs_dir / r.name) for r in runs if is_complete(runs_dir / r.name)}
+    out = [Prediction(name, "same-run", name, "", c) for name, run in done.items() for c in compare_run(run)[0]]
+    for pair in cross:
+        if pair.source in done and pair.target in done:
+            comparisons = compare_across(done[pair.source], done[pair.target])
+            out.extend(Prediction(pair.target, "cross-run", pair.source, pair.change, c) for c in comparisons)
+    return out
+
+
+def run_matrix(
+    out: Path, runs: Sequence[MatrixRun], cross: Sequence[CrossRun], echo: Echo
+) -> tuple[list[Prediction], list[str], LoadSampler]:
+    """Run (or resume) every configuration while sampling the machine's load; the predictions,
+    the configurations that failed, and the load samples."""
+    runs_dir = out / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    failed = []
+    with LoadSampler() as load:
+        for run in runs:
+            load.label = run.name
+            if not run_one(run, runs_dir, echo):
+                failed.append(run.name)
+        load.label = ""
+    return predictions(runs, cross, runs_dir), failed, load
