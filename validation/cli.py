@@ -170,6 +170,9 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     data = matrix_report.results(runs, found, failed, load, busy)
     matrix_report.write(out, data, found, load)
     print(json.dumps(data, indent=2, default=str) if args.json else matrix_report.table(found, data["statistics"]))
+    for name in failed:
+        print(f"validation: error: {name} failed (see {out / 'runs' / name}.log); its predictions are missing",
+              file=sys.stderr)  # fmt: skip
     print(f"wrote {out}", file=sys.stderr)
     return 1 if failed else 0
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from validation.compare import Comparison, compare_across, compare_run, load_run
+from validation.contention import die_with_parent
 from validation.machine_load import LoadSampler
 
 Echo = Callable[[str], None]
@@ -92,15 +93,7 @@ RUNS: tuple[MatrixRun, ...] = (
     MatrixRun("digits-ddp", (*DIGITS, *INJECTED, "--comm", "ddp"), "as digits-injected with DistributedDataParallel"),
     MatrixRun(
         "digits-3-ranks",
-        (
-            *DIGITS,
-            "--world-size",
-            "3",
-            "--delay",
-            "0=0.002,1=0.004,2=0.003",
-            "--per-sample-delay",
-            "0=0.0001,1=0.0003,2=0.0002",
-        ),
+        (*DIGITS, "--world-size", "3", *INJECTED, "--delay", "2=0.003", "--per-sample-delay", "2=0.0002"),
         "3 ranks on 2 cores emulating three devices by injected delays",
     ),  # fmt: skip
     MatrixRun(
@@ -142,22 +135,10 @@ RUNS: tuple[MatrixRun, ...] = (
         "busy 30% of the time on rank 1's",
     ),  # fmt: skip
     MatrixRun(
-        "digits-threads",
-        (
-            "--workload",
-            "digits-cnn",
-            "--global-batch",
-            "512",
-            "--epochs",
-            "8",
-            *REAL_ONLY,
-            "--threads",
-            "0=2,1=1",
-            "--cpus",
-            "0=0+1,1=1",
-        ),
-        "digits in batches of 512, rank 0 with two threads on both cores, rank 1 with one on the second",
-    ),  # fmt: skip
+        "digits-contention",
+        (*DIGITS, *REAL_ONLY, "--cpus", "0=0,1=1", "--contention", "1=0.7"),
+        "digits, each rank pinned to a core, a noisy neighbour busy 70% of the time on rank 1's",
+    ),
     MatrixRun(
         "gpu-mixed",
         ("--workload", "resnet18", "--global-batch", "64", "--epochs", "2", "--devices", "cuda:0,cpu", *REAL_ONLY),
@@ -200,9 +181,9 @@ CROSS: tuple[CrossRun, ...] = (
 
 
 def select(quick: bool, gpus: int) -> tuple[list[MatrixRun], list[CrossRun]]:
-    """The runs of the matrix (``--quick``: the quick ones; GPU runs that fit ``gpus`` devices)
-    and the cross-run predictions whose two runs are both in it."""
-    runs = [r for r in RUNS if (r.quick or not quick) and (r.gpus == 0 or 0 < r.gpus <= gpus)]
+    """The runs of the matrix (``quick``: the quick CPU ones), with the GPU runs that fit ``gpus``
+    devices, and the cross-run predictions whose two runs are both in it."""
+    runs = [r for r in RUNS if (r.gpus == 0 and (r.quick or not quick)) or 0 < r.gpus <= gpus]
     names = {r.name for r in runs}
     return runs, [c for c in CROSS if c.source in names and c.target in names]
 
@@ -225,8 +206,11 @@ def run_one(run: MatrixRun, runs_dir: Path, echo: Echo) -> bool:
     echo(f"{run.name}: {run.what}")
     log = runs_dir / f"{run.name}.log"
     with log.open("w", encoding="utf-8") as out:
-        done = subprocess.run(
-            [sys.executable, "-m", "validation", "run", *run.argv, "--out", str(folder)], stdout=out, stderr=out
+        done = subprocess.run(  # the launcher dies with the matrix (its ranks and neighbours follow it)
+            [sys.executable, "-m", "validation", "run", *run.argv, "--out", str(folder)],
+            stdout=out,
+            stderr=out,
+            preexec_fn=die_with_parent,
         )
     if done.returncode != 0:
         echo(f"{run.name}: failed (exit status {done.returncode}; see {log})")

@@ -32,17 +32,17 @@ def probe_round(global_batch: int, world: int, fractions: Sequence[float]) -> li
     return plan
 
 
-def probe_schedule(rounds: int, epochs: int) -> list[int]:
-    """Probe rounds to run at the start (index 0) and after each epoch's block of policies
-    (index e + 1): spread as evenly as they go over those ``epochs + 1`` places, so that the
-    calibration sees the machine as the policies do; at least one at the start (whose costs
-    the policies that need them get)."""
+def probe_schedule(rounds: int, blocks: int) -> list[int]:
+    """Probe rounds to run at the start (index 0) and after each of the run's ``blocks`` (a
+    policy's epoch; index k + 1): spread as evenly as they go over those ``blocks + 1`` places,
+    so that the calibration sees the machine as the policies do; at least one at the start
+    (whose costs the policies that need them get)."""
     if rounds <= 0:
-        return [0] * (epochs + 1)
-    slots = min(epochs + 1, rounds)
-    out = [0] * (epochs + 1)
+        return [0] * (blocks + 1)
+    slots = min(blocks + 1, rounds)
+    out = [0] * (blocks + 1)
     for j in range(rounds):
-        out[((j % slots) * (epochs + 1)) // slots] += 1
+        out[((j % slots) * (blocks + 1)) // slots] += 1
     return out
 
 

@@ -368,20 +368,21 @@ class RankTrainer:
         return run_meta(self.config, self.backend, str(self.device), self.data, self.steps_per_epoch, model, placements)
 
     def run(self, out: Path) -> dict[str, Any]:
-        """Warm-up; the probe's first rounds; then epoch by epoch, each policy's epoch in turn with
-        the probe's remaining rounds spread between epochs. Returns the writer's summary (rank 0's
+        """Warm-up; the probe's first rounds; then epoch by epoch, each policy's epoch in turn, the
+        probe's remaining rounds spread evenly after the policies' epochs (so the calibration
+        sees the machine's drift as the policies do). Returns the writer's summary (rank 0's
         per-policy summary; no policies on the other ranks)."""
         config = self.config
         meta = self.meta()
         self.writer = RunWriter(out, meta) if self.rank == 0 else NullWriter()
         probe = self.new_segment(PROBE)
         self.warm_up(probe)
-        schedule = probe_schedule(config.probe_repeats, config.epochs)
-        self.run_probe_rounds(probe, schedule[0], 0)
+        schedule = iter(probe_schedule(config.probe_repeats, config.epochs * len(config.policies)))
+        self.run_probe_rounds(probe, next(schedule), 0)
         self.probe_hints = fit_probe(self.writer.trace_frame(), self.world)
         segments = [self.new_segment(name) for name in config.policies]
         for epoch in range(config.epochs):
             for seg in segments:
                 self.run_policy_epoch(seg, epoch)
-            self.run_probe_rounds(probe, schedule[epoch + 1], epoch + 1)
+                self.run_probe_rounds(probe, next(schedule), epoch + 1)
         return self.writer.finish(config.policies)
