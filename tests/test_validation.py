@@ -218,6 +218,15 @@ def test_default_config():
         (["run", "--policies", "optimal", "--probe-repeats", "0"], "--probe-repeats"),
         (["run", "no-such-file.toml"], "no-such-file.toml"),
         (["compare", "no-such-dir"], "no-such-dir"),
+        (["run", "--workload", "bert"], "--workload: unknown workload 'bert' (known: digits-cnn, resnet18"),
+        (["run", "--workload", "transformer", "--global-batch", "4096"], "2048 training samples of transformer"),
+        (["run", "--comm", "ddp", "--devices", "cuda:0,cpu"], "--comm: ddp needs every rank on one kind of device"),
+        (["run", "--comm", "nccl"], "--comm"),
+        (["run", "--threads", "0=0"], "--threads: must be >= 1"),
+        (["run", "--threads", "2=1"], "--threads: rank 2 is outside 0..1"),
+        (["run", "--cpus", "0=1-0"], "--cpus: empty CPU range"),
+        (["run", "--cpus", "0=a"], "--cpus: expected CPU ids"),
+        (["run", "--contention", "1"], "--contention: expected RANK=VALUE"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(argv, field, capsys):

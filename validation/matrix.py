@@ -135,9 +135,9 @@ RUNS: tuple[MatrixRun, ...] = (
         "busy 30% of the time on rank 1's",
     ),  # fmt: skip
     MatrixRun(
-        "digits-contention",
-        (*DIGITS, *REAL_ONLY, "--cpus", "0=0,1=1", "--contention", "1=0.7"),
-        "digits, each rank pinned to a core, a noisy neighbour busy 70% of the time on rank 1's",
+        "transformer-slowdown",
+        ("--workload", "transformer", "--global-batch", "64", "--epochs", "2", *REAL_ONLY, "--slowdown", "1=2"),
+        "the small GPT, rank 1 a device twice as slow (it sleeps as long as its measured compute)",
     ),
     MatrixRun(
         "gpu-mixed",
