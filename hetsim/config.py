@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hetsim.efficiency import make_efficiency
 from hetsim.errors import ConfigError
 from hetsim.network import DEFAULT_KIND
 from hetsim.params import Param, typename
@@ -164,8 +165,11 @@ TOP_PARAMS = (
 
 def build_scenario(raw: Mapping[str, Any], base_dir: Path | None = None) -> Scenario:
     top = Table(raw, "", [*(p.name for p in TOP_PARAMS), "workload", "network", "workers", "policy"])
-    w = Table(top.raw("workload"), "workload", [p.name for p in WORKLOAD_PARAMS])
-    workload = Workload(**w.read(WORKLOAD_PARAMS))
+    w = Table(top.raw("workload"), "workload", [*(p.name for p in WORKLOAD_PARAMS), "efficiency"])
+    efficiency = w.raw("efficiency", None)
+    workload = Workload(
+        **w.read(WORKLOAD_PARAMS), efficiency=make_efficiency(efficiency) if efficiency is not None else None
+    )
     if workload.dataset_size < workload.global_batch:
         raise ConfigError(
             "workload.dataset_size",

@@ -29,8 +29,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
+from hetsim.efficiency import effective_batches
 from hetsim.partition import min_max_split, slowest_expected_s
+from hetsim.policies import policy_class
 from hetsim.policies.base import WorkerHint
+from hetsim.registry import POLICIES
 from hetsim.trace import Trace
 
 if TYPE_CHECKING:
@@ -59,6 +62,10 @@ class Summary:
     staleness_p95: float | None = None
     split_changes: float = 0.0
     recovery_steps: float | None = None
+    progress: float | None = None  # steps at the workload's base batch (None: no [workload.efficiency])
+    statistical_efficiency: float | None = None
+    goodput_sps: float | None = None
+    time_to_target_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -127,7 +134,35 @@ def summarize(trace: Trace, scenario: Scenario | None = None) -> Summary:
         recovery_steps=None
         if scenario is None or not trace.synchronous
         else recovery_steps(trace, scenario.hints(), scenario.workload.global_batch),
+        **learning(trace, steps, samples, scenario),
     )
+
+
+def learning(trace: Trace, steps: np.ndarray, samples: float, scenario: Scenario | None) -> dict[str, float | None]:
+    """``progress`` (the summed gains of :mod:`hetsim.efficiency`), ``statistical_efficiency``
+    (progress over the samples' worth at perfect scaling, ``samples / base_batch``),
+    ``goodput_sps`` (``base_batch * progress / total time``: samples per second at ``base_batch``'s
+    value of a sample) and ``time_to_target_s`` (the end of the step whose progress reaches
+    ``target_steps``; None when there is none, or the run ends first). All None without the
+    workload's efficiency, and for async runs (stale updates need a staleness model: not yet)."""
+    efficiency = scenario.workload.efficiency if scenario is not None else None
+    if efficiency is None or not trace.synchronous:
+        return {}
+    weighted = trace.policy not in POLICIES or policy_class(trace.policy).weighted_gradients
+    gains = efficiency.gain(
+        effective_batches(trace.per_step("local_batch"), trace.per_step("included"), bool(weighted))
+    )
+    progress = np.cumsum(gains)
+    total = float(steps.sum())
+    reached = None
+    if efficiency.target_steps is not None and progress[-1] >= efficiency.target_steps:
+        reached = float(np.cumsum(steps)[int(np.searchsorted(progress, efficiency.target_steps))])
+    return {
+        "progress": float(progress[-1]),
+        "statistical_efficiency": float(progress[-1] * efficiency.base_batch / samples) if samples > 0 else None,
+        "goodput_sps": float(progress[-1] * efficiency.base_batch / total) if total > 0 else None,
+        "time_to_target_s": reached,
+    }
 
 
 def split_changes(trace: Trace) -> float:

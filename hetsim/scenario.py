@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from hetsim.efficiency import Efficiency
 from hetsim.errors import ConfigError
 from hetsim.network import Buckets, NetworkModel, Nodes
 from hetsim.policies import Policy, WorkerHint, make_policy
@@ -25,6 +26,7 @@ class Workload:
     epochs: int
     gradient_mb: float = 0.0
     backward_fraction: float | None = None  # the backward pass's share of the compute (None: the default)
+    efficiency: Efficiency | None = None  # statistical efficiency (None: throughput only)
 
     @property
     def backward_share(self) -> float:
@@ -147,6 +149,8 @@ class Scenario:
         }
         if self.workload.backward_fraction is not None:
             out["workload"]["backward_fraction"] = self.workload.backward_fraction
+        if self.workload.efficiency is not None:
+            out["workload"]["efficiency"] = self.workload.efficiency.to_dict()
         out["network"] = self.network.to_dict()
         out["workers"] = [{**g.spec.to_dict(), "count": g.count} for g in self.groups]
         out["policy"] = self.policy.to_dict()

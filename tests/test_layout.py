@@ -51,7 +51,7 @@ def test_layers_point_one_way():
 LAYERS = [
     {"errors", "params", "registry", "files", "scenarios", "sweeps"},  # (the last two: data packages)
     {"distributions", "costs", "network", "workers", "partition", "policies", "orderstats", "trace"},
-    {"scenario", "config", "tables", "worker_tables"},
+    {"scenario", "config", "tables", "worker_tables", "efficiency"},
     {"engines", "simulate", "analytic", "analytic_async", "prediction", "metrics", "calibrate", "logs"},
     {"sweepfile", "sweep", "results"},
     {"plots", "report"},

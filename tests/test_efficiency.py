@@ -1,0 +1,123 @@
+"""Statistical efficiency: the gain formula, the effective batch of each kind of step, and the
+progress, goodput and time to target that summaries report."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hetsim.config import load_scenario
+from hetsim.efficiency import Efficiency, effective_batch, effective_batches, make_efficiency
+from hetsim.errors import ConfigError
+from hetsim.metrics import step_times, summarize
+from hetsim.simulate import simulate
+from hetsim.trace import Trace
+
+
+def test_the_pollux_and_mccandlish_forms_agree_on_exact_values():
+    # grad_sqr 2, grad_var 6 at M0 = 32: B_noise = 32 * 6 / 2 = 96
+    eff = make_efficiency({"grad_sqr": 2.0, "grad_var": 6.0, "base_batch": 32})
+    assert eff.noise_scale == pytest.approx(96.0)
+    assert eff.gain(64) == pytest.approx((6 + 2) / (6 / 2 + 2))  # Pollux: 1.6
+    assert eff.gain(64) == pytest.approx(2 * (96 + 32) / (96 + 64))  # McCandlish's form
+    assert eff.gain(32) == pytest.approx(1.0)
+    assert eff.gain(0) == 0.0
+    np.testing.assert_allclose(eff.gain(np.array([16.0, 128.0])), [16 / 32 * 128 / 112, 4 * 128 / 224])
+
+
+@given(
+    noise=st.floats(1.0, 1e5),
+    m0=st.integers(1, 4096),
+    b=st.floats(1.0, 1e6),
+    more=st.floats(1.0, 10.0),
+)
+def test_gain_grows_with_the_batch_but_never_faster_than_linearly_and_saturates(noise, m0, b, more):
+    eff = Efficiency(noise, m0)
+    small, large = eff.gain(b), eff.gain(b * more)
+    assert large >= small * (1 - 1e-12)
+    assert large <= small * more * (1 + 1e-9)  # per sample, a larger batch is never worth more
+    assert large <= 1 + noise / m0 + 1e-9
+
+
+def test_effective_batch_of_backup_ksync_and_the_plain_mean():
+    assert effective_batch((16, 16, 16, 16), (True, True, True, False), weighted=True) == 48  # K-sync, K = 3
+    assert effective_batch((40, 24), (True, False), weighted=True) == 40  # backup: the cut worker's samples are gone
+    assert effective_batch((10, 30), (True, True), weighted=True) == 40
+    assert effective_batch((10, 30), (True, True), weighted=False) == pytest.approx(4 / (1 / 10 + 1 / 30))  # 30
+    assert effective_batch((20, 20), (True, True), weighted=False) == pytest.approx(40)  # equal batches: no loss
+    assert effective_batch((0, 32), (True, True), weighted=False) == 32  # a worker without samples is not averaged
+    assert effective_batch((5, 7), (False, False), weighted=True) == 0.0
+    per_step = effective_batches(np.array([[10, 30], [0, 32], [5, 7]]), np.array([[1, 1], [1, 1], [0, 0]]), False)
+    np.testing.assert_allclose(per_step, [30.0, 32.0, 0.0])
+
+
+EFFICIENT = ["workload.efficiency.noise_scale=512", "workload.efficiency.base_batch=128"]
+
+
+@pytest.mark.parametrize(("policy", "weighted"), [("dynamic", False), ("dynamic-enhanced", True), ("backup", True)])
+def test_progress_is_the_sum_of_the_steps_gains_and_the_target_is_met_where_it_sums_up(policy, weighted):
+    scenario = load_scenario("paper", [*EFFICIENT, "workload.efficiency.target_steps=300", "workload.epochs=2"])
+    trace = simulate(scenario, policy)
+    summary = summarize(trace, scenario)
+    eff = scenario.workload.efficiency
+    assert eff is not None
+    gains = [
+        eff.gain(effective_batch(b, inc, weighted))
+        for b, inc in zip(trace.per_step("local_batch"), trace.per_step("included"))
+    ]
+    assert summary.progress == pytest.approx(sum(gains))
+    samples = float((trace.local_batch * trace.included).sum())
+    assert summary.statistical_efficiency == pytest.approx(sum(gains) * 128 / samples)
+    assert summary.goodput_sps == pytest.approx(sum(gains) * 128 / summary.total_time_s)
+    first = int(np.argmax(np.cumsum(gains) >= 300))
+    assert summary.time_to_target_s == pytest.approx(float(np.cumsum(step_times(trace))[first]))
+
+
+def test_plain_mean_of_uneven_batches_learns_less_than_the_weighted_combine():
+    scenario = load_scenario("paper", [*EFFICIENT, "workload.epochs=3"])  # uneven splits from epoch 1
+    dp, edp = (summarize(simulate(scenario, p), scenario) for p in ("dynamic", "dynamic-enhanced"))
+    assert dp.total_time_s == pytest.approx(edp.total_time_s)  # the same splits and timing
+    assert dp.progress is not None and edp.progress is not None and dp.progress < edp.progress
+
+
+def test_no_efficiency_no_target_and_async_report_none():
+    plain = load_scenario("paper", ["workload.epochs=1"])
+    summary = summarize(simulate(plain, "equal"), plain)
+    assert (summary.progress, summary.goodput_sps, summary.time_to_target_s) == (None, None, None)
+    no_target = load_scenario("paper", [*EFFICIENT, "workload.epochs=1"])
+    summary = summarize(simulate(no_target, "equal"), no_target)
+    assert summary.progress is not None and summary.time_to_target_s is None
+    far = load_scenario("paper", [*EFFICIENT, "workload.efficiency.target_steps=1e9", "workload.epochs=1"])
+    assert summarize(simulate(far, "equal"), far).time_to_target_s is None  # not reached in the run
+    trace: Trace = simulate(no_target, "async")
+    assert summarize(trace, no_target).progress is None  # stale updates: no staleness model yet
+
+
+def test_efficiency_round_trips_through_the_scenario_file_form():
+    scenario = load_scenario("paper", [*EFFICIENT, "workload.efficiency.target_steps=300"])
+    assert load_scenario(scenario.to_dict()) == scenario
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"noise_scale": 0, "base_batch": 32}, "workload.efficiency.noise_scale: must be > 0, got 0"),
+        ({"noise_scale": -5, "base_batch": 32}, "workload.efficiency.noise_scale: must be > 0, got -5"),
+        ({"noise_scale": 50, "base_batch": 32, "target_steps": -1}, "workload.efficiency.target_steps: must be > 0"),
+        ({"noise_scale": 50}, "workload.efficiency.base_batch: missing (required)"),
+        ({"base_batch": 32}, "workload.efficiency.noise_scale: missing (required, or grad_sqr and grad_var)"),
+        (
+            {"noise_scale": 5, "grad_sqr": 1, "grad_var": 1, "base_batch": 32},
+            "workload.efficiency.noise_scale: give noise_scale or",
+        ),
+        ({"grad_sqr": 1, "base_batch": 32}, "workload.efficiency.grad_var: missing"),
+        ({"grad_sqr": 1, "grad_var": 0, "base_batch": 32}, "workload.efficiency.grad_var: must be > 0"),
+        ({"noise_scale": 5, "base_batch": 32, "speed": 1}, "workload.efficiency.speed"),
+    ],
+)
+def test_bad_efficiency_tables_name_the_field(table, message):
+    with pytest.raises(ConfigError) as err:
+        make_efficiency(table)
+    assert str(err.value).startswith(message)
