@@ -41,6 +41,7 @@ from scipy import integrate, optimize
 
 from hetsim.analytic_async import predict_async
 from hetsim.distributions import Constant
+from hetsim.efficiency import effective_batch
 from hetsim.network import Buckets
 from hetsim.orderstats import (
     TAIL_Q,
@@ -57,7 +58,7 @@ from hetsim.orderstats import (
     quantile,
 )
 from hetsim.partition import split_by_shares
-from hetsim.policies import Policy, StepInfo, StepRecord
+from hetsim.policies import Policy, StepInfo, StepRecord, policy_class
 from hetsim.prediction import NoClosedForm, Prediction
 from hetsim.workers import WorkerSpec, persistent_noise
 
@@ -179,6 +180,8 @@ def _summarize(
         steady = _bucket_end(buckets, workers, tuple(trajectory[-1]))
         p95 = float(buckets.end_s(q95))
     util = tuple(float(u) for u in mean_compute / mean_step) if mean_step > 0 else (0.0,) * n
+    step_s = dict(zip(splits, ends if buckets is not None else barrier + comm))
+    extra.update(learning(scenario, name, trajectory, step_s))
     return Prediction(
         policy=name,
         steps=wl.total_steps,
@@ -194,6 +197,30 @@ def _summarize(
         trajectory=tuple(trajectory),
         **extra,
     )
+
+
+def learning(
+    scenario: Scenario, name: str, trajectory: Sequence[tuple[int, ...]], step_s: Mapping[tuple[int, ...], float]
+) -> dict[str, float | None]:
+    """``progress`` and ``time_to_target_s`` of a barrier policy that waits for every worker:
+    each epoch's ``steps_per_epoch`` steps at its split, each adding the gain of its effective
+    batch (:mod:`hetsim.efficiency`) and taking the split's expected step time; the target is
+    met at the end of the first step whose progress reaches it (as the simulator counts)."""
+    efficiency = scenario.workload.efficiency
+    if efficiency is None:
+        return {}
+    weighted = policy_class(name).weighted_gradients
+    per_epoch = scenario.workload.steps_per_epoch
+    progress, elapsed, reached = 0.0, 0.0, None
+    for batches in trajectory:
+        gain = float(efficiency.gain(effective_batch(batches, [b > 0 for b in batches], weighted)))
+        target = efficiency.target_steps
+        if reached is None and target is not None and gain > 0 and progress + per_epoch * gain >= target:
+            steps = max(1, math.ceil((target - progress) / gain - 1e-9))
+            reached = elapsed + steps * float(step_s[batches])
+        progress += per_epoch * gain
+        elapsed += per_epoch * float(step_s[batches])
+    return {"progress": progress, "time_to_target_s": reached}
 
 
 def _mixture_quantile(groups: Sequence[Sequence[TimeDistribution]], weights: np.ndarray, q: float) -> float:

@@ -42,6 +42,8 @@ class Prediction:
     fixed_point_batches: tuple[int, ...] | None = None
     trajectory: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
     epochs_to_1pct: int | None = None
+    progress: float | None = None  # with [workload.efficiency]: steps at its base batch, over the run
+    time_to_target_s: float | None = None  # None: no target, not reached in the run, or not predicted
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "total_time_s", self.mean_step_s * self.steps)

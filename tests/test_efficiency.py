@@ -121,3 +121,31 @@ def test_bad_efficiency_tables_name_the_field(table, message):
     with pytest.raises(ConfigError) as err:
         make_efficiency(table)
     assert str(err.value).startswith(message)
+
+
+@pytest.mark.parametrize("policy", ["equal", "optimal", "proportional"])
+def test_analyze_predicts_time_to_target_within_three_ci_half_widths_of_simulation(policy):
+    from hetsim.analytic import predict
+    from hetsim.metrics import mean_ci
+
+    scenario = load_scenario("paper", [*EFFICIENT, "workload.efficiency.target_steps=3000"])
+    predicted = predict(scenario, policy)
+    runs = [summarize(simulate(scenario, policy, seed=seed), scenario) for seed in range(10)]
+    measured = [r.time_to_target_s for r in runs]
+    assert None not in measured and predicted.time_to_target_s is not None
+    ci = mean_ci([float(t) for t in measured if t is not None])
+    assert abs(predicted.time_to_target_s - ci.mean) <= 3 * ci.half_width + 1e-9
+    assert predicted.progress == pytest.approx(runs[0].progress, rel=1e-3)
+
+
+@pytest.mark.parametrize("policy", ["dynamic", "dynamic-enhanced"])
+def test_analyze_time_to_target_of_resplitting_policies_is_close(policy):
+    """Their simulated splits follow noisy epoch means, the analysis's the expected ones: a
+    sample moved now and then, a few tenths of a second in 20 minutes."""
+    from hetsim.analytic import predict
+
+    scenario = load_scenario("paper", [*EFFICIENT, "workload.efficiency.target_steps=3000"])
+    predicted = predict(scenario, policy).time_to_target_s
+    measured = [summarize(simulate(scenario, policy, seed=seed), scenario).time_to_target_s for seed in range(5)]
+    assert predicted is not None and None not in measured
+    assert predicted == pytest.approx(float(np.mean([float(m) for m in measured if m is not None])), rel=1e-3)
