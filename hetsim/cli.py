@@ -31,7 +31,7 @@ from hetsim.engines import engine_choices
 from hetsim.errors import ConfigError
 from hetsim.metrics import summarize, with_speedups
 from hetsim.report import format_table, progress_printer, render_report, write_outputs
-from hetsim.results import RunFolder
+from hetsim.results import SPEEDUP_METRICS, RunFolder
 from hetsim.simulate import simulate
 from hetsim.sweep import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -43,7 +43,7 @@ from hetsim.sweep import (
     make_executor,
     replication_seeds,
 )
-from hetsim.sweepfile import SweepSpec, default_sweep_text, load_sweep
+from hetsim.sweepfile import SweepSpec, default_sweep_text, load_sweep, point_scenario
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,9 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="re-render a results folder's tables and plots; print its summary")
     rep.add_argument("run_dir", type=Path)
+    add_metric_option(rep)
     add_subcommands(sub)
     add_cost_subcommands(sub)
     return parser
+
+
+def add_metric_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metric",
+        choices=tuple(SPEEDUP_METRICS),
+        default="throughput",
+        help="what the speedup table and plots rank by: throughput (default) or time_to_target "
+        "(needs [workload.efficiency] with target_steps)",
+    )
 
 
 def _add_sweep(sw: argparse.ArgumentParser) -> None:
@@ -110,6 +121,7 @@ def _add_sweep(sw: argparse.ArgumentParser) -> None:
     sw.add_argument(
         "--runs", type=Path, default=Path("runs"), metavar="DIR", help="where results folders are made (default: runs)"
     )
+    add_metric_option(sw)
     sw.add_argument(
         "--engine",
         choices=engine_choices(),
@@ -166,6 +178,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     folder, spec = _resumed_or_new(args)
     cells = expand(spec)
+    check_metric(args.metric, spec, cells)
     executor = make_executor(args.jobs, args.scheduler, args.connect_timeout_s)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends the sweep as Ctrl-C does
     try:
@@ -176,7 +189,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         _heal(folder, spec)
         try:
             _run_cells(folder, spec, executor, [c for c in cells if c.index not in folder.done_cells()], len(cells))
-            print(render_report(folder, spec))
+            print(render_report(folder, spec, args.metric))
         except KeyboardInterrupt:
             print(f"\ninterrupted: {len(folder.done_cells())} of {len(cells)} cells saved; "
                   f"finish with: python -m hetsim sweep --resume {folder.path}", file=sys.stderr)  # fmt: skip
@@ -227,9 +240,22 @@ def _resumed_or_new(args: argparse.Namespace) -> tuple[RunFolder | None, SweepSp
 def cmd_report(args: argparse.Namespace) -> int:
     folder = RunFolder.open(args.run_dir)
     spec = folder.spec()
+    check_metric(args.metric, spec, expand(spec))
     _heal(folder, spec)
-    print(render_report(folder, spec))
+    print(render_report(folder, spec, args.metric))
     return 0
+
+
+def check_metric(metric: str, spec: SweepSpec, cells: Sequence[Cell]) -> None:
+    """``time_to_target`` needs a target in every grid point's scenario (checked before any run)."""
+    if metric != "time_to_target":
+        return
+    for cell in cells:
+        efficiency = point_scenario(spec, cell.point).workload.efficiency
+        if efficiency is None or efficiency.target_steps is None:
+            raise ConfigError(
+                "--metric", "time_to_target needs [workload.efficiency] with target_steps in the sweep's scenario"
+            )
 
 
 COMMANDS = {

@@ -100,12 +100,18 @@ def progress_printer(progress: Progress, stream: TextIO | None = None) -> Callab
 # ----------------------------------------------------------------------------- results folder
 
 
-def render_report(folder: RunFolder, spec: SweepSpec) -> str:
+SPEEDUP_TEXT = {
+    "throughput": f"throughput of the policy / throughput of {BASELINE}",
+    "time_to_target": f"time to target of {BASELINE} / time to target of the policy",
+}
+
+
+def render_report(folder: RunFolder, spec: SweepSpec, metric: str = "throughput") -> str:
     """Rebuild results.parquet, summary.csv, the plotted cell's traces and every plot; return
-    the report's text (the folder's line and the speedup table)."""
+    the report's text (the folder's line and the speedup table, by ``metric``)."""
     results = folder.results()
     axes = [a.name for a in spec.axes]
-    summary = summarize_cells(results, axes)
+    summary = summarize_cells(results, axes, metric)
     folder.write_frame("results.parquet", results)
     folder.write_frame("summary.csv", summary)
     cell = cell_plots(plotted_traces(folder, spec))
@@ -118,7 +124,7 @@ def render_report(folder: RunFolder, spec: SweepSpec) -> str:
         + f"; {len(plots)} plots in {folder.path / 'plots'} (traces of {labels})"
     )
     return (
-        head + f"\n\nSpeedup vs {BASELINE} (throughput of the policy / throughput of {BASELINE}; "
+        head + f"\n\nSpeedup vs {BASELINE} ({SPEEDUP_TEXT[metric]}; "
         "mean ± 95% CI over replications)\n\n" + markdown_table(summary, axes, spec.policies)
     )
 

@@ -195,14 +195,24 @@ def git_commit() -> str | None:
         return None
 
 
-def summarize_cells(results: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
+SPEEDUP_METRICS = {  # --metric: the Summary field a speedup compares, and whether more of it is better
+    "throughput": ("throughput_sps", True),
+    "time_to_target": ("time_to_target_s", False),
+}
+
+
+def summarize_cells(results: pd.DataFrame, axes: Sequence[str], metric: str = "throughput") -> pd.DataFrame:
     """Per cell: replications, mean and 95% CI half-width of each metric, and the speedup vs
-    ``equal`` (the policy's throughput over equal's, paired by grid point and replication; see
-    :func:`hetsim.metrics.with_speedups`)."""
+    ``equal`` by ``metric`` (:data:`SPEEDUP_METRICS`: the policy's throughput over equal's, or
+    equal's time to target over the policy's), paired by grid point and replication (see
+    :func:`hetsim.metrics.with_speedups`); NaN where either has no value."""
     keys = list(axes)
-    equal = results[results["policy"] == BASELINE][[*keys, "replication", "throughput_sps"]]
+    field, more_is_better = SPEEDUP_METRICS[metric]
+    results = results.assign(**{field: pd.to_numeric(results.get(field), errors="coerce")})
+    equal = results[results["policy"] == BASELINE][[*keys, "replication", field]]
     merged = results.merge(equal, on=[*keys, "replication"], how="left", suffixes=("", "_equal"))
-    merged["speedup_vs_equal"] = merged["throughput_sps"] / merged["throughput_sps_equal"]
+    ratio = merged[field] / merged[f"{field}_equal"]
+    merged["speedup_vs_equal"] = ratio if more_is_better else 1.0 / ratio
     rows = []
     for (cell, policy), group in merged.groupby(["cell", "policy"], sort=True):
         row: dict[str, Any] = {
@@ -211,11 +221,11 @@ def summarize_cells(results: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
             "policy": policy,
             "replications": len(group),
         }
-        for metric in (*METRICS, "speedup_vs_equal"):
-            values = group[metric].to_numpy(float)
+        for column in (*METRICS, "speedup_vs_equal"):
+            values = group[column].to_numpy(float)
             mean = float(values.mean())
             half = mean_ci(values).half_width if len(values) > 1 and np.isfinite(values).all() else np.nan
-            row[metric], row[f"{metric}_ci95"] = mean, half
+            row[column], row[f"{column}_ci95"] = mean, half
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -149,3 +149,49 @@ def test_analyze_time_to_target_of_resplitting_policies_is_close(policy):
     measured = [summarize(simulate(scenario, policy, seed=seed), scenario).time_to_target_s for seed in range(5)]
     assert predicted is not None and None not in measured
     assert predicted == pytest.approx(float(np.mean([float(m) for m in measured if m is not None])), rel=1e-3)
+
+
+def test_sweep_ranks_by_time_to_target_when_asked(tmp_path, capsys):
+    import pandas as pd
+    import tomli_w
+
+    from hetsim.cli import main
+    from tests.test_sweep import only_run, sweep_dict
+
+    raw = sweep_dict(replications=2)
+    raw["base"]["workload"]["efficiency"] = {"noise_scale": 256, "base_batch": 64, "target_steps": 40}
+    path = tmp_path / "sweep.toml"
+    path.write_text(tomli_w.dumps(raw))
+    runs = tmp_path / "runs"
+    assert main(["sweep", str(path), "--jobs", "1", "--runs", str(runs), "--metric", "time_to_target"]) == 0
+    assert "time to target of equal / time to target of the policy" in capsys.readouterr().out
+    folder = only_run(runs)
+    results = pd.read_parquet(folder / "results.parquet")
+    summary = pd.read_csv(folder / "summary.csv")
+    row = summary[summary["policy"] == "dynamic"].iloc[-1]
+    cell = results[results["cell"] == row["cell"]]
+    same_point = (results["workers.1.per_sample_s"] == row["workers.1.per_sample_s"]) & (results["size"] == row["size"])
+    equal = results[(results["policy"] == "equal") & same_point]
+    expected = (equal.sort_values("replication")["time_to_target_s"].to_numpy()
+                / cell.sort_values("replication")["time_to_target_s"].to_numpy()).mean()  # fmt: skip
+    assert row["speedup_vs_equal"] == pytest.approx(expected)
+    assert main(["report", str(folder)]) == 0  # re-rendered by throughput
+    assert "throughput of the policy / throughput of equal" in capsys.readouterr().out
+
+
+def test_time_to_target_metric_without_a_target_is_refused_before_running(tmp_path, capsys):
+    import tomli_w
+
+    from hetsim.cli import main
+    from tests.test_sweep import sweep_dict
+
+    path = tmp_path / "sweep.toml"
+    path.write_text(tomli_w.dumps(sweep_dict()))
+    assert (
+        main(["sweep", str(path), "--jobs", "1", "--runs", str(tmp_path / "runs"), "--metric", "time_to_target"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "hetsim: error: --metric: time_to_target needs [workload.efficiency] with target_steps in the sweep's scenario"
+    )
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
