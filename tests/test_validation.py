@@ -227,6 +227,8 @@ def test_default_config():
         (["run", "--cpus", "0=1-0"], "--cpus: empty CPU range"),
         (["run", "--cpus", "0=a"], "--cpus: expected CPU ids"),
         (["run", "--contention", "1"], "--contention: expected RANK=VALUE"),
+        (["run", "--target-accuracy", "0"], "--target-accuracy: must be in (0, 1], got 0"),
+        (["run", "--target-accuracy", "1.5"], "--target-accuracy: must be in (0, 1], got 1.5"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(argv, field, capsys):
@@ -326,3 +328,13 @@ def test_a_one_rank_run_is_possible_from_the_command_line():
 
     config = build_config(build_parser().parse_args(["run", "--world-size", "1"]))
     assert config.world_size == 1 and dict(config.delay) == {} and dict(config.per_sample_delay) == {}
+
+
+def test_time_to_accuracy_is_the_elapsed_time_of_the_first_epoch_that_reached_it():
+    from validation.record import time_to_accuracy
+
+    epochs = pd.DataFrame({"test_accuracy": [0.4, 0.75, 0.7, 0.9], "elapsed_s": [1.0, 2.0, 3.0, 4.0]})
+    assert time_to_accuracy(epochs, 0.7) == 2.0  # not the later epoch that dipped back to 0.7
+    assert time_to_accuracy(epochs, 0.9) == 4.0
+    assert time_to_accuracy(epochs, 0.95) is None
+    assert time_to_accuracy(epochs, None) is None

@@ -58,6 +58,7 @@ class RunConfig:
     threads: Mapping[int, int] = field(default_factory=dict)
     cpus: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     contention: Mapping[int, float] = field(default_factory=dict)
+    target_accuracy: float | None = None
     out: Path | None = None
     crash_at: tuple[int, int] | None = None
 
@@ -117,6 +118,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="flat: one weighted all-reduce after backward (default); ddp: DistributedDataParallel "
         "(bucketed, overlapped with backward)",
+    )
+    parser.add_argument(
+        "--target-accuracy",
+        type=float,
+        default=None,
+        metavar="A",
+        help="held-out accuracy in (0, 1]: summary.json gives each policy's time to reach it",
     )
     parser.add_argument(
         "--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)"
@@ -297,9 +305,15 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         workload=workload.name,
         comm=comm,
         **_placement(raw, args, world_size),
+        target_accuracy=_target(pick("target_accuracy", args.target_accuracy)),
         out=args.out,
         crash_at=_crash_at(args.crash_at, world_size),
     )
+
+
+def _target(value: Any) -> float | None:
+    accuracy = Param("--target-accuracy", default=None, low=0.0, low_open=True, high=1.0, doc="an accuracy")
+    return None if value is None else float(accuracy.check(_parsed(value, float)))
 
 
 def _fractions(values: Sequence[Any]) -> tuple[float, ...]:

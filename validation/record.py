@@ -157,10 +157,23 @@ class RunWriter:
             last = epochs[epochs["policy"] == name].tail(1)
             entry["final_test_accuracy"] = float(last["test_accuracy"].iloc[0]) if not last.empty else None
             entry["final_test_loss"] = float(last["test_loss"].iloc[0]) if not last.empty else None
+            target = self.meta.get("config", {}).get("target_accuracy")
+            entry["target_accuracy"] = target
+            entry["time_to_target_s"] = time_to_accuracy(epochs[epochs["policy"] == name], target)
             summary["policies"].append(entry)
         write_json(self.out / "summary.json", summary)
         self.write_meta("complete")
         return summary
+
+
+def time_to_accuracy(epochs: pd.DataFrame, target: float | None) -> float | None:
+    """The policy's elapsed step time at the end of its first epoch whose held-out accuracy
+    reached ``target`` (None without a target, or when no epoch reached it). Accuracy is only
+    evaluated between epochs, so this is the time to the end of that epoch."""
+    if target is None:
+        return None
+    reached = epochs[epochs["test_accuracy"] >= target]
+    return float(reached["elapsed_s"].iloc[0]) if not reached.empty else None
 
 
 class NullWriter:

@@ -68,9 +68,15 @@ def rank_env() -> RankEnv:
 def print_summary(summary: dict[str, Any]) -> None:
     """One line on stderr per policy of the finished run (rank 0's summary; empty elsewhere)."""
     for entry in summary["policies"]:
+        target = entry.get("target_accuracy")
+        reached = "" if target is None else (
+            f", accuracy {target:g} reached after {entry['time_to_target_s']:.2f} s"
+            if entry.get("time_to_target_s") is not None else f", accuracy {target:g} not reached"
+        )  # fmt: skip
         print(
             f"validation: {entry['policy']}: {entry['steps']} steps in {entry['total_time_s']:.2f} s, final split "
-            f"{'/'.join(map(str, entry['final_batches']))}, held-out accuracy {entry['final_test_accuracy']:.3f}",
+            f"{'/'.join(map(str, entry['final_batches']))}, held-out accuracy {entry['final_test_accuracy']:.3f}"
+            + reached,
             file=sys.stderr,
             flush=True,
         )
