@@ -20,6 +20,13 @@ included workers only (backup and K-sync drop the rest), and, for a combine that
 workers' gradients instead of weighting them by their batches (the paper's DP-SGD), the
 ``n^2 / sum_i (1 / b_i)`` of n unequal means, which is below ``sum_i b_i`` whenever the batches
 differ (the variance of a plain mean of means).
+
+A stale update (asynchronous training: ``tau`` updates were applied between the worker's read of
+the model and the application of its gradient) is discounted by :func:`staleness_discount`,
+``1 / max(1, tau)``: the staleness-dependent learning rate ``eta / tau`` of Zhang, Gupta, Lian and
+Liu, "Staleness-aware Async-SGD for Distributed Deep Learning" (IJCAI 2016), with progress taken
+as proportional to the step's learning rate. This is an assumption, not a measurement: hetsim's
+real runs (``validation``) are synchronous, so it has not been checked against an asynchronous one.
 """
 
 from __future__ import annotations
@@ -106,3 +113,8 @@ def effective_batches(per_step_batches: np.ndarray, per_step_included: np.ndarra
     n = (b > 0).sum(axis=1)
     inverse = np.where(b > 0, 1.0 / np.where(b > 0, b, 1.0), 0.0).sum(axis=1)
     return np.where(n > 0, n**2 / np.where(inverse > 0, inverse, 1.0), 0.0)
+
+
+def staleness_discount(staleness: np.ndarray) -> np.ndarray:
+    """``1 / max(1, tau)`` per update (see the module's docstring: an assumption)."""
+    return 1.0 / np.maximum(1.0, np.asarray(staleness, dtype=float))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
-from hetsim.efficiency import effective_batches
+from hetsim.efficiency import effective_batches, staleness_discount
 from hetsim.partition import min_max_split, slowest_expected_s
 from hetsim.policies import policy_class
 from hetsim.policies.base import WorkerHint
@@ -144,14 +144,17 @@ def learning(trace: Trace, steps: np.ndarray, samples: float, scenario: Scenario
     ``goodput_sps`` (``base_batch * progress / total time``: samples per second at ``base_batch``'s
     value of a sample) and ``time_to_target_s`` (the end of the step whose progress reaches
     ``target_steps``; None when there is none, or the run ends first). All None without the
-    workload's efficiency, and for async runs (stale updates need a staleness model: not yet)."""
+    workload's efficiency. An async update's gain is discounted by its staleness
+    (:func:`hetsim.efficiency.staleness_discount`, an assumption)."""
     efficiency = scenario.workload.efficiency if scenario is not None else None
-    if efficiency is None or not trace.synchronous:
+    if efficiency is None:
         return {}
-    weighted = trace.policy not in POLICIES or policy_class(trace.policy).weighted_gradients
-    gains = efficiency.gain(
-        effective_batches(trace.per_step("local_batch"), trace.per_step("included"), bool(weighted))
-    )
+    if trace.synchronous:
+        weighted = trace.policy not in POLICIES or policy_class(trace.policy).weighted_gradients
+        batches = effective_batches(trace.per_step("local_batch"), trace.per_step("included"), bool(weighted))
+        gains = efficiency.gain(batches)
+    else:
+        gains = efficiency.gain(trace.local_batch * trace.included) * staleness_discount(staleness(trace))
     progress = np.cumsum(gains)
     total = float(steps.sum())
     reached = None
