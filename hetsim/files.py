@@ -5,6 +5,7 @@ writers here; trace files go through :mod:`hetsim.trace`, which uses them."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 FRAME_FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}  # file suffix -> format
 TMP_SUFFIX = ".tmp"  # a temporary file is ``.<target name>.<random>.tmp``: a killed write leaves one
+LOCK_NAME = ".lock"  # a folder's lock file (see :func:`exclusive`)
 
 
 def _umask() -> int:
@@ -119,3 +121,25 @@ def write_frame(target: str | Path, frame: pd.DataFrame) -> None:
         atomic_write(target, lambda tmp: frame.to_csv(tmp, index=False))
     else:
         atomic_write(target, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
+@contextmanager
+def exclusive(folder: Path, option: str) -> Iterator[Path]:
+    """Hold ``folder`` (made if missing) for this process until the block ends: an advisory
+    ``flock`` on its ``.lock`` file, which the kernel releases when the process ends however it
+    ends, so a killed holder never leaves it locked. Another process asking for the same folder
+    gets a ConfigError on ``option`` at once, instead of both writing into it."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / LOCK_NAME, "a+")
+    except OSError as exc:
+        raise ConfigError(option, f"cannot write in {folder}: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(option, f"{folder} is in use by another run") from None
+        yield folder
+    finally:
+        handle.close()

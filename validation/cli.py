@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hetsim.cli_common import OneLineParser, run_main
 from hetsim.errors import ConfigError
-from hetsim.files import write_json
+from hetsim.files import LOCK_NAME, exclusive, write_json
 from hetsim.params import Param
 from hetsim.report import text_table
 from validation.config import add_run_options, build_config
@@ -72,16 +72,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = build_config(args)
     check_local_devices(config.devices)
     out = (config.out or default_out()).resolve()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError("--out", f"{out} exists and is not an empty folder")
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", f"{out} exists and is not a folder")
     argv = [a for a in sys.argv[2:]] if args.argv is None else list(args.argv)
-    result = launch(
-        [*argv, "--out", str(out)],
-        config.world_size,
-        threads=config.threads,
-        cpus=config.cpus,
-        contention=config.contention,
-    )
+    with exclusive(out, "--out"):  # a second run into the same folder is refused, not mixed in
+        if any(p.name != LOCK_NAME for p in out.iterdir()):
+            raise ConfigError("--out", f"{out} exists and is not an empty folder")
+        result = launch(
+            [*argv, "--out", str(out)],
+            config.world_size,
+            threads=config.threads,
+            cpus=config.cpus,
+            contention=config.contention,
+        )
     if not result.ok:
         rank, _ = result.first_failure or (-1, -1)
         failure = f"rank {rank} failed first ({result.reason}); exit statuses by rank {list(result.exit_codes)}"
@@ -165,10 +168,10 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     def echo(line: str) -> None:
         print(f"validation: {line}", file=sys.stderr, flush=True)
 
-    with Neighbours({k: 1.0 for k in range(busy)}, {}):
+    with exclusive(out, "--out"), Neighbours({k: 1.0 for k in range(busy)}, {}):
         found, failed, load = run_matrix(out, runs, cross, echo)
-    data = matrix_report.results(runs, found, failed, load, busy)
-    matrix_report.write(out, data, found, load)
+        data = matrix_report.results(runs, found, failed, load, busy)
+        matrix_report.write(out, data, found, load)
     print(json.dumps(data, indent=2, default=str) if args.json else matrix_report.table(found, data["statistics"]))
     for name in failed:
         print(f"validation: error: {name} failed (see {out / 'runs' / name}.log); its predictions are missing",

@@ -19,7 +19,7 @@ from pathlib import Path
 DIR_ENV = "HETSIM_HEARTBEAT_DIR"
 PARENT_ENV = "HETSIM_LAUNCHER_PID"  # the launcher's pid: a launcher that died before the beat began still counts
 BEAT_S = 0.5
-STALE_S = 10.0  # no beat for this long: the rank has stopped (a beat is due every BEAT_S; a loaded
+STALE_S = 8.0  # no beat for this long: the rank has stopped (a beat is due every BEAT_S; a loaded
 # two-core machine has been seen to delay one by more than 4 s)
 
 
