@@ -176,6 +176,7 @@ def test_run_writer_writes_the_trace_schema(tmp_path):
             "test_accuracy": 0.5,
             "elapsed_s": 0.03,
             "split": "3/5",
+            "noise_scale": None,
         }
     )
     writer.flush()
@@ -338,3 +339,25 @@ def test_time_to_accuracy_is_the_elapsed_time_of_the_first_epoch_that_reached_it
     assert time_to_accuracy(epochs, 0.9) == 4.0
     assert time_to_accuracy(epochs, 0.95) is None
     assert time_to_accuracy(epochs, None) is None
+
+
+def test_the_noise_scale_estimator_recovers_a_known_one_from_uneven_batches():
+    """Per-sample gradients G + noise (d dimensions, variance s^2 each): B_noise = d s^2 / |G|^2.
+    Uneven local batches and their union, as a step of the weighted combine gives them."""
+    from validation.noise_scale import NoiseScale, estimate, pair_estimates
+
+    rng = np.random.default_rng(7)
+    d, s, true = 50, 0.5, np.full(50, 0.1)  # B_noise = 50 * 0.25 / 0.5 = 25
+    sums = NoiseScale()
+    for _ in range(400):
+        split = (int(rng.integers(1, 40)), int(rng.integers(1, 40)), 0)
+        samples = [true + s * rng.standard_normal((b, d)) for b in split]
+        local = [float(np.sum(x.mean(axis=0) ** 2)) if len(x) else 0.0 for x in samples]
+        union = np.concatenate(samples).mean(axis=0)
+        sums.add_step(local, split, float(np.sum(union**2)))
+    value = sums.value()
+    assert value is not None and value == pytest.approx(25.0, rel=0.15)
+    assert sums.pairs == 800  # the rank without samples gives no pair
+    g, t = pair_estimates(local_sq=0.6, local_batch=10, global_sq=0.55, global_batch=30)
+    assert g == pytest.approx((30 * 0.55 - 10 * 0.6) / 20) and t == pytest.approx(0.05 / (1 / 10 - 1 / 30))
+    assert estimate([(None, (4, 4), 1.0)]) is None  # no norms recorded: no estimate

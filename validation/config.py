@@ -59,6 +59,7 @@ class RunConfig:
     cpus: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     contention: Mapping[int, float] = field(default_factory=dict)
     target_accuracy: float | None = None
+    noise_scale: bool = False
     out: Path | None = None
     crash_at: tuple[int, int] | None = None
 
@@ -119,13 +120,8 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         help="flat: one weighted all-reduce after backward (default); ddp: DistributedDataParallel "
         "(bucketed, overlapped with backward)",
     )
-    parser.add_argument(
-        "--target-accuracy",
-        type=float,
-        default=None,
-        metavar="A",
-        help="held-out accuracy in (0, 1]: summary.json gives each policy's time to reach it",
-    )
+    parser.add_argument("--target-accuracy", type=float, metavar="A", help="held-out accuracy: time to reach it")
+    parser.add_argument("--noise-scale", action="store_true", default=None, help="estimate the gradient noise scale")
     parser.add_argument(
         "--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)"
     )
@@ -270,8 +266,6 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         raise ConfigError(
             "--global-batch", f"{global_batch} is more than the {workload.n_train} training samples of {workload.name}"
         )
-    lr = _number(pick("lr", args.lr), "--lr")
-    seed = _integer(pick("seed", args.seed), "--seed")
     injection = _injection(raw, args, world_size)
     devices = _devices(pick("devices", args.devices), world_size)
     probe_repeats = _integer(pick("probe_repeats", args.probe_repeats), "--probe-repeats")
@@ -292,9 +286,9 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         policies=policies,
         epochs=epochs,
         global_batch=global_batch,
-        lr=lr,
+        lr=_number(pick("lr", args.lr), "--lr"),
         momentum=_number(raw.get("momentum", base.momentum), "momentum"),
-        seed=seed,
+        seed=_integer(pick("seed", args.seed), "--seed"),
         **injection,
         devices=devices,
         probe_fractions=_fractions(raw.get("probe_fractions", base.probe_fractions)),
@@ -306,6 +300,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         comm=comm,
         **_placement(raw, args, world_size),
         target_accuracy=_target(pick("target_accuracy", args.target_accuracy)),
+        noise_scale=bool(pick("noise_scale", args.noise_scale)),
         out=args.out,
         crash_at=_crash_at(args.crash_at, world_size),
     )

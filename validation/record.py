@@ -30,7 +30,7 @@ from hetsim.trace import COLUMNS, Trace, write_trace_table
 from validation.config import RunConfig
 from validation.workloads.base import Dataset
 
-EPOCH_COLUMNS = ("policy", "epoch", "train_loss", "test_loss", "test_accuracy", "elapsed_s", "split")
+EPOCH_COLUMNS = ("policy", "epoch", "train_loss", "test_loss", "test_accuracy", "elapsed_s", "split", "noise_scale")
 
 
 @dataclass(frozen=True)
@@ -160,6 +160,8 @@ class RunWriter:
             target = self.meta.get("config", {}).get("target_accuracy")
             entry["target_accuracy"] = target
             entry["time_to_target_s"] = time_to_accuracy(epochs[epochs["policy"] == name], target)
+            scales = pd.to_numeric(epochs.loc[epochs["policy"] == name, "noise_scale"], errors="coerce").dropna()
+            entry["noise_scale"] = float(scales.median()) if not scales.empty else None
             summary["policies"].append(entry)
         write_json(self.out / "summary.json", summary)
         self.write_meta("complete")

@@ -4,12 +4,10 @@ Owns :class:`RankTrainer` (inside the process group :mod:`validation.train` star
 segments, one timed step, the probe's plan and schedule, and the writer every rank calls (rank
 0's :class:`~validation.record.RunWriter` writes the run folder; :class:`NullWriter` elsewhere).
 
-A rank runs, in order: a few unrecorded warm-up steps; the probe's first rounds (every rank
-steps through several local batch sizes, recorded as ``policy = "probe"`` so a scenario can be
-calibrated from it); then epoch by epoch, one epoch of each policy in turn (every policy from
-the same freshly initialised weights, with its own model, optimizer and policy object), the
-probe's remaining rounds spread between epochs. Interleaving puts every policy and the
-calibration under the same drift of machine load.
+A rank runs, in order: unrecorded warm-up steps; the probe's first rounds (``policy = "probe"``,
+:mod:`validation.probe`); then epoch by epoch, one epoch of each policy in turn (each from the
+same initial weights, with its own model, optimizer and policy), the probe's other rounds
+after them: every policy and the calibration see the same drift of machine load.
 
 One step, as every rank sees it (all times from ``perf_counter``, after synchronising the
 device on GPU):
@@ -55,6 +53,7 @@ from validation.backend import RankEnv, comm_device, resolve_device, select_back
 from validation.config import RunConfig
 from validation.ddp import ReadyClock, loss_scale, wrap
 from validation.inject import Injector
+from validation.noise_scale import estimate
 from validation.placement import placement_in_effect
 from validation.probe import PROBE, fit_probe, probe_round, probe_schedule
 from validation.record import NullWriter, RankTiming, RunWriter, Writer, run_meta, step_rows
@@ -103,6 +102,7 @@ class Computed:
     compute_s: float
     loss_sum: float
     flat: torch.Tensor | None
+    local_sq: float = 0.0  # |g_i|^2 of the rank's mean gradient (with --noise-scale; else 0)
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,8 @@ class StepResult:
     timing: RankTiming
     all_compute_s: tuple[float, ...]
     loss: float
+    local_sq: tuple[float, ...] | None = None  # every rank's |g_i|^2 (--noise-scale, flat, weighted)
+    global_sq: float = 0.0  # and |g_B|^2 of the combined gradient
 
 
 class RankTrainer:
@@ -185,8 +187,10 @@ class RankTrainer:
             self.injector.apply(b, time.perf_counter() - t0)
             loss_sum = float(loss.detach()) * b
         flat = pack(seg.model.parameters(), weights[self.rank], self.comm)
+        weight = weights[self.rank]
+        local_sq = float(flat.dot(flat)) / weight**2 if self.config.noise_scale and b > 0 and weight > 0 else 0.0
         synchronize(self.device)
-        return Computed(time.perf_counter() - t0, loss_sum, flat)
+        return Computed(time.perf_counter() - t0, loss_sum, flat, local_sq)
 
     def backward_ddp(self, seg: Segment, idx: torch.Tensor, b: int, weights: tuple[float, ...]) -> Computed:
         """Forward and backward inside DDP, the loss scaled so that DDP's average is the weighted
@@ -219,9 +223,10 @@ class RankTrainer:
         done = backward(seg, self.shard(perm, step_in_epoch, split), split[self.rank], weights)
         t_ready = time.perf_counter()
 
-        barrier = torch.zeros(self.world + 1, dtype=torch.float64, device=self.comm)
+        barrier = torch.zeros(2 * self.world + 1, dtype=torch.float64, device=self.comm)
         barrier[self.rank] = done.compute_s
         barrier[self.world] = done.loss_sum
+        barrier[self.world + 1 + self.rank] = done.local_sq
         dist.all_reduce(barrier, op=dist.ReduceOp.SUM)
         synchronize(self.device)
         t_released = time.perf_counter()
@@ -238,8 +243,14 @@ class RankTrainer:
         else:  # DDP: the waiting happened inside backward; it is what the slowest rank's compute adds
             wait_s = max(all_compute) - done.compute_s
         comm_s = (t_end - t_start) - done.compute_s - wait_s  # the split's broadcast included: not compute
+        noisy = self.config.noise_scale and done.flat is not None and seg.weighted
         return StepResult(
-            split, RankTiming(done.compute_s, wait_s, comm_s), all_compute, values[self.world] / max(sum(split), 1)
+            split,
+            RankTiming(done.compute_s, wait_s, comm_s),
+            all_compute,
+            values[self.world] / max(sum(split), 1),
+            tuple(values[self.world + 1 :]) if noisy else None,
+            float(done.flat.dot(done.flat)) if noisy and done.flat is not None else 0.0,  # after the step's time
         )
 
     # ------------------------------------------------------------------ segments
@@ -327,6 +338,7 @@ class RankTrainer:
                 "test_accuracy": accuracy,
                 "elapsed_s": seg.elapsed_s,
                 "split": "/".join(str(b) for b in results[-1].split),
+                "noise_scale": estimate((r.local_sq, r.split, r.global_sq) for r in results),
             }
 
         self.writer.add_epoch(row)  # rank 0's writer evaluates the model; the others' never call row
