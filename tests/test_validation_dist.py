@@ -302,3 +302,30 @@ def test_the_folder_lock_is_released_by_a_killed_holder(tmp_path):
     holder.wait()
     with exclusive(tmp_path, "--out") as folder:  # the kernel let go of the dead holder's lock
         assert folder == tmp_path
+
+
+def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
+    out = tmp_path / "run"
+    run = _validation("run", "--epochs", "6", "--probe-repeats", "2", "--policies", "equal,adaptive",
+                      "--noise-scale", "--target-accuracy", "0.5", "--out", str(out))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    epochs = pd.read_csv(out / "epochs.csv")
+    for entry in summary["policies"]:
+        assert entry["noise_scale"] is not None and entry["noise_scale"] > 0
+        rows = epochs[epochs["policy"] == entry["policy"]]
+        first = rows[rows["test_accuracy"] >= 0.5].iloc[0]
+        assert entry["time_to_target_s"] == pytest.approx(first["elapsed_s"])
+    assert main(["compare", str(out), "--time-to-target", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    equal = next(r for r in rows if r["policy"] == "equal")
+    assert equal["measured_time_to_target_s"] == pytest.approx(summary["policies"][0]["time_to_target_s"])
+    assert equal["predicted_time_to_target_s"] is not None
+    assert abs(equal["time_to_target_error"]) < 0.3  # equal's own epochs, at predicted step times
+    assert main(["compare", str(out), "--time-to-target", "--calibrate-on", "nope"]) == 2
+    plain = tmp_path / "plain"
+    assert _validation("run", "--epochs", "1", "--probe-repeats", "1", "--policies", "equal", "--out",
+                       str(plain)).returncode == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["compare", str(plain), "--time-to-target"]) == 2
+    assert capsys.readouterr().err.strip().endswith("was run without --target-accuracy")

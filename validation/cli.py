@@ -44,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit status 1 when any relative error (step or total time) exceeds X, e.g. 0.1",
     )
     cmp.add_argument("--json", action="store_true", help="print a JSON list of per-policy objects")
+    cmp.add_argument(
+        "--time-to-target",
+        action="store_true",
+        help="also predict each policy's time to the run's --target-accuracy (a run made with --noise-scale)",
+    )
     mx = sub.add_parser("matrix", help="the fidelity benchmark: a fixed set of real runs, each compared with hetsim")
     mx.add_argument("--quick", action="store_true", help="the quick subset (a few minutes on two cores)")
     mx.add_argument("--gpu", action="store_true", help="add the GPU configurations (needs CUDA)")
@@ -129,6 +134,7 @@ def check_local_devices(devices: Sequence[str]) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from validation.compare import compare_run, format_table, load_run, worst_error
+    from validation.time_to_target import predict_time_to_target
 
     if args.tolerance is not None:
         Param("--tolerance", low=0.0).check(args.tolerance)
@@ -136,10 +142,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     comparisons, calibration = compare_run(run, args.calibrate_on)
     if not comparisons:  # a tolerance must never pass on nothing
         raise ConfigError("run_dir", f"{args.run_dir} has no policy with a finished epoch to compare")
+    targets = predict_time_to_target(run, calibration) if args.time_to_target else []
     if args.json:
-        print(json.dumps([c.to_dict() for c in comparisons], indent=2))
+        rows = [c.to_dict() for c in comparisons]
+        for row, t in zip(rows, targets):
+            row.update(measured_time_to_target_s=t.measured_s, predicted_time_to_target_s=t.predicted_s,
+                       time_to_target_error=t.error)  # fmt: skip
+        print(json.dumps(rows, indent=2))
     else:
         print(format_table(comparisons, calibration, args.calibrate_on))
+        for t in targets:
+            measured = "not reached" if t.measured_s is None else f"{t.measured_s:.3f}s"
+            predicted = "not reached" if t.predicted_s is None else f"{t.predicted_s:.3f}s"
+            error = "" if t.error is None else f" ({100 * t.error:+.1f}%)"
+            print(f"time to target, {t.policy}: measured {measured}, predicted {predicted}{error}")
     if args.tolerance is not None and worst_error(comparisons) > args.tolerance:
         print(
             f"validation: an error of {100 * worst_error(comparisons):.1f}% exceeds the tolerance of "
