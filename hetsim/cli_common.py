@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable, Mapping
 
-from hetsim.errors import ConfigError
+from hetsim.errors import CellFailed, ConfigError
 from hetsim.params import Param
 from hetsim.policies import POLICIES, policy_class
 from hetsim.scenario import Scenario
@@ -43,7 +43,8 @@ def add_scenario_options(parser: argparse.ArgumentParser, json_help: str) -> Non
 
 def run_main(prog: str, run: Callable[[], int]) -> int:
     """Run a command; bad input (and a path that cannot be read or written) ends in one line on
-    stderr, ``<prog>: error: ...``, and exit status 2; Ctrl-C in one line and exit status 130."""
+    stderr, ``<prog>: error: ...``, and exit status 2; a sweep cell that failed otherwise in one
+    line and exit status 1; Ctrl-C in one line and exit status 130."""
     try:
         return run()
     except KeyboardInterrupt:
@@ -51,6 +52,9 @@ def run_main(prog: str, run: Callable[[], int]) -> int:
         return 130
     except ConfigError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
+    except CellFailed as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):
             return 0

@@ -8,6 +8,7 @@ sweep killed at any moment loses at most the cells in flight.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import signal
 import time
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hetsim.errors import ConfigError
+from hetsim.errors import CellFailed, ConfigError
 from hetsim.metrics import Summary, summarize
 from hetsim.params import Param
 from hetsim.simulate import simulate
@@ -60,7 +61,15 @@ def run_cell(spec: SweepSpec, cell: Cell) -> tuple[Cell, list[dict[str, Any]]]:
     labels = cell_labels(spec, cell)
     rows = []
     for rep, seed in enumerate(replication_seeds(spec)):
-        summary = summarize(simulate(scenario, cell.policy, seed=seed, engine=spec.engine), scenario)
+        try:
+            summary = summarize(simulate(scenario, cell.policy, seed=seed, engine=spec.engine), scenario)
+        except ConfigError:
+            raise
+        except Exception as exc:  # a bug: one line naming the cell, not a worker's traceback
+            where = ", ".join(f"{k}={v}" for k, v in labels.items())
+            raise CellFailed(
+                f"cell {cell.index} (policy {cell.policy}, {where}, seed {seed}) failed: {type(exc).__name__}: {exc}"
+            ) from None
         rows.append({"cell": cell.index, **labels, "replication": rep, "seed": seed, **summary.to_dict()})
     return cell, rows
 
@@ -118,7 +127,13 @@ class DaskExecutor:
             raise ConfigError("--scheduler", "needs dask.distributed: pip install 'hetsim[distributed]'") from None
         self.cluster = None
         if scheduler == "local":
-            self.cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None)
+            self.cluster = LocalCluster(  # its workers' logs stay quiet: a failed cell is the command's one line
+                n_workers=jobs,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.CRITICAL,
+            )
             self.client = Client(self.cluster)
             self.description = f"a Dask LocalCluster of {jobs} workers"
         else:

@@ -249,3 +249,56 @@ def test_an_unreachable_scheduler_fails_cleanly_and_leaves_no_folder(tmp_path, c
     err = capsys.readouterr().err
     assert err.startswith("hetsim: error: --scheduler: cannot reach tcp://127.0.0.1:9") and err.count("\n") == 1
     assert not (tmp_path / "runs").exists()
+
+
+FAILING_POLICIES = """
+from hetsim.errors import ConfigError
+from hetsim.policies import Policy
+from hetsim.registry import POLICIES
+
+
+@POLICIES.register
+class Boom(Policy):
+    name = "boom"
+
+    def partition(self, info):
+        if info.step == 3:
+            raise RuntimeError("kaboom at step 3")
+        return super().partition(info)
+
+
+@POLICIES.register
+class BadIn(Policy):
+    name = "bad-in"
+
+    def partition(self, info):
+        raise ConfigError("policy.x", "bad input found in the worker")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("where", [["--jobs", "1"], ["--jobs", "2"], ["--scheduler", "local", "--jobs", "2"]])
+@pytest.mark.parametrize(
+    ("policy", "status", "message"),
+    [
+        ("boom", 1, "failed: RuntimeError: kaboom at step 3"),
+        ("bad-in", 2, "hetsim: error: policy.x: bad input found in the worker"),
+    ],
+)
+def test_a_failing_cell_reaches_the_user_as_one_line(tmp_path, where, policy, status, message):
+    plugin = tmp_path / "failing.py"
+    plugin.write_text(FAILING_POLICIES, encoding="utf-8")
+    raw = sweep_dict(replications=1)
+    raw["policies"] = ["equal", policy]
+    path = tmp_path / "sweep.toml"
+    path.write_text(tomli_w.dumps(raw))
+    done = subprocess.run(
+        [sys.executable, "-m", "hetsim", "sweep", str(path), "--runs", str(tmp_path / "runs"), *where],
+        capture_output=True, text=True, timeout=180, env={**os.environ, "HETSIM_PLUGINS": str(plugin)},
+    )  # fmt: skip
+    assert done.returncode == status
+    errors = [line for line in done.stderr.splitlines() if "error" in line or "Traceback" in line]
+    assert len(errors) == 1 and message in errors[0], done.stderr
+    if policy == "boom":
+        assert errors[0].startswith("hetsim: error: cell ") and "(policy boom, " in errors[0]
