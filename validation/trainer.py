@@ -24,8 +24,8 @@ device on GPU):
     comm    flat: the gradient all-reduce and the division by the total weight; ddp: what was
             left of the bucket all-reduces; then the optimizer update   -> comm_s
 
-so ``compute_s + wait_s + comm_s`` is the rank's wall time of the step and ``comm_s`` the
-communication it exposed. Rank 0 feeds the compute times to
+so ``compute_s + wait_s + comm_s`` is the rank's own wall time of the step (the trace's rows,
+:func:`~validation.record.step_rows`, add up to rank 0's). Rank 0 feeds the compute times to
 ``policy.observe`` before the next split. At the end of each epoch the ranks' times are
 gathered to every rank; rank 0's writer evaluates the model on the held-out split, keeps the
 rows and rewrites the run folder, the others' writers drop them. None of that is inside a
