@@ -98,11 +98,7 @@ def effective_batch(
     """The samples a step's applied gradients are worth: the included workers' batches summed
     (``weighted``: gradients combined as ``sum_i (b_i/B) g_i``), or ``n^2 / sum_i (1/b_i)`` over the
     n included workers with samples (a plain mean of their gradients)."""
-    b = np.asarray(batches, dtype=float)[np.asarray(included, dtype=bool)]
-    b = b[b > 0]
-    if b.size == 0:
-        return 0.0
-    return float(b.sum()) if weighted else float(b.size**2 / np.sum(1.0 / b))
+    return float(effective_batches(np.asarray([batches]), np.asarray([included]), weighted)[0])
 
 
 def effective_batches(per_step_batches: np.ndarray, per_step_included: np.ndarray, weighted: bool) -> np.ndarray:

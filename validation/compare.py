@@ -62,6 +62,18 @@ class Comparison:
     def total_error(self) -> float:
         return self._error(self.predicted.total_time_s, self.measured.total_time_s)
 
+    def cells(self) -> tuple[str, ...]:
+        """The printed columns: step measured, predicted, error; total measured, predicted, error; splits."""
+        return (
+            f"{1e3 * self.measured.mean_step_s:.2f}ms",
+            f"{1e3 * self.predicted.mean_step_s:.2f}ms",
+            f"{100 * self.step_error:+.1f}%",
+            f"{self.measured.total_time_s:.3f}s",
+            f"{self.predicted.total_time_s:.3f}s",
+            f"{100 * self.total_error:+.1f}%",
+            f"{'/'.join(map(str, self.measured.final_batches))} -> {'/'.join(map(str, self.predicted.final_batches))}",
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "policy": self.policy,
@@ -142,11 +154,14 @@ def predict_run(
     return out
 
 
-def compare_across(source: RunData, target: RunData, calibrate_on: str = PROBE) -> list[Comparison]:
-    """Cross-run: calibrated on ``source`` and predicting ``target``, a run that differs in one
-    controlled way. What differs in the runs' injected delays is replayed on the calibrated
-    workers (:func:`reinjected`); a different global batch, policy or epoch count needs nothing."""
-    calibration = calibrate_run(source, calibrate_on)
+def compare_across(
+    source: RunData, target: RunData, calibrate_on: str = PROBE, calibration: Calibration | None = None
+) -> list[Comparison]:
+    """Cross-run: calibrated on ``source`` (``calibration``, when the caller has it already) and
+    predicting ``target``, a run that differs in one controlled way. What differs in the runs'
+    injected delays is replayed on the calibrated workers (:func:`reinjected`); a different
+    global batch, policy or epoch count needs nothing."""
+    calibration = calibration or calibrate_run(source, calibrate_on)
     workers = reinjected(calibration.scenario["workers"], source.meta, target.meta)
     return predict_run(target, calibration, workers)
 
@@ -203,19 +218,7 @@ def format_table(comparisons: Sequence[Comparison], calibration: Calibration, ca
     ]
     lines.extend(f"warning: {w}" for w in calibration.warnings)
     header = ("policy", "step meas", "step pred", "error", "total meas", "total pred", "error", "split meas -> pred")
-    rows = [
-        (
-            c.policy,
-            f"{1e3 * c.measured.mean_step_s:.2f}ms",
-            f"{1e3 * c.predicted.mean_step_s:.2f}ms",
-            f"{100 * c.step_error:+.1f}%",
-            f"{c.measured.total_time_s:.3f}s",
-            f"{c.predicted.total_time_s:.3f}s",
-            f"{100 * c.total_error:+.1f}%",
-            f"{'/'.join(map(str, c.measured.final_batches))} -> {'/'.join(map(str, c.predicted.final_batches))}",
-        )
-        for c in comparisons
-    ]
+    rows = [(c.policy, *c.cells()) for c in comparisons]
     lines.append(text_table(header, rows, left={0, len(header) - 1}))
     lines.append(
         f"median |error| of the mean step time: {100 * median_abs_error(comparisons):.1f}% "

@@ -320,9 +320,7 @@ def _fractions(values: Sequence[Any]) -> tuple[float, ...]:
 
 
 def _mode(value: Any, option: str, known: Sequence[str]) -> str:
-    if str(value) not in known:
-        raise ConfigError(option, f"unknown mode {value!r} (known: {', '.join(known)})")
-    return str(value)
+    return str(Param(option, "choice", choices=tuple(known)).check(value))
 
 
 def _injection(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hetsim.calibrate import Calibration
 from validation.compare import Comparison, compare_across, compare_run, load_run
 from validation.contention import die_with_parent
 from validation.machine_load import LoadSampler
@@ -240,10 +241,15 @@ class Prediction:
 def predictions(runs: Sequence[MatrixRun], cross: Sequence[CrossRun], runs_dir: Path) -> list[Prediction]:
     """Every same-run prediction of the runs that finished, then every cross-run one."""
     done = {r.name: load_run(runs_dir / r.name) for r in runs if is_complete(runs_dir / r.name)}
-    out = [Prediction(name, "same-run", name, "", c) for name, run in done.items() for c in compare_run(run)[0]]
+    out: list[Prediction] = []
+    calibrations: dict[str, Calibration] = {}
+    for name, run in done.items():  # each run calibrated once, for its own and the cross-run predictions
+        comparisons, calibrations[name] = compare_run(run)
+        out.extend(Prediction(name, "same-run", name, "", c) for c in comparisons)
     for pair in cross:
         if pair.source in done and pair.target in done:
-            comparisons = compare_across(done[pair.source], done[pair.target])
+            source, target = done[pair.source], done[pair.target]
+            comparisons = compare_across(source, target, calibration=calibrations[pair.source])
             out.extend(Prediction(pair.target, "cross-run", pair.source, pair.change, c) for c in comparisons)
     return out
 

@@ -10,7 +10,6 @@ prediction, the load samples' summary), ``predictions.csv``, ``load.csv`` and ``
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from hetsim.report import text_table
 from hetsim.results import provenance
 from validation.machine_load import LoadSampler
 from validation.matrix import MatrixRun, Prediction
+from validation.placement import available_cpus
 
 
 def error_stats(errors: Sequence[float]) -> dict[str, float | int]:
@@ -103,7 +103,7 @@ def plot(found: Sequence[Prediction], load: LoadSampler, path: Path) -> Path:
     frame = pd.DataFrame(load.rows())
     if not frame.empty:
         ax_load.plot(frame["t_s"], frame["loadavg_1m"], label="load average (1 min)")
-        ax_load.plot(frame["t_s"], frame["cpu_busy"] * len(os.sched_getaffinity(0)), label="busy CPUs")
+        ax_load.plot(frame["t_s"], frame["cpu_busy"] * len(available_cpus()), label="busy CPUs")
         ax_load.set(xlabel="seconds into the matrix", ylabel="CPUs")
         ax_load.legend(fontsize=8)
     ax_load.set_title("the machine's load during the matrix")
@@ -121,20 +121,11 @@ def write(out: Path, data: dict[str, Any], found: Sequence[Prediction], load: Lo
 
 def table(found: Sequence[Prediction], stats: dict[str, dict[str, float | int]]) -> str:
     """Per prediction one line, then the statistics."""
-    rows = [
-        (
-            p.config,
-            p.kind if p.kind == "same-run" else f"from {p.calibrated_on}",
-            p.comparison.policy,
-            f"{1e3 * p.comparison.measured.mean_step_s:.2f}ms",
-            f"{1e3 * p.comparison.predicted.mean_step_s:.2f}ms",
-            f"{100 * p.comparison.step_error:+.1f}%",
-            f"{100 * p.comparison.total_error:+.1f}%",
-            f"{'/'.join(map(str, p.comparison.measured.final_batches))} -> "
-            f"{'/'.join(map(str, p.comparison.predicted.final_batches))}",
-        )
-        for p in found
-    ]
+    rows = []
+    for p in found:
+        step_meas, step_pred, step_err, _, _, total_err, splits = p.comparison.cells()
+        origin = p.kind if p.kind == "same-run" else f"from {p.calibrated_on}"
+        rows.append((p.config, origin, p.comparison.policy, step_meas, step_pred, step_err, total_err, splits))
     header = ("config", "prediction", "policy", "step meas", "step pred", "error", "total err", "split meas -> pred")
     lines = [text_table(header, rows, left={0, 1, 2, 7})]
     for kind, s in stats.items():

@@ -46,12 +46,12 @@ class TargetComparison:
         return (self.predicted_s - self.measured_s) / self.measured_s
 
 
-def run_targets(run: RunData) -> tuple[float, float, int]:
-    """The run's target accuracy, measured noise scale and ``equal``'s epochs to the target."""
+def run_targets(run: RunData, summary: dict[str, Any]) -> tuple[float, float, int]:
+    """The run's target accuracy, measured noise scale (from its ``summary``) and ``equal``'s
+    epochs to the target."""
     target = run.meta.get("config", {}).get("target_accuracy")
     if target is None:
         raise ConfigError("run_dir", f"{run.path} was run without --target-accuracy")
-    summary = json.loads((run.path / "summary.json").read_text(encoding="utf-8"))
     scales = [p["noise_scale"] for p in summary["policies"] if p.get("noise_scale") is not None]
     if not scales:
         raise ConfigError("run_dir", f"{run.path} has no noise scale estimate (run it with --noise-scale)")
@@ -64,9 +64,10 @@ def run_targets(run: RunData) -> tuple[float, float, int]:
 
 def predict_time_to_target(run: RunData, calibration: Calibration) -> list[TargetComparison]:
     """Every policy's measured and predicted time to the run's target accuracy."""
-    _, noise_scale, reference_epochs = run_targets(run)
+    summary = json.loads((run.path / "summary.json").read_text(encoding="utf-8"))
+    _, noise_scale, reference_epochs = run_targets(run, summary)
     per_epoch = int(run.meta["steps_per_epoch"])
-    summary = {p["policy"]: p for p in json.loads((run.path / "summary.json").read_text())["policies"]}
+    measured = {p["policy"]: p.get("time_to_target_s") for p in summary["policies"]}
     efficiency = {
         "noise_scale": noise_scale,
         "base_batch": int(run.meta["global_batch"]),
@@ -84,5 +85,5 @@ def predict_time_to_target(run: RunData, calibration: Calibration) -> list[Targe
             ends = np.cumsum(step_times(trace))
             step = int(np.searchsorted(ends, reached - 1e-12))
             predicted = float(ends[min(len(ends), (step // per_epoch + 1) * per_epoch) - 1])
-        out.append(TargetComparison(policy, summary.get(policy, {}).get("time_to_target_s"), predicted))
+        out.append(TargetComparison(policy, measured.get(policy), predicted))
     return out

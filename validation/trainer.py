@@ -28,9 +28,8 @@ so ``compute_s + wait_s + comm_s`` is the rank's own wall time of the step (the 
 :func:`~validation.record.step_rows`, add up to rank 0's). Rank 0 feeds the compute times to
 ``policy.observe`` before the next split. At the end of each epoch the ranks' times are
 gathered to every rank; rank 0's writer evaluates the model on the held-out split, keeps the
-rows and rewrites the run folder, the others' writers drop them. None of that is inside a
-step's time. ``start_s`` is the segment's own elapsed step time (the sum of
-its earlier steps), as in a simulated run of that policy alone.
+rows and rewrites the run folder, the others' writers drop them. None of that is inside a step's
+time. ``start_s`` is the segment's own elapsed step time, as in a simulated run of it alone.
 """
 
 from __future__ import annotations
@@ -256,7 +255,7 @@ class RankTrainer:
     # ------------------------------------------------------------------ segments
 
     def new_segment(self, name: str) -> Segment:
-        """Fresh weights (broadcast from rank 0), optimizer and, on rank 0, the policy."""
+        """Fresh weights (rank 0's, broadcast), optimizer and, on rank 0, the policy."""
         config = self.config
         policy = self.make_policy(name) if self.rank == 0 and name != PROBE else None
         weighted = True
@@ -265,10 +264,11 @@ class RankTrainer:
             dist.broadcast(weighted_t, src=0)
             weighted = bool(weighted_t.item())
         model = self.workload.make_model(config.seed, self.device)
-        self.broadcast_parameters(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
         clock = ReadyClock(self.device) if config.comm == "ddp" else None
-        net = wrap(model, self.device, clock) if clock is not None else model
+        if clock is None:
+            self.broadcast_parameters(model)
+        net = model if clock is None else wrap(model, self.device, clock)  # DDP broadcasts them itself
         segment = Segment(name, model, net, clock, optimizer, policy, weighted)
         self.prime(segment)
         return segment
