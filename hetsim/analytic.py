@@ -204,23 +204,21 @@ def learning(
 ) -> dict[str, float | None]:
     """``progress`` and ``time_to_target_s`` of a barrier policy that waits for every worker:
     each epoch's ``steps_per_epoch`` steps at its split, each adding the gain of its effective
-    batch (:mod:`hetsim.efficiency`) and taking the split's expected step time; the target is
-    met at the end of the first step whose progress reaches it (as the simulator counts)."""
+    batch (:mod:`hetsim.efficiency`, at the noise scale its progress has reached) and taking the
+    split's expected step time; the target is met at the end of the first step whose progress
+    reaches it (as the simulator counts)."""
     efficiency = scenario.workload.efficiency
     if efficiency is None:
         return {}
     weighted = policy_class(name).weighted_gradients
     per_epoch = scenario.workload.steps_per_epoch
-    progress, elapsed, reached = 0.0, 0.0, None
-    for batches in trajectory:
-        gain = float(efficiency.gain(effective_batch(batches, [b > 0 for b in batches], weighted)))
-        target = efficiency.target_steps
-        if reached is None and target is not None and gain > 0 and progress + per_epoch * gain >= target:
-            steps = max(1, math.ceil((target - progress) / gain - 1e-9))
-            reached = elapsed + steps * float(step_s[batches])
-        progress += per_epoch * gain
-        elapsed += per_epoch * float(step_s[batches])
-    return {"progress": progress, "time_to_target_s": reached}
+    batches = [effective_batch(b, [x > 0 for x in b], weighted) for b in trajectory]
+    progress = efficiency.progress(np.repeat(batches, per_epoch))
+    elapsed = np.cumsum(np.repeat([float(step_s[b]) for b in trajectory], per_epoch))
+    target, reached = efficiency.target_steps, None
+    if target is not None and progress[-1] >= target:
+        reached = float(elapsed[int(np.searchsorted(progress, target))])
+    return {"progress": float(progress[-1]), "time_to_target_s": reached}
 
 
 def _mixture_quantile(groups: Sequence[Sequence[TimeDistribution]], weights: np.ndarray, q: float) -> float:

@@ -83,14 +83,17 @@ def parse_policies(value: object, option: str = "--policy", reserved: Mapping[st
 
 def scenario_policies(text: str | None, scenario: Scenario) -> list[str]:
     """The policies a command runs: those given with ``--policy`` (each must fit the scenario),
-    or, by default, every registered policy that fits it, with a note on stderr for each left out."""
+    or, by default, every registered policy that fits it, with a note on stderr for each left out
+    (except a policy that needs statistical efficiency on a scenario without: it does not apply)."""
     if text is not None:
         names = parse_policies(text)
         for name in names:
             scenario.make_policy(name)
         return names
     names = []
-    for name in POLICIES:
+    for name, cls in POLICIES.items():
+        if cls.needs_efficiency and scenario.workload.efficiency is None:
+            continue
         try:
             scenario.make_policy(name)
         except ConfigError as exc:

@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hetsim.efficiency import make_efficiency
+from hetsim.efficiency import EFFICIENCY_PARAMS, Efficiency, Schedule
 from hetsim.errors import ConfigError
 from hetsim.network import DEFAULT_KIND
 from hetsim.params import Param, typename
@@ -140,6 +140,50 @@ WORKLOAD_PARAMS = (
     Param("backward_fraction", default=None, low=0.0, low_open=True, high=1.0,
           doc="the backward pass's share of a step's compute, for bucketed all-reduce (default 2/3)"),
 )  # fmt: skip
+
+
+def make_efficiency(data: Any, path: str = "workload.efficiency") -> Efficiency:
+    """``[workload.efficiency]``: ``noise_scale`` (a number or a schedule), or ``grad_sqr`` with
+    ``grad_var``, and ``base_batch`` (see :mod:`hetsim.efficiency`)."""
+    table = Table(data, path, [p.name for p in EFFICIENCY_PARAMS])
+    raw_noise = table.raw("noise_scale", None)
+    schedule = _noise_schedule(raw_noise, f"{path}.noise_scale") if isinstance(raw_noise, list) else ()
+    values = table.read([p for p in EFFICIENCY_PARAMS if not (schedule and p.name == "noise_scale")])
+    pollux = values["grad_sqr"] is not None or values["grad_var"] is not None
+    if raw_noise is not None and pollux:
+        raise ConfigError(f"{path}.noise_scale", "give noise_scale or grad_sqr and grad_var, not both")
+    if pollux:
+        for key in ("grad_sqr", "grad_var"):
+            if values[key] is None:
+                raise ConfigError(f"{path}.{key}", "missing (required with the other of grad_sqr and grad_var)")
+        noise = values["base_batch"] * values["grad_var"] / values["grad_sqr"]
+        if noise <= 0:
+            raise ConfigError(f"{path}.grad_var", "must be > 0 (a zero variance has no noise scale)")
+    elif raw_noise is None:
+        raise ConfigError(f"{path}.noise_scale", "missing (required, or grad_sqr and grad_var)")
+    else:
+        noise = values["noise_scale"] if not schedule else schedule[0][1]
+    return Efficiency(float(noise), int(values["base_batch"]), values["target_steps"], schedule)
+
+
+def _noise_schedule(value: list[Any], field: str) -> Schedule:
+    """A noise-scale schedule: ``[progress, B_noise]`` pairs from progress 0, progress increasing,
+    every ``B_noise`` above 0."""
+    try:
+        knots = Param(field, "points").check(value)
+    except ConfigError as exc:
+        raise ConfigError(field, exc.problem) from None
+    if not knots:
+        raise ConfigError(field, "a schedule needs at least one [progress, noise_scale] pair")
+    if knots[0][0] != 0:
+        raise ConfigError(field, f"a schedule starts at progress 0, got {knots[0][0]:g}")
+    for i, ((p0, _), (p1, _)) in enumerate(zip(knots, knots[1:])):
+        if p1 <= p0:
+            raise ConfigError(field, f"progress must increase: point {i + 1} ({p1:g}) is not after {p0:g}")
+    for i, (_, v) in enumerate(knots):
+        if v <= 0:
+            raise ConfigError(field, f"point {i}: the noise scale must be > 0, got {v:g}")
+    return knots
 
 
 def make_policy_spec(data: Any) -> PolicySpec:

@@ -1,7 +1,8 @@
 """Statistical efficiency: how much a step of a given effective batch advances training.
 
-A workload may carry ``[workload.efficiency]``: the gradient noise scale (``noise_scale``,
-``B_noise`` in samples; or Pollux's ``grad_sqr`` and ``grad_var``, with
+A workload may carry ``[workload.efficiency]`` (read by :func:`hetsim.config.make_efficiency`):
+the gradient noise scale (``noise_scale``, ``B_noise`` in samples, a number or a schedule over
+training progress; or Pollux's ``grad_sqr`` and ``grad_var``, with
 ``B_noise = base_batch * grad_var / grad_sqr``), the batch its learning-rate schedule was tuned
 for (``base_batch``, ``M0``) and, optionally, the optimizer steps at ``M0`` that reach the
 target accuracy (``target_steps``).
@@ -14,6 +15,12 @@ A step whose applied gradients came from ``B_eff`` samples advances training by
 steps at ``M0``: the form of McCandlish et al. 2018, ``S = S_min (1 + B_noise / B)``. At
 ``B_eff = M0`` the gain is 1; far below ``B_noise`` it grows linearly with the batch, far above
 it saturates at ``1 + B_noise / M0``. The target is reached when the gains sum to ``target_steps``.
+
+The noise scale grows as training proceeds (McCandlish et al., fig. 4: often tenfold or more), so
+it may be a schedule: ``[[progress, B_noise], ...]`` knots, progress in steps at ``M0`` from 0,
+interpolated linearly and held beyond the last. A step's gain then uses the noise scale at the
+progress made before it, so progress is a recurrence, summed step by step
+(:meth:`Efficiency.progress`); :meth:`Efficiency.steps_to` integrates its continuous form exactly.
 
 ``B_eff`` counts the samples whose gradients were applied (:func:`effective_batch`): the
 included workers only (backup and K-sync drop the rest), and, for a combine that averages the
@@ -31,65 +38,92 @@ real runs (``validation``) are synchronous, so it has not been checked against a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from hetsim.errors import ConfigError
 from hetsim.params import Param
-from hetsim.tables import Table
 
 EFFICIENCY_PARAMS = (
-    Param("noise_scale", default=None, low=0.0, low_open=True, doc="gradient noise scale B_noise, samples"),
+    Param("noise_scale", default=None, low=0.0, low_open=True,
+          doc="gradient noise scale B_noise, samples; or [[progress, B_noise], ...] over progress"),
     Param("grad_sqr", default=None, low=0.0, low_open=True, doc="squared norm of the true gradient (Pollux)"),
     Param("grad_var", default=None, low=0.0, doc="variance of a gradient at base_batch (Pollux)"),
     Param("base_batch", "integer", low=1, doc="M0: the batch the learning rate was tuned for"),
     Param("target_steps", default=None, low=0.0, low_open=True, doc="steps at base_batch to the target accuracy"),
-)
+)  # fmt: skip
+
+Schedule = tuple[tuple[float, float], ...]  # (progress in steps at base_batch, B_noise) knots, progress from 0
 
 
 @dataclass(frozen=True)
 class Efficiency:
-    """A workload's statistical efficiency (see the module's docstring)."""
+    """A workload's statistical efficiency (see the module's docstring). ``schedule`` is empty
+    for a constant ``noise_scale``; otherwise ``noise_scale`` is its first value."""
 
     noise_scale: float
     base_batch: int
     target_steps: float | None = None
+    schedule: Schedule = ()
 
-    def gain(self, effective_batch: float | np.ndarray) -> Any:
-        """Progress, in steps at ``base_batch``, of a step of ``effective_batch`` samples (0 for 0)."""
+    def noise_at(self, progress: float) -> float:
+        """``B_noise`` once ``progress`` steps at ``base_batch`` have been made."""
+        if not self.schedule:
+            return self.noise_scale
+        at, value = zip(*self.schedule)
+        return float(np.interp(progress, at, value))
+
+    def gain(self, effective_batch: float | np.ndarray, noise_scale: float | None = None) -> Any:
+        """Progress, in steps at ``base_batch``, of a step of ``effective_batch`` samples (0 for 0)
+        at ``noise_scale`` (default: the noise scale at the start)."""
         b = np.asarray(effective_batch, dtype=float)
-        m0, noise = float(self.base_batch), self.noise_scale
+        m0 = float(self.base_batch)
+        noise = self.noise_scale if noise_scale is None else noise_scale
         out = (b / m0) * (noise + m0) / (noise + b)
         return float(out) if out.ndim == 0 else out
 
+    def progress(self, effective_batches: np.ndarray, discount: np.ndarray | None = None) -> np.ndarray:
+        """The progress after each step of ``effective_batches`` (cumulative), each gain scaled
+        by ``discount`` (stale updates); step by step under a schedule, each step at the noise
+        scale of the progress before it."""
+        b = np.asarray(effective_batches, dtype=float)
+        scale = np.ones_like(b) if discount is None else np.asarray(discount, dtype=float)
+        if not self.schedule:
+            return np.cumsum(self.gain(b) * scale)
+        out = np.empty_like(b)
+        done = 0.0
+        for k, (batch, factor) in enumerate(zip(b.tolist(), scale.tolist())):
+            done += factor * self.gain(batch, self.noise_at(done))
+            out[k] = done
+        return out
+
+    def steps_to(self, target: float, effective_batch: float) -> float:
+        """Steps of ``effective_batch`` samples from no progress to ``target``: the integral of
+        ``1 / gain`` over progress, exact per linear piece of the schedule (constant noise: one
+        piece). The continuous form of :meth:`progress`'s sum."""
+        if effective_batch <= 0:
+            return math.inf
+        m0, b = float(self.base_batch), float(effective_batch)
+        knots = list(self.schedule) or [(0.0, self.noise_scale)]
+        knots = [(p, v) for p, v in knots if p < target] + [(target, self.noise_at(target))]
+        steps = 0.0
+        for (p0, v0), (p1, v1) in zip(knots, knots[1:]):
+            # 1/gain = (M0/B) (1 + (B - M0) / (B_noise + M0)), B_noise linear in progress on the piece
+            slope = (v1 - v0) / (p1 - p0) if p1 > p0 else 0.0
+            span = p1 - p0
+            extra = span / (v0 + m0) if slope == 0 else math.log((v1 + m0) / (v0 + m0)) / slope
+            steps += (m0 / b) * (span + (b - m0) * extra)
+        return steps
+
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"noise_scale": self.noise_scale, "base_batch": self.base_batch}
+        noise: Any = [list(k) for k in self.schedule] if self.schedule else self.noise_scale
+        out: dict[str, Any] = {"noise_scale": noise, "base_batch": self.base_batch}
         if self.target_steps is not None:
             out["target_steps"] = self.target_steps
         return out
-
-
-def make_efficiency(data: Any, path: str = "workload.efficiency") -> Efficiency:
-    """``[workload.efficiency]``: ``noise_scale``, or ``grad_sqr`` with ``grad_var``, and ``base_batch``."""
-    values = Table(data, path, [p.name for p in EFFICIENCY_PARAMS]).read(EFFICIENCY_PARAMS)
-    pollux = values["grad_sqr"] is not None or values["grad_var"] is not None
-    if values["noise_scale"] is not None and pollux:
-        raise ConfigError(f"{path}.noise_scale", "give noise_scale or grad_sqr and grad_var, not both")
-    if pollux:
-        for key in ("grad_sqr", "grad_var"):
-            if values[key] is None:
-                raise ConfigError(f"{path}.{key}", "missing (required with the other of grad_sqr and grad_var)")
-        noise = values["base_batch"] * values["grad_var"] / values["grad_sqr"]
-        if noise <= 0:
-            raise ConfigError(f"{path}.grad_var", "must be > 0 (a zero variance has no noise scale)")
-    elif values["noise_scale"] is None:
-        raise ConfigError(f"{path}.noise_scale", "missing (required, or grad_sqr and grad_var)")
-    else:
-        noise = values["noise_scale"]
-    return Efficiency(float(noise), int(values["base_batch"]), values["target_steps"])
 
 
 def effective_batch(

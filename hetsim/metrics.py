@@ -133,7 +133,7 @@ def summarize(trace: Trace, scenario: Scenario | None = None) -> Summary:
         split_changes=split_changes(trace),
         recovery_steps=None
         if scenario is None or not trace.synchronous
-        else recovery_steps(trace, scenario.hints(), scenario.workload.global_batch),
+        else recovery_steps(trace, scenario.hints()),
         **learning(trace, steps, samples, scenario),
     )
 
@@ -152,10 +152,9 @@ def learning(trace: Trace, steps: np.ndarray, samples: float, scenario: Scenario
     if trace.synchronous:
         weighted = trace.policy not in POLICIES or policy_class(trace.policy).weighted_gradients
         batches = effective_batches(trace.per_step("local_batch"), trace.per_step("included"), bool(weighted))
-        gains = efficiency.gain(batches)
+        progress = efficiency.progress(batches)
     else:
-        gains = efficiency.gain(trace.local_batch * trace.included) * staleness_discount(staleness(trace))
-    progress = np.cumsum(gains)
+        progress = efficiency.progress(trace.local_batch * trace.included, staleness_discount(staleness(trace)))
     total = float(steps.sum())
     reached = None
     if efficiency.target_steps is not None and progress[-1] >= efficiency.target_steps:
@@ -175,7 +174,7 @@ def split_changes(trace: Trace) -> float:
     return float(moved.mean())
 
 
-def recovery_steps(trace: Trace, hints: Sequence[WorkerHint], global_batch: int, within: float = 0.05) -> float | None:
+def recovery_steps(trace: Trace, hints: Sequence[WorkerHint], within: float = 0.05) -> float | None:
     factors = trace.per_step("slowdown")
     batches = trace.per_step("local_batch")
     up = trace.per_step("up")
@@ -186,6 +185,7 @@ def recovery_steps(trace: Trace, hints: Sequence[WorkerHint], global_batch: int,
     for k in onsets:
         slowed = [replace(h, noise_mean=h.noise_mean * f) for h, f in zip(hints, factors[k])]  # the episode's speeds
         caps = [h.max_batch if u else 0 for h, u in zip(hints, up[k])]
+        global_batch = int(batches[k].sum())  # the onset's (a policy that varies_batch changes it)
         if sum(caps) < global_batch:
             continue
         best = slowest_expected_s(slowed, min_max_split(slowed, global_batch, caps))

@@ -13,7 +13,7 @@ from typing import Any
 from hetsim.efficiency import Efficiency
 from hetsim.errors import ConfigError
 from hetsim.network import Buckets, NetworkModel, Nodes
-from hetsim.policies import Policy, WorkerHint, make_policy
+from hetsim.policies import Policy, RunHint, WorkerHint, make_policy
 from hetsim.workers import WorkerSpec
 
 DEFAULT_BACKWARD_FRACTION = 2.0 / 3.0  # backward ~ twice the forward pass's time
@@ -125,7 +125,19 @@ class Scenario:
         cluster's size (ConfigError on ``policy.<parameter>``)."""
         name = self.policy.name if name is None else name
         own = dict(self.policy.params) if name == self.policy.name else {}
-        return make_policy(name, {**own, **dict(params or {})}, n_workers=self.n_workers)
+        policy = make_policy(name, {**own, **dict(params or {})}, n_workers=self.n_workers)
+        if policy.needs_efficiency and self.workload.efficiency is None:
+            raise ConfigError(
+                "workload.efficiency",
+                f"missing: policy {name!r} chooses the global batch by statistical efficiency "
+                "(give noise_scale and base_batch)",
+            )
+        return policy
+
+    def run_hint(self) -> RunHint:
+        """What every policy is told about the run: the all-reduce after the barrier and the
+        workload's statistical efficiency."""
+        return RunHint(self.allreduce_s(), self.workload.efficiency)
 
     def hints(self) -> tuple[WorkerHint, ...]:
         """What the cost-aware policies are told: caps and the true expected cost curves (cost

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hetsim.config import load_scenario
-from hetsim.efficiency import Efficiency, effective_batch, effective_batches, make_efficiency
+from hetsim.config import make_efficiency
+from hetsim.efficiency import Efficiency, effective_batch, effective_batches
 from hetsim.errors import ConfigError
 from hetsim.metrics import step_times, summarize
 from hetsim.simulate import simulate
@@ -113,6 +114,15 @@ def test_efficiency_round_trips_through_the_scenario_file_form():
         ({"grad_sqr": 1, "base_batch": 32}, "workload.efficiency.grad_var: missing"),
         ({"grad_sqr": 1, "grad_var": 0, "base_batch": 32}, "workload.efficiency.grad_var: must be > 0"),
         ({"noise_scale": 5, "base_batch": 32, "speed": 1}, "workload.efficiency.speed"),
+        ({"noise_scale": [], "base_batch": 32}, "workload.efficiency.noise_scale: a schedule needs at least one"),
+        ({"noise_scale": [[1, 50]], "base_batch": 32}, "workload.efficiency.noise_scale: a schedule starts at progress 0"),
+        ({"noise_scale": [[0, 50], [0, 60]], "base_batch": 32}, "workload.efficiency.noise_scale: progress must increase"),
+        ({"noise_scale": [[0, 50], [9, 0]], "base_batch": 32},
+         "workload.efficiency.noise_scale: point 1: the noise scale must be > 0, got 0"),
+        ({"noise_scale": [[0, 50], [9]], "base_batch": 32}, "workload.efficiency.noise_scale: must be a list of [x, y]"),
+        ({"noise_scale": [[0, -5]], "base_batch": 32}, "workload.efficiency.noise_scale: point 0 must be two non-neg"),
+        ({"noise_scale": [[0, 5]], "grad_sqr": 1, "grad_var": 1, "base_batch": 32},
+         "workload.efficiency.noise_scale: give noise_scale or"),
     ],
 )
 def test_bad_efficiency_tables_name_the_field(table, message):
@@ -121,12 +131,51 @@ def test_bad_efficiency_tables_name_the_field(table, message):
     assert str(err.value).startswith(message)
 
 
-@pytest.mark.parametrize("policy", ["equal", "optimal", "proportional"])
-def test_analyze_predicts_time_to_target_within_three_ci_half_widths_of_simulation(policy):
+SCHEDULE = "workload.efficiency.noise_scale=[[0, 64], [1000, 256], [2500, 1024]]"
+
+
+def test_a_schedule_interpolates_over_progress_and_holds_beyond_its_last_point():
+    eff = make_efficiency({"noise_scale": [[0, 64], [100, 256], [300, 1024]], "base_batch": 32})
+    assert eff.noise_scale == 64
+    assert [eff.noise_at(p) for p in (0, 50, 100, 200, 300, 5000)] == [64, 160, 256, 640, 1024, 1024]
+    assert eff.gain(128, eff.noise_at(200)) == pytest.approx(4 * (640 + 32) / (640 + 128))
+    assert make_efficiency(eff.to_dict()) == eff
+
+
+@given(batches=st.lists(st.floats(0.0, 4096.0), min_size=1, max_size=60), stale=st.booleans())
+def test_progress_under_a_schedule_is_the_recurrence_at_the_noise_of_the_progress_before(batches, stale):
+    eff = Efficiency(64.0, 32, None, ((0.0, 64.0), (20.0, 512.0), (50.0, 2048.0)))
+    discount = np.linspace(1.0, 0.2, len(batches)) if stale else None
+    done, expected = 0.0, []
+    for k, b in enumerate(batches):
+        done += (1.0 if discount is None else discount[k]) * eff.gain(b, eff.noise_at(done))
+        expected.append(done)
+    np.testing.assert_allclose(eff.progress(np.array(batches), discount), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("batch", [16.0, 32.0, 200.0, 3000.0])
+def test_steps_to_a_target_is_the_integral_of_the_inverse_gain(batch):
+    constant = Efficiency(100.0, 32)
+    assert constant.steps_to(500.0, batch) == pytest.approx(500.0 / constant.gain(batch))
+    eff = Efficiency(64.0, 32, None, ((0.0, 64.0), (300.0, 512.0), (700.0, 4096.0)))
+    grid = np.linspace(0.0, 1000.0, 200_001)
+    inverse = 1.0 / eff.gain(batch, np.interp(grid, [0, 300, 700], [64, 512, 4096]))
+    numeric = float(np.sum((inverse[1:] + inverse[:-1]) / 2 * np.diff(grid)))
+    assert eff.steps_to(1000.0, batch) == pytest.approx(numeric, rel=1e-8)
+    # the simulator's step-by-step sum (each step at the noise before it) needs about as many
+    continuous = eff.steps_to(1000.0, batch)
+    steps = int(np.searchsorted(eff.progress(np.full(int(continuous) + 50, batch)), 1000.0)) + 1
+    assert continuous - 1 <= steps <= max(continuous + 2, 1.05 * continuous)
+
+
+@pytest.mark.parametrize(
+    ("policy", "noise"), [("equal", []), ("optimal", []), ("proportional", []), ("equal", [SCHEDULE])]
+)
+def test_analyze_predicts_time_to_target_within_three_ci_half_widths_of_simulation(policy, noise):
     from hetsim.analytic import predict
     from hetsim.metrics import mean_ci
 
-    scenario = load_scenario("paper", [*EFFICIENT, "workload.efficiency.target_steps=3000"])
+    scenario = load_scenario("paper", [*EFFICIENT, "workload.efficiency.target_steps=3000", *noise])
     predicted = predict(scenario, policy)
     runs = [summarize(simulate(scenario, policy, seed=seed), scenario) for seed in range(10)]
     measured = [r.time_to_target_s for r in runs]

@@ -50,8 +50,8 @@ def test_layers_point_one_way():
 # ``if TYPE_CHECKING:`` are for annotations and do not count).
 LAYERS = [
     {"errors", "params", "registry", "files", "scenarios", "sweeps"},  # (the last two: data packages)
-    {"distributions", "costs", "network", "workers", "partition", "policies", "orderstats", "trace"},
-    {"scenario", "config", "tables", "worker_tables", "efficiency"},
+    {"distributions", "costs", "network", "workers", "partition", "policies", "orderstats", "trace", "efficiency"},
+    {"scenario", "config", "tables", "worker_tables"},
     {"engines", "simulate", "analytic", "analytic_async", "prediction", "metrics", "calibrate", "logs"},
     {"sweepfile", "sweep", "results"},
     {"plots", "report"},

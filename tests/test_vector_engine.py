@@ -91,7 +91,16 @@ POLICY_PARAMS = {
     "adaptive": st.fixed_dictionaries(
         {"resplit": st.sampled_from(["step", "epoch"]), "hysteresis": st.sampled_from([0.0, 0.01])}
     ),
-}
+    "goodput": st.fixed_dictionaries(
+        {"resplit": st.sampled_from(["step", "epoch"]), "batch_hysteresis": st.sampled_from([0.0, 0.05]),
+         "min_batch": st.sampled_from([None, 1])}
+    ),
+}  # fmt: skip
+EFFICIENCIES = [  # every generated scenario has one (goodput needs it); a schedule makes its batch move
+    {"noise_scale": 64, "base_batch": 32},
+    {"noise_scale": [[0, 4], [2, 4000]], "base_batch": 16},
+]
+EFFICIENT = ["workload.efficiency.noise_scale=[[0, 50], [200, 5000]]", "workload.efficiency.base_batch=64"]
 
 
 @st.composite
@@ -160,6 +169,7 @@ def scenarios(draw):
         seed=draw(st.integers(0, 2**16)),
         gradient_mb=1.0,
     )
+    raw["workload"]["efficiency"] = draw(st.sampled_from(EFFICIENCIES))
     return build_scenario(raw)
 
 
@@ -200,7 +210,7 @@ def test_ties_at_the_barrier_are_included_by_both_engines():
 
 @pytest.mark.parametrize("scenario", ["workstation", "paper", "shared-cluster", "mixed-gpus"])
 def test_builtin_scenarios_give_the_same_trace_under_every_barrier_policy(scenario):
-    s = load_scenario(scenario, ["workload.epochs=2"])
+    s = load_scenario(scenario, ["workload.epochs=2", *EFFICIENT])
     for name in BARRIER_POLICIES:
         assert_same_trace(simulate(s, name), simulate(s, name, engine="vector"))
 
@@ -223,7 +233,9 @@ def test_long_run_with_frequent_failures_and_shared_episodes():
             "slowdown": {"every_s": 0.7, "duration_s": 0.2, "factor": 1.5},
         },
     ]
-    s = build_scenario(scenario_dict(workers, global_batch=180, steps_per_epoch=25, epochs=8))
+    raw = scenario_dict(workers, global_batch=180, steps_per_epoch=25, epochs=8)
+    raw["workload"]["efficiency"] = {"noise_scale": [[0, 50], [200, 5000]], "base_batch": 64}
+    s = build_scenario(raw)
     for name in BARRIER_POLICIES:
         simpy_trace = simulate(s, name)
         assert_same_trace(simpy_trace, simulate(s, name, engine="vector"))

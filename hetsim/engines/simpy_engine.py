@@ -78,7 +78,7 @@ def draws(spec: WorkerSpec, rng: WorkerStreams, chunk: int) -> Iterator[tuple[fl
 def run_simpy(scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
     """Simulate ``scenario`` under ``policy`` (reset here) and return its trace."""
     streams = WorkerStreams.spawn(scenario.seed if seed is None else seed, scenario.workers)
-    policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints())
+    policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints(), scenario.run_hint())
     if not policy.synchronous:
         return run_simpy_async(scenario, policy, streams)
     return _BarrierRun(scenario, policy, streams).run()

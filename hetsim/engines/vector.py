@@ -87,7 +87,7 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
     wl = scenario.workload
     total, per_epoch = wl.total_steps, wl.steps_per_epoch
     streams = WorkerStreams.spawn(scenario.seed if seed is None else seed, workers)
-    policy.reset(n, wl.global_batch, scenario.hints())
+    policy.reset(n, wl.global_batch, scenario.hints(), scenario.run_hint())
     buckets = scenario.buckets()
     comm: float | Buckets = scenario.allreduce_s() if buckets is None else buckets
     trace = TraceBuilder(policy.name, n, total)

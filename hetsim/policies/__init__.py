@@ -11,13 +11,14 @@ from typing import Any
 from hetsim.errors import ConfigError
 from hetsim.params import join
 from hetsim.policies.adaptive import Adaptive
-from hetsim.policies.base import Policy, StepInfo, StepRecord, WorkerHint
+from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHint
 from hetsim.policies.dynamic import Dynamic, DynamicEnhanced
+from hetsim.policies.goodput import Goodput
 from hetsim.policies.static import Equal, Optimal, Proportional
 from hetsim.policies.straggler import Async, Backup, KSync
 from hetsim.registry import POLICIES
 
-for _cls in (Equal, Proportional, Dynamic, DynamicEnhanced, Optimal, Adaptive, Backup, KSync, Async):
+for _cls in (Equal, Proportional, Dynamic, DynamicEnhanced, Optimal, Adaptive, Goodput, Backup, KSync, Async):
     POLICIES.register(_cls)  # in this order: the order of --policy's default, the tables and the docs
 
 
@@ -49,11 +50,13 @@ __all__ = [
     "Backup",
     "Dynamic",
     "DynamicEnhanced",
+    "Goodput",
     "Equal",
     "KSync",
     "Optimal",
     "Policy",
     "Proportional",
+    "RunHint",
     "StepInfo",
     "StepRecord",
     "WorkerHint",

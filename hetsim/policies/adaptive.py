@@ -29,7 +29,7 @@ import numpy as np
 
 from hetsim.params import Param
 from hetsim.partition import max_time, water_fill
-from hetsim.policies.base import Policy, StepInfo, StepRecord, WorkerHint
+from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHint
 
 MIN_SPREAD = 0.5  # samples; with MIN_SPREAD_REL of the mean: below this spread of b the slope is kept
 MIN_SPREAD_REL = 0.05
@@ -60,8 +60,10 @@ class Adaptive(Policy):
     forgetting: float
     hysteresis: float
 
-    def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
-        super().reset(n_workers, global_batch, hints)
+    def reset(
+        self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None, run: RunHint | None = None
+    ) -> None:
+        super().reset(n_workers, global_batch, hints, run)
         self._stats = np.zeros((n_workers, 5))  # decayed sums of 1, b, b^2, t, b*t
         self._slope = np.full(n_workers, np.nan)
         self.fixed_s = np.zeros(n_workers)
@@ -116,16 +118,27 @@ class Adaptive(Policy):
             self.fixed_s[i] = mean_t - slope * mean_b
 
     def _update(self, available: tuple[bool, ...] | None) -> None:
+        estimates = self._estimates(available)
+        if estimates is not None:
+            self._resplit(*estimates)
+
+    def _estimates(self, available: tuple[bool, ...] | None) -> tuple[np.ndarray, np.ndarray, list[float]] | None:
+        """Refit; the fitted ``(fixed_s, per_sample_s, caps)`` of the workers up, or None while
+        no worker has been measured or the workers up cannot hold the batch."""
         self._fit()
         known = ~np.isnan(self.per_sample_s)
         if not known.any():
-            return
+            return None
         # A worker never measured (down since the start) is assumed average until it is measured.
         fixed = np.where(known, self.fixed_s, self.fixed_s[known].mean())
         per_sample = np.where(known, self.per_sample_s, self.per_sample_s[known].mean())
         caps = list(self.caps) if available is None else [c if up else 0 for c, up in zip(self.caps, available)]
         if sum(caps) < self.global_batch:
-            return
+            return None
+        return fixed, per_sample, caps
+
+    def _resplit(self, fixed: np.ndarray, per_sample: np.ndarray, caps: list[float]) -> None:
+        """Adopt the min-max split of the fitted costs when it is ``hysteresis`` faster."""
         proposal = water_fill(fixed, per_sample, self.global_batch, caps)
         current = max_time(fixed, per_sample, self._batches)
         if not np.isfinite(current) or max_time(fixed, per_sample, proposal) < (1 - self.hysteresis) * current:

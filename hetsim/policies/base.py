@@ -2,9 +2,11 @@
 
 A policy owns the split of the global batch. The caller drives it with three hooks:
 
-* ``reset(n_workers, global_batch, hints)`` once before the first step;
+* ``reset(n_workers, global_batch, hints, run)`` once before the first step (``run``: what is
+  known of the run beyond its workers, a :class:`RunHint`);
 * ``partition(info) -> local batches`` before every step (integers, each in ``[0, max_batch]``,
-  summing exactly to ``global_batch``);
+  summing exactly to ``global_batch``; a policy that ``varies_batch`` changes its
+  ``global_batch`` as it goes);
 * ``observe(record)`` after every step, with the measured per-worker compute times.
 
 The base class keeps the split (set at ``reset`` from :meth:`Policy.initial_split`, the equal
@@ -32,6 +34,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from hetsim.costs import CostModel
+from hetsim.efficiency import Efficiency
 from hetsim.params import PlugIn
 from hetsim.partition import split_by_shares
 
@@ -73,6 +76,17 @@ class WorkerHint:
         if time_s < self.delay_s:
             return 0.0
         return self.cost.batch_within((time_s - self.delay_s) / self.noise_mean)
+
+
+@dataclass(frozen=True)
+class RunHint:
+    """What a policy may know about the run beyond its workers: the expected time of a step
+    outside the workers' compute (``overhead_s``: the all-reduce, or an upper bound of its
+    exposed part when it overlaps the backward pass) and the workload's statistical efficiency
+    (None: unknown)."""
+
+    overhead_s: float = 0.0
+    efficiency: Efficiency | None = None
 
 
 class StepInfo(NamedTuple):
@@ -126,19 +140,26 @@ class Policy(PlugIn):
     resplits: ClassVar[bool] = False  # the split can change during a run (plots show its trajectory)
     autocorrelated_steps: ClassVar[bool] = False  # step times depend on the history: CIs use batch means
     closed_form: ClassVar[bool] = False  # hetsim.analytic.predict models it (see analytic's docstring)
+    needs_efficiency: ClassVar[bool] = False  # reset needs the workload's statistical efficiency (RunHint)
+    varies_batch: ClassVar[bool] = False  # the global batch can change during a run
     no_closed_form_reason: ClassVar[str] = "it does not declare a closed form (Policy.closed_form)"
 
     __eq__ = object.__eq__  # a policy is stateful: two are the same only if they are one object
     __hash__ = object.__hash__
 
-    def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
+    def reset(
+        self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None, run: RunHint | None = None
+    ) -> None:
         self.n_workers = n_workers
         self.global_batch = global_batch
         self.hints = tuple(hints) if hints is not None else (WorkerHint(),) * n_workers
+        self.run = RunHint() if run is None else run
         if len(self.hints) != n_workers:
             raise ValueError(f"{len(self.hints)} hints for {n_workers} workers")
         if self.needs_costs and not self.costs_known:
             raise ValueError(f"policy {self.name!r} needs every worker's expected costs")
+        if self.needs_efficiency and self.run.efficiency is None:
+            raise ValueError(f"policy {self.name!r} needs the workload's statistical efficiency")
         self.check_cluster(n_workers)
         self._batches = self.initial_split()
 
@@ -191,6 +212,10 @@ class Policy(PlugIn):
 
     def observe(self, record: StepRecord) -> None:
         """Default: a static policy ignores measurements."""
+
+    def observe_noise_scale(self, noise_scale: float) -> None:
+        """A measured gradient noise scale, samples (a real trainer's running estimate). Default:
+        ignored; a policy that ``needs_efficiency`` prefers it to the efficiency's schedule."""
 
     def wait_for(self) -> int:
         return self.n_workers

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hetsim.partition import balanced_split, split_by_shares
-from hetsim.policies.base import Policy, StepInfo, StepRecord, WorkerHint
+from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHint
 
 
 class Dynamic(Policy):
@@ -21,8 +21,10 @@ class Dynamic(Policy):
     autocorrelated_steps = True
     closed_form = True  # iterating its own update on expected times gives its expected trajectory
 
-    def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
-        super().reset(n_workers, global_batch, hints)
+    def reset(
+        self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None, run: RunHint | None = None
+    ) -> None:
+        super().reset(n_workers, global_batch, hints, run)
         self._shares = np.full(n_workers, 1.0 / n_workers)
         self._speed = np.zeros(n_workers)  # last p_i / t_i, kept for a worker that sat an epoch out
         self._sum_s = np.zeros(n_workers)

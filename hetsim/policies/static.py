@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hetsim.partition import min_max_split, split_by_shares
-from hetsim.policies.base import UNTIL_THE_END, Policy, StepInfo, WorkerHint
+from hetsim.policies.base import UNTIL_THE_END, Policy, RunHint, StepInfo, WorkerHint
 
 
 class _Static(Policy):
@@ -46,9 +46,11 @@ class Optimal(_Static):
     name = "optimal"
     needs_costs = True
 
-    def reset(self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None) -> None:
+    def reset(
+        self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None, run: RunHint | None = None
+    ) -> None:
         self._by_availability: dict[tuple[bool, ...], tuple[int, ...]] = {}
-        super().reset(n_workers, global_batch, hints)
+        super().reset(n_workers, global_batch, hints, run)
 
     def initial_split(self, available: tuple[bool, ...] | None = None) -> tuple[int, ...]:
         caps = self.caps if available is None else tuple(c if up else 0 for c, up in zip(self.caps, available))

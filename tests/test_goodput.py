@@ -1,0 +1,146 @@
+"""The goodput policy: the global batch and its split chosen together for the fastest progress."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hetsim.cli import main
+from hetsim.config import build_scenario, load_scenario
+from hetsim.efficiency import Efficiency
+from hetsim.errors import ConfigError
+from hetsim.metrics import summarize
+from hetsim.partition import max_time, water_fill
+from hetsim.policies import Goodput, RunHint, StepInfo, StepRecord, WorkerHint
+from hetsim.simulate import simulate
+from tests.helpers import scenario_dict
+
+FIXED_S = np.array([0.010, 0.010, 0.030])  # two fast workers and a slow one, affine, deterministic
+PER_SAMPLE_S = np.array([0.0005, 0.0005, 0.0020])
+OVERHEAD_S = 0.05
+
+
+def true_goodput(batch: int, efficiency: Efficiency, noise: float) -> float:
+    split = water_fill(FIXED_S, PER_SAMPLE_S, batch)
+    return efficiency.gain(batch, noise) / (max_time(FIXED_S, PER_SAMPLE_S, split) + OVERHEAD_S)
+
+
+def feed(policy: Goodput, steps: int, per_epoch: int = 5) -> list[int]:
+    """Run ``policy`` on the deterministic workers; the global batch of every step."""
+    out = []
+    for k in range(steps):
+        info = StepInfo(k, k // per_epoch, k % per_epoch, per_epoch)
+        batches = policy.partition(info)
+        out.append(sum(batches))
+        times = tuple(float(FIXED_S[i] + PER_SAMPLE_S[i] * b) if b else 0.0 for i, b in enumerate(batches))
+        policy.observe(StepRecord(info, tuple(batches), times, (True,) * 3))
+    return out
+
+
+@pytest.mark.parametrize("noise", [40.0, 400.0, 4000.0])
+def test_it_settles_on_the_batch_of_highest_goodput_within_the_candidate_grid(noise):
+    efficiency = Efficiency(noise, 64)
+    policy = Goodput(min_batch=16, max_batch=2048, batch_hysteresis=0.0)
+    policy.reset(3, 128, [WorkerHint()] * 3, RunHint(OVERHEAD_S, efficiency))
+    batches = feed(policy, 40)
+    # every worker's slope is identified once the batch has moved; the choice is then stable
+    assert len(set(batches[-10:])) == 1
+    best = max(true_goodput(b, efficiency, noise) for b in range(16, 2049))
+    assert true_goodput(batches[-1], efficiency, noise) >= 0.99 * best
+    assert policy.progress == pytest.approx(sum(efficiency.gain(b, noise) for b in batches))
+
+
+def test_a_larger_noise_scale_means_a_larger_batch():
+    chosen = []
+    for noise in (40.0, 400.0, 4000.0):
+        policy = Goodput(min_batch=16, max_batch=2048, batch_hysteresis=0.0)
+        policy.reset(3, 128, [WorkerHint()] * 3, RunHint(OVERHEAD_S, Efficiency(noise, 64)))
+        chosen.append(feed(policy, 40)[-1])
+    assert chosen[0] < chosen[1] < chosen[2]
+
+
+def test_a_measured_noise_scale_overrides_the_workloads():
+    policy = Goodput(min_batch=16, max_batch=2048, batch_hysteresis=0.0)
+    policy.reset(3, 128, [WorkerHint()] * 3, RunHint(OVERHEAD_S, Efficiency(40.0, 64)))
+    small = feed(policy, 20)[-1]
+    policy.observe_noise_scale(4000.0)
+    assert feed(policy, 20)[-1] > 4 * small
+
+
+def test_hysteresis_keeps_the_batch_unless_the_gain_is_large_enough():
+    policy = Goodput(min_batch=16, max_batch=2048, batch_hysteresis=0.99)
+    policy.reset(3, 128, [WorkerHint()] * 3, RunHint(OVERHEAD_S, Efficiency(400.0, 64)))
+    assert set(feed(policy, 30)) == {128}
+
+
+def test_the_batch_stays_within_the_range_and_the_caps():
+    policy = Goodput(min_batch=100, max_batch=150, batch_hysteresis=0.0)
+    policy.reset(3, 64, [WorkerHint(max_batch=40)] * 3, RunHint(OVERHEAD_S, Efficiency(4000.0, 64)))
+    assert policy.global_batch == 100  # the workload's batch, moved into the range
+    assert set(feed(policy, 20)) <= set(range(100, 121))  # the caps hold 120
+
+
+def test_a_schedule_moves_the_batch_up_as_training_progresses_and_both_engines_agree():
+    schedule = "workload.efficiency.noise_scale=[[0, 100], [1500, 6000]]"
+    scenario = load_scenario(
+        "mixed-gpus", [schedule, "workload.efficiency.base_batch=256", "workload.efficiency.target_steps=3000",
+                       "workload.epochs=30", "policy.name=goodput", "policy.min_batch=128"]
+    )  # fmt: skip
+    trace = simulate(scenario, "goodput")
+    sums = trace.per_step("local_batch").sum(axis=1)
+    assert sums[100] < sums[-1] and (np.diff(sums[97:]) >= 0).mean() > 0.95  # mostly upwards
+    vector = simulate(scenario, "goodput", engine="vector")
+    np.testing.assert_array_equal(vector.local_batch, trace.local_batch)
+    np.testing.assert_array_equal(vector.compute_s, trace.compute_s)
+    summary = summarize(trace, scenario)
+    assert summary.time_to_target_s is not None
+    fixed = [summarize(simulate(s, "adaptive"), s).time_to_target_s for s in [scenario]]
+    assert fixed[0] is not None and summary.time_to_target_s < fixed[0]  # beats adaptive at the default batch
+
+
+def test_goodput_without_statistical_efficiency_is_refused_naming_the_field():
+    scenario = load_scenario("paper")
+    with pytest.raises(ConfigError, match=r"^workload\.efficiency: missing: policy 'goodput'"):
+        scenario.make_policy("goodput")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "goodput"], "hetsim: error: workload.efficiency: missing: policy 'goodput' chooses"),
+        (["--policy", "goodput", "--set", "workload.efficiency.noise_scale=0", "--set",
+          "workload.efficiency.base_batch=32"], "hetsim: error: workload.efficiency.noise_scale: must be > 0, got 0"),
+        (["--policy", "goodput", "--set", "workload.efficiency.noise_scale=100", "--set",
+          "workload.efficiency.base_batch=32", "--set", "workload.efficiency.target_steps=-3"],
+         "hetsim: error: workload.efficiency.target_steps: must be > 0, got -3"),
+        (["--policy", "goodput", "--set", "workload.efficiency.noise_scale=100", "--set",
+          "workload.efficiency.base_batch=32", "--set", "policy.name=goodput", "--set", "policy.min_batch=512",
+          "--set", "policy.max_batch=256"], "hetsim: error: policy.max_batch: must be >= 512, got 256"),
+        (["--policy", "goodput", "--set", "workload.efficiency.noise_scale=[[0, 100], [0, 200]]", "--set",
+          "workload.efficiency.base_batch=32"],
+         "hetsim: error: workload.efficiency.noise_scale: progress must increase: point 1 (0) is not after 0"),
+    ],
+)  # fmt: skip
+def test_bad_goodput_input_gets_one_line_and_exit_2(args, message, capsys):
+    assert main(["simulate", "paper", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_min_batch_beyond_the_caps_is_refused():
+    raw = scenario_dict([{"count": 2, "per_sample_s": 0.001, "max_batch": 64}], global_batch=64)
+    raw["workload"]["efficiency"] = {"noise_scale": 100, "base_batch": 64}
+    raw["policy"] = {"name": "goodput", "min_batch": 200}
+    with pytest.raises(ConfigError, match=r"^policy\.min_batch: 200 is more than the workers' caps hold \(128\)"):
+        simulate(build_scenario(raw), "goodput")
+
+
+def test_simulate_leaves_goodput_out_quietly_without_efficiency_and_runs_it_with(capsys):
+    assert main(["simulate", "paper", "--json", "--set", "workload.epochs=1"]) == 0
+    out = capsys.readouterr()
+    assert "goodput" not in [s["policy"] for s in json.loads(out.out)] and out.err == ""
+    efficient = ["--set", "workload.efficiency.noise_scale=512", "--set", "workload.efficiency.base_batch=128"]
+    assert main(["simulate", "paper", "--json", "--set", "workload.epochs=1", *efficient]) == 0
+    assert "goodput" in [s["policy"] for s in json.loads(capsys.readouterr().out)]
