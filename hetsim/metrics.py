@@ -131,9 +131,7 @@ def summarize(trace: Trace, scenario: Scenario | None = None) -> Summary:
         staleness_mean=None if stale is None else float(stale.mean()),
         staleness_p95=None if stale is None else float(np.percentile(stale, 95)),
         split_changes=split_changes(trace),
-        recovery_steps=None
-        if scenario is None or not trace.synchronous
-        else recovery_steps(trace, scenario.hints()),
+        recovery_steps=None if scenario is None or not trace.synchronous else recovery_steps(trace, scenario.hints()),
         **learning(trace, steps, samples, scenario),
     )
 

@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hetsim.config import load_scenario
-from hetsim.config import make_efficiency
+from hetsim.config import load_scenario, make_efficiency
 from hetsim.efficiency import Efficiency, effective_batch, effective_batches
 from hetsim.errors import ConfigError
 from hetsim.metrics import step_times, summarize
@@ -99,6 +98,9 @@ def test_efficiency_round_trips_through_the_scenario_file_form():
     assert load_scenario(scenario.to_dict()) == scenario
 
 
+NOISE = "workload.efficiency.noise_scale"
+
+
 @pytest.mark.parametrize(
     ("table", "message"),
     [
@@ -114,15 +116,13 @@ def test_efficiency_round_trips_through_the_scenario_file_form():
         ({"grad_sqr": 1, "base_batch": 32}, "workload.efficiency.grad_var: missing"),
         ({"grad_sqr": 1, "grad_var": 0, "base_batch": 32}, "workload.efficiency.grad_var: must be > 0"),
         ({"noise_scale": 5, "base_batch": 32, "speed": 1}, "workload.efficiency.speed"),
-        ({"noise_scale": [], "base_batch": 32}, "workload.efficiency.noise_scale: a schedule needs at least one"),
-        ({"noise_scale": [[1, 50]], "base_batch": 32}, "workload.efficiency.noise_scale: a schedule starts at progress 0"),
-        ({"noise_scale": [[0, 50], [0, 60]], "base_batch": 32}, "workload.efficiency.noise_scale: progress must increase"),
-        ({"noise_scale": [[0, 50], [9, 0]], "base_batch": 32},
-         "workload.efficiency.noise_scale: point 1: the noise scale must be > 0, got 0"),
-        ({"noise_scale": [[0, 50], [9]], "base_batch": 32}, "workload.efficiency.noise_scale: must be a list of [x, y]"),
-        ({"noise_scale": [[0, -5]], "base_batch": 32}, "workload.efficiency.noise_scale: point 0 must be two non-neg"),
-        ({"noise_scale": [[0, 5]], "grad_sqr": 1, "grad_var": 1, "base_batch": 32},
-         "workload.efficiency.noise_scale: give noise_scale or"),
+        ({"noise_scale": [], "base_batch": 32}, f"{NOISE}: a schedule needs at least one"),
+        ({"noise_scale": [[1, 50]], "base_batch": 32}, f"{NOISE}: a schedule starts at progress 0"),
+        ({"noise_scale": [[0, 50], [0, 60]], "base_batch": 32}, f"{NOISE}: progress must increase"),
+        ({"noise_scale": [[0, 50], [9, 0]], "base_batch": 32}, f"{NOISE}: point 1: the noise scale must be > 0, got 0"),
+        ({"noise_scale": [[0, 50], [9]], "base_batch": 32}, f"{NOISE}: must be a list of [x, y]"),
+        ({"noise_scale": [[0, -5]], "base_batch": 32}, f"{NOISE}: point 0 must be two non-neg"),
+        ({"noise_scale": [[0, 5]], "grad_sqr": 1, "grad_var": 1, "base_batch": 32}, f"{NOISE}: give noise_scale or"),
     ],
 )
 def test_bad_efficiency_tables_name_the_field(table, message):

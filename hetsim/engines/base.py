@@ -11,11 +11,37 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from hetsim.params import PlugIn
-from hetsim.policies.base import Policy
+from hetsim.policies.base import Policy, StepInfo
 
 if TYPE_CHECKING:
     from hetsim.scenario import Scenario
     from hetsim.trace import Trace
+
+
+class Epochs:
+    """Where each step of a barrier run falls in its epoch. An epoch is ``dataset_size // B``
+    steps of the global batch ``B`` in force when it begins: always the workload's for a policy
+    with a fixed batch, the policy's own for one that ``varies_batch`` (so an epoch stays one
+    pass over the data, as a real trainer counts it). Asked for steps in increasing order."""
+
+    def __init__(self, dataset_size: int, policy: Policy) -> None:
+        self.dataset_size, self.policy = dataset_size, policy
+        self.first = self.epoch = 0  # the current epoch and its first step
+        self.length = self._length()
+
+    def _length(self) -> int:
+        return max(1, self.dataset_size // self.policy.global_batch)
+
+    def info(self, step: int, available: tuple[bool, ...] | None = None) -> StepInfo:
+        """The StepInfo of ``step`` (not before the last one asked)."""
+        if step - self.first >= self.length:
+            if self.policy.varies_batch:  # one epoch ended here; the next one's length is the batch's now
+                self.first, self.epoch = self.first + self.length, self.epoch + 1
+                self.length = self._length()
+            else:
+                passed = (step - self.first) // self.length
+                self.first, self.epoch = self.first + passed * self.length, self.epoch + passed
+        return StepInfo(step, self.epoch, step - self.first, self.length, available)
 
 
 class Engine(PlugIn):

@@ -25,7 +25,7 @@ import numpy as np
 import simpy
 from simpy.events import Condition
 
-from hetsim.engines.base import Engine
+from hetsim.engines.base import Engine, Epochs
 from hetsim.policies.base import Policy, StepInfo, StepRecord
 from hetsim.registry import ENGINES
 from hetsim.trace import Trace, TraceBuilder, async_trace
@@ -134,8 +134,9 @@ class _BarrierRun:
 
     def coordinator(self) -> Generator[simpy.Event, object, None]:
         wl = self.scenario.workload
+        epochs = Epochs(wl.dataset_size, self.policy)
         for row in range(wl.total_steps):
-            yield from self.step(StepInfo(row, row // wl.steps_per_epoch, row % wl.steps_per_epoch, wl.steps_per_epoch))
+            yield from self.step(epochs.info(row))
 
     def step(self, info: StepInfo) -> Generator[simpy.Event, object, None]:
         """Release the workers, wait for the barrier (cancelling the rest), then the all-reduce."""

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hetsim.engines.base import Engine
+from hetsim.engines.base import Engine, Epochs
 from hetsim.errors import ConfigError
 from hetsim.network import Buckets
 from hetsim.policies.base import Policy, StepInfo
@@ -85,9 +85,10 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
     workers = scenario.workers
     n = len(workers)
     wl = scenario.workload
-    total, per_epoch = wl.total_steps, wl.steps_per_epoch
+    total = wl.total_steps
     streams = WorkerStreams.spawn(scenario.seed if seed is None else seed, workers)
     policy.reset(n, wl.global_batch, scenario.hints(), scenario.run_hint())
+    epochs = Epochs(wl.dataset_size, policy)
     buckets = scenario.buckets()
     comm: float | Buckets = scenario.allreduce_s() if buckets is None else buckets
     trace = TraceBuilder(policy.name, n, total)
@@ -101,7 +102,7 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
     while row < total:
         factor, down, horizon = timelines.at(start)
         available = all_up if not down.any() else tuple((~down).tolist())
-        info = StepInfo(row, row // per_epoch, row % per_epoch, per_epoch, available)
+        info = epochs.info(row, available)
         split = policy.partition(info)
         if split is not batches:  # a new split (static policies hand back the same tuple)
             batches = tuple(split)
@@ -117,17 +118,18 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
             steps, start = _stalled_step(start, comm, base, works, noise[0], delay[0], factor, need, stalled)
         else:
             steps, start = _block(start, comm, base, works, noise, delay, factor, need, horizon)
-        _record(trace, row, b, steps, None if available is all_up else available, per_epoch)
+        _record(trace, info, b, steps, None if available is all_up else available)
         policy.observe_steps(info, _Row(split, b), steps.compute_s, steps.included)
         row += len(steps.start_s)
     return trace.finish()
 
 
-def _record(trace: TraceBuilder, row: int, batches: np.ndarray, steps: _Steps, available: tuple[bool, ...] | None,
-            per_epoch: int) -> None:  # fmt: skip
-    """Write a block's steps into the trace from ``row`` on (``available`` None: all up)."""
+def _record(trace: TraceBuilder, info: StepInfo, batches: np.ndarray, steps: _Steps,
+            available: tuple[bool, ...] | None) -> None:  # fmt: skip
+    """Write a block's steps into the trace from ``info``'s on (``available`` None: all up); a
+    block spans epochs only when they are all as long as ``info``'s."""
     k = len(steps.start_s)
-    rows = slice(row, row + k)
+    rows = slice(info.step, info.step + k)
     trace.local_batch[rows] = batches
     trace.compute_s[rows] = steps.compute_s
     trace.wait_s[rows] = steps.wait_s
@@ -136,7 +138,7 @@ def _record(trace: TraceBuilder, row: int, batches: np.ndarray, steps: _Steps, a
         trace.slowdown[rows] = steps.slowdown
     if available is not None:
         trace.up[rows] = available
-    trace.epoch[rows] = np.arange(row, row + k) // per_epoch
+    trace.epoch[rows] = info.epoch + (info.step_in_epoch + np.arange(k)) // info.steps_per_epoch
     trace.start_s[rows] = steps.start_s
     trace.comm_s[rows] = steps.comm_s
 

@@ -24,6 +24,7 @@ true one by more.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -44,7 +45,7 @@ class Adaptive(Policy):
     no_closed_form_reason = (
         "its split follows online estimates of the measured times, so it depends on the random history of the run"
     )
-    params = (
+    params: ClassVar[tuple[Param, ...]] = (
         Param("resplit", "choice", default="step", choices=("step", "epoch"), doc="how often the split may change"),
         Param("forgetting", default=0.9, low=0.0, low_open=True, high=1.0, doc="decay of old measurements"),
         Param(

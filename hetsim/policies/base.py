@@ -120,8 +120,12 @@ def step_records(
     included = np.broadcast_to(included, compute_s.shape)
     per_epoch = first.steps_per_epoch
     for j, (times, flags) in enumerate(zip(compute_s.tolist(), included.tolist())):
-        step = first.step + j
-        info = first if j == 0 else first._replace(step=step, epoch=step // per_epoch, step_in_epoch=step % per_epoch)
+        at = first.step_in_epoch + j
+        info = (
+            first
+            if j == 0
+            else first._replace(step=first.step + j, epoch=first.epoch + at // per_epoch, step_in_epoch=at % per_epoch)
+        )
         yield StepRecord(info, local_batches, tuple(times), tuple(flags))
 
 

@@ -18,8 +18,9 @@ with the per-worker split of a heterogeneous cluster inside ``T``.
 otherwise the workload's, at the progress this policy has counted from the steps it observed
 (the simulator knows the true schedule; the policy follows it as a perfect estimator would).
 
-After the first step and at the end of every epoch (when ``validation`` measures a new noise
-scale) it evaluates :data:`CANDIDATES` batches spaced geometrically over the range and moves to
+At the end of every epoch (when ``validation`` measures a new noise scale; the engines and the
+trainer end an epoch after one pass over the data at the batch it began with, so the batch
+never changes inside one) it evaluates :data:`CANDIDATES` batches spaced geometrically over the range and moves to
 the best only when its predicted goodput is at least ``batch_hysteresis`` above the current
 batch's, so estimation noise does not make the batch oscillate; in between, the split is
 re-balanced as ``adaptive`` does (every step or every epoch, ``resplit``). A run keeps the
@@ -73,7 +74,7 @@ class Goodput(Adaptive):
         super().reset(n_workers, int(np.clip(global_batch, self.lowest, self.highest)), hints, run)
         self.progress = 0.0  # steps at base_batch, counted from the observed steps
         self.measured_noise: float | None = None
-        self._rebatch = True  # the next update may change the batch: after the first step, at epoch ends
+        self._rebatch = False  # the next update may change the batch (at epoch ends)
 
     def noise_scale(self) -> float:
         """The noise scale decisions use now: the last measured one, or the efficiency's."""
@@ -89,7 +90,7 @@ class Goodput(Adaptive):
         assert self.run.efficiency is not None
         applied = sum(b for b, ok in zip(record.local_batches, record.included) if ok)
         self.progress += self.run.efficiency.gain(applied, self.noise_scale())
-        self._rebatch = self._rebatch or record.ends_epoch
+        self._rebatch = record.ends_epoch
         super().observe(record)
 
     def _update(self, available: tuple[bool, ...] | None) -> None:
