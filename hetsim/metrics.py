@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
-from hetsim.efficiency import effective_batches, staleness_discount
+from hetsim.efficiency import Efficiency, effective_batches, staleness_discount
 from hetsim.partition import min_max_split, slowest_expected_s
 from hetsim.policies import policy_class
 from hetsim.policies.base import WorkerHint
@@ -147,12 +147,7 @@ def learning(trace: Trace, steps: np.ndarray, samples: float, scenario: Scenario
     efficiency = scenario.workload.efficiency if scenario is not None else None
     if efficiency is None:
         return {}
-    if trace.synchronous:
-        weighted = trace.policy not in POLICIES or policy_class(trace.policy).weighted_gradients
-        batches = effective_batches(trace.per_step("local_batch"), trace.per_step("included"), bool(weighted))
-        progress = efficiency.progress(batches)
-    else:
-        progress = efficiency.progress(trace.local_batch * trace.included, staleness_discount(staleness(trace)))
+    progress = progress_curve(trace, efficiency)
     total = float(steps.sum())
     reached = None
     if efficiency.target_steps is not None and progress[-1] >= efficiency.target_steps:
@@ -163,6 +158,17 @@ def learning(trace: Trace, steps: np.ndarray, samples: float, scenario: Scenario
         "goodput_sps": float(progress[-1] * efficiency.base_batch / total) if total > 0 else None,
         "time_to_target_s": reached,
     }
+
+
+def progress_curve(trace: Trace, efficiency: Efficiency, weighted: bool | None = None) -> np.ndarray:
+    """The progress after each step (or async update) of ``trace``: the cumulative gains of
+    :mod:`hetsim.efficiency`. ``weighted``: how the workers' gradients were combined (None: as the
+    policy's ``weighted_gradients`` trait says; a real run may have weighted every policy's)."""
+    if not trace.synchronous:
+        return efficiency.progress(trace.local_batch * trace.included, staleness_discount(staleness(trace)))
+    if weighted is None:
+        weighted = trace.policy not in POLICIES or bool(policy_class(trace.policy).weighted_gradients)
+    return efficiency.progress(effective_batches(trace.per_step("local_batch"), trace.per_step("included"), weighted))
 
 
 def split_changes(trace: Trace) -> float:

@@ -17,7 +17,8 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-NAMES = ["01_reproduce_paper.ipynb", "02_policy_landscape.ipynb", "03_calibration.ipynb"]
+NAMES = ["01_reproduce_paper.ipynb", "02_policy_landscape.ipynb", "03_calibration.ipynb", "04_time_to_accuracy.ipynb"]
+REAL_RUNS = ["03_calibration.ipynb", "04_time_to_accuracy.ipynb"]  # these start torch.distributed ranks
 CELL_TIMEOUT_S = 240
 
 
@@ -59,6 +60,41 @@ assert (best >= dp - 1e-9).all()
 assert fits["per sample (us)"].iloc[-1] > fits["per sample (us)"].iloc[0]  # the injected per-sample delay is found
 assert np.median([abs(c.step_error) for c in comparisons]) < 0.5
 """,
+    "04_time_to_accuracy.ipynb": """
+m, s = rankings["mixed-gpus"], rankings["stragglers"]
+EFF, TTR, TPR = "statistical_efficiency", "time-to-target rank", "throughput rank"
+for t in (m, s):  # async: near the top by throughput, not to the target; dynamic = dynamic-enhanced in time
+    assert t.loc["async", TPR] <= 2 and t.loc["async", TTR] >= 5
+    assert np.isclose(t.loc["dynamic", "throughput_sps"], t.loc["dynamic-enhanced", "throughput_sps"])
+assert s.loc["async", TTR] == len(s) and m.loc["async", TTR] == 5
+assert 4.5 < m.loc["async", "staleness_mean"] < 5.5 and 6.5 < s.loc["async", "staleness_mean"] < 7.5
+assert 0.3 < m.loc["async", EFF] < 0.4 and 0.2 < s.loc["async", EFF] < 0.3
+assert m.loc["dynamic", TTR] == len(m) and m.loc["dynamic-enhanced", TTR] == 4 and 0.5 < m.loc["dynamic", EFF] < 0.7
+assert m.loc["optimal", "throughput_sps"] >= m.loc["adaptive", "throughput_sps"]
+assert m.loc["adaptive", "time_to_target_s"] < m.loc["optimal", "time_to_target_s"]
+assert 0.9 < m.loc["optimal", EFF] < 1 and np.isclose(m.loc["adaptive", EFF], 1)
+assert sorted(s.loc[["backup", "ksync"], TPR]) == [3, 4]
+assert set(s["time_to_target_s"].nsmallest(2).index) == {"backup", "ksync"}
+assert (s.loc[["backup", "ksync"], EFF] > 1).all()
+assert np.allclose(s.loc[["backup", "ksync"], "dropped_share"], [1 / 8, 1 / 2])
+assert (m.loc[["backup", "ksync"], TPR] == len(m) - 1).all() and (m.loc[["backup", "ksync"], TTR] == len(m) - 2).all()
+assert m.loc["goodput", [TPR, TTR]].tolist() == [1, 1] and s.loc["goodput", [TPR, TTR]].tolist() == [2, 3]
+assert 0.7 < s.loc["goodput", EFF] < 0.9
+near = s.loc[["equal", "proportional", "optimal", "dynamic", "dynamic-enhanced", "adaptive"]]
+assert np.ptp(near["throughput_sps"]) < 0.01 * s.loc["equal", "throughput_sps"]
+assert np.ptp(near["time_to_target_s"]) < 0.03 * s.loc["equal", "time_to_target_s"]
+# section 3: an interior best fixed batch; goodput near it and ahead of the workload's 512, after one change
+assert min(FIXED_BATCHES) < best_batch < max(FIXED_BATCHES)
+assert goodput.time_to_target_s < 1.02 * best_fixed and goodput.time_to_target_s < fixed[512].time_to_target_s
+assert len(changes) == 1 and 640 <= batch_per_step[-1] <= 768
+assert fixed[1280].throughput_sps < 0.5 * fixed[1024].throughput_sps
+# section 4: the same accuracy per epoch under every policy, and the errors follow the step errors
+accuracy = epochs.pivot(index="epoch", columns="policy", values="test_accuracy")
+assert np.allclose(accuracy.to_numpy(), accuracy[["equal"]].to_numpy(), atol=1e-3)
+assert targets["measured (s)"].notna().all() and targets["predicted (s)"].notna().all()
+assert abs(targets.loc["equal", "error"]) < 0.2
+assert ((targets["error"] - targets["mean step error"]).abs() < 0.15).all()
+""",
 }
 
 
@@ -84,13 +120,14 @@ def _execute(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", NAMES[:2])
+@pytest.mark.parametrize("name", [n for n in NAMES if n not in REAL_RUNS])
 def test_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _execute(name, tmp_path, monkeypatch)
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_calibration_notebook_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("name", REAL_RUNS)
+def test_real_run_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
-    _execute("03_calibration.ipynb", tmp_path, monkeypatch)
+    _execute(name, tmp_path, monkeypatch)

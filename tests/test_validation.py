@@ -176,6 +176,7 @@ def test_run_writer_writes_the_trace_schema(tmp_path):
             "test_accuracy": 0.5,
             "elapsed_s": 0.03,
             "split": "3/5",
+            "global_batch": 8,
             "noise_scale": None,
         }
     )
@@ -230,6 +231,11 @@ def test_default_config():
         (["run", "--contention", "1"], "--contention: expected RANK=VALUE"),
         (["run", "--target-accuracy", "0"], "--target-accuracy: must be in (0, 1], got 0"),
         (["run", "--target-accuracy", "1.5"], "--target-accuracy: must be in (0, 1], got 1.5"),
+        (["run", "--policies", "goodput"], "--policies: goodput picks the batch by the measured noise scale: it needs"),
+        (["run", "--policies", "goodput", "--noise-scale", "--comm", "ddp"], "it needs --noise-scale and --comm flat"),
+        (["run", "--max-batch", "64"], "--max-batch: must be in [128, 1438], got 64"),
+        (["run", "--max-batch", "2000"], "--max-batch: must be in [128, 1438], got 2000"),
+        (["run", "--max-batch", "lots"], "--max-batch: must be an integer"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(argv, field, capsys):

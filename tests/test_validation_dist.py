@@ -330,3 +330,25 @@ def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
     capsys.readouterr()
     assert main(["compare", str(plain), "--time-to-target"]) == 2
     assert capsys.readouterr().err.strip().endswith("was run without --target-accuracy")
+
+
+def test_goodput_runs_epochs_of_its_own_batch_and_compare_predicts_it(tmp_path, capsys):
+    out = tmp_path / "run"
+    run = _validation("run", "--epochs", "4", "--probe-repeats", "2", "--policies", "equal,goodput", "--noise-scale",
+                      "--target-accuracy", "0.3", "--max-batch", "359", "--out", str(out))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    epochs = pd.read_csv(out / "epochs.csv")
+    trace = pd.read_parquet(out / "trace.parquet")
+    n_train = json.loads((out / "meta.json").read_text())["n_train"]
+    goodput = epochs[epochs["policy"] == "goodput"]
+    assert set(goodput["global_batch"]) <= set(range(128, 360))
+    for row in goodput.itertuples():  # an epoch is one pass at the batch it began with
+        steps = trace[(trace["policy"] == "goodput") & (trace["epoch"] == row.epoch)].groupby("step")["local_batch"]
+        assert len(steps) == n_train // row.global_batch
+        assert (steps.sum() == row.global_batch).all()
+    assert set(epochs.loc[epochs["policy"] == "equal", "global_batch"]) == {128}
+    assert main(["compare", str(out), "--time-to-target", "--json"]) == 0
+    rows = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["goodput"]["predicted_step_s"] > 0
+    measured = trace[trace["policy"] == "goodput"]["step"].nunique()
+    assert rows["goodput"]["measured_total_s"] > 0 and measured < 4 * (n_train // 128) + 1

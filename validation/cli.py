@@ -17,7 +17,8 @@ from hetsim.errors import ConfigError
 from hetsim.files import LOCK_NAME, exclusive, write_json
 from hetsim.params import Param
 from hetsim.report import text_table
-from validation.config import add_run_options, build_config
+from validation.config import build_config
+from validation.options import add_run_options
 
 
 def build_parser() -> argparse.ArgumentParser:

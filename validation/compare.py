@@ -23,6 +23,7 @@ from hetsim.calibrate import Calibration, calibrate
 from hetsim.config import load_scenario
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize
+from hetsim.policies import policy_class
 from hetsim.report import text_table
 from hetsim.simulate import simulate
 from hetsim.trace import COLUMNS, Trace, read_trace_table
@@ -116,7 +117,9 @@ def calibrate_run(run: RunData, calibrate_on: str = PROBE) -> Calibration:
 
 
 def scenario_for(run: RunData, calibration: Calibration, policy: str, epochs: int) -> dict[str, Any]:
-    """The calibrated scenario with the run's workload and ``policy``."""
+    """The calibrated scenario with the run's workload and ``policy``; for a policy that varies
+    its batch, the run's largest batch and, as its workload's efficiency, the run's measured
+    noise scale (:func:`measured_noise_scale`) at the run's global batch."""
     scenario = dict(calibration.scenario)
     global_batch = int(run.meta["global_batch"])
     scenario["workload"] = {
@@ -127,7 +130,31 @@ def scenario_for(run: RunData, calibration: Calibration, policy: str, epochs: in
     }
     scenario["seed"] = int(run.meta.get("config", {}).get("seed", 0))
     scenario["policy"] = {"name": policy}
+    if policy_class(policy).needs_efficiency:
+        noise = measured_noise_scale(run)
+        if noise is None:
+            raise ConfigError("run_dir", f"{run.path} has no noise scale estimate, which {policy} needs")
+        scenario["workload"]["efficiency"] = {"noise_scale": noise, "base_batch": global_batch}
+    if policy_class(policy).varies_batch and run.meta.get("config", {}).get("max_batch") is not None:
+        scenario["policy"]["max_batch"] = int(run.meta["config"]["max_batch"])
     return scenario
+
+
+def measured_noise_scale(run: RunData) -> float | None:
+    """The median of the run's per-epoch noise-scale estimates (``epochs.csv``; None without)."""
+    path = run.path / "epochs.csv"
+    if not path.is_file():
+        return None
+    epochs = pd.read_csv(path)
+    scales = pd.to_numeric(epochs.get("noise_scale", pd.Series(dtype=float)), errors="coerce").dropna()
+    return float(scales.median()) if not scales.empty else None
+
+
+def first_epochs(trace: Trace, epochs: int) -> Trace:
+    """The steps of ``trace``'s first ``epochs`` epochs (a simulated run of a policy that varies
+    its batch keeps the workload's step budget, more than the real run's epochs need)."""
+    frame = trace.to_frame()
+    return Trace.from_frame(frame[frame["epoch"] < epochs])
 
 
 def compare_run(run: RunData, calibrate_on: str = PROBE) -> tuple[list[Comparison], Calibration]:
@@ -149,8 +176,10 @@ def predict_run(
         scenario = scenario_for(run, calibration, policy, epochs)
         if workers is not None:
             scenario["workers"] = list(workers)
-        predicted = summarize(simulate(load_scenario(scenario), policy))
-        out.append(Comparison(policy, measured, predicted))
+        simulated = simulate(load_scenario(scenario), policy)
+        if policy_class(policy).varies_batch:
+            simulated = first_epochs(simulated, epochs)
+        out.append(Comparison(policy, measured, summarize(simulated)))
     return out
 
 

@@ -16,13 +16,14 @@ from typing import Any
 from hetsim.cli_common import parse_policies
 from hetsim.config import read_table
 from hetsim.costs import Affine
+from hetsim.efficiency import Efficiency
 from hetsim.errors import ConfigError
 from hetsim.params import Param
-from hetsim.policies import WorkerHint, make_policy, policy_class
+from hetsim.policies import RunHint, WorkerHint, make_policy, policy_class
 from validation.backend import parse_devices
 from validation.inject import parse_delay_spec
 from validation.placement import available_cpus, parse_cpu_list
-from validation.workloads import WORKLOAD_INFO, workload_info
+from validation.workloads import workload_info
 
 DEFAULT_POLICIES = ("equal", "dynamic", "dynamic-enhanced", "adaptive")
 COMBINE_MODES = ("weighted", "policy")
@@ -60,6 +61,7 @@ class RunConfig:
     contention: Mapping[int, float] = field(default_factory=dict)
     target_accuracy: float | None = None
     noise_scale: bool = False
+    max_batch: int | None = None  # the largest global batch a policy that varies_batch may choose (None: default)
     out: Path | None = None
     crash_at: tuple[int, int] | None = None
 
@@ -74,97 +76,6 @@ class RunConfig:
 
 
 FILE_KEYS = {f.name for f in fields(RunConfig)} - {"out", "crash_at"}  # a run file's keys: the options'
-
-
-def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """The options shared by ``python -m validation run`` and ``python -m validation.train``."""
-    parser.add_argument(
-        "config", nargs="?", type=Path, default=None, help="run file (TOML or JSON) with the same keys as the options"
-    )
-    parser.add_argument(
-        "--world-size", type=int, default=None, help="number of ranks (default 2; torchrun's WORLD_SIZE wins)"
-    )
-    parser.add_argument(
-        "--policies", default=None, help=f"comma-separated policies (default: {','.join(DEFAULT_POLICIES)})"
-    )
-    parser.add_argument("--epochs", type=int, default=None, help="epochs per policy (default 10)")
-    parser.add_argument("--global-batch", type=int, default=None, help="samples per step (default 128)")
-    parser.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.05)")
-    parser.add_argument(
-        "--seed", type=int, default=None, help="seed of the data split, shuffles, weights and delays (default 0)"
-    )
-    add_heterogeneity_options(parser)
-    parser.add_argument(
-        "--devices",
-        default=None,
-        help="one device for all ranks or one per rank: cpu | cuda | cuda:0,cuda:1 (default cpu)",
-    )
-    parser.add_argument(
-        "--probe-repeats", type=int, default=None, help="rounds of probe steps (default 10; 0 skips the probe)"
-    )
-    parser.add_argument("--timeout-s", type=float, default=None, help="process-group timeout in seconds (default 30)")
-    parser.add_argument(
-        "--combine",
-        choices=COMBINE_MODES,
-        default=None,
-        help="weighted: sum_i (b_i/B) g_i for every policy (default); policy: the plain mean of the ranks' "
-        "gradients for policies without weighted_gradients (the paper's DP-SGD)",
-    )
-    parser.add_argument(
-        "--workload", default=None, help=f"what to train: {', '.join(WORKLOAD_INFO)} (default digits-cnn)"
-    )
-    parser.add_argument(
-        "--comm",
-        choices=COMM_MODES,
-        default=None,
-        help="flat: one weighted all-reduce after backward (default); ddp: DistributedDataParallel "
-        "(bucketed, overlapped with backward)",
-    )
-    parser.add_argument("--target-accuracy", type=float, metavar="A", help="held-out accuracy: time to reach it")
-    parser.add_argument("--noise-scale", action="store_true", default=None, help="estimate the gradient noise scale")
-    parser.add_argument(
-        "--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)"
-    )
-    parser.add_argument("--crash-at", default=None, help=argparse.SUPPRESS)
-
-
-def add_heterogeneity_options(parser: argparse.ArgumentParser) -> None:
-    """What makes the ranks differ: injected delays (emulation), and CPU threads, affinity and
-    noisy neighbours (real)."""
-    parser.add_argument(
-        "--delay",
-        action="append",
-        default=[],
-        metavar="RANK=SPEC",
-        help="per-step injected delay: seconds or a distribution, e.g. 1=0.02 or 1=exponential:0.02 (1=0 removes one)",
-    )
-    parser.add_argument(
-        "--per-sample-delay", action="append", default=[], metavar="RANK=SECONDS", help="injected delay per sample"
-    )
-    parser.add_argument(
-        "--slowdown",
-        action="append",
-        default=[],
-        metavar="RANK=FACTOR",
-        help="sleep (FACTOR - 1) x the measured compute after each step (FACTOR >= 1)",
-    )
-    parser.add_argument(
-        "--threads", action="append", default=[], metavar="RANK=N,...", help="CPU threads of a rank (default 1 each)"
-    )
-    parser.add_argument(
-        "--cpus",
-        action="append",
-        default=[],
-        metavar="RANK=CPUS,...",
-        help="pin a rank to CPUs: 0=0,1=1 (one CPU each) or 0=0-1 (a range) or 0=0+2 (a set)",
-    )
-    parser.add_argument(
-        "--contention",
-        action="append",
-        default=[],
-        metavar="RANK=DUTY,...",
-        help="a noisy neighbour: a busy process on that rank's CPUs for DUTY (0, 1] of the time",
-    )
 
 
 def read_run_file(path: Path) -> dict[str, Any]:
@@ -234,15 +145,29 @@ def _policies(value: Any, option: str) -> tuple[str, ...]:
 def _check_barrier_policies(policies: Sequence[str], world_size: int, global_batch: int) -> None:
     """The real trainer always combines every rank's gradient: policies that wait for fewer are refused."""
     hints = [WorkerHint(cost=Affine(1.0, 1.0))] * world_size
+    run = RunHint(efficiency=Efficiency(float(global_batch), global_batch))  # a stand-in: measured in the run
     for name in policies:
         policy = make_policy(name)
-        policy.reset(world_size, global_batch, hints)
+        policy.reset(world_size, global_batch, hints, run)
         if policy.wait_for() < world_size:
             raise ConfigError(
                 "--policies",
                 f"{name} waits for {policy.wait_for()} of {world_size} gradients; "
                 "the real trainer runs barrier policies only",
             )
+
+
+def _check_policy_needs(policies: Sequence[str], probe_repeats: int, noise_scale: bool, comm: str) -> None:
+    """What the policies need of the run: the probe for their costs, the noise scale for the batch."""
+    costly = [p for p in policies if policy_class(p).needs_costs]
+    if costly and probe_repeats == 0:
+        raise ConfigError(
+            "--probe-repeats", f"{costly[0]} needs the ranks' costs, which come from the probe: use at least 1"
+        )
+    batching = [p for p in policies if policy_class(p).needs_efficiency]
+    if batching and (not noise_scale or comm != "flat"):
+        problem = "picks the batch by the measured noise scale: it needs --noise-scale and --comm flat"
+        raise ConfigError("--policies", f"{batching[0]} {problem}")
 
 
 def build_config(args: argparse.Namespace, world_size_env: int | None = None) -> RunConfig:
@@ -269,15 +194,12 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
     injection = _injection(raw, args, world_size)
     devices = _devices(pick("devices", args.devices), world_size)
     probe_repeats = _integer(pick("probe_repeats", args.probe_repeats), "--probe-repeats")
-    _check_barrier_policies(policies, world_size, global_batch)
-    costly = [p for p in policies if policy_class(p).needs_costs]
-    if costly and probe_repeats == 0:
-        raise ConfigError(
-            "--probe-repeats", f"{costly[0]} needs the ranks' costs, which come from the probe: use at least 1"
-        )
     timeout_s = _number(pick("timeout_s", args.timeout_s), "--timeout-s", minimum=1.0)
     combine = _mode(pick("combine", args.combine), "--combine", COMBINE_MODES)
     comm = _mode(pick("comm", args.comm), "--comm", COMM_MODES)
+    noise_scale = bool(pick("noise_scale", args.noise_scale))
+    _check_barrier_policies(policies, world_size, global_batch)
+    _check_policy_needs(policies, probe_repeats, noise_scale, comm)
     if comm == "ddp" and len({d.partition(":")[0] for d in devices}) > 1:
         raise ConfigError("--comm", "ddp needs every rank on one kind of device; use --comm flat for mixed devices")
     return replace(
@@ -300,7 +222,8 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         comm=comm,
         **_placement(raw, args, world_size),
         target_accuracy=_target(pick("target_accuracy", args.target_accuracy)),
-        noise_scale=bool(pick("noise_scale", args.noise_scale)),
+        noise_scale=noise_scale,
+        max_batch=_max_batch(pick("max_batch", args.max_batch), global_batch, workload.n_train),
         out=args.out,
         crash_at=_crash_at(args.crash_at, world_size),
     )
@@ -309,6 +232,15 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
 def _target(value: Any) -> float | None:
     accuracy = Param("--target-accuracy", default=None, low=0.0, low_open=True, high=1.0, doc="an accuracy")
     return None if value is None else float(accuracy.check(_parsed(value, float)))
+
+
+def _max_batch(value: Any, global_batch: int, n_train: int) -> int:
+    """``--max-batch``: at least the global batch, at most the training set; by default four times
+    the global batch, within a quarter of the training set (an epoch of at least 4 steps)."""
+    if value is None:
+        return max(global_batch, min(4 * global_batch, n_train // 4))
+    limit = Param("--max-batch", "integer", low=global_batch, high=n_train, doc="samples per step")
+    return int(limit.check(_parsed(value, int)))
 
 
 def _fractions(values: Sequence[Any]) -> tuple[float, ...]:

@@ -30,7 +30,8 @@ from hetsim.trace import COLUMNS, Trace, write_trace_table
 from validation.config import RunConfig
 from validation.workloads.base import Dataset
 
-EPOCH_COLUMNS = ("policy", "epoch", "train_loss", "test_loss", "test_accuracy", "elapsed_s", "split", "noise_scale")
+EPOCH_COLUMNS = ("policy", "epoch", "train_loss", "test_loss", "test_accuracy", "elapsed_s", "split", "global_batch",
+                 "noise_scale")  # fmt: skip
 
 
 @dataclass(frozen=True)

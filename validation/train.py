@@ -25,7 +25,8 @@ from hetsim.cli_common import OneLineParser
 from hetsim.errors import ConfigError
 from validation import heartbeat
 from validation.backend import RankEnv, init_process_group, resolve_device, select_backend, torch_device
-from validation.config import RunConfig, add_run_options, build_config
+from validation.config import RunConfig, build_config
+from validation.options import add_run_options
 from validation.placement import apply_placement, placement_in_effect
 from validation.trainer import InjectedCrash, RankTrainer
 

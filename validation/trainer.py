@@ -34,9 +34,9 @@ time. ``start_s`` is the segment's own elapsed step time, as in a simulated run 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -45,8 +45,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from hetsim.efficiency import Efficiency
 from hetsim.partition import split_by_shares
-from hetsim.policies import Policy, StepInfo, StepRecord, WorkerHint, make_policy
+from hetsim.policies import Policy, RunHint, StepInfo, StepRecord, WorkerHint, make_policy, policy_class
 from validation.allreduce import combine, gradient_weights, pack, unpack
 from validation.backend import RankEnv, comm_device, resolve_device, select_backend, synchronize, torch_device
 from validation.config import RunConfig
@@ -56,6 +57,7 @@ from validation.noise_scale import estimate
 from validation.placement import placement_in_effect
 from validation.probe import PROBE, fit_probe, probe_round, probe_schedule
 from validation.record import NullWriter, RankTiming, RunWriter, Writer, run_meta, step_rows
+from validation.segment import Computed, Segment, StepResult
 from validation.sharding import PROBE as PROBE_STREAM
 from validation.sharding import WARMUP, epoch_permutation, local_indices, steps_per_epoch
 from validation.workloads import load_workload
@@ -67,53 +69,6 @@ class InjectedCrash(Exception):
 
     def __init__(self, rank: int, run_step: int) -> None:
         super().__init__(f"rank {rank}: injected crash at run step {run_step}")
-
-
-@dataclass
-class Segment:
-    """One trace segment (a policy, or the probe): its model, optimizer, counters and, on rank 0,
-    the policy with the record it has not observed yet."""
-
-    name: str
-    model: torch.nn.Module
-    net: torch.nn.Module  # what the forward pass calls: the model, or the model inside DDP
-    clock: ReadyClock | None  # DDP's compute clock (None: the flat all-reduce)
-    optimizer: torch.optim.Optimizer
-    policy: Policy | None
-    weighted: bool
-    step: int = 0
-    elapsed_s: float = 0.0
-    pending: list[StepRecord] = field(default_factory=list)
-
-    def propose(self, info: StepInfo) -> Sequence[int]:
-        """Rank 0: feed the policy the last step's measurements, then ask for this step's split."""
-        assert self.policy is not None
-        while self.pending:
-            self.policy.observe(self.pending.pop(0))
-        return self.policy.partition(info)
-
-
-@dataclass(frozen=True)
-class Computed:
-    """A rank's compute phase of one step: its time, its shard's summed loss and, on the flat
-    path, the weighted gradient packed for the all-reduce."""
-
-    compute_s: float
-    loss_sum: float
-    flat: torch.Tensor | None
-    local_sq: float = 0.0  # |g_i|^2 of the rank's mean gradient (with --noise-scale; else 0)
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """One step as this rank measured it, with what the barrier told it of every rank."""
-
-    split: tuple[int, ...]
-    timing: RankTiming
-    all_compute_s: tuple[float, ...]
-    loss: float
-    local_sq: tuple[float, ...] | None = None  # every rank's |g_i|^2 (--noise-scale, flat, weighted)
-    global_sq: float = 0.0  # and |g_B|^2 of the combined gradient
 
 
 class RankTrainer:
@@ -135,6 +90,7 @@ class RankTrainer:
         self.where = "start-up"
         self.writer: Writer = NullWriter()
         self.probe_hints: tuple[WorkerHint, ...] | None = None
+        self.probe_noise: float | None = None
 
     # ------------------------------------------------------------------ collectives
 
@@ -319,14 +275,20 @@ class RankTrainer:
         def window(k: int) -> tuple[np.ndarray, int]:
             return epoch_permutation(self.config.seed, first + k, n, PROBE_STREAM), 0
 
-        self.run_block(seg, epoch, len(plan), window, plan)
+        results = self.run_block(seg, epoch, len(plan), window, plan)
+        if self.probe_noise is None:  # the first rounds' estimate: goodput's noise scale until its own
+            self.probe_noise = estimate((r.local_sq, r.split, r.global_sq) for r in results)
         self.writer.flush()
         self.sync_ranks()
 
     def run_policy_epoch(self, seg: Segment, epoch: int) -> None:
         """One epoch of ``seg``'s policy, then the held-out evaluation and the epoch's row."""
         perm = epoch_permutation(self.config.seed, epoch, self.data.n_train)
-        results = self.run_block(seg, epoch, self.steps_per_epoch, lambda k: (perm, k))
+        batch = self.epoch_batch(seg)
+        results = self.run_block(seg, epoch, self.data.n_train // batch, lambda k: (perm, k))
+        noise = estimate((r.local_sq, r.split, r.global_sq) for r in results)
+        if seg.policy is not None and noise is not None:
+            seg.policy.observe_noise_scale(noise)
 
         def row() -> dict[str, Any]:
             test_loss, accuracy = self.workload.evaluate(seg.model, self.data)
@@ -338,7 +300,8 @@ class RankTrainer:
                 "test_accuracy": accuracy,
                 "elapsed_s": seg.elapsed_s,
                 "split": "/".join(str(b) for b in results[-1].split),
-                "noise_scale": estimate((r.local_sq, r.split, r.global_sq) for r in results),
+                "global_batch": batch,
+                "noise_scale": noise,
             }
 
         self.writer.add_epoch(row)  # rank 0's writer evaluates the model; the others' never call row
@@ -346,10 +309,34 @@ class RankTrainer:
         self.sync_ranks()
 
     def make_policy(self, name: str) -> Policy:
-        """Rank 0: a fresh policy, given the probe's costs when it needs them."""
-        policy = make_policy(name)
-        policy.reset(self.world, self.config.global_batch, self.probe_hints if policy.needs_costs else None)
+        """Rank 0: a fresh policy, given the probe's costs when it needs them, and what the probe
+        measured of the run: its median all-reduce and noise scale (or, without an estimate, the
+        global batch as a first guess, until the policy's first epoch measures one)."""
+        config = self.config
+        varies = policy_class(name).varies_batch
+        policy = make_policy(name, {"max_batch": config.max_batch} if varies else None)
+        frame = self.writer.trace_frame()
+        overhead_s = float(frame["comm_s"].median()) if not frame.empty else 0.0
+        noise = self.probe_noise if self.probe_noise is not None else float(config.global_batch)
+        run = RunHint(overhead_s, Efficiency(noise, config.global_batch))
+        policy.reset(self.world, config.global_batch, self.probe_hints if policy.needs_costs else None, run)
         return policy
+
+    def epoch_batch(self, seg: Segment) -> int:
+        """The global batch of ``seg``'s next epoch, from rank 0's policy (which has observed the
+        last epoch); for a policy that varies it, every rank's learning rate follows it by the
+        square-root rule, ``lr * sqrt(B / global_batch)`` (Krizhevsky 2014; Hoffer et al. 2017)."""
+        if not policy_class(seg.name).varies_batch:
+            return self.config.global_batch
+        batch_t = torch.zeros(1, dtype=torch.int64, device=self.comm)
+        if seg.policy is not None:
+            seg.flush()
+            batch_t[0] = seg.policy.global_batch
+        dist.broadcast(batch_t, src=0)
+        batch = int(batch_t.item())
+        for group in seg.optimizer.param_groups:
+            group["lr"] = self.config.lr * math.sqrt(batch / self.config.global_batch)
+        return batch
 
     def warm_up(self, seg: Segment) -> None:
         """Unrecorded steps, each on its own permutation of the warm-up stream: one round of the

@@ -1,0 +1,105 @@
+"""The command-line options of ``python -m validation run`` and ``python -m validation.train``
+(the launcher and every rank parse the same argv); :mod:`validation.config` validates them."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from validation.config import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES
+from validation.workloads import WORKLOAD_INFO
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options shared by ``python -m validation run`` and ``python -m validation.train``."""
+    parser.add_argument(
+        "config", nargs="?", type=Path, default=None, help="run file (TOML or JSON) with the same keys as the options"
+    )
+    parser.add_argument(
+        "--world-size", type=int, default=None, help="number of ranks (default 2; torchrun's WORLD_SIZE wins)"
+    )
+    parser.add_argument(
+        "--policies", default=None, help=f"comma-separated policies (default: {','.join(DEFAULT_POLICIES)})"
+    )
+    parser.add_argument("--epochs", type=int, default=None, help="epochs per policy (default 10)")
+    parser.add_argument("--global-batch", type=int, default=None, help="samples per step (default 128)")
+    parser.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.05)")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="seed of the data split, shuffles, weights and delays (default 0)"
+    )
+    add_heterogeneity_options(parser)
+    parser.add_argument(
+        "--devices",
+        default=None,
+        help="one device for all ranks or one per rank: cpu | cuda | cuda:0,cuda:1 (default cpu)",
+    )
+    parser.add_argument(
+        "--probe-repeats", type=int, default=None, help="rounds of probe steps (default 10; 0 skips the probe)"
+    )
+    parser.add_argument("--timeout-s", type=float, default=None, help="process-group timeout in seconds (default 30)")
+    parser.add_argument(
+        "--combine",
+        choices=COMBINE_MODES,
+        default=None,
+        help="weighted: sum_i (b_i/B) g_i for every policy (default); policy: the plain mean of the ranks' "
+        "gradients for policies without weighted_gradients (the paper's DP-SGD)",
+    )
+    parser.add_argument(
+        "--workload", default=None, help=f"what to train: {', '.join(WORKLOAD_INFO)} (default digits-cnn)"
+    )
+    parser.add_argument(
+        "--comm",
+        choices=COMM_MODES,
+        default=None,
+        help="flat: one weighted all-reduce after backward (default); ddp: DistributedDataParallel "
+        "(bucketed, overlapped with backward)",
+    )
+    parser.add_argument("--target-accuracy", type=float, metavar="A", help="held-out accuracy: time to reach it")
+    parser.add_argument("--noise-scale", action="store_true", default=None, help="estimate the gradient noise scale")
+    parser.add_argument(
+        "--max-batch", default=None, metavar="N",
+        help="largest global batch goodput may choose (default 4x --global-batch, within a quarter of the data)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)"
+    )
+    parser.add_argument("--crash-at", default=None, help=argparse.SUPPRESS)
+
+
+def add_heterogeneity_options(parser: argparse.ArgumentParser) -> None:
+    """What makes the ranks differ: injected delays (emulation), and CPU threads, affinity and
+    noisy neighbours (real)."""
+    parser.add_argument(
+        "--delay",
+        action="append",
+        default=[],
+        metavar="RANK=SPEC",
+        help="per-step injected delay: seconds or a distribution, e.g. 1=0.02 or 1=exponential:0.02 (1=0 removes one)",
+    )
+    parser.add_argument(
+        "--per-sample-delay", action="append", default=[], metavar="RANK=SECONDS", help="injected delay per sample"
+    )
+    parser.add_argument(
+        "--slowdown",
+        action="append",
+        default=[],
+        metavar="RANK=FACTOR",
+        help="sleep (FACTOR - 1) x the measured compute after each step (FACTOR >= 1)",
+    )
+    parser.add_argument(
+        "--threads", action="append", default=[], metavar="RANK=N,...", help="CPU threads of a rank (default 1 each)"
+    )
+    parser.add_argument(
+        "--cpus",
+        action="append",
+        default=[],
+        metavar="RANK=CPUS,...",
+        help="pin a rank to CPUs: 0=0,1=1 (one CPU each) or 0=0-1 (a range) or 0=0+2 (a set)",
+    )
+    parser.add_argument(
+        "--contention",
+        action="append",
+        default=[],
+        metavar="RANK=DUTY,...",
+        help="a noisy neighbour: a busy process on that rank's CPUs for DUTY (0, 1] of the time",
+    )
