@@ -66,13 +66,13 @@ EFF, TTR, TPR = "statistical_efficiency", "time-to-target rank", "throughput ran
 for t in (m, s):  # async: near the top by throughput, not to the target; dynamic = dynamic-enhanced in time
     assert t.loc["async", TPR] <= 2 and t.loc["async", TTR] >= 5
     assert np.isclose(t.loc["dynamic", "throughput_sps"], t.loc["dynamic-enhanced", "throughput_sps"])
-assert s.loc["async", TTR] == len(s) and m.loc["async", TTR] == 5
+assert s.loc["async", TTR] == len(s) and m.loc["async", TTR] > len(m) / 2
 assert 4.5 < m.loc["async", "staleness_mean"] < 5.5 and 6.5 < s.loc["async", "staleness_mean"] < 7.5
 assert 0.3 < m.loc["async", EFF] < 0.4 and 0.2 < s.loc["async", EFF] < 0.3
-assert m.loc["dynamic", TTR] == len(m) and m.loc["dynamic-enhanced", TTR] == 4 and 0.5 < m.loc["dynamic", EFF] < 0.7
-assert m.loc["optimal", "throughput_sps"] >= m.loc["adaptive", "throughput_sps"]
-assert m.loc["adaptive", "time_to_target_s"] < m.loc["optimal", "time_to_target_s"]
-assert 0.9 < m.loc["optimal", EFF] < 1 and np.isclose(m.loc["adaptive", EFF], 1)
+assert m.loc["dynamic", TTR] == len(m) and m.loc["dynamic-enhanced", TTR] <= len(m) - 3
+assert 0.5 < m.loc["dynamic", EFF] < 0.7
+assert np.allclose(m.loc[["optimal", "adaptive"], EFF], 1)
+assert (m.loc["optimal", TPR] < m.loc["adaptive", TPR]) == (m.loc["optimal", TTR] < m.loc["adaptive", TTR])
 assert sorted(s.loc[["backup", "ksync"], TPR]) == [3, 4]
 assert set(s["time_to_target_s"].nsmallest(2).index) == {"backup", "ksync"}
 assert (s.loc[["backup", "ksync"], EFF] > 1).all()

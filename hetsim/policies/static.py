@@ -29,6 +29,7 @@ class Proportional(_Static):
 
     name = "proportional"
     needs_costs = True
+    weighted_gradients = True  # an uneven split's gradients weighted by their batches (only DP-SGD averages them)
     excludes_failed = False
 
     def initial_split(self) -> tuple[int, ...]:
@@ -45,6 +46,7 @@ class Optimal(_Static):
 
     name = "optimal"
     needs_costs = True
+    weighted_gradients = True
 
     def reset(
         self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None, run: RunHint | None = None
