@@ -16,9 +16,9 @@ import pytest
 
 from validation.compare import reinjected
 from validation.config import build_config
-from validation.options import add_run_options
 from validation.matrix import CROSS, RUNS, CrossRun, MatrixRun, is_complete, run_matrix, select
 from validation.matrix_report import error_stats, results, write
+from validation.options import add_run_options
 
 ROOT = Path(__file__).resolve().parents[1]
 
