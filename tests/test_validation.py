@@ -367,3 +367,8 @@ def test_the_noise_scale_estimator_recovers_a_known_one_from_uneven_batches():
     g, t = pair_estimates(local_sq=0.6, local_batch=10, global_sq=0.55, global_batch=30)
     assert g == pytest.approx((30 * 0.55 - 10 * 0.6) / 20) and t == pytest.approx(0.05 / (1 / 10 - 1 / 30))
     assert estimate([(None, (4, 4), 1.0)]) is None  # no norms recorded: no estimate
+    running = NoiseScale(grad_sq=2.0, trace=100.0, pairs=3)  # a running estimate forgets half at each epoch
+    running.decay(0.5)
+    running.add_step([0.6], (10, 20), 0.55)
+    g, t = pair_estimates(0.6, 10, 0.55, 30)
+    assert running.value() == pytest.approx((50.0 + t) / (1.0 + g))

@@ -12,13 +12,17 @@ the combined one over ``B = sum_i b_i`` (with the weighted combine, exactly the 
 union), so each rank with ``0 < b_i < B`` gives one such pair, at its own, uneven, batch.
 :class:`NoiseScale` sums the estimates of a block of steps (an epoch) and reports the ratio of
 the sums, ``B_noise = tr(S) / |G|^2`` (a ratio of means, not a mean of ratios: each estimate
-alone is noisy and may be negative). Pollux (Qiao et al. 2021) smooths the two the same way.
+alone is noisy and may be negative). Pollux (Qiao et al. 2021) smooths the two the same way; a
+policy that chooses its batch by the noise scale is fed running sums that halve every epoch
+(:data:`EPOCH_DECAY`), so one epoch's noisy estimate does not swing its batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+EPOCH_DECAY = 0.5  # the running estimate a policy is fed keeps this much of the sums at each epoch's end
 
 
 def pair_estimates(local_sq: float, local_batch: int, global_sq: float, global_batch: int) -> tuple[float, float]:
@@ -44,6 +48,10 @@ class NoiseScale:
             if 0 < b < total:
                 g, t = pair_estimates(float(sq), int(b), global_sq, total)
                 self.grad_sq, self.trace, self.pairs = self.grad_sq + g, self.trace + t, self.pairs + 1
+
+    def decay(self, factor: float) -> None:
+        """Scale the sums down by ``factor`` (a running estimate that forgets old epochs)."""
+        self.grad_sq, self.trace = self.grad_sq * factor, self.trace * factor
 
     def value(self) -> float | None:
         """``B_noise`` in samples (None before any pair, or when the sums are not both positive)."""

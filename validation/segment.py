@@ -11,6 +11,7 @@ import torch
 
 from hetsim.policies import Policy, StepInfo, StepRecord
 from validation.ddp import ReadyClock
+from validation.noise_scale import NoiseScale
 from validation.record import RankTiming
 
 
@@ -29,6 +30,7 @@ class Segment:
     step: int = 0
     elapsed_s: float = 0.0
     pending: list[StepRecord] = field(default_factory=list)
+    noise: NoiseScale = field(default_factory=NoiseScale)  # running noise-scale sums (rank 0's policy is fed them)
 
     def flush(self) -> None:
         """Rank 0: feed the policy the measurements it has not observed yet."""

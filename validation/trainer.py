@@ -53,7 +53,7 @@ from validation.backend import RankEnv, comm_device, resolve_device, select_back
 from validation.config import RunConfig
 from validation.ddp import ReadyClock, loss_scale, wrap
 from validation.inject import Injector
-from validation.noise_scale import estimate
+from validation.noise_scale import EPOCH_DECAY, estimate
 from validation.placement import placement_in_effect
 from validation.probe import PROBE, fit_probe, probe_round, probe_schedule
 from validation.record import NullWriter, RankTiming, RunWriter, Writer, run_meta, step_rows
@@ -287,8 +287,13 @@ class RankTrainer:
         batch = self.epoch_batch(seg)
         results = self.run_block(seg, epoch, self.data.n_train // batch, lambda k: (perm, k))
         noise = estimate((r.local_sq, r.split, r.global_sq) for r in results)
-        if seg.policy is not None and noise is not None:
-            seg.policy.observe_noise_scale(noise)
+        seg.noise.decay(EPOCH_DECAY)
+        for r in results:
+            if r.local_sq is not None:
+                seg.noise.add_step(r.local_sq, r.split, r.global_sq)
+        running = seg.noise.value()
+        if seg.policy is not None and running is not None:
+            seg.policy.observe_noise_scale(running)
 
         def row() -> dict[str, Any]:
             test_loss, accuracy = self.workload.evaluate(seg.model, self.data)
