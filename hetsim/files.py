@@ -58,9 +58,10 @@ def atomic_write(target: Path, write: Callable[[str], object]) -> None:
 
 @contextmanager
 def atomic_folder(target: Path, option: str) -> Iterator[Path]:
-    """A temporary folder beside ``target`` to write into; when the block ends without an error it
-    replaces ``target`` (whose other files are kept), so a failure leaves ``target`` as it was.
-    ``option`` names the argument ``target`` came from in errors."""
+    """A temporary folder beside ``target`` to write into; when the block ends without an error
+    its files (subfolders' too, as ``plots/speedup.png``) replace their namesakes in ``target``
+    (whose other files are kept), so a failure leaves ``target`` as it was. ``option`` names the
+    argument ``target`` came from in errors."""
     target = Path(target)
     if target.exists() and not target.is_dir():
         raise ConfigError(option, f"{target} exists and is not a folder")
@@ -74,12 +75,13 @@ def atomic_folder(target: Path, option: str) -> Iterator[Path]:
     try:
         yield tmp
         target.mkdir(exist_ok=True)
-        items = sorted(tmp.iterdir())
-        for item in items:  # check every move before the first, so none or all happen
-            if (target / item.name).is_dir():
-                raise ConfigError(option, f"cannot write {target / item.name}: a folder is in the way")
-        for item in items:
-            os.replace(item, target / item.name)
+        files = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if not p.is_dir())
+        for name in files:  # check every move before the first, so none or all happen
+            if (target / name).is_dir():
+                raise ConfigError(option, f"cannot write {target / name}: a folder is in the way")
+        for name in files:
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp / name, target / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

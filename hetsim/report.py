@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from hetsim.errors import ConfigError
-from hetsim.files import atomic_folder, write_json
+from hetsim.files import atomic_folder, write_frame, write_json
 from hetsim.metrics import BASELINE, Summary, summarize
 from hetsim.plots import CellPlots, render_run
 from hetsim.policies import policy_class
@@ -107,15 +107,17 @@ SPEEDUP_TEXT = {
 
 
 def render_report(folder: RunFolder, spec: SweepSpec, metric: str = "throughput") -> str:
-    """Rebuild results.parquet, summary.csv, the plotted cell's traces and every plot; return
-    the report's text (the folder's line and the speedup table, by ``metric``)."""
+    """Rebuild results.parquet, summary.csv, the plotted cell's traces and every plot, all or none
+    of them; return the report's text (the folder's line and the speedup table, by ``metric``)."""
     results = folder.results()
     axes = [a.name for a in spec.axes]
     summary = summarize_cells(results, axes, metric)
-    folder.write_frame("results.parquet", results)
-    folder.write_frame("summary.csv", summary)
     cell = cell_plots(plotted_traces(folder, spec))
-    plots = render_run(folder.path / "plots", summary, axes, spec.plots.x, spec.plots.lines, cell)
+    with atomic_folder(folder.path, "run_dir") as tmp:  # a failure leaves the previous tables and plots
+        write_frame(tmp / "results.parquet", results)
+        write_frame(tmp / "summary.csv", summary)
+        (tmp / "plots").mkdir()
+        plots = render_run(tmp / "plots", summary, axes, spec.plots.x, spec.plots.lines, cell)
     missing = len(expand(spec)) - results["cell"].nunique()
     labels = ", ".join(f"{k}={v}" for k, v in plot_cell_labels(spec).items())
     head = (

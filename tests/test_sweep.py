@@ -15,6 +15,7 @@ import tomli_w
 from matplotlib.image import imread
 
 from hetsim.cli import main
+from hetsim.results import RunFolder
 from hetsim.sweep import expand, replication_seeds
 from hetsim.sweepfile import load_sweep, point_scenario
 from tests.helpers import scenario_dict
@@ -302,3 +303,31 @@ def test_a_failing_cell_reaches_the_user_as_one_line(tmp_path, where, policy, st
     assert len(errors) == 1 and message in errors[0], done.stderr
     if policy == "boom":
         assert errors[0].startswith("hetsim: error: cell ") and "(policy boom, " in errors[0]
+
+
+def test_a_report_that_fails_midway_leaves_the_previous_tables_and_plots(tmp_path, capsys, monkeypatch):
+    import hetsim.report
+
+    sweep = write_sweep(tmp_path)
+    assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
+    run = only_run(tmp_path / "runs")
+    for name in ("summary.csv", "plots/speedup.png"):  # a previous state that a new report would change
+        (run / name).write_bytes(b"previous")
+    before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    real = hetsim.report.render_run
+
+    def render_then_fail(directory, *args, **kwargs):
+        real(directory, *args, **kwargs)  # every plot written (into the temporary folder), then a failure
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hetsim.report, "render_run", render_then_fail)
+    with pytest.raises(OSError):
+        folder = RunFolder.open(run)
+        hetsim.report.render_report(folder, folder.spec(), "throughput")
+    after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    assert after == before  # nothing replaced, nothing added
+    assert not [p for p in run.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    monkeypatch.setattr(hetsim.report, "render_run", real)
+    capsys.readouterr()
+    assert main(["report", str(run)]) == 0
+    assert {p.name for p in (run / "plots").iterdir()} == PLOTS
