@@ -78,12 +78,17 @@ def balanced_time(fixed_s: Numbers, per_sample_s: Numbers, total: float, caps: N
         return float(np.where(t >= full, cap, np.minimum(np.maximum((t - a) / c, 0.0), cap)).sum())
 
     points = np.unique(np.concatenate([a, full[np.isfinite(cap)]]))
-    lo = points[0]
-    for hi in points[1:]:
-        if filled(hi) >= total:
-            break
-        lo = hi
+    first, last = 1, len(points)  # bisect for the first breakpoint after points[0] that holds total
+    while first < last:  # (filled is non-decreasing: O(log n) evaluations, each O(n))
+        mid = (first + last) // 2
+        if filled(points[mid]) >= total:
+            last = mid
+        else:
+            first = mid + 1
+    if first < len(points):
+        lo, hi = points[first - 1], points[first]
     else:
+        lo = points[-1]
         hi = lo + (total - filled(lo)) * c.min() + 1.0  # past the last breakpoint: linear growth
         while filled(hi) < total:
             hi = lo + 2 * (hi - lo)
@@ -95,35 +100,67 @@ def water_fill(fixed_s: Numbers, per_sample_s: Numbers, total: int, caps: Number
     """Integer split minimising max_i (a_i + c_i b_i) over workers with b_i > 0.
 
     Start from the floors of the continuous water-filling solution and hand out the remaining
-    samples one at a time to the worker whose time after taking it is smallest. Because each
-    worker's time is non-decreasing in its batch, this picks the ``total`` smallest of all
-    per-sample finishing times, which is the integer optimum of the max.
+    samples to the smallest next finishing times. Because each worker's time is non-decreasing
+    in its batch, this picks the ``total`` smallest of all per-sample finishing times
+    ``a_i + c_i k``, which is the integer optimum of the max; ties go to the lower worker (as a
+    heap of ``(time, worker)`` pairs would hand them out).
     """
-    n = len(fixed_s)
-    cap = [math.inf] * n if caps is None else [float(x) for x in caps]
-    t_star = balanced_time(fixed_s, per_sample_s, total, cap)
-    a, c = list(map(float, fixed_s)), list(map(float, per_sample_s))
-    batches = [0] * n
-    for i in range(n):
-        if t_star > a[i]:
-            batches[i] = int(min(math.floor((t_star - a[i]) / c[i] + 1e-9), cap[i]))
-    # Floating error could overshoot by a sample; take the excess back from the slowest.
-    while sum(batches) > total:
-        i = max((i for i in range(n) if batches[i] > 0), key=lambda i: a[i] + c[i] * batches[i])
-        batches[i] -= 1
-    heap = [(a[i] + c[i] * (batches[i] + 1), i) for i in range(n) if batches[i] < cap[i]]
-    heapq.heapify(heap)
-    for _ in range(total - sum(batches)):
-        _, i = heapq.heappop(heap)
-        batches[i] += 1
-        if batches[i] < cap[i]:
-            heapq.heappush(heap, (a[i] + c[i] * (batches[i] + 1), i))
-    return tuple(batches)
+    a, c = np.asarray(fixed_s, dtype=float), np.asarray(per_sample_s, dtype=float)
+    cap = np.full(len(a), np.inf) if caps is None else np.asarray(caps, dtype=float)
+    t_star = balanced_time(a, c, total, cap)
+    with np.errstate(invalid="ignore"):
+        floors = np.where(t_star > a, np.minimum(np.floor((t_star - a) / c + 1e-9), cap), 0.0)
+    batches = floors.astype(np.int64)
+    while batches.sum() > total:  # floating error could overshoot by a sample: take it from the slowest
+        busy = np.flatnonzero(batches > 0)
+        batches[busy[int(np.argmax(a[busy] + c[busy] * batches[busy]))]] -= 1
+    rest = total - int(batches.sum())
+    if rest > 0:
+        batches += _smallest_next(a, c, cap, batches, rest)
+    return tuple(batches.tolist())
+
+
+def _smallest_next(a: np.ndarray, c: np.ndarray, cap: np.ndarray, batches: np.ndarray, rest: int) -> np.ndarray:
+    """How many of the ``rest`` smallest next finishing times ``a_i + c_i (b_i + k)`` (k = 1, 2,
+    ..., within the caps) each worker gets, ties to the lower worker. Only times up to the
+    ``rest``-th smallest first extra can be among them, so just those are listed."""
+    room = cap - batches
+    open_ = np.flatnonzero(room > 0)
+    first = a[open_] + c[open_] * (batches[open_] + 1)
+    limit = np.partition(first, rest - 1)[rest - 1] if rest <= len(first) else np.inf
+    with np.errstate(invalid="ignore"):
+        extra = np.where(np.isfinite(limit), np.floor((limit - a[open_]) / c[open_]) - batches[open_] + 1, rest)
+    count = np.clip(extra, 1, np.minimum(room[open_], rest)).astype(np.int64)  # may list one too many: sorted below
+    who = np.repeat(open_, count)
+    k = np.arange(len(who)) - np.repeat(np.cumsum(count) - count, count) + 1
+    times = a[who] + c[who] * (batches[who] + k)
+    take = who[np.lexsort((who, times))[:rest]]
+    return np.bincount(take, minlength=len(a))
 
 
 def max_time(fixed_s: Numbers, per_sample_s: Numbers, batches: Numbers) -> float:
     """max over workers with samples of a_i + c_i b_i (the deterministic step's compute phase)."""
-    return max((a + c * b for a, c, b in zip(fixed_s, per_sample_s, batches) if b > 0), default=0.0)
+    b = np.asarray(batches, dtype=float)
+    times = np.asarray(fixed_s, dtype=float) + np.asarray(per_sample_s, dtype=float) * b
+    return float(np.max(times, where=b > 0, initial=-np.inf)) if (b > 0).any() else 0.0
+
+
+def balanced_time_bound(fixed_s: np.ndarray, per_sample_s: np.ndarray, total: float, caps: np.ndarray) -> float:
+    """:func:`balanced_time`, the continuous min-max time, from one sort and cumulative sums
+    (fully vectorised; equal to it up to rounding). No integer split is faster, so it bounds
+    what a re-split can gain: a policy may skip :func:`water_fill` when even this is no better."""
+    full = fixed_s + per_sample_s * caps
+    rate = 1.0 / per_sample_s
+    capped = np.isfinite(caps)
+    # filled(t) = slope * t + offset between breakpoints: a worker starts at a_i, stops at full_i
+    at = np.concatenate([fixed_s, full[capped]])
+    d_slope = np.concatenate([rate, -rate[capped]])
+    d_offset = np.concatenate([-fixed_s * rate, (fixed_s * rate + caps)[capped]])
+    order = np.argsort(at, kind="stable")
+    at, slope, offset = at[order], np.cumsum(d_slope[order]), np.cumsum(d_offset[order])
+    reach = slope[:-1] * at[1:] + offset[:-1]  # filled at each next breakpoint
+    k = int(np.searchsorted(reach >= total, True)) if (reach >= total).any() else len(at) - 1
+    return float((total - offset[k]) / slope[k]) if slope[k] > 0 else float(at[k])
 
 
 class Curve(Protocol):

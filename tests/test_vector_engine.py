@@ -40,7 +40,7 @@ def recording(cls):
 
     class Recording(cls):
         def reset(self, *args, **kwargs):
-            self.splits, self.observed, self.blocks = {}, [], 0
+            self.splits, self.observed, self.blocks, self.cut = {}, [], 0, 0
             super().reset(*args, **kwargs)
 
         def partition(self, info):
@@ -54,10 +54,12 @@ def recording(cls):
             super().observe(record)
 
         def observe_steps(self, first, local_batches, compute_s, included):
-            self.observed.extend(step_records(first, local_batches, compute_s, included))
             self.blocks += 1
-            super().observe_steps(first, local_batches, compute_s, included)
+            taken = super().observe_steps(first, local_batches, compute_s, included)
             self.blocks -= 1
+            self.observed.extend(list(step_records(first, local_batches, compute_s, included))[:taken])
+            self.cut += taken < len(compute_s)
+            return taken
 
     return Recording
 
@@ -341,3 +343,24 @@ def test_draws_fetched_in_small_chunks_give_the_same_trace(monkeypatch):
     for name, trace in expected.items():
         assert_same_trace(trace, simulate(s, name))
         assert_same_trace(trace, simulate(s, name, engine="vector"))
+
+
+@pytest.mark.parametrize("name", ["adaptive", "goodput"])
+def test_adaptive_blocks_guessed_ahead_and_cut_at_a_change_give_the_same_trace(name):
+    # 64 workers, two speeds, noise: the split changes now and then, so blocks are guessed
+    # ahead and some are cut where the policy re-split; the steps after a cut are recomputed.
+    common = {"noise": {"dist": "lognormal", "sigma": 0.05}, "delay": {"dist": "exponential", "mean": 0.002}}
+    workers = [{"count": 48, "overhead_s": 0.01, "per_sample_s": 0.001, **common},
+               {"count": 16, "overhead_s": 0.02, "per_sample_s": 0.002, **common}]  # fmt: skip
+    network = {"kind": "constant", "time_s": 0.05}  # a fixed cost per step: goodput grows its batch
+    raw = scenario_dict(workers, global_batch=2048, steps_per_epoch=50, epochs=6, network=network)
+    raw["workload"]["efficiency"] = {"noise_scale": [[0, 500], [200, 20000]], "base_batch": 2048}
+    s = build_scenario(raw)
+    cls = recording(POLICIES[name])
+    a, b = cls(hysteresis=0.05), cls(hysteresis=0.05)
+    simpy_trace = run_simpy(s, a)
+    assert_same_trace(simpy_trace, run_vector(s, b))
+    assert a.observed == b.observed
+    assert b.cut > 0 and len(b.splits) < s.workload.total_steps / 2  # cut blocks, and long ones
+    batches = set(simpy_trace.per_step("local_batch").sum(axis=1).tolist())
+    assert len(batches) == (1 if name == "adaptive" else 3)  # goodput's batch moved twice

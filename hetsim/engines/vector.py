@@ -11,11 +11,13 @@ How it stays identical to :func:`hetsim.engines.simpy_engine.run_simpy`:
   draws; persistent and shared factors come through the same ``WorkerStreams.noise_factors``,
   which carries the autoregression's state across calls), so a step's draws never depend on how
   steps are grouped here.
-* *Blocks.* ``policy.steady_steps(info)`` says for how many steps the split stays what
-  ``partition`` just returned; those steps are computed together, as (steps x workers) arrays,
-  and reported with one ``policy.observe_steps`` (equivalent to the SimPy engine's ``observe``
-  per step, with the same StepRecords). A re-split every step, as ``adaptive`` does, means
-  blocks of one step, vectorised across workers only.
+* *Blocks.* ``policy.steady_steps(info)`` says for how many steps the split may be taken to
+  stay what ``partition`` just returned; those steps are computed together, as (steps x
+  workers) arrays, and reported with one ``policy.observe_steps`` (equivalent to the SimPy
+  engine's ``observe`` per step, with the same StepRecords). A policy that re-decides every
+  step, as ``adaptive`` does, gives a guess and takes only the steps up to the one after which
+  its split changed; the steps after it are dropped and computed again with the new split
+  (their draws are the same: they are kept by step).
 * *Clock.* SimPy adds each timeout to the current time. A step's barrier is
   ``start + compute`` of the k-th worker to finish; rounding is monotone, so that equals
   ``start + (k-th smallest compute)``, and the next start is ``barrier + comm``. One
@@ -118,9 +120,11 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
             steps, start = _stalled_step(start, comm, base, works, noise[0], delay[0], factor, need, stalled)
         else:
             steps, start = _block(start, comm, base, works, noise, delay, factor, need, horizon)
+        taken = policy.observe_steps(info, _Row(split, b), steps.compute_s, steps.included)
+        if taken < len(steps.start_s):  # the split changed after step `taken - 1`: the rest again
+            start, steps = float(steps.start_s[taken]), steps.head(taken)
         _record(trace, info, b, steps, None if available is all_up else available)
-        policy.observe_steps(info, _Row(split, b), steps.compute_s, steps.included)
-        row += len(steps.start_s)
+        row += taken
     return trace.finish()
 
 
@@ -160,6 +164,16 @@ class _Steps:
             slowdown,
         )
         self.comm_s = comm_s  # the all-reduce after each step's barrier (one number for every step)
+
+    def head(self, k: int) -> _Steps:
+        """The first ``k`` steps."""
+
+        def rows(x: Any) -> Any:
+            return x[:k] if isinstance(x, np.ndarray) and x.ndim == 2 else x
+
+        comm = self.comm_s[:k] if isinstance(self.comm_s, np.ndarray) else self.comm_s
+        return _Steps(self.start_s[:k], self.compute_s[:k], self.wait_s[:k], rows(self.included), rows(self.slowdown),
+                      comm)  # fmt: skip
 
 
 def _block(

@@ -29,12 +29,14 @@ from typing import ClassVar
 import numpy as np
 
 from hetsim.params import Param
-from hetsim.partition import max_time, water_fill
+from hetsim.partition import balanced_time_bound, max_time, water_fill
 from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHint
 
 MIN_SPREAD = 0.5  # samples; with MIN_SPREAD_REL of the mean: below this spread of b the slope is kept
 MIN_SPREAD_REL = 0.05
 MIN_JUMP = 0.10  # relative: smaller surprises are left to the forgetting fit
+MAX_AHEAD = 256  # the most steps an engine computes ahead on the current split
+BOUND_MARGIN = 1e-9  # relative: rounding room when the continuous optimum rules a re-split out
 
 
 class Adaptive(Policy):
@@ -71,59 +73,90 @@ class Adaptive(Policy):
         self.per_sample_s = np.full(n_workers, np.nan)
         self._resid_var = np.full(n_workers, MIN_JUMP**2 / 16)
         self._surprises = np.zeros(n_workers, dtype=np.int64)  # signed run of large residuals
+        self._ahead = 1  # steps an engine may compute before the split is next re-decided (a guess)
 
     def steady_steps(self, info: StepInfo) -> int:
-        return 1 if self.resplit == "step" else info.steps_per_epoch - info.step_in_epoch
+        if self.resplit == "epoch":  # sure: the split changes only at epoch ends
+            return info.steps_per_epoch - info.step_in_epoch
+        return self._ahead  # a guess: observe_steps takes the steps up to a change
 
     def observe(self, record: StepRecord) -> None:
-        for i, (b, t, ok) in enumerate(zip(record.local_batches, record.compute_s, record.included)):
-            if b > 0 and ok and t > 0 and not self._changed(i, b, t):
-                self._stats[i] = self.forgetting * self._stats[i] + (1.0, b, b * b, t, b * t)
-        if self.resplit == "step" or record.ends_epoch:
-            self._update(record.info.available)
+        row = np.asarray(record.compute_s, dtype=float)
+        self._step(np.asarray(record.local_batches, dtype=float), row, np.asarray(record.included, dtype=bool),
+                   record.ends_epoch, record.info.available)  # fmt: skip
 
-    def _changed(self, i: int, b: int, t: float) -> bool:
-        """Detect a change of speed; on the second surprise in a row, restart the worker's fit
-        from this measurement, with its costs scaled by the surprise. True when it restarted."""
-        if np.isnan(self.per_sample_s[i]):
-            return False
-        predicted = self.fixed_s[i] + self.per_sample_s[i] * b
-        resid = t / predicted - 1.0
-        if abs(resid) <= max(4 * np.sqrt(self._resid_var[i]), MIN_JUMP):
-            self._surprises[i] = 0
-            self._resid_var[i] = 0.9 * self._resid_var[i] + 0.1 * resid**2
-            return False
-        sign = 1 if resid > 0 else -1
-        self._surprises[i] = self._surprises[i] + sign if self._surprises[i] * sign > 0 else sign
-        if abs(self._surprises[i]) < 2:
-            return False
-        self._slope[i] *= t / predicted
-        self._stats[i] = (1.0, b, b * b, t, b * t)
-        self._surprises[i] = 0
-        return True
+    def observe_steps(
+        self, first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray, included: np.ndarray
+    ) -> int:
+        """The steps one at a time (vectorised across workers), up to the first that changes the
+        split; the guess of :meth:`steady_steps` doubles after a block taken whole (up to
+        :data:`MAX_AHEAD`) and falls back to one step after a change."""
+        b = np.asarray(local_batches, dtype=float)
+        flags = np.broadcast_to(np.asarray(included, dtype=bool), compute_s.shape)
+        before, per_epoch = self._batches, first.steps_per_epoch
+        for j in range(len(compute_s)):
+            ends = (first.step_in_epoch + j) % per_epoch == per_epoch - 1
+            self._step(b, compute_s[j], flags[j], ends, first.available)
+            if self._batches is not before:
+                self._ahead = 1
+                return j + 1
+        self._ahead = min(2 * self._ahead, MAX_AHEAD)
+        return len(compute_s)
+
+    def _step(self, b: np.ndarray, t: np.ndarray, included: np.ndarray, ends_epoch: bool,
+              available: tuple[bool, ...] | None) -> None:  # fmt: skip
+        """One step's measurements into the fits, then (every step, or at epoch ends) an update."""
+        ok = (b > 0) & included & (t > 0)
+        rows = np.stack([np.ones_like(b), b, b * b, t, b * t], axis=1)
+        keep = ok & ~self._restarted(b, t, ok, rows)
+        self._stats[keep] = self.forgetting * self._stats[keep] + rows[keep]
+        if self.resplit == "step" or ends_epoch:
+            self._update(available)
+
+    def _restarted(self, b: np.ndarray, t: np.ndarray, ok: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Detect changes of speed; on a worker's second surprise in a row, restart its fit from
+        this measurement, with its costs scaled by the surprise. True where it restarted."""
+        check = ok & ~np.isnan(self.per_sample_s)
+        if not check.any():
+            return check
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = t / (self.fixed_s + self.per_sample_s * b)
+        resid = ratio - 1.0
+        calm = check & (np.abs(resid) <= np.maximum(4 * np.sqrt(self._resid_var), MIN_JUMP))
+        self._surprises[calm] = 0
+        self._resid_var[calm] = 0.9 * self._resid_var[calm] + 0.1 * resid[calm] ** 2
+        surprised = check & ~calm
+        sign = np.where(resid > 0, 1, -1)
+        run = np.where(self._surprises * sign > 0, self._surprises + sign, sign)
+        self._surprises[surprised] = run[surprised]
+        restart = surprised & (np.abs(self._surprises) >= 2)
+        self._slope[restart] *= ratio[restart]
+        self._stats[restart] = rows[restart]
+        self._surprises[restart] = 0
+        return restart
 
     def _fit(self) -> None:
         """Per worker: the weighted least-squares line, or the last slope through the mean."""
-        for i, (s0, s1, s2, t0, t1) in enumerate(self._stats):
-            if s0 <= 0:
-                continue
+        s0, s1, s2, t0, t1 = self._stats.T
+        seen = s0 > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
             mean_b, mean_t = s1 / s0, t0 / s0
             var_b = s2 / s0 - mean_b**2
-            identifiable = var_b > max(MIN_SPREAD, MIN_SPREAD_REL * mean_b) ** 2
-            slope = (t1 / s0 - mean_b * mean_t) / var_b if identifiable else np.nan
-            if not slope > 0:
-                slope = self._slope[i] if self._slope[i] > 0 else mean_t / mean_b
-            slope = min(slope, mean_t / mean_b)  # a fixed cost cannot be negative
-            self._slope[i] = slope
-            self.per_sample_s[i] = slope
-            self.fixed_s[i] = mean_t - slope * mean_b
+            identifiable = var_b > np.maximum(MIN_SPREAD, MIN_SPREAD_REL * mean_b) ** 2
+            slope = np.where(identifiable, (t1 / s0 - mean_b * mean_t) / var_b, np.nan)
+            slope = np.where(slope > 0, slope, np.where(self._slope > 0, self._slope, mean_t / mean_b))
+            slope = np.minimum(slope, mean_t / mean_b)  # a fixed cost cannot be negative
+            fixed = mean_t - slope * mean_b
+        self._slope = np.where(seen, slope, self._slope)
+        self.per_sample_s = np.where(seen, slope, self.per_sample_s)
+        self.fixed_s = np.where(seen, fixed, self.fixed_s)
 
     def _update(self, available: tuple[bool, ...] | None) -> None:
         estimates = self._estimates(available)
         if estimates is not None:
             self._resplit(*estimates)
 
-    def _estimates(self, available: tuple[bool, ...] | None) -> tuple[np.ndarray, np.ndarray, list[float]] | None:
+    def _estimates(self, available: tuple[bool, ...] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Refit; the fitted ``(fixed_s, per_sample_s, caps)`` of the workers up, or None while
         no worker has been measured or the workers up cannot hold the batch."""
         self._fit()
@@ -133,14 +166,21 @@ class Adaptive(Policy):
         # A worker never measured (down since the start) is assumed average until it is measured.
         fixed = np.where(known, self.fixed_s, self.fixed_s[known].mean())
         per_sample = np.where(known, self.per_sample_s, self.per_sample_s[known].mean())
-        caps = list(self.caps) if available is None else [c if up else 0 for c, up in zip(self.caps, available)]
-        if sum(caps) < self.global_batch:
+        caps = self.cap_array if available is None else np.where(available, self.cap_array, 0.0)
+        if caps.sum() < self.global_batch:
             return None
         return fixed, per_sample, caps
 
-    def _resplit(self, fixed: np.ndarray, per_sample: np.ndarray, caps: list[float]) -> None:
-        """Adopt the min-max split of the fitted costs when it is ``hysteresis`` faster."""
-        proposal = water_fill(fixed, per_sample, self.global_batch, caps)
+    def _resplit(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> None:
+        """Adopt the min-max split of the fitted costs when it is ``hysteresis`` faster; skip
+        computing it when not even the continuous optimum would be (the cheap check that lets a
+        block of steps go by without a change)."""
         current = max_time(fixed, per_sample, self._batches)
-        if not np.isfinite(current) or max_time(fixed, per_sample, proposal) < (1 - self.hysteresis) * current:
+        goal = (1 - self.hysteresis) * current
+        if np.isfinite(current):
+            bound = balanced_time_bound(fixed, per_sample, self.global_batch, caps)
+            if bound >= goal * (1 + BOUND_MARGIN):
+                return
+        proposal = water_fill(fixed, per_sample, self.global_batch, caps)
+        if not np.isfinite(current) or max_time(fixed, per_sample, proposal) < goal:
             self._batches = proposal

@@ -158,6 +158,9 @@ class Policy(PlugIn):
         self.global_batch = global_batch
         self.hints = tuple(hints) if hints is not None else (WorkerHint(),) * n_workers
         self.run = RunHint() if run is None else run
+        self._caps = tuple(h.max_batch for h in self.hints)
+        self._cap_array = np.array(self._caps, dtype=float)
+        self._cap_array.flags.writeable = False
         if len(self.hints) != n_workers:
             raise ValueError(f"{len(self.hints)} hints for {n_workers} workers")
         if self.needs_costs and not self.costs_known:
@@ -177,7 +180,12 @@ class Policy(PlugIn):
 
     @property
     def caps(self) -> tuple[float, ...]:
-        return tuple(h.max_batch for h in self.hints)
+        return self._caps
+
+    @property
+    def cap_array(self) -> np.ndarray:
+        """:attr:`caps` as a NumPy array (read-only)."""
+        return self._cap_array
 
     @property
     def costs_known(self) -> bool:
@@ -225,21 +233,25 @@ class Policy(PlugIn):
         return self.n_workers
 
     def steady_steps(self, info: StepInfo) -> int:
-        """For how many steps, from ``info``'s on, ``partition`` is sure to return what it returns
-        now (and ``wait_for`` too), as long as no worker's availability changes. An engine may
-        compute those steps in one go, without asking ``partition`` again, and report them with
-        one ``observe_steps``; 1, the default, is always safe; :data:`UNTIL_THE_END` means every
-        remaining step."""
+        """For how many steps, from ``info``'s on, an engine may compute with the split
+        ``partition`` returns now (and ``wait_for`` too), as long as no worker's availability
+        changes, and report them with one ``observe_steps``. It is the number of steps the split
+        is sure to stay, unless the policy may change it as it observes: then it is a guess, and
+        ``observe_steps`` takes only the steps up to the change. 1, the default, is always safe;
+        :data:`UNTIL_THE_END` means every remaining step."""
         return 1
 
     def observe_steps(
         self, first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray, included: np.ndarray
-    ) -> None:
+    ) -> int:
         """Observe consecutive steps that ran with one split, from ``first`` on: ``compute_s`` is
         (steps x workers), ``included`` the same or one row for all. Equivalent to one ``observe``
         per step (what this default does); a policy may override it to do the same bookkeeping
-        with fewer Python calls."""
+        with fewer Python calls. Returns how many steps it took: all, or (a policy whose split
+        may change as it observes) the steps up to and including the one after which its split
+        changed; the engine computes the steps after it again, with the new split."""
         if type(self).observe is Policy.observe:  # a policy that ignores measurements
-            return
+            return len(compute_s)
         for record in step_records(first, local_batches, compute_s, included):
             self.observe(record)
+        return len(compute_s)

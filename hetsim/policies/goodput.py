@@ -39,7 +39,7 @@ from hetsim.errors import ConfigError
 from hetsim.params import Param
 from hetsim.partition import max_time, water_fill
 from hetsim.policies.adaptive import Adaptive
-from hetsim.policies.base import RunHint, StepRecord, WorkerHint
+from hetsim.policies.base import RunHint, StepInfo, WorkerHint
 
 CANDIDATES = 24  # global batches tried per update, geometrically spaced over [min_batch, max_batch]
 DEFAULT_RANGE = 8  # without max_batch: up to this many times the workload's global batch
@@ -76,6 +76,10 @@ class Goodput(Adaptive):
         self.measured_noise: float | None = None
         self._rebatch = False  # the next update may change the batch (at epoch ends)
 
+    def steady_steps(self, info: StepInfo) -> int:
+        """Never past the epoch's end: the next epoch's batch, and so its length, may differ."""
+        return min(super().steady_steps(info), info.steps_per_epoch - info.step_in_epoch)
+
     def noise_scale(self) -> float:
         """The noise scale decisions use now: the last measured one, or the efficiency's."""
         if self.measured_noise is not None:
@@ -86,12 +90,13 @@ class Goodput(Adaptive):
     def observe_noise_scale(self, noise_scale: float) -> None:
         self.measured_noise = float(noise_scale)
 
-    def observe(self, record: StepRecord) -> None:
+    def _step(self, b: np.ndarray, t: np.ndarray, included: np.ndarray, ends_epoch: bool,
+              available: tuple[bool, ...] | None) -> None:  # fmt: skip
+        """Count the step's progress (its applied samples' gain) before adaptive's bookkeeping."""
         assert self.run.efficiency is not None
-        applied = sum(b for b, ok in zip(record.local_batches, record.included) if ok)
-        self.progress += self.run.efficiency.gain(applied, self.noise_scale())
-        self._rebatch = record.ends_epoch
-        super().observe(record)
+        self.progress += self.run.efficiency.gain(float(b[included].sum()), self.noise_scale())
+        self._rebatch = ends_epoch
+        super()._step(b, t, included, ends_epoch, available)
 
     def _update(self, available: tuple[bool, ...] | None) -> None:
         estimates = self._estimates(available)
@@ -105,13 +110,13 @@ class Goodput(Adaptive):
             self.global_batch = batch
             self._batches = water_fill(estimates[0], estimates[1], batch, estimates[2])
 
-    def goodput(self, batch: int, fixed: np.ndarray, per_sample: np.ndarray, caps: list[float]) -> float:
+    def goodput(self, batch: int, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> float:
         """Predicted progress per second at global batch ``batch`` with its min-max split."""
         assert self.run.efficiency is not None
         step_s = max_time(fixed, per_sample, water_fill(fixed, per_sample, batch, caps)) + self.run.overhead_s
         return float(self.run.efficiency.gain(batch, self.noise_scale())) / step_s
 
-    def _best_batch(self, fixed: np.ndarray, per_sample: np.ndarray, caps: list[float]) -> int:
+    def _best_batch(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> int:
         """The candidate of highest goodput if it beats the current batch's by the hysteresis."""
         highest = int(min(self.highest, sum(caps)))
         lowest = min(self.lowest, highest)
