@@ -18,8 +18,8 @@ import sys
 import time
 
 import numpy as np
-
 from bench_engines import scenario
+
 from hetsim.engines import run_vector
 from hetsim.policies import make_policy
 
