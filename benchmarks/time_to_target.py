@@ -9,8 +9,8 @@ repeat's index, so shuffles and initial weights differ) of every policy, then
 ``validation.time_to_target.predict_time_to_target`` on its probe's calibration: each policy's
 time to the accuracy predicted from the calibrated step times plus the run's measured noise
 scale, beside the measured one. A repeat whose folder already holds a finished run is not run
-again (a rerun resumes). Prints one JSON object: per repeat, every policy's measured and
-predicted seconds and error; per repeat, the median |error| over its policies; pooled over all
+again, and an unfinished one is run again (a rerun resumes). Prints one JSON object: per
+repeat, every policy's measured and predicted seconds and error; per repeat, the median |error| over its policies; pooled over all
 predictions, the mean, median and 90th percentile of |error|.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,9 @@ def run_once(args: argparse.Namespace, seed: int, out: Path) -> None:
     meta = out / "meta.json"
     if meta.is_file() and json.loads(meta.read_text(encoding="utf-8")).get("status") == "finished":
         return
+    if out.exists():  # an unfinished repeat of an earlier, interrupted run of this script: again
+        print(f"{out}: unfinished, running it again", file=sys.stderr)
+        shutil.rmtree(out)
     command = [sys.executable, "-m", "validation", "run", "--workload", args.workload, "--epochs", str(args.epochs),
                "--policies", args.policies, "--noise-scale", "--target-accuracy", str(args.target),
                "--seed", str(seed), "--out", str(out), *args.extra]  # fmt: skip

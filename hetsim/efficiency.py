@@ -20,7 +20,7 @@ The noise scale grows as training proceeds (McCandlish et al., fig. 4: often ten
 it may be a schedule: ``[[progress, B_noise], ...]`` knots, progress in steps at ``M0`` from 0,
 interpolated linearly and held beyond the last. A step's gain then uses the noise scale at the
 progress made before it, so progress is a recurrence, summed step by step
-(:meth:`Efficiency.progress`); :meth:`Efficiency.steps_to` integrates its continuous form exactly.
+(:meth:`Efficiency.progress`), by the simulator's summaries and ``analyze`` alike.
 
 ``B_eff`` counts the samples whose gradients were applied (:func:`effective_batch`): the
 included workers only (backup and K-sync drop the rest), and, for a combine that averages the
@@ -38,7 +38,6 @@ real runs (``validation``) are synchronous, so it has not been checked against a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -99,24 +98,6 @@ class Efficiency:
             done += factor * self.gain(batch, self.noise_at(done))
             out[k] = done
         return out
-
-    def steps_to(self, target: float, effective_batch: float) -> float:
-        """Steps of ``effective_batch`` samples from no progress to ``target``: the integral of
-        ``1 / gain`` over progress, exact per linear piece of the schedule (constant noise: one
-        piece). The continuous form of :meth:`progress`'s sum."""
-        if effective_batch <= 0:
-            return math.inf
-        m0, b = float(self.base_batch), float(effective_batch)
-        knots = list(self.schedule) or [(0.0, self.noise_scale)]
-        knots = [(p, v) for p, v in knots if p < target] + [(target, self.noise_at(target))]
-        steps = 0.0
-        for (p0, v0), (p1, v1) in zip(knots, knots[1:]):
-            # 1/gain = (M0/B) (1 + (B - M0) / (B_noise + M0)), B_noise linear in progress on the piece
-            slope = (v1 - v0) / (p1 - p0) if p1 > p0 else 0.0
-            span = p1 - p0
-            extra = span / (v0 + m0) if slope == 0 else math.log((v1 + m0) / (v0 + m0)) / slope
-            steps += (m0 / b) * (span + (b - m0) * extra)
-        return steps
 
     def to_dict(self) -> dict[str, Any]:
         noise: Any = [list(k) for k in self.schedule] if self.schedule else self.noise_scale

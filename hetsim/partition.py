@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 Numbers = Sequence[float] | np.ndarray  # per-worker values: a list or a NumPy row
+BOUND_ROUNDING = 1e-9  # relative: how far below the batch a rounded running sum may reach
 
 
 def _check_feasible(total: int, caps: Numbers) -> None:
@@ -146,9 +147,10 @@ def max_time(fixed_s: Numbers, per_sample_s: Numbers, batches: Numbers) -> float
 
 
 def balanced_time_bound(fixed_s: np.ndarray, per_sample_s: np.ndarray, total: float, caps: np.ndarray) -> float:
-    """:func:`balanced_time`, the continuous min-max time, from one sort and cumulative sums
-    (fully vectorised; equal to it up to rounding). No integer split is faster, so it bounds
-    what a re-split can gain: a policy may skip :func:`water_fill` when even this is no better."""
+    """A lower bound of :func:`balanced_time`, the continuous min-max time, from one sort and
+    cumulative sums (fully vectorised; equal to it but for rounding, which may put it lower,
+    never higher). No integer split is faster, so it bounds what a re-split can gain: a policy
+    may skip :func:`water_fill` when even this is no better."""
     full = fixed_s + per_sample_s * caps
     rate = 1.0 / per_sample_s
     capped = np.isfinite(caps)
@@ -159,7 +161,10 @@ def balanced_time_bound(fixed_s: np.ndarray, per_sample_s: np.ndarray, total: fl
     order = np.argsort(at, kind="stable")
     at, slope, offset = at[order], np.cumsum(d_slope[order]), np.cumsum(d_offset[order])
     reach = slope[:-1] * at[1:] + offset[:-1]  # filled at each next breakpoint
-    k = int(np.searchsorted(reach >= total, True)) if (reach >= total).any() else len(at) - 1
+    # The running sums put a flat stretch (capped workers full, the next not started) a rounding
+    # error below its true level: accept it as reaching ``total`` (an earlier segment, a lower T).
+    held = reach >= total * (1 - BOUND_ROUNDING)
+    k = int(np.argmax(held)) if held.any() else len(at) - 1
     return float((total - offset[k]) / slope[k]) if slope[k] > 0 else float(at[k])
 
 

@@ -107,8 +107,9 @@ SPEEDUP_TEXT = {
 
 
 def render_report(folder: RunFolder, spec: SweepSpec, metric: str = "throughput") -> str:
-    """Rebuild results.parquet, summary.csv, the plotted cell's traces and every plot, all or none
-    of them; return the report's text (the folder's line and the speedup table, by ``metric``)."""
+    """Rebuild results.parquet, summary.csv and every plot, all or none of them (the plotted
+    cell's traces, a cache, are simulated and written first when missing); return the report's
+    text (the folder's line and the speedup table, by ``metric``)."""
     results = folder.results()
     axes = [a.name for a in spec.axes]
     summary = summarize_cells(results, axes, metric)

@@ -153,21 +153,6 @@ def test_progress_under_a_schedule_is_the_recurrence_at_the_noise_of_the_progres
     np.testing.assert_allclose(eff.progress(np.array(batches), discount), expected, rtol=1e-12)
 
 
-@pytest.mark.parametrize("batch", [16.0, 32.0, 200.0, 3000.0])
-def test_steps_to_a_target_is_the_integral_of_the_inverse_gain(batch):
-    constant = Efficiency(100.0, 32)
-    assert constant.steps_to(500.0, batch) == pytest.approx(500.0 / constant.gain(batch))
-    eff = Efficiency(64.0, 32, None, ((0.0, 64.0), (300.0, 512.0), (700.0, 4096.0)))
-    grid = np.linspace(0.0, 1000.0, 200_001)
-    inverse = 1.0 / eff.gain(batch, np.interp(grid, [0, 300, 700], [64, 512, 4096]))
-    numeric = float(np.sum((inverse[1:] + inverse[:-1]) / 2 * np.diff(grid)))
-    assert eff.steps_to(1000.0, batch) == pytest.approx(numeric, rel=1e-8)
-    # the simulator's step-by-step sum (each step at the noise before it) needs about as many
-    continuous = eff.steps_to(1000.0, batch)
-    steps = int(np.searchsorted(eff.progress(np.full(int(continuous) + 50, batch)), 1000.0)) + 1
-    assert continuous - 1 <= steps <= max(continuous + 2, 1.05 * continuous)
-
-
 @pytest.mark.parametrize(
     ("policy", "noise"), [("equal", []), ("optimal", []), ("proportional", []), ("equal", [SCHEDULE])]
 )

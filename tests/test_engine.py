@@ -165,3 +165,15 @@ def test_every_split_is_non_negative_within_caps_and_sums_to_the_global_batch(sc
     caps = np.array([w.cap for w in scenario.workers])
     assert np.all(batches.sum(axis=1) == scenario.workload.global_batch)
     assert np.all(batches >= 0) and np.all(batches <= caps)
+
+
+def test_epochs_of_a_policy_that_varies_its_batch_follow_the_batch_in_force_when_each_begins():
+    from hetsim.engines.base import Epochs
+    from hetsim.policies import Goodput
+
+    policy = Goodput()
+    policy.global_batch = 25
+    epochs = Epochs(100, policy)  # 4 steps of 25
+    assert epochs.info(3)[:4] == (3, 0, 3, 4)
+    policy.global_batch = 50  # the next epochs: 2 steps of 50
+    assert epochs.info(9)[:4] == (9, 3, 1, 2)  # asked three epochs ahead: steps 4-5, 6-7, 8-9

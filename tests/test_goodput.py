@@ -144,3 +144,19 @@ def test_simulate_leaves_goodput_out_quietly_without_efficiency_and_runs_it_with
     efficient = ["--set", "workload.efficiency.noise_scale=512", "--set", "workload.efficiency.base_batch=128"]
     assert main(["simulate", "paper", "--json", "--set", "workload.epochs=1", *efficient]) == 0
     assert "goodput" in [s["policy"] for s in json.loads(capsys.readouterr().out)]
+
+
+def test_when_failures_leave_too_little_room_it_shrinks_its_batch_at_the_epoch_end_instead_of_waiting():
+    policy = Goodput(min_batch=400, max_batch=1000, batch_hysteresis=0.0)
+    policy.reset(3, 900, [WorkerHint(max_batch=300)] * 3, RunHint(OVERHEAD_S, Efficiency(4000.0, 64)))
+    assert feed(policy, 10)[-1] > 600  # more than two workers hold
+    info = StepInfo(10, 2, 4, 5, (True, True, False))  # an epoch's last step, one worker down
+    batches = policy.partition(info)  # the down worker's samples cannot move: the step waits for it
+    policy.observe(StepRecord(info, batches, (0.2, 0.2, 0.3), (True, True, True)))
+    assert 400 <= sum(policy.partition(info._replace(step=11, step_in_epoch=0))) <= 600  # what the two up hold
+
+
+def test_without_min_batch_a_max_batch_below_the_workloads_batch_is_the_range():
+    policy = Goodput(max_batch=100)
+    policy.reset(3, 128, [WorkerHint()] * 3, RunHint(OVERHEAD_S, Efficiency(40.0, 64)))
+    assert (policy.lowest_batch, policy.highest_batch, policy.global_batch) == (100, 100, 100)

@@ -118,7 +118,7 @@ def calibrate_run(run: RunData, calibrate_on: str = PROBE) -> Calibration:
 
 def scenario_for(run: RunData, calibration: Calibration, policy: str, epochs: int) -> dict[str, Any]:
     """The calibrated scenario with the run's workload and ``policy``; for a policy that varies
-    its batch, the run's largest batch and, as its workload's efficiency, the run's measured
+    its batch, the run's ``--max-batch`` and, as its workload's efficiency, the run's measured
     noise scale (:func:`measured_noise_scale`) at the run's global batch."""
     scenario = dict(calibration.scenario)
     global_batch = int(run.meta["global_batch"])

@@ -26,22 +26,21 @@ class Epochs:
 
     def __init__(self, dataset_size: int, policy: Policy) -> None:
         self.dataset_size, self.policy = dataset_size, policy
-        self.first = self.epoch = 0  # the current epoch and its first step
-        self.length = self._length()
+        self.first_step = self.epoch = 0  # the current epoch and its first step
+        self.length_steps = self._length_steps()
 
-    def _length(self) -> int:
+    def _length_steps(self) -> int:
         return max(1, self.dataset_size // self.policy.global_batch)
 
     def info(self, step: int, available: tuple[bool, ...] | None = None) -> StepInfo:
         """The StepInfo of ``step`` (not before the last one asked)."""
-        if step - self.first >= self.length:
-            if self.policy.varies_batch:  # one epoch ended here; the next one's length is the batch's now
-                self.first, self.epoch = self.first + self.length, self.epoch + 1
-                self.length = self._length()
-            else:
-                passed = (step - self.first) // self.length
-                self.first, self.epoch = self.first + passed * self.length, self.epoch + passed
-        return StepInfo(step, self.epoch, step - self.first, self.length, available)
+        if not self.policy.varies_batch and step - self.first_step >= self.length_steps:
+            passed = (step - self.first_step) // self.length_steps  # every epoch as long
+            self.first_step, self.epoch = self.first_step + passed * self.length_steps, self.epoch + passed
+        while step - self.first_step >= self.length_steps:  # an epoch ended; the next is the batch's now
+            self.first_step, self.epoch = self.first_step + self.length_steps, self.epoch + 1
+            self.length_steps = self._length_steps()
+        return StepInfo(step, self.epoch, step - self.first_step, self.length_steps, available)
 
 
 class Engine(PlugIn):

@@ -73,12 +73,12 @@ class Adaptive(Policy):
         self.per_sample_s = np.full(n_workers, np.nan)
         self._resid_var = np.full(n_workers, MIN_JUMP**2 / 16)
         self._surprises = np.zeros(n_workers, dtype=np.int64)  # signed run of large residuals
-        self._ahead = 1  # steps an engine may compute before the split is next re-decided (a guess)
+        self._ahead_steps = 1  # steps an engine may compute before the split is next re-decided (a guess)
 
     def steady_steps(self, info: StepInfo) -> int:
         if self.resplit == "epoch":  # sure: the split changes only at epoch ends
             return info.steps_per_epoch - info.step_in_epoch
-        return self._ahead  # a guess: observe_steps takes the steps up to a change
+        return self._ahead_steps  # a guess: observe_steps takes the steps up to a change
 
     def observe(self, record: StepRecord) -> None:
         row = np.asarray(record.compute_s, dtype=float)
@@ -98,9 +98,9 @@ class Adaptive(Policy):
             ends = (first.step_in_epoch + j) % per_epoch == per_epoch - 1
             self._step(b, compute_s[j], flags[j], ends, first.available)
             if self._batches is not before:
-                self._ahead = 1
+                self._ahead_steps = 1
                 return j + 1
-        self._ahead = min(2 * self._ahead, MAX_AHEAD)
+        self._ahead_steps = min(2 * self._ahead_steps, MAX_AHEAD)
         return len(compute_s)
 
     def _step(self, b: np.ndarray, t: np.ndarray, included: np.ndarray, ends_epoch: bool,
@@ -153,12 +153,12 @@ class Adaptive(Policy):
 
     def _update(self, available: tuple[bool, ...] | None) -> None:
         estimates = self._estimates(available)
-        if estimates is not None:
+        if estimates is not None and estimates[2].sum() >= self.global_batch:  # else: wait for the workers
             self._resplit(*estimates)
 
     def _estimates(self, available: tuple[bool, ...] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """Refit; the fitted ``(fixed_s, per_sample_s, caps)`` of the workers up, or None while
-        no worker has been measured or the workers up cannot hold the batch."""
+        """Refit; the fitted ``(fixed_s, per_sample_s, caps)`` (caps 0 for the workers down), or
+        None while no worker has been measured."""
         self._fit()
         known = ~np.isnan(self.per_sample_s)
         if not known.any():
@@ -167,8 +167,6 @@ class Adaptive(Policy):
         fixed = np.where(known, self.fixed_s, self.fixed_s[known].mean())
         per_sample = np.where(known, self.per_sample_s, self.per_sample_s[known].mean())
         caps = self.cap_array if available is None else np.where(available, self.cap_array, 0.0)
-        if caps.sum() < self.global_batch:
-            return None
         return fixed, per_sample, caps
 
     def _resplit(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> None:

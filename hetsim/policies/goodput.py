@@ -35,6 +35,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hetsim.efficiency import effective_batch
 from hetsim.errors import ConfigError
 from hetsim.params import Param
 from hetsim.partition import max_time, water_fill
@@ -66,12 +67,15 @@ class Goodput(Adaptive):
         self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None, run: RunHint | None = None
     ) -> None:
         capacity = sum(h.max_batch for h in hints) if hints is not None else np.inf
-        self.lowest = global_batch if self.min_batch is None else self.min_batch
-        if self.lowest > capacity:
-            raise ConfigError("policy.min_batch", f"{self.lowest} is more than the workers' caps hold ({capacity:g})")
-        highest = DEFAULT_RANGE * max(global_batch, self.lowest) if self.max_batch is None else self.max_batch
-        self.highest = int(min(highest, capacity))
-        super().reset(n_workers, int(np.clip(global_batch, self.lowest, self.highest)), hints, run)
+        if self.min_batch is not None and self.min_batch > capacity:
+            raise ConfigError(
+                "policy.min_batch", f"{self.min_batch} is more than the workers' caps hold ({capacity:g})"
+            )
+        lowest = self.min_batch or global_batch
+        highest = DEFAULT_RANGE * max(global_batch, lowest) if self.max_batch is None else self.max_batch
+        self.highest_batch = int(min(highest, capacity))
+        self.lowest_batch = min(lowest, self.highest_batch)  # without min_batch: the workload's, within max_batch
+        super().reset(n_workers, int(np.clip(global_batch, self.lowest_batch, self.highest_batch)), hints, run)
         self.progress = 0.0  # steps at base_batch, counted from the observed steps
         self.measured_noise: float | None = None
         self._rebatch = False  # the next update may change the batch (at epoch ends)
@@ -94,21 +98,24 @@ class Goodput(Adaptive):
               available: tuple[bool, ...] | None) -> None:  # fmt: skip
         """Count the step's progress (its applied samples' gain) before adaptive's bookkeeping."""
         assert self.run.efficiency is not None
-        self.progress += self.run.efficiency.gain(float(b[included].sum()), self.noise_scale())
+        self.progress += self.run.efficiency.gain(effective_batch(b, included, True), self.noise_scale())
         self._rebatch = ends_epoch
         super()._step(b, t, included, ends_epoch, available)
 
     def _update(self, available: tuple[bool, ...] | None) -> None:
+        """At an epoch's end, the batch of best goodput among those the workers up can hold (so
+        it shrinks when failures leave too little room, rather than wait for repairs); otherwise,
+        and when the batch stays, adaptive's re-split."""
         estimates = self._estimates(available)
         if estimates is None:
             return
-        batch = self._best_batch(*estimates) if self._rebatch else self.global_batch
-        self._rebatch = False
-        if batch == self.global_batch:
-            self._resplit(*estimates)
-        else:
+        rebatch, self._rebatch = self._rebatch, False
+        batch = self._best_batch(*estimates) if rebatch and estimates[2].sum() >= 1 else self.global_batch
+        if batch != self.global_batch:
             self.global_batch = batch
             self._batches = water_fill(estimates[0], estimates[1], batch, estimates[2])
+        elif estimates[2].sum() >= self.global_batch:
+            self._resplit(*estimates)
 
     def goodput(self, batch: int, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> float:
         """Predicted progress per second at global batch ``batch`` with its min-max split."""
@@ -118,8 +125,8 @@ class Goodput(Adaptive):
 
     def _best_batch(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> int:
         """The candidate of highest goodput if it beats the current batch's by the hysteresis."""
-        highest = int(min(self.highest, sum(caps)))
-        lowest = min(self.lowest, highest)
+        highest = int(min(self.highest_batch, caps.sum()))
+        lowest = min(self.lowest_batch, highest)
         sizes = np.unique(np.round(np.geomspace(lowest, highest, CANDIDATES)).astype(np.int64))
         rates = [self.goodput(int(b), fixed, per_sample, caps) for b in sizes]
         best = int(sizes[int(np.argmax(rates))])
