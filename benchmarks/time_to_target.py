@@ -10,8 +10,8 @@ repeat's index, so shuffles and initial weights differ) of every policy, then
 time to the accuracy predicted from the calibrated step times plus the run's measured noise
 scale, beside the measured one. A repeat whose folder already holds a finished run is not run
 again, and an unfinished one is run again (a rerun resumes). Prints one JSON object: per
-repeat, every policy's measured and predicted seconds and error; per repeat, the median |error| over its policies; pooled over all
-predictions, the mean, median and 90th percentile of |error|.
+repeat, every policy's measured and predicted seconds and error; per repeat, the median |error|
+over its policies; pooled over all predictions, the mean, median and 90th percentile of |error|.
 """
 
 from __future__ import annotations
