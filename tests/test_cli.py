@@ -85,38 +85,6 @@ def test_scenarios_lists_the_builtins(capsys):
     assert {"paper", "workstation"} <= set(names)
 
 
-BAD = [
-    (["simulate", "--policy", "fastest"], "--policy: unknown policy 'fastest'"),
-    (["simulate", "--set", "workers.0.per_sample_s=-1"], "workers.0.per_sample_s: must be > 0"),
-    (["simulate", "--set", "workers.0.delay={dist='constant', value=-0.1}"], "workers.0.delay.value: must be >= 0"),
-    (
-        ["simulate", "--set", "workload.global_batch=2"],
-        "workload.global_batch: 2 is smaller than the number of workers (4)",
-    ),
-    (
-        ["simulate", "--set", "workers.0.max_batch=100", "--set", "workers.1.max_batch=8"],
-        "workers.max_batch: the caps hold at most 216",
-    ),
-    (["simulate", "--set", "workers.0.colour=1"], "workers.0.colour: unknown key"),
-    (["simulate", "--set", 'workload.epochs="3"'], "workload.epochs: must be an integer, got a string"),
-    (["simulate", "no/such/file.toml"], "scenario: 'no/such/file.toml' is neither a file nor a built-in"),
-    (["simulate", "--set", "policy.name=fastest", "--policy", "equal"], "policy.name: unknown policy 'fastest'"),
-    (["simulate", "--seed", "-1"], "--seed: must be >= 0"),
-    (["simulate", "--bogus"], "unrecognized arguments"),
-    (["frobnicate"], "invalid choice"),
-]
-
-
-@pytest.mark.parametrize("argv,message", BAD, ids=[" ".join(a) for a, _ in BAD])
-def test_bad_input_gives_one_line_and_exit_2(argv, message, tmp_path, capsys):
-    out_dir = tmp_path / "out"
-    assert main(argv + ["--out", str(out_dir)] if argv[0] == "simulate" else argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("hetsim: error: ")
-    assert message in err
-    assert not out_dir.exists()
-
-
 def test_bad_file_contents_fail_cleanly(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_text("name = 'x'\n[workload]\nglobal_batch = 8\n")

@@ -1,0 +1,223 @@
+"""``hetsim sweep`` (and ``sweep --resume``): every bad or hostile sweep file, option and results
+folder, and the one line it gets (exit status 2, no results folder made or changed, no process
+left: :func:`tests.test_bad_input.check_refused`)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hetsim.cli import main
+from tests.test_bad_input import (
+    HUGE,
+    case,
+    check_refused,
+    copy_results_folder,
+    deep,
+    make_results_folder,
+    small_scenario,
+    small_sweep,
+    toml,
+    write_files,
+    xfail,
+)
+
+WORKER_KEYS = (
+    "name, count, max_batch, node, overhead_s, per_sample_s, cost, noise, delay, shared_noise, slowdown, failure"
+)
+
+
+def sweep_file(**fields: object) -> dict[str, str]:
+    """``sweep.toml``: :func:`small_sweep` with ``fields``."""
+    return {"sweep.toml": toml(small_sweep(**fields))}
+
+
+def with_base(**fields: object) -> dict[str, object]:
+    """The small scenario with top-level ``fields`` replaced (``workload`` entries merged)."""
+    base = copy.deepcopy(small_scenario())
+    for key, value in fields.items():
+        if key == "workload":
+            base["workload"] = {**base["workload"], **value}
+        else:
+            base[key] = value
+    return base
+
+
+SWEEP = "{tmp}/sweep.toml"
+BAD_POLICY = {"name": "adaptive", "forgetting": 5}
+
+CASES = [
+    # the sweep file's own fields
+    case("unknown-key", [SWEEP],
+         "colour: unknown key (allowed: name, base, base_dir, policies, grid, replications, seed, plots, engine)",
+         sweep_file(colour=1)),
+    case("name-int", [SWEEP], "name: must be a string, got int (5)", sweep_file(name=5)),
+    case("base-dir-int", [SWEEP], "base_dir: must be a string, got int (5)", sweep_file(base_dir=5)),
+    case("unknown-policy", [SWEEP], "policies.0: unknown policy 'fastest' (known: {policies})",
+         sweep_file(policies=["fastest"])),
+    case("no-policies", [SWEEP], "policies: must be a non-empty list of policy names", sweep_file(policies=[])),
+    case("policies-string", [SWEEP], "policies: must be a non-empty list of policy names",
+         sweep_file(policies="equal")),
+    case("replications-zero", [SWEEP], "replications: must be >= 1, got 0", sweep_file(replications=0)),
+    case("replications-huge", [SWEEP], f"replications: must be in [1, 1099511627776], got {HUGE}",
+         sweep_file(replications=HUGE),
+         marks=xfail("OverflowError traceback from SeedSequence.spawn, after the results folder was made")),
+    case("seed-negative", [SWEEP], "seed: must be >= 0, got -1", sweep_file(seed=-1)),
+    case("unknown-engine", [SWEEP], "engine: unknown engine 'warp' (known: simpy, vector, auto)",
+         sweep_file(engine="warp")),
+    # the grid
+    case("grid-list", [SWEEP], "grid: must be a table, got a list", sweep_file(grid=[1])),
+    case("axis-string", [SWEEP], "grid.workers.0.count: must be a list, got a string ('abc')",
+         sweep_file(grid={"workers.0.count": "abc"})),
+    case("empty-axis", [SWEEP], "grid.workers.0.count: empty axis: give at least one value",
+         sweep_file(grid={"workers.0.count": []})),
+    case("axis-lengths", [SWEEP], "grid.n.workers.0.count: has 1 values for 2 labels",
+         sweep_file(grid={"n": {"values": [1, 2], "workers.0.count": [2]}})),
+    case("axis-without-values", [SWEEP], "grid.n.values: must be a list, got NoneType (None)",
+         sweep_file(grid={"n": {"workers.0.count": [2]}})),
+    case("axis-without-paths", [SWEEP], "grid.n: a named axis needs at least one dotted path besides 'values'",
+         sweep_file(grid={"n": {"values": [2]}})),
+    case("axis-name-taken", [SWEEP], "grid.seed: this name is taken by a result column; rename the axis",
+         sweep_file(grid={"seed": [1, 2]})),
+    case("unknown-path", [SWEEP],
+         f"grid.workers.0.colour: unknown key (allowed: {WORKER_KEYS}) (at workers.0.colour=1)",
+         sweep_file(grid={"workers.0.colour": [1]})),
+    case("bad-value", [SWEEP], "grid.workers.0.per_sample_s: must be > 0, got -1 (at workers.0.per_sample_s=-1)",
+         sweep_file(grid={"workers.0.per_sample_s": [0.001, -1]})),
+    case("policy-cannot-run-a-cell", [SWEEP, "--jobs", "2"],
+         "grid.policy.backups: must be smaller than the number of workers (1), got 1 (at workers.0.count=1)",
+         sweep_file(policies=["equal", "backup"], grid={"workers.0.count": [2, 1]})),
+    case("goodput-without-efficiency", [SWEEP],
+         "grid.workload.efficiency: missing: policy 'goodput' chooses the global batch by statistical efficiency "
+         "(give noise_scale and base_batch) (at workers.0.count=2)", sweep_file(policies=["goodput"])),
+    case("plots-x", [SWEEP], "plots.x: 'nope' is not a grid axis (workers.0.count)", sweep_file(plots={"x": "nope"})),
+    case("plots-cell-axis", [SWEEP], "plots.cell: must map grid axes (workers.0.count) to values",
+         sweep_file(plots={"cell": {"nope": 1}})),
+    case("plots-cell-value", [SWEEP], "plots.cell.workers.0.count: 9 is not one of [2, 3]",
+         sweep_file(plots={"cell": {"workers.0.count": 9}})),
+    # the base scenario
+    case("base-unknown", [SWEEP], "base.scenario: 'nope' is neither a file nor a built-in scenario ({builtins})",
+         sweep_file(base="nope")),
+    case("base-type", [SWEEP], "base.workload.global_batch: must be an integer, got a string ('big')",
+         sweep_file(base=with_base(workload={"global_batch": "big"}))),
+    case("base-noise-scale-zero", [SWEEP], "base.workload.efficiency.noise_scale: must be > 0, got 0",
+         sweep_file(base=with_base(workload={"efficiency": {"noise_scale": 0, "base_batch": 8}}))),
+    case("base-policy-parameter-swept", [SWEEP],
+         "grid.policy.forgetting: must be in (0, 1], got 5 (at workers.0.count=2)",
+         sweep_file(base=with_base(policy=BAD_POLICY), policies=["adaptive"])),
+    case("base-policy-parameter-not-swept", [SWEEP], "base.policy.forgetting: must be in (0, 1], got 5",
+         sweep_file(base=with_base(policy=BAD_POLICY)),
+         marks=xfail("the base scenario's [policy] with a bad parameter is never checked when its policy is not "
+                     "swept: the sweep runs, exit 0")),
+    # the file itself
+    case("no-such-file", ["{tmp}/nope.toml"], "{tmp}/nope.toml: no such file"),
+    case("not-toml", [SWEEP], "{tmp}/sweep.toml: not valid TOML: Invalid statement (at line 1, column 1)",
+         {"sweep.toml": "{{{"}),
+    case("empty", [SWEEP], "base: missing (required)", {"sweep.toml": ""}),
+    case("json-list", ["{tmp}/sweep.json"], "{tmp}/sweep.json: the file must hold a table (object) at the top",
+         {"sweep.json": "[1]"}),
+    case("byte-order-mark", [SWEEP],
+         "{tmp}/sweep.toml: starts with a byte-order mark (BOM): save it as UTF-8 without one",
+         {"sweep.toml": "\ufeff" + toml(small_sweep())}),
+    case("deep-toml", [SWEEP], "{tmp}/sweep.toml: not valid TOML: nested too deeply", {"sweep.toml": deep(".toml")}),
+    case("deep-json", ["{tmp}/sweep.json"], "{tmp}/sweep.json: not valid JSON: nested too deeply",
+         {"sweep.json": deep(".json")}),
+    # options
+    case("jobs-zero", [SWEEP, "--jobs", "0"], "--jobs: must be >= 1, got 0", sweep_file()),
+    case("jobs-negative", [SWEEP, "--jobs", "-3"], "--jobs: must be >= 1, got -3", sweep_file()),
+    case("jobs-text", [SWEEP, "--jobs", "two"], "hetsim sweep: argument --jobs: invalid int value: 'two'",
+         sweep_file()),
+    case("jobs-huge", [SWEEP, "--jobs", "100000000000"], "--jobs: must be in [1, 1099511627776], got 100000000000",
+         sweep_file(), marks=xfail("OverflowError traceback from the process pool, after the results folder was made")),
+    case("timeout-negative", [SWEEP, "--scheduler", "local", "--connect-timeout-s", "-1"],
+         "--connect-timeout-s: must be > 0, got -1", sweep_file()),
+    case("timeout-nan", [SWEEP, "--scheduler", "tcp://127.0.0.1:1", "--connect-timeout-s", "nan"],
+         "--connect-timeout-s: must be finite, got nan", sweep_file()),
+    case("scheduler-nonsense", [SWEEP, "--scheduler", "nonsense"],
+         "--scheduler: cannot reach nonsense: missing port number in address 'nonsense'", sweep_file()),
+    case("metric-without-target", [SWEEP, "--metric", "time_to_target"],
+         "--metric: time_to_target needs [workload.efficiency] with target_steps in the sweep's scenario",
+         sweep_file()),
+    case("unknown-metric", [SWEEP, "--metric", "speed"],
+         "hetsim sweep: argument --metric: invalid choice: 'speed' (choose from 'throughput', 'time_to_target')",
+         sweep_file()),
+    case("unknown-engine-option", [SWEEP, "--engine", "warp"],
+         "hetsim sweep: argument --engine: invalid choice: 'warp' (choose from 'simpy', 'vector', 'auto')",
+         sweep_file()),
+    case("runs-in-a-file", [SWEEP, "--runs", "{tmp}/file/runs"], "--runs: cannot make {tmp}/file/runs: Not a directory",
+         {**sweep_file(), "file": "x"}),
+    case("runs-is-a-file", [SWEEP, "--runs", "{tmp}/file"], "--runs: cannot make {tmp}/file: File exists",
+         {**sweep_file(), "file": "x"}),
+    case("file-and-resume", [SWEEP, "--resume", "{tmp}"], "--resume: give either a sweep file or --resume, not both",
+         sweep_file()),
+    case("resume-not-a-results-folder", ["--resume", "{tmp}/nothing"],
+         "--resume: {tmp}/nothing is not a sweep results folder (no sweep.toml)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "line", "files"), CASES)
+def test_sweep_refuses_bad_input(argv, line, files, tmp_path, capsys, monkeypatch):
+    write_files(tmp_path, files)
+    monkeypatch.chdir(tmp_path)
+    runs = [] if "--runs" in argv else ["--runs", "{tmp}/runs"]
+    jobs = [] if "--jobs" in argv else ["--jobs", "1"]
+    check_refused(main, ["sweep", *argv, *runs, *jobs], line, tmp_path, capsys)
+
+
+# ----------------------------------------------------------------------------- --resume
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    return make_results_folder(tmp_path_factory.mktemp("finished"))
+
+
+def edit(name: str, old: str, new: str) -> Callable[[Path], None]:
+    def damage(run: Path) -> None:
+        text = (run / name).read_text(encoding="utf-8")
+        assert old in text
+        (run / name).write_text(text.replace(old, new), encoding="utf-8")
+
+    return damage
+
+
+def overwrite(name: str, content: str) -> Callable[[Path], None]:
+    return lambda run: (run / name).write_text(content, encoding="utf-8")
+
+
+SEEDS_EDITED = ("{run}/sweep.toml: its seed or replications no longer match parts/cell-00000.parquet (seeds {seeds}); "
+                "restore them or start a new sweep")  # fmt: skip
+
+RESUME = [
+    pytest.param(edit("sweep.toml", "seed = 11", "seed = 12"), [], SEEDS_EDITED, id="seed-edited"),
+    pytest.param(edit("sweep.toml", "replications = 1", "replications = 0"), [], "replications: must be >= 1, got 0",
+                 id="replications-zero"),
+    pytest.param(edit("sweep.toml", '"equal"', '"fastest"'), [],
+                 "policies.0: unknown policy 'fastest' (known: {policies})", id="policy-edited"),
+    pytest.param(overwrite("sweep.toml", "not toml {"), [],
+                 "{run}/sweep.toml: not valid TOML: Expected '=' after a key in a key/value pair (at line 1, column 5)",
+                 id="sweep-toml-garbage"),
+    pytest.param(edit("sweep.toml", "name =", "\ufeffname ="), [],
+                 "{run}/sweep.toml: starts with a byte-order mark (BOM): save it as UTF-8 without one",
+                 id="sweep-toml-bom"),
+    pytest.param(lambda run: (run / "sweep.toml").unlink(), [],
+                 "--resume: {run} is not a sweep results folder (no sweep.toml)", id="sweep-toml-gone"),
+    pytest.param(lambda run: None, ["--jobs", "0"], "--jobs: must be >= 1, got 0", id="jobs-zero"),
+    pytest.param(lambda run: None, ["--metric", "time_to_target"],
+                 "--metric: time_to_target needs [workload.efficiency] with target_steps in the sweep's scenario",
+                 id="metric-without-target"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("damage", "extra", "line"), RESUME)
+def test_resume_refuses_a_results_folder_it_cannot_trust(damage, extra, line, finished, tmp_path, capsys):
+    run = copy_results_folder(finished, tmp_path / "run")
+    seeds = pd.read_parquet(run / "parts" / "cell-00000.parquet")["seed"].tolist()
+    damage(run)
+    line = line.replace("{run}", str(run)).replace("{seeds}", str(seeds))
+    jobs = [] if "--jobs" in extra else ["--jobs", "1"]
+    check_refused(main, ["sweep", "--resume", str(run), *jobs, *extra], line, tmp_path, capsys)

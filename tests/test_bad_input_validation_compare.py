@@ -1,0 +1,190 @@
+"""``validation compare``: every bad or hostile run folder and option, and the one line it gets
+(exit status 2, the folder left as it was, no process: :func:`tests.test_bad_input.check_refused`).
+The run folders are made by hand with the run's own writer: no training, no processes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.test_bad_input import DEEP, HUGE, check_refused, xfail
+from validation.cli import main
+from validation.record import RankTiming, RunWriter, step_rows
+
+TARGET = {"seed": 0, "target_accuracy": 0.4}
+
+
+def fake_run(path: Path, finished: bool = True, config: dict[str, Any] | None = None) -> None:
+    """A two-rank run folder: a probe of four steps, then (``finished``) one epoch of ``equal``."""
+    meta = {"global_batch": 8, "steps_per_epoch": 2, "epochs": 1, "world_size": 2, "gradient_mb": 0.1,
+            "policies": ["equal"], "config": config or {"seed": 0}}  # fmt: skip
+    writer = RunWriter(path, meta)
+    for step, split in enumerate([(2, 6), (6, 2), (4, 4), (1, 7)]):
+        timings = [RankTiming(0.001 * split[0], 0.001, 0.001), RankTiming(0.001 * split[1], 0.001, 0.001)]
+        writer.add_steps(step_rows("probe", 0, step, 0.01 * step, split, timings))
+    if finished:
+        for step in range(2):
+            timings = [RankTiming(0.004, 0.001, 0.001), RankTiming(0.004, 0.001, 0.001)]
+            writer.add_steps(step_rows("equal", 0, step, 0.1 + 0.01 * step, (4, 4), timings))
+        writer.add_epoch(lambda: {"policy": "equal", "epoch": 0, "train_loss": 1.0, "test_loss": 1.1,
+                                  "test_accuracy": 0.5, "elapsed_s": 0.03, "split": "4/4", "global_batch": 8,
+                                  "noise_scale": None})  # fmt: skip
+    writer.flush()
+    if finished:
+        writer.finish(["equal"])
+
+
+Damage = Callable[[Path], None]
+
+
+def meta(**fields: Any) -> Damage:
+    """meta.json with ``fields`` replaced (None: removed)."""
+
+    def damage(run: Path) -> None:
+        data = json.loads((run / "meta.json").read_text(encoding="utf-8"))
+        data.update(fields)
+        (run / "meta.json").write_text(json.dumps({k: v for k, v in data.items() if v is not None}), encoding="utf-8")
+
+    return damage
+
+
+def write(name: str, content: str | bytes) -> Damage:
+    def damage(run: Path) -> None:
+        if isinstance(content, bytes):
+            (run / name).write_bytes(content)
+        else:
+            (run / name).write_text(content, encoding="utf-8")
+
+    return damage
+
+
+def remove(*names: str) -> Damage:
+    def damage(run: Path) -> None:
+        for name in names:
+            (run / name).unlink()
+
+    return damage
+
+
+def epochs(**columns: Any) -> Damage:
+    """epochs.csv with ``columns`` set."""
+
+    def damage(run: Path) -> None:
+        frame = pd.read_csv(run / "epochs.csv")
+        for column, value in columns.items():
+            frame[column] = value
+        frame.to_csv(run / "epochs.csv", index=False)
+
+    return damage
+
+
+def then(*damages: Damage) -> Damage:
+    def damage(run: Path) -> None:
+        for d in damages:
+            d(run)
+
+    return damage
+
+
+NOISY = epochs(noise_scale=50.0)  # a run made with --noise-scale
+TRACE_COLUMNS = "policy, epoch, step, worker, local_batch, start_s, compute_s, wait_s, comm_s, included"
+
+
+def compare_case(id: str, damage: Damage, argv: list[str], line: str, finished: bool = True,
+                 config: dict[str, Any] | None = None, marks: Any = ()) -> Any:  # fmt: skip
+    return pytest.param(damage, argv, line, finished, config, id=id, marks=marks)
+
+
+def nothing(run: Path) -> None:
+    pass
+
+
+CASES = [
+    # the folder
+    compare_case("no-such-folder", nothing, ["{tmp}/nope"], "{tmp}/nope: no such run folder"),
+    compare_case("a-file", nothing, ["{run}/meta.json"], "{run}/meta.json: no such run folder"),
+    compare_case("no-meta", remove("meta.json"), ["{run}"], "{run}: not a validation run folder (no meta.json)"),
+    compare_case("no-trace", remove("trace.parquet", "trace.csv"), ["{run}"],
+                 "{run}: no trace.parquet or trace.csv (the run died before its first epoch)"),
+    compare_case("trace-garbage", write("trace.parquet", b"garbage"), ["{run}"],
+                 "{run}/trace.parquet: not a readable Parquet table: Could not open Parquet input source "
+                 "'{run}/trace.parquet': Parquet file size is 7 bytes, smaller than the minimum file footer (8 bytes)"),
+    compare_case("trace-csv-columns", then(remove("trace.parquet"), write("trace.csv", "policy,worker\nequal,0\n")),
+                 ["{run}"], f"epoch: missing column in {{run}}/trace.csv (a trace needs {TRACE_COLUMNS})"),
+    compare_case("nothing-finished", nothing, ["{run}", "--tolerance", "0.5"],
+                 "run_dir: {run} has no policy with a finished epoch to compare", finished=False),
+    # meta.json
+    compare_case("meta-not-json", write("meta.json", "{nope"), ["{run}"],
+                 "{run}/meta.json: not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 "
+                 "(char 1)"),
+    compare_case("meta-bom", lambda run: write("meta.json", "\ufeff" + (run / "meta.json").read_text())(run), ["{run}"],
+                 "{run}/meta.json: not valid JSON: Unexpected UTF-8 BOM (decode using utf-8-sig): line 1 column 1 "
+                 "(char 0)"),
+    compare_case("meta-steps-zero", meta(steps_per_epoch=0), ["{run}"],
+                 "workload.dataset_size: must be in [1, 1099511627776], got 0"),
+    compare_case("meta-batch-huge", meta(global_batch=HUGE), ["{run}"],
+                 f"workload.global_batch: must be in [1, 1099511627776], got {HUGE}"),
+    compare_case("meta-deep", write("meta.json", "[" * DEEP + "]" * DEEP), ["{run}"],
+                 "{run}/meta.json: not valid JSON: nested too deeply",
+                 marks=xfail("RecursionError traceback (the scenario reader catches it; load_run does not)")),
+    compare_case("meta-list", write("meta.json", "[1, 2]"), ["{run}"], "{run}/meta.json: must hold a JSON object",
+                 marks=xfail("TypeError traceback (list indices must be integers or slices, not str)")),
+    compare_case("meta-without-global-batch", meta(global_batch=None), ["{run}"],
+                 "{run}/meta.json:global_batch: missing", marks=xfail("KeyError traceback ('global_batch')")),
+    compare_case("meta-batch-text", meta(global_batch="lots"), ["{run}"],
+                 "{run}/meta.json:global_batch: must be an integer, got a string ('lots')",
+                 marks=xfail("ValueError traceback (invalid literal for int() with base 10: 'lots')")),
+    compare_case("meta-gradient-text", meta(gradient_mb="x"), ["{run}"],
+                 "{run}/meta.json:gradient_mb: must be a number, got a string ('x')",
+                 marks=xfail("ValueError traceback (could not convert string to float: 'x')")),
+    compare_case("meta-config-list", meta(config=[1]), ["{run}"],
+                 "{run}/meta.json:config: must be a table, got a list",
+                 marks=xfail("AttributeError traceback ('list' object has no attribute 'get')")),
+    # options
+    compare_case("tolerance-negative", nothing, ["{run}", "--tolerance", "-1"], "--tolerance: must be >= 0, got -1"),
+    compare_case("tolerance-nan", nothing, ["{run}", "--tolerance", "nan"], "--tolerance: must be finite, got nan"),
+    compare_case("tolerance-text", nothing, ["{run}", "--tolerance", "abc"],
+                 "validation compare: argument --tolerance: invalid float value: 'abc'"),
+    compare_case("calibrate-on-unknown", nothing, ["{run}", "--calibrate-on", "nope"],
+                 "--calibrate-on: the run has no rows for 'nope' (it has: probe, equal)"),
+    compare_case("no-folder", nothing, [], "validation compare: the following arguments are required: run_dir"),
+    # --time-to-target
+    compare_case("time-to-target-without-target", nothing, ["{run}", "--time-to-target"],
+                 "run_dir: {run} was run without --target-accuracy"),
+    compare_case("time-to-target-without-noise-scale", nothing, ["{run}", "--time-to-target"],
+                 "run_dir: {run} has no noise scale estimate (run it with --noise-scale)", config=TARGET),
+    compare_case("time-to-target-noise-scale-text", epochs(noise_scale="x"), ["{run}", "--time-to-target"],
+                 "run_dir: {run} has no noise scale estimate (run it with --noise-scale)", config=TARGET),
+    compare_case("time-to-target-not-reached", then(NOISY, epochs(test_accuracy=0.1)), ["{run}", "--time-to-target"],
+                 "run_dir: equal never reached accuracy 0.4: no target to calibrate on", config=TARGET),
+    compare_case("time-to-target-no-summary", then(NOISY, remove("summary.json")), ["{run}", "--time-to-target"],
+                 "{run}/summary.json: No such file or directory", config=TARGET),
+    compare_case("time-to-target-summary-list", then(NOISY, write("summary.json", "[1]")),
+                 ["{run}", "--time-to-target"],
+                 "{run}/summary.json: must hold a JSON object", config=TARGET,
+                 marks=xfail("TypeError traceback (list indices must be integers or slices, not str)")),
+    compare_case("time-to-target-target-text", then(NOISY, meta(config={**TARGET, "target_accuracy": "high"})),
+                 ["{run}", "--time-to-target"],
+                 "{run}/meta.json:config.target_accuracy: must be a number, got a string ('high')", config=TARGET,
+                 marks=xfail("TypeError traceback (Invalid comparison between dtype=float64 and str)")),
+    compare_case("time-to-target-epochs-garbage", write("epochs.csv", b"\x00\xff garbage"),
+                 ["{run}", "--time-to-target"],
+                 "{run}/epochs.csv: not a readable CSV table: 'utf-8' codec can't decode byte 0xff in position 1: "
+                 "invalid start byte", config=TARGET,
+                 marks=xfail("UnicodeDecodeError traceback from pandas.read_csv")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("damage", "argv", "line", "finished", "config"), CASES)
+def test_compare_refuses_bad_input(damage, argv, line, finished, config, tmp_path, capsys, monkeypatch):
+    run = tmp_path / "run"
+    fake_run(run, finished, config)
+    damage(run)
+    monkeypatch.chdir(tmp_path)
+    argv = [a.replace("{run}", str(run)) for a in argv]
+    check_refused(main, ["compare", *argv], line.replace("{run}", str(run)), tmp_path, capsys, prog="validation")

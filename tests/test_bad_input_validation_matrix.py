@@ -1,0 +1,43 @@
+"""``validation`` itself and ``validation matrix``: every bad or hostile input and the one line it
+gets (exit status 2, before any run starts: no results folder, no process left;
+:func:`tests.test_bad_input.check_refused`). A matrix folder in use by another run is
+tests/test_matrix.py's (it needs a second process)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_bad_input import HUGE, case, check_refused, write_files
+from validation.cli import cuda_devices, main
+
+CASES = [
+    # validation
+    case("no-command", [], "validation: the following arguments are required: command"),
+    case("unknown-command", ["frobnicate"],
+         "validation: argument command: invalid choice: 'frobnicate' (choose from 'run', 'compare', 'matrix')"),
+    # matrix
+    case("busy-negative", ["matrix", "--busy", "-1"], "--busy: must be in [0, 64], got -1"),
+    case("busy-too-many", ["matrix", "--busy", "65"], "--busy: must be in [0, 64], got 65"),
+    case("busy-huge", ["matrix", "--busy", str(HUGE)], f"--busy: must be in [0, 64], got {HUGE}"),
+    case("busy-text", ["matrix", "--busy", "x"], "validation matrix: argument --busy: invalid int value: 'x'"),
+    case("busy-nan", ["matrix", "--json", "--busy", "nan"],
+         "validation matrix: argument --busy: invalid int value: 'nan'"),
+    case("gpu-without-cuda", ["matrix", "--gpu"], "--gpu: no CUDA device on this machine"),
+    case("out-is-a-file", ["matrix", "--out", "{tmp}/file"], "--out: {tmp}/file exists and is not a folder",
+         {"file": "x"}),
+    case("quick-out-is-a-file", ["matrix", "--quick", "--out", "{tmp}/file"],
+         "--out: {tmp}/file exists and is not a folder", {"file": "x"}),
+    case("out-in-a-file", ["matrix", "--out", "{tmp}/file/sub"],
+         "--out: cannot write in {tmp}/file/sub: Not a directory",
+         {"file": "x"}),
+    case("argument", ["matrix", "extra"], "validation: unrecognized arguments: extra"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "line", "files"), CASES)
+def test_matrix_refuses_bad_input_before_any_run_starts(argv, line, files, tmp_path, capsys, monkeypatch):
+    if "--gpu" in argv and cuda_devices():
+        pytest.skip("this machine has CUDA: matrix --gpu would run")
+    write_files(tmp_path, files)
+    monkeypatch.chdir(tmp_path)  # the default results folder, runs/matrix-<time>, would be made here
+    check_refused(main, argv, line, tmp_path, capsys, prog="validation")
