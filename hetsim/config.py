@@ -22,7 +22,7 @@ from hetsim.efficiency import EFFICIENCY_PARAMS, Efficiency, Schedule
 from hetsim.errors import ConfigError
 from hetsim.network import DEFAULT_KIND
 from hetsim.params import Param, typename
-from hetsim.policies import policy_class
+from hetsim.policies import make_policy
 from hetsim.registry import NETWORKS
 from hetsim.scenario import PolicySpec, Scenario, Workload
 from hetsim.tables import Table, make_plugin
@@ -187,8 +187,8 @@ def _noise_schedule(value: list[Any], field: str) -> Schedule:
 
 
 def make_policy_spec(data: Any) -> PolicySpec:
-    """The scenario's ``[policy]``: its name is checked here, its parameters by the policy
-    class when a run builds it (a sweep may set parameters of a policy other than the base's)."""
+    """The scenario's ``[policy]``: its name, and its parameters by the policy class (whether
+    they fit the cluster's size is checked when a run builds it: ``Scenario.make_policy``)."""
     if isinstance(data, str):
         data = {"name": data}
     if not isinstance(data, Mapping):
@@ -196,8 +196,9 @@ def make_policy_spec(data: Any) -> PolicySpec:
     name = data.get("name", PolicySpec.name)
     if not isinstance(name, str):
         raise ConfigError("policy.name", f"must be a string, got {typename(name)}")
-    policy_class(name)
-    return PolicySpec(name, tuple(sorted((k, v) for k, v in data.items() if k != "name")))
+    spec = PolicySpec(name, tuple(sorted((k, v) for k, v in data.items() if k != "name")))
+    make_policy(name, dict(spec.params))  # ConfigError on policy.<parameter>
+    return spec
 
 
 TOP_PARAMS = (

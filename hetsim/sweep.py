@@ -27,6 +27,7 @@ from hetsim.sweepfile import SweepSpec, grid_points, point_scenario
 
 RESERVED_COLUMNS = frozenset({"cell", "replication", "seed", *Summary.__dataclass_fields__})
 DEFAULT_CONNECT_TIMEOUT_S = 5.0  # how long to try reaching a Dask scheduler
+MAX_JOBS = 256  # local processes or LocalCluster workers: more would fork beyond any machine here
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ def make_executor(
     jobs: int, scheduler: str | None, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
 ) -> LocalExecutor | DaskExecutor:
     """Connect (or start) before anything is written, so an unreachable scheduler leaves no trace."""
-    Param("--jobs", "integer", low=1).check(jobs)
+    Param("--jobs", "integer", low=1, high=MAX_JOBS).check(jobs)
     Param("--connect-timeout-s", low=0.0, low_open=True).check(connect_timeout_s)
     return LocalExecutor(jobs) if scheduler is None else DaskExecutor(scheduler, jobs, connect_timeout_s)
 

@@ -23,6 +23,8 @@ from hetsim.policies import policy_class
 from hetsim.scenario import Scenario
 from hetsim.tables import Table
 
+MAX_REPLICATIONS = 100_000  # seeds per cell: far beyond any confidence interval's need, within memory
+
 
 @dataclass(frozen=True)
 class Axis:
@@ -159,7 +161,7 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
         base=base,
         policies=tuple(policies),
         axes=axes,
-        replications=top.get(Param("replications", "integer", default=1, low=1)),
+        replications=top.get(Param("replications", "integer", default=1, low=1, high=MAX_REPLICATIONS)),
         seed=top.get(Param("seed", "integer", default=scenario.seed, low=0)),
         plots=PlotSpec(plots_raw.data.get("x"), plots_raw.data.get("lines"), tuple(cell.items())),
         base_dir=None if scenario_dir is None else str(scenario_dir),

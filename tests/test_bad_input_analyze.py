@@ -7,7 +7,7 @@ import pytest
 
 from hetsim.cli import main
 from tests.helpers import scenario_dict
-from tests.test_bad_input import HUGE, case, check_refused, deep, toml, write_files, xfail
+from tests.test_bad_input import HUGE, case, check_refused, deep, toml, write_files
 
 ONE = scenario_dict([{"per_sample_s": 0.001}], global_batch=8)
 
@@ -36,9 +36,7 @@ CASES = [
          "policy.backups: must be smaller than the number of workers (1), got 1", {"one.toml": toml(ONE)}),
     case("policy-parameter-other-policy", ["paper", "--set", "policy={name='adaptive', forgetting=5}", "--policy",
                                            "equal", "--set", "workload.epochs=1"],
-         "policy.forgetting: must be in (0, 1], got 5",
-         marks=xfail("the scenario's own [policy] with a bad parameter is never checked when --policy names "
-                     "others: exit 0, nothing said")),
+         "policy.forgetting: must be in (0, 1], got 5"),
     case("no-such-scenario", ["nope"], "scenario: 'nope' is neither a file nor a built-in scenario ({builtins})"),
     case("not-toml", ["{tmp}/s.toml"],
          "{tmp}/s.toml: not valid TOML: Expected '=' after a key in a key/value pair (at line 1, column 6)",

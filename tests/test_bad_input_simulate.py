@@ -9,7 +9,7 @@ import pytest
 
 from hetsim.cli import main
 from tests.helpers import scenario_dict
-from tests.test_bad_input import HUGE, case, check_refused, deep, toml, write_files, xfail
+from tests.test_bad_input import HUGE, case, check_refused, deep, toml, write_files
 
 GOODPUT = ["--policy", "goodput", "--set", "workload.efficiency.noise_scale=100", "--set",
            "workload.efficiency.base_batch=32"]  # fmt: skip
@@ -127,13 +127,10 @@ CASES = [
     case("backup-one-worker", ["{tmp}/one.toml", "--policy", "equal,backup"],
          "policy.backups: must be smaller than the number of workers (1), got 1", {"one.toml": toml(ONE)}),
     case("policy-parameter-unnamed", ["paper", "--set", "policy={name='adaptive', forgetting=5}", "--set",
-                                      "workload.epochs=1"], "policy.forgetting: must be in (0, 1], got 5",
-         marks=xfail("the scenario's own [policy] with a bad parameter: 'note: adaptive left out: ...', exit 0")),
+                                      "workload.epochs=1"], "policy.forgetting: must be in (0, 1], got 5"),
     case("policy-parameter-other-policy", ["paper", "--set", "policy={name='adaptive', forgetting=5}", "--policy",
                                            "equal", "--set", "workload.epochs=1"],
-         "policy.forgetting: must be in (0, 1], got 5",
-         marks=xfail("the scenario's own [policy] with a bad parameter is never checked when --policy names "
-                     "others: exit 0, nothing said")),
+         "policy.forgetting: must be in (0, 1], got 5"),
     # statistical efficiency and goodput
     case("goodput-without-efficiency", ["paper", "--policy", "goodput"],
          "workload.efficiency: missing: policy 'goodput' chooses the global batch by statistical efficiency "

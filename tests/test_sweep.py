@@ -213,7 +213,7 @@ BAD = [
     ({"grid": {"n": {"values": [1, 2], "workers.0.count": [1]}}}, "grid.n.workers.0.count: has 1 values for 2 labels"),
     ({"policies": ["equal", "fastest"]}, "policies.1: unknown policy 'fastest'"),
     ({"base": "no-such-scenario"}, "base.scenario: 'no-such-scenario' is neither a file nor a built-in"),
-    ({"replications": 0}, "replications: must be >= 1"),
+    ({"replications": 0}, "replications: must be in [1, 100000]"),
     ({"grid": {"policy": [1]}}, "grid.policy: must be a table"),
 ]
 
