@@ -156,6 +156,11 @@ def _part_problem(path: Path, cell: int, replications: int) -> str | None:
         return f"holds {len(frame)} rows, not the {replications} replications of cell {cell}"
     if frame["replication"].tolist() != list(range(replications)):
         return "does not hold replications 0.." + str(replications - 1)
+    for column in METRICS:
+        if not pd.api.types.is_numeric_dtype(frame[column]) or pd.api.types.is_bool_dtype(frame[column]):
+            return f"holds a non-numeric value in {column!r}"
+        if not np.isfinite(frame[column].to_numpy(dtype=float)).all():
+            return f"holds a value that is not finite in {column!r}"
     return None
 
 
