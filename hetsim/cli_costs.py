@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from hetsim.config import load_scenario
+from hetsim.config import MAX_COUNT, load_scenario
 from hetsim.costs import device_profiles
 from hetsim.errors import ConfigError
 from hetsim.params import Param
@@ -56,7 +56,7 @@ def parse_batches(text: str) -> list[int]:
             value: Any = int(item)
         except ValueError:
             value = item
-        out.append(int(Param("--batch", "integer", low=1).check(value)))
+        out.append(int(Param("--batch", "integer", low=1, high=MAX_COUNT).check(value)))
     return out
 
 
