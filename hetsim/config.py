@@ -54,7 +54,9 @@ def read_table(path: str | Path) -> dict[str, Any]:
         if text.startswith("\ufeff"):
             raise ConfigError(str(path), "starts with a byte-order mark (BOM): save it as UTF-8 without one")
         data = json.loads(text) if kind == "JSON" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except ConfigError:
+        raise
+    except ValueError as exc:  # bad syntax or UTF-8, or an integer past Python's digit limit
         raise ConfigError(str(path), f"not valid {kind}: {exc}") from None
     except RecursionError:
         raise ConfigError(str(path), f"not valid {kind}: nested too deeply") from None

@@ -42,12 +42,14 @@ from typing import Any
 
 import numpy as np
 
+from hetsim.config import MAX_COUNT, MAX_STEP_S
 from hetsim.errors import ConfigError
-from hetsim.params import Param
+from hetsim.params import Param, typename
 from hetsim.trace import Trace
 
 DATA_PACKAGE = "hetsim"
 _TIMER = re.compile(r"timer_summary_(\d+)\.json$")
+MIN_DP_TIME_S = 1e-9  # under DP a logged time is a divisor: below a nanosecond it is no measurement
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,7 @@ def read_run(run_dirs: str | Path | Sequence[str | Path]) -> RunLog:
     if not dirs:
         raise ConfigError("run", "no run folder given")
     config: dict[str, Any] = {}
+    files: list[Path] = []
     timers: list[dict[str, Any]] = []
     for run_dir in dirs:
         root = Path(run_dir)
@@ -168,48 +171,115 @@ def read_run(run_dirs: str | Path | Sequence[str | Path]) -> RunLog:
         success = root / "success.txt"
         if not success.is_file():
             raise ConfigError(str(success), "missing (a reference run folder holds success.txt)")
-        config = config or parse_success(success.read_text(encoding="utf-8", errors="replace"))
+        if not files:  # the first folder's success.txt is the run's configuration
+            config = _check_config(parse_success(success.read_text(encoding="utf-8", errors="replace")), success)
         ranks = sorted((int(m.group(1)), p) for p in root.iterdir() if (m := _TIMER.search(p.name)))
         if not ranks:
             raise ConfigError(str(root), "no timer_summary_<rank>.json files")
-        timers.extend(_read_timer(path) for _, path in ranks)
-    for key in ("batch_size", "num_epochs"):  # numbers the import divides and counts by
-        if key in config:
-            Param(key, "integer", low=1).check(config[key])
+        files.extend(path for _, path in ranks)
+        timers.extend(_read_timer(path, bool(config.get("dynamic_partition", False))) for _, path in ranks)
+    _check_lengths(files, timers)
     run = RunLog(tuple(Path(d) for d in dirs), config, tuple(timers))
-    if run.dynamic_partition and not (run.epoch_means_s > 0).all():
-        raise ConfigError("mean_batch_process_times", "must be positive: the DP rule divides by each epoch's mean")
-    if not all("mean_batch_process_times" in t for t in timers) and run.step_compute_s is None:
-        raise ConfigError("mean_batch_process_times", "missing (and no per-step process_times to compute it from)")
-    if "num_epochs" not in config and not all("mean_batch_process_times" in t for t in timers):
-        raise ConfigError("num_epochs", "missing from success.txt")
-    lengths = {len(t.get("mean_batch_process_times", t.get("process_times", []))) for t in timers}
-    if len(lengths) != 1:
-        raise ConfigError(str(dirs[0]), "the ranks logged different numbers of epochs or steps")
+    source = f"{Path(dirs[0]) / 'success.txt'}:num_epochs"
+    lacking = [path for path, t in zip(files, timers) if "mean_batch_process_times" not in t]
+    if lacking:
+        if run.step_compute_s is None:
+            field = f"{lacking[0]}:mean_batch_process_times"
+            raise ConfigError(field, "missing (and no per-step process_times to compute it from)")
+        if "num_epochs" not in config:
+            raise ConfigError(source, "missing (the timer summaries have no mean_batch_process_times)")
+        if run.epochs > len(run.step_compute_s):
+            raise ConfigError(source, f"must be <= the {len(run.step_compute_s)} steps logged, got {run.epochs}")
     return run
 
 
-def _read_timer(path: Path) -> dict[str, Any]:
+def _check_config(config: dict[str, Any], source: Path) -> dict[str, Any]:
+    """``config`` with the values the import reads checked: counts within MAX_COUNT, switches
+    True or False."""
+    for key in ("batch_size", "num_epochs"):  # numbers the import divides and counts by
+        if key in config:
+            config[key] = _number(config[key], f"{source}:{key}", count=True, low=1)
+    for key in ("dynamic_partition", "enhance"):
+        if not isinstance(config.get(key, False), bool):
+            raise ConfigError(f"{source}:{key}", f"must be True or False, got {typename(config[key])}")
+    return config
+
+
+def _number(value: Any, field: str, *, count: bool = False, low: float = 0, why: str = "") -> Any:
+    """The one check of a number read from a run's logs: a count is an integer in
+    ``[low, MAX_COUNT]``; a time is a finite number of seconds in ``[low, MAX_STEP_S]``
+    (``why`` says why ``low``). Booleans, strings and null are refused."""
+    if value is None:
+        raise ConfigError(field, f"must be {'an integer' if count else 'a number'}, got null")
+    if count:
+        return Param(field, "integer", low=int(low), high=MAX_COUNT).check(value)
+    seconds = Param(field).check(value)  # a finite number, not a boolean
+    if seconds < low:
+        raise ConfigError(field, f"must be >= {low:g} s, got {seconds:g}{why}")
+    if seconds > MAX_STEP_S:
+        raise ConfigError(field, f"{seconds:g} s is longer than {MAX_STEP_S:g} s: check the units")
+    return seconds
+
+
+def _times(values: Any, field: str, low: float = 0, why: str = "") -> list[float]:
+    """A logged list of times, each checked by :func:`_number`."""
+    if not isinstance(values, list):
+        raise ConfigError(field, f"must be a list of numbers, got {'null' if values is None else typename(values)}")
+    if not values:
+        raise ConfigError(field, "needs at least one value")
+    return [_number(v, f"{field}.{i}", low=low, why=why) for i, v in enumerate(values)]
+
+
+def _read_json(path: Path) -> Any:
+    """A JSON file's content; an unreadable or invalid file is a ConfigError naming it."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ConfigError(str(path), "not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # bad syntax, bad UTF-8, an integer past Python's digit limit
         raise ConfigError(str(path), f"not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(str(path), f"cannot read: {exc.strerror or exc}") from None
+
+
+def _read_timer(path: Path, dynamic: bool) -> dict[str, Any]:
+    """A rank's timer summary, with every number the import reads checked. Under
+    ``dynamic``, the times the DP rule divides by must be at least :data:`MIN_DP_TIME_S`."""
+    data = _read_json(path)
     if not isinstance(data, dict):
         raise ConfigError(str(path), "must hold a JSON object")
-    for key in ("batch.process", "batch.reduce"):
-        if not isinstance(data.get(key), dict) or "average_duration" not in data[key]:
-            raise ConfigError(f"{path}:{key}", "missing")
+    for label in ("batch.process", "batch.reduce"):
+        if not isinstance(data.get(label), dict) or "average_duration" not in data[label]:
+            raise ConfigError(f"{path}:{label}", "missing")
+    for label in ("batch.process", "batch.reduce"):
+        data[label]["average_duration"] = _number(data[label]["average_duration"], f"{path}:{label}.average_duration")
+    if "n_events" not in data["batch.process"]:
+        raise ConfigError(f"{path}:batch.process.n_events", "missing")
+    events = _number(data["batch.process"]["n_events"], f"{path}:batch.process.n_events", count=True)
+    data["batch.process"]["n_events"] = events
     for key in ("mean_batch_process_times", "process_times", "reduce_times"):
-        values = data.get(key)
-        if values is None:
-            continue
-        if (
-            not isinstance(values, list)
-            or not values
-            or not all(isinstance(v, (int, float)) and v >= 0 for v in values)
-        ):
-            raise ConfigError(f"{path}:{key}", "must be a non-empty list of non-negative numbers")
+        if key in data:
+            divides = dynamic and key != "reduce_times"
+            why = " (the DP rule divides by each epoch's mean)" if divides else ""
+            data[key] = _times(data[key], f"{path}:{key}", MIN_DP_TIME_S if divides else 0, why)
     return data
+
+
+def _check_lengths(files: Sequence[Path], timers: Sequence[dict[str, Any]]) -> None:
+    """Every rank logged as many epochs and steps as the first; a rank's ``reduce_times`` has
+    one value per ``process_times`` value."""
+    for path, t in zip(files, timers):
+        if "process_times" in t and "reduce_times" in t and len(t["process_times"]) != len(t["reduce_times"]):
+            raise ConfigError(
+                f"{path}:reduce_times",
+                f"length {len(t['reduce_times'])}, but process_times has length {len(t['process_times'])}",
+            )
+    for key in ("mean_batch_process_times", "process_times", "reduce_times"):
+        have = [(path, len(t[key])) for path, t in zip(files, timers) if key in t]
+        for path, n in have[1:]:
+            if n != have[0][1]:
+                problem = f"length {n}, but {have[0][0]} has length {have[0][1]}"
+                raise ConfigError(f"{path}:{key}", f"{problem}: the ranks must log the same epochs or steps")
 
 
 def replay_shares(epoch_means_s: np.ndarray) -> np.ndarray:

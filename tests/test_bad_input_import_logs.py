@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hetsim.cli import main
-from tests.test_bad_input import HUGE, case, check_refused, deep, write_files, xfail
+from tests.test_bad_input import HUGE, case, check_refused, deep, write_files
 
 SUCCESS = "batch_size : 64\nnum_epochs : 2\n"
 DP = SUCCESS + "dynamic_partition : True\n"
@@ -39,7 +39,10 @@ def both(**fields: Any) -> dict[str, str]:
     return run(SUCCESS, timer(**fields), timer(**fields))
 
 
-NOT_A_LIST = f"{TIMER}:mean_batch_process_times: must be a non-empty list of non-negative numbers"
+SUCCESS_TXT = "{tmp}/run/success.txt"
+MEANS = f"{TIMER}:mean_batch_process_times"
+DP_DIVIDES = "(the DP rule divides by each epoch's mean)"
+COUNT_RANGE = "must be in [1, 1099511627776]"
 
 CASES = [
     # the folder
@@ -50,15 +53,27 @@ CASES = [
          "{tmp}/other/success.txt: missing (a reference run folder holds success.txt)", {**run(), "other/x": ""}),
     case("no-timers", ["{tmp}/run"], "{tmp}/run: no timer_summary_<rank>.json files", {"run/success.txt": SUCCESS}),
     # success.txt
-    case("batch-size-text", ["{tmp}/run"], "batch_size: must be an integer, got a string ('lots')",
+    case("batch-size-text", ["{tmp}/run"], f"{SUCCESS_TXT}:batch_size: must be an integer, got a string ('lots')",
          run("batch_size : lots\nnum_epochs : 2\n")),
-    case("batch-size-zero", ["{tmp}/run"], "batch_size: must be >= 1, got 0", run("batch_size : 0\nnum_epochs : 2\n")),
-    case("batch-size-float", ["{tmp}/run"], "batch_size: must be an integer, got float (64.5)",
+    case("batch-size-zero", ["{tmp}/run"], f"{SUCCESS_TXT}:batch_size: {COUNT_RANGE}, got 0",
+         run("batch_size : 0\nnum_epochs : 2\n")),
+    case("batch-size-float", ["{tmp}/run"], f"{SUCCESS_TXT}:batch_size: must be an integer, got float (64.5)",
          run("batch_size : 64.5\nnum_epochs : 2\n")),
-    case("num-epochs-zero", ["{tmp}/run"], "num_epochs: must be >= 1, got 0", run("batch_size : 64\nnum_epochs : 0\n")),
-    case("batch-size-huge", ["{tmp}/run"], f"batch_size: must be in [1, 1099511627776], got {HUGE}",
-         run(f"batch_size : {HUGE}\nnum_epochs : 2\n"),
-         marks=xfail("exit 0 with a NumPy RuntimeWarning (invalid value encountered in cast); writes a trace")),
+    case("batch-size-boolean", ["{tmp}/run"], f"{SUCCESS_TXT}:batch_size: must be an integer, got a boolean (true)",
+         run("batch_size : True\nnum_epochs : 2\n")),
+    case("num-epochs-zero", ["{tmp}/run"], f"{SUCCESS_TXT}:num_epochs: {COUNT_RANGE}, got 0",
+         run("batch_size : 64\nnum_epochs : 0\n")),
+    case("batch-size-huge", ["{tmp}/run"], f"{SUCCESS_TXT}:batch_size: {COUNT_RANGE}, got {HUGE}",
+         run(f"batch_size : {HUGE}\nnum_epochs : 2\n")),
+    case("dynamic-partition-text", ["{tmp}/run"],
+         f"{SUCCESS_TXT}:dynamic_partition: must be True or False, got a string ('yes')",
+         run(SUCCESS + "dynamic_partition : yes\n")),
+    case("num-epochs-missing-per-step", ["{tmp}/run"],
+         f"{SUCCESS_TXT}:num_epochs: missing (the timer summaries have no mean_batch_process_times)",
+         run("batch_size : 64\n", *[timer(mean_batch_process_times=None, process_times=[0.1] * 4)] * 2)),
+    case("num-epochs-above-steps", ["{tmp}/run"], f"{SUCCESS_TXT}:num_epochs: must be <= the 4 steps logged, got 5",
+         run("batch_size : 64\nnum_epochs : 5\n", *[timer(mean_batch_process_times=None, process_times=[0.1] * 4)]
+             * 2)),
     # timer summaries
     case("timer-not-json", ["{tmp}/run"],
          f"{TIMER}: not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
@@ -68,43 +83,58 @@ CASES = [
          f"{TIMER}: not valid JSON: Unexpected UTF-8 BOM (decode using utf-8-sig): line 1 column 1 (char 0)",
          run(SUCCESS, "\ufeff{}", "\ufeff{}")),
     case("timer-deep", ["{tmp}/run"], f"{TIMER}: not valid JSON: nested too deeply",
-         run(SUCCESS, deep(".json"), deep(".json")),
-         marks=xfail("RecursionError traceback (the scenario reader catches it; the timer reader does not)")),
+         run(SUCCESS, deep(".json"), deep(".json"))),
+    case("timer-integer-too-long", ["{tmp}/run"],
+         f"{TIMER}: not valid JSON: Exceeds the limit (4300 digits) for integer string conversion: value has 5000 "
+         "digits; use sys.set_int_max_str_digits() to increase the limit", run(SUCCESS, "1" * 5000, "1" * 5000)),
+    case("timer-a-folder", ["{tmp}/run"], f"{TIMER}: cannot read: Is a directory",
+         {"run/success.txt": SUCCESS, "run/timer_summary_0.json/x": ""}),
     case("timer-without-process", ["{tmp}/run"], f"{TIMER}:batch.process: missing", both(**{"batch.process": None})),
-    case("means-text", ["{tmp}/run"], NOT_A_LIST, both(mean_batch_process_times=["a", 0.1])),
-    case("means-negative", ["{tmp}/run"], NOT_A_LIST, both(mean_batch_process_times=[-1, 0.1])),
-    case("means-nan", ["{tmp}/run"], NOT_A_LIST, both(mean_batch_process_times=[float("nan"), 0.1])),
-    case("means-empty", ["{tmp}/run"], NOT_A_LIST, both(mean_batch_process_times=[])),
-    case("means-null", ["{tmp}/run"], NOT_A_LIST,
-         run(SUCCESS, *[json.dumps({**timer(), "mean_batch_process_times": None})] * 2),
-         marks=xfail("TypeError traceback (object of type 'NoneType' has no len())")),
-    case("means-infinity", ["{tmp}/run"], NOT_A_LIST, both(mean_batch_process_times=[float("inf"), 0.1]),
-         marks=xfail("exit 0 with a NumPy RuntimeWarning (invalid value encountered in subtract); writes a trace")),
-    case("means-boolean", ["{tmp}/run"], NOT_A_LIST, both(mean_batch_process_times=[True, 0.1]),
-         marks=xfail("true is taken as 1.0: exit 0, writes a trace")),
-    case("means-huge", ["{tmp}/run"],
-         f"{TIMER}:mean_batch_process_times: 1e+308 s is longer than 1e9 s: check the units",
-         both(mean_batch_process_times=[1e308, 1e308]),
-         marks=xfail("exit 0 with a NumPy RuntimeWarning (overflow encountered in multiply); writes a trace")),
-    case("process-times-nan", ["{tmp}/run"],
-         f"{TIMER}:process_times: must be a non-empty list of non-negative numbers",
+    case("means-text", ["{tmp}/run"], f"{MEANS}.0: must be a number, got a string ('a')",
+         both(mean_batch_process_times=["a", 0.1])),
+    case("means-negative", ["{tmp}/run"], f"{MEANS}.0: must be >= 0 s, got -1",
+         both(mean_batch_process_times=[-1, 0.1])),
+    case("means-nan", ["{tmp}/run"], f"{MEANS}.0: must be finite, got nan",
+         both(mean_batch_process_times=[float("nan"), 0.1])),
+    case("means-empty", ["{tmp}/run"], f"{MEANS}: needs at least one value", both(mean_batch_process_times=[])),
+    case("means-null", ["{tmp}/run"], f"{MEANS}: must be a list of numbers, got null",
+         run(SUCCESS, *[json.dumps({**timer(), "mean_batch_process_times": None})] * 2)),
+    case("means-a-table", ["{tmp}/run"], f"{MEANS}: must be a list of numbers, got a table",
+         both(mean_batch_process_times={"0": 0.1})),
+    case("means-infinity", ["{tmp}/run"], f"{MEANS}.0: must be finite, got inf",
+         both(mean_batch_process_times=[float("inf"), 0.1])),
+    case("means-boolean", ["{tmp}/run"], f"{MEANS}.0: must be a number, got a boolean (true)",
+         both(mean_batch_process_times=[True, 0.1])),
+    case("means-huge", ["{tmp}/run"], f"{MEANS}.0: 1e+308 s is longer than 1e+09 s: check the units",
+         both(mean_batch_process_times=[1e308, 1e308])),
+    case("process-times-nan", ["{tmp}/run"], f"{TIMER}:process_times.0: must be finite, got nan",
          both(mean_batch_process_times=None, process_times=[float("nan")] * 4)),
-    case("average-duration-text", ["{tmp}/run"], f"{TIMER}:batch.reduce.average_duration: must be a number, got 'slow'",
-         both(**{"batch.reduce": {"average_duration": "slow", "n_events": 99, "total_time": 1.0}}),
-         marks=xfail("ValueError traceback (could not convert string to float: 'slow')")),
-    case("n-events-text", ["{tmp}/run"], f"{TIMER}:batch.process.n_events: must be an integer, got 'many'",
-         both(**{"batch.process": {"average_duration": 0.1, "n_events": "many", "total_time": 1.0}}),
-         marks=xfail("ValueError traceback (invalid literal for int() with base 10: 'many')")),
-    case("ranks-disagree", ["{tmp}/run"], "{tmp}/run: the ranks logged different numbers of epochs or steps",
+    case("reduce-times-short", ["{tmp}/run"],
+         f"{TIMER}:reduce_times: length 3, but process_times has length 4",
+         both(mean_batch_process_times=None, process_times=[0.1] * 4, reduce_times=[0.01] * 3)),
+    case("average-duration-text", ["{tmp}/run"],
+         f"{TIMER}:batch.reduce.average_duration: must be a number, got a string ('slow')",
+         both(**{"batch.reduce": {"average_duration": "slow", "n_events": 99, "total_time": 1.0}})),
+    case("average-duration-null", ["{tmp}/run"],
+         f"{TIMER}:batch.process.average_duration: must be a number, got null",
+         both(**{"batch.process": {"average_duration": None, "n_events": 99, "total_time": 1.0}})),
+    case("n-events-text", ["{tmp}/run"], f"{TIMER}:batch.process.n_events: must be an integer, got a string ('many')",
+         both(**{"batch.process": {"average_duration": 0.1, "n_events": "many", "total_time": 1.0}})),
+    case("n-events-missing", ["{tmp}/run"], f"{TIMER}:batch.process.n_events: missing",
+         both(**{"batch.process": {"average_duration": 0.1, "total_time": 1.0}})),
+    case("n-events-huge", ["{tmp}/run"],
+         f"{TIMER}:batch.process.n_events: must be in [0, 1099511627776], got {HUGE}",
+         both(**{"batch.process": {"average_duration": 0.1, "n_events": HUGE, "total_time": 1.0}})),
+    case("ranks-disagree", ["{tmp}/run"],
+         "{tmp}/run/timer_summary_1.json:mean_batch_process_times: length 1, but {tmp}/run/timer_summary_0.json "
+         "has length 2: the ranks must log the same epochs or steps",
          run(SUCCESS, timer(), timer(mean_batch_process_times=[0.1]))),
-    case("dp-means-zero", ["{tmp}/run"],
-         "mean_batch_process_times: must be positive: the DP rule divides by each epoch's mean",
+    case("dp-means-zero", ["{tmp}/run"], f"{MEANS}.0: must be >= 1e-09 s, got 0 {DP_DIVIDES}",
          run(DP, timer(mean_batch_process_times=[0.0, 0.0]), timer(mean_batch_process_times=[0.0, 0.0]))),
-    case("dp-means-subnormal", ["{tmp}/run"],
-         "mean_batch_process_times: must be positive: the DP rule divides by each epoch's mean",
-         run(DP, timer(mean_batch_process_times=[1e-320, 1e-320]), timer(mean_batch_process_times=[1e-320, 1e-320])),
-         marks=xfail("exit 0 with NumPy RuntimeWarnings (overflow and invalid value encountered in divide, invalid "
-                     "value in cast); writes a trace")),
+    case("dp-means-subnormal", ["{tmp}/run"], f"{MEANS}.0: must be >= 1e-09 s, got 9.99989e-321 {DP_DIVIDES}",
+         run(DP, timer(mean_batch_process_times=[1e-320, 1e-320]), timer(mean_batch_process_times=[1e-320, 1e-320]))),
+    case("dp-process-times-zero", ["{tmp}/run"], f"{TIMER}:process_times.0: must be >= 1e-09 s, got 0 {DP_DIVIDES}",
+         run(DP, *[timer(mean_batch_process_times=None, process_times=[0.0] * 4)] * 2)),
     # options
     case("out-txt", ["{tmp}/run", "-o", "{tmp}/t.txt"],
          "--out: {tmp}/t.txt: unknown file type '.txt' (use .csv, .parquet, .pq)", run()),

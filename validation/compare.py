@@ -10,9 +10,8 @@ Errors are relative: ``(predicted - measured) / measured``. No torch here.
 
 from __future__ import annotations
 
-import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,15 @@ from typing import Any
 import pandas as pd
 
 from hetsim.calibrate import Calibration, calibrate
-from hetsim.config import load_scenario
+from hetsim.config import MAX_COUNT, load_scenario, read_table
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize
+from hetsim.params import Param, typename
 from hetsim.policies import policy_class
 from hetsim.report import text_table
 from hetsim.simulate import simulate
 from hetsim.trace import COLUMNS, Trace, read_trace_table
+from validation.config import COMBINE_MODES
 from validation.inject import parse_delay_spec
 from validation.probe import PROBE
 
@@ -90,21 +91,92 @@ class Comparison:
 
 
 def load_run(run_dir: Path) -> RunData:
-    """The trace (Parquet, else CSV) and meta.json of a run folder."""
+    """The trace (Parquet, else CSV) and meta.json (checked: :func:`check_meta`) of a run folder."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(str(run_dir), "no such run folder")
     meta_path = run_dir / "meta.json"
     if not meta_path.is_file():
         raise ConfigError(str(run_dir), "not a validation run folder (no meta.json)")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except ValueError as exc:
-        raise ConfigError(str(meta_path), f"not valid JSON: {exc}") from None
+    meta = check_meta(read_table(meta_path), meta_path)
     path = next((p for p in (run_dir / "trace.parquet", run_dir / "trace.csv") if p.is_file()), None)
     if path is None:
         raise ConfigError(str(run_dir), "no trace.parquet or trace.csv (the run died before its first epoch)")
     return RunData(run_dir, read_trace_table(path, COLUMNS), meta)
+
+
+META_PARAMS = (
+    Param("global_batch", "integer", low=1, high=MAX_COUNT, doc="samples per step, over all ranks"),
+    Param("steps_per_epoch", "integer", low=1, high=MAX_COUNT, doc="steps of an epoch"),
+    Param("epochs", "integer", low=1, high=MAX_COUNT, doc="epochs of each policy"),
+    Param("world_size", "integer", low=1, high=MAX_COUNT, doc="ranks"),
+    Param("gradient_mb", default=0.0, low=0.0, doc="size of the gradient exchanged every step, MB"),
+)
+CONFIG_PARAMS = (  # the run's options that compare reads (meta.json's ``config``)
+    Param("seed", "integer", default=0, low=0),
+    Param("max_batch", "integer", default=None, low=1, high=MAX_COUNT, doc="samples per step"),
+    Param("target_accuracy", default=None, low=0.0, low_open=True, high=1.0, doc="an accuracy"),
+    Param("combine", "choice", default="weighted", choices=COMBINE_MODES),
+)
+INJECTION_PARAMS = {"per_sample_delay": Param("", low=0.0), "slowdown": Param("", low=1.0)}  # seconds, factor
+
+
+def check_meta(meta: dict[str, Any], path: Path) -> dict[str, Any]:
+    """meta.json with the fields compare reads checked and converted (``config`` and
+    ``injection`` tables, their missing optional fields filled in); every error names the file
+    and the field (``run/meta.json:global_batch: missing``)."""
+    where = f"{path}:"
+    config = meta.get("config", {})
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"{where}config", f"must be a table, got {typename(config)}")
+    policies = meta.get("policies")
+    if not isinstance(policies, list):
+        problem = "missing" if "policies" not in meta else f"must be a list of policy names, got {typename(policies)}"
+        raise ConfigError(f"{where}policies", problem)
+    names = [_check(Param(f"policies.{i}", "string"), name, where) for i, name in enumerate(policies)]
+    return {
+        **meta,
+        **_checked(meta, META_PARAMS, where),
+        "policies": names,
+        "config": {**config, **_checked(config, CONFIG_PARAMS, f"{where}config.")},
+        "injection": _checked_injection(meta.get("injection", {}), f"{where}injection"),
+    }
+
+
+def _checked(table: Mapping[str, Any], params: Sequence[Param], prefix: str) -> dict[str, Any]:
+    """``params`` read from ``table`` (defaults filled in), every error's field after ``prefix``."""
+    out: dict[str, Any] = {}
+    for p in params:
+        if p.name not in table and p.required:
+            raise ConfigError(f"{prefix}{p.name}", "missing")
+        out[p.name] = _check(p, table.get(p.name, p.default), prefix, out)
+    return out
+
+
+def _check(param: Param, value: Any, prefix: str, others: Mapping[str, Any] | None = None) -> Any:
+    """:meth:`Param.check`, the error's field after ``prefix``."""
+    try:
+        return param.check(value, others)
+    except ConfigError as exc:
+        raise ConfigError(f"{prefix}{exc.field}", exc.problem) from None
+
+
+def _checked_injection(injection: Any, field: str) -> dict[str, dict[str, Any]]:
+    """meta.json's ``injection``: per rank, the delay spec, per-sample delay and slowdown factor."""
+    if not isinstance(injection, Mapping):
+        raise ConfigError(field, f"must be a table, got {typename(injection)}")
+    out: dict[str, dict[str, Any]] = {}
+    for name in ("delay", "per_sample_delay", "slowdown"):
+        ranks = injection.get(name, {})
+        if not isinstance(ranks, Mapping):
+            raise ConfigError(f"{field}.{name}", f"must be a table of rank = value, got {typename(ranks)}")
+        for rank, value in ranks.items():
+            if name == "delay":
+                parse_delay_spec(value, f"{field}.{name}.{rank}")
+            else:
+                _check(INJECTION_PARAMS[name], value, f"{field}.{name}.{rank}")
+        out[name] = {str(rank): value for rank, value in ranks.items()}
+    return out
 
 
 def calibrate_run(run: RunData, calibrate_on: str = PROBE) -> Calibration:
@@ -121,33 +193,48 @@ def scenario_for(run: RunData, calibration: Calibration, policy: str, epochs: in
     its batch, the run's ``--max-batch`` and, as its workload's efficiency, the run's measured
     noise scale (:func:`measured_noise_scale`) at the run's global batch."""
     scenario = dict(calibration.scenario)
-    global_batch = int(run.meta["global_batch"])
+    global_batch = run.meta["global_batch"]
     scenario["workload"] = {
         "global_batch": global_batch,
-        "dataset_size": global_batch * int(run.meta["steps_per_epoch"]),
+        "dataset_size": global_batch * run.meta["steps_per_epoch"],
         "epochs": epochs,
-        "gradient_mb": float(run.meta.get("gradient_mb", 0.0)),
+        "gradient_mb": run.meta["gradient_mb"],
     }
-    scenario["seed"] = int(run.meta.get("config", {}).get("seed", 0))
+    scenario["seed"] = run.meta["config"]["seed"]
     scenario["policy"] = {"name": policy}
     if policy_class(policy).needs_efficiency:
         noise = measured_noise_scale(run)
         if noise is None:
             raise ConfigError("run_dir", f"{run.path} has no noise scale estimate, which {policy} needs")
         scenario["workload"]["efficiency"] = {"noise_scale": noise, "base_batch": global_batch}
-    if policy_class(policy).varies_batch and run.meta.get("config", {}).get("max_batch") is not None:
-        scenario["policy"]["max_batch"] = int(run.meta["config"]["max_batch"])
+    if policy_class(policy).varies_batch and run.meta["config"]["max_batch"] is not None:
+        scenario["policy"]["max_batch"] = run.meta["config"]["max_batch"]
     return scenario
 
 
 def measured_noise_scale(run: RunData) -> float | None:
     """The median of the run's per-epoch noise-scale estimates (``epochs.csv``; None without)."""
+    return noise_scale_of(read_epochs(run))
+
+
+def noise_scale_of(epochs: pd.DataFrame | None) -> float | None:
+    """The median of the numeric values of ``epochs``'s ``noise_scale`` column (None without)."""
+    if epochs is None:
+        return None
+    scales = pd.to_numeric(epochs.get("noise_scale", pd.Series(dtype=float)), errors="coerce").dropna()
+    return float(scales.median()) if not scales.empty else None
+
+
+def read_epochs(run: RunData) -> pd.DataFrame | None:
+    """The run's ``epochs.csv`` (None without one); one that cannot be read is a ConfigError naming it."""
     path = run.path / "epochs.csv"
     if not path.is_file():
         return None
-    epochs = pd.read_csv(path)
-    scales = pd.to_numeric(epochs.get("noise_scale", pd.Series(dtype=float)), errors="coerce").dropna()
-    return float(scales.median()) if not scales.empty else None
+    try:
+        return pd.read_csv(path)
+    except ValueError as exc:  # pandas' ParserError and EmptyDataError, and UnicodeDecodeError, are ValueErrors
+        problem = next(iter(str(exc).splitlines()), "") or type(exc).__name__
+        raise ConfigError(str(path), f"not a readable CSV table: {problem}") from None
 
 
 def first_epochs(trace: Trace, epochs: int) -> Trace:

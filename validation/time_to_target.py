@@ -17,20 +17,21 @@ scale's model.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from hetsim.calibrate import Calibration
-from hetsim.config import load_scenario
+from hetsim.config import load_scenario, read_table
 from hetsim.efficiency import Efficiency
 from hetsim.errors import ConfigError
 from hetsim.metrics import progress_curve, step_times
+from hetsim.params import Param, typename
 from hetsim.simulate import simulate
 from hetsim.trace import Trace
-from validation.compare import RunData, measured_noise_scale, scenario_for
+from validation.compare import RunData, noise_scale_of, read_epochs, scenario_for
 
 REFERENCE = "equal"
 
@@ -49,32 +50,69 @@ class TargetComparison:
 
 
 def run_targets(run: RunData) -> tuple[float, float, int]:
-    """The run's target accuracy, measured noise scale (:func:`measured_noise_scale`) and
-    ``equal``'s epochs to the target."""
-    target = run.meta.get("config", {}).get("target_accuracy")
+    """The run's target accuracy, measured noise scale (:func:`~validation.compare.noise_scale_of`)
+    and ``equal``'s epochs to the target."""
+    target = run.meta["config"]["target_accuracy"]
     if target is None:
         raise ConfigError("run_dir", f"{run.path} was run without --target-accuracy")
-    noise_scale = measured_noise_scale(run)
-    if noise_scale is None:
+    epochs = read_epochs(run)
+    noise_scale = noise_scale_of(epochs)
+    if epochs is None or noise_scale is None:
         raise ConfigError("run_dir", f"{run.path} has no noise scale estimate (run it with --noise-scale)")
-    epochs = pd.read_csv(run.path / "epochs.csv")
-    reached = epochs[(epochs["policy"] == REFERENCE) & (epochs["test_accuracy"] >= target)]
-    if reached.empty:
+    reached = _epochs_reaching(epochs, target, f"{run.path / 'epochs.csv'}:")
+    if reached is None:
         raise ConfigError("run_dir", f"{REFERENCE} never reached accuracy {target:g}: no target to calibrate on")
-    return float(target), noise_scale, int(reached["epoch"].min()) + 1
+    return float(target), noise_scale, reached
+
+
+def _epochs_reaching(epochs: pd.DataFrame, target: float, where: str) -> int | None:
+    """The epochs ``equal`` ran until its held-out accuracy first reached ``target`` (None: never);
+    errors name the column after ``where``."""
+    missing = [c for c in ("policy", "epoch", "test_accuracy") if c not in epochs.columns]
+    if missing:
+        raise ConfigError(f"{where}{missing[0]}", "missing column")
+    ours = epochs[epochs["policy"].astype(str) == REFERENCE]
+    accuracy = pd.to_numeric(ours["test_accuracy"], errors="coerce")  # not a number: not reached
+    epoch = pd.to_numeric(ours["epoch"], errors="coerce")
+    bad = epoch.isna() | (epoch < 0) | (epoch % 1 != 0)
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        value = ours["epoch"].iloc[row]
+        raise ConfigError(f"{where}epoch", f"must be a whole number >= 0, got {value!r} ({REFERENCE}'s row {row + 1})")
+    reached = epoch[accuracy >= target]
+    return int(reached.min()) + 1 if not reached.empty else None
+
+
+def measured_times(run: RunData) -> dict[str, float | None]:
+    """Each policy's measured time to the target (``summary.json``; None: never reached)."""
+    path = run.path / "summary.json"
+    policies = read_table(path).get("policies")
+    where = f"{path}:policies"
+    if not isinstance(policies, list):
+        raise ConfigError(where, "missing" if policies is None else f"must be a list, got {typename(policies)}")
+    out: dict[str, float | None] = {}
+    for i, entry in enumerate(policies):
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"{where}.{i}", f"must be a table, got {typename(entry)}")
+        if "policy" not in entry:
+            raise ConfigError(f"{where}.{i}.policy", "missing")
+        name = Param(f"{where}.{i}.policy", "string").check(entry["policy"])
+        time = Param(f"{where}.{i}.time_to_target_s", default=None, low=0.0).check(entry.get("time_to_target_s"))
+        out[name] = None if time is None else float(time)
+    return out
 
 
 def predict_time_to_target(run: RunData, calibration: Calibration) -> list[TargetComparison]:
     """Every policy's measured and predicted time to the run's target accuracy."""
-    summary = json.loads((run.path / "summary.json").read_text(encoding="utf-8"))
+    measured = measured_times(run)
     _, noise_scale, reference_epochs = run_targets(run)
-    measured = {p["policy"]: p.get("time_to_target_s") for p in summary["policies"]}
-    efficiency = Efficiency(noise_scale, int(run.meta["global_batch"]),
-                            float(reference_epochs * int(run.meta["steps_per_epoch"])))  # fmt: skip
-    every_weighted = run.meta.get("config", {}).get("combine", "weighted") == "weighted"
+    efficiency = Efficiency(
+        noise_scale, run.meta["global_batch"], float(reference_epochs * run.meta["steps_per_epoch"])
+    )
+    every_weighted = run.meta["config"]["combine"] == "weighted"
     out = []
     for policy in run.policies:
-        trace = simulate(load_scenario(scenario_for(run, calibration, policy, int(run.meta["epochs"]))), policy)
+        trace = simulate(load_scenario(scenario_for(run, calibration, policy, run.meta["epochs"])), policy)
         out.append(
             TargetComparison(policy, measured.get(policy), _epoch_end_reaching(trace, efficiency, every_weighted))
         )
