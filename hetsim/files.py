@@ -132,6 +132,8 @@ def exclusive(folder: Path, option: str) -> Iterator[Path]:
     ends, so a killed holder never leaves it locked. Another process asking for the same folder
     gets a ConfigError on ``option`` at once, instead of both writing into it."""
     folder = Path(folder)
+    made_folder = not folder.exists()
+    made_lock = not (folder / LOCK_NAME).exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         handle = open(folder / LOCK_NAME, "a+")
@@ -141,7 +143,14 @@ def exclusive(folder: Path, option: str) -> Iterator[Path]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            made_lock = False  # another run's
             raise ConfigError(option, f"{folder} is in use by another run") from None
         yield folder
+    except ConfigError:  # refused before anything was written: leave the folder as it was found
+        if made_lock:
+            (folder / LOCK_NAME).unlink(missing_ok=True)
+        if made_folder and not any(folder.iterdir()):
+            folder.rmdir()
+        raise
     finally:
         handle.close()

@@ -27,6 +27,8 @@ from validation.workloads import workload_info
 
 DEFAULT_POLICIES = ("equal", "dynamic", "dynamic-enhanced", "adaptive")
 COMBINE_MODES = ("weighted", "policy")
+MAX_SEED = 2**64 - 1  # torch.manual_seed takes at most this
+MAX_STEPS = 10**6  # epochs, probe rounds, warm-up steps: a real run of more would never end (and the plan is a list)
 COMM_MODES = ("flat", "ddp")
 
 
@@ -104,9 +106,9 @@ def _number(value: Any, option: str, *, minimum: float = 0.0) -> float:
     return float(Param(option, low=minimum).check(_parsed(value, float)))
 
 
-def _integer(value: Any, option: str, *, minimum: int = 0) -> int:
-    """A whole number of at least ``minimum``, from a file's value or a command line's text."""
-    return int(Param(option, "integer", low=minimum).check(_parsed(value, int)))
+def _integer(value: Any, option: str, *, minimum: int = 0, maximum: int | None = None) -> int:
+    """A whole number in ``[minimum, maximum]``, from a file's value or a command line's text."""
+    return int(Param(option, "integer", low=minimum, high=maximum).check(_parsed(value, int)))
 
 
 def _parsed(value: Any, kind: type) -> Any:
@@ -182,7 +184,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
     if world_size_env is not None:
         world_size = world_size_env
     policies = _policies(pick("policies", args.policies), "--policies")
-    epochs = _integer(pick("epochs", args.epochs), "--epochs", minimum=1)
+    epochs = _integer(pick("epochs", args.epochs), "--epochs", minimum=1, maximum=MAX_STEPS)
     global_batch = _integer(pick("global_batch", args.global_batch), "--global-batch", minimum=1)
     if global_batch < world_size:
         raise ConfigError("--global-batch", f"{global_batch} is smaller than the world size ({world_size})")
@@ -193,7 +195,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         )
     injection = _injection(raw, args, world_size)
     devices = _devices(pick("devices", args.devices), world_size)
-    probe_repeats = _integer(pick("probe_repeats", args.probe_repeats), "--probe-repeats")
+    probe_repeats = _integer(pick("probe_repeats", args.probe_repeats), "--probe-repeats", maximum=MAX_STEPS)
     timeout_s = _number(pick("timeout_s", args.timeout_s), "--timeout-s", minimum=1.0)
     combine = _mode(pick("combine", args.combine), "--combine", COMBINE_MODES)
     comm = _mode(pick("comm", args.comm), "--comm", COMM_MODES)
@@ -210,12 +212,12 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         global_batch=global_batch,
         lr=_number(pick("lr", args.lr), "--lr"),
         momentum=_number(raw.get("momentum", base.momentum), "momentum"),
-        seed=_integer(pick("seed", args.seed), "--seed"),
+        seed=_integer(pick("seed", args.seed), "--seed", maximum=MAX_SEED),
         **injection,
         devices=devices,
         probe_fractions=_fractions(raw.get("probe_fractions", base.probe_fractions)),
         probe_repeats=probe_repeats,
-        warmup_steps=_integer(raw.get("warmup_steps", base.warmup_steps), "warmup_steps"),
+        warmup_steps=_integer(raw.get("warmup_steps", base.warmup_steps), "warmup_steps", maximum=MAX_STEPS),
         timeout_s=timeout_s,
         combine=combine,
         workload=workload.name,

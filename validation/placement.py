@@ -29,7 +29,8 @@ def parse_cpu_list(text: str, option: str = "--cpus") -> tuple[int, ...]:
             raise ConfigError(option, f"expected CPU ids like 0, 0-3 or 0+2, got {text!r}") from None
         if high < low:
             raise ConfigError(option, f"empty CPU range {part!r}")
-        cpus.update(range(low, high + 1))
+        top = max(available_cpus()) + 1  # ids past this one add nothing but a longer list to refuse
+        cpus.update(range(low, min(high, max(low, top)) + 1))
     missing = sorted(cpus - available_cpus())
     if missing:
         have = ",".join(map(str, sorted(available_cpus())))
