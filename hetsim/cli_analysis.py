@@ -21,7 +21,7 @@ from hetsim.calibrate import CHOICES, MODELS, Calibration, calibrate, check_mode
 from hetsim.cli_common import add_scenario_options, check_seed, scenario_policies
 from hetsim.config import build_scenario, load_scenario
 from hetsim.errors import ConfigError
-from hetsim.files import atomic_write
+from hetsim.files import atomic_write, check_writable
 from hetsim.logs import import_run
 from hetsim.metrics import mean_ci, step_times
 from hetsim.policies import policy_class
@@ -306,6 +306,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             "--policy",
             f"the trace holds {len(found)} policies ({', '.join(found)}); calibrate one at a time with --policy NAME",
         )
+    if args.out is not None:
+        check_writable(args.out)  # before the fit, whose warnings would come first otherwise
     name = args.name or f"calibrated-{Path(args.trace).stem}"
     calibration = calibrate(frame, name=name, policy=args.policy, model=args.model)
     build_scenario(calibration.scenario)  # the written file must load

@@ -21,7 +21,7 @@ from typing import Any
 from hetsim.efficiency import EFFICIENCY_PARAMS, Efficiency, Schedule
 from hetsim.errors import ConfigError
 from hetsim.network import DEFAULT_KIND
-from hetsim.params import Param, typename
+from hetsim.params import MAX_COUNT, MAX_STEP_S, Param, typename
 from hetsim.policies import make_policy
 from hetsim.registry import NETWORKS
 from hetsim.scenario import PolicySpec, Scenario, Workload
@@ -130,9 +130,7 @@ def set_path(raw: dict[str, Any], path: str, value: Any) -> None:
 
 # ----------------------------------------------------------------------------- the scenario
 
-MAX_COUNT = 2**40  # samples, epochs: far beyond any run, and sums of them stay within int64
 MAX_TRACE_ROWS = 2**28  # worker-steps a run may record (about 16 GB of trace); more does not fit here
-MAX_STEP_S = 1e9  # a step over 30 years is a unit mistake
 
 WORKLOAD_PARAMS = (
     Param("global_batch", "integer", low=1, high=MAX_COUNT, doc="samples per step, over all workers"),

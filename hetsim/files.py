@@ -34,17 +34,29 @@ def _umask() -> int:
 FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file; mkstemp's are 0600
 
 
-def atomic_write(target: Path, write: Callable[[str], object]) -> None:
-    """Call ``write(tmp_path)`` on a temporary file beside ``target``, then rename it into place.
-    A path that cannot be written (a file where a folder should be, no permission) raises
-    :class:`ConfigError` naming it."""
-    target = Path(target)
+def check_writable(target: Path) -> None:
+    """Make sure a file can be written at ``target`` before any work is done for it (the same
+    ConfigError :func:`atomic_write` would raise at the end; its folder is made if missing)."""
+    os.unlink(_temporary_beside(Path(target)))
+
+
+def _temporary_beside(target: Path) -> str:
+    """A new empty temporary file beside ``target`` (its folder made if missing)."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TMP_SUFFIX, dir=target.parent)
     except OSError as exc:
         raise ConfigError(str(target), f"cannot write here: {exc.strerror or exc}") from None
     os.close(fd)
+    return tmp
+
+
+def atomic_write(target: Path, write: Callable[[str], object]) -> None:
+    """Call ``write(tmp_path)`` on a temporary file beside ``target``, then rename it into place.
+    A path that cannot be written (a file where a folder should be, no permission) raises
+    :class:`ConfigError` naming it."""
+    target = Path(target)
+    tmp = _temporary_beside(target)
     try:
         write(tmp)
         with open(tmp, "rb+") as f:

@@ -19,6 +19,9 @@ from typing import Any, ClassVar
 
 from hetsim.errors import ConfigError
 
+MAX_COUNT = 2**40  # samples, epochs: far beyond any run, and sums of them stay within int64
+MAX_STEP_S = 1e9  # a step over 30 years is a unit mistake
+
 
 class _Required:
     """The default of a parameter that has none."""

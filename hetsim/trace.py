@@ -33,6 +33,7 @@ import numpy as np
 
 from hetsim.errors import ConfigError
 from hetsim.files import FRAME_FORMATS, frame_format, write_frame
+from hetsim.params import MAX_COUNT, MAX_STEP_S
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,6 +56,7 @@ OPTIONAL_DEFAULTS = {"slowdown": 1.0, "up": True}  # what a table without these 
 REQUIRED_COLUMNS = ("worker", "local_batch", "compute_s")  # the least a table needs (e.g. to be calibrated)
 NUMERIC_COLUMNS = ("epoch", "step", "start_s", "wait_s", "comm_s", "slowdown", "gradient_mb")  # checked when present
 INTEGER_COLUMNS = ("worker", "local_batch", "epoch", "step")
+DURATION_COLUMNS = ("compute_s", "wait_s", "comm_s")  # one step's times, each at most MAX_STEP_S
 TRACE_FORMATS = FRAME_FORMATS  # file suffix -> "csv" | "parquet"
 
 
@@ -261,6 +263,15 @@ def check_trace_table(
         if (values < 0).any():
             row = int(np.flatnonzero((values < 0).to_numpy())[0])
             raise ConfigError(column, f"negative value {float(raw.iloc[row]):g} in data row {row + 1}{where}")
+        limit = MAX_COUNT if column in INTEGER_COLUMNS else MAX_STEP_S if column in DURATION_COLUMNS else np.inf
+        if (values > limit).any():
+            row = int(np.flatnonzero((values > limit).to_numpy())[0])
+            at = f"in data row {row + 1}{where}"
+            if column in INTEGER_COLUMNS:
+                raise ConfigError(column, f"value {int(values.iloc[row])} {at} is beyond 2^40")
+            raise ConfigError(
+                column, f"{float(values.iloc[row]):g} s {at} is longer than {MAX_STEP_S:g} s: check the units"
+            )
         if column in INTEGER_COLUMNS:
             frac = values != np.round(values)
             if frac.any():
