@@ -186,7 +186,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             meta = {"executor": executor.description, "engine": spec.engine, "cells": len(cells),
                     "replications": spec.replications}  # fmt: skip
             folder = RunFolder.start(args.runs, spec, meta)
-        _heal(folder, spec)
+        _heal(folder, spec, "its cell runs again")
         try:
             _run_cells(folder, spec, executor, [c for c in cells if c.index not in folder.done_cells()], len(cells))
             print(render_report(folder, spec, args.metric))
@@ -204,10 +204,11 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _heal(folder: RunFolder, spec: SweepSpec) -> None:
-    """Check the finished cells before using them (one note per damaged part, which runs again)."""
+def _heal(folder: RunFolder, spec: SweepSpec, then: str) -> None:
+    """Check the finished cells before using them: one note per damaged part, saying what was
+    wrong and ``then``, what becomes of its cell."""
     for note in folder.heal(replication_seeds(spec)):
-        print(f"hetsim: note: {note}", file=sys.stderr)
+        print(f"hetsim: note: {note}: {then}", file=sys.stderr)
 
 
 def _run_cells(folder: RunFolder, spec: SweepSpec, executor: LocalExecutor | DaskExecutor, todo: list[Cell],
@@ -241,7 +242,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     folder = RunFolder.open(args.run_dir)
     spec = folder.spec()
     check_metric(args.metric, spec, expand(spec))
-    _heal(folder, spec)
+    _heal(folder, spec, f"its cell is left out until the sweep is resumed (--resume {folder.path})")
     print(render_report(folder, spec, args.metric))
     return 0
 

@@ -112,7 +112,7 @@ class RunFolder:
         """Make the folder trustworthy before a resume or a report: remove the temporary files of
         killed writes, and every part that cannot be read or does not hold one row per
         replication of its cell (its cell then counts as not run). Returns one note per part
-        removed. A part run with other seeds than ``seeds`` (sweep.toml's seed or replications
+        removed (what was wrong with it). A part run with other seeds than ``seeds`` (sweep.toml's seed or replications
         edited since) is an error: mixing them would be silently wrong."""
         remove_stale_temporaries(self.path)
         notes = []
@@ -123,7 +123,7 @@ class RunFolder:
             problem = _part_problem(part, int(match.group(1)), len(seeds))
             if problem is not None:
                 part.unlink()
-                notes.append(f"{part.relative_to(self.path)} {problem}: its cell runs again")
+                notes.append(f"{part.relative_to(self.path)} {problem}")
                 continue
             ran = pd.read_parquet(part, columns=["seed"])["seed"].tolist()
             if ran != list(seeds):

@@ -131,6 +131,9 @@ def test_report_heals_a_damaged_part_with_one_note(damage, problem, finished, tm
     damage(run)
     capsys.readouterr()
     assert main(["report", str(run)]) == 0
-    note = f"parts/cell-00000.parquet {problem.replace('{run}', str(run))}: its cell runs again"
+    note = (
+        f"parts/cell-00000.parquet {problem.replace('{run}', str(run))}: its cell is left out until the sweep "
+        f"is resumed (--resume {run})"
+    )
     assert capsys.readouterr().err == f"hetsim: note: {note}\n"
     assert sorted(p.name for p in (run / "parts").iterdir()) == ["cell-00001.parquet"]
