@@ -151,6 +151,23 @@ def copy_results_folder(source: Path, target: Path) -> Path:
     return target
 
 
+def edit(name: str, old: str, new: str) -> Callable[[Path], None]:
+    """A damage: ``old`` replaced by ``new`` in the results folder's file ``name``."""
+
+    def damage(run: Path) -> None:
+        text = (run / name).read_text(encoding="utf-8")
+        assert old in text
+        (run / name).write_text(text.replace(old, new), encoding="utf-8")
+
+    return damage
+
+
+def overwrite(name: str, content: str | bytes) -> Callable[[Path], None]:
+    """A damage: the results folder's file ``name`` replaced by ``content``."""
+    data = content.encode() if isinstance(content, str) else content
+    return lambda run: (run / name).write_bytes(data)
+
+
 # ----------------------------------------------------------------------------- checks of their own
 
 

@@ -11,25 +11,7 @@ import pandas as pd
 import pytest
 
 from hetsim.cli import main
-from tests.test_bad_input import check_refused, copy_results_folder, deep, make_results_folder
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
-    return make_results_folder(tmp_path_factory.mktemp("finished"))
-
-
-def edit(name: str, old: str, new: str) -> Callable[[Path], None]:
-    def damage(run: Path) -> None:
-        text = (run / name).read_text(encoding="utf-8")
-        assert old in text
-        (run / name).write_text(text.replace(old, new), encoding="utf-8")
-
-    return damage
-
-
-def overwrite(name: str, content: bytes) -> Callable[[Path], None]:
-    return lambda run: (run / name).write_bytes(content)
+from tests.test_bad_input import check_refused, copy_results_folder, deep, edit, overwrite
 
 
 def remove_parts(run: Path) -> None:

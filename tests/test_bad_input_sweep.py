@@ -5,8 +5,6 @@ left: :func:`tests.test_bad_input.check_refused`)."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,7 +16,8 @@ from tests.test_bad_input import (
     check_refused,
     copy_results_folder,
     deep,
-    make_results_folder,
+    edit,
+    overwrite,
     small_scenario,
     small_sweep,
     toml,
@@ -164,24 +163,6 @@ def test_sweep_refuses_bad_input(argv, line, files, tmp_path, capsys, monkeypatc
 
 
 # ----------------------------------------------------------------------------- --resume
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
-    return make_results_folder(tmp_path_factory.mktemp("finished"))
-
-
-def edit(name: str, old: str, new: str) -> Callable[[Path], None]:
-    def damage(run: Path) -> None:
-        text = (run / name).read_text(encoding="utf-8")
-        assert old in text
-        (run / name).write_text(text.replace(old, new), encoding="utf-8")
-
-    return damage
-
-
-def overwrite(name: str, content: str) -> Callable[[Path], None]:
-    return lambda run: (run / name).write_text(content, encoding="utf-8")
 
 
 SEEDS_EDITED = ("{run}/sweep.toml: its seed or replications no longer match parts/cell-00000.parquet (seeds {seeds}); "
