@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from scipy import stats
@@ -98,56 +98,128 @@ def staleness(trace: Trace) -> np.ndarray:
     return np.arange(len(applied)) - np.searchsorted(applied, read, side="right")
 
 
+class Run(NamedTuple):
+    """Consecutive steps with the same slowdown factors, workers up and split, from ``first`` on."""
+
+    first: int
+    factors: np.ndarray
+    up: np.ndarray
+    batches: np.ndarray
+
+
+@dataclass(frozen=True)
+class BarrierTotals:
+    """What the Summary of a barrier run is computed from: O(steps + workers) numbers, read from
+    a full trace (:func:`barrier_totals`) or summed as the run goes (:mod:`hetsim.stream`)."""
+
+    policy: str
+    step_s: np.ndarray  # per step (:func:`step_times`)
+    epochs: int
+    samples: float  # applied
+    dropped: int
+    compute_s: np.ndarray  # per worker, summed over the steps
+    wait_s: float  # summed over workers and steps
+    final_batches: tuple[int, ...]
+    moved: float  # samples moved between consecutive steps, summed (``sum_i |b_i - b_i'| / 2``)
+    applied: np.ndarray  # per step: the weighted combine's effective batch
+    plain: np.ndarray  # per step: the plain mean's
+    runs: tuple[Run, ...]  # at every change of (factors, up, split)
+
+
+def barrier_totals(trace: Trace) -> BarrierTotals:
+    """The totals of a barrier run's full trace."""
+    batches, included = trace.per_step("local_batch"), trace.per_step("included")
+    factors, up = trace.per_step("slowdown"), trace.per_step("up")
+    changed = [(x[1:] != x[:-1]).any(axis=1) for x in (factors, up, batches)]
+    firsts = np.flatnonzero(np.r_[True, np.logical_or.reduce(changed)])
+    n = trace.n_workers
+    return BarrierTotals(
+        policy=trace.policy,
+        step_s=step_times(trace),
+        epochs=int(trace.epoch.max()) + 1,
+        samples=float((trace.local_batch * trace.included).sum()),
+        dropped=int((trace.local_batch * ~trace.included).sum()),
+        compute_s=np.bincount(trace.worker, weights=trace.compute_s, minlength=n),
+        wait_s=float(trace.wait_s.sum()),
+        final_batches=tuple(int(b) for b in batches[-1]),
+        moved=float(np.abs(np.diff(batches, axis=0)).sum() / 2),
+        applied=effective_batches(batches, included, True),
+        plain=effective_batches(batches, included, False),
+        runs=tuple(Run(int(k), factors[k], up[k], batches[k]) for k in firsts),
+    )
+
+
 def summarize(trace: Trace, scenario: Scenario | None = None) -> Summary:
     """The Summary of one run; ``scenario`` (its true costs) enables ``recovery_steps``."""
     if trace.n_steps == 0:
         raise ValueError("an empty trace has no summary")
+    if trace.synchronous:
+        return summary_of(barrier_totals(trace), scenario)
     steps = step_times(trace)
+    samples = float((trace.local_batch * trace.included).sum())
+    stale = staleness(trace)
+    efficiency = scenario.workload.efficiency if scenario is not None else None
+    progress = None if efficiency is None else efficiency.progress(
+        trace.local_batch * trace.included, staleness_discount(stale))  # fmt: skip
+    return _summary(
+        trace.policy, steps, int(trace.epoch.max()) + 1, samples,
+        np.bincount(trace.worker, weights=trace.compute_s, minlength=trace.n_workers), float(trace.wait_s.sum()),
+        tuple(int(b) for b in trace.local_batch[np.unique(trace.worker, return_index=True)[1]]),
+        dropped_samples=int((trace.local_batch * ~trace.included).sum()),
+        staleness_mean=float(stale.mean()), staleness_p95=float(np.percentile(stale, 95)),
+        **learning(progress, steps, samples, efficiency),
+    )  # fmt: skip
+
+
+def summary_of(totals: BarrierTotals, scenario: Scenario | None = None) -> Summary:
+    """The Summary of a barrier run from its totals."""
+    efficiency = scenario.workload.efficiency if scenario is not None else None
+    weighted = totals.policy not in POLICIES or bool(policy_class(totals.policy).weighted_gradients)
+    progress = None if efficiency is None else efficiency.progress(totals.applied if weighted else totals.plain)
+    steps, n_steps = totals.step_s, len(totals.step_s)
+    return _summary(
+        totals.policy, steps, totals.epochs, totals.samples, totals.compute_s, totals.wait_s, totals.final_batches,
+        dropped_samples=totals.dropped,
+        split_changes=totals.moved / (n_steps - 1) if n_steps > 1 else 0.0,
+        recovery_steps=None if scenario is None else recovery_steps(totals.runs, n_steps, scenario.hints()),
+        **learning(progress, steps, totals.samples, efficiency),
+    )  # fmt: skip
+
+
+def _summary(policy: str, steps: np.ndarray, epochs: int, samples: float, compute_s: np.ndarray, wait_s: float,
+             final: tuple[int, ...], **fields: Any) -> Summary:  # fmt: skip
+    """The fields every run has, from its step times and per-worker compute, plus ``fields``."""
     total = float(steps.sum())
-    n = trace.n_workers
-    used = trace.local_batch * trace.included
-    samples = float(used.sum())
-    compute = np.bincount(trace.worker, weights=trace.compute_s, minlength=n)
-    utilization = compute / total if total > 0 else np.zeros(n)
-    stale = staleness(trace) if not trace.synchronous else None
-    final = (
-        trace.per_step("local_batch")[-1]
-        if trace.synchronous
-        else trace.local_batch[np.unique(trace.worker, return_index=True)[1]]
-    )
+    n = len(compute_s)
+    utilization = compute_s / total if total > 0 else np.zeros(n)
     return Summary(
-        policy=trace.policy,
-        steps=trace.n_steps,
-        epochs=int(trace.epoch.max()) + 1,
+        policy=policy,
+        steps=len(steps),
+        epochs=epochs,
         total_time_s=total,
         mean_step_s=float(steps.mean()),
         p95_step_s=float(np.percentile(steps, 95)),
         throughput_sps=samples / total if total > 0 else float("inf"),
         utilization=tuple(float(u) for u in utilization),
         mean_utilization=float(utilization.mean()),
-        idle_fraction=float(trace.wait_s.sum() / (n * total)) if total > 0 else 0.0,
-        final_batches=tuple(int(b) for b in final),
-        dropped_samples=int((trace.local_batch * ~trace.included).sum()),
-        staleness_mean=None if stale is None else float(stale.mean()),
-        staleness_p95=None if stale is None else float(np.percentile(stale, 95)),
-        split_changes=split_changes(trace),
-        recovery_steps=None if scenario is None or not trace.synchronous else recovery_steps(trace, scenario.hints()),
-        **learning(trace, steps, samples, scenario),
+        idle_fraction=float(wait_s / (n * total)) if total > 0 else 0.0,
+        final_batches=final,
+        **fields,
     )
 
 
-def learning(trace: Trace, steps: np.ndarray, samples: float, scenario: Scenario | None) -> dict[str, float | None]:
+def learning(
+    progress: np.ndarray | None, steps: np.ndarray, samples: float, efficiency: Efficiency | None
+) -> dict[str, float | None]:
     """``progress`` (the summed gains of :mod:`hetsim.efficiency`), ``statistical_efficiency``
     (progress over the samples' worth at perfect scaling, ``samples / base_batch``),
     ``goodput_sps`` (``base_batch * progress / total time``: samples per second at ``base_batch``'s
     value of a sample) and ``time_to_target_s`` (the end of the step whose progress reaches
-    ``target_steps``; None when there is none, or the run ends first). All None without the
-    workload's efficiency. An async update's gain is discounted by its staleness
-    (:func:`hetsim.efficiency.staleness_discount`, an assumption)."""
-    efficiency = scenario.workload.efficiency if scenario is not None else None
-    if efficiency is None:
+    ``target_steps``; None when there is none, or the run ends first), from the progress after
+    each step (None: no efficiency, and no fields). An async update's gain is discounted by its
+    staleness (:func:`hetsim.efficiency.staleness_discount`, an assumption)."""
+    if progress is None or efficiency is None:
         return {}
-    progress = progress_curve(trace, efficiency)
     total = float(steps.sum())
     reached = None
     if efficiency.target_steps is not None and progress[-1] >= efficiency.target_steps:
@@ -171,34 +243,32 @@ def progress_curve(trace: Trace, efficiency: Efficiency, weighted: bool | None =
     return efficiency.progress(effective_batches(trace.per_step("local_batch"), trace.per_step("included"), weighted))
 
 
-def split_changes(trace: Trace) -> float:
-    if not trace.synchronous or trace.n_steps < 2:
-        return 0.0
-    moved = np.abs(np.diff(trace.per_step("local_batch"), axis=0)).sum(axis=1) / 2
-    return float(moved.mean())
-
-
-def recovery_steps(trace: Trace, hints: Sequence[WorkerHint], within: float = 0.05) -> float | None:
-    factors = trace.per_step("slowdown")
-    batches = trace.per_step("local_batch")
-    up = trace.per_step("up")
-    onsets = np.flatnonzero((factors[1:] > factors[:-1]).any(axis=1)) + 1
-    if len(onsets) == 0:
-        return None
+def recovery_steps(
+    runs: Sequence[Run], n_steps: int, hints: Sequence[WorkerHint], within: float = 0.05
+) -> float | None:
+    """After each slowdown onset (a run whose factors rise above the previous run's), the steps
+    until the split in use is within ``within`` of the optimum for the new speeds and the workers
+    then up, while those last; None without onsets."""
     recovered = []
-    for k in onsets:
-        slowed = [replace(h, noise_mean=h.noise_mean * f) for h, f in zip(hints, factors[k])]  # the episode's speeds
-        caps = [h.max_batch if u else 0 for h, u in zip(hints, up[k])]
-        global_batch = int(batches[k].sum())  # the onset's (a policy that varies_batch changes it)
+    for r in range(1, len(runs)):
+        onset = runs[r]
+        if not (onset.factors > runs[r - 1].factors).any():
+            continue
+        slowed = [replace(h, noise_mean=h.noise_mean * f) for h, f in zip(hints, onset.factors)]  # the episode's speeds
+        caps = [h.max_batch if u else 0 for h, u in zip(hints, onset.up)]
+        global_batch = int(onset.batches.sum())  # the onset's (a policy that varies_batch changes it)
         if sum(caps) < global_batch:
             continue
         best = slowest_expected_s(slowed, min_max_split(slowed, global_batch, caps))
-        j = k
-        while j < len(factors) and np.array_equal(factors[j], factors[k]) and np.array_equal(up[j], up[k]):
-            if slowest_expected_s(slowed, batches[j]) <= (1 + within) * best:
+        end = n_steps
+        for run in runs[r:]:
+            if not (np.array_equal(run.factors, onset.factors) and np.array_equal(run.up, onset.up)):
+                end = run.first
                 break
-            j += 1
-        recovered.append(j - k)
+            if slowest_expected_s(slowed, run.batches) <= (1 + within) * best:
+                end = run.first
+                break
+        recovered.append(end - onset.first)
     return float(np.mean(recovered)) if recovered else None
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -126,6 +126,18 @@ class Trace:
         return cls(policy=str(policies[0]), n_workers=n_workers, synchronous=synchronous, **cols)
 
 
+class Recorder(Protocol):
+    """What a barrier engine hands its steps to, a block of consecutive steps at a time: the
+    full trace (:class:`TraceBuilder`) or a summary that keeps O(steps + workers) numbers
+    (:class:`hetsim.stream.SummaryRecorder`). Per-worker values are (workers,) rows that hold
+    for every step of the block, or (steps x workers) arrays; ``comm_s`` one number or one per
+    step; ``up`` None when every worker is up."""
+
+    def add_block(self, first: int, epoch: np.ndarray, start_s: np.ndarray, local_batch: np.ndarray,
+                  compute_s: np.ndarray, wait_s: np.ndarray, included: np.ndarray, slowdown: np.ndarray,
+                  up: np.ndarray | None, comm_s: float | np.ndarray) -> None: ...  # fmt: skip
+
+
 class TraceBuilder:
     """Preallocated (steps x workers) arrays an engine fills in place; :meth:`finish` freezes
     them into a :class:`Trace` (rows step-major)."""
@@ -142,6 +154,23 @@ class TraceBuilder:
         self.epoch = np.zeros(n_steps, dtype=np.int64)
         self.start_s = np.zeros(n_steps)
         self.comm_s = np.zeros(n_steps)
+
+    def add_block(self, first: int, epoch: np.ndarray, start_s: np.ndarray, local_batch: np.ndarray,
+                  compute_s: np.ndarray, wait_s: np.ndarray, included: np.ndarray, slowdown: np.ndarray,
+                  up: np.ndarray | None, comm_s: float | np.ndarray) -> None:  # fmt: skip
+        """Write a block of steps from step ``first`` on (see :class:`Recorder`)."""
+        rows = slice(first, first + len(start_s))
+        self.local_batch[rows] = local_batch
+        self.compute_s[rows] = compute_s
+        self.wait_s[rows] = wait_s
+        self.included[rows] = included
+        if not (slowdown.ndim == 1 and (slowdown == 1.0).all()):  # the rows start at 1 and True
+            self.slowdown[rows] = slowdown
+        if up is not None:
+            self.up[rows] = up
+        self.epoch[rows] = epoch
+        self.start_s[rows] = start_s
+        self.comm_s[rows] = comm_s
 
     def finish(self) -> Trace:
         """The frozen trace: every row of every step."""

@@ -15,7 +15,7 @@ from hetsim.policies.base import Policy, StepInfo
 
 if TYPE_CHECKING:
     from hetsim.scenario import Scenario
-    from hetsim.trace import Trace
+    from hetsim.trace import Recorder, Trace
 
 
 class Epochs:
@@ -59,3 +59,13 @@ class Engine(PlugIn):
     def run(self, scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
         """Simulate ``scenario`` under ``policy`` (reset here) with ``seed`` (default: the scenario's)."""
         raise NotImplementedError
+
+    def record(self, scenario: Scenario, policy: Policy, recorder: Recorder, seed: int | None = None) -> None:
+        """Simulate ``scenario`` under the barrier ``policy``, handing ``recorder`` the steps as they
+        are computed instead of keeping the trace. Default: run, then hand over the whole trace."""
+        trace = self.run(scenario, policy, seed)
+        n = trace.n_workers
+        recorder.add_block(0, trace.per_step("epoch")[:, 0], trace.per_step("start_s")[:, 0],
+                           trace.per_step("local_batch"), trace.per_step("compute_s"), trace.per_step("wait_s"),
+                           trace.per_step("included"), trace.per_step("slowdown"), trace.per_step("up"),
+                           trace.comm_s[::n])  # fmt: skip

@@ -28,7 +28,7 @@ from simpy.events import Condition
 from hetsim.engines.base import Engine, Epochs
 from hetsim.policies.base import Policy, StepInfo, StepRecord
 from hetsim.registry import ENGINES
-from hetsim.trace import Trace, TraceBuilder, async_trace
+from hetsim.trace import Recorder, Trace, TraceBuilder, async_trace
 from hetsim.workers import WorkerSpec, WorkerStreams
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 
 DRAW_CHUNK = 256  # a worker's noise and delay are drawn this many steps at a time
+FLUSH_STEPS = 4096  # steps kept as Python rows before they go to the recorder as one block
 
 
 class _Step:
@@ -59,6 +60,9 @@ class SimPyEngine(Engine):
     def run(self, scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
         return run_simpy(scenario, policy, seed)
 
+    def record(self, scenario: Scenario, policy: Policy, recorder: Recorder, seed: int | None = None) -> None:
+        record_simpy(scenario, policy, recorder, seed)
+
 
 def _at_least(k: int) -> Callable[[tuple[simpy.Event, ...], int], bool]:
     """A SimPy condition: ``k`` of its events have happened."""
@@ -77,11 +81,21 @@ def draws(spec: WorkerSpec, rng: WorkerStreams, chunk: int) -> Iterator[tuple[fl
 
 def run_simpy(scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
     """Simulate ``scenario`` under ``policy`` (reset here) and return its trace."""
+    if not policy.synchronous:
+        streams = WorkerStreams.spawn(scenario.seed if seed is None else seed, scenario.workers)
+        policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints(), scenario.run_hint())
+        return run_simpy_async(scenario, policy, streams)
+    trace = TraceBuilder(policy.name, scenario.n_workers, scenario.workload.total_steps)
+    record_simpy(scenario, policy, trace, seed)
+    return trace.finish()
+
+
+def record_simpy(scenario: Scenario, policy: Policy, recorder: Recorder, seed: int | None = None) -> None:
+    """Simulate ``scenario`` under the barrier ``policy`` (reset here), handing ``recorder`` its
+    steps every :data:`FLUSH_STEPS` steps."""
     streams = WorkerStreams.spawn(scenario.seed if seed is None else seed, scenario.workers)
     policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints(), scenario.run_hint())
-    if not policy.synchronous:
-        return run_simpy_async(scenario, policy, streams)
-    return _BarrierRun(scenario, policy, streams).run()
+    _BarrierRun(scenario, policy, streams).run(recorder)
 
 
 class _BarrierRun:
@@ -93,7 +107,8 @@ class _BarrierRun:
         self.env = simpy.Environment()
         self.go: simpy.Event = self.env.event()  # always the next step's release event
         self.began = [0.0] * self.n  # when each worker's compute began in the current step
-        self.rows: list[tuple[object, ...]] = []  # the trace's columns of each step, written at the end
+        self.rows: list[tuple[object, ...]] = []  # the trace's columns of each step not yet flushed
+        self.flushed = 0  # steps handed to the recorder
         self.comm_s = scenario.allreduce_s()
         self.buckets = scenario.buckets()
         self.may_fail = any(rng.failure is not None for rng in streams)
@@ -101,15 +116,19 @@ class _BarrierRun:
             self.env.process(self.worker(i, spec, rng)) for i, (spec, rng) in enumerate(zip(scenario.workers, streams))
         ]
 
-    def run(self) -> Trace:
+    def run(self, recorder: Recorder) -> None:
+        self.recorder = recorder
         self.env.run(self.env.process(self.coordinator()))
-        wl = self.scenario.workload
-        trace = TraceBuilder(self.policy.name, self.n, wl.total_steps)
-        columns = (trace.epoch, trace.start_s, trace.local_batch, trace.compute_s, trace.wait_s, trace.included,
-                   trace.slowdown, trace.up, trace.comm_s)  # fmt: skip
-        for column, values in zip(columns, zip(*self.rows)):
-            column[:] = values
-        return trace.finish()
+        self.flush()
+
+    def flush(self) -> None:
+        """Hand the steps recorded since the last flush to the recorder, as one block."""
+        if not self.rows:
+            return
+        epoch, start, batches, compute, wait, included, slowdown, up, comm = (np.array(c) for c in zip(*self.rows))
+        self.recorder.add_block(self.flushed, epoch, start, batches, compute, wait, included, slowdown, up, comm)
+        self.flushed += len(self.rows)
+        self.rows = []
 
     def worker(self, i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, _Step, None]:
         env, began = self.env, self.began
@@ -162,6 +181,8 @@ class _BarrierRun:
         # Idle at the barrier: after computing, and before it while stalled by a failure.
         wait = [max(barrier - (t + c), 0.0) + max(t - start, 0.0) for t, c in zip(self.began, step.compute)]
         self.rows.append((info.epoch, start, batches, step.compute, wait, included, step.slowdown, available, comm))
+        if len(self.rows) >= FLUSH_STEPS:
+            self.flush()
         policy.observe(StepRecord(info, batches, tuple(step.compute), included))
 
     def exposed(self, start: float, step: _Step, done: list[simpy.Event], need: int) -> float:

@@ -49,9 +49,9 @@ import numpy as np
 from hetsim.engines.base import Engine, Epochs
 from hetsim.errors import ConfigError
 from hetsim.network import Buckets
-from hetsim.policies.base import Policy, StepInfo
+from hetsim.policies.base import Policy
 from hetsim.registry import ENGINES
-from hetsim.trace import Trace, TraceBuilder
+from hetsim.trace import Recorder, Trace, TraceBuilder
 from hetsim.workers import Timeline, WorkerSpec, WorkerStreams, cost_groups
 
 if TYPE_CHECKING:
@@ -79,9 +79,19 @@ class VectorEngine(Engine):
     def run(self, scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
         return run_vector(scenario, policy, seed)
 
+    def record(self, scenario: Scenario, policy: Policy, recorder: Recorder, seed: int | None = None) -> None:
+        record_vector(scenario, policy, recorder, seed)
+
 
 def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
     """Simulate ``scenario`` under ``policy`` (reset here); the trace of :func:`run_simpy`."""
+    trace = TraceBuilder(policy.name, scenario.n_workers, scenario.workload.total_steps)
+    record_vector(scenario, policy, trace, seed)
+    return trace.finish()
+
+
+def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: int | None = None) -> None:
+    """Simulate ``scenario`` under ``policy`` (reset here), handing ``recorder`` its steps."""
     if not VectorEngine.supports(policy):
         raise ConfigError("engine", VectorEngine.refusal(policy))
     workers = scenario.workers
@@ -93,7 +103,6 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
     epochs = Epochs(wl.dataset_size, policy)
     buckets = scenario.buckets()
     comm: float | Buckets = scenario.allreduce_s() if buckets is None else buckets
-    trace = TraceBuilder(policy.name, n, total)
     draws = _Draws(workers, streams, total)
     timelines = _Timelines(workers, streams)
     costs = cost_groups(workers)
@@ -123,28 +132,11 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
         taken = policy.observe_steps(info, _Row(split, b), steps.compute_s, steps.included)
         if taken < len(steps.start_s):  # the split changed after step `taken - 1`: the rest again
             start, steps = float(steps.start_s[taken]), steps.head(taken)
-        _record(trace, info, b, steps, None if available is all_up else available)
+        epoch = info.epoch + (info.step_in_epoch + np.arange(len(steps.start_s))) // info.steps_per_epoch
+        up = None if available is all_up else np.array(available)
+        recorder.add_block(info.step, epoch, steps.start_s, b, steps.compute_s, steps.wait_s, steps.included,
+                           steps.slowdown, up, steps.comm_s)  # fmt: skip
         row += taken
-    return trace.finish()
-
-
-def _record(trace: TraceBuilder, info: StepInfo, batches: np.ndarray, steps: _Steps,
-            available: tuple[bool, ...] | None) -> None:  # fmt: skip
-    """Write a block's steps into the trace from ``info``'s on (``available`` None: all up); a
-    block spans epochs only when they are all as long as ``info``'s."""
-    k = len(steps.start_s)
-    rows = slice(info.step, info.step + k)
-    trace.local_batch[rows] = batches
-    trace.compute_s[rows] = steps.compute_s
-    trace.wait_s[rows] = steps.wait_s
-    trace.included[rows] = steps.included
-    if not (steps.slowdown.ndim == 1 and (steps.slowdown == 1.0).all()):  # the builder's rows start at 1 and True
-        trace.slowdown[rows] = steps.slowdown
-    if available is not None:
-        trace.up[rows] = available
-    trace.epoch[rows] = info.epoch + (info.step_in_epoch + np.arange(k)) // info.steps_per_epoch
-    trace.start_s[rows] = steps.start_s
-    trace.comm_s[rows] = steps.comm_s
 
 
 class _Steps:
