@@ -26,13 +26,13 @@ from hetsim.cli_analysis import add_subcommands
 from hetsim.cli_common import OneLineParser, add_scenario_options, check_seed, run_main, scenario_policies
 from hetsim.cli_costs import COMMANDS as COST_COMMANDS
 from hetsim.cli_costs import add_subcommands as add_cost_subcommands
-from hetsim.config import builtin_names, builtin_text, load_scenario, tomllib
+from hetsim.config import builtin_names, builtin_text, check_run_size, load_scenario, tomllib
 from hetsim.engines import engine_choices
 from hetsim.errors import ConfigError
 from hetsim.metrics import summarize, with_speedups
-from hetsim.report import format_table, progress_printer, render_report, write_outputs
+from hetsim.report import format_table, plotted_point, progress_printer, render_report, write_outputs
 from hetsim.results import SPEEDUP_METRICS, RunFolder
-from hetsim.simulate import simulate
+from hetsim.simulate import simulate, simulate_summary
 from hetsim.sweep import (
     DEFAULT_CONNECT_TIMEOUT_S,
     Cell,
@@ -63,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_scenario_options(sim, "print the summaries as a JSON list")
     sim.add_argument(
         "--out", type=Path, default=None, metavar="DIR", help="write trace.parquet, trace.csv and summary.json"
+    )
+    sim.add_argument(
+        "--trace",
+        choices=("full", "none"),
+        default="full",
+        help="full: keep every worker's every step (default); none: summarise as the run goes, in memory "
+        "O(workers + steps), and write no trace (--out writes summary.json only)",
     )
     sim.add_argument(
         "--engine",
@@ -156,8 +163,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     policies = scenario_policies(args.policy, scenario)
     check_seed(args.seed)
-    traces = [simulate(scenario, name, seed=args.seed, engine=args.engine) for name in policies]
-    summaries = with_speedups([summarize(t, scenario) for t in traces])
+    if args.trace == "none":  # summarised as the runs go: no trace in memory, none written
+        traces = []
+        summaries = with_speedups([simulate_summary(scenario, p, seed=args.seed, engine=args.engine) for p in policies])
+    else:
+        traces = [simulate(scenario, name, seed=args.seed, engine=args.engine) for name in policies]
+        summaries = with_speedups([summarize(t, scenario) for t in traces])
     if args.out is not None:
         write_outputs(args.out, traces, summaries)
     if args.json:
@@ -179,6 +190,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     folder, spec = _resumed_or_new(args)
     cells = expand(spec)
     check_metric(args.metric, spec, cells)
+    check_run_size(point_scenario(spec, plotted_point(spec)))  # the plotted cell keeps its traces
     executor = make_executor(args.jobs, args.scheduler, args.connect_timeout_s)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends the sweep as Ctrl-C does
     try:

@@ -131,6 +131,8 @@ def set_path(raw: dict[str, Any], path: str, value: Any) -> None:
 # ----------------------------------------------------------------------------- the scenario
 
 MAX_TRACE_ROWS = 2**28  # worker-steps a run may record (about 16 GB of trace); more does not fit here
+MAX_STEPS = 2**26  # steps a run may have (summarised: a few numbers per step, 1.6 GB at this bound)
+MAX_WORKER_STEPS = 2**36  # worker-steps, about 4 hours at the vector engine's rate
 
 WORKLOAD_PARAMS = (
     Param("global_batch", "integer", low=1, high=MAX_COUNT, doc="samples per step, over all workers"),
@@ -243,19 +245,32 @@ def build_scenario(raw: Mapping[str, Any], base_dir: Path | None = None) -> Scen
             "workers.max_batch",
             f"the caps hold at most {capacity:g} samples per step, less than global_batch {workload.global_batch}",
         )
-    _check_size(scenario)
+    _check_step_length(scenario)
+    check_run_size(scenario, keep_trace=False)  # whatever is done with it: analysis loops over steps too
     return scenario
 
 
-def _check_size(scenario: Scenario) -> None:
-    """Refuse a run that cannot fit: a trace too large for memory, or steps of absurd length."""
-    rows = scenario.workload.total_steps * scenario.n_workers
-    if rows > MAX_TRACE_ROWS:
+def check_run_size(scenario: Scenario, keep_trace: bool = True) -> None:
+    """Refuse a run that cannot fit before it starts: with its trace (``keep_trace``), one row per
+    worker per step in memory; summarised as it goes (``--trace none``), a few numbers per step,
+    and worker-steps that would take hours."""
+    steps, rows = scenario.workload.total_steps, scenario.workload.total_steps * scenario.n_workers
+    if keep_trace and rows > MAX_TRACE_ROWS:
         raise ConfigError(
             "workload",
-            f"{scenario.workload.total_steps} steps x {scenario.n_workers} workers = {rows:.3g} trace rows, more than "
-            f"the {MAX_TRACE_ROWS:.3g} a run can hold: fewer epochs or a larger global batch",
+            f"{steps} steps x {scenario.n_workers} workers = {rows:.3g} trace rows, more than the "
+            f"{MAX_TRACE_ROWS:.3g} a run can hold: fewer epochs or a larger global batch (or --trace none)",
         )
+    if steps > MAX_STEPS:
+        raise ConfigError("workload", f"{steps} steps, more than the {MAX_STEPS:.3g} a run can summarise")
+    if rows > MAX_WORKER_STEPS:
+        raise ConfigError(
+            "workload", f"{rows:.3g} worker-steps would take hours (more than {MAX_WORKER_STEPS:.3g}): a smaller run"
+        )
+
+
+def _check_step_length(scenario: Scenario) -> None:
+    """Refuse steps of absurd length (a unit mistake)."""
     for i, group in enumerate(scenario.groups):  # the [[workers]] tables, as the file numbers them
         step_s = group.spec.expected_compute_s(scenario.workload.global_batch)
         if not step_s < MAX_STEP_S:

@@ -67,10 +67,12 @@ def format_table(summaries: Sequence[Summary]) -> str:
 
 
 def write_outputs(directory: Path, traces: Sequence[Trace], summaries: Sequence[Summary]) -> None:
-    """``simulate --out``: trace.parquet, trace.csv and summary.json in ``directory``, all or none
-    (written in a temporary folder, then moved in)."""
+    """``simulate --out``: trace.parquet, trace.csv (when there are ``traces``: not with ``--trace
+    none``) and summary.json in ``directory``, all or none (written in a temporary folder, then
+    moved in)."""
     with atomic_folder(directory, "--out") as tmp:
-        write_trace_table(traces, tmp / "trace.parquet", tmp / "trace.csv")
+        if traces:
+            write_trace_table(traces, tmp / "trace.parquet", tmp / "trace.csv")
         write_json(tmp / "summary.json", [s.to_dict() for s in summaries])
 
 
@@ -138,14 +140,18 @@ def plot_cell_labels(spec: SweepSpec) -> dict[str, object]:
     return {a.name: chosen.get(a.name, a.labels[-1]) for a in spec.axes}
 
 
+def plotted_point(spec: SweepSpec) -> tuple[int, ...]:
+    """The grid point whose traces the plots show (:func:`plot_cell_labels`)."""
+    labels = plot_cell_labels(spec)
+    return tuple(a.labels.index(labels[a.name]) for a in spec.axes)
+
+
 def plotted_traces(folder: RunFolder, spec: SweepSpec) -> dict[str, Trace]:
     """Replication 0 of the plotted cell under every policy (simulated once, then read back)."""
     saved = folder.read_traces(TRACES_FILE)
     if saved is not None:
         return saved
-    labels = plot_cell_labels(spec)
-    point = tuple(a.labels.index(labels[a.name]) for a in spec.axes)
-    scenario = point_scenario(spec, point)
+    scenario = point_scenario(spec, plotted_point(spec))
     seed = replication_seeds(spec)[0]
     traces = {p: simulate(scenario, p, seed=seed, engine=spec.engine) for p in spec.policies}
     folder.write_traces(TRACES_FILE, traces.values())

@@ -1,12 +1,16 @@
-"""One simulated run: scenario + policy name -> Trace, through the chosen engine."""
+"""One simulated run: scenario + policy name -> Trace (or, without keeping the trace, its
+Summary), through the chosen engine."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from hetsim.config import check_run_size
 from hetsim.engines import check_engine, engine_for
+from hetsim.metrics import Summary, summarize, summary_of
 from hetsim.scenario import Scenario
+from hetsim.stream import SummaryRecorder
 from hetsim.trace import Trace
 
 
@@ -25,5 +29,28 @@ def simulate(
     engine, or ``auto`` (the supporting engine of highest priority: ``vector`` where it runs
     the policy)."""
     check_engine(engine)
+    check_run_size(scenario)
     policy_obj = scenario.make_policy(policy, params)
     return engine_for(engine, policy_obj).run(scenario, policy_obj, seed)
+
+
+def simulate_summary(
+    scenario: Scenario,
+    policy: str | None = None,
+    *,
+    params: Mapping[str, Any] | None = None,
+    seed: int | None = None,
+    engine: str = "simpy",
+) -> Summary:
+    """:func:`simulate`'s run, summarised as it goes (``--trace none``): a barrier policy's steps
+    go to a :class:`~hetsim.stream.SummaryRecorder`, so memory is O(steps + workers) instead of
+    O(steps x workers); an async run keeps its trace (one row per update) and summarises it."""
+    check_engine(engine)
+    policy_obj = scenario.make_policy(policy, params)
+    check_run_size(scenario, keep_trace=not policy_obj.synchronous)
+    runner = engine_for(engine, policy_obj)
+    if not policy_obj.synchronous:
+        return summarize(runner.run(scenario, policy_obj, seed), scenario)
+    recorder = SummaryRecorder(policy_obj.name, scenario.n_workers)
+    runner.record(scenario, policy_obj, recorder, seed)
+    return summary_of(recorder.totals(), scenario)

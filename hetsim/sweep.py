@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from hetsim.errors import CellFailed, ConfigError
-from hetsim.metrics import Summary, summarize
+from hetsim.metrics import Summary
 from hetsim.params import Param
-from hetsim.simulate import simulate
+from hetsim.simulate import simulate_summary
 from hetsim.sweepfile import SweepSpec, grid_points, point_scenario
 
 RESERVED_COLUMNS = frozenset({"cell", "replication", "seed", *Summary.__dataclass_fields__})
@@ -63,7 +63,7 @@ def run_cell(spec: SweepSpec, cell: Cell) -> tuple[Cell, list[dict[str, Any]]]:
     rows = []
     for rep, seed in enumerate(replication_seeds(spec)):
         try:
-            summary = summarize(simulate(scenario, cell.policy, seed=seed, engine=spec.engine), scenario)
+            summary = simulate_summary(scenario, cell.policy, seed=seed, engine=spec.engine)
         except ConfigError:
             raise
         except Exception as exc:  # a bug: one line naming the cell, not a worker's traceback

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from hetsim.config import build_scenario, read_table, resolve_source, set_path
+from hetsim.config import build_scenario, check_run_size, read_table, resolve_source, set_path
 from hetsim.engines import AUTO, check_engine
 from hetsim.errors import ConfigError
 from hetsim.params import Param, join, typename
@@ -192,6 +192,7 @@ def _check_grid(spec: SweepSpec) -> None:
     for point in grid_points(spec.axes):
         try:
             scenario = point_scenario(spec, point)
+            check_run_size(scenario, keep_trace=False)  # cells keep their summaries only
             for name in spec.policies:
                 scenario.make_policy(name)
         except ConfigError as exc:

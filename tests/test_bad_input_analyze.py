@@ -26,9 +26,8 @@ CASES = [
          "workers.0.per_sample_s: must be finite, got nan"),
     case("unknown-key", ["paper", "--set", "colour=1"],
          "colour: unknown key (allowed: name, description, seed, workload, network, workers, policy)"),
-    case("trace-too-long", ["paper", "--set", "workload.epochs=100000000"],
-         "workload: 19500000000 steps x 2 workers = 3.9e+10 trace rows, more than the 2.68e+08 a run can hold: "
-         "fewer epochs or a larger global batch"),
+    case("too-many-steps", ["paper", "--set", "workload.epochs=100000000"],
+         "workload: 19500000000 steps, more than the 6.71e+07 a run can summarise"),
     case("goodput-without-efficiency", ["paper", "--policy", "goodput"],
          "workload.efficiency: missing: policy 'goodput' chooses the global batch by statistical efficiency "
          "(give noise_scale and base_batch)"),

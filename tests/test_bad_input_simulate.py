@@ -66,9 +66,11 @@ CASES = [
     case("epochs-zero", ["--set", "workload.epochs=0"], "workload.epochs: must be in [1, 1099511627776], got 0"),
     case("dataset-zero", ["--set", "workload.dataset_size=0"],
          "workload.dataset_size: must be in [1, 1099511627776], got 0"),
-    case("trace-too-long", ["paper", "--set", "workload.epochs=100000000"],
-         "workload: 19500000000 steps x 2 workers = 3.9e+10 trace rows, more than the 2.68e+08 a run can hold: "
-         "fewer epochs or a larger global batch"),
+    case("too-many-steps", ["paper", "--set", "workload.epochs=100000000"],
+         "workload: 19500000000 steps, more than the 6.71e+07 a run can summarise"),
+    case("trace-too-long", ["paper", "--set", "workload.epochs=200000", "--set", "workers.0.count=8"],
+         "workload: 39000000 steps x 9 workers = 3.51e+08 trace rows, more than the 2.68e+08 a run can hold: "
+         "fewer epochs or a larger global batch (or --trace none)"),
     case("step-too-long", ["paper", "--set", "workers.0.per_sample_s=1e300"],
          "workers.0: a step of 256 samples would take 2.56e+302 s: check the units"),
     case("gradient-negative", ["--set", "workload.gradient_mb=-1"], "workload.gradient_mb: must be >= 0, got -1"),

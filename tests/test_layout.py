@@ -52,7 +52,7 @@ LAYERS = [
     {"errors", "params", "registry", "files", "scenarios", "sweeps"},  # (the last two: data packages)
     {"distributions", "costs", "network", "workers", "partition", "policies", "orderstats", "trace", "efficiency"},
     {"scenario", "config", "tables", "worker_tables"},
-    {"engines", "simulate", "analytic", "analytic_async", "prediction", "metrics", "calibrate", "logs"},
+    {"engines", "simulate", "analytic", "analytic_async", "prediction", "metrics", "stream", "calibrate", "logs"},
     {"sweepfile", "sweep", "results"},
     {"plots", "report"},
     {"cli", "cli_analysis", "cli_costs", "cli_common", "__main__", "__init__"},

@@ -1,0 +1,50 @@
+"""Peak memory of a large run summarised as it goes (``--trace none``).
+
+    cd benchmarks && python trace_none_memory.py [--workers 10000] [--steps 100000] [--policy dynamic]
+
+The scenario of ``bench_engines.py`` (a quarter of the workers 2x slower, lognormal noise, an
+exponential delay, 100 steps per epoch) at the given size, run once on the vector engine with
+:func:`hetsim.simulate.simulate_summary`. Prints one JSON object: the size, the seconds, the
+worker-steps per second, this process's peak resident memory (``ru_maxrss``) in MB and the
+Summary. With its trace the same run would need ``workers x steps`` rows (10^9 at the
+defaults, about 60 GB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+
+from bench_engines import scenario
+
+from hetsim.simulate import simulate_summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=10_000)
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--policy", default="dynamic")
+    args = parser.parse_args()
+    s = scenario(args.workers, args.steps, args.policy)
+    start = time.perf_counter()
+    summary = simulate_summary(s, args.policy, engine="vector")
+    seconds = time.perf_counter() - start
+    worker_steps = args.workers * s.workload.total_steps
+    out = {
+        "command": " ".join(sys.argv),
+        "workers": args.workers,
+        "steps": s.workload.total_steps,
+        "seconds": seconds,
+        "worker_steps_per_s": worker_steps / seconds,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "summary": {k: v for k, v in summary.to_dict().items() if k not in ("utilization", "final_batches")},
+    }
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

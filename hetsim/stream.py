@@ -1,0 +1,84 @@
+"""A barrier run's Summary without its trace: a :class:`~hetsim.trace.Recorder` that keeps only
+what :func:`hetsim.metrics.summary_of` reads, O(steps + workers) numbers, however many workers.
+
+An engine hands it each block of steps (:meth:`hetsim.engines.base.Engine.record`); it keeps each
+step's time and effective batches, sums the rest per worker, and records a
+:class:`~hetsim.metrics.Run` only where the slowdown factors, the workers up or the split change
+(in a vector-engine block they do not, so a run of ``dynamic`` keeps one per epoch and
+episode). Its Summary equals the one of the full trace, but for the rounding of the per-worker
+compute sums, which are added a block at a time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetsim.efficiency import effective_batches
+from hetsim.metrics import BarrierTotals, Run
+
+
+class SummaryRecorder:
+    """Totals of a barrier run, fed block by block (see the module's docstring)."""
+
+    def __init__(self, policy: str, n_workers: int) -> None:
+        self.policy = policy
+        self.step_s: list[np.ndarray] = []
+        self.applied: list[np.ndarray] = []
+        self.plain: list[np.ndarray] = []
+        self.epochs = 0
+        self.samples = 0.0
+        self.dropped = 0
+        self.compute_s = np.zeros(n_workers)
+        self.wait_s = 0.0
+        self.moved = 0.0
+        self.runs: list[Run] = []
+        self.last: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the last step's factors, up, split
+
+    def add_block(self, first: int, epoch: np.ndarray, start_s: np.ndarray, local_batch: np.ndarray,
+                  compute_s: np.ndarray, wait_s: np.ndarray, included: np.ndarray, slowdown: np.ndarray,
+                  up: np.ndarray | None, comm_s: float | np.ndarray) -> None:  # fmt: skip
+        k, n = compute_s.shape
+        batches, flags = np.broadcast_to(local_batch, (k, n)), np.broadcast_to(included, (k, n))
+        self.step_s.append((compute_s + wait_s).min(axis=1) + np.broadcast_to(comm_s, (k,)))  # as step_times
+        self.applied.append(effective_batches(batches, flags, True))
+        self.plain.append(effective_batches(batches, flags, False))
+        self.epochs = max(self.epochs, int(epoch.max()) + 1)
+        self.samples += float((batches * flags).sum())
+        self.dropped += int((batches * ~flags).sum())
+        self.compute_s += compute_s.sum(axis=0)
+        self.wait_s += float(wait_s.sum())
+        everyone = np.ones(n, dtype=np.bool_)
+        self._runs(first, np.broadcast_to(slowdown, (k, n)), np.broadcast_to(everyone if up is None else up, (k, n)),
+                   batches)  # fmt: skip
+
+    def _runs(self, first: int, factors: np.ndarray, up: np.ndarray, batches: np.ndarray) -> None:
+        """Record a run where any of the three changes (from the step before the block on), and
+        the samples the split moved."""
+        rows = (factors, up, batches)
+        before = [r[:1] for r in rows] if self.last is None else [r[None] for r in self.last]
+        changed = np.logical_or.reduce([(np.concatenate([b, r])[1:] != np.concatenate([b, r])[:-1]).any(axis=1)
+                                        for b, r in zip(before, rows)])  # fmt: skip
+        if self.last is None:
+            changed[0] = True
+        self.moved += float(np.abs(np.diff(np.concatenate([before[2], batches]), axis=0)).sum() / 2)
+        self.runs.extend(Run(first + int(j), factors[j].copy(), up[j].copy(), batches[j].copy())
+                         for j in np.flatnonzero(changed))  # fmt: skip
+        self.last = (factors[-1].copy(), up[-1].copy(), batches[-1].copy())
+
+    def totals(self) -> BarrierTotals:
+        if self.last is None:
+            raise ValueError("an empty run has no summary")
+        return BarrierTotals(
+            policy=self.policy,
+            step_s=np.concatenate(self.step_s),
+            epochs=self.epochs,
+            samples=self.samples,
+            dropped=self.dropped,
+            compute_s=self.compute_s,
+            wait_s=self.wait_s,
+            final_batches=tuple(int(b) for b in self.last[2]),
+            moved=self.moved,
+            applied=np.concatenate(self.applied),
+            plain=np.concatenate(self.plain),
+            runs=tuple(self.runs),
+        )

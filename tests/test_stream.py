@@ -1,0 +1,77 @@
+"""Runs summarised as they go (``--trace none``): the Summary of the full trace, without it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hetsim.config
+from hetsim.cli import main
+from hetsim.config import load_scenario
+from hetsim.metrics import Summary, summarize
+from hetsim.policies import POLICIES
+from hetsim.simulate import simulate, simulate_summary
+from tests.test_vector_engine import policies, scenarios
+
+EFFICIENT = ["workload.efficiency.noise_scale=[[0, 100], [50, 2000]]", "workload.efficiency.base_batch=64",
+             "workload.efficiency.target_steps=50"]  # fmt: skip
+
+
+def assert_same_summary(full: Summary, streamed: Summary) -> None:
+    """Equal, but for the rounding of sums taken a block at a time (per-worker compute, waits)."""
+    for field in dataclasses.fields(Summary):
+        a, b = getattr(full, field.name), getattr(streamed, field.name)
+        if isinstance(a, float):
+            assert b == pytest.approx(a, rel=1e-12, abs=1e-15), field.name
+        elif isinstance(a, tuple) and a and isinstance(a[0], float):
+            np.testing.assert_allclose(b, a, rtol=1e-12, err_msg=field.name)
+        else:
+            assert a == b, field.name
+
+
+@settings(max_examples=150)
+@given(st.data())
+def test_a_generated_run_summarised_as_it_goes_equals_the_summary_of_its_trace(data):
+    scenario = data.draw(scenarios())
+    name, params = data.draw(policies(scenario.n_workers))
+    engine = data.draw(st.sampled_from(["simpy", "vector"]))
+    full = summarize(simulate(scenario, name, params=params, engine=engine), scenario)
+    assert_same_summary(full, simulate_summary(scenario, name, params=params, engine=engine))
+
+
+@pytest.mark.parametrize("scenario", ["paper", "shared-cluster", "mixed-gpus", "workstation"])
+def test_builtin_scenarios_every_policy_both_engines(scenario):
+    s = load_scenario(scenario, ["workload.epochs=2", *EFFICIENT])
+    recovered = []
+    for name, cls in POLICIES.items():
+        for engine in ("simpy", "vector") if cls.synchronous else ("simpy",):
+            full = summarize(simulate(s, name, engine=engine), s)
+            assert_same_summary(full, simulate_summary(s, name, engine=engine))
+            recovered.append(full.recovery_steps)
+    assert any(r is not None for r in recovered) == (scenario == "shared-cluster")  # its episodes are compared
+
+
+def test_cli_trace_none_prints_the_same_summaries_and_writes_no_trace(tmp_path, capsys):
+    argv = ["simulate", "shared-cluster", "--set", "workload.epochs=2", "--json"]
+    assert main(argv) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--trace", "none", "--out", str(tmp_path / "out")]) == 0
+    streamed = json.loads(capsys.readouterr().out)
+    assert [s["policy"] for s in streamed] == [s["policy"] for s in full]
+    for a, b in zip(full, streamed):
+        assert b["mean_step_s"] == a["mean_step_s"] and b["recovery_steps"] == a["recovery_steps"]
+        assert b["mean_utilization"] == pytest.approx(a["mean_utilization"], rel=1e-12)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["summary.json"]
+
+
+def test_a_run_too_large_for_its_trace_runs_summarised(monkeypatch, capsys):
+    monkeypatch.setattr(hetsim.config, "MAX_TRACE_ROWS", 1000)  # paper, 1 epoch: 195 steps x 2 workers = 390 rows
+    argv = ["simulate", "paper", "--policy", "dynamic", "--set", "workload.epochs=3"]
+    assert main(argv) == 2
+    assert "trace rows, more than the 1e+03 a run can hold" in capsys.readouterr().err
+    assert main([*argv, "--trace", "none"]) == 0
