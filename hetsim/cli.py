@@ -30,9 +30,10 @@ from hetsim.config import builtin_names, builtin_text, check_run_size, load_scen
 from hetsim.engines import engine_choices
 from hetsim.errors import ConfigError
 from hetsim.metrics import summarize, with_speedups
+from hetsim.params import MAX_COUNT, Param
 from hetsim.report import format_table, plotted_point, progress_printer, render_report, write_outputs
 from hetsim.results import SPEEDUP_METRICS, RunFolder
-from hetsim.simulate import simulate, simulate_summary
+from hetsim.simulate import simulate, simulate_sampled
 from hetsim.sweep import (
     DEFAULT_CONNECT_TIMEOUT_S,
     Cell,
@@ -66,10 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--trace",
-        choices=("full", "none"),
+        choices=("full", "sample", "none"),
         default="full",
         help="full: keep every worker's every step (default); none: summarise as the run goes, in memory "
-        "O(workers + steps), and write no trace (--out writes summary.json only)",
+        "O(workers + steps), and write no trace (--out writes summary.json only); sample: the same, keeping "
+        "each --sample-every-th step's rows",
+    )
+    sim.add_argument(
+        "--sample-every", type=int, default=10, metavar="K", help="with --trace sample: keep every K-th step (10)"
     )
     sim.add_argument(
         "--engine",
@@ -163,9 +168,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     policies = scenario_policies(args.policy, scenario)
     check_seed(args.seed)
-    if args.trace == "none":  # summarised as the runs go: no trace in memory, none written
-        traces = []
-        summaries = with_speedups([simulate_summary(scenario, p, seed=args.seed, engine=args.engine) for p in policies])
+    if args.trace != "full":  # summarised as the runs go, keeping no trace or each k-th step's rows
+        every = args.sample_every if args.trace == "sample" else 0
+        Param("--sample-every", "integer", low=1, high=MAX_COUNT).check(args.sample_every)
+        runs = [simulate_sampled(scenario, p, every, seed=args.seed, engine=args.engine) for p in policies]
+        traces = [t for t, _ in runs if t is not None]
+        summaries = with_speedups([s for _, s in runs])
     else:
         traces = [simulate(scenario, name, seed=args.seed, engine=args.engine) for name in policies]
         summaries = with_speedups([summarize(t, scenario) for t in traces])

@@ -10,8 +10,8 @@ from hetsim.config import check_run_size
 from hetsim.engines import check_engine, engine_for
 from hetsim.metrics import Summary, summarize, summary_of
 from hetsim.scenario import Scenario
-from hetsim.stream import SummaryRecorder
-from hetsim.trace import Trace
+from hetsim.stream import SummaryRecorder, Tee
+from hetsim.trace import Trace, TraceBuilder
 
 
 def simulate(
@@ -45,12 +45,29 @@ def simulate_summary(
     """:func:`simulate`'s run, summarised as it goes (``--trace none``): a barrier policy's steps
     go to a :class:`~hetsim.stream.SummaryRecorder`, so memory is O(steps + workers) instead of
     O(steps x workers); an async run keeps its trace (one row per update) and summarises it."""
+    return simulate_sampled(scenario, policy, 0, params=params, seed=seed, engine=engine)[1]
+
+
+def simulate_sampled(
+    scenario: Scenario,
+    policy: str | None,
+    every: int,
+    *,
+    params: Mapping[str, Any] | None = None,
+    seed: int | None = None,
+    engine: str = "simpy",
+) -> tuple[Trace | None, Summary]:
+    """:func:`simulate_summary`, also keeping each ``every``-th step's rows (``--trace sample``;
+    0: none). Returns that trace (its ``step`` column the run's step numbers; None for 0) and the
+    Summary of the whole run. An async run keeps its whole trace (one row per update)."""
     check_engine(engine)
     policy_obj = scenario.make_policy(policy, params)
     check_run_size(scenario, keep_trace=not policy_obj.synchronous)
     runner = engine_for(engine, policy_obj)
     if not policy_obj.synchronous:
-        return summarize(runner.run(scenario, policy_obj, seed), scenario)
-    recorder = SummaryRecorder(policy_obj.name, scenario.n_workers)
-    runner.record(scenario, policy_obj, recorder, seed)
-    return summary_of(recorder.totals(), scenario)
+        trace = runner.run(scenario, policy_obj, seed)
+        return (trace if every else None), summarize(trace, scenario)
+    summary = SummaryRecorder(policy_obj.name, scenario.n_workers)
+    sample = TraceBuilder(policy_obj.name, scenario.n_workers, scenario.workload.total_steps, every) if every else None
+    runner.record(scenario, policy_obj, summary if sample is None else Tee(summary, sample), seed)
+    return (None if sample is None else sample.finish()), summary_of(summary.totals(), scenario)

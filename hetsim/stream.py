@@ -15,6 +15,7 @@ import numpy as np
 
 from hetsim.efficiency import effective_batches
 from hetsim.metrics import BarrierTotals, Run
+from hetsim.trace import Recorder
 
 
 class SummaryRecorder:
@@ -82,3 +83,16 @@ class SummaryRecorder:
             plain=np.concatenate(self.plain),
             runs=tuple(self.runs),
         )
+
+
+class Tee:
+    """A recorder that hands every block to several (a summary and a sampled trace)."""
+
+    def __init__(self, *recorders: Recorder) -> None:
+        self.recorders = recorders
+
+    def add_block(self, first: int, epoch: np.ndarray, start_s: np.ndarray, local_batch: np.ndarray,
+                  compute_s: np.ndarray, wait_s: np.ndarray, included: np.ndarray, slowdown: np.ndarray,
+                  up: np.ndarray | None, comm_s: float | np.ndarray) -> None:  # fmt: skip
+        for r in self.recorders:
+            r.add_block(first, epoch, start_s, local_batch, compute_s, wait_s, included, slowdown, up, comm_s)

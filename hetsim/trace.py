@@ -142,8 +142,11 @@ class TraceBuilder:
     """Preallocated (steps x workers) arrays an engine fills in place; :meth:`finish` freezes
     them into a :class:`Trace` (rows step-major)."""
 
-    def __init__(self, policy: str, n_workers: int, n_steps: int) -> None:
-        self.policy, self.n_workers, self.n_steps = policy, n_workers, n_steps
+    def __init__(self, policy: str, n_workers: int, n_steps: int, every: int = 1) -> None:
+        """Room for ``n_steps`` rows of steps: every step, or (``every`` > 1) each ``every``-th
+        one, the others dropped as they are added (``--trace sample``)."""
+        self.policy, self.n_workers, self.every = policy, n_workers, every
+        self.n_steps = -(-n_steps // every)
         shape = (n_steps, n_workers)
         self.local_batch = np.zeros(shape, dtype=np.int64)
         self.compute_s = np.zeros(shape)
@@ -159,6 +162,20 @@ class TraceBuilder:
                   compute_s: np.ndarray, wait_s: np.ndarray, included: np.ndarray, slowdown: np.ndarray,
                   up: np.ndarray | None, comm_s: float | np.ndarray) -> None:  # fmt: skip
         """Write a block of steps from step ``first`` on (see :class:`Recorder`)."""
+        if self.every > 1:
+            keep = np.flatnonzero((first + np.arange(len(start_s))) % self.every == 0)
+            if not keep.size:
+                return
+
+            def rows_of(x: np.ndarray) -> np.ndarray:  # a per-worker value: (steps x workers), or one row
+                return x[keep] if x.ndim == 2 else x
+
+            first = (first + int(keep[0])) // self.every
+            epoch, start_s = epoch[keep], start_s[keep]
+            comm_s = comm_s[keep] if isinstance(comm_s, np.ndarray) else comm_s
+            local_batch, compute_s, wait_s = rows_of(local_batch), rows_of(compute_s), rows_of(wait_s)
+            included, slowdown = rows_of(included), rows_of(slowdown)
+            up = None if up is None else rows_of(up)
         rows = slice(first, first + len(start_s))
         self.local_batch[rows] = local_batch
         self.compute_s[rows] = compute_s
@@ -183,7 +200,7 @@ class TraceBuilder:
             policy=self.policy,
             n_workers=n,
             epoch=per_step(self.epoch),
-            step=np.repeat(np.arange(k, dtype=np.int64), n),
+            step=np.repeat(np.arange(k, dtype=np.int64) * self.every, n),
             worker=np.tile(np.arange(n, dtype=np.int64), k),
             local_batch=self.local_batch[:k].ravel(),
             start_s=per_step(self.start_s),

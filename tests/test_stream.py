@@ -15,7 +15,7 @@ from hetsim.cli import main
 from hetsim.config import load_scenario
 from hetsim.metrics import Summary, summarize
 from hetsim.policies import POLICIES
-from hetsim.simulate import simulate, simulate_summary
+from hetsim.simulate import simulate, simulate_sampled, simulate_summary
 from tests.test_vector_engine import policies, scenarios
 
 EFFICIENT = ["workload.efficiency.noise_scale=[[0, 100], [50, 2000]]", "workload.efficiency.base_batch=64",
@@ -75,3 +75,31 @@ def test_a_run_too_large_for_its_trace_runs_summarised(monkeypatch, capsys):
     assert main(argv) == 2
     assert "trace rows, more than the 1e+03 a run can hold" in capsys.readouterr().err
     assert main([*argv, "--trace", "none"]) == 0
+
+
+@pytest.mark.parametrize(("policy", "engine"), [("dynamic", "vector"), ("adaptive", "vector"), ("backup", "simpy"),
+                                                ("goodput", "simpy"), ("async", "simpy")])  # fmt: skip
+def test_a_sampled_trace_is_every_kth_step_of_the_full_one(policy, engine):
+    s = load_scenario("shared-cluster", ["workload.epochs=2", *EFFICIENT])
+    full = simulate(s, policy, engine=engine)
+    sampled, summary = simulate_sampled(s, policy, 7, engine=engine)
+    assert sampled is not None
+    assert_same_summary(summarize(full, s), summary)
+    if not full.synchronous:  # async keeps its whole trace
+        assert sampled == full
+        return
+    keep = full.step % 7 == 0
+    for column in ("epoch", "step", "worker", "local_batch", "start_s", "compute_s", "wait_s", "comm_s", "included",
+                   "slowdown", "up"):  # fmt: skip
+        np.testing.assert_array_equal(getattr(sampled, column), getattr(full, column)[keep], err_msg=column)
+
+
+def test_cli_sample_writes_the_sampled_trace_and_checks_its_step(tmp_path, capsys):
+    argv = ["simulate", "paper", "--policy", "dynamic", "--set", "workload.epochs=1", "--trace", "sample"]
+    assert main([*argv, "--sample-every", "50", "--out", str(tmp_path / "out")]) == 0
+    import pandas as pd
+
+    assert sorted(pd.read_parquet(tmp_path / "out" / "trace.parquet")["step"].unique()) == [0, 50, 100, 150]
+    capsys.readouterr()
+    assert main([*argv, "--sample-every", "0"]) == 2
+    assert capsys.readouterr().err == "hetsim: error: --sample-every: must be in [1, 1099511627776], got 0\n"
