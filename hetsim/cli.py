@@ -80,8 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--engine",
         choices=engine_choices(),
         default="auto",
-        help="simpy (the reference), vector (barrier policies; the same traces, faster) or auto "
-        "(vector where it runs the policy; the default)",
+        help="simpy (the reference), vector (the same traces, faster) or auto (vector where it runs the "
+        "policy; the default)",
     )
     _add_sweep(
         sub.add_parser("sweep", help="run a parameter sweep into a new results folder (default: the embedded sweep)")

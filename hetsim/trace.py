@@ -216,7 +216,7 @@ class TraceBuilder:
 def async_trace(
     policy: str,
     n_workers: int,
-    rows: list[tuple[int, int, float, float, float, float, float]],
+    rows: list[tuple[int, int, float, float, float, float, float]] | np.ndarray,
     updates_per_epoch: int,
 ) -> Trace:
     """A barrier-free trace from ``(worker, local_batch, start_s, compute_s, down_s, slowdown,

@@ -28,9 +28,6 @@ CASES = [
     case("seed-text", ["--seed", "abc"], "hetsim simulate: argument --seed: invalid int value: 'abc'"),
     case("unknown-engine", ["--engine", "warp"],
          "hetsim simulate: argument --engine: invalid choice: 'warp' (choose from 'simpy', 'vector', 'auto')"),
-    case("vector-async", ["--engine", "vector", "--policy", "async"],
-         "engine: the vector engine needs a barrier policy and 'async' has none: use the SimPy engine "
-         "(--engine simpy, or auto)"),
     case("unknown-option", ["--bogus"], "hetsim: unrecognized arguments: --bogus"),
     case("option-of-sweep", ["--jobs", "2"], "hetsim: unrecognized arguments: --jobs"),
     case("set-without-equals", ["--set", "workload"], "--set: expected PATH=VALUE, got 'workload'"),

@@ -244,15 +244,37 @@ def test_long_run_with_frequent_failures_and_shared_episodes():
     assert not simpy_trace.up.all() and (simpy_trace.slowdown > 1).any()  # the run did meet both
 
 
-def test_the_vector_engine_refuses_async_naming_the_simpy_engine():
-    s = load_scenario("workstation")
-    with pytest.raises(ConfigError, match="SimPy engine"):
-        simulate(s, "async", engine="vector")
+@settings(max_examples=150)
+@given(st.data())
+def test_async_on_both_engines_gives_the_same_trace(data):
+    # generated scenarios: failures, episodes and shared links take the event loop, the rest
+    # the merged update times; both must be the SimPy engine's trace
+    scenario = data.draw(scenarios())
+    assert_same_trace(simulate(scenario, "async"), simulate(scenario, "async", engine="vector"))
 
 
-def test_auto_picks_vector_for_barrier_policies_and_simpy_for_async():
+@pytest.mark.parametrize("noise", [{"dist": "lognormal", "sigma": 0.3}, {"dist": "constant", "value": 1.0}])
+def test_async_without_events_is_merged_update_times_and_a_tie_goes_to_the_event_loop(noise):
+    from hetsim.engines.vector_async import run_vector_async
+    from hetsim.workers import WorkerStreams
+
+    workers = [{"count": 3, "overhead_s": 0.01, "per_sample_s": 0.001, "noise": noise},
+               {"count": 2, "overhead_s": 0.02, "per_sample_s": 0.002, "noise": noise}]  # fmt: skip
+    s = build_scenario(scenario_dict(workers, global_batch=100, steps_per_epoch=20, epochs=3, gradient_mb=1.0,
+                                     network={"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 10}))  # fmt: skip
+    policy = make_policy("async")
+    policy.reset(s.n_workers, 100, s.hints(), s.run_hint())
+    merged = run_vector_async(s, policy, WorkerStreams.spawn(s.seed, s.workers))
+    tied = noise["dist"] == "constant"  # identical deterministic workers finish together
+    assert (merged is None) == tied
+    if merged is not None:
+        assert_same_trace(simulate(s, "async"), merged)
+    assert_same_trace(simulate(s, "async"), simulate(s, "async", engine="vector"))
+
+
+def test_auto_picks_vector_for_every_policy():
     assert engine_for("auto", make_policy("dynamic")).name == "vector"
-    assert engine_for("auto", make_policy("async")).name == "simpy"
+    assert engine_for("auto", make_policy("async")).name == "vector"
     assert engine_for("simpy", make_policy("dynamic")).name == "simpy"
     s = load_scenario("workstation", ["workload.epochs=1"])
     assert_same_trace(simulate(s, "async", engine="auto"), simulate(s, "async"))

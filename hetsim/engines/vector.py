@@ -1,8 +1,9 @@
 """The vector engine: the SimPy engine's model, computed with NumPy a block of steps at a time.
 
-It runs the barrier policies (every policy with ``synchronous = True``: the static splits,
-``dynamic``, ``adaptive``, ``backup``, ``ksync``) and gives the trace the SimPy engine gives, to
-the last bit. Policies without a barrier (``async``) are refused: they need the SimPy engine.
+It runs every policy and gives the trace the SimPy engine gives, to the last bit: the barrier
+policies as below, ``async`` by merging each worker's own update times
+(:mod:`hetsim.engines.vector_async`; a run with a shared link, failures or episodes goes
+through the SimPy engine's event loop).
 
 How it stays identical to :func:`hetsim.engines.simpy_engine.run_simpy`:
 
@@ -47,6 +48,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hetsim.engines.base import Engine, Epochs
+from hetsim.engines.simpy_engine import run_simpy_async
+from hetsim.engines.vector_async import run_vector_async
 from hetsim.errors import ConfigError
 from hetsim.network import Buckets
 from hetsim.policies.base import Policy
@@ -62,22 +65,16 @@ CHUNK_ELEMENTS = 1 << 20  # noise and delay are drawn about this many worker-ste
 
 @ENGINES.register
 class VectorEngine(Engine):
-    """The SimPy engine's traces, a block of steps at a time with NumPy; barrier policies only."""
+    """The SimPy engine's traces, a block of steps at a time with NumPy (async: merged update
+    times, :mod:`hetsim.engines.vector_async`)."""
 
     name = "vector"
     priority = 1
 
-    @classmethod
-    def supports(cls, policy: Policy) -> bool:
-        return policy.synchronous
-
-    @classmethod
-    def refusal(cls, policy: Policy) -> str:
-        return (f"the vector engine needs a barrier policy and {policy.name!r} has none: "
-                "use the SimPy engine (--engine simpy, or auto)")  # fmt: skip
-
     def run(self, scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
-        return run_vector(scenario, policy, seed)
+        if policy.synchronous:
+            return run_vector(scenario, policy, seed)
+        return run_async(scenario, policy, seed)
 
     def record(self, scenario: Scenario, policy: Policy, recorder: Recorder, seed: int | None = None) -> None:
         record_vector(scenario, policy, recorder, seed)
@@ -90,10 +87,22 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
     return trace.finish()
 
 
+def run_async(scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
+    """An async run: merged update times where no worker waits on anything but its own work,
+    else (a shared link, failures, episodes, a tie) the SimPy engine's event loop, afresh."""
+    seed = scenario.seed if seed is None else seed
+    policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints(), scenario.run_hint())
+    trace = run_vector_async(scenario, policy, WorkerStreams.spawn(seed, scenario.workers))
+    if trace is not None:
+        return trace
+    policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints(), scenario.run_hint())
+    return run_simpy_async(scenario, policy, WorkerStreams.spawn(seed, scenario.workers))
+
+
 def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: int | None = None) -> None:
-    """Simulate ``scenario`` under ``policy`` (reset here), handing ``recorder`` its steps."""
-    if not VectorEngine.supports(policy):
-        raise ConfigError("engine", VectorEngine.refusal(policy))
+    """Simulate ``scenario`` under the barrier ``policy`` (reset here), handing ``recorder`` its steps."""
+    if not policy.synchronous:
+        raise ConfigError("engine", f"{policy.name!r} has no barrier: its steps cannot be recorded as blocks")
     workers = scenario.workers
     n = len(workers)
     wl = scenario.workload

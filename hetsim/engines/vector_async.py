@@ -1,0 +1,69 @@
+"""``async`` on the vector engine: the SimPy engine's trace (:func:`run_simpy_async`) without
+its event loop, where no worker waits for anything but its own work.
+
+Without a barrier, a link shared by the updates, failures or slowdown episodes, worker i's
+updates are applied at the running sum of its own ``compute + exchange`` times, from 0 (SimPy
+adds each timeout to the clock; ``np.cumsum`` makes the same additions in the same order), and
+the run's updates are those times merged in order, up to the run's ``steps x workers``. Each
+worker's draws come from its own streams, as many at a time as needed (the same numbers as
+one at a time). SimPy breaks a tie between two updates applied at the same instant by the order
+in which their timeouts were scheduled; rather than replay that, a run with a tie among the
+updates it keeps goes to the SimPy engine, as does a run with a shared link, failures or
+episodes (:func:`run_vector_async` returns None for them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hetsim.policies.base import Policy, StepInfo
+from hetsim.trace import Trace, async_trace
+from hetsim.workers import WorkerStreams
+
+if TYPE_CHECKING:
+    from hetsim.scenario import Scenario
+
+
+def runs_without_events(scenario: Scenario, streams: list[WorkerStreams]) -> bool:
+    """Whether every worker's update times depend on its own draws only."""
+    no_link = scenario.network.update_link_s(scenario.workload.gradient_mb) is None
+    return no_link and all(rng.slowdown is None and rng.failure is None for rng in streams)
+
+
+def run_vector_async(scenario: Scenario, policy: Policy, streams: list[WorkerStreams]) -> Trace | None:
+    """The trace of :func:`~hetsim.engines.simpy_engine.run_simpy_async` for ``policy`` (reset),
+    or None where that needs the event loop (see the module's docstring)."""
+    if not runs_without_events(scenario, streams):
+        return None
+    workers, wl = scenario.workers, scenario.workload
+    n = len(workers)
+    total, per_epoch = wl.total_steps * n, wl.steps_per_epoch * n
+    exchange_s = scenario.network.exchange_s(wl.gradient_mb)
+    batches = np.asarray(policy.partition(StepInfo(0, 0, 0, per_epoch)), dtype=np.int64)
+    base = np.array([float(w.cost.time_s(int(b))) if b > 0 else 0.0 for w, b in zip(workers, batches)])
+    compute = np.empty((n, 0))
+    ends = np.empty((n, 0))
+    while True:  # draw until every worker's drawn updates reach past the run's last one
+        more = max(8, 2 * total // n - compute.shape[1], compute.shape[1])
+        noise = np.array([rng.noise_factors(more) for rng in streams])
+        delay = np.array([w.delay.sample(rng.delay, more).astype(float) for w, rng in zip(workers, streams)])
+        drawn = np.where(batches[:, None] > 0, base[:, None] * noise * 1.0 + delay, 0.0)  # as WorkerSpec.compute_s
+        compute = np.concatenate([compute, drawn], axis=1)
+        steps = np.concatenate([ends[:, -1:] if ends.size else np.zeros((n, 1)), drawn + exchange_s], axis=1)
+        ends = np.concatenate([ends, np.cumsum(steps, axis=1)[:, 1:]], axis=1)
+        last = np.partition(ends.ravel(), total - 1)[total - 1] if ends.size >= total else np.inf
+        if (ends[:, -1] > last).all():
+            break
+    flat = ends.ravel()
+    first = np.argpartition(flat, total)[: total + 1] if flat.size > total else np.arange(flat.size)
+    order = first[np.argsort(flat[first], kind="stable")]  # the run's updates (and the next), in time order
+    times = flat[order]
+    if (np.diff(times) == 0).any():  # a tie SimPy would order by its schedule: replay it there
+        return None
+    who, k = np.divmod(order[:total], ends.shape[1])
+    start = np.where(k > 0, ends[who, np.maximum(k - 1, 0)], 0.0)
+    rows = np.column_stack([who, batches[who], start, compute[who, k], np.zeros(total), np.ones(total),
+                            np.full(total, exchange_s)])  # fmt: skip
+    return async_trace(policy.name, n, rows, per_epoch)
