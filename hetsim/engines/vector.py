@@ -72,9 +72,7 @@ class VectorEngine(Engine):
     priority = 1
 
     def run(self, scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
-        if policy.synchronous:
-            return run_vector(scenario, policy, seed)
-        return run_async(scenario, policy, seed)
+        return run_vector(scenario, policy, seed)
 
     def record(self, scenario: Scenario, policy: Policy, recorder: Recorder, seed: int | None = None) -> None:
         record_vector(scenario, policy, recorder, seed)
@@ -82,6 +80,8 @@ class VectorEngine(Engine):
 
 def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
     """Simulate ``scenario`` under ``policy`` (reset here); the trace of :func:`run_simpy`."""
+    if not policy.synchronous:
+        return run_async(scenario, policy, seed)
     trace = TraceBuilder(policy.name, scenario.n_workers, scenario.workload.total_steps)
     record_vector(scenario, policy, trace, seed)
     return trace.finish()
