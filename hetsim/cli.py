@@ -31,6 +31,7 @@ from hetsim.engines import engine_choices
 from hetsim.errors import ConfigError
 from hetsim.metrics import summarize, with_speedups
 from hetsim.params import MAX_COUNT, Param
+from hetsim.policies import policy_class
 from hetsim.report import format_table, plotted_point, progress_printer, render_report, write_outputs
 from hetsim.results import SPEEDUP_METRICS, RunFolder
 from hetsim.simulate import simulate, simulate_sampled
@@ -168,9 +169,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     policies = scenario_policies(args.policy, scenario)
     check_seed(args.seed)
+    Param("--sample-every", "integer", low=1, high=MAX_COUNT).check(args.sample_every)
+    every = {"full": 1, "sample": args.sample_every, "none": 0}[args.trace]
+    for name in policies:  # every run's size, before the first starts
+        check_run_size(scenario, keep_trace=every > 0 or not policy_class(name).synchronous, every=max(every, 1))
     if args.trace != "full":  # summarised as the runs go, keeping no trace or each k-th step's rows
-        every = args.sample_every if args.trace == "sample" else 0
-        Param("--sample-every", "integer", low=1, high=MAX_COUNT).check(args.sample_every)
         runs = [simulate_sampled(scenario, p, every, seed=args.seed, engine=args.engine) for p in policies]
         traces = [t for t, _ in runs if t is not None]
         summaries = with_speedups([s for _, s in runs])

@@ -19,7 +19,7 @@ from typing import Any
 from hetsim.analytic import NoClosedForm, Prediction, predict
 from hetsim.calibrate import CHOICES, MODELS, Calibration, calibrate, check_model, trace_policies, worker_table
 from hetsim.cli_common import add_scenario_options, check_seed, scenario_policies
-from hetsim.config import build_scenario, load_scenario
+from hetsim.config import build_scenario, check_run_size, load_scenario
 from hetsim.errors import ConfigError
 from hetsim.files import atomic_write, check_writable
 from hetsim.logs import import_run
@@ -143,6 +143,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     policies = scenario_policies(args.policy, scenario)
     check_seed(args.seed)
+    check_run_size(scenario)  # before any analysis: its simulations keep their traces
     rows = [compare(scenario, name, args.seed) for name in policies]
     if args.json:
         print(json.dumps([r.to_dict() for r in rows], indent=2))

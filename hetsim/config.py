@@ -132,7 +132,7 @@ def set_path(raw: dict[str, Any], path: str, value: Any) -> None:
 
 MAX_TRACE_ROWS = 2**28  # worker-steps a run may record (about 16 GB of trace); more does not fit here
 MAX_STEPS = 2**26  # steps a run may have (summarised: a few numbers per step, 1.6 GB at this bound)
-MAX_WORKER_STEPS = 2**36  # worker-steps, about 4 hours at the vector engine's rate
+MAX_WORKER_STEPS = 2**36  # worker-steps: hours on the vector engine (about 1.5 at 13 M/s), a day on SimPy
 
 WORKLOAD_PARAMS = (
     Param("global_batch", "integer", low=1, high=MAX_COUNT, doc="samples per step, over all workers"),
@@ -250,15 +250,17 @@ def build_scenario(raw: Mapping[str, Any], base_dir: Path | None = None) -> Scen
     return scenario
 
 
-def check_run_size(scenario: Scenario, keep_trace: bool = True) -> None:
-    """Refuse a run that cannot fit before it starts: with its trace (``keep_trace``), one row per
-    worker per step in memory; summarised as it goes (``--trace none``), a few numbers per step,
-    and worker-steps that would take hours."""
+def check_run_size(scenario: Scenario, keep_trace: bool = True, every: int = 1) -> None:
+    """Refuse a run that cannot fit before it starts: with its trace (``keep_trace``: one row per
+    worker per step in memory, or per ``every``-th step), or summarised as it goes (``--trace
+    none``: a few numbers per step), and worker-steps that would take hours."""
     steps, rows = scenario.workload.total_steps, scenario.workload.total_steps * scenario.n_workers
-    if keep_trace and rows > MAX_TRACE_ROWS:
+    kept = -(-steps // every)
+    if keep_trace and kept * scenario.n_workers > MAX_TRACE_ROWS:
+        what = f"{steps} steps" if every == 1 else f"{kept} sampled steps"
         raise ConfigError(
             "workload",
-            f"{steps} steps x {scenario.n_workers} workers = {rows:.3g} trace rows, more than the "
+            f"{what} x {scenario.n_workers} workers = {kept * scenario.n_workers:.3g} trace rows, more than the "
             f"{MAX_TRACE_ROWS:.3g} a run can hold: fewer epochs or a larger global batch (or --trace none)",
         )
     if steps > MAX_STEPS:

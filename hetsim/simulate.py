@@ -62,6 +62,8 @@ def simulate_sampled(
     Summary of the whole run. An async run keeps its whole trace (one row per update)."""
     check_engine(engine)
     policy_obj = scenario.make_policy(policy, params)
+    if policy_obj.synchronous and every:
+        check_run_size(scenario, keep_trace=True, every=every)
     check_run_size(scenario, keep_trace=not policy_obj.synchronous)
     runner = engine_for(engine, policy_obj)
     if not policy_obj.synchronous:

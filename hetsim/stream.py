@@ -5,8 +5,11 @@ An engine hands it each block of steps (:meth:`hetsim.engines.base.Engine.record
 step's time and effective batches, sums the rest per worker, and records a
 :class:`~hetsim.metrics.Run` only where the slowdown factors, the workers up or the split change
 (in a vector-engine block they do not, so a run of ``dynamic`` keeps one per epoch and
-episode). Its Summary equals the one of the full trace, but for the rounding of the per-worker
-compute sums, which are added a block at a time.
+episode), and only once a slowdown has been seen: before the first, no run can be a slowdown's
+onset or follow one, so only the last is kept. A policy that re-splits every step in a run with
+slowdown episodes (``adaptive``) still keeps a run per step from the first episode on. Its
+Summary equals the one of the full trace, but for the rounding of the sums added a block at a
+time (per-worker compute, waits, the plain mean's effective batch).
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ class SummaryRecorder:
         self.compute_s = np.zeros(n_workers)
         self.wait_s = 0.0
         self.moved = 0.0
-        self.runs: list[Run] = []
+        self.runs: list[Run] = []  # only the last one until a slowdown is seen: onsets need one
+        self.episodes = False  # a slowdown factor other than 1 seen: every run from here on counts
         self.last: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the last step's factors, up, split
 
     def add_block(self, first: int, epoch: np.ndarray, start_s: np.ndarray, local_batch: np.ndarray,
@@ -62,8 +66,9 @@ class SummaryRecorder:
         if self.last is None:
             changed[0] = True
         self.moved += float(np.abs(np.diff(np.concatenate([before[2], batches]), axis=0)).sum() / 2)
-        self.runs.extend(Run(first + int(j), factors[j].copy(), up[j].copy(), batches[j].copy())
-                         for j in np.flatnonzero(changed))  # fmt: skip
+        new = [Run(first + int(j), factors[j].copy(), up[j].copy(), batches[j].copy()) for j in np.flatnonzero(changed)]
+        self.runs = (self.runs + new) if self.episodes or (factors != 1.0).any() else (self.runs + new)[-1:]
+        self.episodes = self.episodes or bool((factors != 1.0).any())
         self.last = (factors[-1].copy(), up[-1].copy(), batches[-1].copy())
 
     def totals(self) -> BarrierTotals:

@@ -147,7 +147,7 @@ class TraceBuilder:
         one, the others dropped as they are added (``--trace sample``)."""
         self.policy, self.n_workers, self.every = policy, n_workers, every
         self.n_steps = -(-n_steps // every)
-        shape = (n_steps, n_workers)
+        shape = (self.n_steps, n_workers)
         self.local_batch = np.zeros(shape, dtype=np.int64)
         self.compute_s = np.zeros(shape)
         self.wait_s = np.zeros(shape)

@@ -103,3 +103,24 @@ def test_cli_sample_writes_the_sampled_trace_and_checks_its_step(tmp_path, capsy
     capsys.readouterr()
     assert main([*argv, "--sample-every", "0"]) == 2
     assert capsys.readouterr().err == "hetsim: error: --sample-every: must be in [1, 1099511627776], got 0\n"
+
+
+def test_a_sampled_run_is_sized_by_the_rows_it_keeps_and_every_run_before_any_starts(monkeypatch, capsys):
+    monkeypatch.setattr(hetsim.config, "MAX_TRACE_ROWS", 1000)  # paper, 3 epochs: 585 steps x 2 workers
+    argv = ["simulate", "paper", "--set", "workload.epochs=3"]
+    assert main([*argv, "--policy", "dynamic", "--trace", "sample", "--sample-every", "2"]) == 0  # 586 rows
+    capsys.readouterr()
+    assert main([*argv, "--policy", "dynamic,async", "--trace", "none"]) == 2  # async keeps its trace: refused first
+    assert capsys.readouterr() == ("", "hetsim: error: workload: 585 steps x 2 workers = 1.17e+03 trace rows, more "
+                                       "than the 1e+03 a run can hold: fewer epochs or a larger global batch (or "
+                                       "--trace none)\n")  # fmt: skip
+
+
+def test_without_slowdowns_the_recorder_keeps_one_run_however_often_the_split_changes():
+    from hetsim.engines.vector import record_vector
+    from hetsim.stream import SummaryRecorder
+
+    s = load_scenario("mixed-gpus", ["workload.epochs=2"])
+    recorder = SummaryRecorder("adaptive", s.n_workers)
+    record_vector(s, s.make_policy("adaptive"), recorder)
+    assert len(recorder.runs) == 1 and recorder.totals().moved > 0  # it re-split, and nothing was an onset

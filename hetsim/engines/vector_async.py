@@ -5,11 +5,14 @@ Without a barrier, a link shared by the updates, failures or slowdown episodes, 
 updates are applied at the running sum of its own ``compute + exchange`` times, from 0 (SimPy
 adds each timeout to the clock; ``np.cumsum`` makes the same additions in the same order), and
 the run's updates are those times merged in order, up to the run's ``steps x workers``. Each
-worker's draws come from its own streams, as many at a time as needed (the same numbers as
-one at a time). SimPy breaks a tie between two updates applied at the same instant by the order
-in which their timeouts were scheduled; rather than replay that, a run with a tie among the
-updates it keeps goes to the SimPy engine, as does a run with a shared link, failures or
-episodes (:func:`run_vector_async` returns None for them).
+worker's draws come from its own streams, the same number for every worker, doubled until they
+reach past the run's last update (the same numbers as one at a time); where that would draw
+more than :data:`DRAW_LIMIT` times the run's updates (one worker far faster than the rest), the
+event loop, which draws only what each worker uses, is cheaper. SimPy breaks a tie between two
+updates applied at the same instant by the order in which their timeouts were scheduled; rather
+than replay that, a run with a tie among the updates it keeps goes to the SimPy engine, as does
+a run with a shared link, failures or episodes (:func:`run_vector_async` returns None for all
+of these).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from hetsim.workers import WorkerStreams
 
 if TYPE_CHECKING:
     from hetsim.scenario import Scenario
+
+DRAW_LIMIT = 8  # draws (workers x updates each) at most this many times the run's updates, else SimPy
 
 
 def runs_without_events(scenario: Scenario, streams: list[WorkerStreams]) -> bool:
@@ -46,6 +51,8 @@ def run_vector_async(scenario: Scenario, policy: Policy, streams: list[WorkerStr
     compute = np.empty((n, 0))
     ends = np.empty((n, 0))
     while True:  # draw until every worker's drawn updates reach past the run's last one
+        if n * compute.shape[1] > DRAW_LIMIT * total:  # very uneven workers: the event loop draws less
+            return None
         more = max(8, 2 * total // n - compute.shape[1], compute.shape[1])
         noise = np.array([rng.noise_factors(more) for rng in streams])
         delay = np.array([w.delay.sample(rng.delay, more).astype(float) for w, rng in zip(workers, streams)])
