@@ -192,9 +192,9 @@ def _check_grid(spec: SweepSpec) -> None:
     for point in grid_points(spec.axes):
         try:
             scenario = point_scenario(spec, point)
-            check_run_size(scenario, keep_trace=False)  # cells keep their summaries only
             for name in spec.policies:
-                scenario.make_policy(name)
+                policy = scenario.make_policy(name)
+                check_run_size(scenario, keep_trace=not policy.synchronous)  # cells keep summaries (async: traces)
         except ConfigError as exc:
             where = ", ".join(f"{a.name}={a.labels[k]!r}" for a, k in zip(spec.axes, point))
             raise ConfigError(f"grid.{exc.field}" if exc.field else "grid", f"{exc.problem} (at {where})") from None
