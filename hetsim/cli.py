@@ -34,7 +34,7 @@ from hetsim.params import MAX_COUNT, Param
 from hetsim.policies import policy_class
 from hetsim.report import format_table, plotted_point, progress_printer, render_report, write_outputs
 from hetsim.results import SPEEDUP_METRICS, RunFolder
-from hetsim.simulate import simulate, simulate_sampled
+from hetsim.simulate import check_kept_size, simulate, simulate_sampled
 from hetsim.sweep import (
     DEFAULT_CONNECT_TIMEOUT_S,
     Cell,
@@ -172,7 +172,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     Param("--sample-every", "integer", low=1, high=MAX_COUNT).check(args.sample_every)
     every = {"full": 1, "sample": args.sample_every, "none": 0}[args.trace]
     for name in policies:  # every run's size, before the first starts
-        check_run_size(scenario, keep_trace=every > 0 or not policy_class(name).synchronous, every=max(every, 1))
+        check_kept_size(scenario, policy_class(name).synchronous, every)
     if args.trace != "full":  # summarised as the runs go, keeping no trace or each k-th step's rows
         runs = [simulate_sampled(scenario, p, every, seed=args.seed, engine=args.engine) for p in policies]
         traces = [t for t, _ in runs if t is not None]

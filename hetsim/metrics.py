@@ -174,8 +174,8 @@ def summarize(trace: Trace, scenario: Scenario | None = None) -> Summary:
 def summary_of(totals: BarrierTotals, scenario: Scenario | None = None) -> Summary:
     """The Summary of a barrier run from its totals."""
     efficiency = scenario.workload.efficiency if scenario is not None else None
-    weighted = totals.policy not in POLICIES or bool(policy_class(totals.policy).weighted_gradients)
-    progress = None if efficiency is None else efficiency.progress(totals.applied if weighted else totals.plain)
+    progress = None if efficiency is None else efficiency.progress(
+        totals.applied if weighted_gradients(totals.policy) else totals.plain)  # fmt: skip
     steps, n_steps = totals.step_s, len(totals.step_s)
     return _summary(
         totals.policy, steps, totals.epochs, totals.samples, totals.compute_s, totals.wait_s, totals.final_batches,
@@ -238,9 +238,13 @@ def progress_curve(trace: Trace, efficiency: Efficiency, weighted: bool | None =
     policy's ``weighted_gradients`` trait says; a real run may have weighted every policy's)."""
     if not trace.synchronous:
         return efficiency.progress(trace.local_batch * trace.included, staleness_discount(staleness(trace)))
-    if weighted is None:
-        weighted = trace.policy not in POLICIES or bool(policy_class(trace.policy).weighted_gradients)
-    return efficiency.progress(effective_batches(trace.per_step("local_batch"), trace.per_step("included"), weighted))
+    combine = weighted_gradients(trace.policy) if weighted is None else weighted
+    return efficiency.progress(effective_batches(trace.per_step("local_batch"), trace.per_step("included"), combine))
+
+
+def weighted_gradients(policy: str) -> bool:
+    """Whether ``policy``'s gradients are combined by batch (an unregistered name: assumed so)."""
+    return policy not in POLICIES or bool(policy_class(policy).weighted_gradients)
 
 
 def recovery_steps(

@@ -14,6 +14,14 @@ from hetsim.stream import SummaryRecorder, Tee
 from hetsim.trace import Trace, TraceBuilder
 
 
+def check_kept_size(scenario: Scenario, synchronous: bool, every: int) -> None:
+    """Refuse a run too large for what it keeps: every step (``every`` 1), each ``every``-th, or
+    none (0; an async run keeps its whole trace whatever ``every`` says)."""
+    if not synchronous:
+        every = 1
+    check_run_size(scenario, keep_trace=every > 0, every=max(every, 1))
+
+
 def simulate(
     scenario: Scenario,
     policy: str | None = None,
@@ -25,11 +33,10 @@ def simulate(
     """Run ``policy`` (default: the scenario's ``[policy]``) on ``scenario`` with ``seed``
     (default: the scenario's). Parameters come from the scenario's ``[policy]`` table when
     the policy is the scenario's own, else from ``params``. ``engine`` is ``simpy`` (the
-    reference), ``vector`` (barrier policies, the same trace faster), another registered
-    engine, or ``auto`` (the supporting engine of highest priority: ``vector`` where it runs
-    the policy)."""
+    reference), ``vector`` (the same trace faster), another registered engine, or ``auto`` (the
+    supporting engine of highest priority: ``vector``)."""
     check_engine(engine)
-    check_run_size(scenario)
+    check_kept_size(scenario, True, 1)
     policy_obj = scenario.make_policy(policy, params)
     return engine_for(engine, policy_obj).run(scenario, policy_obj, seed)
 
@@ -62,9 +69,7 @@ def simulate_sampled(
     Summary of the whole run. An async run keeps its whole trace (one row per update)."""
     check_engine(engine)
     policy_obj = scenario.make_policy(policy, params)
-    if policy_obj.synchronous and every:
-        check_run_size(scenario, keep_trace=True, every=every)
-    check_run_size(scenario, keep_trace=not policy_obj.synchronous)
+    check_kept_size(scenario, policy_obj.synchronous, every)
     runner = engine_for(engine, policy_obj)
     if not policy_obj.synchronous:
         trace = runner.run(scenario, policy_obj, seed)

@@ -53,6 +53,11 @@ class NoiseScale:
         """Scale the sums down by ``factor`` (a running estimate that forgets old epochs)."""
         self.grad_sq, self.trace = self.grad_sq * factor, self.trace * factor
 
+    def merge(self, other: NoiseScale) -> None:
+        """Add another block's sums to these."""
+        self.grad_sq, self.trace = self.grad_sq + other.grad_sq, self.trace + other.trace
+        self.pairs += other.pairs
+
     def value(self) -> float | None:
         """``B_noise`` in samples (None before any pair, or when the sums are not both positive)."""
         if self.pairs == 0 or self.grad_sq <= 0 or self.trace <= 0:
@@ -60,11 +65,16 @@ class NoiseScale:
         return self.trace / self.grad_sq
 
 
-def estimate(steps: Iterable[tuple[Sequence[float] | None, Sequence[int], float]]) -> float | None:
-    """``B_noise`` from a block of steps, each ``(every rank's |g_i|^2, the split, |g_B|^2)``;
-    steps without norms (no ``--noise-scale``, DDP, the plain-mean combine) are skipped."""
+def block_sums(steps: Iterable[tuple[Sequence[float] | None, Sequence[int], float]]) -> NoiseScale:
+    """The sums of a block of steps, each ``(every rank's |g_i|^2, the split, |g_B|^2)``; steps
+    without norms (no ``--noise-scale``, DDP, the plain-mean combine) are skipped."""
     sums = NoiseScale()
     for local_sq, split, global_sq in steps:
         if local_sq is not None:
             sums.add_step(local_sq, split, global_sq)
-    return sums.value()
+    return sums
+
+
+def estimate(steps: Iterable[tuple[Sequence[float] | None, Sequence[int], float]]) -> float | None:
+    """``B_noise`` from a block of steps (:func:`block_sums`)."""
+    return block_sums(steps).value()

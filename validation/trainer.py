@@ -53,7 +53,7 @@ from validation.backend import RankEnv, comm_device, resolve_device, select_back
 from validation.config import RunConfig
 from validation.ddp import ReadyClock, loss_scale, wrap
 from validation.inject import Injector
-from validation.noise_scale import EPOCH_DECAY, estimate
+from validation.noise_scale import EPOCH_DECAY, block_sums, estimate
 from validation.placement import placement_in_effect
 from validation.probe import PROBE, fit_probe, probe_round, probe_schedule
 from validation.record import NullWriter, RankTiming, RunWriter, Writer, run_meta, step_rows
@@ -90,6 +90,7 @@ class RankTrainer:
         self.where = "start-up"
         self.writer: Writer = NullWriter()
         self.probe_hints: tuple[WorkerHint, ...] | None = None
+        self.probe_run = RunHint()
         self.probe_noise: float | None = None
 
     # ------------------------------------------------------------------ collectives
@@ -286,11 +287,10 @@ class RankTrainer:
         perm = epoch_permutation(self.config.seed, epoch, self.data.n_train)
         batch = self.epoch_batch(seg)
         results = self.run_block(seg, epoch, self.data.n_train // batch, lambda k: (perm, k))
-        noise = estimate((r.local_sq, r.split, r.global_sq) for r in results)
+        sums = block_sums((r.local_sq, r.split, r.global_sq) for r in results)
+        noise = sums.value()
         seg.noise.decay(EPOCH_DECAY)
-        for r in results:
-            if r.local_sq is not None:
-                seg.noise.add_step(r.local_sq, r.split, r.global_sq)
+        seg.noise.merge(sums)
         running = seg.noise.value()
         if seg.policy is not None and running is not None:
             seg.policy.observe_noise_scale(running)
@@ -314,18 +314,22 @@ class RankTrainer:
         self.sync_ranks()
 
     def make_policy(self, name: str) -> Policy:
-        """Rank 0: a fresh policy, given the probe's costs when it needs them, and what the probe
-        measured of the run: its median all-reduce and noise scale (or, without an estimate, the
-        global batch as a first guess, until the policy's first epoch measures one)."""
+        """Rank 0: a fresh policy, given the probe's costs when it needs them and what the probe
+        measured of the run (:meth:`learn_from_probe`)."""
         config = self.config
         varies = policy_class(name).varies_batch
         policy = make_policy(name, {"max_batch": config.max_batch} if varies else None)
-        frame = self.writer.trace_frame()
-        overhead_s = float(frame["comm_s"].median()) if not frame.empty else 0.0
-        noise = self.probe_noise if self.probe_noise is not None else float(config.global_batch)
-        run = RunHint(overhead_s, Efficiency(noise, config.global_batch))
-        policy.reset(self.world, config.global_batch, self.probe_hints if policy.needs_costs else None, run)
+        policy.reset(self.world, config.global_batch, self.probe_hints if policy.needs_costs else None, self.probe_run)
         return policy
+
+    def learn_from_probe(self) -> None:
+        """From the probe's first rounds: each rank's affine cost, the median all-reduce and the
+        noise scale (or, without an estimate, the global batch as a first guess, until a policy's
+        first epoch measures one)."""
+        frame, batch = self.writer.trace_frame(), self.config.global_batch
+        self.probe_hints = fit_probe(frame, self.world)
+        noise = self.probe_noise if self.probe_noise is not None else float(batch)
+        self.probe_run = RunHint(float(frame["comm_s"].median()) if not frame.empty else 0.0, Efficiency(noise, batch))
 
     def epoch_batch(self, seg: Segment) -> int:
         """The global batch of ``seg``'s next epoch, from rank 0's policy (which has observed the
@@ -383,7 +387,7 @@ class RankTrainer:
         self.warm_up(probe)
         schedule = iter(probe_schedule(config.probe_repeats, config.epochs * len(config.policies)))
         self.run_probe_rounds(probe, next(schedule), 0)
-        self.probe_hints = fit_probe(self.writer.trace_frame(), self.world)
+        self.learn_from_probe()
         segments = [self.new_segment(name) for name in config.policies]
         for epoch in range(config.epochs):
             for seg in segments:

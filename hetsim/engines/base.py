@@ -12,10 +12,18 @@ from typing import TYPE_CHECKING, ClassVar
 
 from hetsim.params import PlugIn
 from hetsim.policies.base import Policy, StepInfo
+from hetsim.workers import WorkerStreams
 
 if TYPE_CHECKING:
     from hetsim.scenario import Scenario
     from hetsim.trace import Recorder, Trace
+
+
+def begin(scenario: Scenario, policy: Policy, seed: int | None) -> list[WorkerStreams]:
+    """Start a run: ``policy`` reset for the scenario (its hints and run hint), and the workers'
+    streams spawned from ``seed`` (default: the scenario's)."""
+    policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints(), scenario.run_hint())
+    return WorkerStreams.spawn(scenario.seed if seed is None else seed, scenario.workers)
 
 
 class Epochs:

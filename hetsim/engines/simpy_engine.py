@@ -25,7 +25,7 @@ import numpy as np
 import simpy
 from simpy.events import Condition
 
-from hetsim.engines.base import Engine, Epochs
+from hetsim.engines.base import Engine, Epochs, begin
 from hetsim.policies.base import Policy, StepInfo, StepRecord
 from hetsim.registry import ENGINES
 from hetsim.trace import Recorder, Trace, TraceBuilder, async_trace
@@ -82,9 +82,7 @@ def draws(spec: WorkerSpec, rng: WorkerStreams, chunk: int) -> Iterator[tuple[fl
 def run_simpy(scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
     """Simulate ``scenario`` under ``policy`` (reset here) and return its trace."""
     if not policy.synchronous:
-        streams = WorkerStreams.spawn(scenario.seed if seed is None else seed, scenario.workers)
-        policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints(), scenario.run_hint())
-        return run_simpy_async(scenario, policy, streams)
+        return run_simpy_async(scenario, policy, begin(scenario, policy, seed))
     trace = TraceBuilder(policy.name, scenario.n_workers, scenario.workload.total_steps)
     record_simpy(scenario, policy, trace, seed)
     return trace.finish()
@@ -93,9 +91,7 @@ def run_simpy(scenario: Scenario, policy: Policy, seed: int | None = None) -> Tr
 def record_simpy(scenario: Scenario, policy: Policy, recorder: Recorder, seed: int | None = None) -> None:
     """Simulate ``scenario`` under the barrier ``policy`` (reset here), handing ``recorder`` its
     steps every :data:`FLUSH_STEPS` steps."""
-    streams = WorkerStreams.spawn(scenario.seed if seed is None else seed, scenario.workers)
-    policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints(), scenario.run_hint())
-    _BarrierRun(scenario, policy, streams).run(recorder)
+    _BarrierRun(scenario, policy, begin(scenario, policy, seed)).run(recorder)
 
 
 class _BarrierRun:

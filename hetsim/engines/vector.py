@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hetsim.engines.base import Engine, Epochs
+from hetsim.engines.base import Engine, Epochs, begin
 from hetsim.engines.simpy_engine import run_simpy_async
 from hetsim.engines.vector_async import run_vector_async
 from hetsim.errors import ConfigError
@@ -90,13 +90,10 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
 def run_async(scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
     """An async run: merged update times where no worker waits on anything but its own work,
     else (a shared link, failures, episodes, a tie) the SimPy engine's event loop, afresh."""
-    seed = scenario.seed if seed is None else seed
-    policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints(), scenario.run_hint())
-    trace = run_vector_async(scenario, policy, WorkerStreams.spawn(seed, scenario.workers))
+    trace = run_vector_async(scenario, policy, begin(scenario, policy, seed))
     if trace is not None:
         return trace
-    policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints(), scenario.run_hint())
-    return run_simpy_async(scenario, policy, WorkerStreams.spawn(seed, scenario.workers))
+    return run_simpy_async(scenario, policy, begin(scenario, policy, seed))
 
 
 def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: int | None = None) -> None:
@@ -107,8 +104,7 @@ def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: 
     n = len(workers)
     wl = scenario.workload
     total = wl.total_steps
-    streams = WorkerStreams.spawn(scenario.seed if seed is None else seed, workers)
-    policy.reset(n, wl.global_batch, scenario.hints(), scenario.run_hint())
+    streams = begin(scenario, policy, seed)
     epochs = Epochs(wl.dataset_size, policy)
     buckets = scenario.buckets()
     comm: float | Buckets = scenario.allreduce_s() if buckets is None else buckets
