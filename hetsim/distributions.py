@@ -3,9 +3,11 @@
 Each distribution declares its parameters (:class:`~hetsim.params.Param`, named as in
 scenario files) and checks them when it is built, and has four hooks:
 
-* ``sample(rng, size=None)`` draws from a ``numpy.random.Generator`` (never global state);
-  a scalar when ``size`` is None. A draw of ``size=k`` yields exactly the numbers of ``k``
-  scalar draws in a row, so an engine may batch its draws without changing the trace.
+* ``ppf(u)``, the quantile function, element-wise on uniforms in [0, 1). Every draw is one
+  uniform through it (inversion): the engines turn each worker's counter-keyed uniforms into
+  its draws (:mod:`hetsim.draws`), and ``sample(rng, size=None)`` does the same with a
+  ``numpy.random.Generator``'s (never global state; a scalar when ``size`` is None), so a
+  draw of ``size=k`` is exactly ``k`` scalar draws and consumes ``k`` numbers.
 * ``mean()``, ``var()`` and ``cdf(t)``, exact, for the analytic models.
 
 ``atoms()`` gives the support of a purely discrete distribution (None otherwise), which the
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from hetsim.errors import ConfigError
 from hetsim.params import FrozenPlugIn, Param, file_path
@@ -32,8 +34,14 @@ from hetsim.registry import DISTRIBUTIONS
 class Distribution(FrozenPlugIn):
     """Base class: a non-negative random time (or factor)."""
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        """The quantiles at ``u`` (an array of uniforms in [0, 1)), element-wise."""
         raise NotImplementedError
+
+    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
+        """Draws by inversion of ``rng``'s uniforms: a float, or an array of ``size``."""
+        x = self.ppf(rng.random(1 if size is None else size))
+        return float(x[0]) if size is None else x
 
     def mean(self) -> float:
         raise NotImplementedError
@@ -63,14 +71,14 @@ class Distribution(FrozenPlugIn):
 
 @DISTRIBUTIONS.register
 class Constant(Distribution):
-    """Always ``value``; consumes no random numbers."""
+    """Always ``value``."""
 
     name: ClassVar[str] = "constant"
     params = (Param("value", low=0.0, doc="the value"),)
     value: float
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
-        return self.value if size is None else np.full(size, self.value)
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        return np.full(np.shape(u), self.value)
 
     def mean(self) -> float:
         return self.value
@@ -100,8 +108,8 @@ class Exponential(Distribution):
     params = (Param("mean", low=0.0, low_open=True, attr="mean_s", doc="the mean"),)
     mean_s: float
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
-        return rng.exponential(self.mean_s, size)
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        return -self.mean_s * np.log1p(-u)
 
     def mean(self) -> float:
         return self.mean_s
@@ -125,8 +133,8 @@ class ShiftedExponential(Distribution):
     shift: float
     mean_s: float
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
-        return self.shift + rng.exponential(self.mean_s, size)
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        return self.shift - self.mean_s * np.log1p(-u)
 
     def mean(self) -> float:
         return self.shift + self.mean_s
@@ -148,8 +156,8 @@ class Gamma(Distribution):
     shape: float
     scale: float
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
-        return rng.gamma(self.shape, self.scale, size)
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        return special.gammaincinv(self.shape, u) * self.scale
 
     def mean(self) -> float:
         return self.shape * self.scale
@@ -169,8 +177,13 @@ class LogNormal(Distribution):
     params = (Param("sigma", low=0.0, doc="the standard deviation of the log"),)
     sigma: float
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
-        return rng.lognormal(-0.5 * self.sigma**2, self.sigma, size)
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        if self.sigma == 0:  # exactly 1 (sigma * ndtri(0) would be 0 * -inf)
+            return np.ones(np.shape(u))
+        x = special.ndtri(u)
+        x *= self.sigma
+        x -= 0.5 * self.sigma**2
+        return np.exp(x, out=x)
 
     def mean(self) -> float:
         return 1.0
@@ -204,8 +217,8 @@ class Uniform(Distribution):
     low: float
     high: float
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
-        return rng.uniform(self.low, self.high, size)
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        return self.low + (self.high - self.low) * np.asarray(u)
 
     def mean(self) -> float:
         return 0.5 * (self.low + self.high)
@@ -246,9 +259,10 @@ class Empirical(Distribution):
         where = None if self.file is None else file_path(self.file).resolve()  # one name, two folders: two files
         return (*super()._key(), where)
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
-        idx = rng.integers(0, len(self._sorted), size)
-        return self._sorted[idx]
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        """Resampling: each value with probability 1/len (u < 1, so the index stays in range)."""
+        index = (np.asarray(u) * len(self._sorted)).astype(np.intp)
+        return self._sorted[np.minimum(index, len(self._sorted) - 1)]
 
     def mean(self) -> float:
         return float(self._sorted.mean())

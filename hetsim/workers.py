@@ -8,28 +8,27 @@ b``, unless the scenario names another), ``noise`` a mean-1 multiplicative facto
 additive injected time (the paper's sleep), ``slowdown(t)`` the factor of a slowdown episode in
 force when the compute starts (1 outside episodes). A worker may also fail: while it is down it takes no work.
 
-Each worker draws from streams of its own, one per purpose (noise, delay, slowdown episodes,
-failures). Noise and delay give one number each per step, whether or not the worker got
-samples, so the draws of a step never depend on the split: any two engines (and any two
-policies) see the same random numbers. Episodes and failures are drawn lazily along the time
-axis (:class:`Timeline`), in a fixed order, so they too are the same whatever queries them.
+Noise and delay give one number each per step, whether or not the worker got samples, so the
+draws of a step never depend on the split: any two engines (and any two policies) see the same
+random numbers (:mod:`hetsim.draws` makes them, counter-based, for all workers at once).
+Episodes and failures are drawn lazily along the time axis (:class:`Timeline`), from a stream
+of the worker's own, in a fixed order, so they too are the same whatever queries them.
 
 A worker's noise factor may be the product of its own factor and a factor shared by a group
-(:class:`SharedNoise`: one draw per step from the group's stream, the same number for every
-member), and either may persist (``persistence`` rho: the log of a lognormal factor is a
-stationary lag-1 autoregression, :class:`FactorStream`). Both still give one number per step.
+(:class:`SharedNoise`: one draw per step, the same number for every member), and either may
+persist (``persistence`` rho: the log of a lognormal factor is a stationary lag-1
+autoregression). Both still give one number per step.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
-from scipy import signal
 
 from hetsim.costs import CostModel
 from hetsim.distributions import Constant, Distribution
@@ -39,7 +38,8 @@ from hetsim.params import FrozenPlugIn, Param
 PERSISTENCE = Param(
     "persistence", default=0.0, low=0.0, high=1.0, high_open=True, doc="lag-1 autocorrelation of the log factor"
 )
-NOISE_PURPOSE, DELAY_PURPOSE, SLOWDOWN_PURPOSE, FAILURE_PURPOSE, SHARED_PURPOSE = range(5)
+NOISE_PURPOSE, DELAY_PURPOSE, SLOWDOWN_PURPOSE, FAILURE_PURPOSE, SHARED_PURPOSE = range(5)  # streams' first key
+H = TypeVar("H", bound=Hashable)
 
 
 def check_persistence(dist: Distribution, value: Any) -> float:
@@ -201,84 +201,12 @@ class WorkerSpec:
         return out
 
 
-class FactorStream:
-    """Mean-1 factors, one per step, from one generator: independent draws of ``dist``, or with
-    ``persistence`` rho > 0 (a lognormal of log-sd sigma) the stationary lag-1 autoregression
-
-        log X_t = -sigma^2/2 + Z_t,   Z_t = rho Z_{t-1} + sigma sqrt(1 - rho^2) eps_t,
-
-    eps_t the generator's standard normals, Z_{-1} = sigma times the first of them (so every
-    X_t is lognormal(sigma) with mean 1, and corr(Z_t, Z_{t+1}) = rho). ``take(k)`` gives the
-    next ``k`` factors, the same numbers however the steps are grouped into calls: the i.i.d.
-    draws by the distributions' contract, the recursion because it runs element by element, in
-    order (``scipy.signal.lfilter``), from the state the previous call left."""
-
-    def __init__(self, dist: Distribution, rng: np.random.Generator, persistence: float = 0.0) -> None:
-        self.dist, self.rng, self.rho = dist, rng, check_persistence(dist, persistence)
-        sigma = dist.log_normal_sigma()
-        if sigma is not None and self.rho > 0:
-            self._mu = -0.5 * sigma * sigma
-            self._b = np.array([sigma * math.sqrt(1.0 - persistence * persistence), 0.0])
-            self._a = np.array([1.0, -persistence])
-            self._state = np.array([persistence * (sigma * float(rng.standard_normal()))])  # rho Z_{-1}
-
-    def take(self, k: int) -> np.ndarray:
-        if self.rho == 0:
-            return np.asarray(self.dist.sample(self.rng, k), dtype=float)
-        log, self._state = signal.lfilter(self._b, self._a, self.rng.standard_normal(k), zi=self._state)
-        return np.exp(self._mu + log)
-
-
-class SharedFactor:
-    """A shared-noise group's factors, read by each member at its own pace: every member's n-th
-    step gets the group's n-th factor. Keeps only what the slowest member has not read yet."""
-
-    def __init__(self, stream: FactorStream) -> None:
-        self.stream = stream
-        self.read: list[int] = []  # steps read by each member
-        self.first = 0  # the step of ahead[0]
-        self.ahead = np.empty(0)
-
-    def join(self) -> int:
-        self.read.append(0)
-        return len(self.read) - 1
-
-    def take(self, member: int, k: int) -> np.ndarray:
-        start = self.read[member]
-        missing = start + k - (self.first + len(self.ahead))
-        if missing > 0:
-            low = min(self.read)  # every member has read the steps before
-            self.ahead = np.concatenate([self.ahead[low - self.first :], self.stream.take(missing)])
-            self.first = low
-        self.read[member] = start + k
-        return self.ahead[start - self.first : start + k - self.first]
-
-
-class NoiseFactors:
-    """One worker's noise factors: its own, times its shared group's when it has one."""
-
-    def __init__(self, own: FactorStream, shared: SharedFactor | None) -> None:
-        self.own, self.shared = own, shared
-        self.member = shared.join() if shared is not None else -1
-
-    def take(self, k: int) -> np.ndarray:
-        own = self.own.take(k)
-        return own if self.shared is None else own * self.shared.take(self.member, k)
-
-
 @dataclass
 class WorkerStreams:
-    """The random streams and timelines of one worker, spawned from its ``SeedSequence``."""
+    """One worker's slowdown and failure timelines (its per-step draws are in :mod:`hetsim.draws`)."""
 
-    noise: np.random.Generator
-    delay: np.random.Generator
     slowdown: Timeline | None
     failure: Timeline | None
-    factors: NoiseFactors  # the noise factors (from ``noise``, and a shared group's stream)
-
-    def noise_factors(self, k: int) -> np.ndarray:
-        """The worker's next ``k`` noise factors, one per step."""
-        return self.factors.take(k)
 
     def factor_at(self, spec: WorkerSpec, t: float) -> float:
         if spec.slowdown is None or self.slowdown is None or not self.slowdown.active(t):
@@ -295,39 +223,33 @@ class WorkerStreams:
         return self.failure.next_change(t)
 
     @classmethod
-    def spawn(cls, seed: int, workers: tuple[WorkerSpec, ...] | list[WorkerSpec]) -> list[WorkerStreams]:
-        """Worker i's stream for purpose j (0 noise, 1 delay, 2 slowdown, 3 failure, 4 shared
-        noise) is ``PCG64(SeedSequence(seed, spawn_key=(i, j)))``, made only for the purposes
-        the worker has; a slowdown group's shared timeline comes from its first member's stream
-        2, a shared-noise group's factors from its first member's stream 4."""
+    def spawn(cls, seed: int, workers: Sequence[WorkerSpec]) -> list[WorkerStreams]:
+        """Worker i's timeline for purpose p (slowdown episodes, failures) is drawn from
+        ``PCG64(SeedSequence(seed, spawn_key=(p, i)))``, made only for the timelines the worker
+        has; a slowdown group's members share the timeline of its first member's stream."""
 
-        def rng(i: int, j: int) -> np.random.Generator:
-            return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(i, j))))
+        def rng(p: int, i: int) -> np.random.Generator:
+            return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(p, i))))
 
+        calm = cls(None, None)  # shared by every worker without timelines (most of a large cluster)
         streams: list[WorkerStreams] = []
         groups: dict[str, Timeline] = {}
-        shared: dict[str, SharedFactor] = {}
         for i, spec in enumerate(workers):
-            sn, group = spec.shared_noise, None
-            if sn is not None:
-                group = shared.get(sn.group)
-                if group is None:  # the first member's stream
-                    group = SharedFactor(FactorStream(sn.dist, rng(i, SHARED_PURPOSE), sn.persistence))
-                    shared[sn.group] = group
+            if spec.slowdown is None and spec.failure is None:
+                streams.append(calm)
+                continue
             slowdown = None
             if spec.slowdown is not None:
                 sd = spec.slowdown
                 slowdown = groups.get(sd.group) if sd.group is not None else None
                 if slowdown is None:
-                    slowdown = Timeline(rng(i, SLOWDOWN_PURPOSE), sd.every_s, sd.duration_s)
+                    slowdown = Timeline(rng(SLOWDOWN_PURPOSE, i), sd.every_s, sd.duration_s)
                     if sd.group is not None:
                         groups[sd.group] = slowdown
             failure = None
             if spec.failure is not None:
-                failure = Timeline(rng(i, FAILURE_PURPOSE), spec.failure.mtbf_s, spec.failure.repair_s)
-            noise = rng(i, NOISE_PURPOSE)
-            factors = NoiseFactors(FactorStream(spec.noise, noise, spec.persistence), group)
-            streams.append(cls(noise, rng(i, DELAY_PURPOSE), slowdown, failure, factors))
+                failure = Timeline(rng(FAILURE_PURPOSE, i), spec.failure.mtbf_s, spec.failure.repair_s)
+            streams.append(cls(slowdown, failure))
         return streams
 
 
@@ -344,10 +266,21 @@ def persistent_noise(workers: Sequence[WorkerSpec]) -> bool:
     return noise_persistence(workers) > 0
 
 
+def index_groups(items: Sequence[H]) -> list[tuple[H, np.ndarray]]:
+    """Each distinct item once, with the (increasing) indices where it occurs. Items are grouped
+    by identity first (the workers of one ``[[workers]]`` entry share their objects, and
+    comparing by identity is what keeps this cheap for 100,000 workers), then equal ones merged."""
+    by_identity: dict[object, list[int]] = {}
+    for i, item in enumerate(items):
+        key = tuple(map(id, item)) if isinstance(item, tuple) else id(item)
+        by_identity.setdefault(key, []).append(i)
+    merged: dict[H, list[int]] = {}
+    for idx in by_identity.values():
+        merged.setdefault(items[idx[0]], []).extend(idx)
+    return [(item, np.sort(np.array(idx, dtype=np.intp))) for item, idx in merged.items()]
+
+
 def cost_groups(workers: Sequence[WorkerSpec]) -> list[tuple[CostModel, np.ndarray]]:
     """The workers' cost models, each once with the indices of the workers that have it (a
     group of identical workers shares one), so costs can be computed a group at a time."""
-    groups: dict[CostModel, list[int]] = {}
-    for i, w in enumerate(workers):
-        groups.setdefault(w.cost, []).append(i)
-    return [(model, np.array(idx, dtype=np.int64)) for model, idx in groups.items()]
+    return index_groups([w.cost for w in workers])

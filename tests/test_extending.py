@@ -56,9 +56,8 @@ class TwoPoint(Distribution):
     slow_s: float
     p_slow: float
 
-    def sample(self, rng: np.random.Generator, size: int | None = None) -> Any:
-        drawn = np.where(rng.random(size) < self.p_slow, self.slow_s, self.fast_s)
-        return float(drawn) if size is None else drawn
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        return np.where(u >= 1.0 - self.p_slow, self.slow_s, self.fast_s)
 
     def mean(self) -> float:
         return self.fast_s + self.p_slow * (self.slow_s - self.fast_s)

@@ -50,7 +50,18 @@ def test_layers_point_one_way():
 # ``if TYPE_CHECKING:`` are for annotations and do not count).
 LAYERS = [
     {"errors", "params", "registry", "files", "scenarios", "sweeps"},  # (the last two: data packages)
-    {"distributions", "costs", "network", "workers", "partition", "policies", "orderstats", "trace", "efficiency"},
+    {
+        "distributions",
+        "costs",
+        "network",
+        "workers",
+        "draws",
+        "partition",
+        "policies",
+        "orderstats",
+        "trace",
+        "efficiency",
+    },
     {"scenario", "config", "tables", "worker_tables"},
     {"engines", "simulate", "analytic", "analytic_async", "prediction", "metrics", "stream", "calibrate", "logs"},
     {"sweepfile", "sweep", "results"},

@@ -14,11 +14,12 @@ from hetsim.analytic import NoClosedForm, predict
 from hetsim.cli import main
 from hetsim.config import build_scenario, load_scenario
 from hetsim.distributions import Constant, LogNormal
+from hetsim.draws import StepDraws
 from hetsim.errors import ConfigError
 from hetsim.metrics import mean_ci, step_times
 from hetsim.orderstats import CommonFactorMax, ComputeTime, expected_max
 from hetsim.simulate import simulate
-from hetsim.workers import SharedNoise, WorkerStreams, persistent_noise
+from hetsim.workers import SharedNoise, persistent_noise
 from tests.helpers import scenario_dict
 from tests.test_vector_engine import assert_same_trace
 
@@ -30,7 +31,7 @@ def lognormal(sigma: float, **extra: object) -> dict[str, object]:
 def noise_draws(workers: list[dict], steps: int, seed: int = 0) -> np.ndarray:
     """(steps x workers) noise factors, as both engines draw them."""
     s = build_scenario(scenario_dict(workers, global_batch=64))
-    return np.stack([rng.noise_factors(steps) for rng in WorkerStreams.spawn(seed, s.workers)], axis=1)
+    return StepDraws(seed, s.workers).take(0, steps)[0]
 
 
 def lag1(x: np.ndarray, y: np.ndarray | None = None) -> float:
@@ -85,17 +86,16 @@ def test_draws_are_the_same_however_steps_are_grouped_and_members_read_at_their_
     ]
     whole = noise_draws(workers, 1000, seed=7)
     s = build_scenario(scenario_dict(workers, global_batch=64))
-    streams = WorkerStreams.spawn(7, s.workers)
     rng = np.random.default_rng(1)
-    parts: list[list[np.ndarray]] = [[] for _ in streams]
-    done = [0] * len(streams)
-    while min(done) < 1000:  # members read in random chunks, in a random order
-        i = int(rng.integers(len(streams)))
-        k = min(int(rng.integers(1, 40)), 1000 - done[i])
-        if k:
-            parts[i].append(streams[i].noise_factors(k))
-            done[i] += k
-    assert np.array_equal(np.stack([np.concatenate(p) for p in parts], axis=1), whole)  # bit for bit
+    forward, first, parts = StepDraws(7, s.workers), 0, []
+    while first < 1000:  # a forward reader, in random chunks
+        parts.append(forward.rows(first, int(rng.integers(1, 40)))[0])
+        first += len(parts[-1])
+    assert np.array_equal(np.concatenate(parts)[:1000], whole)  # bit for bit
+    paced, got = StepDraws(7, s.workers), np.empty((1000, 3))
+    for k in rng.permutation(3000):  # members reading at their own pace, in any order
+        got[k // 3, k % 3] = paced.at(k % 3, k // 3)[0]
+    assert np.array_equal(got, whole)
 
 
 # ----------------------------------------------------------------------------- engines and old traces

@@ -255,6 +255,7 @@ def test_async_on_both_engines_gives_the_same_trace(data):
 
 @pytest.mark.parametrize("noise", [{"dist": "lognormal", "sigma": 0.3}, {"dist": "constant", "value": 1.0}])
 def test_async_without_events_is_merged_update_times_and_a_tie_goes_to_the_event_loop(noise):
+    from hetsim.draws import StepDraws
     from hetsim.engines.vector_async import run_vector_async
     from hetsim.workers import WorkerStreams
 
@@ -264,7 +265,7 @@ def test_async_without_events_is_merged_update_times_and_a_tie_goes_to_the_event
                                      network={"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 10}))  # fmt: skip
     policy = make_policy("async")
     policy.reset(s.n_workers, 100, s.hints(), s.run_hint())
-    merged = run_vector_async(s, policy, WorkerStreams.spawn(s.seed, s.workers))
+    merged = run_vector_async(s, policy, WorkerStreams.spawn(s.seed, s.workers), StepDraws(s.seed, s.workers))
     tied = noise["dist"] == "constant"  # identical deterministic workers finish together
     assert (merged is None) == tied
     if merged is not None:
@@ -335,8 +336,7 @@ def test_cli_simulate_gives_the_same_summaries_on_either_engine(capsys):
 
 
 def test_draws_fetched_in_small_chunks_give_the_same_trace(monkeypatch):
-    import hetsim.engines.simpy_engine as simpy_engine
-    import hetsim.engines.vector as vector
+    import hetsim.draws as draws
 
     workers = [
         {
@@ -360,8 +360,7 @@ def test_draws_fetched_in_small_chunks_give_the_same_trace(monkeypatch):
     ]
     s = build_scenario(scenario_dict(workers, global_batch=100, steps_per_epoch=7, epochs=5))
     expected = {name: simulate(s, name) for name in ("dynamic", "ksync", "adaptive")}
-    monkeypatch.setattr(simpy_engine, "DRAW_CHUNK", 3)
-    monkeypatch.setattr(vector, "CHUNK_ELEMENTS", 12)  # two steps of six workers per chunk
+    monkeypatch.setattr(draws, "CHUNK_ELEMENTS", 12)  # one tile per buffer
     for name, trace in expected.items():
         assert_same_trace(trace, simulate(s, name))
         assert_same_trace(trace, simulate(s, name, engine="vector"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from hetsim.draws import StepDraws
 from hetsim.params import PlugIn
 from hetsim.policies.base import Policy, StepInfo
 from hetsim.workers import WorkerStreams
@@ -19,11 +20,12 @@ if TYPE_CHECKING:
     from hetsim.trace import Recorder, Trace
 
 
-def begin(scenario: Scenario, policy: Policy, seed: int | None) -> list[WorkerStreams]:
-    """Start a run: ``policy`` reset for the scenario (its hints and run hint), and the workers'
-    streams spawned from ``seed`` (default: the scenario's)."""
+def begin(scenario: Scenario, policy: Policy, seed: int | None) -> tuple[list[WorkerStreams], StepDraws]:
+    """Start a run: ``policy`` reset for the scenario (its hints and run hint), and from ``seed``
+    (default: the scenario's) the workers' timelines and their draws of each step."""
     policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints(), scenario.run_hint())
-    return WorkerStreams.spawn(scenario.seed if seed is None else seed, scenario.workers)
+    seed = scenario.seed if seed is None else seed
+    return WorkerStreams.spawn(seed, scenario.workers), StepDraws(seed, scenario.workers)
 
 
 class Epochs:

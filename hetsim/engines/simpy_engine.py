@@ -1,9 +1,8 @@
 """The reference engine: a SimPy process per worker, a barrier, then the all-reduce.
 
 Each step the coordinator asks the policy for the split (telling it which workers are up) and
-releases every worker with one shared ``go`` event. A worker draws its noise and delay (one
-number each, every step: its noise factor from its own stream, times its shared-noise group's
-factor of the step if it has one; its delay from its own stream); if it is down it first waits
+releases every worker with one shared ``go`` event, handing out the step's draws (every
+worker's noise factor and delay, :class:`hetsim.draws.StepDraws`). If a worker is down it first waits
 for its repair; then it holds for its compute time, slowed by the episode in force when it
 starts, and reports done. The coordinator waits for the barrier (all workers, or the first
 ``policy.wait_for()``, cancelling the rest), holds for the all-reduce (with buckets, for what of
@@ -18,13 +17,15 @@ parameter server's) the pushes queue for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+import itertools
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 from simpy.events import Condition
 
+from hetsim.draws import StepDraws
 from hetsim.engines.base import Engine, Epochs, begin
 from hetsim.policies.base import Policy, StepInfo, StepRecord
 from hetsim.registry import ENGINES
@@ -35,18 +36,20 @@ if TYPE_CHECKING:
     from hetsim.scenario import Scenario
 
 
-DRAW_CHUNK = 256  # a worker's noise and delay are drawn this many steps at a time
 FLUSH_STEPS = 4096  # steps kept as Python rows before they go to the recorder as one block
 
 
 class _Step:
     """What the coordinator hands the workers for one step, and what they write back."""
 
-    __slots__ = ("batches", "compute", "done", "slowdown", "start")
+    __slots__ = ("batches", "compute", "delay", "done", "noise", "slowdown", "start")
 
-    def __init__(self, batches: tuple[int, ...], done: list[simpy.Event], start: float) -> None:
+    def __init__(self, batches: tuple[int, ...], done: list[simpy.Event], start: float, draws: StepDraws,
+                 row: int) -> None:  # fmt: skip
         n = len(batches)
         self.batches, self.done, self.start = batches, done, start
+        noise, delay = draws.rows(row, 1)
+        self.noise, self.delay = noise[0].tolist(), delay[0].tolist()
         self.compute = [0.0] * n  # each worker's compute time (until cancelled, if it was)
         self.slowdown = [1.0] * n  # the episode factor at each worker's compute start
 
@@ -69,20 +72,10 @@ def _at_least(k: int) -> Callable[[tuple[simpy.Event, ...], int], bool]:
     return lambda events, count: count >= k
 
 
-def draws(spec: WorkerSpec, rng: WorkerStreams, chunk: int) -> Iterator[tuple[float, float]]:
-    """A worker's (noise, delay) draws, one pair per step, fetched ``chunk`` steps at a time: the
-    same numbers as scalar draws (each stream serves this one purpose: drawing ahead is harmless;
-    a shared group's factors are kept until every member has read them)."""
-    while True:
-        noise = rng.noise_factors(chunk).tolist()
-        delay = spec.delay.sample(rng.delay, chunk).astype(float).tolist()
-        yield from zip(noise, delay)
-
-
 def run_simpy(scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
     """Simulate ``scenario`` under ``policy`` (reset here) and return its trace."""
     if not policy.synchronous:
-        return run_simpy_async(scenario, policy, begin(scenario, policy, seed))
+        return run_simpy_async(scenario, policy, *begin(scenario, policy, seed))
     trace = TraceBuilder(policy.name, scenario.n_workers, scenario.workload.total_steps)
     record_simpy(scenario, policy, trace, seed)
     return trace.finish()
@@ -91,14 +84,14 @@ def run_simpy(scenario: Scenario, policy: Policy, seed: int | None = None) -> Tr
 def record_simpy(scenario: Scenario, policy: Policy, recorder: Recorder, seed: int | None = None) -> None:
     """Simulate ``scenario`` under the barrier ``policy`` (reset here), handing ``recorder`` its
     steps every :data:`FLUSH_STEPS` steps."""
-    _BarrierRun(scenario, policy, begin(scenario, policy, seed)).run(recorder)
+    _BarrierRun(scenario, policy, *begin(scenario, policy, seed)).run(recorder)
 
 
 class _BarrierRun:
     """One run of a barrier policy: a coordinator process and one process per worker."""
 
-    def __init__(self, scenario: Scenario, policy: Policy, streams: list[WorkerStreams]) -> None:
-        self.scenario, self.policy, self.streams = scenario, policy, streams
+    def __init__(self, scenario: Scenario, policy: Policy, streams: list[WorkerStreams], draws: StepDraws) -> None:
+        self.scenario, self.policy, self.streams, self.draws = scenario, policy, streams, draws
         self.n = scenario.n_workers
         self.env = simpy.Environment()
         self.go: simpy.Event = self.env.event()  # always the next step's release event
@@ -129,8 +122,7 @@ class _BarrierRun:
     def worker(self, i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, _Step, None]:
         env, began = self.env, self.began
         episodes, failures = rng.slowdown is not None, rng.failure is not None
-        chunk = max(1, min(self.scenario.workload.total_steps, DRAW_CHUNK))
-        for noise, delay in draws(spec, rng, chunk):  # this step's draws
+        while True:
             step = yield self.go
             b = step.batches[i]
             began[i] = step.start
@@ -140,7 +132,7 @@ class _BarrierRun:
                     yield env.timeout(rng.repaired_at(step.start) - step.start)  # stalled until repaired
                     began[i] = env.now
                     factor = step.slowdown[i] = rng.factor_at(spec, env.now)
-                compute = step.compute[i] = spec.compute_s(b, noise, delay, factor)
+                compute = step.compute[i] = spec.compute_s(b, step.noise[i], step.delay[i], factor)
                 yield env.timeout(compute)
                 step.done[i].succeed()
             except simpy.Interrupt:  # cancelled: the step completed without this gradient
@@ -162,7 +154,7 @@ class _BarrierRun:
         batches = tuple(policy.partition(info))
         done = [env.event() for _ in range(n)]
         release, self.go = self.go, env.event()
-        step = _Step(batches, done, start)
+        step = _Step(batches, done, start, self.draws, info.step)
         release.succeed(step)
         need = policy.wait_for()
         yield Condition(env, _at_least(need), done)
@@ -192,7 +184,7 @@ class _BarrierRun:
         return float(self.buckets.exposed_s(finish, compute, waited))
 
 
-def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStreams]) -> Trace:
+def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStreams], draws: StepDraws) -> Trace:
     """No barrier: each worker computes on ``B/n`` samples, pushes, and starts again.
 
     One trace row per update, in the order updates are applied; ``step`` is the update index
@@ -217,10 +209,11 @@ def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStre
     rows: list[tuple[int, int, float, float, float, float, float]] = []  # + down, factor, comm
 
     def worker(i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, object, None]:
-        while applied[0] < total:
+        for n_th in itertools.count():
+            if applied[0] >= total:
+                return
             start = env.now
-            noise = float(rng.noise_factors(1)[0])  # a shared factor: the group's n-th for each member's n-th
-            delay = spec.delay.sample(rng.delay)
+            noise, delay = draws.at(i, n_th)  # its n-th compute's
             down_s = 0.0
             if rng.down_at(start):
                 down_s = rng.repaired_at(start) - start

@@ -7,11 +7,10 @@ through the SimPy engine's event loop).
 
 How it stays identical to :func:`hetsim.engines.simpy_engine.run_simpy`:
 
-* *Draws.* Each worker's noise and delay come from the same streams, one number each per step,
-  drawn many steps at a time (``Distribution.sample(rng, k)`` gives the numbers of ``k`` scalar
-  draws; persistent and shared factors come through the same ``WorkerStreams.noise_factors``,
-  which carries the autoregression's state across calls), so a step's draws never depend on how
-  steps are grouped here.
+* *Draws.* Each worker's noise and delay of a step are those both engines read from
+  :class:`hetsim.draws.StepDraws` (counter-based: they depend on the worker and the step
+  only), here as (steps x workers) arrays, so a step's draws never depend on how steps are
+  grouped here.
 * *Blocks.* ``policy.steady_steps(info)`` says for how many steps the split may be taken to
   stay what ``partition`` just returned; those steps are computed together, as (steps x
   workers) arrays, and reported with one ``policy.observe_steps`` (equivalent to the SimPy
@@ -41,8 +40,6 @@ How it stays identical to :func:`hetsim.engines.simpy_engine.run_simpy`:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -59,8 +56,6 @@ from hetsim.workers import Timeline, WorkerSpec, WorkerStreams, cost_groups
 
 if TYPE_CHECKING:
     from hetsim.scenario import Scenario
-
-CHUNK_ELEMENTS = 1 << 20  # noise and delay are drawn about this many worker-steps at a time
 
 
 @ENGINES.register
@@ -90,10 +85,10 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
 def run_async(scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
     """An async run: merged update times where no worker waits on anything but its own work,
     else (a shared link, failures, episodes, a tie) the SimPy engine's event loop, afresh."""
-    trace = run_vector_async(scenario, policy, begin(scenario, policy, seed))
+    trace = run_vector_async(scenario, policy, *begin(scenario, policy, seed))
     if trace is not None:
         return trace
-    return run_simpy_async(scenario, policy, begin(scenario, policy, seed))
+    return run_simpy_async(scenario, policy, *begin(scenario, policy, seed))
 
 
 def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: int | None = None) -> None:
@@ -104,11 +99,10 @@ def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: 
     n = len(workers)
     wl = scenario.workload
     total = wl.total_steps
-    streams = begin(scenario, policy, seed)
+    streams, draws = begin(scenario, policy, seed)
     epochs = Epochs(wl.dataset_size, policy)
     buckets = scenario.buckets()
     comm: float | Buckets = scenario.allreduce_s() if buckets is None else buckets
-    draws = _Draws(workers, streams, total)
     timelines = _Timelines(workers, streams)
     costs = cost_groups(workers)
     all_up = (True,) * n
@@ -299,36 +293,6 @@ class _Row(tuple[int, ...]):
 
     def __reduce__(self) -> tuple[type, tuple[tuple[int, ...]]]:
         return tuple, (tuple(self),)  # pickled and copied as the plain tuple it stands for
-
-
-class _Draws:
-    """Every worker's noise and delay draws, as (steps x workers) arrays a chunk of steps at a time."""
-
-    def __init__(self, workers: tuple[WorkerSpec, ...], streams: list[WorkerStreams], total: int) -> None:
-        self.total = total
-        self.chunk = max(1, min(total, CHUNK_ELEMENTS // max(1, len(workers))))
-        self.first = 0
-        self.noise = self.delay = np.empty((0, len(workers)))
-        self.noise_sources = [s.noise_factors for s in streams]  # own factor x shared group's, as in draws()
-        self.delay_sources = [partial(w.delay.sample, s.delay) for w, s in zip(workers, streams)]
-
-    def rows(self, row: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """The draws of steps ``row``, ``row + 1``, ... (at most ``count``; at least one)."""
-        if row >= self.first + len(self.noise):
-            self.first = row
-            k = min(self.chunk, self.total - row)
-            self.noise = self._draw(k, self.noise_sources)
-            self.delay = self._draw(k, self.delay_sources)
-        lo = row - self.first
-        hi = min(lo + count, len(self.noise))
-        return self.noise[lo:hi], self.delay[lo:hi]
-
-    @staticmethod
-    def _draw(k: int, sources: Sequence[Callable[[int], Any]]) -> np.ndarray:
-        out = np.empty((len(sources), k))
-        for i, take in enumerate(sources):
-            out[i] = take(k)
-        return out.T.copy()
 
 
 class _Timelines:

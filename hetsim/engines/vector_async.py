@@ -4,9 +4,10 @@ its event loop, where no worker waits for anything but its own work.
 Without a barrier, a link shared by the updates, failures or slowdown episodes, worker i's
 updates are applied at the running sum of its own ``compute + exchange`` times, from 0 (SimPy
 adds each timeout to the clock; ``np.cumsum`` makes the same additions in the same order), and
-the run's updates are those times merged in order, up to the run's ``steps x workers``. Each
-worker's draws come from its own streams, the same number for every worker, doubled until they
-reach past the run's last update (the same numbers as one at a time); where that would draw
+the run's updates are those times merged in order, up to the run's ``steps x workers``. The
+workers' draws (:class:`~hetsim.draws.StepDraws`, worker i's n-th compute taking its draws of
+"step" n) are taken for as many updates per worker, doubled until every worker's reach past the
+run's last update; where that would draw
 more than :data:`DRAW_LIMIT` times the run's updates (one worker far faster than the rest), the
 event loop, which draws only what each worker uses, is cheaper. SimPy breaks a tie between two
 updates applied at the same instant by the order in which their timeouts were scheduled; rather
@@ -17,10 +18,12 @@ of these).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hetsim.draws import StepDraws
 from hetsim.policies.base import Policy, StepInfo
 from hetsim.trace import Trace, async_trace
 from hetsim.workers import WorkerStreams
@@ -31,13 +34,15 @@ if TYPE_CHECKING:
 DRAW_LIMIT = 8  # draws (workers x updates each) at most this many times the run's updates, else SimPy
 
 
-def runs_without_events(scenario: Scenario, streams: list[WorkerStreams]) -> bool:
+def runs_without_events(scenario: Scenario, streams: Sequence[WorkerStreams]) -> bool:
     """Whether every worker's update times depend on its own draws only."""
     no_link = scenario.network.update_link_s(scenario.workload.gradient_mb) is None
     return no_link and all(rng.slowdown is None and rng.failure is None for rng in streams)
 
 
-def run_vector_async(scenario: Scenario, policy: Policy, streams: list[WorkerStreams]) -> Trace | None:
+def run_vector_async(
+    scenario: Scenario, policy: Policy, streams: Sequence[WorkerStreams], draws: StepDraws
+) -> Trace | None:
     """The trace of :func:`~hetsim.engines.simpy_engine.run_simpy_async` for ``policy`` (reset),
     or None where that needs the event loop (see the module's docstring)."""
     if not runs_without_events(scenario, streams):
@@ -54,9 +59,8 @@ def run_vector_async(scenario: Scenario, policy: Policy, streams: list[WorkerStr
         if n * compute.shape[1] > DRAW_LIMIT * total:  # very uneven workers: the event loop draws less
             return None
         more = max(8, 2 * total // n - compute.shape[1], compute.shape[1])
-        noise = np.array([rng.noise_factors(more) for rng in streams])
-        delay = np.array([w.delay.sample(rng.delay, more).astype(float) for w, rng in zip(workers, streams)])
-        drawn = np.where(batches[:, None] > 0, base[:, None] * noise * 1.0 + delay, 0.0)  # as WorkerSpec.compute_s
+        noise, delay = draws.take(compute.shape[1], more)
+        drawn = np.where(batches[:, None] > 0, base[:, None] * noise.T * 1.0 + delay.T, 0.0)  # as WorkerSpec.compute_s
         compute = np.concatenate([compute, drawn], axis=1)
         steps = np.concatenate([ends[:, -1:] if ends.size else np.zeros((n, 1)), drawn + exchange_s], axis=1)
         ends = np.concatenate([ends, np.cumsum(steps, axis=1)[:, 1:]], axis=1)

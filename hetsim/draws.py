@@ -1,0 +1,159 @@
+"""Every worker's random numbers of each step: its noise factor and its delay.
+
+Counter-based, so that a whole cluster's draws are a few NumPy calls whatever its size. The
+uniforms of one purpose (noise, delay, a shared group's noise) for tile ``j``, the steps
+``j T`` to ``(j + 1) T - 1`` (``T`` = :data:`TILE_STEPS`), come from one generator,
+``PCG64(SeedSequence(seed, spawn_key=(purpose, j)))``, and slot ``i``'s ``T`` uniforms of the
+tile are numbers ``i T`` to ``(i + 1) T - 1`` of its ``random()`` sequence (one 64-bit output
+each). Worker ``i`` owns slot ``i``; a shared-noise group draws from its first member's slot.
+So a worker's uniform of step ``t`` depends on (seed, purpose, worker, t) only: not on the
+cluster's size, the split, the policy, the engine, or how steps are grouped into blocks.
+
+Each uniform becomes a draw through the distribution's quantile function
+(:meth:`~hetsim.distributions.Distribution.ppf`), a group of workers with the same law at a
+time. A persistent lognormal factor (``persistence`` rho, :mod:`hetsim.workers`) takes
+``ndtri(u)`` as its innovation: ``Z_0 = sigma eps_0`` (the stationary start), then
+``Z_t = rho Z_{t-1} + sigma sqrt(1 - rho^2) eps_t`` element by element, in order, its state
+carried from tile to tile (tiles are made in order), and ``X_t = exp(-sigma^2/2 + Z_t)``. A
+member of a shared group multiplies its own factor by the group's of the same step.
+
+Under ``async`` a worker's "step" is its update count: its n-th compute takes its n-th draws,
+and every member of a shared group its group's n-th factor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import special
+
+from hetsim.distributions import Distribution
+from hetsim.workers import DELAY_PURPOSE, NOISE_PURPOSE, SHARED_PURPOSE, WorkerSpec, index_groups
+
+TILE_STEPS = 16  # steps per tile: a tile of every worker's draws is one generator, one call
+CHUNK_ELEMENTS = 1 << 20  # rows() hands out about this many worker-steps per buffer
+
+
+def uniforms(seed: int, purpose: int, tile: int, slots: np.ndarray) -> np.ndarray:
+    """The uniforms of tile ``tile`` for ``slots`` (increasing), as (TILE_STEPS x slots)."""
+    bits = np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(purpose, tile)))
+    first, width = int(slots[0]), int(slots[-1]) + 1
+    bits.advance(first * TILE_STEPS)  # one 64-bit output per uniform: skip the slots before
+    u = np.random.Generator(bits).random((width - first) * TILE_STEPS).reshape(width - first, TILE_STEPS)
+    if width - first != len(slots):
+        u = u[slots - first]
+    return np.ascontiguousarray(u.T)
+
+
+class _Law:
+    """One distribution (and persistence) for some columns: its draws from their uniforms."""
+
+    def __init__(self, dist: Distribution, persistence: float, columns: np.ndarray) -> None:
+        self.dist, self.rho, self.columns = dist, persistence, columns
+        self.sigma = dist.log_normal_sigma() or 0.0
+        self.state: np.ndarray | None = None  # Z of the last step made, per column
+
+    def take(self, u: np.ndarray) -> np.ndarray:
+        if self.rho == 0:
+            return self.dist.ppf(u)
+        eps = special.ndtri(u)
+        z = eps * (self.sigma * math.sqrt(1.0 - self.rho * self.rho))
+        if self.state is None:
+            z[0] = self.sigma * eps[0]  # the stationary start
+        else:
+            z[0] += self.rho * self.state
+        for t in range(1, len(z)):  # in order: each step's Z from the one before
+            z[t] += self.rho * z[t - 1]
+        self.state = z[-1].copy()
+        z -= 0.5 * self.sigma * self.sigma
+        return np.exp(z, out=z)
+
+
+class _Purpose:
+    """One purpose's draws for some slots: each tile's uniforms through the slots' laws."""
+
+    def __init__(self, purpose: int, slots: np.ndarray, laws: Sequence[tuple[Distribution, float]]) -> None:
+        self.purpose, self.slots = purpose, slots
+        self.laws = [_Law(dist, rho, columns) for (dist, rho), columns in index_groups(laws)]
+        self.random = any(not law.dist.is_constant for law in self.laws)
+
+    def tile(self, seed: int, j: int) -> np.ndarray:
+        shape = (TILE_STEPS, len(self.slots))
+        u = uniforms(seed, self.purpose, j, self.slots) if self.random else np.zeros(shape)
+        if len(self.laws) == 1:
+            return self.laws[0].take(u)
+        out = np.empty(shape)
+        for law in self.laws:
+            out[:, law.columns] = law.take(u[:, law.columns])
+        return out
+
+
+class StepDraws:
+    """Every worker's noise factor and delay, by step, made a tile at a time, in order.
+
+    ``rows`` serves a reader that moves forward (the barrier engines), ``take`` an exact count
+    of rows, ``at`` one worker's draws of any step made so far or later (the async event loop,
+    whose workers move at their own pace; it keeps every tile it made)."""
+
+    def __init__(self, seed: int, workers: Sequence[WorkerSpec]) -> None:
+        self.seed, self.n = seed, len(workers)
+        everyone = np.arange(self.n)
+        self.noise = _Purpose(NOISE_PURPOSE, everyone, [(w.noise, w.persistence) for w in workers])
+        self.delay = _Purpose(DELAY_PURPOSE, everyone, [(w.delay, 0.0) for w in workers])
+        groups: dict[str, list[int]] = {}
+        for i, w in enumerate(workers):
+            if w.shares_noise:
+                assert w.shared_noise is not None
+                groups.setdefault(w.shared_noise.group, []).append(i)
+        self.members = np.array([i for m in groups.values() for i in m], dtype=np.intp)
+        self.group_of = np.repeat(np.arange(len(groups)), [len(m) for m in groups.values()])
+        firsts = np.array([m[0] for m in groups.values()], dtype=np.intp)
+        laws = [(s.dist, s.persistence) for s in (workers[f].shared_noise for f in firsts) if s is not None]
+        self.shared = _Purpose(SHARED_PURPOSE, firsts, laws) if groups else None
+        self.made = 0  # tiles made
+        self.kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.first, self.buffer = 0, (np.empty((0, self.n)), np.empty((0, self.n)))
+
+    def _make(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """Tile ``j`` (made, with those before it, if not yet)."""
+        while self.made <= j:
+            noise = self.noise.tile(self.seed, self.made)
+            if self.shared is not None:
+                noise[:, self.members] *= self.shared.tile(self.seed, self.made)[:, self.group_of]
+            self.kept[self.made] = (noise, self.delay.tile(self.seed, self.made))
+            self.made += 1
+        return self.kept[j]
+
+    def rows(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """(noise, delay) of steps ``first``, ``first + 1``, ..., at least one and at most
+        ``count`` rows, as (rows x workers) views; ``first`` never below the last asked. A new
+        buffer holds the tiles of the ``count`` rows, up to about :data:`CHUNK_ELEMENTS` numbers."""
+        if first >= self.first + len(self.buffer[0]):
+            j = first // TILE_STEPS
+            wanted = -(-(first + count) // TILE_STEPS) - j
+            tiles = max(1, min(wanted, CHUNK_ELEMENTS // (self.n * TILE_STEPS)))
+            made = [self._make(k) for k in range(j, j + tiles)]
+            for k in [k for k in self.kept if k < j + tiles]:
+                del self.kept[k]  # a forward reader never comes back
+            self.first = j * TILE_STEPS
+            self.buffer = (np.concatenate([m[0] for m in made]), np.concatenate([m[1] for m in made]))
+        lo = first - self.first
+        hi = min(lo + count, len(self.buffer[0]))
+        return self.buffer[0][lo:hi], self.buffer[1][lo:hi]
+
+    def take(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """Exactly ``count`` rows from ``first`` (a forward reader, as for :meth:`rows`)."""
+        parts = []
+        while count > 0:
+            part = self.rows(first, count)
+            parts.append(part)
+            first, count = first + len(part[0]), count - len(part[0])
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def at(self, worker: int, step: int) -> tuple[float, float]:
+        """Worker ``worker``'s (noise, delay) of step ``step``."""
+        noise, delay = self._make(step // TILE_STEPS)
+        row = step % TILE_STEPS
+        return float(noise[row, worker]), float(delay[row, worker])
