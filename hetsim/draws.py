@@ -74,9 +74,13 @@ class _Law:
 class _Purpose:
     """One purpose's draws for some slots: each tile's uniforms through the slots' laws."""
 
-    def __init__(self, purpose: int, slots: np.ndarray, laws: Sequence[tuple[Distribution, float]]) -> None:
+    def __init__(self, purpose: int, slots: np.ndarray, dists: Sequence[Distribution], persistence: np.ndarray) -> None:
         self.purpose, self.slots = purpose, slots
-        self.laws = [_Law(dist, rho, columns) for (dist, rho), columns in index_groups(laws)]
+        self.laws = [
+            _Law(dist, float(rho), columns[persistence[columns] == rho])
+            for dist, columns in index_groups(dists)
+            for rho in np.unique(persistence[columns])
+        ]
         self.random = any(not law.dist.is_constant for law in self.laws)
 
     def tile(self, seed: int, j: int) -> np.ndarray:
@@ -100,8 +104,9 @@ class StepDraws:
     def __init__(self, seed: int, workers: Sequence[WorkerSpec]) -> None:
         self.seed, self.n = seed, len(workers)
         everyone = np.arange(self.n)
-        self.noise = _Purpose(NOISE_PURPOSE, everyone, [(w.noise, w.persistence) for w in workers])
-        self.delay = _Purpose(DELAY_PURPOSE, everyone, [(w.delay, 0.0) for w in workers])
+        persistence = np.array([w.persistence for w in workers])
+        self.noise = _Purpose(NOISE_PURPOSE, everyone, [w.noise for w in workers], persistence)
+        self.delay = _Purpose(DELAY_PURPOSE, everyone, [w.delay for w in workers], np.zeros(self.n))
         groups: dict[str, list[int]] = {}
         for i, w in enumerate(workers):
             if w.shares_noise:
@@ -110,8 +115,11 @@ class StepDraws:
         self.members = np.array([i for m in groups.values() for i in m], dtype=np.intp)
         self.group_of = np.repeat(np.arange(len(groups)), [len(m) for m in groups.values()])
         firsts = np.array([m[0] for m in groups.values()], dtype=np.intp)
-        laws = [(s.dist, s.persistence) for s in (workers[f].shared_noise for f in firsts) if s is not None]
-        self.shared = _Purpose(SHARED_PURPOSE, firsts, laws) if groups else None
+        shared = [s for s in (workers[f].shared_noise for f in firsts) if s is not None]
+        self.shared = None
+        if shared:
+            rho = np.array([s.persistence for s in shared])
+            self.shared = _Purpose(SHARED_PURPOSE, firsts, [s.dist for s in shared], rho)
         self.made = 0  # tiles made
         self.kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.first, self.buffer = 0, (np.empty((0, self.n)), np.empty((0, self.n)))
@@ -144,12 +152,15 @@ class StepDraws:
         return self.buffer[0][lo:hi], self.buffer[1][lo:hi]
 
     def take(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """Exactly ``count`` rows from ``first`` (a forward reader, as for :meth:`rows`)."""
+        """Exactly ``count`` rows from ``first`` (a forward reader, as for :meth:`rows`), views
+        where they lie in one buffer."""
         parts = []
         while count > 0:
             part = self.rows(first, count)
             parts.append(part)
             first, count = first + len(part[0]), count - len(part[0])
+        if len(parts) == 1:
+            return parts[0]
         return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def at(self, worker: int, step: int) -> tuple[float, float]:

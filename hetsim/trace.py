@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -213,29 +213,24 @@ class TraceBuilder:
         )
 
 
-def async_trace(
-    policy: str,
-    n_workers: int,
-    rows: list[tuple[int, int, float, float, float, float, float]] | np.ndarray,
-    updates_per_epoch: int,
-) -> Trace:
-    """A barrier-free trace from ``(worker, local_batch, start_s, compute_s, down_s, slowdown,
-    comm_s)`` rows in the order their updates were applied."""
-    cols = np.array(rows, dtype=float).reshape(-1, 7)
-    k = len(cols)
+def async_trace(policy: str, n_workers: int, columns: Sequence[Any], updates_per_epoch: int) -> Trace:
+    """A barrier-free trace from the columns ``(worker, local_batch, start_s, compute_s, down_s,
+    slowdown, comm_s)`` of its updates, in the order they were applied."""
+    worker, local_batch, start_s, compute_s, down_s, slowdown, comm_s = columns
+    k = len(worker)
     return Trace(
         policy=policy,
         n_workers=n_workers,
         epoch=np.arange(k, dtype=np.int64) // updates_per_epoch,
         step=np.arange(k, dtype=np.int64),
-        worker=cols[:, 0].astype(np.int64),
-        local_batch=cols[:, 1].astype(np.int64),
-        start_s=cols[:, 2],
-        compute_s=cols[:, 3],
-        wait_s=cols[:, 4],
-        comm_s=cols[:, 6],
+        worker=np.asarray(worker, dtype=np.int64),
+        local_batch=np.asarray(local_batch, dtype=np.int64),
+        start_s=np.asarray(start_s, dtype=float),
+        compute_s=np.asarray(compute_s, dtype=float),
+        wait_s=np.asarray(down_s, dtype=float),
+        comm_s=np.asarray(comm_s, dtype=float),
         included=np.ones(k, dtype=np.bool_),
-        slowdown=cols[:, 5],
+        slowdown=np.asarray(slowdown, dtype=float),
         synchronous=False,
     )
 

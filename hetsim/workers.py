@@ -270,10 +270,9 @@ def index_groups(items: Sequence[H]) -> list[tuple[H, np.ndarray]]:
     """Each distinct item once, with the (increasing) indices where it occurs. Items are grouped
     by identity first (the workers of one ``[[workers]]`` entry share their objects, and
     comparing by identity is what keeps this cheap for 100,000 workers), then equal ones merged."""
-    by_identity: dict[object, list[int]] = {}
+    by_identity: dict[int, list[int]] = {}
     for i, item in enumerate(items):
-        key = tuple(map(id, item)) if isinstance(item, tuple) else id(item)
-        by_identity.setdefault(key, []).append(i)
+        by_identity.setdefault(id(item), []).append(i)
     merged: dict[H, list[int]] = {}
     for idx in by_identity.values():
         merged.setdefault(items[idx[0]], []).extend(idx)

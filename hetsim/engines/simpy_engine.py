@@ -239,4 +239,4 @@ def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStre
     for i, (spec, rng) in enumerate(zip(workers, streams)):
         env.process(worker(i, spec, rng))
     env.run(finished)
-    return async_trace(policy.name, n, rows, per_epoch)
+    return async_trace(policy.name, n, list(zip(*rows)), per_epoch)

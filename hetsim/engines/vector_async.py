@@ -18,6 +18,7 @@ of these).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,7 @@ import numpy as np
 from hetsim.draws import StepDraws
 from hetsim.policies.base import Policy, StepInfo
 from hetsim.trace import Trace, async_trace
-from hetsim.workers import WorkerStreams
+from hetsim.workers import WorkerStreams, cost_groups
 
 if TYPE_CHECKING:
     from hetsim.scenario import Scenario
@@ -52,29 +53,42 @@ def run_vector_async(
     total, per_epoch = wl.total_steps * n, wl.steps_per_epoch * n
     exchange_s = scenario.network.exchange_s(wl.gradient_mb)
     batches = np.asarray(policy.partition(StepInfo(0, 0, 0, per_epoch)), dtype=np.int64)
-    base = np.array([float(w.cost.time_s(int(b))) if b > 0 else 0.0 for w, b in zip(workers, batches)])
-    compute = np.empty((n, 0))
-    ends = np.empty((n, 0))
+    base = np.zeros(n)
+    for model, idx in cost_groups(workers):
+        base[idx] = model.time_s(batches[idx])
+    expected_s = base * np.array([w.noise.mean() for w in workers]) + [w.delay.mean() for w in workers] + exchange_s
+    need = math.ceil(total / np.sum(1.0 / expected_s) / expected_s.min())  # the fastest worker's updates, expected
+    compute = ends = np.empty((n, 0))  # (workers x updates): each worker's computes and update times
     while True:  # draw until every worker's drawn updates reach past the run's last one
-        if n * compute.shape[1] > DRAW_LIMIT * total:  # very uneven workers: the event loop draws less
+        have = ends.shape[1]
+        more = max(16, int(1.1 * need) + 16 - have, have)
+        if n * (have + more) > DRAW_LIMIT * total:  # very uneven workers: the event loop draws less
             return None
-        more = max(8, 2 * total // n - compute.shape[1], compute.shape[1])
-        noise, delay = draws.take(compute.shape[1], more)
-        drawn = np.where(batches[:, None] > 0, base[:, None] * noise.T * 1.0 + delay.T, 0.0)  # as WorkerSpec.compute_s
-        compute = np.concatenate([compute, drawn], axis=1)
-        steps = np.concatenate([ends[:, -1:] if ends.size else np.zeros((n, 1)), drawn + exchange_s], axis=1)
-        ends = np.concatenate([ends, np.cumsum(steps, axis=1)[:, 1:]], axis=1)
+        noise, delay = draws.take(have, more)
+        drawn = base * noise  # then * 1.0 (no episode) + delay, as WorkerSpec.compute_s: x * 1.0 is x
+        drawn += delay
+        if not (batches > 0).all():
+            drawn[:, batches == 0] = 0.0  # a worker without samples computes nothing
+        drawn = drawn.T.copy()
+        steps = np.empty((n, more + 1))  # the last update time so far, then each update's compute + exchange
+        steps[:, 0] = ends[:, -1] if have else 0.0
+        np.add(drawn, exchange_s, out=steps[:, 1:])
+        drawn_ends = np.cumsum(steps, axis=1, out=steps)[:, 1:]
+        compute, ends = (np.hstack([compute, drawn]), np.hstack([ends, drawn_ends])) if have else (drawn, drawn_ends)
         last = np.partition(ends.ravel(), total - 1)[total - 1] if ends.size >= total else np.inf
         if (ends[:, -1] > last).all():
             break
-    flat = ends.ravel()
-    first = np.argpartition(flat, total)[: total + 1] if flat.size > total else np.arange(flat.size)
-    order = first[np.argsort(flat[first], kind="stable")]  # the run's updates (and the next), in time order
-    times = flat[order]
+    flat = np.ascontiguousarray(ends).ravel()
+    kept = np.flatnonzero(flat <= last)  # worker * updates + update, worker by worker
+    if len(kept) != total:  # a tie at the run's last update
+        return None
+    order = np.argsort(flat[kept])
+    kept = kept[order]
+    times = flat[kept]
     if (np.diff(times) == 0).any():  # a tie SimPy would order by its schedule: replay it there
         return None
-    who, k = np.divmod(order[:total], ends.shape[1])
-    start = np.where(k > 0, ends[who, np.maximum(k - 1, 0)], 0.0)
-    rows = np.column_stack([who, batches[who], start, compute[who, k], np.zeros(total), np.ones(total),
-                            np.full(total, exchange_s)])  # fmt: skip
-    return async_trace(policy.name, n, rows, per_epoch)
+    who, k = np.divmod(kept, ends.shape[1])
+    start = np.where(k > 0, flat[kept - 1], 0.0)  # the worker's previous update (k > 0: in its own row)
+    computed = np.ascontiguousarray(compute).ravel()[kept]
+    columns = (who, batches[who], start, computed, np.zeros(total), np.ones(total), np.full(total, exchange_s))
+    return async_trace(policy.name, n, columns, per_epoch)
