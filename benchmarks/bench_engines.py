@@ -13,10 +13,9 @@ an exponential injected delay, the paper's ``dynamic`` policy, 100 steps per epo
 * ``numpy_draws``: raw NumPy drawing of the run's random times (one noise and one delay per
   worker-step) with one Generator, one call per distribution: the cost of the randomness itself.
 
-For reference it also reports ``numpy_streams`` (not one of the four): the same draws the way
-the model seeds them, from each worker's own streams (``WorkerStreams.spawn``: a SeedSequence
-child and two Generators per worker), one call per worker and distribution; the floor of any
-engine that reproduces the model's random numbers.
+For reference it also reports ``numpy_streams`` (not one of the four): the model's own draws of
+the run (:class:`hetsim.draws.StepDraws`: counter-based tiles, every law by inversion), the
+floor of any engine that reproduces the model's random numbers.
 
 Each rate is worker-steps per second, whole runs (an engine's setup included), the best over
 ``--rounds`` rounds that measure the four in turn (the machine may be shared: ratios within one
@@ -38,11 +37,11 @@ import simpy
 from simpy.events import Condition
 
 from hetsim.config import build_scenario
+from hetsim.draws import StepDraws
 from hetsim.engines import run_simpy, run_vector
 from hetsim.policies import make_policy
 from hetsim.scenario import Scenario
 from hetsim.trace import Trace
-from hetsim.workers import WorkerStreams
 
 STEPS_PER_EPOCH = 100
 SIGMA, DELAY_MEAN_S = 0.05, 0.002
@@ -106,10 +105,7 @@ def numpy_draws(worker_steps: int) -> None:
 
 
 def numpy_streams(s: Scenario) -> None:
-    steps = s.workload.total_steps
-    for spec, rng in zip(s.workers, WorkerStreams.spawn(s.seed, s.workers)):
-        spec.noise.sample(rng.noise, steps)
-        spec.delay.sample(rng.delay, steps)
+    StepDraws(s.seed, s.workers).take(0, s.workload.total_steps)
 
 
 def timed(fn: Callable[[], object], min_time_s: float) -> tuple[float, object]:

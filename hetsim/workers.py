@@ -232,6 +232,8 @@ class WorkerStreams:
             return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(p, i))))
 
         calm = cls(None, None)  # shared by every worker without timelines (most of a large cluster)
+        if all(spec.slowdown is None and spec.failure is None for spec in workers):
+            return [calm] * len(workers)
         streams: list[WorkerStreams] = []
         groups: dict[str, Timeline] = {}
         for i, spec in enumerate(workers):
@@ -268,15 +270,14 @@ def persistent_noise(workers: Sequence[WorkerSpec]) -> bool:
 
 def index_groups(items: Sequence[H]) -> list[tuple[H, np.ndarray]]:
     """Each distinct item once, with the (increasing) indices where it occurs. Items are grouped
-    by identity first (the workers of one ``[[workers]]`` entry share their objects, and
-    comparing by identity is what keeps this cheap for 100,000 workers), then equal ones merged."""
-    by_identity: dict[int, list[int]] = {}
-    for i, item in enumerate(items):
-        by_identity.setdefault(id(item), []).append(i)
+    by identity first, as arrays (the workers of one ``[[workers]]`` entry share their objects,
+    and comparing addresses is what keeps this cheap for 100,000 workers), then equal ones merged."""
+    addresses = np.fromiter(map(id, items), dtype=np.uint64, count=len(items))
+    _, first, inverse = np.unique(addresses, return_index=True, return_inverse=True)
     merged: dict[H, list[int]] = {}
-    for idx in by_identity.values():
-        merged.setdefault(items[idx[0]], []).extend(idx)
-    return [(item, np.sort(np.array(idx, dtype=np.intp))) for item, idx in merged.items()]
+    for k, i in enumerate(first):
+        merged.setdefault(items[i], []).append(k)
+    return [(item, np.flatnonzero(np.isin(inverse, ks))) for item, ks in merged.items()]
 
 
 def cost_groups(workers: Sequence[WorkerSpec]) -> list[tuple[CostModel, np.ndarray]]:

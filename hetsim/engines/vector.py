@@ -312,12 +312,14 @@ class _Timelines:
                 self.lines.append(tl)
             return index[id(tl)]
 
+        self.ones, self.none_down = np.ones(n), np.zeros(n, dtype=bool)
+        if all(s.slowdown is None and s.failure is None for s in streams):
+            return  # no timelines (most large clusters): at() answers at once
         self.slow = np.array([line(s.slowdown) for s in streams], dtype=np.int64)
         self.fail = np.array([line(s.failure) for s in streams], dtype=np.int64)
         self.factors = np.array([w.slowdown.factor if w.slowdown is not None else 1.0 for w in workers], dtype=float)
         self.active = np.zeros(len(self.lines) + 1, dtype=bool)  # the last entry stands for "no timeline" (-1)
         self.next = np.full(len(self.lines), -np.inf)
-        self.ones, self.none_down = np.ones(n), np.zeros(n, dtype=bool)
 
     def at(self, t: float) -> tuple[np.ndarray, np.ndarray, float]:
         """(slowdown factor per worker, down per worker, horizon) at ``t``."""

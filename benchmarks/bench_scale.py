@@ -1,0 +1,114 @@
+"""The targets of the issue "Scale", as ratios measured side by side in one run, repeated.
+
+    cd benchmarks && python bench_scale.py [--rounds 3] [--memory-steps 100000]
+
+Every round measures, in turn, on the scenario of ``bench_engines.py`` (a quarter of the workers
+2x slower, lognormal noise, an exponential delay, 100 steps per epoch), vector engine unless
+named:
+
+* ``adaptive`` against ``dynamic``, worker-steps per second, at 1024 and 10,000 workers (1000 steps);
+* ``async`` on the vector engine against the SimPy engine at 256 workers (200 steps), their
+  traces checked identical;
+* ``dynamic`` at 100,000 workers (100 steps) against ``dynamic`` at 1024 workers (1000 steps);
+* the peak resident memory of a 10,000-worker x ``--memory-steps`` ``dynamic`` run summarised as
+  it goes (``--trace none``), in a fresh process (``trace_none_memory.py``).
+
+A rate is the best of the runs that fit in a second (a large run: one run), after the
+scenario expanded its worker specs (``Scenario.workers``, once per scenario). Prints one JSON
+object: each round's figures, and for each target its value per round, their mean, median and
+90th percentile, the target and whether the median meets it. The machine may be shared: read
+the ratios, which are measured within one round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from bench_engines import MIN_TIME_S, same_trace, scenario, timed
+
+from hetsim.engines import run_simpy, run_vector
+from hetsim.policies import make_policy
+from hetsim.trace import Trace
+
+HERE = Path(__file__).resolve().parent
+TARGETS = {  # name: (target, whether higher is better)
+    "adaptive / dynamic at 1024 workers": (1 / 3, True),
+    "adaptive / dynamic at 10000 workers": (1 / 3, True),
+    "async vector / SimPy at 256 workers": (30.0, True),
+    "dynamic at 100000 / at 1024 workers": (0.5, True),
+    "peak MB, 10000 workers --trace none": (2048.0, False),
+}
+
+
+def rate(n: int, steps: int, policy: str, run: Callable[..., Trace] = run_vector) -> tuple[float, Trace]:
+    """Worker-steps per second of ``policy`` at ``n`` workers, and its trace."""
+    s = scenario(n, steps, policy)
+    assert len(s.workers) == n  # the scenario's worker specs, expanded once per scenario, before the timing
+    seconds, trace = timed(lambda: run(s, make_policy(policy)), MIN_TIME_S)
+    assert isinstance(trace, Trace)
+    return n * s.workload.total_steps / seconds, trace
+
+
+def peak_memory_mb(workers: int, steps: int) -> dict[str, float]:
+    """Peak memory and speed of a ``--trace none`` run, measured by a fresh process."""
+    command = [sys.executable, str(HERE / "trace_none_memory.py"), "--workers", str(workers), "--steps", str(steps)]
+    out = json.loads(subprocess.run(command, check=True, capture_output=True, text=True, cwd=HERE).stdout)
+    return {
+        "peak_rss_mb": out["peak_rss_mb"],
+        "seconds": out["seconds"],
+        "worker_steps_per_s": out["worker_steps_per_s"],
+    }
+
+
+def one_round(memory_steps: int) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    for n in (1024, 10000):
+        dynamic, _ = rate(n, 1000, "dynamic")
+        adaptive, _ = rate(n, 1000, "adaptive")
+        figures[f"dynamic at {n}, M/s"], figures[f"adaptive at {n}, M/s"] = dynamic / 1e6, adaptive / 1e6
+        figures[f"adaptive / dynamic at {n} workers"] = adaptive / dynamic
+    simpy, simpy_trace = rate(256, 200, "async", run_simpy)
+    vector, vector_trace = rate(256, 200, "async")
+    if not same_trace(simpy_trace, vector_trace):
+        raise SystemExit("async: the engines' traces differ")
+    figures["async SimPy at 256, M/s"], figures["async vector at 256, M/s"] = simpy / 1e6, vector / 1e6
+    figures["async vector / SimPy at 256 workers"] = vector / simpy
+    small, _ = rate(1024, 1000, "dynamic")
+    large, _ = rate(100_000, 100, "dynamic")
+    figures["dynamic at 100000, M/s"] = large / 1e6
+    figures["dynamic at 100000 / at 1024 workers"] = large / small
+    memory = peak_memory_mb(10_000, memory_steps)
+    figures["peak MB, 10000 workers --trace none"] = memory["peak_rss_mb"]
+    figures["--trace none run, s"] = memory["seconds"]
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--memory-steps", type=int, default=100_000, help="steps of the --trace none run")
+    args = parser.parse_args()
+    rounds = [one_round(args.memory_steps) for _ in range(args.rounds)]
+    summary = {}
+    for name, (target, higher) in TARGETS.items():
+        values = np.array([r[name] for r in rounds])
+        median = float(np.median(values))
+        summary[name] = {
+            "rounds": values.tolist(),
+            "mean": float(values.mean()),
+            "median": median,
+            "p90": float(np.percentile(values, 90)),
+            "target": target,
+            "met": median >= target if higher else median < target,
+        }
+    print(json.dumps({"command": " ".join(sys.argv), "rounds": rounds, "targets": summary}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
