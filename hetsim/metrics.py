@@ -123,11 +123,11 @@ class BarrierTotals:
     moved: float  # samples moved between consecutive steps, summed (``sum_i |b_i - b_i'| / 2``)
     applied: np.ndarray  # per step: the weighted combine's effective batch
     plain: np.ndarray  # per step: the plain mean's
-    runs: tuple[Run, ...]  # at every change of (factors, up, split)
+    recovery_steps: float | None  # None: no onset, or the speeds (hints) were not known
 
 
-def barrier_totals(trace: Trace) -> BarrierTotals:
-    """The totals of a barrier run's full trace."""
+def barrier_totals(trace: Trace, hints: Sequence[WorkerHint] | None = None) -> BarrierTotals:
+    """The totals of a barrier run's full trace; ``hints`` (its true speeds) give ``recovery_steps``."""
     batches, included = trace.per_step("local_batch"), trace.per_step("included")
     factors, up = trace.per_step("slowdown"), trace.per_step("up")
     changed = [(x[1:] != x[:-1]).any(axis=1) for x in (factors, up, batches)]
@@ -145,8 +145,9 @@ def barrier_totals(trace: Trace) -> BarrierTotals:
         moved=float(np.abs(np.diff(batches, axis=0)).sum() / 2),
         applied=effective_batches(batches, included, True),
         plain=effective_batches(batches, included, False),
-        runs=tuple(Run(int(k), factors[k], up[k], batches[k]) for k in firsts),
-    )
+        recovery_steps=None if hints is None else recovery_steps(
+            [Run(int(k), factors[k], up[k], batches[k]) for k in firsts], trace.n_steps, hints),
+    )  # fmt: skip
 
 
 def summarize(trace: Trace, scenario: Scenario | None = None) -> Summary:
@@ -154,7 +155,7 @@ def summarize(trace: Trace, scenario: Scenario | None = None) -> Summary:
     if trace.n_steps == 0:
         raise ValueError("an empty trace has no summary")
     if trace.synchronous:
-        return summary_of(barrier_totals(trace), scenario)
+        return summary_of(barrier_totals(trace, None if scenario is None else scenario.hints()), scenario)
     steps = step_times(trace)
     samples = float((trace.local_batch * trace.included).sum())
     stale = staleness(trace)
@@ -181,7 +182,7 @@ def summary_of(totals: BarrierTotals, scenario: Scenario | None = None) -> Summa
         totals.policy, steps, totals.epochs, totals.samples, totals.compute_s, totals.wait_s, totals.final_batches,
         dropped_samples=totals.dropped,
         split_changes=totals.moved / (n_steps - 1) if n_steps > 1 else 0.0,
-        recovery_steps=None if scenario is None else recovery_steps(totals.runs, n_steps, scenario.hints()),
+        recovery_steps=None if scenario is None else totals.recovery_steps,
         **learning(progress, steps, totals.samples, efficiency),
     )  # fmt: skip
 
@@ -247,33 +248,62 @@ def weighted_gradients(policy: str) -> bool:
     return policy not in POLICIES or bool(policy_class(policy).weighted_gradients)
 
 
+class Recovery:
+    """``recovery_steps``, run by run (:class:`Run`s in order), in constant memory: an episode's
+    onset (a run whose factors rise above the previous run's) stays open until the split in use
+    is within ``within`` of the optimum for the new speeds and the workers then up, or until
+    those change (which a new onset does), so at most one is open at a time."""
+
+    def __init__(self, hints: Sequence[WorkerHint], within: float = 0.05) -> None:
+        self.hints, self.within = hints, within
+        self.previous: Run | None = None
+        self.open: tuple[Run, list[WorkerHint], float] | None = None  # the onset, its speeds, its best step
+        self.recovered: list[int] = []  # steps to recover, per onset closed
+
+    def add(self, run: Run) -> None:
+        if self.open is not None:
+            onset = self.open[0]
+            if not (np.array_equal(run.factors, onset.factors) and np.array_equal(run.up, onset.up)):
+                self._close(run.first)
+            else:
+                self._close_if_recovered(run)
+        previous, self.previous = self.previous, run
+        if previous is None or not (run.factors > previous.factors).any():
+            return
+        slowed = [replace(h, noise_mean=h.noise_mean * f) for h, f in zip(self.hints, run.factors)]  # its speeds
+        caps = [h.max_batch if u else 0 for h, u in zip(self.hints, run.up)]
+        global_batch = int(run.batches.sum())  # the onset's (a policy that varies_batch changes it)
+        if sum(caps) >= global_batch:
+            self.open = (run, slowed, slowest_expected_s(slowed, min_max_split(slowed, global_batch, caps)))
+            self._close_if_recovered(run)
+
+    def _close_if_recovered(self, run: Run) -> None:
+        assert self.open is not None
+        _, slowed, best = self.open
+        if slowest_expected_s(slowed, run.batches) <= (1 + self.within) * best:
+            self._close(run.first)
+
+    def _close(self, end: int) -> None:
+        assert self.open is not None
+        self.recovered.append(end - self.open[0].first)
+        self.open = None
+
+    def steps(self, n_steps: int) -> float | None:
+        """The mean over onsets (one still open at step ``n_steps`` counts until then); None without."""
+        recovered = self.recovered + ([] if self.open is None else [n_steps - self.open[0].first])
+        return float(np.mean(recovered)) if recovered else None
+
+
 def recovery_steps(
     runs: Sequence[Run], n_steps: int, hints: Sequence[WorkerHint], within: float = 0.05
 ) -> float | None:
-    """After each slowdown onset (a run whose factors rise above the previous run's), the steps
-    until the split in use is within ``within`` of the optimum for the new speeds and the workers
-    then up, while those last; None without onsets."""
-    recovered = []
-    for r in range(1, len(runs)):
-        onset = runs[r]
-        if not (onset.factors > runs[r - 1].factors).any():
-            continue
-        slowed = [replace(h, noise_mean=h.noise_mean * f) for h, f in zip(hints, onset.factors)]  # the episode's speeds
-        caps = [h.max_batch if u else 0 for h, u in zip(hints, onset.up)]
-        global_batch = int(onset.batches.sum())  # the onset's (a policy that varies_batch changes it)
-        if sum(caps) < global_batch:
-            continue
-        best = slowest_expected_s(slowed, min_max_split(slowed, global_batch, caps))
-        end = n_steps
-        for run in runs[r:]:
-            if not (np.array_equal(run.factors, onset.factors) and np.array_equal(run.up, onset.up)):
-                end = run.first
-                break
-            if slowest_expected_s(slowed, run.batches) <= (1 + within) * best:
-                end = run.first
-                break
-        recovered.append(end - onset.first)
-    return float(np.mean(recovered)) if recovered else None
+    """After each slowdown onset, the steps until the split in use is within ``within`` of the
+    optimum for the new speeds and the workers then up, while those last (:class:`Recovery`);
+    None without onsets."""
+    recovery = Recovery(hints, within)
+    for run in runs:
+        recovery.add(run)
+    return recovery.steps(n_steps)
 
 
 @dataclass(frozen=True)

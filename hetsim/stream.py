@@ -2,29 +2,30 @@
 what :func:`hetsim.metrics.summary_of` reads, O(steps + workers) numbers, however many workers.
 
 An engine hands it each block of steps (:meth:`hetsim.engines.base.Engine.record`); it keeps each
-step's time and effective batches, sums the rest per worker, and records a
-:class:`~hetsim.metrics.Run` only where the slowdown factors, the workers up or the split change
-(in a vector-engine block they do not, so a run of ``dynamic`` keeps one per epoch and
-episode), and only once a slowdown has been seen: before the first, no run can be a slowdown's
-onset or follow one, so only the last is kept. A policy that re-splits every step in a run with
-slowdown episodes (``adaptive``) still keeps a run per step from the first episode on. Its
-Summary equals the one of the full trace, but for the rounding of the sums added a block at a
-time (per-worker compute, waits, the plain mean's effective batch).
+step's time and effective batches, sums the rest per worker, and hands each
+:class:`~hetsim.metrics.Run` (where the slowdown factors, the workers up or the split change) to
+a :class:`~hetsim.metrics.Recovery`, which keeps at most one episode open, so a policy that
+re-splits every step under slowdown episodes (``adaptive``) keeps no more than one that never
+does. Its Summary equals the one of the full trace, but for the rounding of the sums added a
+block at a time (per-worker compute, waits, the plain mean's effective batch).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from hetsim.efficiency import effective_batches
-from hetsim.metrics import BarrierTotals, Run
+from hetsim.metrics import BarrierTotals, Recovery, Run
+from hetsim.policies.base import WorkerHint
 from hetsim.trace import Recorder
 
 
 class SummaryRecorder:
     """Totals of a barrier run, fed block by block (see the module's docstring)."""
 
-    def __init__(self, policy: str, n_workers: int) -> None:
+    def __init__(self, policy: str, n_workers: int, hints: Sequence[WorkerHint] | None = None) -> None:
         self.policy = policy
         self.step_s: list[np.ndarray] = []
         self.applied: list[np.ndarray] = []
@@ -35,8 +36,7 @@ class SummaryRecorder:
         self.compute_s = np.zeros(n_workers)
         self.wait_s = 0.0
         self.moved = 0.0
-        self.runs: list[Run] = []  # only the last one until a slowdown is seen: onsets need one
-        self.episodes = False  # a slowdown factor other than 1 seen: every run from here on counts
+        self.recovery = None if hints is None else Recovery(hints)  # without the speeds: no recovery_steps
         self.last: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the last step's factors, up, split
 
     def add_block(self, first: int, epoch: np.ndarray, start_s: np.ndarray, local_batch: np.ndarray,
@@ -66,9 +66,9 @@ class SummaryRecorder:
         if self.last is None:
             changed[0] = True
         self.moved += float(np.abs(np.diff(np.concatenate([before[2], batches]), axis=0)).sum() / 2)
-        new = [Run(first + int(j), factors[j].copy(), up[j].copy(), batches[j].copy()) for j in np.flatnonzero(changed)]
-        self.runs = (self.runs + new) if self.episodes or (factors != 1.0).any() else (self.runs + new)[-1:]
-        self.episodes = self.episodes or bool((factors != 1.0).any())
+        if self.recovery is not None:
+            for j in np.flatnonzero(changed):
+                self.recovery.add(Run(first + int(j), factors[j].copy(), up[j].copy(), batches[j].copy()))
         self.last = (factors[-1].copy(), up[-1].copy(), batches[-1].copy())
 
     def totals(self) -> BarrierTotals:
@@ -86,7 +86,7 @@ class SummaryRecorder:
             moved=self.moved,
             applied=np.concatenate(self.applied),
             plain=np.concatenate(self.plain),
-            runs=tuple(self.runs),
+            recovery_steps=None if self.recovery is None else self.recovery.steps(sum(len(s) for s in self.step_s)),
         )
 
 

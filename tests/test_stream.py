@@ -116,11 +116,15 @@ def test_a_sampled_run_is_sized_by_the_rows_it_keeps_and_every_run_before_any_st
                                        "--trace none)\n")  # fmt: skip
 
 
-def test_without_slowdowns_the_recorder_keeps_one_run_however_often_the_split_changes():
+def test_a_policy_resplitting_every_step_under_episodes_keeps_only_its_onsets():
     from hetsim.engines.vector import record_vector
     from hetsim.stream import SummaryRecorder
 
-    s = load_scenario("mixed-gpus", ["workload.epochs=2"])
-    recorder = SummaryRecorder("adaptive", s.n_workers)
+    s = load_scenario("shared-cluster", ["workload.epochs=6"])
+    recorder = SummaryRecorder("adaptive", s.n_workers, s.hints())
     record_vector(s, s.make_policy("adaptive"), recorder)
-    assert len(recorder.runs) == 1 and recorder.totals().moved > 0  # it re-split, and nothing was an onset
+    trace = simulate(s, "adaptive", engine="vector")
+    batches = trace.per_step("local_batch")
+    assert (batches[1:] != batches[:-1]).any(axis=1).sum() > 100  # a run (a Recovery.add) at each of many re-splits
+    assert recorder.recovery is not None and 1 <= len(recorder.recovery.recovered) <= 10  # all it keeps: per onset
+    assert recorder.totals().recovery_steps == summarize(trace, s).recovery_steps
