@@ -26,14 +26,14 @@ from hetsim.cli_analysis import add_subcommands
 from hetsim.cli_common import OneLineParser, add_scenario_options, check_seed, run_main, scenario_policies
 from hetsim.cli_costs import COMMANDS as COST_COMMANDS
 from hetsim.cli_costs import add_subcommands as add_cost_subcommands
-from hetsim.config import builtin_names, builtin_text, check_run_size, load_scenario, tomllib
+from hetsim.config import builtin_names, builtin_text, load_scenario, tomllib
 from hetsim.engines import engine_choices
 from hetsim.errors import ConfigError
 from hetsim.metrics import summarize, with_speedups
 from hetsim.params import MAX_COUNT, Param
 from hetsim.policies import policy_class
 from hetsim.report import format_table, plotted_point, progress_printer, render_report, write_outputs
-from hetsim.results import SPEEDUP_METRICS, RunFolder
+from hetsim.results import DEFAULT_SAMPLE_EVERY, SPEEDUP_METRICS, TRACE_MODES, RunFolder, TraceMode
 from hetsim.simulate import check_kept_size, simulate, simulate_sampled
 from hetsim.sweep import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -141,6 +141,23 @@ def _add_sweep(sw: argparse.ArgumentParser) -> None:
         default=None,
         help="simpy, vector or auto (default: the sweep file's engine key, else auto; the results are the same)",
     )
+    sw.add_argument(
+        "--trace",
+        choices=TRACE_MODES,
+        default=None,
+        help="what the plotted cell (replication 0 of the [plots] cell, every policy) keeps for traces.parquet "
+        "and the trace plots: full: every step (default); sample: each --sample-every-th step (the step CDF is "
+        "of those steps; the Gantt chart is left out, and the split plot unless K divides an epoch's steps); "
+        "none: no traces.parquet and no trace plots. Cells keep summaries whatever it says. Recorded in "
+        "meta.json: --resume and report keep to it",
+    )
+    sw.add_argument(
+        "--sample-every",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"with --trace sample: keep every K-th step ({DEFAULT_SAMPLE_EVERY})",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -198,21 +215,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.show_default:
         print(default_sweep_text(), end="")
         return 0
-    folder, spec = _resumed_or_new(args)
+    folder, spec, trace = _resumed_or_new(args)
     cells = expand(spec)
     check_metric(args.metric, spec, cells)
-    check_run_size(point_scenario(spec, plotted_point(spec)))  # the plotted cell keeps its traces
+    scenario = point_scenario(spec, plotted_point(spec))
+    for name in spec.policies:  # the plotted cell keeps what --trace says of its traces
+        check_kept_size(scenario, policy_class(name).synchronous, trace.kept)
     executor = make_executor(args.jobs, args.scheduler, args.connect_timeout_s)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends the sweep as Ctrl-C does
     try:
         if folder is None:
             meta = {"executor": executor.description, "engine": spec.engine, "cells": len(cells),
-                    "replications": spec.replications}  # fmt: skip
+                    "replications": spec.replications, **trace.to_meta()}  # fmt: skip
             folder = RunFolder.start(args.runs, spec, meta)
         _heal(folder, spec, "its cell runs again")
         try:
             _run_cells(folder, spec, executor, [c for c in cells if c.index not in folder.done_cells()], len(cells))
-            print(render_report(folder, spec, args.metric))
+            print(render_report(folder, spec, args.metric, trace))
         except KeyboardInterrupt:
             print(f"\ninterrupted: {len(folder.done_cells())} of {len(cells)} cells saved; "
                   f"finish with: python -m hetsim sweep --resume {folder.path}", file=sys.stderr)  # fmt: skip
@@ -246,8 +265,9 @@ def _run_cells(folder: RunFolder, spec: SweepSpec, executor: LocalExecutor | Das
         show()
 
 
-def _resumed_or_new(args: argparse.Namespace) -> tuple[RunFolder | None, SweepSpec]:
-    """The folder to resume (None for a new sweep) and the sweep, with ``--engine`` applied."""
+def _resumed_or_new(args: argparse.Namespace) -> tuple[RunFolder | None, SweepSpec, TraceMode]:
+    """The folder to resume (None for a new sweep), the sweep, with ``--engine`` applied, and
+    what its plotted cell keeps (:func:`_trace_mode`)."""
     folder = None
     if args.resume is not None:
         if args.sweep is not None:
@@ -258,15 +278,35 @@ def _resumed_or_new(args: argparse.Namespace) -> tuple[RunFolder | None, SweepSp
         spec = load_sweep(args.sweep if args.sweep is not None else tomllib.loads(default_sweep_text()))
     if args.engine is not None:
         spec = dataclasses.replace(spec, engine=args.engine)
-    return folder, spec
+    return folder, spec, _trace_mode(args, folder)
+
+
+def _trace_mode(args: argparse.Namespace, folder: RunFolder | None) -> TraceMode:
+    """``--trace`` and ``--sample-every`` (checked as ``simulate`` checks them) for a new sweep;
+    for a resumed one, the mode its meta.json records, which options given must not contradict
+    (unlike ``--engine``, the mode changes what the folder holds: traces.parquet and the plots)."""
+    if args.sample_every is not None:
+        Param("--sample-every", "integer", low=1, high=MAX_COUNT).check(args.sample_every)
+    if folder is None:
+        return TraceMode(args.trace or "full", args.sample_every or DEFAULT_SAMPLE_EVERY)
+    recorded = folder.trace_mode()
+    if args.trace is not None and args.trace != recorded.mode:
+        conflict = "--trace"
+    elif recorded.mode == "sample" and args.sample_every not in (None, recorded.every):
+        conflict = "--sample-every"
+    else:
+        return recorded
+    started = f"{folder.path} was started with {recorded.describe()}"
+    raise ConfigError(conflict, f"{started}: resume it without {conflict}, or with the same")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     folder = RunFolder.open(args.run_dir)
     spec = folder.spec()
+    trace = folder.trace_mode()  # what the sweep kept: the report draws the same
     check_metric(args.metric, spec, expand(spec))
     _heal(folder, spec, f"its cell is left out until the sweep is resumed (--resume {folder.path})")
-    print(render_report(folder, spec, args.metric))
+    print(render_report(folder, spec, args.metric, trace))
     return 0
 
 

@@ -3,23 +3,27 @@
 This module owns turning results into reports: the per-policy summary table of ``simulate`` and
 its output files, a sweep's progress line, and a results folder's report (results.parquet,
 summary.csv, the plotted cell's traces, every plot, and the speedup table). It decides what the
-trace plots show (:func:`cell_plots`); :mod:`hetsim.plots` only draws it.
+trace plots show (:func:`cell_plots`, and :func:`plotted_cell` for what ``sweep --trace`` keeps);
+:mod:`hetsim.plots` only draws it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
+
+import pandas as pd
 
 from hetsim.errors import ConfigError
 from hetsim.files import atomic_folder, write_frame, write_json
 from hetsim.metrics import BASELINE, Summary, summarize
 from hetsim.plots import CellPlots, render_run
 from hetsim.policies import policy_class
-from hetsim.results import RunFolder, markdown_table, summarize_cells
-from hetsim.simulate import simulate
+from hetsim.results import RunFolder, TraceMode, markdown_table, summarize_cells
+from hetsim.simulate import simulate, simulate_sampled
 from hetsim.sweep import Progress, expand, replication_seeds
 from hetsim.sweepfile import SweepSpec, point_scenario
 from hetsim.trace import Trace, write_trace_table
@@ -108,25 +112,35 @@ SPEEDUP_TEXT = {
 }
 
 
-def render_report(folder: RunFolder, spec: SweepSpec, metric: str = "throughput") -> str:
+def render_report(
+    folder: RunFolder, spec: SweepSpec, metric: str = "throughput", trace: TraceMode | None = None
+) -> str:
     """Rebuild results.parquet, summary.csv and every plot, all or none of them (the plotted
     cell's traces, a cache, are simulated and written first when missing); return the report's
-    text (the folder's line and the speedup table, by ``metric``)."""
+    text (the folder's line and the speedup table, by ``metric``). ``trace`` (default: what the
+    folder's meta.json records) decides what the trace plots draw (:func:`plotted_cell`); a plot
+    it leaves out gets a note on stderr."""
+    trace = folder.trace_mode() if trace is None else trace
     results = folder.results()
     axes = [a.name for a in spec.axes]
     summary = summarize_cells(results, axes, metric)
-    cell = cell_plots(plotted_traces(folder, spec))
+    cell, notes = plotted_cell(folder, spec, results, trace)
     with atomic_folder(folder.path, "run_dir") as tmp:  # a failure leaves the previous tables and plots
         write_frame(tmp / "results.parquet", results)
         write_frame(tmp / "summary.csv", summary)
         (tmp / "plots").mkdir()
         plots = render_run(tmp / "plots", summary, axes, spec.plots.x, spec.plots.lines, cell)
+    for note in notes:
+        print(f"hetsim: note: {note}", file=sys.stderr)
     missing = len(expand(spec)) - results["cell"].nunique()
     labels = ", ".join(f"{k}={v}" for k, v in plot_cell_labels(spec).items())
+    shown = {1: f"traces of {labels}", 0: "no traces: --trace none"}.get(
+        trace.kept, f"traces of {labels}, steps 0, {trace.kept}, {2 * trace.kept}, ..."
+    )
     head = (
         f"{folder.path}: {results['cell'].nunique()} cells x {spec.replications} replications"
         + (f" ({missing} cells missing: --resume {folder.path})" if missing else "")
-        + f"; {len(plots)} plots in {folder.path / 'plots'} (traces of {labels})"
+        + f"; {len(plots)} plots in {folder.path / 'plots'} ({shown})"
     )
     return (
         head + f"\n\nSpeedup vs {BASELINE} ({SPEEDUP_TEXT[metric]}; "
@@ -146,16 +160,68 @@ def plotted_point(spec: SweepSpec) -> tuple[int, ...]:
     return tuple(a.labels.index(labels[a.name]) for a in spec.axes)
 
 
-def plotted_traces(folder: RunFolder, spec: SweepSpec) -> dict[str, Trace]:
-    """Replication 0 of the plotted cell under every policy (simulated once, then read back)."""
+def plotted_traces(folder: RunFolder, spec: SweepSpec, trace: TraceMode | None = None) -> dict[str, Trace]:
+    """Replication 0 of the plotted cell under every policy (simulated once, then read back):
+    every step, or with ``trace`` sampling (``--trace sample``) steps 0, k, 2k, ... of a barrier
+    policy's run (an async run keeps every update)."""
     saved = folder.read_traces(TRACES_FILE)
     if saved is not None:
         return saved
+    every = 1 if trace is None else max(trace.kept, 1)
     scenario = point_scenario(spec, plotted_point(spec))
     seed = replication_seeds(spec)[0]
-    traces = {p: simulate(scenario, p, seed=seed, engine=spec.engine) for p in spec.policies}
+    traces = {}
+    for p in spec.policies:
+        if every == 1:
+            traces[p] = simulate(scenario, p, seed=seed, engine=spec.engine)
+            continue
+        sampled, _ = simulate_sampled(scenario, p, every, seed=seed, engine=spec.engine)
+        assert sampled is not None  # every > 0 keeps a trace
+        traces[p] = sampled
     folder.write_traces(TRACES_FILE, traces.values())
     return traces
+
+
+def plotted_cell(
+    folder: RunFolder, spec: SweepSpec, results: pd.DataFrame, trace: TraceMode
+) -> tuple[CellPlots | None, list[str]]:
+    """What the trace plots draw under ``trace``, and a note per plot left out. ``none``: no
+    trace plots. ``sample``: the step CDF is that of the kept steps (a systematic sample of the
+    run's); each policy's utilization is the whole run's (its replication-0 row in ``results``;
+    the kept steps would only estimate it); the Gantt chart, which draws consecutive steps, is
+    left out, and so is the split over epochs unless every epoch's first step is kept."""
+    if trace.kept == 0:
+        return None, []
+    traces = plotted_traces(folder, spec, trace)
+    cell = cell_plots(traces)
+    if trace.kept == 1:
+        return cell, []
+    notes = []
+    if cell.gantt:
+        notes.append(f"gantt.png left out: {trace.describe()} keeps steps {trace.kept} apart, and a Gantt chart "
+                     "draws consecutive steps")  # fmt: skip
+    split = cell.split
+    per_epoch = point_scenario(spec, plotted_point(spec)).workload.steps_per_epoch
+    if split and per_epoch % trace.kept:
+        split = []
+        notes.append(f"split.png left out: {trace.describe()} does not keep the first step of every epoch "
+                     f"(epochs of {per_epoch} steps)")  # fmt: skip
+    run = run_utilization(spec, results)
+    estimated = [p for p in cell.utilization if p not in run]
+    if estimated:
+        notes.append(f"utilization.png: {', '.join(estimated)} from the kept steps only (the plotted cell has not "
+                     f"finished: --resume {folder.path})")  # fmt: skip
+    utilization = {p: run.get(p, u) for p, u in cell.utilization.items()}
+    return dataclasses.replace(cell, utilization=utilization, split=split, gantt=[]), notes
+
+
+def run_utilization(spec: SweepSpec, results: pd.DataFrame) -> dict[str, list[float]]:
+    """Each policy's per-worker utilization in replication 0 of the plotted cell, from its row
+    of ``results`` (the same run as its trace); a policy whose cell has not finished is absent."""
+    point = plotted_point(spec)
+    policy = {c.index: c.policy for c in expand(spec) if c.point == point}
+    rows = results[results["cell"].isin(list(policy)) & (results["replication"] == 0)]
+    return {policy[int(c)]: [float(x) for x in u] for c, u in zip(rows["cell"], rows["utilization"])}
 
 
 # ----------------------------------------------------------------------------- what the trace plots show

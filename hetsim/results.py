@@ -3,11 +3,14 @@
 Layout::
 
     sweep.toml        the resolved sweep (base inlined): --resume reads it back
-    meta.json         hetsim version, git commit, Python, host, date, command line
+    meta.json         hetsim version, git commit, Python, host, date, command line, and what
+                      the plotted cell keeps of its traces (``trace``, ``sample_every``:
+                      --resume and report keep to it)
     parts/cell-NNNNN.parquet   one file per finished cell, written atomically as it finishes
     results.parquet   one row per cell and replication (all parts), rebuilt at the end
     summary.csv       per cell: mean and 95% CI over replications, speedup vs equal
-    traces.parquet    replication 0 of the plotted cell, every policy (for the trace plots)
+    traces.parquet    replication 0 of the plotted cell, every policy (for the trace plots):
+                      every step, or (--trace sample) steps 0, K, 2K, ...; none with --trace none
     plots/*.png
 
 Every file is written to a temporary name and renamed, so a killed sweep never leaves a
@@ -23,6 +26,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +35,55 @@ import pandas as pd
 import tomli_w
 
 from hetsim import __version__
+from hetsim.config import read_table
 from hetsim.errors import ConfigError
 from hetsim.files import atomic_write, remove_stale_temporaries, write_frame, write_json
 from hetsim.metrics import BASELINE, mean_ci
+from hetsim.params import MAX_COUNT, Param
 from hetsim.sweepfile import SweepSpec, load_sweep
 from hetsim.trace import COLUMNS, Trace, read_trace_table, traces_by_policy, write_trace_table
 
 METRICS = ("mean_step_s", "total_time_s", "throughput_sps", "mean_utilization")
 PART_COLUMNS = ("cell", "replication", "seed", *METRICS)  # what every part holds, at least
 PART = re.compile(r"cell-(\d{5})\.parquet")  # a finished cell; anything else in parts/ is ignored
+TRACE_MODES = ("full", "sample", "none")  # sweep --trace
+DEFAULT_SAMPLE_EVERY = 10  # sweep --sample-every
+
+
+@dataclass(frozen=True)
+class TraceMode:
+    """What a sweep keeps of its plotted cell's traces (``sweep --trace``): ``full`` every step,
+    ``sample`` each ``every``-th, ``none`` nothing (no traces.parquet, no trace plots). The cells
+    keep summaries whatever the mode. It is recorded in meta.json because it decides what
+    ``--resume`` and ``report`` write: a second mode in one folder would mix two kinds of plot."""
+
+    mode: str = "full"
+    every: int = DEFAULT_SAMPLE_EVERY  # read with mode "sample" only
+
+    @property
+    def kept(self) -> int:
+        """The ``every`` of :func:`hetsim.simulate.simulate_sampled` and ``check_kept_size``:
+        1 (every step), k (each k-th) or 0 (none)."""
+        return {"full": 1, "sample": self.every, "none": 0}[self.mode]
+
+    def describe(self) -> str:
+        """The options that give this mode."""
+        return f"--trace {self.mode}" + (f" --sample-every {self.every}" if self.mode == "sample" else "")
+
+    def to_meta(self) -> dict[str, Any]:
+        return {"trace": self.mode, **({"sample_every": self.every} if self.mode == "sample" else {})}
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any], where: str) -> TraceMode:
+        """The mode meta.json (``where``) records; ``full`` where it records none (a folder made
+        before ``--trace`` existed)."""
+        try:
+            mode = Param("trace", "choice", choices=TRACE_MODES).check(meta.get("trace", "full"))
+            every = meta.get("sample_every", DEFAULT_SAMPLE_EVERY)
+            every = Param("sample_every", "integer", low=1, high=MAX_COUNT).check(every)
+        except ConfigError as exc:
+            raise ConfigError(where, str(exc)) from None
+        return cls(mode, int(every))
 
 
 class RunFolder:
@@ -66,10 +110,12 @@ class RunFolder:
 
     @classmethod
     def start(cls, root: Path, spec: SweepSpec, meta: Mapping[str, Any]) -> RunFolder:
-        """A new folder for ``spec`` with its sweep.toml and meta.json (:func:`provenance` and ``meta``)."""
+        """A new folder for ``spec`` with its meta.json (:func:`provenance` and ``meta``) and
+        sweep.toml, in that order: a folder that :meth:`open` accepts has its meta.json, so a
+        resume never falls back to a default that the sweep did not use."""
         folder = cls.create(root, spec.name)
-        folder.write_text("sweep.toml", tomli_w.dumps(spec.to_dict()))
         write_json(folder.path / "meta.json", {**provenance(), **meta})
+        folder.write_text("sweep.toml", tomli_w.dumps(spec.to_dict()))
         return folder
 
     @classmethod
@@ -82,6 +128,12 @@ class RunFolder:
 
     def spec(self) -> SweepSpec:
         return load_sweep(self.path / "sweep.toml")
+
+    def trace_mode(self) -> TraceMode:
+        """What the sweep keeps of its plotted cell's traces, as its meta.json records (``full``
+        without a meta.json: a folder not made by ``sweep``)."""
+        path = self.path / "meta.json"
+        return TraceMode.from_meta(read_table(path) if path.exists() else {}, str(path))
 
     def write_text(self, name: str, text: str) -> None:
         atomic_write(self.path / name, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))

@@ -142,6 +142,17 @@ CASES = [
     case("unknown-engine-option", [SWEEP, "--engine", "warp"],
          "hetsim sweep: argument --engine: invalid choice: 'warp' (choose from 'simpy', 'vector', 'auto')",
          sweep_file()),
+    case("unknown-trace", [SWEEP, "--trace", "some"],
+         "hetsim sweep: argument --trace: invalid choice: 'some' (choose from 'full', 'sample', 'none')", sweep_file()),
+    case("sample-every-zero", [SWEEP, "--trace", "sample", "--sample-every", "0"],
+         "--sample-every: must be in [1, 1099511627776], got 0", sweep_file()),
+    # --sample-every is checked whatever --trace says, as simulate checks it
+    case("sample-every-zero-without-sample", [SWEEP, "--sample-every", "0"],
+         "--sample-every: must be in [1, 1099511627776], got 0", sweep_file()),
+    case("sample-every-huge", [SWEEP, "--trace", "sample", "--sample-every", "1099511627777"],
+         "--sample-every: must be in [1, 1099511627776], got 1099511627777", sweep_file()),
+    case("sample-every-text", [SWEEP, "--trace", "sample", "--sample-every", "two"],
+         "hetsim sweep: argument --sample-every: invalid int value: 'two'", sweep_file()),
     case("runs-in-a-file", [SWEEP, "--runs", "{tmp}/file/runs"], "--runs: cannot make {tmp}/file/runs: Not a directory",
          {**sweep_file(), "file": "x"}),
     case("runs-is-a-file", [SWEEP, "--runs", "{tmp}/file"], "--runs: cannot make {tmp}/file: File exists",
@@ -186,6 +197,17 @@ RESUME = [
     pytest.param(lambda run: None, ["--metric", "time_to_target"],
                  "--metric: time_to_target needs [workload.efficiency] with target_steps in the sweep's scenario",
                  id="metric-without-target"),
+    pytest.param(lambda run: None, ["--trace", "none"],
+                 "--trace: {run} was started with --trace full: resume it without --trace, or with the same",
+                 id="trace-conflict"),
+    pytest.param(lambda run: None, ["--sample-every", "0"], "--sample-every: must be in [1, 1099511627776], got 0",
+                 id="sample-every-zero"),
+    pytest.param(edit("meta.json", '"trace": "full"', '"trace": "partial"'), [],
+                 "{run}/meta.json: trace: must be one of 'full', 'sample', 'none', got 'partial'",
+                 id="meta-trace-edited"),
+    pytest.param(overwrite("meta.json", "{"), [],
+                 "{run}/meta.json: not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 "
+                 "(char 1)", id="meta-json-garbage"),
 ]  # fmt: skip
 
 
