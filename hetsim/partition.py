@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -23,6 +23,8 @@ BOUND_ROUNDING = 1e-9  # relative: how far below the batch a rounded running sum
 
 
 def _check_feasible(total: int, caps: Numbers) -> None:
+    if isinstance(caps, np.ndarray) and caps.size and caps.max() == math.inf and caps.min() > -math.inf:
+        return  # an uncapped worker and no NaN: the sum is inf in any order (Python's sum is slow)
     if sum(caps) < total:
         raise ValueError(f"max_batch caps sum to {sum(caps):g} < global batch {total}")
 
@@ -70,31 +72,77 @@ def balanced_time(fixed_s: Numbers, per_sample_s: Numbers, total: float, caps: N
     """
     a = np.asarray(fixed_s, dtype=float)
     c = np.asarray(per_sample_s, dtype=float)
-    cap = np.asarray(caps, dtype=float)
-    _check_feasible(int(total), cap)
+    return _balanced_time(a, c, total, np.asarray(caps, dtype=float))
 
+
+class Sweep(NamedTuple):
+    """What :func:`balanced_time_sweep` sorted, for :func:`water_fill_array` to reuse."""
+
+    inputs: tuple[np.ndarray, np.ndarray, np.ndarray]  # the (fixed_s, per_sample_s, caps) it was made of
+    points: np.ndarray | None  # balanced_time's breakpoints, sorted and distinct (None: not known)
+    guess: int  # the index in points of the first breakpoint the running sums put at the total
+
+
+def _balanced_time(a: np.ndarray, c: np.ndarray, total: float, cap: np.ndarray, sweep: Sweep | None = None,
+                   checked: bool = False) -> float:  # fmt: skip
+    """:func:`balanced_time` of float arrays (``checked``: the caps are known to hold the total)."""
+    if not checked:
+        _check_feasible(int(total), cap)
     full = a + c * cap  # computed once, so that at these breakpoints a worker is exactly full
 
     def filled(t: float) -> float:
         return float(np.where(t >= full, cap, np.minimum(np.maximum((t - a) / c, 0.0), cap)).sum())
 
-    points = np.unique(np.concatenate([a, full[np.isfinite(cap)]]))
-    first, last = 1, len(points)  # bisect for the first breakpoint after points[0] that holds total
-    while first < last:  # (filled is non-decreasing: O(log n) evaluations, each O(n))
-        mid = (first + last) // 2
-        if filled(points[mid]) >= total:
-            last = mid
-        else:
-            first = mid + 1
+    swept = _sorted_points(sweep, a, c, cap)
+    points = np.unique(np.concatenate([a, full[np.isfinite(cap)]])) if swept is None else swept
+    known: dict[int, float] = {}  # filled at points[j], by j
+
+    def filled_at(j: int) -> float:
+        if j not in known:
+            known[j] = filled(points[j])
+        return known[j]
+
+    # The first breakpoint after points[0] that holds total (filled is non-decreasing)
+    guess = 0 if sweep is None or swept is None else sweep.guess
+    first = _first_reaching(lambda j: filled_at(j) >= total, len(points), guess)
     if first < len(points):
         lo, hi = points[first - 1], points[first]
+        f_lo, f_hi = filled_at(first - 1), filled_at(first)
     else:
-        lo = points[-1]
-        hi = lo + (total - filled(lo)) * c.min() + 1.0  # past the last breakpoint: linear growth
-        while filled(hi) < total:
+        lo, f_lo = points[-1], filled_at(len(points) - 1)
+        hi = lo + (total - f_lo) * c.min() + 1.0  # past the last breakpoint: linear growth
+        f_hi = filled(hi)
+        while f_hi < total:
             hi = lo + 2 * (hi - lo)
-    f_lo, f_hi = filled(lo), filled(hi)
+            f_hi = filled(hi)
     return float(lo + (total - f_lo) * (hi - lo) / (f_hi - f_lo)) if f_hi > f_lo else float(hi)
+
+
+def _sorted_points(sweep: Sweep | None, a: np.ndarray, c: np.ndarray, cap: np.ndarray) -> np.ndarray | None:
+    """``sweep``'s breakpoints, when it was made of these arrays and knows them, and filled(t)
+    is sure to be non-decreasing in floating point too (finite a, finite positive c, caps not
+    negative), so that a search from its guess ends where the bisection would."""
+    if sweep is None or sweep.points is None or any(x is not y for x, y in zip(sweep.inputs, (a, c, cap))):
+        return None
+    points = sweep.points
+    if c.min() > 0 and c.max() < math.inf and cap.min() >= 0 and math.isfinite(points[0]) and math.isfinite(points[-1]):
+        return points
+    return None
+
+
+def _first_reaching(reaches: Callable[[int], bool], count: int, guess: int) -> int:
+    """The smallest ``j`` in ``[1, count)`` where ``reaches`` (non-decreasing in ``j``), else
+    ``count``: the guess when it checks out (two evaluations), else by bisection."""
+    if 1 <= guess <= count and (guess == count or reaches(guess)) and (guess == 1 or not reaches(guess - 1)):
+        return guess
+    lo, hi = 1, count
+    while lo < hi:  # (O(log n) evaluations, each O(n))
+        mid = (lo + hi) // 2
+        if reaches(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 def water_fill(fixed_s: Numbers, per_sample_s: Numbers, total: int, caps: Numbers | None = None) -> tuple[int, ...]:
@@ -108,42 +156,81 @@ def water_fill(fixed_s: Numbers, per_sample_s: Numbers, total: int, caps: Number
     """
     a, c = np.asarray(fixed_s, dtype=float), np.asarray(per_sample_s, dtype=float)
     cap = np.full(len(a), np.inf) if caps is None else np.asarray(caps, dtype=float)
-    t_star = balanced_time(a, c, total, cap)
+    return tuple(water_fill_array(a, c, total, cap).tolist())
+
+
+def water_fill_array(a: np.ndarray, c: np.ndarray, total: int, cap: np.ndarray, sweep: Sweep | None = None,
+                     checked: bool = False) -> np.ndarray:  # fmt: skip
+    """:func:`water_fill` of float arrays, as an int64 array. ``sweep``: the
+    :func:`balanced_time_sweep` of the same three arrays (it saves a sort and most evaluations);
+    ``checked``: the caller knows that ``sum(cap)`` (Python's sum, as the check adds) holds ``total``."""
+    t_star = _balanced_time(a, c, total, cap, sweep, checked)
+    uncapped = bool(cap.min() == math.inf)  # every cap +inf: the minimum with it changes nothing
     with np.errstate(invalid="ignore"):
-        floors = np.where(t_star > a, np.minimum(np.floor((t_star - a) / c + 1e-9), cap), 0.0)
+        fits = np.floor((t_star - a) / c + 1e-9)
+        floors = np.where(t_star > a, fits if uncapped else np.minimum(fits, cap), 0.0)
     batches = floors.astype(np.int64)
-    while batches.sum() > total:  # floating error could overshoot by a sample: take it from the slowest
+    given = int(batches.sum())
+    while given > total:  # floating error could overshoot by a sample: take it from the slowest
         busy = np.flatnonzero(batches > 0)
         batches[busy[int(np.argmax(a[busy] + c[busy] * batches[busy]))]] -= 1
-    rest = total - int(batches.sum())
-    if rest > 0:
-        batches += _smallest_next(a, c, cap, batches, rest)
-    return tuple(batches.tolist())
+        given -= 1
+    if given < total:
+        batches += _smallest_next(a, c, None if uncapped else cap, batches, total - given)
+    return batches
 
 
-def _smallest_next(a: np.ndarray, c: np.ndarray, cap: np.ndarray, batches: np.ndarray, rest: int) -> np.ndarray:
+def _smallest_next(a: np.ndarray, c: np.ndarray, cap: np.ndarray | None, batches: np.ndarray, rest: int) -> np.ndarray:
     """How many of the ``rest`` smallest next finishing times ``a_i + c_i (b_i + k)`` (k = 1, 2,
-    ..., within the caps) each worker gets, ties to the lower worker. Only times up to the
-    ``rest``-th smallest first extra can be among them, so just those are listed."""
-    room = cap - batches
-    open_ = np.flatnonzero(room > 0)
-    first = a[open_] + c[open_] * (batches[open_] + 1)
+    ..., within the caps; None: +inf) each worker gets, ties to the lower worker. Only times up
+    to the ``rest``-th smallest first extra can be among them, so just those are listed."""
+    n = len(a)
+    room: float | np.ndarray = np.inf
+    open_ = np.arange(n)
+    if cap is not None:
+        space = cap - batches
+        open_ = np.flatnonzero(space > 0)
+        room = space if len(open_) == n else space[open_]
+        if len(open_) < n:  # (else the same values as the open workers')
+            a, c, batches = a[open_], c[open_], batches[open_]
+    first = a + c * (batches + 1)
     limit = np.partition(first, rest - 1)[rest - 1] if rest <= len(first) else np.inf
-    with np.errstate(invalid="ignore"):
-        extra = np.where(np.isfinite(limit), np.floor((limit - a[open_]) / c[open_]) - batches[open_] + 1, rest)
-    count = np.clip(extra, 1, np.minimum(room[open_], rest)).astype(np.int64)  # may list one too many: sorted below
-    who = np.repeat(open_, count)
-    k = np.arange(len(who)) - np.repeat(np.cumsum(count) - count, count) + 1
-    times = a[who] + c[who] * (batches[who] + k)
-    take = who[np.lexsort((who, times))[:rest]]
-    return np.bincount(take, minlength=len(a))
+    if math.isfinite(limit):
+        with np.errstate(invalid="ignore"):
+            extra = np.floor((limit - a) / c) - batches + 1
+    else:
+        extra = np.full(len(a), float(rest))
+    np.maximum(extra, 1, out=extra)  # (np.clip, without its Python wrapper)
+    count = np.minimum(extra, np.minimum(room, rest), out=extra).astype(np.int64)  # may list one too many
+    if (count == 1).all():  # one extra each (the common case): the list is ``first`` itself
+        return np.bincount(open_[_smallest(first, rest, limit)], minlength=n)
+    who = np.repeat(np.arange(len(open_)), count)  # each open worker's k = 1..count in turn:
+    base = batches + 1 - (np.cumsum(count) - count)  # b + k = base[who] + (position in the list)
+    times = a[who] + c[who] * (base[who] + np.arange(len(who)))
+    return np.bincount(open_[who[_smallest(times, rest)]], minlength=n)
+
+
+def _smallest(values: np.ndarray, count: int, kth: float | None = None) -> np.ndarray:
+    """Where the ``count`` smallest ``values`` are, ties to the lower position (the first
+    ``count`` of a stable sort; ``kth``: the ``count``-th smallest value, when known)."""
+    if count >= len(values):
+        return np.arange(len(values))
+    if kth is None:
+        kth = np.partition(values, count - 1)[count - 1]
+    if np.isnan(kth):  # NaN sorts last, but equals nothing: sort
+        return np.argsort(values, kind="stable")[:count]
+    below = values < kth  # fewer than count of them; the rest are the first ones equal to kth
+    take = np.flatnonzero(values == kth)[: count - int(np.count_nonzero(below))]
+    below[take] = True
+    return below
 
 
 def max_time(fixed_s: Numbers, per_sample_s: Numbers, batches: Numbers) -> float:
     """max over workers with samples of a_i + c_i b_i (the deterministic step's compute phase)."""
     b = np.asarray(batches, dtype=float)
+    busy = b > 0
     times = np.asarray(fixed_s, dtype=float) + np.asarray(per_sample_s, dtype=float) * b
-    return float(np.max(times, where=b > 0, initial=-np.inf)) if (b > 0).any() else 0.0
+    return float(np.max(times, where=busy, initial=-np.inf)) if busy.any() else 0.0
 
 
 def balanced_time_bound(fixed_s: np.ndarray, per_sample_s: np.ndarray, total: float, caps: np.ndarray) -> float:
@@ -151,21 +238,63 @@ def balanced_time_bound(fixed_s: np.ndarray, per_sample_s: np.ndarray, total: fl
     cumulative sums (fully vectorised; equal to it but for rounding, which may put it lower,
     never higher). No integer split is faster, so it bounds what a re-split can gain: a policy
     may skip :func:`water_fill` when even this is no better."""
-    full = fixed_s + per_sample_s * caps
+    return balanced_time_sweep(fixed_s, per_sample_s, total, caps)[0]
+
+
+def balanced_time_sweep(
+    fixed_s: np.ndarray, per_sample_s: np.ndarray, total: float, caps: np.ndarray
+) -> tuple[float, Sweep]:
+    """:func:`balanced_time_bound`, and the sorted breakpoints for :func:`water_fill_array`."""
     rate = 1.0 / per_sample_s
     capped = np.isfinite(caps)
     # filled(t) = slope * t + offset between breakpoints: a worker starts at a_i, stops at full_i
-    at = np.concatenate([fixed_s, full[capped]])
-    d_slope = np.concatenate([rate, -rate[capped]])
-    d_offset = np.concatenate([-fixed_s * rate, (fixed_s * rate + caps)[capped]])
-    order = np.argsort(at, kind="stable")
-    at, slope, offset = at[order], np.cumsum(d_slope[order]), np.cumsum(d_offset[order])
-    reach = slope[:-1] * at[1:] + offset[:-1]  # filled at each next breakpoint
+    if capped.any():
+        full = fixed_s + per_sample_s * caps
+        at = np.concatenate([fixed_s, full[capped]])
+        d_slope = np.concatenate([rate, -rate[capped]])
+        d_offset = np.concatenate([-fixed_s * rate, (fixed_s * rate + caps)[capped]])
+    else:  # the same three arrays, without the empty parts
+        at, d_slope, d_offset = fixed_s, rate, -fixed_s * rate
+    order, ordered, points = _stable_order(at)
+    slope, offset = np.cumsum(d_slope[order]), np.cumsum(d_offset[order])
+    reach = slope[:-1] * ordered[1:] + offset[:-1]  # filled at each next breakpoint
     # The running sums put a flat stretch (capped workers full, the next not started) a rounding
     # error below its true level: accept it as reaching ``total`` (an earlier segment, a lower T).
     held = reach >= total * (1 - BOUND_ROUNDING)
-    k = int(np.argmax(held)) if held.any() else len(at) - 1
-    return float((total - offset[k]) / slope[k]) if slope[k] > 0 else float(at[k])
+    k = int(np.argmax(held)) if len(held) else 0
+    if len(held) == 0 or not held[k]:
+        k = len(ordered) - 1
+    bound = float((total - offset[k]) / slope[k]) if slope[k] > 0 else float(ordered[k])
+    if points is None or k + 1 == len(ordered):
+        guess = len(ordered) if points is None else len(points)
+    else:  # (at[k + 1] is the first breakpoint the running sums reach the total at)
+        guess = k + 1 if points is ordered else int(np.searchsorted(points, ordered[k + 1]))
+    return bound, Sweep((fixed_s, per_sample_s, caps), points, guess)
+
+
+def _stable_order(at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The stable sort's order of ``at``, ``at`` in that order, and its distinct values (None
+    with NaN). From the faster default sort, whose order differs only within runs of equal
+    keys: those are put in index order (NaN, which equals nothing, takes the stable sort). Of
+    a run of 0.0 and -0.0 the distinct values keep the first, where numpy.unique may keep
+    either: filled(t), and so the integer split, is the same at both."""
+    order = np.argsort(at)
+    ordered = at[order]
+    if len(at) and np.isnan(ordered[-1]):  # (NaN sorts last)
+        order = np.argsort(at, kind="stable")
+        return order, at[order], None
+    tied = ordered[1:] == ordered[:-1]
+    if not tied.any():
+        return order, ordered, ordered
+    runs = np.zeros(len(at), dtype=bool)  # the positions in runs of equal keys
+    runs[1:] = tied
+    runs[:-1] |= tied
+    members = np.flatnonzero(runs)
+    keys, index = ordered[members], order[members]
+    order[members] = index[np.lexsort((index, keys))]
+    distinct = np.ones(len(at), dtype=bool)
+    np.logical_not(tied, out=distinct[1:])
+    return order, ordered, ordered[distinct]
 
 
 class Curve(Protocol):

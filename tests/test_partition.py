@@ -5,19 +5,23 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from hetsim.costs import Affine, Hinge, Table
 from hetsim.partition import (
+    _first_reaching,
     balanced_split,
     balanced_time,
+    balanced_time_sweep,
     max_time,
     min_max_split,
     slowest_expected_s,
     split_by_shares,
     water_fill,
+    water_fill_array,
 )
 from hetsim.policies import WorkerHint
 
@@ -165,3 +169,51 @@ def test_balanced_split_gives_equal_times_on_curves_and_the_closed_form_on_affin
     affine = [WorkerHint(math.inf, Affine(0.01, 0.001)), WorkerHint(math.inf, Affine(0.0, 0.002))]
     t = balanced_time([0.01, 0.0], [0.001, 0.002], 90, [math.inf, math.inf])
     assert balanced_split(affine, 90, [math.inf, math.inf]).tolist() == pytest.approx([(t - 0.01) / 0.001, t / 0.002])
+
+
+# ----------------------------------------------------------------------------- the sweep's shortcuts
+
+
+def stable_sort_bound(fixed_s, per_sample_s, total, caps):
+    """balanced_time_bound as first written (a stable sort, concatenated arrays): the faster one
+    must give the very same number."""
+    full = fixed_s + per_sample_s * caps
+    rate = 1.0 / per_sample_s
+    capped = np.isfinite(caps)
+    at = np.concatenate([fixed_s, full[capped]])
+    d_slope = np.concatenate([rate, -rate[capped]])
+    d_offset = np.concatenate([-fixed_s * rate, (fixed_s * rate + caps)[capped]])
+    order = np.argsort(at, kind="stable")
+    at, slope, offset = at[order], np.cumsum(d_slope[order]), np.cumsum(d_offset[order])
+    held = slope[:-1] * at[1:] + offset[:-1] >= total * (1 - 1e-9)
+    k = int(np.argmax(held)) if held.any() else len(at) - 1
+    return float((total - offset[k]) / slope[k]) if slope[k] > 0 else float(at[k])
+
+
+@st.composite
+def tied_problems(draw):
+    """Affine problems with many equal fixed costs (0.0 and -0.0 among them) and caps (0 for a
+    worker that is down), as fitted costs have."""
+    n = draw(st.integers(1, 40))
+    a = np.array(draw(st.lists(st.sampled_from([0.0, -0.0, 0.01, 0.02, 0.035]) | st.floats(0.0, 0.05), min_size=n,
+                               max_size=n)))  # fmt: skip
+    c = np.array(draw(st.lists(st.sampled_from([0.001, 0.002]) | st.floats(1e-4, 0.01), min_size=n, max_size=n)))
+    caps = np.array(draw(st.lists(st.sampled_from([math.inf, math.inf, 0.0, 5.0, 30.0]), min_size=n, max_size=n)))
+    total = draw(st.integers(1, 40 * n))
+    assume(caps.sum() >= total)
+    return a, c, total, caps
+
+
+@given(tied_problems())
+def test_the_bound_and_the_split_from_its_sweep_are_the_stable_sorts_and_water_fills(problem):
+    a, c, total, caps = problem
+    bound, sweep = balanced_time_sweep(a, c, total, caps)
+    assert repr(bound) == repr(stable_sort_bound(a, c, total, caps))
+    assert tuple(water_fill_array(a, c, total, caps, sweep).tolist()) == water_fill(a, c, total, caps)
+
+
+def test_the_search_from_a_guess_finds_what_the_bisection_finds():
+    for count in range(1, 12):
+        for first in range(1, count + 1):
+            for guess in range(-1, count + 2):
+                assert _first_reaching(lambda j, first=first: j >= first, count, guess) == first

@@ -29,7 +29,7 @@ from typing import ClassVar
 import numpy as np
 
 from hetsim.params import Param
-from hetsim.partition import balanced_time_bound, max_time, water_fill
+from hetsim.partition import balanced_time_sweep, max_time, water_fill_array
 from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHint
 
 MIN_SPREAD = 0.5  # samples; with MIN_SPREAD_REL of the mean: below this spread of b the slope is kept
@@ -67,13 +67,23 @@ class Adaptive(Policy):
         self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None, run: RunHint | None = None
     ) -> None:
         super().reset(n_workers, global_batch, hints, run)
-        self._stats = np.zeros((n_workers, 5))  # decayed sums of 1, b, b^2, t, b*t
+        self._stats = np.zeros((5, n_workers))  # decayed sums of 1, b, b^2, t, b*t (a row each)
         self._slope = np.full(n_workers, np.nan)
         self.fixed_s = np.zeros(n_workers)
         self.per_sample_s = np.full(n_workers, np.nan)
+        self._known = np.zeros(n_workers, dtype=bool)  # per_sample_s is not NaN
         self._resid_var = np.full(n_workers, MIN_JUMP**2 / 16)
         self._surprises = np.zeros(n_workers, dtype=np.int64)  # signed run of large residuals
         self._ahead_steps = 1  # steps an engine may compute before the split is next re-decided (a guess)
+        # Caches, each valid for the object it was made from (held, so it cannot be a new one):
+        self._b_of: tuple[int, ...] | None = None  # the local batches self._b holds as floats
+        self._b = np.zeros(n_workers)
+        self._rows_of: np.ndarray | None = None  # the b self._rows (a measurement's statistics) is for
+        self._rows = np.ones((5, n_workers))
+        self._positive = np.zeros(n_workers, dtype=bool)  # b > 0
+        self._split_of: tuple[int, ...] | None = None  # the split self._split holds as floats
+        self._split = np.zeros(n_workers)
+        self._caps_hold: tuple[int, bool] | None = None  # (global batch, whether the caps hold it)
 
     def steady_steps(self, info: StepInfo) -> int:
         if self.resplit == "epoch":  # sure: the split changes only at epoch ends
@@ -82,7 +92,7 @@ class Adaptive(Policy):
 
     def observe(self, record: StepRecord) -> None:
         row = np.asarray(record.compute_s, dtype=float)
-        self._step(np.asarray(record.local_batches, dtype=float), row, np.asarray(record.included, dtype=bool),
+        self._step(self._batch_array(record.local_batches), row, np.asarray(record.included, dtype=bool),
                    record.ends_epoch, record.info.available)  # fmt: skip
 
     def observe_steps(
@@ -91,65 +101,106 @@ class Adaptive(Policy):
         """The steps one at a time (vectorised across workers), up to the first that changes the
         split; the guess of :meth:`steady_steps` doubles after a block taken whole (up to
         :data:`MAX_AHEAD`) and falls back to one step after a change."""
-        b = np.asarray(local_batches, dtype=float)
-        flags = np.broadcast_to(np.asarray(included, dtype=bool), compute_s.shape)
+        b = self._batch_array(local_batches)
+        flags = np.asarray(included, dtype=bool)  # one row for every step, or a row each
         before, per_epoch = self._batches, first.steps_per_epoch
         for j in range(len(compute_s)):
             ends = (first.step_in_epoch + j) % per_epoch == per_epoch - 1
-            self._step(b, compute_s[j], flags[j], ends, first.available)
+            self._step(b, compute_s[j], flags if flags.ndim < 2 else flags[j], ends, first.available)
             if self._batches is not before:
                 self._ahead_steps = 1
                 return j + 1
         self._ahead_steps = min(2 * self._ahead_steps, MAX_AHEAD)
         return len(compute_s)
 
+    def _batch_array(self, local_batches: tuple[int, ...]) -> np.ndarray:
+        """The local batches as floats; the same array again for the same tuple (so that
+        :meth:`_measured` finds its statistics cached)."""
+        if local_batches is not self._b_of or not isinstance(local_batches, tuple):
+            self._b_of, self._b = local_batches, np.asarray(local_batches, dtype=float)
+        return self._b
+
+    def _measured(self, b: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """One measurement's statistics, a row each as in ``_stats``: the rows of b are kept while
+        b is the same array (an engine's block, or a split that stays), those of t are this step's."""
+        if b is not self._rows_of:  # (row 0 holds ones since reset)
+            self._rows_of, self._positive = b, b > 0
+            np.copyto(self._rows[1], b)
+            np.multiply(b, b, out=self._rows[2])
+        np.copyto(self._rows[3], t)
+        np.multiply(b, t, out=self._rows[4])
+        return self._rows
+
     def _step(self, b: np.ndarray, t: np.ndarray, included: np.ndarray, ends_epoch: bool,
               available: tuple[bool, ...] | None) -> None:  # fmt: skip
         """One step's measurements into the fits, then (every step, or at epoch ends) an update."""
-        ok = (b > 0) & included & (t > 0)
-        rows = np.stack([np.ones_like(b), b, b * b, t, b * t], axis=1)
-        keep = ok & ~self._restarted(b, t, ok, rows)
-        self._stats[keep] = self.forgetting * self._stats[keep] + rows[keep]
+        rows = self._measured(b, t)
+        ok = self._positive & included & (t > 0)
+        restart = self._restarted(b, t, ok, rows)
+        keep = ok if restart is None else ok & ~restart
+        if keep.all():  # (in place: the same products and sums as on the kept columns)
+            self._stats *= self.forgetting
+            self._stats += rows
+        else:  # (computed for all, kept where kept: faster than masked arithmetic)
+            with np.errstate(invalid="ignore", over="ignore"):
+                decayed = self._stats * self.forgetting
+                decayed += rows
+            np.copyto(self._stats, decayed, where=keep)
         if self.resplit == "step" or ends_epoch:
             self._update(available)
 
-    def _restarted(self, b: np.ndarray, t: np.ndarray, ok: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def _restarted(self, b: np.ndarray, t: np.ndarray, ok: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
         """Detect changes of speed; on a worker's second surprise in a row, restart its fit from
-        this measurement, with its costs scaled by the surprise. True where it restarted."""
-        check = ok & ~np.isnan(self.per_sample_s)
+        this measurement, with its costs scaled by the surprise. Where it restarted (None: nowhere)."""
+        check = ok & self._known
         if not check.any():
-            return check
-        with np.errstate(divide="ignore", invalid="ignore"):
+            return None
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             ratio = t / (self.fixed_s + self.per_sample_s * b)
-        resid = ratio - 1.0
-        calm = check & (np.abs(resid) <= np.maximum(4 * np.sqrt(self._resid_var), MIN_JUMP))
+            resid = ratio - 1.0
+            calm = check & (np.abs(resid) <= np.maximum(4 * np.sqrt(self._resid_var), MIN_JUMP))
+            var = 0.9 * self._resid_var + 0.1 * resid**2  # kept where calm (the others' is unused)
+        if calm.all():  # the common case: no surprise anywhere
+            self._surprises.fill(0)
+            self._resid_var = var
+            return None
         self._surprises[calm] = 0
-        self._resid_var[calm] = 0.9 * self._resid_var[calm] + 0.1 * resid[calm] ** 2
+        np.copyto(self._resid_var, var, where=calm)
         surprised = check & ~calm
+        if not surprised.any():
+            return None
+        # A run is -1, 0 or 1 between steps (a second surprise in a row restarts and clears it),
+        # so a surprise makes it 2 (a restart) where it has the surprise's sign, else the sign.
         sign = np.where(resid > 0, 1, -1)
-        run = np.where(self._surprises * sign > 0, self._surprises + sign, sign)
-        self._surprises[surprised] = run[surprised]
-        restart = surprised & (np.abs(self._surprises) >= 2)
+        restart = surprised & (self._surprises == sign)
+        self._surprises[surprised] = sign[surprised]
+        if not restart.any():
+            return None
         self._slope[restart] *= ratio[restart]
-        self._stats[restart] = rows[restart]
+        self._stats[:, restart] = rows[:, restart]
         self._surprises[restart] = 0
         return restart
 
     def _fit(self) -> None:
         """Per worker: the weighted least-squares line, or the last slope through the mean."""
-        s0, s1, s2, t0, t1 = self._stats.T
-        seen = s0 > 0
+        seen = self._stats[0] > 0
         with np.errstate(divide="ignore", invalid="ignore"):
-            mean_b, mean_t = s1 / s0, t0 / s0
-            var_b = s2 / s0 - mean_b**2
+            mean_b, mean_bb, mean_t, mean_bt = self._stats[1:] / self._stats[0]  # (one division)
+            var_b = mean_bb - mean_b**2
             identifiable = var_b > np.maximum(MIN_SPREAD, MIN_SPREAD_REL * mean_b) ** 2
-            slope = np.where(identifiable, (t1 / s0 - mean_b * mean_t) / var_b, np.nan)
-            slope = np.where(slope > 0, slope, np.where(self._slope > 0, self._slope, mean_t / mean_b))
-            slope = np.minimum(slope, mean_t / mean_b)  # a fixed cost cannot be negative
+            fitted = (mean_bt - mean_b * mean_t) / var_b
+            through_mean = mean_t / mean_b
+            slope = np.where(self._slope > 0, self._slope, through_mean)  # the last slope, or no fixed cost
+            np.copyto(slope, fitted, where=identifiable & (fitted > 0))  # the fit, where it is one
+            np.minimum(slope, through_mean, out=slope)  # a fixed cost cannot be negative
             fixed = mean_t - slope * mean_b
-        self._slope = np.where(seen, slope, self._slope)
-        self.per_sample_s = np.where(seen, slope, self.per_sample_s)
-        self.fixed_s = np.where(seen, fixed, self.fixed_s)
+        if seen.all():
+            self._slope, self.per_sample_s, self.fixed_s = slope, slope.copy(), fixed
+        else:
+            self._slope = np.where(seen, slope, self._slope)
+            self.per_sample_s = np.where(seen, slope, self.per_sample_s)
+            self.fixed_s = np.where(seen, fixed, self.fixed_s)
+        self._known = ~np.isnan(self.per_sample_s)
 
     def _update(self, available: tuple[bool, ...] | None) -> None:
         estimates = self._estimates(available)
@@ -160,25 +211,41 @@ class Adaptive(Policy):
         """Refit; the fitted ``(fixed_s, per_sample_s, caps)`` (caps 0 for the workers down), or
         None while no worker has been measured."""
         self._fit()
-        known = ~np.isnan(self.per_sample_s)
-        if not known.any():
+        known = self._known
+        if known.all():
+            fixed, per_sample = self.fixed_s, self.per_sample_s
+        elif not known.any():
             return None
-        # A worker never measured (down since the start) is assumed average until it is measured.
-        fixed = np.where(known, self.fixed_s, self.fixed_s[known].mean())
-        per_sample = np.where(known, self.per_sample_s, self.per_sample_s[known].mean())
+        else:  # A worker never measured (down since the start) is assumed average until it is measured.
+            fixed = np.where(known, self.fixed_s, self.fixed_s[known].mean())
+            per_sample = np.where(known, self.per_sample_s, self.per_sample_s[known].mean())
         caps = self.cap_array if available is None else np.where(available, self.cap_array, 0.0)
         return fixed, per_sample, caps
 
     def _resplit(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> None:
         """Adopt the min-max split of the fitted costs when it is ``hysteresis`` faster; skip
         computing it when not even the continuous optimum would be (the cheap check that lets a
-        block of steps go by without a change)."""
-        current = max_time(fixed, per_sample, self._batches)
+        block of steps go by without a change). The check's sort serves the split too."""
+        if self._batches is not self._split_of:
+            self._split_of, self._split = self._batches, np.asarray(self._batches, dtype=float)
+        current = max_time(fixed, per_sample, self._split)
         goal = (1 - self.hysteresis) * current
+        sweep = None
         if np.isfinite(current):
-            bound = balanced_time_bound(fixed, per_sample, self.global_batch, caps)
+            bound, sweep = balanced_time_sweep(fixed, per_sample, self.global_batch, caps)
             if bound >= goal * (1 + BOUND_MARGIN):
                 return
-        proposal = water_fill(fixed, per_sample, self.global_batch, caps)
-        if not np.isfinite(current) or max_time(fixed, per_sample, proposal) < goal:
-            self._batches = proposal
+        proposal = water_fill_array(fixed, per_sample, self.global_batch, caps, sweep, self._caps_hold_batch(caps))
+        as_float = proposal.astype(float)
+        if not np.isfinite(current) or max_time(fixed, per_sample, as_float) < goal:
+            self._batches = self._split_of = tuple(proposal.tolist())
+            self._split = as_float
+
+    def _caps_hold_batch(self, caps: np.ndarray) -> bool:
+        """Whether water_fill's check that the caps hold the global batch (Python's sum, slow on
+        thousands of workers) is known to pass: cached for the caps of steps without failures."""
+        if caps is not self.cap_array:
+            return False
+        if self._caps_hold is None or self._caps_hold[0] != self.global_batch:
+            self._caps_hold = (self.global_batch, bool(sum(caps) >= self.global_batch))
+        return self._caps_hold[1]
