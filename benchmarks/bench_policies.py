@@ -4,7 +4,9 @@
 
 The scenario of ``benchmarks/bench_engines.py`` (a quarter of the workers 2x slower, lognormal
 noise, an exponential injected delay, 100 steps per epoch) under each policy of ``--policies``
-(default ``dynamic,adaptive``), on the vector engine, ``--rounds`` times in turn. Prints one JSON
+(default ``dynamic,adaptive``), on the vector engine, ``--rounds`` times in turn (each rate as
+``bench_scale.py`` measures it: after a warm-up run, the best of the runs that fit in a
+second). Prints one JSON
 object: per cluster size and policy the worker-steps per second of each round, and per size the
 ratio of each policy's rate to the first policy's, round by round, with its mean, median and
 90th percentile (the machine may be shared: the ratio within a round is what to read).
@@ -15,20 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 import numpy as np
-from bench_engines import scenario
-
-from hetsim.engines import run_vector
-from hetsim.policies import make_policy
-
-
-def rate(n: int, steps: int, policy: str) -> float:
-    s = scenario(n, steps, policy)
-    start = time.perf_counter()
-    run_vector(s, make_policy(policy))
-    return n * s.workload.total_steps / (time.perf_counter() - start)
+from bench_scale import rate
 
 
 def main() -> None:
@@ -44,7 +35,7 @@ def main() -> None:
         rates: dict[str, list[float]] = {p: [] for p in policies}
         for _ in range(args.rounds):
             for p in policies:
-                rates[p].append(rate(n, args.steps, p))
+                rates[p].append(rate(n, args.steps, p)[0])
         base = np.asarray(rates[policies[0]])
         ratios = {p: (np.asarray(r) / base).tolist() for p, r in rates.items() if p != policies[0]}
         out["sizes"][str(n)] = {  # type: ignore[index]

@@ -1,21 +1,23 @@
 """Every worker's random numbers of each step: its noise factor and its delay.
 
-Counter-based, so that a whole cluster's draws are a few NumPy calls whatever its size. The
-uniforms of one purpose (noise, delay, a shared group's noise) for tile ``j``, the steps
-``j T`` to ``(j + 1) T - 1`` (``T`` = :data:`TILE_STEPS`), come from one generator,
-``PCG64(SeedSequence(seed, spawn_key=(purpose, j)))``, and slot ``i``'s ``T`` uniforms of the
-tile are numbers ``i T`` to ``(i + 1) T - 1`` of its ``random()`` sequence (one 64-bit output
-each). Worker ``i`` owns slot ``i``; a shared-noise group draws from its first member's slot.
-So a worker's uniform of step ``t`` depends on (seed, purpose, worker, t) only: not on the
-cluster's size, the split, the policy, the engine, or how steps are grouped into blocks.
+Counter-based, so that a whole cluster's draws are a few NumPy calls whatever its size. Each
+purpose (noise, delay, a shared group's noise) has one generator,
+``PCG64(SeedSequence(seed, spawn_key=(purpose,)))``, whose ``random()`` sequence (one 64-bit
+output per uniform) is cut into tiles of :data:`TILE_STEPS` (``T``) steps: the uniform of slot
+``i`` at step ``t`` is number ``(t // T) T S + i T + t % T``, ``S`` = :data:`SLOTS`, reached
+with ``PCG64.advance``. Worker ``i`` owns slot ``i``; a shared-noise group draws from its first
+member's slot. So a worker's uniform of step ``t`` depends on (seed, purpose, worker, t) only:
+not on the cluster's size, the split, the policy, the engine, or how steps are grouped into
+blocks; and the uniforms of every worker for a tile are one call.
 
 Each uniform becomes a draw through the distribution's quantile function
 (:meth:`~hetsim.distributions.Distribution.ppf`), a group of workers with the same law at a
-time. A persistent lognormal factor (``persistence`` rho, :mod:`hetsim.workers`) takes
-``ndtri(u)`` as its innovation: ``Z_0 = sigma eps_0`` (the stationary start), then
-``Z_t = rho Z_{t-1} + sigma sqrt(1 - rho^2) eps_t`` element by element, in order, its state
-carried from tile to tile (tiles are made in order), and ``X_t = exp(-sigma^2/2 + Z_t)``. A
-member of a shared group multiplies its own factor by the group's of the same step.
+time, many tiles in one call. A persistent lognormal factor (``persistence`` rho,
+:mod:`hetsim.workers`) takes ``ndtri(u)`` as its innovation: ``Z_0 = sigma eps_0`` (the
+stationary start), then ``Z_t = rho Z_{t-1} + sigma sqrt(1 - rho^2) eps_t`` element by element,
+in order, its state carried from one batch of tiles to the next (tiles are made in order), and
+``X_t = exp(-sigma^2/2 + Z_t)``. A member of a shared group multiplies its own factor by the
+group's of the same step.
 
 Under ``async`` a worker's "step" is its update count: its n-th compute takes its n-th draws,
 and every member of a shared group its group's n-th factor.
@@ -32,19 +34,34 @@ from scipy import special
 from hetsim.distributions import Distribution
 from hetsim.workers import DELAY_PURPOSE, NOISE_PURPOSE, SHARED_PURPOSE, WorkerSpec, index_groups
 
-TILE_STEPS = 16  # steps per tile: a tile of every worker's draws is one generator, one call
+TILE_STEPS = 16  # steps per tile: every worker's uniforms of a tile are one stretch of the sequence
+SLOTS = 1 << 40  # slots per tile in the sequence: more than any cluster has workers
 CHUNK_ELEMENTS = 1 << 20  # rows() hands out about this many worker-steps per buffer
 
 
-def uniforms(seed: int, purpose: int, tile: int, slots: np.ndarray) -> np.ndarray:
-    """The uniforms of tile ``tile`` for ``slots`` (increasing), as (TILE_STEPS x slots)."""
-    bits = np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(purpose, tile)))
-    first, width = int(slots[0]), int(slots[-1]) + 1
-    bits.advance(first * TILE_STEPS)  # one 64-bit output per uniform: skip the slots before
-    u = np.random.Generator(bits).random((width - first) * TILE_STEPS).reshape(width - first, TILE_STEPS)
-    if width - first != len(slots):
-        u = u[slots - first]
-    return np.ascontiguousarray(u.T)
+class Uniforms:
+    """One purpose's uniforms, read forward: tile by tile, each for some slots."""
+
+    def __init__(self, seed: int, purpose: int) -> None:
+        self.bits = np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(purpose,)))
+        self.generator = np.random.Generator(self.bits)
+        self.position = 0  # the number of the next uniform in the sequence
+
+    def tiles(self, first_tile: int, count: int, slots: np.ndarray) -> np.ndarray:
+        """Tiles ``first_tile`` to ``first_tile + count - 1`` for ``slots`` (increasing, not
+        before any slot already read in the first), as (count T x slots)."""
+        low, width = int(slots[0]), int(slots[-1]) + 1
+        out = np.empty((count, width - low, TILE_STEPS))
+        for k in range(count):
+            start = ((first_tile + k) * SLOTS + low) * TILE_STEPS
+            if start < self.position:
+                raise ValueError(f"uniforms are read forward: {start} is behind {self.position}")
+            self.bits.advance(start - self.position)  # one 64-bit output per uniform: skip to the slot
+            self.generator.random(out=out[k].reshape(-1))
+            self.position = start + out[k].size
+        if width - low != len(slots):
+            out = out[:, slots - low]
+        return np.ascontiguousarray(out.transpose(0, 2, 1)).reshape(count * TILE_STEPS, len(slots))
 
 
 class _Law:
@@ -72,10 +89,11 @@ class _Law:
 
 
 class _Purpose:
-    """One purpose's draws for some slots: each tile's uniforms through the slots' laws."""
+    """One purpose's draws for some slots: their uniforms through the slots' laws."""
 
-    def __init__(self, purpose: int, slots: np.ndarray, dists: Sequence[Distribution], persistence: np.ndarray) -> None:
-        self.purpose, self.slots = purpose, slots
+    def __init__(self, seed: int, purpose: int, slots: np.ndarray, dists: Sequence[Distribution],
+                 persistence: np.ndarray) -> None:  # fmt: skip
+        self.uniforms, self.slots = Uniforms(seed, purpose), slots
         self.laws = [
             _Law(dist, float(rho), columns[persistence[columns] == rho])
             for dist, columns in index_groups(dists)
@@ -83,9 +101,10 @@ class _Purpose:
         ]
         self.random = any(not law.dist.is_constant for law in self.laws)
 
-    def tile(self, seed: int, j: int) -> np.ndarray:
-        shape = (TILE_STEPS, len(self.slots))
-        u = uniforms(seed, self.purpose, j, self.slots) if self.random else np.zeros(shape)
+    def tiles(self, first_tile: int, count: int) -> np.ndarray:
+        """The draws of ``count`` tiles from ``first_tile``, as (count T x slots)."""
+        shape = (count * TILE_STEPS, len(self.slots))
+        u = self.uniforms.tiles(first_tile, count, self.slots) if self.random else np.zeros(shape)
         if len(self.laws) == 1:
             return self.laws[0].take(u)
         out = np.empty(shape)
@@ -95,18 +114,18 @@ class _Purpose:
 
 
 class StepDraws:
-    """Every worker's noise factor and delay, by step, made a tile at a time, in order.
+    """Every worker's noise factor and delay, by step, made a batch of tiles at a time, in order.
 
     ``rows`` serves a reader that moves forward (the barrier engines), ``take`` an exact count
     of rows, ``at`` one worker's draws of any step made so far or later (the async event loop,
     whose workers move at their own pace; it keeps every tile it made)."""
 
     def __init__(self, seed: int, workers: Sequence[WorkerSpec]) -> None:
-        self.seed, self.n = seed, len(workers)
+        self.n = len(workers)
         everyone = np.arange(self.n)
         persistence = np.array([w.persistence for w in workers])
-        self.noise = _Purpose(NOISE_PURPOSE, everyone, [w.noise for w in workers], persistence)
-        self.delay = _Purpose(DELAY_PURPOSE, everyone, [w.delay for w in workers], np.zeros(self.n))
+        self.noise = _Purpose(seed, NOISE_PURPOSE, everyone, [w.noise for w in workers], persistence)
+        self.delay = _Purpose(seed, DELAY_PURPOSE, everyone, [w.delay for w in workers], np.zeros(self.n))
         groups: dict[str, list[int]] = {}
         for i, w in enumerate(workers):
             if w.shares_noise:
@@ -119,20 +138,21 @@ class StepDraws:
         self.shared = None
         if shared:
             rho = np.array([s.persistence for s in shared])
-            self.shared = _Purpose(SHARED_PURPOSE, firsts, [s.dist for s in shared], rho)
+            self.shared = _Purpose(seed, SHARED_PURPOSE, firsts, [s.dist for s in shared], rho)
         self.made = 0  # tiles made
-        self.kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # tiles made by at()
         self.first, self.buffer = 0, (np.empty((0, self.n)), np.empty((0, self.n)))
 
-    def _make(self, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """Tile ``j`` (made, with those before it, if not yet)."""
-        while self.made <= j:
-            noise = self.noise.tile(self.seed, self.made)
-            if self.shared is not None:
-                noise[:, self.members] *= self.shared.tile(self.seed, self.made)[:, self.group_of]
-            self.kept[self.made] = (noise, self.delay.tile(self.seed, self.made))
-            self.made += 1
-        return self.kept[j]
+    def _make(self, first_tile: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """Tiles ``first_tile`` to ``first_tile + count - 1``, as (count T x workers); the tiles
+        before them are made first if they were not (a persistent factor runs through them)."""
+        if first_tile > self.made:
+            self._make(self.made, first_tile - self.made)
+        noise = self.noise.tiles(first_tile, count)
+        if self.shared is not None:
+            noise[:, self.members] *= self.shared.tiles(first_tile, count)[:, self.group_of]
+        self.made = first_tile + count
+        return noise, self.delay.tiles(first_tile, count)
 
     def rows(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         """(noise, delay) of steps ``first``, ``first + 1``, ..., at least one and at most
@@ -141,12 +161,8 @@ class StepDraws:
         if first >= self.first + len(self.buffer[0]):
             j = first // TILE_STEPS
             wanted = -(-(first + count) // TILE_STEPS) - j
-            tiles = max(1, min(wanted, CHUNK_ELEMENTS // (self.n * TILE_STEPS)))
-            made = [self._make(k) for k in range(j, j + tiles)]
-            for k in [k for k in self.kept if k < j + tiles]:
-                del self.kept[k]  # a forward reader never comes back
             self.first = j * TILE_STEPS
-            self.buffer = (np.concatenate([m[0] for m in made]), np.concatenate([m[1] for m in made]))
+            self.buffer = self._make(j, max(1, min(wanted, CHUNK_ELEMENTS // (self.n * TILE_STEPS))))
         lo = first - self.first
         hi = min(lo + count, len(self.buffer[0]))
         return self.buffer[0][lo:hi], self.buffer[1][lo:hi]
@@ -165,6 +181,10 @@ class StepDraws:
 
     def at(self, worker: int, step: int) -> tuple[float, float]:
         """Worker ``worker``'s (noise, delay) of step ``step``."""
-        noise, delay = self._make(step // TILE_STEPS)
+        j = step // TILE_STEPS
+        while self.made <= j:
+            tile = self.made
+            self.kept[tile] = self._make(tile, 1)
+        noise, delay = self.kept[j]
         row = step % TILE_STEPS
         return float(noise[row, worker]), float(delay[row, worker])

@@ -13,7 +13,7 @@ from scipy import stats
 
 from hetsim.config import build_scenario
 from hetsim.distributions import Empirical, Exponential, Gamma, LogNormal, ShiftedExponential, Uniform
-from hetsim.draws import TILE_STEPS, StepDraws, uniforms
+from hetsim.draws import SLOTS, TILE_STEPS, StepDraws, Uniforms
 from hetsim.workers import NOISE_PURPOSE
 from tests.helpers import scenario_dict
 
@@ -34,12 +34,24 @@ def cluster(noises: list[dict], seed: int = 3, count: int = 1, **extra: object) 
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(0, 300), min_size=1, max_size=8, unique=True), st.integers(0, 50))
-def test_a_slots_uniforms_are_its_stretch_of_the_tiles_sequence(slots, tile):
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=8, unique=True), st.integers(0, 50), st.integers(1, 3))
+def test_a_slots_uniforms_are_its_stretch_of_the_purposes_sequence(slots, tile, count):
     slots = np.sort(np.array(slots))
-    whole = np.random.Generator(np.random.PCG64(np.random.SeedSequence(5, spawn_key=(NOISE_PURPOSE, tile))))
-    sequence = whole.random((int(slots[-1]) + 1) * TILE_STEPS).reshape(-1, TILE_STEPS)
-    assert np.array_equal(uniforms(5, NOISE_PURPOSE, tile, slots), sequence[slots].T)
+    bits = np.random.PCG64(np.random.SeedSequence(5, spawn_key=(NOISE_PURPOSE,)))
+    bits.advance(tile * SLOTS * TILE_STEPS)
+    tiles = []
+    for _ in range(count):  # tile after tile: SLOTS stretches of TILE_STEPS numbers each
+        stretch = np.random.Generator(bits).random((int(slots[-1]) + 1) * TILE_STEPS).reshape(-1, TILE_STEPS)
+        tiles.append(stretch[slots].T)
+        bits.advance((SLOTS - int(slots[-1]) - 1) * TILE_STEPS)
+    assert np.array_equal(Uniforms(5, NOISE_PURPOSE).tiles(tile, count, slots), np.concatenate(tiles))
+
+
+def test_uniforms_are_read_forward_only():
+    u = Uniforms(5, NOISE_PURPOSE)
+    u.tiles(3, 1, np.array([0, 1]))
+    with pytest.raises(ValueError, match="read forward"):
+        u.tiles(2, 1, np.array([0]))
 
 
 @settings(max_examples=25, deadline=None)

@@ -44,12 +44,11 @@ class _Step:
 
     __slots__ = ("batches", "compute", "delay", "done", "noise", "slowdown", "start")
 
-    def __init__(self, batches: tuple[int, ...], done: list[simpy.Event], start: float, draws: StepDraws,
-                 row: int) -> None:  # fmt: skip
+    def __init__(self, batches: tuple[int, ...], done: list[simpy.Event], start: float, noise: list[float],
+                 delay: list[float]) -> None:  # fmt: skip
         n = len(batches)
         self.batches, self.done, self.start = batches, done, start
-        noise, delay = draws.rows(row, 1)
-        self.noise, self.delay = noise[0].tolist(), delay[0].tolist()
+        self.noise, self.delay = noise, delay  # every worker's draws of the step
         self.compute = [0.0] * n  # each worker's compute time (until cancelled, if it was)
         self.slowdown = [1.0] * n  # the episode factor at each worker's compute start
 
@@ -154,7 +153,8 @@ class _BarrierRun:
         batches = tuple(policy.partition(info))
         done = [env.event() for _ in range(n)]
         release, self.go = self.go, env.event()
-        step = _Step(batches, done, start, self.draws, info.step)
+        noise, delay = self.draws.rows(info.step, self.scenario.workload.total_steps - info.step)  # the rest, ahead
+        step = _Step(batches, done, start, noise[0].tolist(), delay[0].tolist())
         release.succeed(step)
         need = policy.wait_for()
         yield Condition(env, _at_least(need), done)
