@@ -74,14 +74,15 @@ assert 0.5 < m.loc["dynamic", EFF] < 0.7
 assert np.allclose(m.loc[["optimal", "adaptive"], EFF], 1)
 assert (m.loc["optimal", TPR] < m.loc["adaptive", TPR]) == (m.loc["optimal", TTR] < m.loc["adaptive", TTR])
 assert sorted(s.loc[["backup", "ksync"], TPR]) == [3, 4]
-assert set(s["time_to_target_s"].nsmallest(2).index) == {"backup", "ksync"}
+assert s["time_to_target_s"].idxmin() == "ksync"
+assert set(s["time_to_target_s"].nsmallest(3).index) == {"backup", "ksync", "goodput"}
 assert (s.loc[["backup", "ksync"], EFF] > 1).all()
 assert np.allclose(s.loc[["backup", "ksync"], "dropped_share"], [1 / 8, 1 / 2])
 assert (m.loc[["backup", "ksync"], TPR] == len(m) - 1).all() and (m.loc[["backup", "ksync"], TTR] == len(m) - 2).all()
-assert m.loc["goodput", [TPR, TTR]].tolist() == [1, 1] and s.loc["goodput", [TPR, TTR]].tolist() == [2, 3]
+assert m.loc["goodput", [TPR, TTR]].tolist() == [1, 1] and s.loc["goodput", TPR] == 2
 assert 0.7 < s.loc["goodput", EFF] < 0.9
 near = s.loc[["equal", "proportional", "optimal", "dynamic", "dynamic-enhanced", "adaptive"]]
-assert np.ptp(near["throughput_sps"]) < 0.01 * s.loc["equal", "throughput_sps"]
+assert np.ptp(near["throughput_sps"]) < 0.03 * s.loc["equal", "throughput_sps"]
 assert np.ptp(near["time_to_target_s"]) < 0.03 * s.loc["equal", "time_to_target_s"]
 # section 3: an interior best fixed batch; goodput near it and ahead of the workload's 512, after one change
 assert min(FIXED_BATCHES) < best_batch < max(FIXED_BATCHES) and best_batch != 512
