@@ -116,6 +116,8 @@ def _common_wait(z: np.ndarray, counts: np.ndarray, service_s: float) -> float:
         return service_s * float(counts @ (1.0 / (z + r))) - 1.0
 
     hi = float(counts.sum()) * service_s  # the whole population queued: the link is full
+    if excess(hi) >= 0:  # the root itself (no worker thinks at all), to rounding
+        return hi
     return float(optimize.brentq(excess, service_s, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps))
 
 

@@ -195,6 +195,12 @@ def test_the_link_model_never_exceeds_the_links_or_a_workers_own_rate(think, ser
     assert np.all(rates <= 1 / (z + service) * (1 + 1e-9)) and np.all(residence >= service * (1 - 1e-9))
 
 
+@pytest.mark.parametrize("service", [0.3, 1.1, 1.7])
+def test_workers_that_never_think_queue_the_whole_population_at_the_link(service):
+    rates, residence = link_rates(np.zeros(5), service)  # every update waits for the other four
+    assert np.allclose(residence, 5 * service, rtol=1e-12) and np.allclose(rates, 1 / (5 * service), rtol=1e-12)
+
+
 def test_async_without_a_shared_link_is_the_renewal_rate():
     for net in ("ring", "constant", "hierarchical"):
         raw = load_scenario("workstation", ["workload.epochs=1"]).to_dict()

@@ -6,9 +6,9 @@ updates are applied at the running sum of its own ``compute + exchange`` times, 
 adds each timeout to the clock; ``np.cumsum`` makes the same additions in the same order), and
 the run's updates are those times merged in order, up to the run's ``steps x workers``. The
 workers' draws (:class:`~hetsim.draws.StepDraws`, worker i's n-th compute taking its draws of
-"step" n) are taken for as many updates per worker, doubled until every worker's reach past the
-run's last update; where that would draw
-more than :data:`DRAW_LIMIT` times the run's updates (one worker far faster than the rest), the
+"step" n) are taken for as many updates per worker as the fastest is expected to make (from
+the means), and doubled until every worker's reach past the run's last update; where that
+would draw more than :data:`DRAW_LIMIT` times the run's updates (one worker far faster than the rest), the
 event loop, which draws only what each worker uses, is cheaper. SimPy breaks a tie between two
 updates applied at the same instant by the order in which their timeouts were scheduled; rather
 than replay that, a run with a tie among the updates it keeps goes to the SimPy engine, as does
@@ -57,6 +57,8 @@ def run_vector_async(
     for model, idx in cost_groups(workers):
         base[idx] = model.time_s(batches[idx])
     expected_s = base * np.array([w.noise.mean() for w in workers]) + [w.delay.mean() for w in workers] + exchange_s
+    if not (expected_s > 0).all():  # updates that take no time: ties, for the event loop
+        return None
     need = math.ceil(total / np.sum(1.0 / expected_s) / expected_s.min())  # the fastest worker's updates, expected
     compute = ends = np.empty((n, 0))  # (workers x updates): each worker's computes and update times
     while True:  # draw until every worker's drawn updates reach past the run's last one
