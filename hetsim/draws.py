@@ -120,8 +120,8 @@ class StepDraws:
     of rows, ``at`` one worker's draws of any step made so far or later (the async event loop,
     whose workers move at their own pace; it keeps every tile it made)."""
 
-    def __init__(self, seed: int, workers: Sequence[WorkerSpec]) -> None:
-        self.n = len(workers)
+    def __init__(self, seed: int, workers: Sequence[WorkerSpec], steps: int | None = None) -> None:
+        self.n, self.steps = len(workers), steps  # steps: the run's, when known (a forward reader's buffers reach it)
         everyone = np.arange(self.n)
         persistence = np.array([w.persistence for w in workers])
         self.noise = _Purpose(seed, NOISE_PURPOSE, everyone, [w.noise for w in workers], persistence)
@@ -157,10 +157,13 @@ class StepDraws:
     def rows(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         """(noise, delay) of steps ``first``, ``first + 1``, ..., at least one and at most
         ``count`` rows, as (rows x workers) views; ``first`` never below the last asked. A new
-        buffer holds the tiles of the ``count`` rows, up to about :data:`CHUNK_ELEMENTS` numbers."""
+        buffer holds up to about :data:`CHUNK_ELEMENTS` numbers: the tiles up to the run's last
+        step when it is known (a few large calls instead of many small ones), else those of the
+        ``count`` rows."""
         if first >= self.first + len(self.buffer[0]):
             j = first // TILE_STEPS
-            wanted = -(-(first + count) // TILE_STEPS) - j
+            end = first + count if self.steps is None else max(first + count, self.steps)  # the last row + 1
+            wanted = -(-end // TILE_STEPS) - j
             self.first = j * TILE_STEPS
             self.buffer = self._make(j, max(1, min(wanted, CHUNK_ELEMENTS // (self.n * TILE_STEPS))))
         lo = first - self.first

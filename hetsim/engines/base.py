@@ -25,7 +25,8 @@ def begin(scenario: Scenario, policy: Policy, seed: int | None) -> tuple[list[Wo
     (default: the scenario's) the workers' timelines and their draws of each step."""
     policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints(), scenario.run_hint())
     seed = scenario.seed if seed is None else seed
-    return WorkerStreams.spawn(seed, scenario.workers), StepDraws(seed, scenario.workers)
+    steps = scenario.workload.total_steps if policy.synchronous else None  # async: a worker's updates vary
+    return WorkerStreams.spawn(seed, scenario.workers), StepDraws(seed, scenario.workers, steps)
 
 
 class Epochs:
