@@ -222,15 +222,21 @@ def learning(
     if progress is None or efficiency is None:
         return {}
     total = float(steps.sum())
-    reached = None
-    if efficiency.target_steps is not None and progress[-1] >= efficiency.target_steps:
-        reached = float(np.cumsum(steps)[int(np.searchsorted(progress, efficiency.target_steps))])
+    step = None if efficiency.target_steps is None else reaching_step(progress, efficiency.target_steps)
+    reached = None if step is None else float(np.cumsum(steps)[step])
     return {
         "progress": float(progress[-1]),
         "statistical_efficiency": float(progress[-1] * efficiency.base_batch / samples) if samples > 0 else None,
         "goodput_sps": float(progress[-1] * efficiency.base_batch / total) if total > 0 else None,
         "time_to_target_s": reached,
     }
+
+
+def reaching_step(progress: np.ndarray, target_steps: float) -> int | None:
+    """The first step (or update) whose progress reaches ``target_steps``; None if none does."""
+    if progress[-1] < target_steps:
+        return None
+    return int(np.searchsorted(progress, target_steps))
 
 
 def progress_curve(trace: Trace, efficiency: Efficiency, weighted: bool | None = None) -> np.ndarray:

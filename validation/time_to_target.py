@@ -27,7 +27,7 @@ from hetsim.calibrate import Calibration
 from hetsim.config import load_scenario, read_table
 from hetsim.efficiency import Efficiency
 from hetsim.errors import ConfigError
-from hetsim.metrics import progress_curve, step_times
+from hetsim.metrics import progress_curve, reaching_step, step_times
 from hetsim.params import Param, typename
 from hetsim.simulate import simulate
 from hetsim.trace import Trace
@@ -124,10 +124,9 @@ def _epoch_end_reaching(trace: Trace, efficiency: Efficiency, every_weighted: bo
     accuracy only between epochs); progress with the run's combine (``every_weighted``: the
     weighted one for every policy, whatever its trait)."""
     assert efficiency.target_steps is not None
-    progress = progress_curve(trace, efficiency, True if every_weighted else None)
-    if progress[-1] < efficiency.target_steps:
+    step = reaching_step(progress_curve(trace, efficiency, True if every_weighted else None), efficiency.target_steps)
+    if step is None:
         return None
-    step = int(np.searchsorted(progress, efficiency.target_steps))
     epochs = trace.per_step("epoch")[:, 0]
     last = int(np.flatnonzero(epochs == epochs[step])[-1])
     return float(np.cumsum(step_times(trace))[last])
