@@ -19,6 +19,7 @@ import json
 import sys
 
 import numpy as np
+from bench_engines import stats
 from bench_scale import rate
 
 
@@ -41,9 +42,7 @@ def main() -> None:
         out["sizes"][str(n)] = {  # type: ignore[index]
             "worker_steps_per_s": rates,
             "ratio_to_" + policies[0]: {
-                p: {"rounds": r, "mean": float(np.mean(r)), "median": float(np.median(r)),
-                    "p90": float(np.percentile(r, 90))}
-                for p, r in ratios.items()
+                p: {"rounds": r, **stats(r)} for p, r in ratios.items()
             },
         }  # fmt: skip
     print(json.dumps(out, indent=2))

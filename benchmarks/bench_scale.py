@@ -31,8 +31,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-from bench_engines import MIN_TIME_S, same_trace, scenario, timed
+from bench_engines import MIN_TIME_S, same_trace, scenario, stats, timed
 
 from hetsim.engines import run_simpy, run_vector
 from hetsim.policies import make_policy
@@ -70,8 +69,10 @@ def peak_memory_mb(workers: int, steps: int) -> dict[str, float]:
 
 def one_round(memory_steps: int) -> dict[str, float]:
     figures: dict[str, float] = {}
+    dynamic_sps = {}
     for n in (1024, 10000):
         dynamic, _ = rate(n, 1000, "dynamic")
+        dynamic_sps[n] = dynamic
         adaptive, _ = rate(n, 1000, "adaptive")
         figures[f"dynamic at {n}, M/s"], figures[f"adaptive at {n}, M/s"] = dynamic / 1e6, adaptive / 1e6
         figures[f"adaptive / dynamic at {n} workers"] = adaptive / dynamic
@@ -81,10 +82,9 @@ def one_round(memory_steps: int) -> dict[str, float]:
         raise SystemExit("async: the engines' traces differ")
     figures["async SimPy at 256, M/s"], figures["async vector at 256, M/s"] = simpy / 1e6, vector / 1e6
     figures["async vector / SimPy at 256 workers"] = vector / simpy
-    small, _ = rate(1024, 1000, "dynamic")
     large, _ = rate(100_000, 100, "dynamic")
     figures["dynamic at 100000, M/s"] = large / 1e6
-    figures["dynamic at 100000 / at 1024 workers"] = large / small
+    figures["dynamic at 100000 / at 1024 workers"] = large / dynamic_sps[1024]
     memory = peak_memory_mb(10_000, memory_steps)
     figures["peak MB, 10000 workers --trace none"] = memory["peak_rss_mb"]
     figures["--trace none run, s"] = memory["seconds"]
@@ -99,16 +99,10 @@ def main() -> None:
     rounds = [one_round(args.memory_steps) for _ in range(args.rounds)]
     summary = {}
     for name, (target, higher) in TARGETS.items():
-        values = np.array([r[name] for r in rounds])
-        median = float(np.median(values))
-        summary[name] = {
-            "rounds": values.tolist(),
-            "mean": float(values.mean()),
-            "median": median,
-            "p90": float(np.percentile(values, 90)),
-            "target": target,
-            "met": median >= target if higher else median < target,
-        }
+        values = [r[name] for r in rounds]
+        figures = stats(values)
+        met = figures["median"] >= target if higher else figures["median"] < target
+        summary[name] = {"rounds": values, **figures, "target": target, "met": met}
     print(json.dumps({"command": " ".join(sys.argv), "rounds": rounds, "targets": summary}, indent=2))
 
 

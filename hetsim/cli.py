@@ -34,6 +34,7 @@ from hetsim.params import MAX_COUNT, Param
 from hetsim.policies import policy_class
 from hetsim.report import format_table, plotted_point, progress_printer, render_report, write_outputs
 from hetsim.results import DEFAULT_SAMPLE_EVERY, SPEEDUP_METRICS, TRACE_MODES, RunFolder, TraceMode
+from hetsim.scenario import Scenario
 from hetsim.simulate import check_kept_size, simulate, simulate_sampled
 from hetsim.sweep import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -186,10 +187,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     policies = scenario_policies(args.policy, scenario)
     check_seed(args.seed)
-    Param("--sample-every", "integer", low=1, high=MAX_COUNT).check(args.sample_every)
-    every = {"full": 1, "sample": args.sample_every, "none": 0}[args.trace]
-    for name in policies:  # every run's size, before the first starts
-        check_kept_size(scenario, policy_class(name).synchronous, every)
+    every = TraceMode(args.trace, _sample_every(args.sample_every)).kept
+    _check_sizes(scenario, policies, every)
     if args.trace != "full":  # summarised as the runs go, keeping no trace or each k-th step's rows
         runs = [simulate_sampled(scenario, p, every, seed=args.seed, engine=args.engine) for p in policies]
         traces = [t for t, _ in runs if t is not None]
@@ -218,9 +217,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     folder, spec, trace = _resumed_or_new(args)
     cells = expand(spec)
     check_metric(args.metric, spec, cells)
-    scenario = point_scenario(spec, plotted_point(spec))
-    for name in spec.policies:  # the plotted cell keeps what --trace says of its traces
-        check_kept_size(scenario, policy_class(name).synchronous, trace.kept)
+    _check_sizes(point_scenario(spec, plotted_point(spec)), spec.policies, trace.kept)  # the plotted cell's traces
     executor = make_executor(args.jobs, args.scheduler, args.connect_timeout_s)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends the sweep as Ctrl-C does
     try:
@@ -286,7 +283,7 @@ def _trace_mode(args: argparse.Namespace, folder: RunFolder | None) -> TraceMode
     for a resumed one, the mode its meta.json records, which options given must not contradict
     (unlike ``--engine``, the mode changes what the folder holds: traces.parquet and the plots)."""
     if args.sample_every is not None:
-        Param("--sample-every", "integer", low=1, high=MAX_COUNT).check(args.sample_every)
+        _sample_every(args.sample_every)
     if folder is None:
         return TraceMode(args.trace or "full", args.sample_every or DEFAULT_SAMPLE_EVERY)
     recorded = folder.trace_mode()
@@ -298,6 +295,17 @@ def _trace_mode(args: argparse.Namespace, folder: RunFolder | None) -> TraceMode
         return recorded
     started = f"{folder.path} was started with {recorded.describe()}"
     raise ConfigError(conflict, f"{started}: resume it without {conflict}, or with the same")
+
+
+def _sample_every(value: int) -> int:
+    """``--sample-every``, checked (simulate and sweep alike)."""
+    return int(Param("--sample-every", "integer", low=1, high=MAX_COUNT).check(value))
+
+
+def _check_sizes(scenario: Scenario, policies: Sequence[str], every: int) -> None:
+    """Every policy's run size for what it keeps (:func:`check_kept_size`), before the first starts."""
+    for name in policies:
+        check_kept_size(scenario, policy_class(name).synchronous, every)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -79,8 +79,13 @@ def step_times(trace: Trace) -> np.ndarray:
     idle time), plus the all-reduce. For async: the gaps between applied updates."""
     if not trace.synchronous:
         return np.diff(apply_times(trace), prepend=0.0)
-    barrier = (trace.per_step("compute_s") + trace.per_step("wait_s")).min(axis=1)
-    return barrier + trace.per_step("comm_s")[:, 0]
+    return barrier_step_times(trace.per_step("compute_s"), trace.per_step("wait_s"), trace.per_step("comm_s")[:, 0])
+
+
+def barrier_step_times(compute_s: np.ndarray, wait_s: np.ndarray, comm_s: float | np.ndarray) -> np.ndarray:
+    """Barrier steps' durations from (steps x workers) compute and wait times and each step's
+    all-reduce: the barrier (any waited-for worker's compute plus idle time), then the all-reduce."""
+    return (compute_s + wait_s).min(axis=1) + comm_s
 
 
 def apply_times(trace: Trace) -> np.ndarray:
@@ -126,12 +131,17 @@ class BarrierTotals:
     recovery_steps: float | None  # None: no onset, or the speeds (hints) were not known
 
 
+def run_changes(*rows: np.ndarray) -> np.ndarray:
+    """The steps (from 1 on) where any of these (steps x workers) arrays differs from the step
+    before: where a new :class:`Run` starts."""
+    return np.flatnonzero(np.logical_or.reduce([(x[1:] != x[:-1]).any(axis=1) for x in rows])) + 1
+
+
 def barrier_totals(trace: Trace, hints: Sequence[WorkerHint] | None = None) -> BarrierTotals:
     """The totals of a barrier run's full trace; ``hints`` (its true speeds) give ``recovery_steps``."""
     batches, included = trace.per_step("local_batch"), trace.per_step("included")
     factors, up = trace.per_step("slowdown"), trace.per_step("up")
-    changed = [(x[1:] != x[:-1]).any(axis=1) for x in (factors, up, batches)]
-    firsts = np.flatnonzero(np.r_[True, np.logical_or.reduce(changed)])
+    firsts = np.r_[0, run_changes(factors, up, batches)]
     n = trace.n_workers
     return BarrierTotals(
         policy=trace.policy,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hetsim.efficiency import effective_batches
-from hetsim.metrics import BarrierTotals, Recovery, Run
+from hetsim.metrics import BarrierTotals, Recovery, Run, barrier_step_times, run_changes
 from hetsim.policies.base import WorkerHint
 from hetsim.trace import Recorder
 
@@ -44,7 +44,7 @@ class SummaryRecorder:
                   up: np.ndarray | None, comm_s: float | np.ndarray) -> None:  # fmt: skip
         k, n = compute_s.shape
         batches, flags = np.broadcast_to(local_batch, (k, n)), np.broadcast_to(included, (k, n))
-        self.step_s.append((compute_s + wait_s).min(axis=1) + np.broadcast_to(comm_s, (k,)))  # as step_times
+        self.step_s.append(barrier_step_times(compute_s, wait_s, comm_s))
         self.applied.append(effective_batches(batches, flags, True))
         self.plain.append(effective_batches(batches, flags, False))
         self.epochs = max(self.epochs, int(epoch.max()) + 1)
@@ -61,13 +61,13 @@ class SummaryRecorder:
         the samples the split moved."""
         rows = (factors, up, batches)
         before = [r[:1] for r in rows] if self.last is None else [r[None] for r in self.last]
-        changed = np.logical_or.reduce([(np.concatenate([b, r])[1:] != np.concatenate([b, r])[:-1]).any(axis=1)
-                                        for b, r in zip(before, rows)])  # fmt: skip
+        since = [np.concatenate([b, r]) for b, r in zip(before, rows)]  # from the step before the block
+        starts = run_changes(*since) - 1  # in the block
         if self.last is None:
-            changed[0] = True
-        self.moved += float(np.abs(np.diff(np.concatenate([before[2], batches]), axis=0)).sum() / 2)
+            starts = np.r_[0, starts]  # the run's first step starts a run
+        self.moved += float(np.abs(np.diff(since[2], axis=0)).sum() / 2)
         if self.recovery is not None:
-            for j in np.flatnonzero(changed):
+            for j in starts:
                 self.recovery.add(Run(first + int(j), factors[j].copy(), up[j].copy(), batches[j].copy()))
         self.last = (factors[-1].copy(), up[-1].copy(), batches[-1].copy())
 

@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from hetsim.config import build_scenario, check_run_size, read_table, resolve_source, set_path
+from hetsim.config import build_scenario, read_table, resolve_source, set_path
 from hetsim.engines import AUTO, check_engine
 from hetsim.errors import ConfigError
 from hetsim.params import Param, join, typename
 from hetsim.policies import policy_class
 from hetsim.scenario import Scenario
+from hetsim.simulate import check_kept_size
 from hetsim.tables import Table
 
 MAX_REPLICATIONS = 100_000  # seeds per cell: far beyond any confidence interval's need, within memory
@@ -193,8 +194,7 @@ def _check_grid(spec: SweepSpec) -> None:
         try:
             scenario = point_scenario(spec, point)
             for name in spec.policies:
-                policy = scenario.make_policy(name)
-                check_run_size(scenario, keep_trace=not policy.synchronous)  # cells keep summaries (async: traces)
+                check_kept_size(scenario, scenario.make_policy(name).synchronous, 0)  # cells keep summaries
         except ConfigError as exc:
             where = ", ".join(f"{a.name}={a.labels[k]!r}" for a, k in zip(spec.axes, point))
             raise ConfigError(f"grid.{exc.field}" if exc.field else "grid", f"{exc.problem} (at {where})") from None

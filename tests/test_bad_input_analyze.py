@@ -6,10 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hetsim.cli import main
-from tests.helpers import scenario_dict
-from tests.test_bad_input import HUGE, case, check_refused, deep, toml, write_files
-
-ONE = scenario_dict([{"per_sample_s": 0.001}], global_batch=8)
+from tests.test_bad_input import HUGE, ONE, case, check_refused, deep, toml, write_files
 
 CASES = [
     case("unknown-policy", ["paper", "--policy", "nope"], "--policy: unknown policy 'nope' (known: {policies})"),

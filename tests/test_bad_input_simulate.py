@@ -9,14 +9,10 @@ import pytest
 
 from hetsim.cli import main
 from tests.helpers import scenario_dict
-from tests.test_bad_input import HUGE, case, check_refused, deep, toml, write_files
+from tests.test_bad_input import HUGE, ONE, WORKER_KEYS, case, check_refused, deep, toml, write_files
 
 GOODPUT = ["--policy", "goodput", "--set", "workload.efficiency.noise_scale=100", "--set",
            "workload.efficiency.base_batch=32"]  # fmt: skip
-ONE = scenario_dict([{"per_sample_s": 0.001}], global_batch=8)
-WORKER_KEYS = (
-    "name, count, max_batch, node, overhead_s, per_sample_s, cost, noise, delay, shared_noise, slowdown, failure"
-)
 EMPTY_DELAY = scenario_dict([{"per_sample_s": 0.001, "delay": {"dist": "empirical", "file": "empty.csv"}}])
 
 CASES = [

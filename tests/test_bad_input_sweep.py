@@ -12,6 +12,7 @@ import pytest
 from hetsim.cli import main
 from tests.test_bad_input import (
     HUGE,
+    WORKER_KEYS,
     case,
     check_refused,
     copy_results_folder,
@@ -22,10 +23,6 @@ from tests.test_bad_input import (
     small_sweep,
     toml,
     write_files,
-)
-
-WORKER_KEYS = (
-    "name, count, max_batch, node, overhead_s, per_sample_s, cost, noise, delay, shared_noise, slowdown, failure"
 )
 
 

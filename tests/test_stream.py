@@ -16,7 +16,7 @@ from hetsim.config import load_scenario
 from hetsim.metrics import Summary, summarize
 from hetsim.policies import POLICIES
 from hetsim.simulate import simulate, simulate_sampled, simulate_summary
-from tests.test_vector_engine import policies, scenarios
+from tests.test_vector_engine import EXACT_COLUMNS, FLOAT_COLUMNS, policies, scenarios
 
 EFFICIENT = ["workload.efficiency.noise_scale=[[0, 100], [50, 2000]]", "workload.efficiency.base_batch=64",
              "workload.efficiency.target_steps=50"]  # fmt: skip
@@ -89,8 +89,7 @@ def test_a_sampled_trace_is_every_kth_step_of_the_full_one(policy, engine):
         assert sampled == full
         return
     keep = full.step % 7 == 0
-    for column in ("epoch", "step", "worker", "local_batch", "start_s", "compute_s", "wait_s", "comm_s", "included",
-                   "slowdown", "up"):  # fmt: skip
+    for column in (*EXACT_COLUMNS, *FLOAT_COLUMNS):
         np.testing.assert_array_equal(getattr(sampled, column), getattr(full, column)[keep], err_msg=column)
 
 

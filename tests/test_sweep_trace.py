@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import tomli_w
 
 import hetsim.config
 import hetsim.report
@@ -22,7 +21,7 @@ from hetsim.simulate import simulate
 from hetsim.sweep import replication_seeds
 from hetsim.sweepfile import point_scenario
 from tests.test_bad_input import check_refused
-from tests.test_sweep import PLOTS, only_run, sweep_dict
+from tests.test_sweep import PLOTS, only_run, write_sweep
 
 STEPS = 30  # sweep_dict: 3 epochs of 10 steps; the plotted cell (size=4) has 4 workers
 
@@ -32,7 +31,7 @@ def run_sweep(tmp_path: Path, root: str, *options: str) -> Path:
     ``tmp_path / root`` with ``options``; its results folder."""
     path = tmp_path / "sweep.toml"
     if not path.exists():
-        path.write_text(tomli_w.dumps(sweep_dict()), encoding="utf-8")
+        write_sweep(tmp_path)
     assert main(["sweep", str(path), "--runs", str(tmp_path / root), "--jobs", "1", *options]) == 0
     return only_run(tmp_path / root)
 
@@ -115,8 +114,7 @@ def test_none_keeps_no_trace_and_the_same_summary(full, tmp_path):
 
 def interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *options: str) -> Path:
     """A sweep interrupted (Ctrl-C) after 5 of its 12 cells: parts, sweep.toml and meta.json only."""
-    path = tmp_path / "sweep.toml"
-    path.write_text(tomli_w.dumps(sweep_dict()), encoding="utf-8")
+    path = write_sweep(tmp_path)
     real = RunFolder.write_part
 
     def write_then_stop(self, cell_index, rows):
@@ -189,7 +187,7 @@ def test_a_damaged_trace_record_is_refused_by_report_too(full, tmp_path, capsys)
 
 def test_the_plotted_cell_is_sized_by_what_it_keeps(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(hetsim.config, "MAX_TRACE_ROWS", 100)  # the plotted cell: 30 steps x 4 workers
-    (tmp_path / "sweep.toml").write_text(tomli_w.dumps(sweep_dict(replications=1)), encoding="utf-8")
+    write_sweep(tmp_path, replications=1)
     argv = ["sweep", "{tmp}/sweep.toml", "--runs", "{tmp}/runs", "--jobs", "1"]
     check_refused(main, argv, "workload: 30 steps x 4 workers = 120 trace rows, more than the 100 a run can hold: "
                               "fewer epochs or a larger global batch (or --trace none)", tmp_path, capsys)  # fmt: skip

@@ -21,6 +21,7 @@ def available_cpus() -> frozenset[int]:
 def parse_cpu_list(text: str, option: str = "--cpus") -> tuple[int, ...]:
     """``0`` | ``0-3`` | ``0+2`` (a set) -> sorted CPU ids, each one this machine has."""
     cpus: set[int] = set()
+    have = available_cpus()
     for part in str(text).split("+"):
         first, sep, last = part.strip().partition("-")
         try:
@@ -29,12 +30,12 @@ def parse_cpu_list(text: str, option: str = "--cpus") -> tuple[int, ...]:
             raise ConfigError(option, f"expected CPU ids like 0, 0-3 or 0+2, got {text!r}") from None
         if high < low:
             raise ConfigError(option, f"empty CPU range {part!r}")
-        top = max(available_cpus()) + 1  # ids past this one add nothing but a longer list to refuse
+        top = max(have) + 1  # ids past this one add nothing but a longer list to refuse
         cpus.update(range(low, min(high, max(low, top)) + 1))
-    missing = sorted(cpus - available_cpus())
+    missing = sorted(cpus - have)
     if missing:
-        have = ",".join(map(str, sorted(available_cpus())))
-        raise ConfigError(option, f"CPU {missing[0]} does not exist here (this machine's CPUs: {have})")
+        listed = ",".join(map(str, sorted(have)))
+        raise ConfigError(option, f"CPU {missing[0]} does not exist here (this machine's CPUs: {listed})")
     return tuple(sorted(cpus))
 
 

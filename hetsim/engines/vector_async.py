@@ -56,7 +56,8 @@ def run_vector_async(
     base = np.zeros(n)
     for model, idx in cost_groups(workers):
         base[idx] = model.time_s(batches[idx])
-    expected_s = base * np.array([w.noise.mean() for w in workers]) + [w.delay.mean() for w in workers] + exchange_s
+    means = np.array([(h.noise_mean, h.delay_s) for h in policy.hints])  # the workers' (reset from the scenario)
+    expected_s = base * means[:, 0] + means[:, 1] + exchange_s
     if not (expected_s > 0).all():  # updates that take no time: ties, for the event loop
         return None
     need = math.ceil(total / np.sum(1.0 / expected_s) / expected_s.min())  # the fastest worker's updates, expected
