@@ -233,18 +233,24 @@ def max_time(fixed_s: Numbers, per_sample_s: Numbers, batches: Numbers) -> float
     return float(np.max(times, where=busy, initial=-np.inf)) if busy.any() else 0.0
 
 
-def balanced_time_bound(fixed_s: np.ndarray, per_sample_s: np.ndarray, total: float, caps: np.ndarray) -> float:
-    """A lower bound of :func:`balanced_time`, the continuous min-max time, from one sort and
-    cumulative sums (fully vectorised; equal to it but for rounding, which may put it lower,
-    never higher). No integer split is faster, so it bounds what a re-split can gain: a policy
-    may skip :func:`water_fill` when even this is no better."""
-    return balanced_time_sweep(fixed_s, per_sample_s, total, caps)[0]
+def fits_within(fixed_s: np.ndarray, per_sample_s: np.ndarray, total: int, caps: np.ndarray, t: float) -> bool:
+    """Whether some integer split of ``total`` within ``caps`` may have every busy worker done by
+    ``t``: whether the samples each worker can finish by then, ``floor((t - a_i) / c_i)`` capped,
+    add up to ``total``. O(n) with no sort. False is sure up to the rounding of that quotient (a
+    caller that must not miss a split asks at ``t`` a rounding error above its goal); NaN costs
+    give True. No split is then below ``t``, so a policy may skip :func:`water_fill`."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        room = np.floor((t - fixed_s) / per_sample_s)
+        np.clip(room, 0.0, caps, out=room)
+    return not float(room.sum()) < total
 
 
 def balanced_time_sweep(
     fixed_s: np.ndarray, per_sample_s: np.ndarray, total: float, caps: np.ndarray
 ) -> tuple[float, Sweep]:
-    """:func:`balanced_time_bound`, and the sorted breakpoints for :func:`water_fill_array`."""
+    """A lower bound of :func:`balanced_time`, the continuous min-max time, from one sort and
+    cumulative sums (fully vectorised; equal to it but for rounding, which may put it lower,
+    never higher), and the sorted breakpoints, which save :func:`water_fill_array` its sort."""
     rate = 1.0 / per_sample_s
     capped = np.isfinite(caps)
     # filled(t) = slope * t + offset between breakpoints: a worker starts at a_i, stops at full_i

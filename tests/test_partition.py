@@ -16,6 +16,7 @@ from hetsim.partition import (
     balanced_split,
     balanced_time,
     balanced_time_sweep,
+    fits_within,
     max_time,
     min_max_split,
     slowest_expected_s,
@@ -175,7 +176,7 @@ def test_balanced_split_gives_equal_times_on_curves_and_the_closed_form_on_affin
 
 
 def stable_sort_bound(fixed_s, per_sample_s, total, caps):
-    """balanced_time_bound as first written (a stable sort, concatenated arrays): the faster one
+    """balanced_time_sweep's bound as first written (a stable sort, concatenated arrays): the faster one
     must give the very same number."""
     full = fixed_s + per_sample_s * caps
     rate = 1.0 / per_sample_s
@@ -210,6 +211,25 @@ def test_the_bound_and_the_split_from_its_sweep_are_the_stable_sorts_and_water_f
     bound, sweep = balanced_time_sweep(a, c, total, caps)
     assert repr(bound) == repr(stable_sort_bound(a, c, total, caps))
     assert tuple(water_fill_array(a, c, total, caps, sweep).tolist()) == water_fill(a, c, total, caps)
+
+
+@given(tied_problems(), st.floats(0.5, 2.0))
+def test_fits_within_tells_whether_the_integer_optimum_is_done_by_then(problem, scale):
+    """The O(n) check against the integer min-max split itself: some split is done by ``t``
+    exactly when water_fill's is (``t`` away from the optimum by more than rounding)."""
+    a, c, total, caps = problem
+    best = max_time(a, c, water_fill_array(a, c, total, caps).astype(float))
+    t = best * scale
+    assume(abs(t - best) > 1e-9 * max(best, 1e-3))
+    assert fits_within(a, c, total, caps, t) == (best <= t)
+
+
+def test_fits_within_exact_cases():
+    a, c, caps = np.array([0.01, 0.02]), np.array([0.001, 0.002]), np.array([math.inf, 3.0])
+    assert fits_within(a, c, 10, caps, 0.02)  # the first does 10 by 0.02
+    assert not fits_within(a, c, 11, caps, 0.0209)  # 10 + 0 (the second needs 0.022 for one)
+    assert fits_within(a, c, 14, caps, 0.0305)  # 20 + 5 capped at 3: 23 >= 14
+    assert fits_within(a, c, 23, caps, 0.0305) and not fits_within(a, c, 24, caps, 0.0305)
 
 
 def test_the_search_from_a_guess_finds_what_the_bisection_finds():

@@ -149,7 +149,7 @@ class _BarrierRun:
         env, n, policy = self.env, self.n, self.policy
         start = env.now
         available = tuple(not rng.down_at(start) for rng in self.streams) if self.may_fail else (True,) * n
-        info = info._replace(available=available)
+        info = info._replace(available=None if not self.may_fail or all(available) else available)  # None: all up
         batches = tuple(policy.partition(info))
         done = [env.event() for _ in range(n)]
         release, self.go = self.go, env.event()

@@ -112,7 +112,7 @@ def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: 
     while row < total:
         factor, down, horizon = timelines.at(start)
         available = all_up if not down.any() else tuple((~down).tolist())
-        info = epochs.info(row, available)
+        info = epochs.info(row, None if available is all_up else available)  # (None: every worker up, at no cost)
         split = policy.partition(info)
         if split is not batches:  # a new split (static policies hand back the same tuple)
             batches = tuple(split)

@@ -29,14 +29,14 @@ from typing import ClassVar
 import numpy as np
 
 from hetsim.params import Param
-from hetsim.partition import balanced_time_sweep, max_time, water_fill_array
+from hetsim.partition import balanced_time_sweep, fits_within, max_time, water_fill_array
 from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHint
 
 MIN_SPREAD = 0.5  # samples; with MIN_SPREAD_REL of the mean: below this spread of b the slope is kept
 MIN_SPREAD_REL = 0.05
 MIN_JUMP = 0.10  # relative: smaller surprises are left to the forgetting fit
 MAX_AHEAD = 256  # the most steps an engine computes ahead on the current split
-BOUND_MARGIN = 1e-9  # relative: rounding room when the continuous optimum rules a re-split out
+BOUND_MARGIN = 1e-9  # relative: rounding room when the integer check rules a re-split out
 
 
 class Adaptive(Policy):
@@ -224,17 +224,17 @@ class Adaptive(Policy):
 
     def _resplit(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> None:
         """Adopt the min-max split of the fitted costs when it is ``hysteresis`` faster; skip
-        computing it when not even the continuous optimum would be (the cheap check that lets a
-        block of steps go by without a change). The check's sort serves the split too."""
+        computing it when no integer split could be (:func:`fits_within`: O(n), no sort, the
+        cheap check that lets a block of steps go by without a change)."""
         if self._batches is not self._split_of:
             self._split_of, self._split = self._batches, np.asarray(self._batches, dtype=float)
         current = max_time(fixed, per_sample, self._split)
         goal = (1 - self.hysteresis) * current
-        sweep = None
-        if np.isfinite(current):
-            bound, sweep = balanced_time_sweep(fixed, per_sample, self.global_batch, caps)
-            if bound >= goal * (1 + BOUND_MARGIN):
-                return
+        if np.isfinite(current) and not fits_within(
+            fixed, per_sample, self.global_batch, caps, goal * (1 + BOUND_MARGIN)
+        ):
+            return
+        _, sweep = balanced_time_sweep(fixed, per_sample, self.global_batch, caps)  # (its sort serves water_fill)
         proposal = water_fill_array(fixed, per_sample, self.global_batch, caps, sweep, self._caps_hold_batch(caps))
         as_float = proposal.astype(float)
         if not np.isfinite(current) or max_time(fixed, per_sample, as_float) < goal:
