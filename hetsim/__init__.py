@@ -8,7 +8,7 @@ others: see :mod:`hetsim.registry` and docs/architecture.md, "Extending hetsim")
 
 from __future__ import annotations
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 from hetsim.config import load_scenario
 from hetsim.errors import ConfigError

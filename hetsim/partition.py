@@ -233,16 +233,21 @@ def max_time(fixed_s: Numbers, per_sample_s: Numbers, batches: Numbers) -> float
     return float(np.max(times, where=busy, initial=-np.inf)) if busy.any() else 0.0
 
 
-def fits_within(fixed_s: np.ndarray, per_sample_s: np.ndarray, total: int, caps: np.ndarray, t: float) -> bool:
-    """Whether some integer split of ``total`` within ``caps`` may have every busy worker done by
-    ``t``: whether the samples each worker can finish by then, ``floor((t - a_i) / c_i)`` capped,
-    add up to ``total``. O(n) with no sort. False is sure up to the rounding of that quotient (a
-    caller that must not miss a split asks at ``t`` a rounding error above its goal); NaN costs
-    give True. No split is then below ``t``, so a policy may skip :func:`water_fill`."""
+def samples_by(fixed_s: np.ndarray, per_sample_s: np.ndarray, caps: np.ndarray, t: float | np.ndarray) -> Any:
+    """The samples the workers can finish by ``t`` (one time, or one per row of costs), each
+    ``floor((t - a_i) / c_i)`` within its cap, summed over the last axis (integers: exactly)."""
+    at = np.asarray(t)[..., None] if np.ndim(t) else t
     with np.errstate(invalid="ignore", divide="ignore"):
-        room = np.floor((t - fixed_s) / per_sample_s)
+        room = np.floor((at - fixed_s) / per_sample_s)
         np.clip(room, 0.0, caps, out=room)
-    return not float(room.sum()) < total
+    return room.sum(axis=-1)
+
+
+def fits_within(fixed_s: np.ndarray, per_sample_s: np.ndarray, total: int, caps: np.ndarray, t: float) -> bool:
+    """Whether some integer split of ``total`` within ``caps`` may be done by ``t``: O(n), no
+    sort. False (sure up to the quotient's rounding; NaN gives True) lets a policy skip
+    :func:`water_fill`, as no split is done by ``t``."""
+    return not samples_by(fixed_s, per_sample_s, caps, t) < total
 
 
 def balanced_time_sweep(

@@ -124,6 +124,6 @@ def test_a_policy_resplitting_every_step_under_episodes_keeps_only_its_onsets():
     record_vector(s, s.make_policy("adaptive"), recorder)
     trace = simulate(s, "adaptive", engine="vector")
     batches = trace.per_step("local_batch")
-    assert (batches[1:] != batches[:-1]).any(axis=1).sum() > 100  # a run (a Recovery.add) at each of many re-splits
+    assert (batches[1:] != batches[:-1]).any(axis=1).sum() > 20  # a run (a Recovery.add) at each of many re-splits
     assert recorder.recovery is not None and 1 <= len(recorder.recovery.recovered) <= 10  # all it keeps: per onset
     assert recorder.totals().recovery_steps == summarize(trace, s).recovery_steps

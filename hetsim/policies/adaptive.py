@@ -4,15 +4,20 @@ Each worker's measured compute times are fitted to ``t = a + c * b`` by least sq
 exponential forgetting (the sufficient statistics of recursive least squares, decayed by
 ``forgetting`` per observation), which follows slow drift. Abrupt changes (a slowdown episode,
 a throttled card) are caught by a change detector: two measurements in a row off the
-prediction by more than ``max(4 sigma, 10%)`` (sigma: the running spread of the worker's
-relative residuals) reset the worker's statistics and rescale its fitted costs by the observed
+prediction by more than ``max(z sigma, 10%)`` (sigma: the running spread of the worker's
+relative residuals; z = 4, widened on clusters of over 200 workers so that normal noise
+surprises about one worker in a hundred steps whatever the size: 4.4 at 1024 workers, 4.9 at
+10,000) reset the worker's statistics and rescale its fitted costs by the observed
 ratio, so the split follows within a few steps instead of the ~1/(1 - forgetting) a plain
 forgetting fit would need. While a worker has been seen at one batch size only, the slope is
 unidentifiable: the fit keeps its last slope (or, at the start, assumes no fixed cost, the
 paper's rule), which is exact again as soon as the split moves. The split is the
 water-filling optimum of the fitted costs with ``max_batch`` caps, recomputed every step or
 every epoch (``resplit``), and adopted only when it is predicted to be at least
-``hysteresis`` faster than the current one, so noise does not make it oscillate. Unlike the
+``hysteresis`` faster than the current one plus a noise margin: the fitted time of the slowest
+of n workers lies above its true time by about ``sqrt(2 ln n)`` standard errors of a fit, so a
+predicted gain smaller than that is as likely noise (without the margin a 1024-worker cluster
+re-split at every step on the noise of its fits). Unlike the
 1/t rule it models per-step fixed costs, so it gets near the optimum in a few re-splits
 instead of creeping towards it. It does not land on it: a split predicted within
 ``hysteresis`` of the optimum of the *fitted* costs is kept, so with the default 1% it may stop
@@ -30,13 +35,23 @@ import numpy as np
 
 from hetsim.params import Param
 from hetsim.partition import balanced_time_sweep, fits_within, max_time, water_fill_array
+from hetsim.policies.adaptive_steady import (
+    BOUND_MARGIN,
+    MIN_JUMP,
+    Block,
+    Fit,
+    band,
+    candidates,
+    next_var,
+    noise_margin,
+    steady_prefix,
+    surprise_free,
+)
 from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHint
 
-MIN_SPREAD = 0.5  # samples; with MIN_SPREAD_REL of the mean: below this spread of b the slope is kept
-MIN_SPREAD_REL = 0.05
-MIN_JUMP = 0.10  # relative: smaller surprises are left to the forgetting fit
 MAX_AHEAD = 256  # the most steps an engine computes ahead on the current split
-BOUND_MARGIN = 1e-9  # relative: rounding room when the integer check rules a re-split out
+SPECULATE_STEPS = 8  # fewest steps computed across steps at once (fewer go one at a time)
+SPECULATE_ELEMENTS = 2**20  # most (steps x workers) computed across steps at once
 
 
 class Adaptive(Policy):
@@ -44,6 +59,7 @@ class Adaptive(Policy):
     weighted_gradients = True
     resplits = True
     autocorrelated_steps = True
+    speculates = True  # observe_steps may take steady steps at once (a subclass whose step does more says no)
     no_closed_form_reason = (
         "its split follows online estimates of the measured times, so it depends on the random history of the run"
     )
@@ -73,6 +89,7 @@ class Adaptive(Policy):
         self.per_sample_s = np.full(n_workers, np.nan)
         self._known = np.zeros(n_workers, dtype=bool)  # per_sample_s is not NaN
         self._resid_var = np.full(n_workers, MIN_JUMP**2 / 16)
+        self._sigmas = band(n_workers)
         self._surprises = np.zeros(n_workers, dtype=np.int64)  # signed run of large residuals
         self._ahead_steps = 1  # steps an engine may compute before the split is next re-decided (a guess)
         # Caches, each valid for the object it was made from (held, so it cannot be a new one):
@@ -98,20 +115,61 @@ class Adaptive(Policy):
     def observe_steps(
         self, first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray, included: np.ndarray
     ) -> int:
-        """The steps one at a time (vectorised across workers), up to the first that changes the
-        split; the guess of :meth:`steady_steps` doubles after a block taken whole (up to
-        :data:`MAX_AHEAD`) and falls back to one step after a change."""
+        """The steps up to the first that changes the split: runs of steady steps across steps
+        at once (:mod:`~hetsim.policies.adaptive_steady`), the others one at a time; the guess
+        of :meth:`steady_steps` doubles after a block taken whole (up to :data:`MAX_AHEAD`) and
+        falls back to one step after a change."""
         b = self._batch_array(local_batches)
         flags = np.asarray(included, dtype=bool)  # one row for every step, or a row each
         before, per_epoch = self._batches, first.steps_per_epoch
-        for j in range(len(compute_s)):
+        j, span = 0, SPECULATE_STEPS
+        while j < len(compute_s):
+            end = j + min(span, max(SPECULATE_STEPS, SPECULATE_ELEMENTS // len(b)))
+            if self._speculating(b, flags if flags.ndim < 2 else flags[j:end], len(compute_s) - j):
+                chunk = compute_s[j:end]
+                taken, alone = self._steady(b, chunk, first.available)
+                j, span = j + taken, (2 * span if taken == len(chunk) else SPECULATE_STEPS)
+                if self._batches is not before:
+                    self._ahead_steps = 16
+                    return j
+                if not alone:
+                    continue
             ends = (first.step_in_epoch + j) % per_epoch == per_epoch - 1
             self._step(b, compute_s[j], flags if flags.ndim < 2 else flags[j], ends, first.available)
+            j += 1
             if self._batches is not before:
-                self._ahead_steps = 1
-                return j + 1
+                self._ahead_steps = 16
+                return j
         self._ahead_steps = min(2 * self._ahead_steps, MAX_AHEAD)
         return len(compute_s)
+
+    def _speculating(self, b: np.ndarray, flags: np.ndarray, left: int) -> bool:
+        """Whether steps on split ``b`` may go across steps: enough of them, re-split every step
+        by this class's own step, every worker with samples waited for, every worker fitted with
+        a positive slope."""
+        if not self.speculates or self.resplit != "step" or left < SPECULATE_STEPS:
+            return False
+        if self._batches is not self._split_of:
+            self._split_of, self._split = self._batches, np.asarray(self._batches, dtype=float)
+        return bool(self._known.all() and self._slope.min() > 0 and self._stats[0].min() > 0
+                    and np.array_equal(b, self._split) and (flags == (b > 0)).all())  # fmt: skip
+
+    def _steady(self, b: np.ndarray, compute_s: np.ndarray, available: tuple[bool, ...] | None) -> tuple[int, bool]:
+        """Take the leading steady steps of ``compute_s`` at once (none unless every time is
+        positive), and the step after when it lacks only its re-split; how many, and whether the
+        step after them must go one at a time."""
+        if not np.min(compute_s, where=b > 0, initial=np.inf) > 0:
+            return 0, True
+        fit = Fit(self._stats, self._slope, self.fixed_s, self._resid_var, self._surprises)
+        caps = self._caps_up(available)
+        block = Block(b, compute_s, self.forgetting, self.hysteresis, caps, self.global_batch, self._sigmas)
+        taken, fit, due = steady_prefix(fit, block)
+        if taken:
+            self._stats, self._slope, self.fixed_s, self._resid_var, self._surprises = fit
+            self.per_sample_s = fit.slope.copy()
+        if due:  # (what _update does after the fit just made)
+            self._resplit(self.fixed_s, self.per_sample_s, caps)
+        return taken, taken < len(compute_s) and not due
 
     def _batch_array(self, local_batches: tuple[int, ...]) -> np.ndarray:
         """The local batches as floats; the same array again for the same tuple (so that
@@ -158,8 +216,8 @@ class Adaptive(Policy):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             ratio = t / (self.fixed_s + self.per_sample_s * b)
             resid = ratio - 1.0
-            calm = check & (np.abs(resid) <= np.maximum(4 * np.sqrt(self._resid_var), MIN_JUMP))
-            var = 0.9 * self._resid_var + 0.1 * resid**2  # kept where calm (the others' is unused)
+            calm = check & surprise_free(resid, self._resid_var, self._sigmas)
+            var = next_var(self._resid_var, resid)  # kept where calm (the others' is unused)
         if calm.all():  # the common case: no surprise anywhere
             self._surprises.fill(0)
             self._resid_var = var
@@ -184,14 +242,10 @@ class Adaptive(Policy):
     def _fit(self) -> None:
         """Per worker: the weighted least-squares line, or the last slope through the mean."""
         seen = self._stats[0] > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            mean_b, mean_bb, mean_t, mean_bt = self._stats[1:] / self._stats[0]  # (one division)
-            var_b = mean_bb - mean_b**2
-            identifiable = var_b > np.maximum(MIN_SPREAD, MIN_SPREAD_REL * mean_b) ** 2
-            fitted = (mean_bt - mean_b * mean_t) / var_b
-            through_mean = mean_t / mean_b
+        mean_b, mean_t, fitted, valid, through_mean = candidates(self._stats)
+        with np.errstate(invalid="ignore"):
             slope = np.where(self._slope > 0, self._slope, through_mean)  # the last slope, or no fixed cost
-            np.copyto(slope, fitted, where=identifiable & (fitted > 0))  # the fit, where it is one
+            np.copyto(slope, fitted, where=valid)  # the fit, where it is one
             np.minimum(slope, through_mean, out=slope)  # a fixed cost cannot be negative
             fixed = mean_t - slope * mean_b
         if seen.all():
@@ -219,8 +273,11 @@ class Adaptive(Policy):
         else:  # A worker never measured (down since the start) is assumed average until it is measured.
             fixed = np.where(known, self.fixed_s, self.fixed_s[known].mean())
             per_sample = np.where(known, self.per_sample_s, self.per_sample_s[known].mean())
-        caps = self.cap_array if available is None else np.where(available, self.cap_array, 0.0)
-        return fixed, per_sample, caps
+        return fixed, per_sample, self._caps_up(available)
+
+    def _caps_up(self, available: tuple[bool, ...] | None) -> np.ndarray:
+        """The caps, 0 for the workers down."""
+        return self.cap_array if available is None else np.where(available, self.cap_array, 0.0)
 
     def _resplit(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> None:
         """Adopt the min-max split of the fitted costs when it is ``hysteresis`` faster; skip
@@ -229,7 +286,8 @@ class Adaptive(Policy):
         if self._batches is not self._split_of:
             self._split_of, self._split = self._batches, np.asarray(self._batches, dtype=float)
         current = max_time(fixed, per_sample, self._split)
-        goal = (1 - self.hysteresis) * current
+        margin = float(noise_margin(float(self._resid_var.mean()), self.forgetting, int(np.count_nonzero(self._split))))
+        goal = (1 - self.hysteresis - margin) * current
         if np.isfinite(current) and not fits_within(
             fixed, per_sample, self.global_batch, caps, goal * (1 + BOUND_MARGIN)
         ):
