@@ -126,27 +126,26 @@ def _stats_after(stats: np.ndarray, block: Block, busy: np.ndarray) -> np.ndarra
     t, b = block.compute_s, block.b
     fixed_rows = np.array([np.ones_like(b), b, np.multiply(b, b)])  # the measurement's rows of 1, b, b^2
     bt = np.multiply(b, t)
-    idle = None if busy.all() else ~busy
     out = np.empty((len(t), 5, len(b)))
     for j in range(len(t)):
-        last = stats if j == 0 else out[j - 1]
-        np.multiply(last, block.forgetting, out=out[j])
+        np.multiply(stats if j == 0 else out[j - 1], block.forgetting, out=out[j])
         out[j, :3] += fixed_rows
         out[j, 3] += t[j]
         out[j, 4] += bt[j]
-        if idle is not None:
-            np.copyto(out[j], last, where=idle)
+    if not busy.all():  # (columns are independent: the idle ones are put back once)
+        out[:, :, ~busy] = stats[:, ~busy]
     return out
 
 
 def _slopes(last: np.ndarray, fitted: np.ndarray, valid: np.ndarray, through_mean: np.ndarray) -> np.ndarray:
     """Each step's slope: the fit where valid, else the last slope (positive in a steady
     block), never above the slope through the mean."""
+    with np.errstate(invalid="ignore"):
+        fits = np.minimum(fitted, through_mean)  # the slope at a valid step
     out = np.empty_like(fitted)
     for j in range(len(fitted)):
-        np.copyto(out[j], last if j == 0 else out[j - 1])
-        np.copyto(out[j], fitted[j], where=valid[j])
-        np.minimum(out[j], through_mean[j], out=out[j])
+        np.minimum(last if j == 0 else out[j - 1], through_mean[j], out=out[j])
+        np.copyto(out[j], fits[j], where=valid[j])
     return out
 
 
@@ -167,20 +166,20 @@ def _detector(
         var[0] = fit.resid_var
         for j in range(len(resid)):
             var[j + 1] = next_var(var[j], resid[j])
-            if idle is not None:
-                np.copyto(var[j + 1], var[j], where=idle)
+        if idle is not None:  # (put back: they were not measured)
+            var[:, idle] = fit.resid_var[idle]
         calm = surprise_free(resid, var[:-1], block.sigmas)
         if idle is not None:
             calm |= idle
         again = np.flatnonzero(~np.logical_and.reduce(calm, axis=0))
         if not again.size:
             return resid, var[1:], again, np.zeros((len(resid), 0), dtype=bool)
-        held, part = fit.resid_var[again], resid[:, again]
-        surprised = np.empty(part.shape, dtype=bool)
-        column = np.empty(part.shape)
-        for j in range(len(resid)):
+        surprised = ~calm[:, again]
+        first = int(np.argmax(np.logical_or.reduce(surprised, axis=1)))  # (the variances are right before it)
+        held, part, column = var[first, again], resid[:, again], var[1:, again]
+        for j in range(first, len(resid)):
             ok = surprise_free(part[j], held, block.sigmas)
-            surprised[j] = ~ok
+            np.logical_not(ok, out=surprised[j])
             column[j] = held = np.where(ok, next_var(held, part[j]), held)
         var[1:, again] = column
     return resid, var[1:], again, surprised
