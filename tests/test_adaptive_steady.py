@@ -101,8 +101,12 @@ def test_the_blocks_do_take_steps_at_once(monkeypatch):
     assert sum(taken) > 0.9 * 400
 
 
-def test_the_noise_margin_is_the_expected_maximum_of_the_fit_errors():
-    # sqrt(2 ln n) standard deviations of sqrt(var (1 - f) / (1 + f))
-    assert np.isclose(noise_margin(0.01, 0.98, 1024), np.sqrt(2 * np.log(1024) * (0.01 * 0.02 / 1.98)), rtol=1e-15)
+def test_the_noise_margin_bounds_the_expected_maximum_of_the_fit_errors():
+    rng = np.random.default_rng(0)
+    for n in (2, 6, 64, 1024):  # sqrt(2 ln n): above the mean maximum of n normals, by about its spread
+        maxima = rng.standard_normal((4000, n)).max(axis=1)
+        bound = float(noise_margin(1.0, 0.0, n))  # (f = 0: the fit is one measurement, var 1)
+        assert maxima.mean() < bound < maxima.mean() + 1.5 * maxima.std()
+    # in standard errors of a forgetting fit: sqrt(var (1 - f) / (1 + f))
+    assert np.isclose(noise_margin(0.01, 0.98, 1024), np.sqrt(2 * np.log(1024) * 0.01 * 0.02 / 1.98), rtol=1e-15)
     assert float(noise_margin(0.04, 0.9, 1)) == 0.0
-    assert np.isclose(noise_margin(0.01, 0.9, 8), 0.1 * np.sqrt(0.1 / 1.9) * np.sqrt(2 * np.log(8)))

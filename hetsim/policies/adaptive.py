@@ -46,10 +46,12 @@ from hetsim.policies.adaptive_steady import (
     noise_margin,
     steady_prefix,
     surprise_free,
+    var_term,
 )
 from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHint
 
 MAX_AHEAD = 256  # the most steps an engine computes ahead on the current split
+AFTER_CHANGE = 16  # the guess of steady_steps after a change of split
 SPECULATE_STEPS = 8  # fewest steps computed across steps at once (fewer go one at a time)
 SPECULATE_ELEMENTS = 2**20  # most (steps x workers) computed across steps at once
 
@@ -92,6 +94,8 @@ class Adaptive(Policy):
         self._sigmas = band(n_workers)
         self._surprises = np.zeros(n_workers, dtype=np.int64)  # signed run of large residuals
         self._ahead_steps = 1  # steps an engine may compute before the split is next re-decided (a guess)
+        self._span = SPECULATE_STEPS  # steps computed across steps at once (doubles while they are steady)
+        self._most = max(SPECULATE_STEPS, min(16, SPECULATE_ELEMENTS // n_workers))
         # Caches, each valid for the object it was made from (held, so it cannot be a new one):
         self._b_of: tuple[int, ...] | None = None  # the local batches self._b holds as floats
         self._b = np.zeros(n_workers)
@@ -116,43 +120,45 @@ class Adaptive(Policy):
         self, first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray, included: np.ndarray
     ) -> int:
         """The steps up to the first that changes the split: runs of steady steps across steps
-        at once (:mod:`~hetsim.policies.adaptive_steady`), the others one at a time; the guess
-        of :meth:`steady_steps` doubles after a block taken whole (up to :data:`MAX_AHEAD`) and
-        falls back to one step after a change."""
+        at once (:mod:`~hetsim.policies.adaptive_steady`; a run's length doubles while it is
+        taken whole), the others one at a time. The guess of :meth:`steady_steps` doubles after a
+        block taken whole (up to :data:`MAX_AHEAD`); after a change both start short again."""
         b = self._batch_array(local_batches)
         flags = np.asarray(included, dtype=bool)  # one row for every step, or a row each
         before, per_epoch = self._batches, first.steps_per_epoch
-        j, span = 0, SPECULATE_STEPS
+        across, fitted, j = self._may_go_across(b, flags), self._fitted_all(), 0
         while j < len(compute_s):
-            end = j + min(span, max(SPECULATE_STEPS, SPECULATE_ELEMENTS // len(b)))
-            if self._speculating(b, flags if flags.ndim < 2 else flags[j:end], len(compute_s) - j):
-                chunk = compute_s[j:end]
+            if across and fitted and len(compute_s) - j >= SPECULATE_STEPS:
+                chunk = compute_s[j : j + self._span]
                 taken, alone = self._steady(b, chunk, first.available)
-                j, span = j + taken, (2 * span if taken == len(chunk) else SPECULATE_STEPS)
+                j, self._span = j + taken, min(2 * self._span if taken == len(chunk) else self._span, self._most)
                 if self._batches is not before:
-                    self._ahead_steps = 16
-                    return j
+                    break
                 if not alone:
                     continue
             ends = (first.step_in_epoch + j) % per_epoch == per_epoch - 1
             self._step(b, compute_s[j], flags if flags.ndim < 2 else flags[j], ends, first.available)
-            j += 1
+            j, fitted = j + 1, self._fitted_all()
             if self._batches is not before:
-                self._ahead_steps = 16
-                return j
+                break
+        if self._batches is not before:  # a new split: short blocks again
+            self._ahead_steps, self._span = AFTER_CHANGE, SPECULATE_STEPS
+            return j
         self._ahead_steps = min(2 * self._ahead_steps, MAX_AHEAD)
         return len(compute_s)
 
-    def _speculating(self, b: np.ndarray, flags: np.ndarray, left: int) -> bool:
-        """Whether steps on split ``b`` may go across steps: enough of them, re-split every step
-        by this class's own step, every worker with samples waited for, every worker fitted with
-        a positive slope."""
-        if not self.speculates or self.resplit != "step" or left < SPECULATE_STEPS:
+    def _may_go_across(self, b: np.ndarray, flags: np.ndarray) -> bool:
+        """Whether steps on split ``b`` may go across steps: re-split every step by this class's
+        own step, on the policy's split, every worker with samples waited for at every step."""
+        if not self.speculates or self.resplit != "step":
             return False
         if self._batches is not self._split_of:
             self._split_of, self._split = self._batches, np.asarray(self._batches, dtype=float)
-        return bool(self._known.all() and self._slope.min() > 0 and self._stats[0].min() > 0
-                    and np.array_equal(b, self._split) and (flags == (b > 0)).all())  # fmt: skip
+        return bool(np.array_equal(b, self._split) and (flags == (b > 0)).all())
+
+    def _fitted_all(self) -> bool:
+        """Whether every worker has been measured and fitted with a positive slope."""
+        return bool(self._known.all() and self._slope.min() > 0 and self._stats[0].min() > 0)
 
     def _steady(self, b: np.ndarray, compute_s: np.ndarray, available: tuple[bool, ...] | None) -> tuple[int, bool]:
         """Take the leading steady steps of ``compute_s`` at once (none unless every time is
@@ -216,8 +222,8 @@ class Adaptive(Policy):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             ratio = t / (self.fixed_s + self.per_sample_s * b)
             resid = ratio - 1.0
-            calm = check & surprise_free(resid, self._resid_var, self._sigmas)
-            var = next_var(self._resid_var, resid)  # kept where calm (the others' is unused)
+            calm = check & surprise_free(np.abs(resid), self._resid_var, self._sigmas)
+            var = next_var(self._resid_var, var_term(resid))  # kept where calm (the others' is unused)
         if calm.all():  # the common case: no surprise anywhere
             self._surprises.fill(0)
             self._resid_var = var
