@@ -4,12 +4,11 @@
 
 The scenario of ``benchmarks/bench_engines.py`` (a quarter of the workers 2x slower, lognormal
 noise, an exponential injected delay, 100 steps per epoch) under each policy of ``--policies``
-(default ``dynamic,adaptive``), on the vector engine, ``--rounds`` times in turn (each rate as
-``bench_scale.py`` measures it: after a warm-up run, the best of the runs that fit in a
-second). Prints one JSON
-object: per cluster size and policy the worker-steps per second of each round, and per size the
-ratio of each policy's rate to the first policy's, round by round, with its mean, median and
-90th percentile (the machine may be shared: the ratio within a round is what to read).
+(default ``dynamic,adaptive``), on the vector engine: after a warm-up run of each, ``--rounds``
+turns that run every policy once, back to back (``bench_scale.paired``). Prints one JSON
+object: per cluster size each policy's worker-steps per second (from its median time), and the
+ratio of each policy's rate to the first policy's, turn by turn, with its mean, median and
+90th percentile (the machine may be shared: the ratio within a turn is what to read).
 """
 
 from __future__ import annotations
@@ -18,9 +17,8 @@ import argparse
 import json
 import sys
 
-import numpy as np
 from bench_engines import stats
-from bench_scale import rate
+from bench_scale import paired
 
 
 def main() -> None:
@@ -33,12 +31,7 @@ def main() -> None:
     policies = args.policies.split(",")
     out: dict[str, object] = {"command": " ".join(sys.argv), "steps": args.steps, "sizes": {}}
     for n in (int(x) for x in args.workers.split(",")):
-        rates: dict[str, list[float]] = {p: [] for p in policies}
-        for _ in range(args.rounds):
-            for p in policies:
-                rates[p].append(rate(n, args.steps, p)[0])
-        base = np.asarray(rates[policies[0]])
-        ratios = {p: (np.asarray(r) / base).tolist() for p, r in rates.items() if p != policies[0]}
+        rates, ratios = paired(n, args.steps, policies, args.rounds)
         out["sizes"][str(n)] = {  # type: ignore[index]
             "worker_steps_per_s": rates,
             "ratio_to_" + policies[0]: {

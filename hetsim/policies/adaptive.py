@@ -5,7 +5,7 @@ exponential forgetting (the sufficient statistics of recursive least squares, de
 ``forgetting`` per observation), which follows slow drift. Abrupt changes (a slowdown episode,
 a throttled card) are caught by a change detector: two measurements in a row off the
 prediction by more than ``max(z sigma, 10%)`` (sigma: the running spread of the worker's
-relative residuals; z = 4, widened on clusters of over 200 workers so that normal noise
+relative residuals; z = 4, widened on clusters of over 160 workers so that normal noise
 surprises about one worker in a hundred steps whatever the size: 4.4 at 1024 workers, 4.9 at
 10,000) reset the worker's statistics and rescale its fitted costs by the observed
 ratio, so the split follows within a few steps instead of the ~1/(1 - forgetting) a plain
@@ -20,8 +20,9 @@ predicted gain smaller than that is as likely noise (without the margin a 1024-w
 re-split at every step on the noise of its fits). Unlike the
 1/t rule it models per-step fixed costs, so it gets near the optimum in a few re-splits
 instead of creeping towards it. It does not land on it: a split predicted within
-``hysteresis`` of the optimum of the *fitted* costs is kept, so with the default 1% it may stop
-up to 1% short of that (0.98% measured on deterministic workers), and while a worker's slope is
+``hysteresis`` (and the margin) of the optimum of the *fitted* costs is kept, so with the default
+1% it may stop up to 1% short of that on deterministic workers (0.98% measured), more on noisy
+ones, and while a worker's slope is
 not yet identified (its batch has hardly moved) the fitted optimum itself can differ from the
 true one by more.
 """
@@ -286,8 +287,8 @@ class Adaptive(Policy):
         return self.cap_array if available is None else np.where(available, self.cap_array, 0.0)
 
     def _resplit(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> None:
-        """Adopt the min-max split of the fitted costs when it is ``hysteresis`` faster; skip
-        computing it when no integer split could be (:func:`fits_within`: O(n), no sort, the
+        """Adopt the min-max split of the fitted costs when it is predicted faster by the
+        ``hysteresis`` plus the noise margin; skip computing it when no integer split could be (:func:`fits_within`: O(n), no sort, the
         cheap check that lets a block of steps go by without a change)."""
         if self._batches is not self._split_of:
             self._split_of, self._split = self._batches, np.asarray(self._batches, dtype=float)
