@@ -288,8 +288,8 @@ class Adaptive(Policy):
 
     def _resplit(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> None:
         """Adopt the min-max split of the fitted costs when it is predicted faster by the
-        ``hysteresis`` plus the noise margin; skip computing it when no integer split could be (:func:`fits_within`: O(n), no sort, the
-        cheap check that lets a block of steps go by without a change)."""
+        ``hysteresis`` plus the noise margin; skip computing it when no integer split could be
+        (:func:`fits_within`: O(n), no sort, the cheap check that lets steps go by unchanged)."""
         if self._batches is not self._split_of:
             self._split_of, self._split = self._batches, np.asarray(self._batches, dtype=float)
         current = max_time(fixed, per_sample, self._split)

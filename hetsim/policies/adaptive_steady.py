@@ -187,48 +187,57 @@ def _detector(
     fit: Fit, block: Block, lines: Lines, resid: np.ndarray, busy: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The residual variances after each step, and the workers surprised somewhere with their
-    runs of surprises after each step (a column each). The variances are first run as if every
-    measurement were calm; the few workers surprised somewhere are then run again, step by step,
-    from the first surprise: a variance is held at a surprise, and a second surprise in a row of
-    one sign restarts the worker's fit (``lines`` and ``resid`` are redone from there)."""
+    runs of surprises after each step (a column each): a variance is held at a surprise, and a
+    second surprise in a row of one sign restarts the worker's fit (``lines`` and ``resid`` are
+    redone from there, and that worker's detector)."""
     var = np.empty((len(resid) + 1, len(busy)))  # the variances before each step, then after the last
     var[0] = fit.resid_var
-    with np.errstate(invalid="ignore", over="ignore"):
-        size, term = np.abs(resid), var_term(resid)
-        for j in range(len(resid)):
-            var[j + 1] = next_var(var[j], term[j])
-        if not busy.all():  # (put back: they were not measured)
-            var[:, ~busy] = fit.resid_var[~busy]
-        calm = surprise_free(size, var[:-1], block.sigmas) | ~busy
+    calm = np.empty(resid.shape, dtype=bool)
+    _chain(resid, var, calm, block.sigmas)
+    if not busy.all():  # (put back: they were not measured)
+        var[:, ~busy], calm[:, ~busy] = fit.resid_var[~busy], True
     again = np.flatnonzero(~np.logical_and.reduce(calm, axis=0))
     runs = np.zeros((len(resid), len(again)), dtype=fit.surprises.dtype)
     if again.size:
-        first = int(np.argmax(~np.logical_and.reduce(calm[:, again], axis=1)))  # (all right before it)
-        column = var[:, again]
-        _rerun(fit, block, lines, resid, again, first, column, runs)
-        var[:, again] = column
+        _runs(fit, block, lines, resid, var, calm, again, runs)
     return var[1:], again, runs
 
 
-def _rerun(fit: Fit, block: Block, lines: Lines, resid: np.ndarray, again: np.ndarray, first: int,
-           var: np.ndarray, runs: np.ndarray) -> None:  # fmt: skip
-    """The detector step by step from step ``first`` for the workers ``again``: their variances
-    ``var`` (before each step, then after the last) and ``runs`` of surprises, filled in place."""
-    part = resid[:, again]
-    size, term, sign = np.abs(part), var_term(part), np.where(part > 0, 1, -1)
-    held, run = var[first], (fit.surprises[again] if first == 0 else runs[0])
-    for j in range(first, len(resid)):
-        with np.errstate(invalid="ignore", over="ignore"):
-            ok = surprise_free(size[j], held, block.sigmas)
-            var[j + 1] = held = np.where(ok, next_var(held, term[j]), held)
-        restart = ~ok & (run == sign[j])
-        runs[j] = run = np.where(ok | restart, 0, sign[j])
-        if restart.any():
-            which = np.flatnonzero(restart)
-            _restart(fit, block, lines, resid, j, again[which])
-            later = resid[j + 1 :, again[which]]
-            size[j + 1 :, which], term[j + 1 :, which] = np.abs(later), var_term(later)
-            sign[j + 1 :, which] = np.where(later > 0, 1, -1)
+def _chain(resid: np.ndarray, var: np.ndarray, calm: np.ndarray, sigmas: float) -> None:
+    """The detector step by step, in place: whether each measurement is calm, and the variance
+    after it (``var``: the one before the first step, then one row per step)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        size, term = np.abs(resid), var_term(resid)
+        for j in range(len(resid)):
+            calm[j] = surprise_free(size[j], var[j], sigmas)
+            var[j + 1] = np.where(calm[j], next_var(var[j], term[j]), var[j])
+
+
+def _runs(fit: Fit, block: Block, lines: Lines, resid: np.ndarray, var: np.ndarray, calm: np.ndarray,
+          again: np.ndarray, runs: np.ndarray) -> None:  # fmt: skip
+    """The runs of surprises of the workers ``again`` after each step, in place, restarting (in
+    time order) the fits of those surprised twice in a row with one sign."""
+    reset = np.zeros(runs.shape, dtype=bool)  # where a restart cleared a run
+    while True:
+        surprised = ~calm[:, again] & ~reset
+        sign = np.where(resid[:, again] > 0, 1, -1)
+        runs[:] = np.where(surprised, sign, 0)
+        before = np.concatenate([fit.surprises[again][None], runs[:-1]])
+        twice = surprised & (before == sign)
+        steps = np.flatnonzero(np.logical_or.reduce(twice, axis=1))
+        if not steps.size:
+            return
+        j, which = int(steps[0]), np.flatnonzero(twice[steps[0]])
+        reset[j, which], runs[j, which] = True, 0
+        workers = again[which]
+        _restart(fit, block, lines, resid, j, workers)
+        if j + 1 < len(resid):  # their detector from the next step, on the redone residuals
+            part, held = resid[j + 1 :, workers], var[j + 1 : j + 2, workers].copy()
+            ok = np.empty(part.shape, dtype=bool)
+            tail = np.empty((len(part) + 1, len(workers)))
+            tail[0] = held[0]
+            _chain(part, tail, ok, block.sigmas)
+            var[j + 2 :, workers], calm[j + 1 :, workers] = tail[1:], ok
 
 
 def _restart(fit: Fit, block: Block, lines: Lines, resid: np.ndarray, j: int, workers: np.ndarray) -> None:
