@@ -162,9 +162,9 @@ class Adaptive(Policy):
         return bool(self._known.all() and self._slope.min() > 0 and self._stats[0].min() > 0)
 
     def _steady(self, b: np.ndarray, compute_s: np.ndarray, available: tuple[bool, ...] | None) -> tuple[int, bool]:
-        """Take the leading steady steps of ``compute_s`` at once (none unless every time is
-        positive), and the step after when it lacks only its re-split; how many, and whether the
-        step after them must go one at a time."""
+        """Take the leading steps of ``compute_s`` up to one due its re-split at once (none
+        unless every time is positive), then that re-split; how many, and whether the next step
+        must go one at a time."""
         if not np.min(compute_s, where=b > 0, initial=np.inf) > 0:
             return 0, True
         fit = Fit(self._stats, self._slope, self.fixed_s, self._resid_var, self._surprises)

@@ -2,15 +2,15 @@
 
 :meth:`Adaptive._step` is a recursion per worker: the decayed statistics, then the refit, the
 change detector against the previous fit, and the re-split check. Within a block on one split,
-while every worker with samples is measured (waited for, its time positive), none surprises
-the detector twice in a row (a restart) and no integer split could be faster by the re-split's
-goal, a step changes only the statistics, the fitted lines, the residual variances and the runs
-of surprises (those of a worker without samples stay). Those steps are computed here for a
+while every worker with samples is measured (waited for, its time positive) and no integer
+split could be faster by the re-split's goal, a step changes only the statistics, the fitted
+lines, the residual variances and the runs of surprises (those of a worker without samples
+stay), and a restart of a worker's fit only that worker's. Those steps are computed here for a
 whole block: the recursions on rows of workers, with the very operations of ``_step``;
 everything else as (steps x workers) arrays, whose elementwise operations round as they do on
-one row. :func:`steady_prefix` returns how many leading steps were steady and the state after
-them; the step after (a restart, or a split that may be faster) is left to ``_step``. The
-formulas both paths use are the functions below, written once.
+one row; a restart redoes the restarted workers' columns from there. :func:`steady_prefix`
+stops at the first step in which a split may be faster, which it takes and leaves due its
+re-split. The formulas both paths use are the functions below, written once.
 """
 
 from __future__ import annotations
@@ -110,9 +110,9 @@ class Lines(NamedTuple):
 
 
 def steady_prefix(fit: Fit, block: Block) -> tuple[int, Fit, bool]:
-    """How many leading steps of ``block`` to take from ``fit``, the state after them (``fit``
-    itself after none), and whether the last of them is due its re-split: the steps before the
-    first in which an integer split may be faster, and that one too."""
+    """How many leading steps of ``block`` to take from ``fit`` (at least one), the state after
+    them, and whether the last of them is due its re-split: the steps up to the first in which
+    an integer split may be faster."""
     busy = block.b > 0
     lines = _lines(fit.stats, fit.slope, block.b, block.compute_s, block.forgetting, busy)
     resid = _residuals(block.compute_s, fit.fixed_s + fit.slope * block.b, lines.pred)
@@ -232,10 +232,9 @@ def _runs(fit: Fit, block: Block, lines: Lines, resid: np.ndarray, var: np.ndarr
         workers = again[which]
         _restart(fit, block, lines, resid, j, workers)
         if j + 1 < len(resid):  # their detector from the next step, on the redone residuals
-            part, held = resid[j + 1 :, workers], var[j + 1 : j + 2, workers].copy()
-            ok = np.empty(part.shape, dtype=bool)
-            tail = np.empty((len(part) + 1, len(workers)))
-            tail[0] = held[0]
+            part = resid[j + 1 :, workers]
+            ok, tail = np.empty(part.shape, dtype=bool), np.empty((len(part) + 1, len(workers)))
+            tail[0] = var[j + 1, workers]  # (held at the restart's surprise)
             _chain(part, tail, ok, block.sigmas)
             var[j + 2 :, workers], calm[j + 1 :, workers] = tail[1:], ok
 
