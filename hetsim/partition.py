@@ -233,21 +233,21 @@ def max_time(fixed_s: Numbers, per_sample_s: Numbers, batches: Numbers) -> float
     return float(np.max(times, where=busy, initial=-np.inf)) if busy.any() else 0.0
 
 
-def samples_by(fixed_s: np.ndarray, per_sample_s: np.ndarray, caps: np.ndarray, t: float | np.ndarray) -> Any:
-    """The samples the workers can finish by ``t`` (one time, or one per row of costs), each
+def samples_by(fixed_s: np.ndarray, per_sample_s: np.ndarray, caps: np.ndarray, time_s: float | np.ndarray) -> Any:
+    """The samples the workers can finish by ``time_s`` (one time, or one per row of costs), each
     ``floor((t - a_i) / c_i)`` within its cap, summed over the last axis (integers: exactly)."""
-    at = np.asarray(t)[..., None] if np.ndim(t) else t
+    at = np.asarray(time_s)[..., None] if np.ndim(time_s) else time_s
     with np.errstate(invalid="ignore", divide="ignore"):
         room = np.floor((at - fixed_s) / per_sample_s)
         np.clip(room, 0.0, caps, out=room)
     return room.sum(axis=-1)
 
 
-def fits_within(fixed_s: np.ndarray, per_sample_s: np.ndarray, total: int, caps: np.ndarray, t: float) -> bool:
-    """Whether some integer split of ``total`` within ``caps`` may be done by ``t``: O(n), no
+def fits_within(fixed_s: np.ndarray, per_sample_s: np.ndarray, total: int, caps: np.ndarray, time_s: float) -> bool:
+    """Whether some integer split of ``total`` within ``caps`` may be done by ``time_s``: O(n), no
     sort. False (sure up to the quotient's rounding; NaN gives True) lets a policy skip
-    :func:`water_fill`, as no split is done by ``t``."""
-    return not samples_by(fixed_s, per_sample_s, caps, t) < total
+    :func:`water_fill`, as no split is done by ``time_s``."""
+    return not samples_by(fixed_s, per_sample_s, caps, time_s) < total
 
 
 def balanced_time_sweep(

@@ -16,28 +16,33 @@ PER_EPOCH = 25
 
 @st.composite
 def runs(draw):
-    n = draw(st.integers(2, 40))
-    seed = draw(st.integers(0, 2**16))
-    rng = np.random.default_rng(seed)
+    """A cluster (now and then one past 157 workers, where the detector's band widens), its
+    affine costs with noise and a slowdown of some workers for a while (surprises, then
+    restarts), caps (loose, or binding near the mean batch), a stretch with some workers down,
+    the policy's parameters and the engine's block length."""
+    n = draw(st.integers(2, 40) | st.just(200))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     steps = draw(st.integers(20, 160))
-    sigma = draw(st.sampled_from([0.0, 0.01, 0.05, 0.2]))
-    noise = np.exp(sigma * rng.standard_normal((steps, n)))
-    slow = np.ones((steps, n))  # a slowdown of some workers for a while: surprises, then restarts
+    noise = np.exp(draw(st.sampled_from([0.0, 0.01, 0.05, 0.2])) * rng.standard_normal((steps, n)))
     if draw(st.booleans()):
         first = draw(st.integers(0, steps - 1))
-        slow[first : first + draw(st.integers(1, 40)), : draw(st.integers(1, n))] = draw(
-            st.sampled_from([0.5, 1.5, 3.0])
-        )
-    a = rng.uniform(0.0, 0.02, n)
-    c = rng.uniform(1e-4, 2e-3, n)
-    caps = draw(st.sampled_from([None, "some"]))
+        noise[first : first + draw(st.integers(1, 40)), : draw(st.integers(1, n))] *= draw(st.sampled_from([0.5, 3.0]))
+    batch = draw(st.integers(2 * n, 64 * n))
+    caps = draw(st.sampled_from([None, "half", "tight"]))
+    hints = None
+    if caps is not None:  # "tight": each cap the mean batch plus 0, 1 or 2
+        cap = [float(batch // 2) if i % 3 else np.inf for i in range(n)] if caps == "half" else \
+            [float(-(-batch // n) + i % 3) for i in range(n)]  # fmt: skip
+        hints = [WorkerHint(max_batch=c) for c in cap]
+    down_from = draw(st.integers(0, steps))
+    down = (down_from, down_from + draw(st.integers(0, 30)), draw(st.integers(1, max(1, n // 4))))
     params = {
         "forgetting": draw(st.sampled_from([0.5, 0.9, 0.98, 1.0])),
         "hysteresis": draw(st.sampled_from([0.0, 0.01, 0.05])),
+        "resplit": draw(st.sampled_from(["step", "step", "epoch"])),
     }
-    batch = draw(st.integers(2 * n, 64 * n))
-    hints = None if caps is None else [WorkerHint(max_batch=float(batch // 2) if i % 3 else np.inf) for i in range(n)]
-    return n, batch, hints, params, (a, c, noise * slow), draw(st.integers(4, 64))
+    costs = (rng.uniform(0.0, 0.02, n), rng.uniform(1e-4, 2e-3, n), noise)
+    return n, batch, hints, params, costs, down, draw(st.integers(4, 64))
 
 
 def _times(costs, split, step):
@@ -50,31 +55,36 @@ def _state(policy):
     return [policy._stats, policy._slope, policy.fixed_s, policy.per_sample_s, policy._resid_var, policy._surprises]
 
 
-def _info(step, n):
-    return StepInfo(step, step // PER_EPOCH, step % PER_EPOCH, PER_EPOCH, None)
+def _info(step, n, down=(0, 0, 0)):
+    """Step ``step``'s info: workers ``0 .. down[2] - 1`` are down from ``down[0]`` to ``down[1]``."""
+    start, end, count = down
+    available = tuple(i >= count for i in range(n)) if start <= step < end else None
+    return StepInfo(step, step // PER_EPOCH, step % PER_EPOCH, PER_EPOCH, available)
 
 
 @settings(max_examples=150, deadline=None)
 @given(runs())
 def test_steady_blocks_are_the_single_steps_bit_for_bit(run):
-    n, batch, hints, params, costs, block = run
+    n, batch, hints, params, costs, down, block = run
     steps = len(costs[2])
     single, blocked = make_policy("adaptive", params), make_policy("adaptive", params)
     single.reset(n, batch, hints)
     blocked.reset(n, batch, hints)
     splits = []
     for step in range(steps):
-        split = single.partition(_info(step, n))
+        info = _info(step, n, down)
+        split = single.partition(info)
         t = _times(costs, split, step)
-        single.observe(StepRecord(_info(step, n), split, tuple(t.tolist()), tuple((t > 0).tolist())))
+        single.observe(StepRecord(info, split, tuple(t.tolist()), tuple((t > 0).tolist())))
         splits.append(split)
     step = 0
-    while step < steps:
-        split = blocked.partition(_info(step, n))
+    while step < steps:  # blocks end where the workers' availability changes, as the engine's do
+        info = _info(step, n, down)
+        split = blocked.partition(info)
         assert split == splits[step], step
-        k = min(block, steps - step)
+        k = min(block, steps - step, *(edge - step for edge in down[:2] if edge > step))
         t = np.array([_times(costs, split, step + j) for j in range(k)])
-        step += blocked.observe_steps(_info(step, n), tuple(split), t, np.asarray(split) > 0)
+        step += blocked.observe_steps(info, tuple(split), t, np.asarray(split) > 0)
     assert blocked._batches == single._batches
     for x, y in zip(_state(single), _state(blocked)):
         np.testing.assert_array_equal(x, y)

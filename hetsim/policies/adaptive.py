@@ -5,9 +5,7 @@ exponential forgetting (the sufficient statistics of recursive least squares, de
 ``forgetting`` per observation), which follows slow drift. Abrupt changes (a slowdown episode,
 a throttled card) are caught by a change detector: two measurements in a row off the
 prediction by more than ``max(z sigma, 10%)`` (sigma: the running spread of the worker's
-relative residuals; z = 4, widened on clusters of over 160 workers so that normal noise
-surprises about one worker in a hundred steps whatever the size: 4.4 at 1024 workers, 4.9 at
-10,000) reset the worker's statistics and rescale its fitted costs by the observed
+relative residuals) reset the worker's statistics and rescale its fitted costs by the observed
 ratio, so the split follows within a few steps instead of the ~1/(1 - forgetting) a plain
 forgetting fit would need. While a worker has been seen at one batch size only, the slope is
 unidentifiable: the fit keeps its last slope (or, at the start, assumes no fixed cost, the
@@ -25,6 +23,12 @@ instead of creeping towards it. It does not land on it: a split predicted within
 ones, and while a worker's slope is
 not yet identified (its batch has hardly moved) the fitted optimum itself can differ from the
 true one by more.
+
+The detector's z is 4, widened on clusters of over 157 workers (4.4 at 1024 workers, 4.9 at
+10,000) so that noise does not surprise ever more workers per step as the cluster grows: normal
+residuals of a known spread would surprise one worker in a hundred steps; measured ones, skewed
+and with an estimated spread, surprise more (0.3 workers per step at 1024 workers with lognormal
+noise of sigma 0.05). A surprise alone only holds the worker's spread; two in a row restart it.
 """
 
 from __future__ import annotations
@@ -52,9 +56,10 @@ from hetsim.policies.adaptive_steady import (
 from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHint
 
 MAX_AHEAD = 256  # the most steps an engine computes ahead on the current split
-AFTER_CHANGE = 16  # the guess of steady_steps after a change of split
+AFTER_CHANGE_STEPS = 16  # the guess of steady_steps after a change of split, when steps go across steps
 SPECULATE_STEPS = 8  # fewest steps computed across steps at once (fewer go one at a time)
-SPECULATE_ELEMENTS = 2**20  # most (steps x workers) computed across steps at once
+MOST_SPECULATED_STEPS = 16  # most: more would be thrown away when the split changes (measured)
+SPECULATE_ELEMENTS = 2**20  # most (steps x workers) computed at once, but never fewer than SPECULATE_STEPS
 
 
 class Adaptive(Policy):
@@ -62,7 +67,6 @@ class Adaptive(Policy):
     weighted_gradients = True
     resplits = True
     autocorrelated_steps = True
-    speculates = True  # observe_steps may take steady steps at once (a subclass whose step does more says no)
     no_closed_form_reason = (
         "its split follows online estimates of the measured times, so it depends on the random history of the run"
     )
@@ -75,7 +79,7 @@ class Adaptive(Policy):
             low=0.0,
             high=1.0,
             high_open=True,
-            doc="a new split is adopted only when predicted at least this much faster",
+            doc="a new split is adopted only when predicted at least this much faster (plus the fits' noise margin)",
         ),
     )
     resplit: str
@@ -95,8 +99,8 @@ class Adaptive(Policy):
         self._sigmas = band(n_workers)
         self._surprises = np.zeros(n_workers, dtype=np.int64)  # signed run of large residuals
         self._ahead_steps = 1  # steps an engine may compute before the split is next re-decided (a guess)
-        self._span = SPECULATE_STEPS  # steps computed across steps at once (doubles while they are steady)
-        self._most = max(SPECULATE_STEPS, min(16, SPECULATE_ELEMENTS // n_workers))
+        self._span_steps = SPECULATE_STEPS  # steps computed across steps at once (doubles while they are steady)
+        self._most_steps = max(SPECULATE_STEPS, min(MOST_SPECULATED_STEPS, SPECULATE_ELEMENTS // n_workers))
         # Caches, each valid for the object it was made from (held, so it cannot be a new one):
         self._b_of: tuple[int, ...] | None = None  # the local batches self._b holds as floats
         self._b = np.zeros(n_workers)
@@ -125,17 +129,20 @@ class Adaptive(Policy):
         taken whole), the others one at a time. The guess of :meth:`steady_steps` doubles after a
         block taken whole (up to :data:`MAX_AHEAD`); after a change both start short again."""
         b = self._batch_array(local_batches)
+        compute_s = np.asarray(compute_s, dtype=float)  # (float64, as one step's measurements become)
         flags = np.asarray(included, dtype=bool)  # one row for every step, or a row each
         before, per_epoch = self._batches, first.steps_per_epoch
         across, fitted, j = self._may_go_across(b, flags), self._fitted_all(), 0
         while j < len(compute_s):
             if across and fitted and len(compute_s) - j >= SPECULATE_STEPS:
-                chunk = compute_s[j : j + self._span]
-                taken, alone = self._steady(b, chunk, first.available)
-                j, self._span = j + taken, min(2 * self._span if taken == len(chunk) else self._span, self._most)
+                chunk = compute_s[j : j + self._span_steps]
+                taken = self._steady(b, chunk, first.available)
+                j += taken
+                self._span_steps = min(2 * self._span_steps if taken == len(chunk) else self._span_steps,
+                                       self._most_steps)  # fmt: skip
                 if self._batches is not before:
                     break
-                if not alone:
+                if taken:  # (none: a step whose times cannot go across steps, taken alone below)
                     continue
             ends = (first.step_in_epoch + j) % per_epoch == per_epoch - 1
             self._step(b, compute_s[j], flags if flags.ndim < 2 else flags[j], ends, first.available)
@@ -143,40 +150,42 @@ class Adaptive(Policy):
             if self._batches is not before:
                 break
         if self._batches is not before:  # a new split: short blocks again
-            self._ahead_steps, self._span = AFTER_CHANGE, SPECULATE_STEPS
+            self._ahead_steps = AFTER_CHANGE_STEPS if across else 1
+            self._span_steps = SPECULATE_STEPS
             return j
         self._ahead_steps = min(2 * self._ahead_steps, MAX_AHEAD)
         return len(compute_s)
 
     def _may_go_across(self, b: np.ndarray, flags: np.ndarray) -> bool:
         """Whether steps on split ``b`` may go across steps: re-split every step by this class's
-        own step, on the policy's split, every worker with samples waited for at every step."""
-        if not self.speculates or self.resplit != "step":
+        own step and update (a subclass's may do more: goodput counts progress and may change the
+        batch), on the policy's split, every worker with samples waited for at every step."""
+        own = type(self)._step is Adaptive._step and type(self)._update is Adaptive._update
+        if not own or self.resplit != "step":
             return False
-        if self._batches is not self._split_of:
-            self._split_of, self._split = self._batches, np.asarray(self._batches, dtype=float)
-        return bool(np.array_equal(b, self._split) and (flags == (b > 0)).all())
+        return bool(np.array_equal(b, self._split_array()) and (flags == (b > 0)).all())
 
     def _fitted_all(self) -> bool:
         """Whether every worker has been measured and fitted with a positive slope."""
         return bool(self._known.all() and self._slope.min() > 0 and self._stats[0].min() > 0)
 
-    def _steady(self, b: np.ndarray, compute_s: np.ndarray, available: tuple[bool, ...] | None) -> tuple[int, bool]:
-        """Take the leading steps of ``compute_s`` up to one due its re-split at once (none
-        unless every time is positive), then that re-split; how many, and whether the next step
-        must go one at a time."""
-        if not np.min(compute_s, where=b > 0, initial=np.inf) > 0:
-            return 0, True
+    def _steady(self, b: np.ndarray, compute_s: np.ndarray, available: tuple[bool, ...] | None) -> int:
+        """Take the leading steps of ``compute_s`` up to one due its re-split at once, then that
+        re-split; how many (none unless every worker with samples has a positive, finite time:
+        the slopes then stay positive, as the steps across steps assume)."""
+        busy = b > 0
+        lowest, highest = np.min(compute_s, where=busy, initial=np.inf), np.max(compute_s, where=busy, initial=0)
+        if not (lowest > 0 and highest < np.inf):  # (NaN fails both)
+            return 0
         fit = Fit(self._stats, self._slope, self.fixed_s, self._resid_var, self._surprises)
         caps = self._caps_up(available)
         block = Block(b, compute_s, self.forgetting, self.hysteresis, caps, self.global_batch, self._sigmas)
         taken, fit, due = steady_prefix(fit, block)
-        if taken:
-            self._stats, self._slope, self.fixed_s, self._resid_var, self._surprises = fit
-            self.per_sample_s = fit.slope.copy()
+        self._stats, self._slope, self.fixed_s, self._resid_var, self._surprises = fit
+        self.per_sample_s = fit.slope.copy()
         if due:  # (what _update does after the fit just made)
             self._resplit(self.fixed_s, self.per_sample_s, caps)
-        return taken, taken < len(compute_s) and not due
+        return taken
 
     def _batch_array(self, local_batches: tuple[int, ...]) -> np.ndarray:
         """The local batches as floats; the same array again for the same tuple (so that
@@ -290,10 +299,9 @@ class Adaptive(Policy):
         """Adopt the min-max split of the fitted costs when it is predicted faster by the
         ``hysteresis`` plus the noise margin; skip computing it when no integer split could be
         (:func:`fits_within`: O(n), no sort, the cheap check that lets steps go by unchanged)."""
-        if self._batches is not self._split_of:
-            self._split_of, self._split = self._batches, np.asarray(self._batches, dtype=float)
-        current = max_time(fixed, per_sample, self._split)
-        margin = float(noise_margin(float(self._resid_var.mean()), self.forgetting, int(np.count_nonzero(self._split))))
+        split = self._split_array()
+        current = max_time(fixed, per_sample, split)
+        margin = float(noise_margin(float(self._resid_var.mean()), self.forgetting, int(np.count_nonzero(split))))
         goal = (1 - self.hysteresis - margin) * current
         if np.isfinite(current) and not fits_within(
             fixed, per_sample, self.global_batch, caps, goal * (1 + BOUND_MARGIN)
@@ -305,6 +313,12 @@ class Adaptive(Policy):
         if not np.isfinite(current) or max_time(fixed, per_sample, as_float) < goal:
             self._batches = self._split_of = tuple(proposal.tolist())
             self._split = as_float
+
+    def _split_array(self) -> np.ndarray:
+        """The policy's split as floats (cached for the split it was made from)."""
+        if self._batches is not self._split_of:
+            self._split_of, self._split = self._batches, np.asarray(self._batches, dtype=float)
+        return self._split
 
     def _caps_hold_batch(self, caps: np.ndarray) -> bool:
         """Whether water_fill's check that the caps hold the global batch (Python's sum, slow on

@@ -10,7 +10,9 @@ whole block: the recursions on rows of workers, with the very operations of ``_s
 everything else as (steps x workers) arrays, whose elementwise operations round as they do on
 one row; a restart redoes the restarted workers' columns from there. :func:`steady_prefix`
 stops at the first step in which a split may be faster, which it takes and leaves due its
-re-split. The formulas both paths use are the functions below, written once.
+re-split. Both paths call the fit's and the detector's formulas below; the slope rule and the
+goal are written out again in array form (``_slopes``: ``_fit``'s rule for a last slope known to
+be positive; ``_goals``: ``_resplit``'s goal), which the tests check bit for bit.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from hetsim.partition import samples_by
 MIN_SPREAD = 0.5  # samples; with MIN_SPREAD_REL of the mean: below this spread of b the slope is kept
 MIN_SPREAD_REL = 0.05
 MIN_JUMP = 0.10  # relative: smaller surprises are left to the forgetting fit
-FALSE_SURPRISES = 0.01  # workers per step surprised by normal noise in the detector's band
+FALSE_SURPRISES = 0.01  # workers per step that normal residuals of a known spread would surprise
 BOUND_MARGIN = 1e-9  # relative: rounding room when the integer check rules a re-split out
 
 
@@ -56,7 +58,8 @@ def candidates(stats: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
 
 def band(n_workers: int) -> float:
     """The detector's band in standard deviations: 4, or wider on a large cluster, so that
-    normal noise surprises about :data:`FALSE_SURPRISES` workers per step, whatever its size."""
+    normal residuals of a known spread would surprise :data:`FALSE_SURPRISES` workers per step,
+    whatever its size (measured residuals, skewed and with an estimated spread, more)."""
     return max(4.0, NormalDist().inv_cdf(1 - FALSE_SURPRISES / (2 * n_workers)))
 
 
@@ -84,7 +87,7 @@ def noise_margin(mean_var: float | np.ndarray, forgetting: float, busy: int) -> 
     exceeds it by about one standard deviation of that maximum (3.72 against 3.24 +- 0.37 at
     1024 workers), so a split predicted faster by less is as likely noise as a gain."""
     if busy < 2:
-        return 0.0 * mean_var
+        return 0.0 * mean_var  # (the shape of mean_var, and its NaN)
     return np.sqrt(2 * math.log(busy) * (mean_var * (1 - forgetting) / (1 + forgetting)))
 
 
@@ -96,7 +99,7 @@ class Block(NamedTuple):
     forgetting: float
     hysteresis: float
     caps: np.ndarray  # the caps of the workers up
-    total: int  # the global batch
+    global_batch: int
     sigmas: float  # the detector's band
 
 
@@ -118,9 +121,9 @@ def steady_prefix(fit: Fit, block: Block) -> tuple[int, Fit, bool]:
     resid = _residuals(block.compute_s, fit.fixed_s + fit.slope * block.b, lines.pred)
     var, again, runs = _detector(fit, block, lines, resid, busy)
     steps, due = len(resid), False
-    if block.caps.sum() >= block.total:  # (else the re-split waits for the workers)
+    if block.caps.sum() >= block.global_batch:  # (else the re-split waits for the workers)
         goal = _goals(lines.pred, var, block, busy)  # (NaN: no goal, so due: NaN < total is False)
-        steady = samples_by(lines.fixed_s, lines.slope, block.caps, goal * (1 + BOUND_MARGIN)) < block.total
+        steady = samples_by(lines.fixed_s, lines.slope, block.caps, goal * (1 + BOUND_MARGIN)) < block.global_batch
         if not steady.all():
             steps, due = int(np.argmin(steady)) + 1, True
     k = steps - 1

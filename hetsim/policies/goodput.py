@@ -51,7 +51,6 @@ class Goodput(Adaptive):
     needs_efficiency = True
     varies_batch = True
     no_closed_form_reason = "its batch and split follow online estimates of the measured times and the progress made"
-    speculates = False  # each step counts its progress, and an epoch's end may change the batch
     params = (
         *Adaptive.params,
         Param("min_batch", "integer", default=None, low=1, doc="smallest global batch (default: the workload's)"),
