@@ -28,7 +28,7 @@ from bench_engines import scenario as bench_scenario
 
 from hetsim.config import builtin_names, load_scenario
 from hetsim.engines import engine_for
-from hetsim.metrics import summary_of
+from hetsim.metrics import run_changes, summary_of
 from hetsim.scenario import Scenario
 from hetsim.simulate import simulate_summary
 from hetsim.stream import SummaryRecorder, Tee
@@ -64,8 +64,7 @@ class ChangedSteps:
                   *rest: Any) -> None:  # fmt: skip
         rows = np.broadcast_to(local_batch, compute_s.shape)
         before = rows[:1] if self.last is None else self.last[None]
-        steps = np.concatenate([before, rows])
-        self.changed += int((steps[1:] != steps[:-1]).any(axis=1).sum())
+        self.changed += len(run_changes(np.concatenate([before, rows])))
         self.last = rows[-1].copy()
 
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 Numbers = Sequence[float] | np.ndarray  # per-worker values: a list or a NumPy row
-BOUND_ROUNDING = 1e-9  # relative: how far below the batch a rounded running sum may reach
 
 
 def _check_feasible(total: int, caps: Numbers) -> None:
@@ -75,16 +74,7 @@ def balanced_time(fixed_s: Numbers, per_sample_s: Numbers, total: float, caps: N
     return _balanced_time(a, c, total, np.asarray(caps, dtype=float))
 
 
-class Sweep(NamedTuple):
-    """What :func:`balanced_time_sweep` sorted, for :func:`water_fill_array` to reuse."""
-
-    inputs: tuple[np.ndarray, np.ndarray, np.ndarray]  # the (fixed_s, per_sample_s, caps) it was made of
-    points: np.ndarray | None  # balanced_time's breakpoints, sorted and distinct (None: not known)
-    guess: int  # the index in points of the first breakpoint the running sums put at the total
-
-
-def _balanced_time(a: np.ndarray, c: np.ndarray, total: float, cap: np.ndarray, sweep: Sweep | None = None,
-                   checked: bool = False) -> float:  # fmt: skip
+def _balanced_time(a: np.ndarray, c: np.ndarray, total: float, cap: np.ndarray, checked: bool = False) -> float:
     """:func:`balanced_time` of float arrays (``checked``: the caps are known to hold the total)."""
     if not checked:
         _check_feasible(int(total), cap)
@@ -93,56 +83,23 @@ def _balanced_time(a: np.ndarray, c: np.ndarray, total: float, cap: np.ndarray, 
     def filled(t: float) -> float:
         return float(np.where(t >= full, cap, np.minimum(np.maximum((t - a) / c, 0.0), cap)).sum())
 
-    swept = _sorted_points(sweep, a, c, cap)
-    points = np.unique(np.concatenate([a, full[np.isfinite(cap)]])) if swept is None else swept
-    known: dict[int, float] = {}  # filled at points[j], by j
-
-    def filled_at(j: int) -> float:
-        if j not in known:
-            known[j] = filled(points[j])
-        return known[j]
-
-    # The first breakpoint after points[0] that holds total (filled is non-decreasing)
-    guess = 0 if sweep is None or swept is None else sweep.guess
-    first = _first_reaching(lambda j: filled_at(j) >= total, len(points), guess)
+    points = np.unique(np.concatenate([a, full[np.isfinite(cap)]]))
+    first, last = 1, len(points)  # bisect for the first breakpoint after points[0] that holds total
+    while first < last:  # (filled is non-decreasing: O(log n) evaluations, each O(n))
+        mid = (first + last) // 2
+        if filled(points[mid]) >= total:
+            last = mid
+        else:
+            first = mid + 1
     if first < len(points):
         lo, hi = points[first - 1], points[first]
-        f_lo, f_hi = filled_at(first - 1), filled_at(first)
     else:
-        lo, f_lo = points[-1], filled_at(len(points) - 1)
-        hi = lo + (total - f_lo) * c.min() + 1.0  # past the last breakpoint: linear growth
-        f_hi = filled(hi)
-        while f_hi < total:
+        lo = points[-1]
+        hi = lo + (total - filled(lo)) * c.min() + 1.0  # past the last breakpoint: linear growth
+        while filled(hi) < total:
             hi = lo + 2 * (hi - lo)
-            f_hi = filled(hi)
+    f_lo, f_hi = filled(lo), filled(hi)
     return float(lo + (total - f_lo) * (hi - lo) / (f_hi - f_lo)) if f_hi > f_lo else float(hi)
-
-
-def _sorted_points(sweep: Sweep | None, a: np.ndarray, c: np.ndarray, cap: np.ndarray) -> np.ndarray | None:
-    """``sweep``'s breakpoints, when it was made of these arrays and knows them, and filled(t)
-    is sure to be non-decreasing in floating point too (finite a, finite positive c, caps not
-    negative), so that a search from its guess ends where the bisection would."""
-    if sweep is None or sweep.points is None or any(x is not y for x, y in zip(sweep.inputs, (a, c, cap))):
-        return None
-    points = sweep.points
-    if c.min() > 0 and c.max() < math.inf and cap.min() >= 0 and math.isfinite(points[0]) and math.isfinite(points[-1]):
-        return points
-    return None
-
-
-def _first_reaching(reaches: Callable[[int], bool], count: int, guess: int) -> int:
-    """The smallest ``j`` in ``[1, count)`` where ``reaches`` (non-decreasing in ``j``), else
-    ``count``: the guess when it checks out (two evaluations), else by bisection."""
-    if 1 <= guess <= count and (guess == count or reaches(guess)) and (guess == 1 or not reaches(guess - 1)):
-        return guess
-    lo, hi = 1, count
-    while lo < hi:  # (O(log n) evaluations, each O(n))
-        mid = (lo + hi) // 2
-        if reaches(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
 
 
 def water_fill(fixed_s: Numbers, per_sample_s: Numbers, total: int, caps: Numbers | None = None) -> tuple[int, ...]:
@@ -159,12 +116,10 @@ def water_fill(fixed_s: Numbers, per_sample_s: Numbers, total: int, caps: Number
     return tuple(water_fill_array(a, c, total, cap).tolist())
 
 
-def water_fill_array(a: np.ndarray, c: np.ndarray, total: int, cap: np.ndarray, sweep: Sweep | None = None,
-                     checked: bool = False) -> np.ndarray:  # fmt: skip
-    """:func:`water_fill` of float arrays, as an int64 array. ``sweep``: the
-    :func:`balanced_time_sweep` of the same three arrays (it saves a sort and most evaluations);
-    ``checked``: the caller knows that ``sum(cap)`` (Python's sum, as the check adds) holds ``total``."""
-    t_star = _balanced_time(a, c, total, cap, sweep, checked)
+def water_fill_array(a: np.ndarray, c: np.ndarray, total: int, cap: np.ndarray, checked: bool = False) -> np.ndarray:
+    """:func:`water_fill` of float arrays, as an int64 array (``checked``: the caller knows that
+    the caps hold ``total``)."""
+    t_star = _balanced_time(a, c, total, cap, checked)
     uncapped = bool(cap.min() == math.inf)  # every cap +inf: the minimum with it changes nothing
     with np.errstate(invalid="ignore"):
         fits = np.floor((t_star - a) / c + 1e-9)
@@ -248,64 +203,6 @@ def fits_within(fixed_s: np.ndarray, per_sample_s: np.ndarray, total: int, caps:
     sort. False (sure up to the quotient's rounding; NaN gives True) lets a policy skip
     :func:`water_fill`, as no split is done by ``time_s``."""
     return not samples_by(fixed_s, per_sample_s, caps, time_s) < total
-
-
-def balanced_time_sweep(
-    fixed_s: np.ndarray, per_sample_s: np.ndarray, total: float, caps: np.ndarray
-) -> tuple[float, Sweep]:
-    """A lower bound of :func:`balanced_time`, the continuous min-max time, from one sort and
-    cumulative sums (fully vectorised; equal to it but for rounding, which may put it lower,
-    never higher), and the sorted breakpoints, which save :func:`water_fill_array` its sort."""
-    rate = 1.0 / per_sample_s
-    capped = np.isfinite(caps)
-    # filled(t) = slope * t + offset between breakpoints: a worker starts at a_i, stops at full_i
-    if capped.any():
-        full = fixed_s + per_sample_s * caps
-        at = np.concatenate([fixed_s, full[capped]])
-        d_slope = np.concatenate([rate, -rate[capped]])
-        d_offset = np.concatenate([-fixed_s * rate, (fixed_s * rate + caps)[capped]])
-    else:  # the same three arrays, without the empty parts
-        at, d_slope, d_offset = fixed_s, rate, -fixed_s * rate
-    order, ordered, points = _stable_order(at)
-    slope, offset = np.cumsum(d_slope[order]), np.cumsum(d_offset[order])
-    reach = slope[:-1] * ordered[1:] + offset[:-1]  # filled at each next breakpoint
-    # The running sums put a flat stretch (capped workers full, the next not started) a rounding
-    # error below its true level: accept it as reaching ``total`` (an earlier segment, a lower T).
-    held = reach >= total * (1 - BOUND_ROUNDING)
-    k = int(np.argmax(held)) if len(held) else 0
-    if len(held) == 0 or not held[k]:
-        k = len(ordered) - 1
-    bound = float((total - offset[k]) / slope[k]) if slope[k] > 0 else float(ordered[k])
-    if points is None or k + 1 == len(ordered):
-        guess = len(ordered) if points is None else len(points)
-    else:  # (at[k + 1] is the first breakpoint the running sums reach the total at)
-        guess = k + 1 if points is ordered else int(np.searchsorted(points, ordered[k + 1]))
-    return bound, Sweep((fixed_s, per_sample_s, caps), points, guess)
-
-
-def _stable_order(at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """The stable sort's order of ``at``, ``at`` in that order, and its distinct values (None
-    with NaN). From the faster default sort, whose order differs only within runs of equal
-    keys: those are put in index order (NaN, which equals nothing, takes the stable sort). Of
-    a run of 0.0 and -0.0 the distinct values keep the first, where numpy.unique may keep
-    either: filled(t), and so the integer split, is the same at both."""
-    order = np.argsort(at)
-    ordered = at[order]
-    if len(at) and np.isnan(ordered[-1]):  # (NaN sorts last)
-        order = np.argsort(at, kind="stable")
-        return order, at[order], None
-    tied = ordered[1:] == ordered[:-1]
-    if not tied.any():
-        return order, ordered, ordered
-    runs = np.zeros(len(at), dtype=bool)  # the positions in runs of equal keys
-    runs[1:] = tied
-    runs[:-1] |= tied
-    members = np.flatnonzero(runs)
-    keys, index = ordered[members], order[members]
-    order[members] = index[np.lexsort((index, keys))]
-    distinct = np.ones(len(at), dtype=bool)
-    np.logical_not(tied, out=distinct[1:])
-    return order, ordered, ordered[distinct]
 
 
 class Curve(Protocol):

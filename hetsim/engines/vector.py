@@ -105,14 +105,13 @@ def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: 
     comm: float | Buckets = scenario.allreduce_s() if buckets is None else buckets
     timelines = _Timelines(workers, streams)
     costs = cost_groups(workers)
-    all_up = (True,) * n
 
     row, start = 0, 0.0
     batches: tuple[int, ...] = ()
     while row < total:
         factor, down, horizon = timelines.at(start)
-        available = all_up if not down.any() else tuple((~down).tolist())
-        info = epochs.info(row, None if available is all_up else available)  # (None: every worker up, at no cost)
+        available = tuple((~down).tolist()) if down.any() else None  # (None: every worker up)
+        info = epochs.info(row, available)
         split = policy.partition(info)
         if split is not batches:  # a new split (static policies hand back the same tuple)
             batches = tuple(split)
@@ -132,7 +131,7 @@ def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: 
         if taken < len(steps.start_s):  # the split changed after step `taken - 1`: the rest again
             start, steps = float(steps.start_s[taken]), steps.head(taken)
         epoch = info.epoch + (info.step_in_epoch + np.arange(len(steps.start_s))) // info.steps_per_epoch
-        up = None if available is all_up else np.array(available)
+        up = None if available is None else np.array(available)
         recorder.add_block(info.step, epoch, steps.start_s, b, steps.compute_s, steps.wait_s, steps.included,
                            steps.slowdown, up, steps.comm_s)  # fmt: skip
         row += taken

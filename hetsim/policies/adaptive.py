@@ -39,7 +39,7 @@ from typing import ClassVar
 import numpy as np
 
 from hetsim.params import Param
-from hetsim.partition import balanced_time_sweep, fits_within, max_time, water_fill_array
+from hetsim.partition import fits_within, max_time, water_fill_array
 from hetsim.policies.adaptive_steady import (
     BOUND_MARGIN,
     MIN_JUMP,
@@ -48,7 +48,7 @@ from hetsim.policies.adaptive_steady import (
     band,
     candidates,
     next_var,
-    noise_margin,
+    resplit_goal,
     steady_prefix,
     surprise_free,
     var_term,
@@ -109,7 +109,6 @@ class Adaptive(Policy):
         self._positive = np.zeros(n_workers, dtype=bool)  # b > 0
         self._split_of: tuple[int, ...] | None = None  # the split self._split holds as floats
         self._split = np.zeros(n_workers)
-        self._caps_hold: tuple[int, bool] | None = None  # (global batch, whether the caps hold it)
 
     def steady_steps(self, info: StepInfo) -> int:
         if self.resplit == "epoch":  # sure: the split changes only at epoch ends
@@ -301,14 +300,14 @@ class Adaptive(Policy):
         (:func:`fits_within`: O(n), no sort, the cheap check that lets steps go by unchanged)."""
         split = self._split_array()
         current = max_time(fixed, per_sample, split)
-        margin = float(noise_margin(float(self._resid_var.mean()), self.forgetting, int(np.count_nonzero(split))))
-        goal = (1 - self.hysteresis - margin) * current
+        busy = int(np.count_nonzero(split))
+        goal = float(resplit_goal(current, float(self._resid_var.mean()), self.forgetting, self.hysteresis, busy))
         if np.isfinite(current) and not fits_within(
             fixed, per_sample, self.global_batch, caps, goal * (1 + BOUND_MARGIN)
         ):
             return
-        _, sweep = balanced_time_sweep(fixed, per_sample, self.global_batch, caps)  # (its sort serves water_fill)
-        proposal = water_fill_array(fixed, per_sample, self.global_batch, caps, sweep, self._caps_hold_batch(caps))
+        # (checked: every caller has seen the caps hold the global batch)
+        proposal = water_fill_array(fixed, per_sample, self.global_batch, caps, checked=True)
         as_float = proposal.astype(float)
         if not np.isfinite(current) or max_time(fixed, per_sample, as_float) < goal:
             self._batches = self._split_of = tuple(proposal.tolist())
@@ -319,12 +318,3 @@ class Adaptive(Policy):
         if self._batches is not self._split_of:
             self._split_of, self._split = self._batches, np.asarray(self._batches, dtype=float)
         return self._split
-
-    def _caps_hold_batch(self, caps: np.ndarray) -> bool:
-        """Whether water_fill's check that the caps hold the global batch (Python's sum, slow on
-        thousands of workers) is known to pass: cached for the caps of steps without failures."""
-        if caps is not self.cap_array:
-            return False
-        if self._caps_hold is None or self._caps_hold[0] != self.global_batch:
-            self._caps_hold = (self.global_batch, bool(sum(caps) >= self.global_batch))
-        return self._caps_hold[1]

@@ -10,9 +10,9 @@ whole block: the recursions on rows of workers, with the very operations of ``_s
 everything else as (steps x workers) arrays, whose elementwise operations round as they do on
 one row; a restart redoes the restarted workers' columns from there. :func:`steady_prefix`
 stops at the first step in which a split may be faster, which it takes and leaves due its
-re-split. Both paths call the fit's and the detector's formulas below; the slope rule and the
-goal are written out again in array form (``_slopes``: ``_fit``'s rule for a last slope known to
-be positive; ``_goals``: ``_resplit``'s goal), which the tests check bit for bit.
+re-split. Both paths call the fit's, the detector's and the goal's formulas below; the slope
+rule is written out again in array form (``_slopes``: ``_fit``'s rule for a last slope known to
+be positive), which the tests check bit for bit.
 """
 
 from __future__ import annotations
@@ -89,6 +89,14 @@ def noise_margin(mean_var: float | np.ndarray, forgetting: float, busy: int) -> 
     if busy < 2:
         return 0.0 * mean_var  # (the shape of mean_var, and its NaN)
     return np.sqrt(2 * math.log(busy) * (mean_var * (1 - forgetting) / (1 + forgetting)))
+
+
+def resplit_goal(
+    current_s: float | np.ndarray, mean_var: float | np.ndarray, forgetting: float, hysteresis: float, busy: int
+) -> float | np.ndarray:
+    """The time a new split must beat: the current split's fitted time less the hysteresis and
+    the :func:`noise_margin` (one goal, or one per step)."""
+    return (1 - hysteresis - noise_margin(mean_var, forgetting, busy)) * current_s
 
 
 class Block(NamedTuple):
@@ -259,6 +267,5 @@ def _goals(pred: np.ndarray, var: np.ndarray, block: Block, busy: np.ndarray) ->
     """Each step's re-split goal: the current split's fitted time less the hysteresis and the
     noise margin (NaN where that time is not finite: then the check cannot rule a split out)."""
     current = np.max(pred, axis=1, where=busy, initial=-np.inf) if busy.any() else np.zeros(len(pred))
-    margin = noise_margin(var.mean(axis=1), block.forgetting, int(np.count_nonzero(busy)))
-    goal = (1 - block.hysteresis - margin) * current
+    goal = resplit_goal(current, var.mean(axis=1), block.forgetting, block.hysteresis, int(np.count_nonzero(busy)))
     return np.where(np.isfinite(current), goal, np.nan)
