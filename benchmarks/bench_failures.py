@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from bench_engines import stats
 
 from validation.launch import child_pids
 
@@ -70,10 +70,6 @@ def killed_launcher_trial(folder: Path) -> dict[str, float | bool]:
     for r in left:
         os.kill(r, signal.SIGKILL)
     return {"ranks_alive_after_5s": float(len(left))}
-
-
-def stats(values: list[float]) -> dict[str, float]:
-    return {"mean": float(np.mean(values)), "median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
 
 
 def main() -> int:

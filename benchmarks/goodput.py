@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 import numpy as np
+from bench_engines import stats
 
 from hetsim.config import load_scenario
 from hetsim.metrics import summarize
@@ -49,11 +50,6 @@ def time_to_target(overrides: list[str], policy: str, batch: int, seed: int, par
     if summary.time_to_target_s is None:
         raise SystemExit(f"{policy} at batch {batch} did not reach the target: raise the epochs")
     return summary.time_to_target_s
-
-
-def stats(values: list[float]) -> dict[str, float]:
-    x = np.asarray(values)
-    return {"mean": float(x.mean()), "median": float(np.median(x)), "p90": float(np.percentile(x, 90))}
 
 
 def main() -> None:

@@ -69,14 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--trace",
-        choices=("full", "sample", "none"),
+        choices=TRACE_MODES,
         default="full",
         help="full: keep every worker's every step (default); none: summarise as the run goes, in memory "
         "O(workers + steps), and write no trace (--out writes summary.json only); sample: the same, keeping "
         "each --sample-every-th step's rows",
     )
     sim.add_argument(
-        "--sample-every", type=int, default=10, metavar="K", help="with --trace sample: keep every K-th step (10)"
+        "--sample-every",
+        type=int,
+        default=DEFAULT_SAMPLE_EVERY,
+        metavar="K",
+        help=f"with --trace sample: keep every K-th step ({DEFAULT_SAMPLE_EVERY})",
     )
     sim.add_argument(
         "--engine",

@@ -232,8 +232,6 @@ class WorkerStreams:
             return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(p, i))))
 
         calm = cls(None, None)  # shared by every worker without timelines (most of a large cluster)
-        if all(spec.slowdown is None and spec.failure is None for spec in workers):
-            return [calm] * len(workers)
         streams: list[WorkerStreams] = []
         groups: dict[str, Timeline] = {}
         for i, spec in enumerate(workers):

@@ -131,7 +131,7 @@ def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: 
         if taken < len(steps.start_s):  # the split changed after step `taken - 1`: the rest again
             start, steps = float(steps.start_s[taken]), steps.head(taken)
         epoch = info.epoch + (info.step_in_epoch + np.arange(len(steps.start_s))) // info.steps_per_epoch
-        up = None if available is None else np.array(available)
+        up = None if available is None else ~down
         recorder.add_block(info.step, epoch, steps.start_s, b, steps.compute_s, steps.wait_s, steps.included,
                            steps.slowdown, up, steps.comm_s)  # fmt: skip
         row += taken
