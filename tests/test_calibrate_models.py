@@ -15,8 +15,9 @@ import pandas as pd
 import pytest
 
 from hetsim.calibrate import calibrate
-from hetsim.calibrate.models import Sizes, choose, fit_curve, folds, held_out_errors
-from hetsim.calibrate.noise import censored_scale, noise_structure
+from hetsim.calibrate.censored import fit_mle
+from hetsim.calibrate.models import Curve, Sizes, choose, fit_curve, folds, held_out_errors
+from hetsim.calibrate.noise import persistence, shared_correlation
 from hetsim.cli import main
 from hetsim.config import build_scenario, load_scenario
 from hetsim.costs import Hinge, Table
@@ -188,19 +189,24 @@ def test_shared_and_persistent_noise_are_measured(shared, persist):
 
 
 def test_noise_structure_without_enough_data_is_none():
-    one = noise_structure(np.arange(5), np.zeros(5, dtype=int), np.zeros(5), [0])
-    assert one.shared is None and one.persistence == (None,) and one.mean_persistence is None
+    assert persistence(np.arange(5), np.zeros(5, dtype=int), np.zeros(5), [0]) == (None,)
+    assert shared_correlation(0.05, np.array([0.1])) is None
+    assert shared_correlation(0.05, np.array([0.1, 0.1, 0.1])) == pytest.approx(0.25)
 
 
 def test_censored_lognormal_recovers_the_level():
     rng = np.random.default_rng(4)
     sigma, k = 0.2, 1.3
-    e = np.log(k) - sigma**2 / 2 + sigma * rng.standard_normal(20_000)
-    cut_at = np.log(k) + 0.1 * rng.standard_normal(e.size)
-    cut = e > cut_at
-    found = censored_scale(e[~cut], cut_at[cut])
+    y = k * np.exp(-(sigma**2) / 2 + sigma * rng.standard_normal(20_000))
+    cut_at = k * np.exp(0.1 * rng.standard_normal(y.size))
+    cut = y > cut_at
+    b = np.full(y.size, 10.0)
+    start = Curve("affine", np.array([0.0, 0.1]))
+    bounds = [(0.0, np.inf), (1e-9, np.inf)]
+    found = fit_mle(start, bounds, b, np.minimum(y, cut_at), cut, fixed=np.array([True, False]))
+    level, se = 10 * found.curve.values[1], 10 * found.se()[1]
     assert cut.mean() > 0.3
-    assert abs(found.factor - k) < 3 * found.factor_se and found.factor_se < 0.01
+    assert abs(level - k) < 3 * se and se < 0.01
     assert found.sigma == pytest.approx(sigma, rel=0.03)
 
 
@@ -270,7 +276,7 @@ def test_cli_json_report(tmp_path, capsys):
     assert report["policy"] == "equal" and report["model"] == "auto" and worker["model"] == "hinge"
     assert set(worker["se"]) == set(worker["params"]) == {"floor_s", "overhead_s", "per_sample_s"}
     assert worker["held_out_error"]["hinge"] < worker["held_out_error"]["affine"]
-    assert set(report["noise"]) == {"shared", "shared_steps", "persistence", "mean_persistence"}
+    assert set(report["noise"]) == {"shared", "shared_sigma", "shared_steps", "persistence", "mean_persistence"}
     assert report["scenario"]["workers"][0]["cost"]["model"] == "hinge"
     assert tomllib.loads((tmp_path / "cal.toml").read_text()) == report["scenario"]
     assert main(["calibrate", str(trace), "--model", "table"]) == 0

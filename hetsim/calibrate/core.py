@@ -10,9 +10,12 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
+from hetsim.calibrate.idle import IdleWorker
+from hetsim.calibrate.idle import fit_workers as _fit_workers
+from hetsim.calibrate.idle import scenario_workers as _scenario_workers
 from hetsim.calibrate.models import check_model
-from hetsim.calibrate.noise import NoiseStructure, noise_structure
-from hetsim.calibrate.worker_fit import WorkerFit, fit_worker, worker_table
+from hetsim.calibrate.noise import NoiseStructure, persistence, shared_correlation, shared_sigma
+from hetsim.calibrate.worker_fit import WorkerFit, worker_table
 from hetsim.errors import ConfigError
 from hetsim.policies import POLICIES
 from hetsim.trace import Trace, check_trace_table
@@ -64,6 +67,7 @@ class Calibration:
     noise: NoiseStructure = field(default_factory=lambda: NoiseStructure(None, 0, ()))
     policy: str | None = None  # the policy whose rows were fitted (None: the table has no policy column)
     model: str = "auto"  # the model asked for
+    idle: tuple[IdleWorker, ...] = ()  # workers with too few complete computes to fit, kept in the scenario
 
     def to_dict(self) -> dict[str, Any]:
         """The fit as JSON-ready data (``calibrate --json``)."""
@@ -71,6 +75,7 @@ class Calibration:
             "policy": self.policy,
             "model": self.model,
             "workers": worker_table(self.workers),
+            "idle_workers": [i.to_dict() for i in self.idle],
             "noise": self.noise.to_dict(),
             "network": self.network.to_scenario(),
             "workload": {
@@ -102,23 +107,17 @@ def calibrate(
     if "step" not in frame.columns:  # rows of a worker in order are its steps
         frame["step"] = frame.groupby("worker").cumcount()
     _check_steps(frame, chosen)
+    frame = frame.sort_values(["worker", "step"], kind="stable")
     done = _included(frame)
     workers = sorted(int(w) for w in frame["worker"].unique())
-    fits = []
-    for w in workers:
-        rows = frame["worker"].to_numpy() == w
-        fit, notes = fit_worker(
-            w, frame["local_batch"].to_numpy()[rows], frame["compute_s"].to_numpy()[rows], done[rows], model
-        )
-        fits.append(fit)
-        warnings.extend(notes)
+    fits, idle = _fit_workers(frame, done, workers, model, warnings)
     cut = sum(f.cancelled for f in fits)
     if cut:
         warnings.append(
-            f"trace: {cut} rows cut at the barrier (included = false) were fitted as censored times (at least "
-            "compute_s, lognormal noise assumed), not as complete computes"
+            f"trace: {cut} rows cut at the barrier (included = false) were fitted as censored times (the compute took "
+            "at least compute_s; lognormal noise assumed)"
         )
-    noise = _noise(frame, done, workers)
+    noise = _noise(frame, done, fits, workers)
     warnings.extend(_reacting_split(frame, noise, fits))
     workload, network = _workload(frame, warnings), _network(frame, warnings)
     global_batch, steps_per_epoch, epochs, gradient_mb = workload
@@ -133,7 +132,7 @@ def calibrate(
             "gradient_mb": gradient_mb,
         },
         "network": network.to_scenario(),
-        "workers": [f.to_scenario(f"w{f.worker}") for f in fits],
+        "workers": _scenario_workers(fits, idle),
         "policy": {"name": chosen if chosen in POLICIES else "equal"},
     }
     return Calibration(
@@ -148,6 +147,7 @@ def calibrate(
         noise,
         chosen,
         model,
+        tuple(idle),
     )
 
 
@@ -199,16 +199,30 @@ def _included(frame: pd.DataFrame) -> np.ndarray:
     return text.map(known).to_numpy(dtype=bool)
 
 
-def _noise(frame: pd.DataFrame, done: np.ndarray, workers: list[int]) -> NoiseStructure:
-    """The noise structure from log-residuals around each worker's mean log time at each batch
-    size (not around the fitted curve, whose misfit would pass for shared or persistent noise);
-    sizes seen once tell nothing and are left out."""
-    keep = done & (frame["local_batch"].to_numpy() > 0)
-    rows = frame.loc[keep, ["step", "worker", "local_batch"]].assign(log=np.log(frame.loc[keep, "compute_s"]))
-    group = rows.groupby(["worker", "local_batch"])["log"]
-    rows = rows.assign(e=rows["log"] - group.transform("mean"), n=group.transform("size"))
-    rows = rows[rows["n"] > 1]
-    return noise_structure(rows["step"].to_numpy(), rows["worker"].to_numpy(), rows["e"].to_numpy(), workers)
+def _noise(frame: pd.DataFrame, done: np.ndarray, fits: list[WorkerFit], workers: list[int]) -> NoiseStructure:
+    """The common factor's sigma from every fitted worker's rows around its fitted curve (cut
+    rows censored); the persistence from complete log-residuals around each worker's mean log
+    time at each batch size (not around the curve, whose misfit would pass for persistent
+    noise; sizes seen once tell nothing and are left out)."""
+    fitted = {f.worker: i for i, f in enumerate(fits)}
+    keep = (frame["local_batch"].to_numpy() > 0) & frame["worker"].isin(list(fitted)).to_numpy()
+    rows = frame.loc[keep]
+    index = rows["worker"].map(fitted).to_numpy()
+    b, y = rows["local_batch"].to_numpy(dtype=float), rows["compute_s"].to_numpy(dtype=float)
+    resid = np.log(y)
+    for i, fit in enumerate(fits):
+        mine = index == i
+        resid[mine] -= np.log(fit.cost_curve().time_s(b[mine]))
+    sigma = np.array([f.noise_sigma for f in fits])
+    tau = shared_sigma(rows["step"].to_numpy(), index, resid, ~done[keep], sigma)
+    complete = keep & done
+    logs = frame.loc[complete, ["step", "worker", "local_batch"]].assign(log=np.log(frame.loc[complete, "compute_s"]))
+    group = logs.groupby(["worker", "local_batch"])["log"]
+    logs = logs.assign(e=logs["log"] - group.transform("mean"), n=group.transform("size"))
+    logs = logs[logs["n"] > 1]
+    lag1 = persistence(logs["step"].to_numpy(), logs["worker"].to_numpy(), logs["e"].to_numpy(), workers)
+    shared_steps = int((frame.loc[keep].groupby("step")["worker"].size() >= 2).sum())
+    return NoiseStructure(shared_correlation(tau, sigma), shared_steps, lag1, tau if sigma.size > 1 else None)
 
 
 def _reacting_split(frame: pd.DataFrame, noise: NoiseStructure, fits: list[WorkerFit]) -> list[str]:
@@ -216,7 +230,9 @@ def _reacting_split(frame: pd.DataFrame, noise: NoiseStructure, fits: list[Worke
     reacts to the times (dynamic with short epochs, adaptive), the batch follows the noise and
     least squares of time on batch is biased."""
     notes = []
-    for fit, lag in zip(fits, noise.persistence):
+    lags = dict(zip(sorted(frame["worker"].unique()), noise.persistence))
+    for fit in fits:
+        lag = lags.get(fit.worker)
         if lag is None or lag <= max(0.1, 3 / math.sqrt(fit.rows)):
             continue
         batches = frame.loc[frame["worker"] == fit.worker].sort_values("step")["local_batch"].to_numpy()

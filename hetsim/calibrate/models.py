@@ -14,10 +14,9 @@ these means, so every fit below works on a handful of numbers however long the t
 :func:`held_out_errors` scores each by leaving batch sizes out (each size its own fold, or
 :data:`MAX_FOLDS` interleaved folds): ``predicted / measured mean - 1`` at the sizes a fit did
 not see, root mean square over their rows. :func:`choose` keeps the simplest model whose score is within
-:func:`noise_floor` (the noise of the held-out means themselves) of the best. Standard errors
-of ``hinge`` and ``table`` come from :func:`bootstrap_se` (rows resampled as multiplicative
-residuals of the fit, then refitted); those of ``affine`` from the OLS formula (in
-:mod:`hetsim.calibrate.worker_fit`).
+:func:`noise_floor` (the noise of the held-out means themselves) of the best. These least-squares
+fits choose the model and start its maximum-likelihood fit over every row
+(:mod:`hetsim.calibrate.censored`), which gives the parameters written and their standard errors.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ MODELS = ("affine", "hinge", "table")  # simplest first: ties go to the left
 CHOICES = ("auto", *MODELS)
 MIN_SIZES = {"affine": 2, "hinge": 3, "table": 2}  # distinct batch sizes a fit needs
 MAX_FOLDS = 10
-BOOTSTRAP_REPS = 200
 GRID_PER_GAP = 8  # breakpoints tried between two neighbouring sizes before the 1-d search
 
 
@@ -76,8 +74,28 @@ class Curve:
     batches: np.ndarray | None = None
 
     def time_s(self, b: np.ndarray) -> np.ndarray:
-        """The curve at ``b``: the cost model's own formula (one home for each model's shape)."""
-        return np.asarray(self.cost_model().time_s(np.asarray(b, dtype=float)), dtype=float)
+        """The curve at ``b``, the cost model's formula written as ``jacobian(b) . values`` (each
+        model is linear in its values on each side of a hinge's kink), so that a fit can pass
+        through values its cost model would refuse (a decreasing table, a slope below 0)."""
+        b = np.atleast_1d(np.asarray(b, dtype=float))
+        return np.asarray(self.jacobian(b) @ self.values, dtype=float)
+
+    def jacobian(self, b: np.ndarray) -> np.ndarray:
+        """``d time_s(b) / d values``, one row per batch: each model is linear in its values
+        piece by piece (the hinge on the side of its kink that ``b`` lies)."""
+        b = np.asarray(b, dtype=float)
+        if self.model == "affine":
+            return np.stack([np.ones_like(b), b], axis=1)
+        if self.model == "hinge":
+            floor, overhead, per_sample = (float(v) for v in self.values)
+            on = overhead + per_sample * b > floor
+            return np.stack([~on, on, on * b], axis=1).astype(float)
+        points = np.asarray(self.batches, dtype=float)
+        unit = np.eye(points.size)
+        inside = np.stack([np.interp(b, points, e) for e in unit], axis=1)
+        beyond = (b - points[-1]) / (points[-1] - points[-2])  # the last segment's slope, carried on
+        after = unit[-1][None, :] + beyond[:, None] * (unit[-1] - unit[-2])[None, :]
+        return np.where((b > points[-1])[:, None], after, inside)
 
     def scaled(self, factor: float) -> Curve:
         return replace(self, values=self.values * factor)
@@ -236,19 +254,3 @@ def choose(errors: dict[str, float | None], floor: float) -> str:
         return "affine"
     best = min(scored.values())
     return next(name for name in MODELS if name in scored and scored[name] <= best + floor)
-
-
-def bootstrap_se(curve: Curve, b: np.ndarray, y: np.ndarray, s: Sizes, seed: int = 0) -> np.ndarray | None:
-    """Standard errors of ``curve.values``: BOOTSTRAP_REPS refits to rows redrawn as the fitted
-    times times resampled ratios measured / fitted (seeded, so reproducible)."""
-    fitted = curve.time_s(b)
-    ratio = y / fitted
-    ratio = ratio / ratio.mean()
-    rng = np.random.default_rng(seed)
-    draws = []
-    for _ in range(BOOTSTRAP_REPS):
-        again = fitted * ratio[rng.integers(0, y.size, y.size)]
-        refit = fit_curve(curve.model, s.with_means(np.bincount(s.index, weights=again) / s.count))
-        if refit is not None:
-            draws.append(refit.values)
-    return np.std(draws, axis=0, ddof=1) if len(draws) > 1 else None

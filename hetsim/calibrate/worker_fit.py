@@ -1,36 +1,42 @@
 """One worker's rows -> its fitted cost curve, noise and standard errors (:func:`fit_worker`).
 
-Only complete computes are fitted: rows with samples and, where the trace says, ``included``.
-The affine fit is always made (least squares over the rows, as before: its terms are
-``WorkerFit.overhead_s`` / ``per_sample_s`` whichever model is chosen, with OLS standard
-errors); under ``model = "auto"`` the curve kept is the one :func:`~hetsim.calibrate.models.choose`
-picks by held-out error. Steps cut at the barrier are then accounted for as censored times
-(:func:`~hetsim.calibrate.noise.censored_scale`), which rescales the curve.
+Every row with samples counts: complete computes exactly, rows cut at the barrier
+(``included = false``) as times the compute was known to exceed. The model is chosen on the
+complete computes (under ``model = "auto"``, :func:`~hetsim.calibrate.models.choose` by held-out
+error of least-squares fits to the size means). The chosen curve, and always the affine one
+(``WorkerFit.overhead_s`` / ``per_sample_s`` whichever is chosen), are the least-squares fits
+over the rows with standard errors right for multiplicative noise
+(:func:`~hetsim.calibrate.lsq.fit_lsq`) when no row was cut, and otherwise the maximum
+likelihood of complete and cut rows together (:func:`~hetsim.calibrate.censored.fit_mle`,
+lognormal noise assumed: the cut rows' tail needs a family). A worker needs two complete
+computes: one step tells neither its noise nor two parameters.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from scipy import stats
+from scipy import optimize
 
+from hetsim.calibrate.censored import CurveFit, fit_mle
+from hetsim.calibrate.lsq import fit_lsq
 from hetsim.calibrate.models import (
     MIN_SIZES,
     Curve,
     Sizes,
-    bootstrap_se,
     check_model,
     choose,
     fit_curve,
     held_out_errors,
     noise_floor,
 )
-from hetsim.calibrate.noise import censored_scale
 from hetsim.errors import ConfigError
+
+MIN_COMPLETE = 2  # complete computes a worker's fit needs
 
 
 @dataclass(frozen=True)
@@ -72,46 +78,47 @@ def fit_worker(
     included: np.ndarray | None = None,
     model: str = "auto",
 ) -> tuple[WorkerFit, list[str]]:
-    """Fit one worker: rows with ``local_batch > 0``; of those, rows with ``included`` false
-    (cut at the barrier) only as lower bounds. ``model``: auto, affine, hinge or table."""
+    """Fit one worker from its rows in step order: rows with ``local_batch > 0``; of those, rows
+    with ``included`` false (cut at the barrier) as right-censored times. ``model``: auto,
+    affine, hinge or table. A worker needs two complete computes (ConfigError otherwise)."""
     check_model(model)
     b_all = np.asarray(local_batch, dtype=float)
     y_all = np.asarray(compute_s, dtype=float)
-    done, cut = _complete(worker, b_all, y_all, included)
-    b, y = b_all[done], y_all[done]
-    affine, affine_se, warnings = _affine_rows(worker, b, y)
-    sizes = Sizes.of(b, y)
+    busy, cut = _complete(worker, b_all, y_all, included)
+    b, y, cut = b_all[busy], y_all[busy], cut[busy]
+    bd, yd = b[~cut], y[~cut]
+    sizes = Sizes.of(bd, yd)
     held_out = held_out_errors(sizes)
-    curve, se = _chosen(worker, model, affine, affine_se, sizes, held_out, b, y)
-    if curve.model != "affine":
+    affine, warnings = _affine_fit(worker, sizes, b, y, cut)
+    name = _chosen_name(worker, model, sizes, held_out, bd, yd)
+    chosen = affine if name == "affine" else _curve_fit(worker, name, sizes, b, y, cut, model)
+    if chosen is None:
+        chosen, name = affine, "affine"
+    curve = chosen.curve
+    if name != "affine":
         warnings = []  # the affine fit's doubts are not the chosen curve's
     if curve.model == "table" and curve.values[-1] <= curve.values[-2]:
         warnings.append(
             f"worker {worker}: the fitted table is flat from batch {int(sizes.batch[-2])} on, so it claims that "
             "larger batches take no longer; give the trace larger batches or choose another --model"
         )
-    sigma = float(np.log(y / curve.time_s(b)).std(ddof=1)) if y.size > 1 else 0.0
-    if cut.any():
-        censored = censored_scale(np.log(y / curve.time_s(b)), np.log(y_all[cut] / curve.time_s(b_all[cut])))
-        curve, affine, sigma = curve.scaled(censored.factor), affine.scaled(censored.factor), censored.sigma
-        se = _scaled_se(se, curve, censored.factor, censored.factor_se, one_size=sizes.batch.size == 1)
-    fitted = curve.time_s(b)
-    resid = y - fitted
-    sst = float(((y - y.mean()) ** 2).sum())
+    fitted = curve.time_s(bd)
+    resid = yd - fitted
+    sst = float(((yd - yd.mean()) ** 2).sum())
     r2 = 1.0 - float((resid**2).sum()) / sst if sst > 0 and sizes.batch.size > 1 else math.nan
-    cv = float(resid.std(ddof=1) / y.mean()) if y.size > 1 else 0.0
-    overhead, per_sample = (float(v) for v in affine.values)
+    cv = float(resid.std(ddof=1) / yd.mean())
+    overhead, per_sample = (float(v) for v in affine.curve.values)
     fit = WorkerFit(
         worker,
         overhead,
         per_sample,
-        sigma,
+        chosen.sigma,
         r2,
         cv,
-        int(y.size),
+        int(yd.size),
         int(sizes.batch.size),
         curve=None if curve.model == "affine" else curve,
-        se=se,
+        se=dict(zip(curve.params(), chosen.se())),
         held_out=held_out,
         cancelled=int(cut.sum()),
     )
@@ -119,100 +126,112 @@ def fit_worker(
 
 
 def _complete(worker: int, b: np.ndarray, y: np.ndarray, included: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Masks of the complete computes (samples, included) and of those cut at the barrier."""
+    """Masks of the rows with samples and of those cut at the barrier; ConfigError unless two
+    computes completed (one step fits nothing: neither its noise nor two parameters)."""
     busy = b > 0
     if not busy.any():
         raise ConfigError("local_batch", f"worker {worker} never got samples (no row with local_batch > 0)")
     finished = np.ones(b.size, dtype=bool) if included is None else np.asarray(included, dtype=bool)
     done, cut = busy & finished, busy & ~finished
-    if not done.any():
+    if done.sum() < MIN_COMPLETE:
         raise ConfigError(
-            "included",
-            f"worker {worker} never completed a compute: all its {int(cut.sum())} rows with samples were cut at "
-            "the barrier (included = false), so its cost cannot be fitted",
+            "included" if cut.any() else "compute_s",
+            f"worker {worker} completed {int(done.sum())} compute(s) ({int(cut.sum())} cut at the barrier); a fit "
+            f"needs at least {MIN_COMPLETE} complete steps",
         )
     if not (y[done] > 0).all():
         raise ConfigError("compute_s", f"worker {worker} has a zero compute time in a row with local_batch > 0")
-    return done, cut
+    return busy, cut
 
 
-def _scaled_se(
-    se: Mapping[str, float | None], curve: Curve, k: float, k_se: float, one_size: bool
-) -> dict[str, float | None]:
-    """Standard errors of the parameters of ``curve`` (already scaled by ``k``) from those before
-    scaling and ``k``'s. From one batch size the censored fit alone sets the level, so only
-    ``k``'s counts; otherwise both (in quadrature)."""
-    rel = k_se / k
-    out: dict[str, float | None] = {}
-    for name, value in curve.params().items():
-        before = se.get(name)
-        if before is None:
-            out[name] = None
-            continue
-        own = 0.0 if one_size else k * before
-        out[name] = float(math.hypot(own, value * rel)) if math.isfinite(rel) else own or None
-    return out
+def _bounds(curve: Curve, b: np.ndarray, y: np.ndarray) -> list[tuple[float, float]]:
+    """Every parameter at least 0; a slope at least a negligible positive value (the cost
+    models need one), so a flat curve keeps its level in the overhead, not in a slope through 0."""
+    tiny = 1e-9 * float(y.mean()) / float(b.max())
+    if curve.model == "affine":
+        return [(0.0, math.inf), (tiny, math.inf)]
+    if curve.model == "hinge":
+        return [(0.0, math.inf), (0.0, math.inf), (tiny, math.inf)]
+    return [(1e-9 * float(y.mean()), math.inf)] * curve.values.size
 
 
-def _affine_rows(worker: int, b: np.ndarray, y: np.ndarray) -> tuple[Curve, dict[str, float | None], list[str]]:
-    """Least squares of compute ~ overhead + per_sample * b over the rows, with OLS standard
-    errors; the per-sample cost alone from one batch size or an intercept below 0."""
-    sizes = np.unique(b)
-    if sizes.size == 1:
+def _refine(start: Curve, b: np.ndarray, y: np.ndarray, cut: np.ndarray, fixed: np.ndarray | None = None) -> CurveFit:
+    """``start`` (least squares over the complete rows) as it is, with sandwich standard errors,
+    when no row was cut; else the maximum likelihood of complete and cut rows from it."""
+    bounds = _bounds(start, b, y)
+    low = np.array([lo for lo, _ in bounds])
+    start = Curve(start.model, np.maximum(start.values, low), start.batches)
+    if cut.any():
+        return fit_mle(start, bounds, b, y, cut, fixed)
+    free = start.values > low * (1 + 1e-9) if fixed is None else ~fixed & (start.values > low * (1 + 1e-9))
+    return fit_lsq(start, b, y, free)
+
+
+def _affine_ls(sizes: Sizes, tiny: float) -> Curve:
+    """Least squares over the rows (as weighted over the size means), overhead at least 0 and the
+    slope at least ``tiny``: a flat curve keeps its level in the overhead."""
+    w = np.sqrt(sizes.count)
+    design = np.stack([w, w * sizes.batch], axis=1)
+    low = np.array([0.0, tiny])
+    found = optimize.lsq_linear(design, w * sizes.mean, bounds=(low, [np.inf, np.inf]))
+    return Curve("affine", np.where(found.active_mask < 0, low, found.x))  # at a bound: exactly it
+
+
+def _affine_fit(worker: int, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np.ndarray) -> tuple[CurveFit, list[str]]:
+    """The affine curve; from one batch size the per-sample cost alone."""
+    if sizes.batch.size == 1:
+        start = Curve("affine", np.array([0.0, float(sizes.mean[0] / sizes.batch[0])]))
         note = (
-            f"worker {worker}: seen at one batch size ({int(sizes[0])}) only, so overhead and per-sample cost "
+            f"worker {worker}: seen at one batch size ({int(sizes.batch[0])}) only, so overhead and per-sample cost "
             "cannot be separated; fitted the per-sample cost alone (overhead_s = 0)"
         )
-        per_sample = float(y.sum() / b.sum())
-        se = float(y.std(ddof=1) / math.sqrt(y.size) / sizes[0]) if y.size > 1 else None
-        return Curve("affine", np.array([0.0, per_sample])), {"overhead_s": None, "per_sample_s": se}, [note]
-    fit = stats.linregress(b, y)
-    if fit.intercept >= 0 and fit.slope > 0:
-        se_pair: dict[str, float | None] = {
-            "overhead_s": float(fit.intercept_stderr),
-            "per_sample_s": float(fit.stderr),
-        }
-        return Curve("affine", np.array([float(fit.intercept), float(fit.slope)])), se_pair, []
-    note = (
-        f"worker {worker}: the affine fit gave overhead {fit.intercept:.3g} s and per-sample {fit.slope:.3g} s; "
-        "fitted the per-sample cost alone (overhead_s = 0)"
-    )
-    per_sample = float(np.linalg.lstsq(b[:, None], y, rcond=None)[0][0])
-    dof = y.size - 1
-    se = float(math.sqrt(((y - per_sample * b) ** 2).sum() / dof / (b * b).sum())) if dof > 0 else None
-    return Curve("affine", np.array([0.0, per_sample])), {"overhead_s": None, "per_sample_s": se}, [note]
+        return _refine(start, b, y, cut, fixed=np.array([True, False])), [note]
+    found = _refine(_affine_ls(sizes, _bounds(Curve("affine", np.zeros(2)), b, y)[1][0]), b, y, cut)
+    notes = []
+    overhead, per_sample = (float(v) for v in found.curve.values)
+    if not found.free[0]:
+        notes.append(
+            f"worker {worker}: the affine fit puts the overhead at its bound 0 (per-sample {per_sample:.3g} s); "
+            "fitted the per-sample cost alone (overhead_s = 0)"
+        )
+    if not found.free[1]:
+        notes.append(
+            f"worker {worker}: its time does not grow with the batch (overhead {overhead:.3g} s); fitted a flat "
+            "curve (per-sample cost at its least positive value)"
+        )
+    return found, notes
 
 
-def _chosen(
-    worker: int,
-    model: str,
-    affine: Curve,
-    affine_se: dict[str, float | None],
-    sizes: Sizes,
-    held_out: Mapping[str, float | None],
-    b: np.ndarray,
-    y: np.ndarray,
-) -> tuple[Curve, dict[str, float | None]]:
-    """The curve kept (``model``, or under auto the choice by held-out error) and its standard errors."""
+def _chosen_name(
+    worker: int, model: str, sizes: Sizes, held_out: Mapping[str, float | None], b: np.ndarray, y: np.ndarray
+) -> str:
+    """The model kept: ``model``, or under auto the choice by held-out error."""
     if model == "auto":
-        name = choose(dict(held_out), noise_floor(b, y, sizes))
-    else:
-        name = model
-        if name != "affine" and sizes.batch.size < MIN_SIZES[name]:  # affine: the per-sample cost alone
-            raise ConfigError(
-                "--model",
-                f"worker {worker} was seen at {sizes.batch.size} batch size(s); {name} needs {MIN_SIZES[name]} or more",
-            )
-    if name == "affine":
-        return affine, affine_se
-    curve = fit_curve(name, sizes)
-    if curve is None:
+        return choose(dict(held_out), noise_floor(b, y, sizes))
+    if model != "affine" and sizes.batch.size < MIN_SIZES[model]:  # affine: the per-sample cost alone
+        raise ConfigError(
+            "--model",
+            f"worker {worker} was seen at {sizes.batch.size} batch size(s); {model} needs {MIN_SIZES[model]} or more",
+        )
+    return model
+
+
+def _curve_fit(
+    worker: int, name: str, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np.ndarray, model: str
+) -> CurveFit | None:
+    """A hinge or table: its least-squares fit to the size means, refined by :func:`_refine`;
+    None under auto when none fits (the affine is kept)."""
+    start = fit_curve(name, sizes)
+    if start is None:
         if model != "auto":
             raise ConfigError("--model", f"worker {worker}: no {name} curve with a positive slope fits its times")
-        return affine, affine_se
-    spread = bootstrap_se(curve, b, y, sizes)
-    keys = list(curve.params())
-    return curve, {k: (None if spread is None else float(spread[i])) for i, k in enumerate(keys)}
+        return None
+    found = _refine(start, b, y, cut)
+    if name == "table" and np.any(np.diff(found.curve.values) < 0):  # cut rows can bend it: non-decreasing again
+        weights = 1.0 / np.maximum(np.diag(found.cov), 1e-300) if found.free.all() else sizes.count
+        flat = optimize.isotonic_regression(found.curve.values, weights=weights).x
+        found = replace(found, curve=Curve("table", np.asarray(flat, dtype=float), found.curve.batches))
+    return found
 
 
 def worker_table(fits: Sequence[WorkerFit]) -> list[dict[str, Any]]:

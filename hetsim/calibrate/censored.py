@@ -1,0 +1,163 @@
+"""One worker's cost curve by maximum likelihood, complete and cut steps together (:func:`fit_mle`).
+
+The model is the simulator's: a step with ``b`` samples takes ``c(b) * X``, ``c`` the cost
+curve and ``X`` a mean-1 lognormal factor, so ``log y - log c(b)`` is ``N(-sigma^2/2, sigma^2)``.
+A complete step is an exact observation; a step cut at the barrier (backup, K-sync:
+``included = false``) is known only to take longer than the time it ran (right-censored). The
+log-likelihood of both, maximised over the curve's parameters and ``log sigma`` together, is
+right whatever the split did, fixed or re-split every step: which worker is cut depends on the
+others' times, which are independent of this worker's given the shared noise (censoring at
+random), and the batch a policy hands a worker depends only on earlier steps.
+
+Why not least squares: the noise is multiplicative, so the spread grows with the batch and
+ordinary least squares understates its own standard errors; the likelihood of the log times
+weights every row by its own spread, and the observed information gives standard errors that
+match the spread of the estimates (checked over seeds by ``benchmarks/calibration_coverage.py``).
+
+Steps whose noise persists (lag-1 correlation ``rho`` of the log factor, as the simulator's
+``persistence``) are not independent: the information-based covariance is then widened by the
+AR(1) sandwich ``sigma^2 (A^-1 B A^-1 - A^-1)``, ``A = sum u u'`` and
+``B = sum rho^|i-j| u_i u_j'`` over the rows' log-curve gradients ``u`` (exact for a linear
+model in the logs).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, signal, special
+
+from hetsim.calibrate.models import Curve
+
+LOG_SIGMA_BOUNDS = (math.log(1e-6), math.log(10.0))
+EXACT = 1e-9  # relative misfit below which complete rows with no cut ones are a noise-free curve
+
+
+@dataclass(frozen=True)
+class CurveFit:
+    """A fitted curve, its noise sigma and the covariance of the curve's free parameters
+    (``free``: those not held at a bound or fixed; the others have no standard error), by
+    maximum likelihood here or by least squares (:mod:`hetsim.calibrate.lsq`)."""
+
+    curve: Curve
+    sigma: float
+    cov: np.ndarray  # over curve.values[free]
+    free: np.ndarray  # bool per curve parameter
+    persistence: float | None  # the lag-1 correlation of the complete rows' residuals, in order
+
+    def se(self) -> list[float | None]:
+        out: list[float | None] = [None] * self.curve.values.size
+        diag = np.diag(self.cov)
+        for k, i in enumerate(np.flatnonzero(self.free)):
+            out[i] = float(math.sqrt(diag[k])) if diag[k] >= 0 and math.isfinite(diag[k]) else None
+        return out
+
+
+class _Likelihood:
+    """The negative log-likelihood of scaled parameters ``x`` (the curve's free values over
+    their scales) and ``log sigma``, with its gradient."""
+
+    def __init__(self, start: Curve, b: np.ndarray, y: np.ndarray, cut: np.ndarray, free: np.ndarray) -> None:
+        self.start, self.b, self.log_y, self.cut, self.free = start, b, np.log(y), cut, free
+        typical = np.abs(start.jacobian(b)).mean(axis=0)
+        floor = 0.01 * float(y.mean()) / np.where(typical > 0, typical, 1.0)
+        self.scale = np.maximum(np.abs(start.values), floor)[free]
+
+    def curve(self, x: np.ndarray) -> Curve:
+        values = self.start.values.copy()
+        values[self.free] = x * self.scale
+        return Curve(self.start.model, values, self.start.batches)
+
+    def __call__(self, p: np.ndarray) -> tuple[float, np.ndarray]:
+        x, s = p[:-1], float(p[-1])
+        sigma = math.exp(s)
+        curve = self.curve(x)
+        c = np.maximum(curve.time_s(self.b), 1e-300)
+        z = (self.log_y - np.log(c) + 0.5 * sigma * sigma) / sigma
+        zc, zx = z[~self.cut], z[self.cut]
+        log_sf = special.log_ndtr(-zx)
+        hazard = np.exp(-0.5 * zx * zx - 0.5 * math.log(2 * math.pi) - log_sf)
+        nll = float(zc.size * s + 0.5 * (zc * zc).sum() - log_sf.sum())
+        d_logc = np.empty_like(z)  # d nll / d log c, per row
+        d_logc[~self.cut], d_logc[self.cut] = -zc / sigma, -hazard / sigma
+        jac = curve.jacobian(self.b)[:, self.free] / c[:, None]
+        grad_x = (d_logc @ jac) * self.scale
+        grad_s = float((1.0 + zc * (sigma - zc)).sum() + (hazard * (sigma - zx)).sum())
+        return nll, np.append(grad_x, grad_s)
+
+
+def fit_mle(start: Curve, bounds: list[tuple[float, float]], b: np.ndarray, y: np.ndarray, cut: np.ndarray,
+            fixed: np.ndarray | None = None) -> CurveFit:  # fmt: skip
+    """Maximum likelihood of ``start``'s model over rows ``b``, ``y`` (``cut``: right-censored),
+    from ``start``'s values; ``bounds`` per curve parameter; ``fixed``: parameters held as given."""
+    b, y, cut = np.asarray(b, dtype=float), np.asarray(y, dtype=float), np.asarray(cut, dtype=bool)
+    free = np.ones(start.values.size, dtype=bool) if fixed is None else ~np.asarray(fixed, dtype=bool)
+    if not cut.any() and _exact(start, b, y):
+        return CurveFit(start, 0.0, np.zeros((int(free.sum()),) * 2), free, None)
+    like = _Likelihood(start, b, y, cut, free)
+    resid = like.log_y[~cut] - np.log(start.time_s(b[~cut]))
+    s0 = math.log(max(float(resid.std()), 1e-3)) if resid.size > 1 else math.log(0.1)
+    scaled = [(lo / k, hi / k) for (lo, hi), k in zip(np.array(bounds)[free], like.scale)]
+    found = optimize.minimize(
+        like, np.append(start.values[free] / like.scale, s0), jac=True, method="L-BFGS-B",
+        bounds=[*scaled, LOG_SIGMA_BOUNDS], options={"maxiter": 500, "ftol": 1e-13, "gtol": 1e-9},
+    )  # fmt: skip
+    x, s = found.x[:-1], float(found.x[-1])
+    curve, sigma = like.curve(x), math.exp(s)
+    interior = np.array([lo + 1e-9 * max(1.0, abs(lo)) < v for v, (lo, _) in zip(x, scaled)], dtype=bool)
+    cov_x = _covariance(like, found.x, interior)
+    keep = np.flatnonzero(free)[interior]
+    free_out = np.zeros_like(free)
+    free_out[keep] = True
+    cov = cov_x * np.outer(like.scale[interior], like.scale[interior])
+    rho = lag1(like.log_y[~cut] - np.log(curve.time_s(b[~cut])))
+    if rho is not None and rho > 2.0 / math.sqrt(max(int((~cut).sum()), 1)) and cov.size:
+        cov = cov + sigma * sigma * _ar1_excess(curve, b, keep, min(rho, 0.99))
+    return CurveFit(curve, sigma, cov, free_out, rho)
+
+
+def _exact(curve: Curve, b: np.ndarray, y: np.ndarray) -> bool:
+    return bool(np.all(np.abs(y / curve.time_s(b) - 1.0) < EXACT))
+
+
+def _covariance(like: _Likelihood, p: np.ndarray, interior: np.ndarray) -> np.ndarray:
+    """The inverse observed information of the interior parameters (log sigma profiled in):
+    the Hessian by central differences of the analytic gradient."""
+    n = p.size
+    hess = np.empty((n, n))
+    for i in range(n):
+        h = 1e-5 * max(1.0, abs(float(p[i])))
+        up, down = p.copy(), p.copy()
+        up[i] += h
+        down[i] -= h
+        hess[:, i] = (like(up)[1] - like(down)[1]) / (2 * h)
+    hess = 0.5 * (hess + hess.T)
+    keep = np.append(interior, True)
+    try:
+        inv = np.linalg.inv(hess[np.ix_(keep, keep)])
+    except np.linalg.LinAlgError:
+        inv = np.full((int(keep.sum()),) * 2, np.nan)
+    return inv[:-1, :-1]
+
+
+def lag1(resid: np.ndarray) -> float | None:
+    if resid.size < 4:
+        return None
+    a, c = resid[:-1] - resid.mean(), resid[1:] - resid.mean()
+    denom = float((resid - resid.mean()) @ (resid - resid.mean()))
+    return float(a @ c / denom) if denom > 0 else None
+
+
+def _ar1_excess(curve: Curve, b: np.ndarray, keep: np.ndarray, rho: float) -> np.ndarray:
+    """``A^-1 B A^-1 - A^-1`` over the log-curve gradients of the parameters ``keep``, rows in order."""
+    u = curve.jacobian(b)[:, keep] / curve.time_s(b)[:, None]
+    q = signal.lfilter([0.0, rho], [1.0, -rho], u, axis=0)  # q_t = rho (q_{t-1} + u_{t-1})
+    a = u.T @ u
+    bb = a + q.T @ u + u.T @ q
+    try:
+        a_inv = np.linalg.inv(a)
+    except np.linalg.LinAlgError:
+        return np.zeros_like(a)
+    return np.asarray(a_inv @ bb @ a_inv - a_inv)

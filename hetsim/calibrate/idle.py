@@ -1,0 +1,133 @@
+"""Every worker of a trace -> a fit, or what little is known of a worker too idle to fit.
+
+A policy may leave a worker without samples (``optimal`` and ``adaptive`` on a cluster with a
+device too slow to help), or a backup policy may cut it every step. Such a worker cannot be
+fitted, yet it is part of the cluster: the calibrated scenario keeps it, with a cost that is a
+lower bound (:class:`IdleWorker`), and the calibration says which workers those are.
+
+* Offered samples but cut every time (fewer than two complete computes): its compute at the
+  smallest batch it was offered took longer than the time it ran before it was cut (the median
+  of those times is the bound kept: half of its cut computes ran at least that long).
+* Never offered samples: a min-max split (``optimal``, ``adaptive``) leaves a worker idle when
+  even a small batch would make it the slowest, so its time is at least the step's compute
+  time without it (the median over steps of the slowest complete compute). Under any other
+  policy the bound is only what the split implies, and the warning says so.
+
+The bound is written as a flat cost (overhead at the bound, a negligible per-sample cost), so
+a simulation of the scenario leaves the worker idle, as the trace did, rather than guessing a
+speed the trace never showed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hetsim.calibrate.worker_fit import MIN_COMPLETE, WorkerFit, fit_worker
+from hetsim.errors import ConfigError
+
+FLAT = 1e-9  # the per-sample cost of a bound written as a flat curve, relative to the bound per sample
+
+
+@dataclass(frozen=True)
+class IdleWorker:
+    """A worker with too few complete computes: its time at ``batch`` samples is at least
+    ``bound_s`` (``batch`` None: it was never given samples) and ``basis`` says why."""
+
+    worker: int
+    rows: int
+    offered_rows: int  # rows with samples (all of them cut, or one complete)
+    batch: int | None
+    bound_s: float
+    basis: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker,
+            "rows": self.rows,
+            "offered_rows": self.offered_rows,
+            "batch": self.batch,
+            "lower_bound_s": self.bound_s,
+            "basis": self.basis,
+        }
+
+    def to_scenario(self, name: str) -> dict[str, Any]:
+        per_sample = FLAT * self.bound_s / max(self.batch or 1, 1)
+        return {"name": name, "count": 1, "overhead_s": self.bound_s, "per_sample_s": per_sample}
+
+
+def fit_workers(
+    frame: pd.DataFrame, done: np.ndarray, workers: list[int], model: str, warnings: list[str]
+) -> tuple[list[WorkerFit], list[IdleWorker]]:
+    """Each worker's fit, rows in step order, or its :class:`IdleWorker` (with a warning line).
+    A worker with one complete compute and nothing cut is refused (one step fits nothing);
+    ConfigError too when no worker can be fitted."""
+    fits, idle = [], []
+    column = frame["worker"].to_numpy()
+    batch, compute = frame["local_batch"].to_numpy(), frame["compute_s"].to_numpy()
+    for w in workers:
+        rows = column == w
+        offered = rows & (batch > 0)
+        complete, cut = int((offered & done).sum()), int((offered & ~done).sum())
+        if complete >= MIN_COMPLETE:
+            fit, notes = fit_worker(w, batch[rows], compute[rows], done[rows], model)
+            fits.append(fit)
+            warnings.extend(notes)
+        elif complete == 1 and cut == 0:
+            raise ConfigError(
+                "compute_s", f"worker {w} has one compute in the trace; a fit needs at least {MIN_COMPLETE} steps"
+            )
+        else:
+            idle.append(_idle(frame, done, w, rows, offered))
+    if not fits:
+        raise ConfigError("local_batch", f"no worker completed {MIN_COMPLETE} computes: nothing to fit")
+    barrier = _median_barrier(frame, done)
+    idle = [i if i.batch is not None else _never_offered(i, barrier, frame) for i in idle]
+    warnings.extend(_idle_line(i) for i in idle)
+    return fits, idle
+
+
+def _idle(frame: pd.DataFrame, done: np.ndarray, w: int, rows: np.ndarray, offered: np.ndarray) -> IdleWorker:
+    if not offered.any():
+        return IdleWorker(w, int(rows.sum()), 0, None, 0.0, "")
+    sizes = frame["local_batch"].to_numpy()[offered]
+    smallest = int(sizes.min())
+    times = frame["compute_s"].to_numpy()[offered & ~done & (frame["local_batch"].to_numpy() == smallest)]
+    if times.size == 0:  # its one complete compute was at the smallest size: the cut ones at the next
+        smallest = int(sizes[sizes > smallest].min())
+        times = frame["compute_s"].to_numpy()[offered & ~done & (frame["local_batch"].to_numpy() == smallest)]
+    median = float(np.median(times))
+    basis = f"cut at the barrier in {times.size} of its steps at batch {smallest} (median time run {median:.4g} s)"
+    return IdleWorker(w, int(rows.sum()), int(offered.sum()), smallest, median, basis)
+
+
+def _median_barrier(frame: pd.DataFrame, done: np.ndarray) -> float:
+    """The median over steps of the slowest complete compute."""
+    complete = frame.loc[done & (frame["local_batch"].to_numpy() > 0)]
+    return float(complete.groupby("step")["compute_s"].max().median())
+
+
+def _never_offered(idle: IdleWorker, barrier: float, frame: pd.DataFrame) -> IdleWorker:
+    policy = str(frame["policy"].iloc[0]) if "policy" in frame.columns else "the policy"
+    basis = (
+        f"never given samples by {policy}; a min-max split (optimal, adaptive) leaves a worker idle only when its "
+        f"time would exceed the others' step ({barrier:.4g} s, the median slowest compute), so that is a lower bound"
+    )
+    return IdleWorker(idle.worker, idle.rows, 0, None, barrier, basis)
+
+
+def _idle_line(idle: IdleWorker) -> str:
+    return (
+        f"worker {idle.worker}: not fitted ({idle.basis}); the scenario keeps it with a flat cost at that lower bound, "
+        "so the policy leaves it idle there too, and a policy that gives it samples gets an optimistic answer"
+    )
+
+
+def scenario_workers(fits: list[WorkerFit], idle: list[IdleWorker]) -> list[dict[str, Any]]:
+    """The ``[[workers]]`` entries in worker order, fitted and idle alike."""
+    entries = [(f.worker, f.to_scenario(f"w{f.worker}")) for f in fits]
+    entries += [(i.worker, i.to_scenario(f"w{i.worker}")) for i in idle]
+    return [entry for _, entry in sorted(entries, key=lambda e: e[0])]
