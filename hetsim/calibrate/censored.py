@@ -14,11 +14,12 @@ ordinary least squares understates its own standard errors; the likelihood of th
 weights every row by its own spread, and the observed information gives standard errors that
 match the spread of the estimates (checked over seeds by ``benchmarks/calibration_coverage.py``).
 
-Steps whose noise persists (lag-1 correlation ``rho`` of the log factor, as the simulator's
-``persistence``) are not independent: the information-based covariance is then widened by the
-AR(1) sandwich ``sigma^2 (A^-1 B A^-1 - A^-1)``, ``A = sum u u'`` and
-``B = sum rho^|i-j| u_i u_j'`` over the rows' log-curve gradients ``u`` (exact for a linear
-model in the logs).
+Steps whose noise persists (the simulator's ``persistence``, of a worker's own factor or of a
+shared one) are not independent: the residuals' autocorrelation is read as ``share * rho^k`` at
+lag ``k`` (:func:`persistence_terms`), and the information-based covariance is widened by the
+sandwich ``sigma^2 (A^-1 B A^-1 - A^-1)``, ``A = sum u u'`` and
+``B = sum a(|i-j|) u_i u_j'`` over the rows' log-curve gradients ``u`` (exact for a linear model
+in the logs).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class CurveFit:
     cov: np.ndarray  # over curve.values[free]
     free: np.ndarray  # bool per curve parameter
     persistence: float | None  # the lag-1 correlation of the complete rows' residuals, in order
+    nll: float = math.nan  # the negative log-likelihood reached (maximum likelihood only)
 
     def se(self) -> list[float | None]:
         out: list[float | None] = [None] * self.curve.values.size
@@ -112,10 +114,12 @@ def fit_mle(start: Curve, bounds: list[tuple[float, float]], b: np.ndarray, y: n
     free_out = np.zeros_like(free)
     free_out[keep] = True
     cov = cov_x * np.outer(like.scale[interior], like.scale[interior])
-    rho = lag1(like.log_y[~cut] - np.log(curve.time_s(b[~cut])))
-    if rho is not None and rho > 2.0 / math.sqrt(max(int((~cut).sum()), 1)) and cov.size:
-        cov = cov + sigma * sigma * _ar1_excess(curve, b, keep, min(rho, 0.99))
-    return CurveFit(curve, sigma, cov, free_out, rho)
+    z = (like.log_y - np.log(curve.time_s(b)) + 0.5 * sigma * sigma) / sigma
+    z[cut] = np.exp(-0.5 * z[cut] ** 2 - 0.5 * math.log(2 * math.pi) - special.log_ndtr(-z[cut]))  # E[z | z > cut]
+    terms = persistence_terms(z)  # generalised residuals: the complete rows alone are the lucky ones
+    if terms is not None and cov.size:
+        cov = cov + sigma * sigma * _ar_excess(curve, b, keep, terms)
+    return CurveFit(curve, sigma, cov, free_out, lag1(z[~cut]), float(found.fun))
 
 
 def _exact(curve: Curve, b: np.ndarray, y: np.ndarray) -> bool:
@@ -143,21 +147,46 @@ def _covariance(like: _Likelihood, p: np.ndarray, interior: np.ndarray) -> np.nd
 
 
 def lag1(resid: np.ndarray) -> float | None:
-    if resid.size < 4:
+    """The lag-1 autocorrelation of ``resid`` (None: fewer than 4 values or no spread)."""
+    return _lags(resid, 1)[0] if resid.size >= 4 else None
+
+
+def _lags(resid: np.ndarray, most: int) -> list[float | None]:
+    e = resid - resid.mean()
+    denom = float(e @ e)
+    return [float(e[:-k] @ e[k:] / denom) if denom > 0 else None for k in range(1, most + 1)]
+
+
+def persistence_terms(resid: np.ndarray) -> tuple[float, float] | None:
+    """The residuals' autocorrelation as ``share * rho^k`` at lag ``k >= 1`` (an AR(1) part of
+    the noise, the rest independent: the simulator's persistent own or shared factor under
+    independent noise), from lags 1 and 2; None unless lag 1 is clearly above 0."""
+    if resid.size < 8:
         return None
-    a, c = resid[:-1] - resid.mean(), resid[1:] - resid.mean()
-    denom = float((resid - resid.mean()) @ (resid - resid.mean()))
-    return float(a @ c / denom) if denom > 0 else None
+    r1, r2 = _lags(resid, 2)
+    if r1 is None or r2 is None or r1 <= 2.0 / math.sqrt(resid.size):
+        return None
+    rho = min(max(r2 / r1, r1), 0.99)
+    return min(r1 / rho, 1.0), rho
 
 
-def _ar1_excess(curve: Curve, b: np.ndarray, keep: np.ndarray, rho: float) -> np.ndarray:
-    """``A^-1 B A^-1 - A^-1`` over the log-curve gradients of the parameters ``keep``, rows in order."""
-    u = curve.jacobian(b)[:, keep] / curve.time_s(b)[:, None]
+def autocorrelated(u: np.ndarray, terms: tuple[float, float] | None) -> np.ndarray:
+    """``sum_ij a(|i-j|) u_i u_j'`` for rows ``u`` in order, ``a(0) = 1`` and ``a(k) = share rho^k``."""
+    plain = u.T @ u
+    if terms is None:
+        return np.asarray(plain)
+    share, rho = terms
     q = signal.lfilter([0.0, rho], [1.0, -rho], u, axis=0)  # q_t = rho (q_{t-1} + u_{t-1})
+    return np.asarray(plain + share * (q.T @ u + u.T @ q))
+
+
+def _ar_excess(curve: Curve, b: np.ndarray, keep: np.ndarray, terms: tuple[float, float]) -> np.ndarray:
+    """``A^-1 B A^-1 - A^-1`` over the log-curve gradients ``u`` of the parameters ``keep``, rows
+    in order: ``A = sum u u'``, ``B`` as :func:`autocorrelated`."""
+    u = curve.jacobian(b)[:, keep] / curve.time_s(b)[:, None]
     a = u.T @ u
-    bb = a + q.T @ u + u.T @ q
     try:
         a_inv = np.linalg.inv(a)
     except np.linalg.LinAlgError:
         return np.zeros_like(a)
-    return np.asarray(a_inv @ bb @ a_inv - a_inv)
+    return np.asarray(a_inv @ autocorrelated(u, terms) @ a_inv - a_inv)

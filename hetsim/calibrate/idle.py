@@ -5,9 +5,11 @@ device too slow to help), or a backup policy may cut it every step. Such a worke
 fitted, yet it is part of the cluster: the calibrated scenario keeps it, with a cost that is a
 lower bound (:class:`IdleWorker`), and the calibration says which workers those are.
 
-* Offered samples but cut every time (fewer than two complete computes): its compute at the
-  smallest batch it was offered took longer than the time it ran before it was cut (the median
-  of those times is the bound kept: half of its cut computes ran at least that long).
+* Offered samples but cut every time: its compute at the smallest batch it was offered took
+  longer than the time it ran before it was cut (the median of those times is the bound kept).
+* Too few complete computes to fit (fewer than two, or than three at two or more batch sizes:
+  a fit needs one more row than it has parameters, or it has no noise to speak of): the mean
+  time at its smallest such batch is kept, said to be a measurement.
 * Never offered samples: a min-max split (``optimal``, ``adaptive``) leaves a worker idle when
   even a small batch would make it the slowest, so its time is at least the step's compute
   time without it (the median over steps of the slowest complete compute). Under any other
@@ -62,28 +64,27 @@ class IdleWorker:
 def fit_workers(
     frame: pd.DataFrame, done: np.ndarray, workers: list[int], model: str, warnings: list[str]
 ) -> tuple[list[WorkerFit], list[IdleWorker]]:
-    """Each worker's fit, rows in step order, or its :class:`IdleWorker` (with a warning line).
-    A worker with one complete compute and nothing cut is refused (one step fits nothing);
-    ConfigError too when no worker can be fitted."""
+    """Each worker's fit, rows in step order, or its :class:`IdleWorker` (with a warning line);
+    ConfigError when no worker can be fitted (a one-row trace, say: one step fits nothing)."""
     fits, idle = [], []
     column = frame["worker"].to_numpy()
     batch, compute = frame["local_batch"].to_numpy(), frame["compute_s"].to_numpy()
     for w in workers:
         rows = column == w
         offered = rows & (batch > 0)
-        complete, cut = int((offered & done).sum()), int((offered & ~done).sum())
-        if complete >= MIN_COMPLETE:
+        complete = offered & done
+        if int(complete.sum()) >= (MIN_COMPLETE if np.unique(batch[complete]).size < 2 else MIN_COMPLETE + 1):
             fit, notes = fit_worker(w, batch[rows], compute[rows], done[rows], model)
             fits.append(fit)
             warnings.extend(notes)
-        elif complete == 1 and cut == 0:
-            raise ConfigError(
-                "compute_s", f"worker {w} has one compute in the trace; a fit needs at least {MIN_COMPLETE} steps"
-            )
         else:
             idle.append(_idle(frame, done, w, rows, offered))
     if not fits:
-        raise ConfigError("local_batch", f"no worker completed {MIN_COMPLETE} computes: nothing to fit")
+        raise ConfigError(
+            "compute_s",
+            f"no worker has {MIN_COMPLETE} complete computes (rows with samples, included): one step fits neither a "
+            "worker's noise nor two parameters",
+        )
     barrier = _median_barrier(frame, done)
     idle = [i if i.batch is not None else _never_offered(i, barrier, frame) for i in idle]
     warnings.extend(_idle_line(i) for i in idle)
@@ -93,14 +94,24 @@ def fit_workers(
 def _idle(frame: pd.DataFrame, done: np.ndarray, w: int, rows: np.ndarray, offered: np.ndarray) -> IdleWorker:
     if not offered.any():
         return IdleWorker(w, int(rows.sum()), 0, None, 0.0, "")
-    sizes = frame["local_batch"].to_numpy()[offered]
-    smallest = int(sizes.min())
-    times = frame["compute_s"].to_numpy()[offered & ~done & (frame["local_batch"].to_numpy() == smallest)]
-    if times.size == 0:  # its one complete compute was at the smallest size: the cut ones at the next
-        smallest = int(sizes[sizes > smallest].min())
-        times = frame["compute_s"].to_numpy()[offered & ~done & (frame["local_batch"].to_numpy() == smallest)]
+    batch, compute = frame["local_batch"].to_numpy(), frame["compute_s"].to_numpy()
+    smallest = int(batch[offered].min())
+    at = offered & (batch == smallest)
+    complete = offered & done
+    if complete.any():  # too few to fit: the mean time at its smallest batch with a complete compute
+        smallest = int(batch[complete].min())
+        times = compute[complete & (batch == smallest)]
+        basis = (
+            f"{int(complete.sum())} complete compute(s), too few to fit: kept at its mean time {times.mean():.4g} s at "
+            f"batch {smallest}, a measurement, not a bound"
+        )
+        return IdleWorker(w, int(rows.sum()), int(offered.sum()), smallest, float(times.mean()), basis)
+    times = compute[at]
     median = float(np.median(times))
-    basis = f"cut at the barrier in {times.size} of its steps at batch {smallest} (median time run {median:.4g} s)"
+    basis = (
+        f"cut at the barrier in all {times.size} of its steps at batch {smallest}, after a median {median:.4g} s: "
+        "its time there is longer, that is a lower bound"
+    )
     return IdleWorker(w, int(rows.sum()), int(offered.sum()), smallest, median, basis)
 
 
@@ -121,8 +132,8 @@ def _never_offered(idle: IdleWorker, barrier: float, frame: pd.DataFrame) -> Idl
 
 def _idle_line(idle: IdleWorker) -> str:
     return (
-        f"worker {idle.worker}: not fitted ({idle.basis}); the scenario keeps it with a flat cost at that lower bound, "
-        "so the policy leaves it idle there too, and a policy that gives it samples gets an optimistic answer"
+        f"worker {idle.worker}: not fitted ({idle.basis}); the scenario keeps it with a flat cost of "
+        f"{idle.bound_s:.4g} s, so a policy that gives it samples gets an optimistic answer"
     )
 
 

@@ -7,19 +7,16 @@ weights every step's relative error alike). Its textbook standard errors assume 
 spread, which multiplicative noise does not have (the spread grows with the time), so they are
 replaced by the sandwich for that noise: with ``J`` the rows' curve gradients, ``c`` the fitted
 times and ``v`` the variance of ``y / c``,
-``Cov = v (J'J)^-1 [sum_ij rho^|i-j| c_i c_j J_i J_j'] (J'J)^-1``, ``rho`` the lag-1
-correlation of the relative residuals in step order where it is clearly above 0 (noise that
-persists), else 0.
+``Cov = v (J'J)^-1 [sum_ij a(|i-j|) c_i c_j J_i J_j'] (J'J)^-1``, ``a`` the autocorrelation of
+the relative residuals in step order (``share * rho^k`` at lag ``k``, where lag 1 is clearly
+above 0: noise that persists; else 0 off the diagonal).
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
-from scipy import signal
 
-from hetsim.calibrate.censored import CurveFit, lag1
+from hetsim.calibrate.censored import CurveFit, autocorrelated, lag1, persistence_terms
 from hetsim.calibrate.models import Curve
 
 
@@ -31,15 +28,13 @@ def fit_lsq(curve: Curve, b: np.ndarray, y: np.ndarray, free: np.ndarray) -> Cur
     sigma = float(np.log(ratio).std(ddof=1)) if y.size > 1 else 0.0
     k = int(free.sum())
     rho = lag1(ratio - 1.0)
+    terms = persistence_terms(ratio - 1.0)
     if k == 0 or y.size <= k:
         return CurveFit(curve, sigma, np.full((k, k), np.nan), free, rho)
     jac = curve.jacobian(b)[:, free]
     v = float(((ratio - 1.0) ** 2).sum() / (y.size - k))
     scaled = jac * c[:, None]
-    meat = scaled.T @ scaled
-    if rho is not None and rho > 2.0 / math.sqrt(y.size):
-        q = signal.lfilter([0.0, min(rho, 0.99)], [1.0, -min(rho, 0.99)], scaled, axis=0)
-        meat = meat + q.T @ scaled + scaled.T @ q
+    meat = autocorrelated(scaled, terms)
     try:
         bread = np.linalg.inv(jac.T @ jac)
     except np.linalg.LinAlgError:

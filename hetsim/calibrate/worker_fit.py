@@ -227,11 +227,28 @@ def _curve_fit(
             raise ConfigError("--model", f"worker {worker}: no {name} curve with a positive slope fits its times")
         return None
     found = _refine(start, b, y, cut)
+    if name == "hinge" and cut.any():  # the likelihood cannot move the kink past a batch size: try each side
+        tries = [_refine(s, b, y, cut) for s in _hinge_starts(sizes)]
+        found = min([found, *tries], key=lambda f: f.nll if np.isfinite(f.nll) else np.inf)
     if name == "table" and np.any(np.diff(found.curve.values) < 0):  # cut rows can bend it: non-decreasing again
         weights = 1.0 / np.maximum(np.diag(found.cov), 1e-300) if found.free.all() else sizes.count
         flat = optimize.isotonic_regression(found.curve.values, weights=weights).x
         found = replace(found, curve=Curve("table", np.asarray(flat, dtype=float), found.curve.batches))
     return found
+
+
+def _hinge_starts(sizes: Sizes) -> list[Curve]:
+    """A hinge bending after each size with two or more sizes above it: the flat part the mean
+    of the sizes below, the line least squares through those above."""
+    out = []
+    for i in range(1, sizes.batch.size - 1):
+        w, u, t = sizes.count[i:], sizes.batch[i:], sizes.mean[i:]
+        line = np.polyfit(u, t, 1, w=np.sqrt(w))
+        if line[0] <= 0:
+            continue
+        floor = float(np.average(sizes.mean[:i], weights=sizes.count[:i]))
+        out.append(Curve("hinge", np.array([floor, max(float(line[1]), 0.0), float(line[0])])))
+    return out
 
 
 def worker_table(fits: Sequence[WorkerFit]) -> list[dict[str, Any]]:

@@ -1,0 +1,119 @@
+"""Calibration on the traces real runs give: steps cut at the barrier, idle workers, short runs,
+and standard errors that match theory (issue 23's reproducers; the spread over seeds is
+measured by ``benchmarks/calibration_coverage.py``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hetsim.calibrate import calibrate, fit_worker
+from hetsim.cli import main
+from hetsim.config import load_scenario
+from hetsim.errors import ConfigError
+from hetsim.simulate import simulate
+from tests.helpers import scenario_dict
+
+LOGNORMAL = {"dist": "lognormal", "sigma": 0.2}
+
+
+@pytest.mark.parametrize("policy", ["ksync", "backup"])
+def test_independent_workers_cut_at_the_barrier_share_no_noise(policy):
+    # keeping the fastest of each step ties the complete rows to one cut-off; the old estimator
+    # (correlation of complete rows) read 0.139 here
+    workers = [{"overhead_s": 0.0, "per_sample_s": c / 32, "noise": LOGNORMAL} for c in (0.1, 0.12, 0.11)]
+    raw = scenario_dict(workers, global_batch=96, steps_per_epoch=1000, epochs=1, seed=1)
+    raw["policy"] = {"name": policy}
+    cal = calibrate(simulate(load_scenario(raw)))
+    assert cal.noise.shared is not None and cal.noise.shared < 0.02
+    for fit, cost in zip(cal.workers, (0.1, 0.12, 0.11)):
+        assert abs(32 * fit.per_sample_s - cost) < 3 * 32 * fit.se["per_sample_s"]
+
+
+def _random_backup(seed: int, steps: int = 1500) -> pd.DataFrame:
+    """The issue's trace: each worker's batch drawn from {50, 100, 150} every step, the slowest
+    of three cut at the second finish."""
+    rng = np.random.default_rng(seed)
+    overhead, per_sample, sigma = np.array([0.005, 0.005, 0.01]), np.array([0.001, 0.001, 0.002]), 0.3
+    b = rng.choice([50, 100, 150], size=(steps, 3))
+    y = (overhead + per_sample * b) * np.exp(sigma * rng.standard_normal((steps, 3)) - sigma**2 / 2)
+    second = np.sort(y, axis=1)[:, 1:2]
+    kept = y <= second
+    return pd.DataFrame({"step": np.repeat(np.arange(steps), 3), "worker": np.tile(np.arange(3), steps),
+                         "local_batch": b.ravel(), "compute_s": np.where(kept, y, second).ravel(),
+                         "included": kept.ravel()})  # fmt: skip
+
+
+def test_cut_rows_with_a_batch_that_varies_are_unbiased():
+    # one scale factor per worker (the old correction) gave worker 2 a per-sample cost of
+    # 0.00137 (z = -8.9) and an overhead of 0.050 (z = +8.4)
+    cal = calibrate(_random_backup(0), model="affine")
+    for fit, truth in zip(cal.workers, [(0.005, 0.001), (0.005, 0.001), (0.01, 0.002)]):
+        for key, value in zip(("overhead_s", "per_sample_s"), truth):
+            assert abs(getattr(fit, key) - value) < 3 * fit.se[key], (fit.worker, key)
+        assert fit.noise_sigma == pytest.approx(0.3, rel=0.1)
+    assert cal.workers[2].cancelled > 0.5 * 1500
+
+
+def test_idle_workers_are_kept_and_the_rest_fitted():
+    scenario = load_scenario("mixed-gpus", ["workload.epochs=1"])
+    trace = simulate(scenario, "optimal")
+    cal = calibrate(trace)
+    assert [f.worker for f in cal.workers] == [0, 1, 2, 3]
+    assert [i.worker for i in cal.idle] == [4, 5] and all(i.batch is None for i in cal.idle)
+    slowest = trace.to_frame().query("local_batch > 0").groupby("step")["compute_s"].max().median()
+    assert all(i.bound_s == pytest.approx(slowest) for i in cal.idle)
+    assert sum("not fitted" in w for w in cal.warnings) == 2
+    rebuilt = load_scenario(cal.scenario)
+    assert rebuilt.n_workers == 6
+    assert simulate(rebuilt, "optimal").per_step("local_batch")[:, 4:].sum() == 0  # idle there too
+
+
+def test_too_few_computes_is_a_worker_left_out_or_one_line(tmp_path, capsys):
+    frame = pd.DataFrame({"worker": [0, 0, 0, 1], "local_batch": [4, 8, 12, 8], "compute_s": [0.1, 0.2, 0.3, 0.15]})
+    cal = calibrate(frame)
+    (idle,) = cal.idle
+    assert (idle.worker, idle.batch, idle.bound_s) == (1, 8, 0.15) and "a measurement" in idle.basis
+    with pytest.raises(ConfigError) as info:
+        calibrate(frame.iloc[3:])
+    assert info.value.field == "compute_s" and "no worker has 2 complete computes" in info.value.problem
+    path = tmp_path / "one.csv"
+    frame.iloc[3:].to_csv(path, index=False)
+    out = tmp_path / "cal.toml"
+    assert main(["calibrate", str(path), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "compute_s" in err and not out.exists()
+
+
+def _sandwich_se(b: np.ndarray, mean: np.ndarray, variance: np.ndarray) -> np.ndarray:
+    """Least squares' exact standard errors for independent rows of the given variances."""
+    x = np.stack([np.ones_like(b), b], axis=1)
+    bread = np.linalg.inv(x.T @ x)
+    return np.sqrt(np.diag(bread @ (x.T * variance) @ x @ bread))
+
+
+def test_standard_errors_of_multiplicative_noise_match_theory():
+    # the textbook OLS error assumes one spread for every row; the truth grows with the time
+    rng = np.random.default_rng(5)
+    sigma, b = 0.3, rng.choice([10, 40, 160], size=4000).astype(float)
+    mean = 0.01 + 0.001 * b
+    fit, _ = fit_worker(0, b, mean * np.exp(sigma * rng.standard_normal(b.size) - sigma**2 / 2), model="affine")
+    theory = _sandwich_se(b, mean, mean**2 * np.expm1(sigma**2))
+    assert fit.se["overhead_s"] == pytest.approx(theory[0], rel=0.1)
+    assert fit.se["per_sample_s"] == pytest.approx(theory[1], rel=0.1)
+    textbook = _sandwich_se(b, mean, np.full(b.size, (mean**2).mean() * np.expm1(sigma**2)))
+    assert theory[1] > 1.3 * textbook[1]  # what the old standard error missed
+
+
+def test_standard_errors_of_persistent_noise_match_theory():
+    # an AR(1) log factor with rho 0.6: the mean of n steps varies (1 + rho) / (1 - rho) times more
+    rng = np.random.default_rng(6)
+    rho, sigma, n = 0.6, 0.1, 20_000
+    z = np.empty(n)
+    z[0] = rng.standard_normal()
+    for t in range(1, n):
+        z[t] = rho * z[t - 1] + np.sqrt(1 - rho**2) * rng.standard_normal()
+    fit, _ = fit_worker(0, np.full(n, 32), 0.064 * np.exp(sigma * z - sigma**2 / 2), model="affine")
+    theory = 0.064 / 32 * np.sqrt(np.expm1(sigma**2) / n * (1 + rho) / (1 - rho))
+    assert fit.se["per_sample_s"] == pytest.approx(theory, rel=0.15)
