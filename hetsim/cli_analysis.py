@@ -23,13 +23,10 @@ from hetsim.config import build_scenario, check_run_size, load_scenario
 from hetsim.errors import ConfigError
 from hetsim.files import atomic_write, check_writable
 from hetsim.logs import import_run
-from hetsim.metrics import mean_ci, step_times
-from hetsim.policies import policy_class
 from hetsim.report import resplits, text_table
 from hetsim.scenario import Scenario
-from hetsim.simulate import simulate
+from hetsim.step_ci import replication_reason, simulated_mean
 from hetsim.trace import TRACE_FORMATS, read_trace_table, write_trace_table
-from hetsim.workers import noise_persistence
 
 CI_LEVEL = 0.95
 
@@ -77,13 +74,14 @@ class Comparison:
 
     policy: str
     predicted_step_s: float | None  # the closed form's mean step time; None without one
-    simulated_step_s: float  # the simulated mean step time
-    ci_low_s: float | None  # the CI_LEVEL confidence interval of the simulated mean; None from one step
+    simulated_step_s: float  # the simulated mean step time (over ``runs`` runs)
+    ci_low_s: float | None  # the CI_LEVEL confidence interval of the expected mean; None from one step
     ci_high_s: float | None
     inside: bool | None  # the prediction inside that interval; None when either is missing
     relative_error: float | None  # predicted / simulated - 1
     no_closed_form: str | None  # why there is no prediction
     prediction: Prediction | None
+    runs: int = 1  # the simulated runs (seeds) the mean and its CI are over
 
     def to_dict(self) -> dict[str, Any]:
         """The ``analyze --json`` object: these fields, ``prediction`` as its own dict."""
@@ -96,46 +94,35 @@ class Comparison:
             "inside": self.inside,
             "relative_error": self.relative_error,
             "no_closed_form": self.no_closed_form,
+            "runs": self.runs,
             "prediction": None if self.prediction is None else self.prediction.to_dict(),
         }
 
 
-def ci_batches(scenario: Scenario, policy: str, steps: int) -> int | None:
-    """How many batch means the CI of the mean step time uses: None (every step on its own) when
-    steps are independent; one per epoch for a policy with ``autocorrelated_steps``; on noise
-    that persists with rho, fewer if needed, so that each batch spans at least ten of its
-    integrated autocorrelation times ``(1 + rho) / (1 - rho)`` (batches far apart are nearly
-    independent); at least two."""
-    rho = noise_persistence(scenario.workers)
-    if not (policy_class(policy).autocorrelated_steps or rho > 0):
-        return None
-    span = 10.0 * (1.0 + rho) / (1.0 - rho)
-    return max(2, min(scenario.workload.epochs, int(steps / span)) if rho > 0 else scenario.workload.epochs)
-
-
 def compare(scenario: Scenario, policy: str, seed: int | None = None) -> Comparison:
-    """One policy's prediction beside its simulation: the simulated mean step time with its
-    confidence interval (batch means when steps are not independent: :func:`ci_batches`) and
-    whether the prediction falls inside."""
+    """One policy's prediction beside its simulation: the simulated mean step time with the
+    confidence interval of its expected value (:func:`hetsim.step_ci.simulated_mean`: one run,
+    or replications where one run cannot show the spread) and whether the prediction falls
+    inside."""
     try:
         prediction: Prediction | None = predict(scenario, policy)
         reason = None
     except NoClosedForm as exc:
         prediction, reason = None, exc.reason
-    steps = step_times(simulate(scenario, policy, seed=seed))
-    ci = mean_ci(steps, CI_LEVEL, ci_batches(scenario, policy, steps.size)) if steps.size > 1 else None
-    simulated = float(steps.mean())
+    simulated = simulated_mean(scenario, policy, seed, CI_LEVEL)
+    ci = simulated.ci
     predicted = None if prediction is None else prediction.mean_step_s
     return Comparison(
         policy=policy,
         predicted_step_s=predicted,
-        simulated_step_s=simulated,
+        simulated_step_s=simulated.mean_s,
         ci_low_s=None if ci is None else ci.low,
         ci_high_s=None if ci is None else ci.high,
         inside=None if predicted is None or ci is None else ci.contains(predicted),
-        relative_error=None if predicted is None else predicted / simulated - 1.0,
+        relative_error=None if predicted is None else predicted / simulated.mean_s - 1.0,
         no_closed_form=reason,
         prediction=prediction,
+        runs=simulated.runs,
     )
 
 
@@ -151,10 +138,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     wl = scenario.workload
     print(
         f"{scenario.name}: {scenario.n_workers} workers, global batch {wl.global_batch}, "
-        f"{wl.epochs} epochs x {wl.steps_per_epoch} steps, {CI_LEVEL:.0%} CI of the simulated mean"
+        f"{wl.epochs} epochs x {wl.steps_per_epoch} steps, {CI_LEVEL:.0%} CI of the expected mean"
     )
     print(_table(rows))
     for row in rows:
+        if row.runs > 1:
+            why = replication_reason(scenario, row.policy)
+            print(f"{row.policy}: simulated mean and CI over {row.runs} runs, one per seed, because {why}")
         if row.no_closed_form:
             print(f"{row.policy}: no closed form because {row.no_closed_form}")
     return 0
@@ -277,6 +267,8 @@ def _held_out_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def _noise_network_workload(calibration: Calibration) -> list[str]:
     noise = calibration.noise
     shared = "-" if noise.shared is None else f"{noise.shared:.3f}"
+    if noise.shared_sigma:
+        shared += f" (a common log factor of sigma {noise.shared_sigma:.3f})"
     lag = noise.mean_persistence
     persistence = "-" if lag is None else f"{lag:.3f}"
     net = calibration.network
@@ -291,7 +283,8 @@ def _noise_network_workload(calibration: Calibration) -> list[str]:
     )
     return [
         f"noise: share common to the workers of a step {shared} (over {noise.shared_steps} steps), lag-1 "
-        f"persistence {persistence} (mean of the workers'); the written scenario draws independent noise",
+        f"persistence {persistence} (mean of the workers'); the written scenario draws independent noise"
+        + (f"; workers not fitted: {', '.join(str(i.worker) for i in calibration.idle)}" if calibration.idle else ""),
         network,
         workload,
     ]

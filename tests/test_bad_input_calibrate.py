@@ -9,7 +9,7 @@ from hetsim.cli import main
 from tests.test_bad_input import HUGE, case, check_refused, write_files
 
 HEADER = "worker,local_batch,compute_s,comm_s\n"
-GOOD = {"t.csv": HEADER + "0,4,0.1,0\n0,8,0.2,0\n1,4,0.1,0\n1,8,0.2,0\n"}
+GOOD = {"t.csv": HEADER + "0,4,0.1,0\n0,8,0.2,0\n1,4,0.1,0\n1,8,0.2,0\n0,8,0.21,0\n1,8,0.19,0\n"}
 NO_COMM = {"t.csv": "worker,local_batch,compute_s\n0,4,0.1\n0,8,0.2\n"}  # calibrate warns: no comm_s column
 TWO_POLICIES = {"t.csv": "worker,local_batch,compute_s,comm_s,policy\n0,4,0.1,0,equal\n0,8,0.2,0,dynamic\n"}
 TRACE = "{tmp}/t.csv"
@@ -55,7 +55,8 @@ CASES = [
          rows("0,4.5,0.1,0", "0,8,0.2,0")),
     case("negative-worker", [TRACE], "worker: negative value -1 in data row 1 in {tmp}/t.csv",
          rows("-1,4,0.1,0", "-1,8,0.2,0")),
-    case("no-samples", [TRACE], "local_batch: worker 0 never got samples (no row with local_batch > 0)",
+    case("no-samples", [TRACE], "compute_s: no worker has 2 complete computes (rows with samples, included): one "
+         "step fits neither a worker's noise nor two parameters",
          rows("0,0,0.1,0", "0,0,0.2,0")),
     case("huge-batch", [TRACE], f"local_batch: value {HUGE} in data row 1 in {{tmp}}/t.csv is beyond 2^40",
          rows(f"0,{HUGE},0.1,0", "0,8,0.2,0")),
