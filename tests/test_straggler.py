@@ -6,12 +6,16 @@ import heapq
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hetsim.cli import main
 from hetsim.config import build_scenario, load_scenario
+from hetsim.engines import run_simpy, run_vector
 from hetsim.metrics import staleness, step_times, summarize
 from hetsim.partition import max_time, water_fill
 from hetsim.policies import StepInfo, StepRecord, WorkerHint, make_policy
+from hetsim.policies.straggler import Backup, KSync
 from hetsim.simulate import simulate
 from hetsim.workers import WorkerStreams
 from tests.helpers import scenario_dict
@@ -122,6 +126,105 @@ def test_first_k_policies_are_exact_on_deterministic_workers(policy, params):
     summary = summarize(trace)
     assert summary.dropped_samples == 100 * (4 - k) * 10
     assert summary.throughput_sps == pytest.approx(100 * k / (np.sort(times)[k - 1] + 0.01))
+
+
+IDENTICAL = [{"name": "w", "count": 4, "overhead_s": 0.0, "per_sample_s": 0.001}]  # noise-free: all finish together
+BUCKETED = {"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 1, "buckets_mb": 0.25}
+
+
+@pytest.mark.parametrize("engine", ["simpy", "vector"])
+@pytest.mark.parametrize("network", [None, BUCKETED], ids=["constant", "buckets"])
+@pytest.mark.parametrize("policy,params,k", [("backup", {"backups": 1}, 3), ("ksync", {"k": 2}, 2)])
+def test_ties_at_the_barrier_keep_exactly_k_gradients_the_lowest_indexed(policy, params, k, network, engine):
+    s = build_scenario(
+        scenario_dict(IDENTICAL, global_batch=400, steps_per_epoch=5, epochs=2, gradient_mb=1.0,
+                      network=network or {"kind": "constant", "time_s": 0.01})
+    )  # fmt: skip
+    trace = simulate(s, policy, params=params, engine=engine)
+    equal = simulate(s, "equal", engine=engine)
+    assert np.array_equal(trace.per_step("included"), np.tile(np.arange(4) < k, (10, 1)))
+    assert np.all(trace.per_step("compute_s") == 0.1)  # the cut ones worked until the barrier: all of it
+    assert np.array_equal(step_times(trace), step_times(equal))  # the same barrier, the same all-reduce
+    summary = summarize(trace)
+    assert summary.dropped_samples == 100 * (4 - k) * 10
+    assert summary.throughput_sps == pytest.approx(k / 4 * summarize(equal).throughput_sps, rel=1e-12)
+    assert summary.throughput_sps == pytest.approx(k * 100 / step_times(equal)[0], rel=1e-12)
+
+
+class _IdleBackup(Backup):
+    """backup on a split that leaves the last worker without samples (none of the built-in
+    policies does: what the engines do with such a worker under a first-k policy)."""
+
+    def initial_split(self):
+        n = self.n_workers
+        return tuple(self.global_batch // (n - 1) + (i < self.global_batch % (n - 1)) if i < n - 1 else 0
+                     for i in range(n))  # fmt: skip
+
+
+@pytest.mark.parametrize("run", [run_simpy, run_vector], ids=["simpy", "vector"])
+def test_a_worker_without_samples_is_not_one_of_the_k(run):
+    # Done at once, the idle worker would otherwise take one of the k places and leave a gradient out.
+    s = build_scenario(scenario_dict(IDENTICAL, global_batch=300, steps_per_epoch=2, epochs=1))
+    trace = run(s, _IdleBackup(backups=1))  # k = 3 of the 3 workers with samples
+    assert np.array_equal(trace.per_step("included"), np.tile([True, True, True, False], (2, 1)))
+    assert np.allclose(step_times(trace), 0.1)
+    trace = run(s, _IdleBackup(backups=2))  # k = 2: the tie among the 3 cuts worker 2
+    assert np.array_equal(trace.per_step("included"), np.tile([True, True, False, False], (2, 1)))
+
+
+@st.composite
+def _first_k_runs(draw):
+    """Small clusters that tie often (noise-free groups of identical workers), with noise, delays,
+    failures and bucketed all-reduces sometimes; backup or ksync, or backup with an idle worker."""
+    workers = []
+    for g in range(draw(st.integers(1, 3))):
+        w = {
+            "name": f"g{g}",
+            "count": draw(st.integers(1, 4)),
+            "overhead_s": draw(st.sampled_from([0.0, 0.01])),
+            "per_sample_s": draw(st.sampled_from([0.001, 0.002, 0.0013])),
+            "noise": draw(st.sampled_from([{"dist": "constant", "value": 1.0}, {"dist": "lognormal", "sigma": 0.2}])),
+            "delay": draw(st.sampled_from([{"dist": "constant", "value": 0.0}, {"dist": "constant", "value": 0.02},
+                                           {"dist": "empirical", "samples": [0.0, 0.01]}])),
+        }  # fmt: skip
+        if draw(st.integers(0, 3)) == 0:
+            w["failure"] = {"mtbf_s": draw(st.floats(0.1, 1.0)), "repair_s": draw(st.sampled_from([0.05, 0.2]))}
+        workers.append(w)
+    n = sum(w["count"] for w in workers)
+    network = draw(st.sampled_from([{"kind": "constant", "time_s": 0.005}, BUCKETED]))
+    s = build_scenario(
+        scenario_dict(workers, global_batch=draw(st.sampled_from([n, 12 * n, 12 * n + n // 2])), steps_per_epoch=4,
+                      epochs=2, network=network, seed=draw(st.integers(0, 2**16)), gradient_mb=1.0)
+    )  # fmt: skip
+    kind = draw(st.sampled_from(["backup", "ksync", "idle"] if n > 1 else ["ksync"]))
+    if kind == "ksync":
+        k = draw(st.integers(1, n))
+        return s, lambda: KSync(k=k), k
+    backups = draw(st.integers(0, n - 1))
+    cls = Backup if kind == "backup" else _IdleBackup
+    return s, lambda: cls(backups=backups), n - backups
+
+
+@settings(max_examples=60, deadline=None)
+@given(_first_k_runs())
+def test_every_first_k_step_keeps_exactly_min_k_and_working_gradients(run):
+    s, policy, k = run
+    traces = [run_simpy(s, policy()), run_vector(s, policy())]
+    for trace in traces:
+        included, batches = trace.per_step("included"), trace.per_step("local_batch")
+        working = (batches > 0).sum(axis=1)
+        assert np.array_equal(included.sum(axis=1), np.minimum(k, working))
+        assert not included[batches == 0].any()
+        # the kept ones are the first to finish: without stalls (every worker up) a worker's
+        # finish, or the barrier where it was cut, is start + compute
+        if trace.up.all():
+            end = trace.per_step("start_s") + trace.per_step("compute_s")
+            cut = ~included & (batches > 0)
+            late = np.where(cut, end, np.inf).min(axis=1)
+            assert np.all(np.where(included, end, -np.inf).max(axis=1) <= late)
+    assert np.array_equal(traces[0].included, traces[1].included)  # the same ties, decided alike
+    for column in ("start_s", "compute_s", "wait_s", "comm_s"):
+        assert np.abs(getattr(traces[0], column) - getattr(traces[1], column)).max() <= 1e-9, column
 
 
 def test_async_is_exact_on_deterministic_workers():

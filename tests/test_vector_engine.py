@@ -199,15 +199,21 @@ def test_both_engines_give_the_same_trace_and_the_same_policy_calls(data):
     assert pickle.loads(pickle.dumps(b.observed[-1])) == a.observed[-1]
 
 
-def test_ties_at_the_barrier_are_included_by_both_engines():
-    # Identical deterministic workers finish together: everyone makes the barrier of ksync(1).
+BUCKETED = {"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 1, "buckets_mb": 0.25}
+
+
+@pytest.mark.parametrize("network", [None, BUCKETED], ids=["plain", "buckets"])
+def test_ties_at_the_barrier_keep_the_lowest_indexed_worker_on_both_engines(network):
+    # Identical deterministic workers finish together: ksync(1) keeps worker 0's gradient only.
     s = build_scenario(
-        scenario_dict([{"count": 4, "overhead_s": 0.01, "per_sample_s": 0.001}], steps_per_epoch=3, epochs=2)
-    )
-    for engine in ("simpy", "vector"):
-        trace = simulate(s, "ksync", params={"k": 1}, engine=engine)
-        assert trace.included.all()
-    assert_same_trace(simulate(s, "ksync", params={"k": 1}), simulate(s, "ksync", params={"k": 1}, engine="vector"))
+        scenario_dict([{"count": 4, "overhead_s": 0.01, "per_sample_s": 0.001}], steps_per_epoch=3, epochs=2,
+                      network=network, gradient_mb=1.0)
+    )  # fmt: skip
+    traces = [simulate(s, "ksync", params={"k": 1}, engine=engine) for engine in ("simpy", "vector")]
+    for trace in traces:
+        assert np.array_equal(trace.per_step("included"), np.tile([True, False, False, False], (6, 1)))
+        assert np.all(trace.per_step("compute_s") == trace.per_step("compute_s")[:, :1])  # all finished
+    assert_same_trace(*traces)
 
 
 @pytest.mark.parametrize("scenario", ["workstation", "paper", "shared-cluster", "mixed-gpus"])

@@ -5,10 +5,12 @@ releases every worker with one shared ``go`` event, handing out the step's draws
 worker's noise factor and delay, :class:`hetsim.draws.StepDraws`). If a worker is down it first waits
 for its repair; then it holds for its compute time, slowed by the episode in force when it
 starts, and reports done. The coordinator waits for the barrier (all workers, or the first
-``policy.wait_for()``, cancelling the rest), holds for the all-reduce (with buckets, for what of
-it is still running: :meth:`hetsim.network.Buckets.exposed_s`), records the step and tells the
-policy what it measured. A worker's failure state is read at the start of each
-step: a failure that begins mid-step takes effect at the next one.
+k = ``policy.wait_for()`` of those with samples, cancelling the rest: exactly k gradients are
+kept, and of workers finishing at the barrier's instant the lowest-indexed), holds for the
+all-reduce (with buckets, for what of it is still running:
+:meth:`hetsim.network.Buckets.exposed_s`), records the step and tells the policy what it
+measured. A worker's failure state is read at the start of each step: a failure that begins
+mid-step takes effect at the next one.
 
 Policies without a barrier (``async``) run on :func:`run_simpy_async`: every worker loops on
 compute, push, compute, ... and each push is one update; on a network with a shared link (the
@@ -157,10 +159,16 @@ class _BarrierRun:
         step = _Step(batches, done, start, noise[0].tolist(), delay[0].tolist())
         release.succeed(step)
         need = policy.wait_for()
-        yield Condition(env, _at_least(need), done)
-        included = tuple([b > 0 and d.triggered for b, d in zip(batches, done)])
-        comm = self.comm_s if self.buckets is None else self.exposed(start, step, done, need)
-        if need < n:
+        first_k = need < n and need < sum(b > 0 for b in batches)  # else: wait for every worker with samples
+        if first_k:  # a worker without samples is done at once: it is not one of the k
+            yield Condition(env, _at_least(need), [d for b, d in zip(batches, done) if b > 0])
+        else:
+            yield Condition(env, _at_least(n), done)
+        included = [b > 0 and d.triggered for b, d in zip(batches, done)]
+        if first_k:
+            self.keep_first(included, step, need)
+        comm = self.comm_s if self.buckets is None else self.exposed(start, step, included if first_k else None)
+        if first_k:
             for i, d in enumerate(done):
                 if not d.triggered:
                     self.processes[i].interrupt()
@@ -168,20 +176,35 @@ class _BarrierRun:
         yield env.timeout(comm)
         # Idle at the barrier: after computing, and before it while stalled by a failure.
         wait = [max(barrier - (t + c), 0.0) + max(t - start, 0.0) for t, c in zip(self.began, step.compute)]
-        self.rows.append((info.epoch, start, batches, step.compute, wait, included, step.slowdown, available, comm))
+        kept = tuple(included)
+        self.rows.append((info.epoch, start, batches, step.compute, wait, kept, step.slowdown, available, comm))
         if len(self.rows) >= FLUSH_STEPS:
             self.flush()
-        policy.observe(StepRecord(info, batches, tuple(step.compute), included))
+        policy.observe(StepRecord(info, batches, tuple(step.compute), kept))
 
-    def exposed(self, start: float, step: _Step, done: list[simpy.Event], need: int) -> float:
+    def keep_first(self, included: list[bool], step: _Step, k: int) -> None:
+        """Exactly ``k`` gradients: where more than ``k`` workers with samples are done at the
+        barrier, the extra ones finished at its very instant (ties: fewer than ``k`` finished
+        before it, or the barrier would have come sooner); of those, the lowest-indexed are kept
+        and the rest cut (``included`` set false in place). They finished, so they are not
+        interrupted, and their compute time is the time they worked until the barrier, all of it."""
+        extra = sum(included) - k
+        barrier, began, compute = self.env.now, self.began, step.compute
+        for i in range(self.n - 1, -1, -1):  # the highest-indexed ties first
+            if extra <= 0:
+                break
+            if included[i] and began[i] + compute[i] == barrier:
+                included[i] = False
+                extra -= 1
+
+    def exposed(self, start: float, step: _Step, waited: list[bool] | None) -> float:
         """With buckets: the all-reduce left at the barrier, from each worker's finish (since the
-        step's start) and compute time; waited for: the workers done at the barrier (all when
-        the policy waits for all)."""
+        step's start) and compute time; waited for: the workers whose gradients are kept (None:
+        every worker, when the policy waits for all)."""
         compute = np.array(step.compute)
         finish = (np.array(self.began) - start) + compute
-        waited = None if need >= self.n else np.array([d.triggered for d in done])
         assert self.buckets is not None
-        return float(self.buckets.exposed_s(finish, compute, waited))
+        return float(self.buckets.exposed_s(finish, compute, None if waited is None else np.array(waited)))
 
 
 def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStreams], draws: StepDraws) -> Trace:

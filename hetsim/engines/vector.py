@@ -27,15 +27,20 @@ How it stays identical to :func:`hetsim.engines.simpy_engine.run_simpy`:
   the function the SimPy engine calls (:meth:`hetsim.network.Buckets.exposed_s`) on the same
   arrays: each worker's finish since the step's start (its compute, in a step without stalls)
   and compute time. It needs only those when every worker is waited for, so a block stays one
-  ``cumsum``; for ``backup`` and ``ksync`` the waited-for workers are those done at the barrier,
-  whose absolute time decides ties, so :func:`_first_k_clock` checks the ties it assumed and
-  redoes a step (then the rest) where rounding decided one otherwise.
+  ``cumsum``; for ``backup`` and ``ksync`` the waited-for workers are those whose gradients are
+  kept (below), whose absolute finish decides ties, so :func:`_first_k_clock` checks the ties it
+  assumed and redoes a step (then the rest) where rounding decided one otherwise.
 * *Episodes and failures.* Every worker's slowdown and failure state is constant until the first
   change on any of their timelines (the *horizon*); a block ends at the first step that starts
   at or after it. A step in which a worker with samples is down (it stalls until its repair and
   starts computing at the factor then in force) is computed alone, by :func:`_stalled_step`.
-* *Cancellation.* Workers that finish after the barrier (``backup``, ``ksync``) were cancelled
-  at the barrier: their compute time is the time they worked until then (0 if still stalled).
+* *Cancellation.* ``backup`` and ``ksync`` keep exactly k gradients a step (k =
+  ``policy.wait_for()``, or every worker with samples when fewer have them; a worker without
+  samples is never one of the k), those of the first k workers to finish by (absolute finish,
+  worker index): where several finish at the barrier's instant the lowest-indexed are kept
+  (:func:`_first_k`, which looks again only at the steps with more than k done). The others
+  were cancelled at the barrier: their compute time is the time they worked until then (all of
+  it for a tied one, 0 if still stalled).
 """
 
 from __future__ import annotations
@@ -117,16 +122,18 @@ def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: 
             batches = tuple(split)
             b = np.array(batches, dtype=np.int64)
             works = b > 0
+            working = int(np.count_nonzero(works))
             base = np.empty(n)  # compute = base * noise * factor + delay, base = cost(b)
             for model, idx in costs:
                 base[idx] = model.time_s(b[idx])
-        need = min(policy.wait_for(), n)
+        need = policy.wait_for()
+        first = need if need < working else None  # the first k of the workers with samples, or all
         noise, delay = draws.rows(row, min(policy.steady_steps(info), total - row))
         if (works & down).any():
             stalled = [(int(i), workers[i], streams[i]) for i in np.flatnonzero(works & down)]
-            steps, start = _stalled_step(start, comm, base, works, noise[0], delay[0], factor, need, stalled)
+            steps, start = _stalled_step(start, comm, base, works, noise[0], delay[0], factor, first, stalled)
         else:
-            steps, start = _block(start, comm, base, works, noise, delay, factor, need, horizon)
+            steps, start = _block(start, comm, base, works, noise, delay, factor, first, horizon)
         taken = policy.observe_steps(info, _Row(split, b), steps.compute_s, steps.included)
         if taken < len(steps.start_s):  # the split changed after step `taken - 1`: the rest again
             start, steps = float(steps.start_s[taken]), steps.head(taken)
@@ -174,11 +181,12 @@ def _block(
     noise: np.ndarray,
     delay: np.ndarray,
     factor: np.ndarray,
-    need: int,
+    first: int | None,
     horizon: float,
 ) -> tuple[_Steps, float]:
     """Up to ``len(noise)`` steps with one split and no stalled worker, cut at the first step
-    that starts at or after ``horizon``; returns them and the start of the step after."""
+    that starts at or after ``horizon``; returns them and the start of the step after. ``first``:
+    the step waits for the first ``first`` workers with samples to finish (None: for all)."""
     n_steps, n = noise.shape
     compute = base * noise
     if not (factor == 1.0).all():
@@ -186,10 +194,14 @@ def _block(
     compute += delay
     if not works.all():
         compute[:, ~works] = 0.0  # a worker without samples sits the step out
-    kth = compute.max(axis=1) if need == n else np.partition(compute, need - 1, axis=1)[:, need - 1]
+    if first is None:
+        kth = compute.max(axis=1)
+    else:  # a worker without samples is not one of the k
+        ranked = compute if works.all() else np.where(works, compute, np.inf)
+        kth = np.partition(ranked, first - 1, axis=1)[:, first - 1]
     comm_s: float | np.ndarray
-    if isinstance(comm, Buckets) and need < n:
-        clock, comm_s = _first_k_clock(start, compute, kth, comm)
+    if isinstance(comm, Buckets) and first is not None:
+        clock, comm_s = _first_k_clock(start, compute, kth, comm, works, first)
     else:
         comm_s = comm.exposed_s(compute, compute) if isinstance(comm, Buckets) else comm
         clock = np.empty(2 * n_steps + 1)  # start, kth_0, comm_0, kth_1, comm_1, ...
@@ -199,11 +211,11 @@ def _block(
     k = int(np.searchsorted(starts, horizon, side="left"))  # steps starting before the horizon (>= 1)
     starts, barriers, compute = starts[:k, None], clock[1 : 2 * k : 2, None], compute[:k]
     end = starts + compute
-    if need == n:
+    if first is None:
         included = works
     else:
         finished = end <= barriers
-        included = finished & works
+        included = _first_k(finished & works, end, barriers, first)
         if not finished.all():  # cancelled at the barrier: the time worked until then
             compute = np.where(finished, compute, barriers - starts)
             end = starts + compute
@@ -212,31 +224,52 @@ def _block(
     return _Steps(starts[:, 0], compute, wait, included, factor, comm_s), float(clock[2 * k])
 
 
+def _first_k(done: np.ndarray, end: np.ndarray, barrier: np.ndarray, k: int) -> np.ndarray:
+    """The workers whose gradients are kept, exactly ``k`` a step: ``done`` (steps x workers: with
+    samples and finished by the barrier, the k-th such finish, so at least ``k`` a step) where it
+    holds ``k`` a step; where it holds more, the extra ones finished at the barrier's instant
+    (``end == barrier``: fewer than ``k`` finished before it), and of those the lowest-indexed
+    are kept, the rest cut. One count of the whole array says whether any step holds more; only
+    those steps are looked at again. ``done`` is changed in place and returned."""
+    if np.count_nonzero(done) > k * len(done):  # a tie at some step's barrier
+        over = np.flatnonzero(np.count_nonzero(done, axis=1) > k)
+        rows = done[over]
+        tied = rows & (end[over] == barrier[over])
+        room = k - np.count_nonzero(rows & ~tied, axis=1)  # places left after those finished before
+        rows &= ~tied | (np.cumsum(tied, axis=1) <= room[:, None])
+        done[over] = rows
+    return done
+
+
 def _first_k_clock(
-    start: float, compute: np.ndarray, kth: np.ndarray, buckets: Buckets
+    start: float, compute: np.ndarray, kth: np.ndarray, buckets: Buckets, works: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """The clock of :func:`_block` and each step's exposed all-reduce for a policy that waits for
-    the first k: the workers done at the barrier, ``start + compute <= start + kth`` (ties by
-    absolute time, as in the SimPy engine), are the ones waited for. Computed for all steps at
-    once with ties decided by ``compute <= kth``, then checked: from the first step where
-    rounding at the absolute time decided a tie otherwise, that step is redone with its true
-    waited-for set and the rest again (the same additions as one step at a time)."""
+    the first k: the workers whose gradients are kept (:func:`_first_k`: done at the barrier,
+    ``start + compute <= start + kth``, ties by absolute time as in the SimPy engine, then by
+    index) are the ones waited for. Computed for all steps at once with finishes compared as
+    ``compute`` against ``kth``, then checked: from the first step where rounding at the
+    absolute time decided a tie otherwise, that step is redone with its true waited-for set and
+    the rest again (the same additions as one step at a time)."""
     n_steps = len(kth)
     clock, comm_s = np.empty(2 * n_steps + 1), np.empty(n_steps)
     clock[0], j = start, 0
     while j < n_steps:
-        waited = compute[j:] <= kth[j:, None]
-        comm_s[j:] = buckets.exposed_s(compute[j:], compute[j:], waited)
+        rest, kth_rest = compute[j:], kth[j:, None]
+        waited = _first_k((rest <= kth_rest) & works, rest, kth_rest, k)
+        comm_s[j:] = buckets.exposed_s(rest, rest, waited)
         part = clock[2 * j :]  # a view: start_j, then kth_j, comm_j, kth_j+1, ...
         part[1::2], part[2::2] = kth[j:], comm_s[j:]
         part[:] = np.cumsum(part)
-        wrong = np.flatnonzero(((part[0:-1:2, None] + compute[j:] <= part[1::2, None]) != waited).any(axis=1))
+        end, barriers = part[0:-1:2, None] + rest, part[1::2, None]
+        wrong = np.flatnonzero((_first_k((end <= barriers) & works, end, barriers, k) != waited).any(axis=1))
         if not wrong.size:
             break
         j += int(wrong[0])  # steps before j are right; step j's start and barrier too
-        now, barrier = clock[2 * j], clock[2 * j + 1]
-        comm_s[j] = buckets.exposed_s(compute[j], compute[j], now + compute[j] <= barrier)
-        clock[2 * j + 2] = barrier + comm_s[j]
+        now, barrier = clock[2 * j], clock[2 * j + 1 : 2 * j + 2, None]
+        end = (now + compute[j])[None]
+        comm_s[j] = buckets.exposed_s(compute[j], compute[j], _first_k((end <= barrier) & works, end, barrier, k)[0])
+        clock[2 * j + 2] = clock[2 * j + 1] + comm_s[j]
         j += 1
     return clock, comm_s
 
@@ -249,11 +282,11 @@ def _stalled_step(
     noise: np.ndarray,
     delay: np.ndarray,
     factor: np.ndarray,
-    need: int,
+    first: int | None,
     stalled: list[tuple[int, WorkerSpec, WorkerStreams]],
 ) -> tuple[_Steps, float]:
     """One step in which the ``stalled`` workers (down, with samples) wait for their repair,
-    then compute at the slowdown factor in force when they start."""
+    then compute at the slowdown factor in force when they start (``first``: as in :func:`_block`)."""
     began = np.full(len(base), start)
     slowdown = factor.copy()
     for i, spec, rng in stalled:
@@ -261,10 +294,14 @@ def _stalled_step(
         slowdown[i] = rng.factor_at(spec, began[i])
     compute = np.where(works, base * noise * slowdown + delay, 0.0)
     end = began + compute
-    barrier = end.max() if need == len(base) else np.partition(end, need - 1)[need - 1]
+    barrier = end.max() if first is None else np.partition(np.where(works, end, np.inf), first - 1)[first - 1]
     finished = end <= barrier
+    if first is None:
+        kept = works
+    else:
+        kept = _first_k((finished & works)[None], end[None], np.full((1, 1), barrier), first)[0]
     if isinstance(comm, Buckets):  # from the finishes since the start, as the SimPy engine has them
-        comm_s = float(comm.exposed_s((began - start) + compute, compute, None if need == len(base) else finished))
+        comm_s = float(comm.exposed_s((began - start) + compute, compute, None if first is None else kept))
     else:
         comm_s = comm
     resumed = began <= barrier  # a worker still stalled at the barrier never started computing
@@ -272,7 +309,7 @@ def _stalled_step(
     began = np.where(resumed, began, start)
     slowdown = np.where(resumed, slowdown, factor)
     wait = np.maximum(barrier - (began + compute), 0.0) + np.maximum(began - start, 0.0)
-    steps = _Steps(np.array([start]), compute[None], wait[None], (finished & works)[None], slowdown[None], comm_s)
+    steps = _Steps(np.array([start]), compute[None], wait[None], kept[None], slowdown[None], comm_s)
     return steps, float(barrier + comm_s)
 
 
