@@ -9,7 +9,8 @@ asked of the policy's traits, never its name:
 * ``synchronous = False`` (``async``): the renewal rate ``sum_i 1/(E[X_i] + exchange)``, or
   where the network's workers share a link (``ps``), the closed queueing network of the
   workers and that link (:mod:`hetsim.analytic_async`);
-* ``wait_for() < n`` (``backup``, ``ksync``): the k-th order statistic;
+* ``wait_for() < n`` (``backup``, ``ksync``): the k-th order statistic, and the expected gain of
+  the gradients it keeps (:mod:`hetsim.analytic_first_k`);
 * every other barrier policy: E[max] of the compute times of the split in force each epoch,
   where the splits are what the policy itself chooses when its own ``observe`` is fed expected
   times, one epoch at a time (a constant split for the static policies; for the DP rule its
@@ -18,48 +19,39 @@ asked of the policy's traits, never its name:
 
 Workers with slowdown episodes or failures make step times time-dependent: no closed form. A
 shared noise group enters E[max] exactly, as one part (:func:`~hetsim.orderstats.barrier_parts`);
-persistent noise leaves every step's distribution as it was (only CIs need batch means); not
+persistent noise leaves every step's distribution as it was (only CIs feel it: :mod:`hetsim.step_ci`); not
 modelled: the first k of workers sharing a factor, re-splitting under persistent noise.
 
 A barrier step ends at ``B + allreduce``, ``B`` the barrier (E[max] or the k-th order
-statistic). With an overlapped all-reduce (the network's ``buckets_mb``) it ends at ``h(B)``
-instead, :meth:`hetsim.network.Buckets.end_s`: every worker starts with the step, so bucket k of
-the waited-for workers is ready at ``B * (1 - backlog_k)``. ``h`` is increasing and piecewise
-linear, so ``E[h(B)] = h(0) + E[B] + sum_j (slope_j - 1) int_{t_j}^{t_{j+1}} P(B > t) dt`` over
-its pieces (exact for discrete times, quadrature otherwise) and its quantiles are ``h`` of B's.
+statistic); with an overlapped all-reduce, at ``h(B)`` (:mod:`hetsim.analytic_buckets`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy import integrate, optimize
+from scipy import optimize
 
 from hetsim.analytic_async import predict_async
-from hetsim.distributions import Constant
+from hetsim.analytic_buckets import expected_end
+from hetsim.analytic_first_k import predict_first_k
 from hetsim.efficiency import effective_batch
 from hetsim.network import Buckets
 from hetsim.orderstats import (
-    TAIL_Q,
     ComputeTime,
-    KthOf,
     MaxOf,
     TimeDistribution,
     barrier_parts,
-    expected_kth,
     expected_max,
-    integrate_survival,
-    kth_cdf,
     max_cdf,
-    quantile,
 )
 from hetsim.partition import split_by_shares
 from hetsim.policies import Policy, StepInfo, StepRecord, policy_class
-from hetsim.prediction import NoClosedForm, Prediction
+from hetsim.prediction import NoClosedForm, Prediction, learning_fields
 from hetsim.workers import WorkerSpec, persistent_noise
 
 if TYPE_CHECKING:
@@ -108,7 +100,7 @@ def predict(scenario: Scenario, policy: str | None = None, params: Mapping[str, 
     if not obj.synchronous:
         return predict_async(scenario, name, first)
     if obj.wait_for() < scenario.n_workers:
-        return _predict_first_k(scenario, name, first, obj.wait_for())
+        return predict_first_k(scenario, name, first, obj.wait_for())
     trajectory, shares = _iterate(obj, scenario.workers, wl.epochs)
     fixed = obj.fixed_point_shares()
     extra: dict[str, Any] = {}
@@ -215,10 +207,7 @@ def learning(
     batches = [effective_batch(b, [x > 0 for x in b], weighted) for b in trajectory]
     progress = efficiency.progress(np.repeat(batches, per_epoch))
     elapsed = np.cumsum(np.repeat([float(step_s[b]) for b in trajectory], per_epoch))
-    target, reached = efficiency.target_steps, None
-    if target is not None and progress[-1] >= target:
-        reached = float(elapsed[int(np.searchsorted(progress, target))])
-    return {"progress": float(progress[-1]), "time_to_target_s": reached}
+    return learning_fields(progress, elapsed, efficiency.target_steps)
 
 
 def _mixture_quantile(groups: Sequence[Sequence[TimeDistribution]], weights: np.ndarray, q: float) -> float:
@@ -243,90 +232,3 @@ def _mixture_quantile(groups: Sequence[Sequence[TimeDistribution]], weights: np.
 def _bucket_end(buckets: Buckets, workers: tuple[WorkerSpec, ...], batches: tuple[int, ...]) -> float:
     """E[h(max compute)] for one split, h the step's end after its barrier with buckets."""
     return expected_end(buckets, MaxOf(barrier_parts(workers, batches)), _barrier_stats(workers, batches)[0])
-
-
-def expected_end(buckets: Buckets, barrier: MaxOf, mean_barrier: float) -> float:
-    """E[h(B)] for the barrier B (``barrier``'s CDF, mean ``mean_barrier``), h = ``buckets.end_s``."""
-    pieces = buckets.envelope()
-    total = float(buckets.end_s(0.0)) + mean_barrier
-    for (lo, slope), (hi, _) in zip(pieces, pieces[1:]):
-        total += (slope - 1.0) * _survival_between(barrier, lo, hi)
-    return total
-
-
-def _survival_between(barrier: MaxOf, lo: float, hi: float) -> float:
-    """int_lo^hi P(B > t) dt: exact between the atoms when every time is discrete, else quadrature."""
-    atoms = [d.atoms() for d in barrier.dists]
-    inner = [a[(a > lo) & (a < hi)] for a in atoms if a is not None]
-    points = np.unique(np.concatenate([[lo, hi], *inner]))
-    if all(a is not None for a in atoms):
-        mids = 0.5 * (points[1:] + points[:-1])  # (a CDF evaluated at its own atom may round below it)
-        return float(np.sum(np.diff(points) * (1.0 - np.asarray(barrier.cdf(mids), dtype=float))))
-    survival = lambda t: 1.0 - float(barrier.cdf(np.asarray(t, dtype=float)))  # noqa: E731
-    return float(sum(integrate.quad(survival, a, b, epsabs=1e-13, limit=200)[0] for a, b in zip(points, points[1:])))
-
-
-def _worker_times(workers: Sequence[WorkerSpec], batches: Sequence[int]) -> list[TimeDistribution]:
-    """Every worker's compute time, 0 for one that sits the step out (it reports at once)."""
-    return [ComputeTime.of(w, b) if b > 0 else Constant(0.0) for w, b in zip(workers, batches)]
-
-
-def _fewer_than(dists: Sequence[TimeDistribution], k: int, t: Any) -> Any:
-    """P(fewer than k of ``dists`` have finished by t)."""
-    if k > len(dists):
-        return np.ones_like(np.asarray(t, dtype=float))
-    return 1.0 - kth_cdf(dists, k, t).reshape(np.shape(t))
-
-
-def _busy_survival(dist: TimeDistribution, others: Sequence[TimeDistribution], k: int) -> Callable[[Any], Any]:
-    """P(a worker is still computing at t): it has not finished, and fewer than k others have."""
-    return lambda t: (1.0 - dist.cdf(t)) * _fewer_than(others, k, t)
-
-
-def _predict_first_k(scenario: Scenario, name: str, batches: tuple[int, ...], k: int) -> Prediction:
-    """backup / K-sync: the step ends at the k-th order statistic X_(k); worker i computes for
-    min(X_i, X_(k)) (cancelled after) and its samples count when it is among the first k. The
-    inclusion probability P(X_i <= k-th smallest of the others) is a Stieltjes sum on a fine
-    grid of F_i; everything else is an integral of products of CDFs."""
-    workers = scenario.workers
-    if any(b > 0 and w.shares_noise for w, b in zip(workers, batches)):
-        raise NoClosedForm(name, "workers share a noise factor: the k-th of dependent times is not modelled")
-    wl = scenario.workload
-    n = len(workers)
-    comm = scenario.allreduce_s()
-    dists = _worker_times(workers, batches)
-    barrier = expected_kth(dists, k)
-    busy, included = [], []
-    grid = np.linspace(0.0, quantile(MaxOf(dists), 1.0 - TAIL_Q), 20_001)
-    for i, d in enumerate(dists):
-        others = dists[:i] + dists[i + 1 :]
-        if batches[i] == 0:
-            busy.append(0.0)
-            included.append(0.0)
-            continue
-        busy.append(integrate_survival(_busy_survival(d, others, k), dists))
-        mass = np.diff(np.concatenate([[0.0], np.asarray(d.cdf(grid), dtype=float)]))
-        mids = np.concatenate([[0.0], 0.5 * (grid[1:] + grid[:-1])])
-        included.append(float(np.sum(mass * _fewer_than(others, k, mids))))
-    mean_step = barrier + comm
-    q95 = quantile(KthOf(dists, k), 0.95)
-    p95 = q95 + comm
-    buckets = scenario.buckets()
-    if buckets is not None:  # the step ends at h(k-th finish): see the module docstring
-        mean_step = expected_end(buckets, KthOf(dists, k), barrier)
-        comm, p95 = mean_step - barrier, float(buckets.end_s(q95))
-    util = tuple(b / mean_step for b in busy)
-    return Prediction(
-        policy=name,
-        steps=wl.total_steps,
-        epochs=wl.epochs,
-        mean_step_s=mean_step,
-        p95_step_s=p95,
-        throughput_sps=float(np.dot(batches, included)) / mean_step,
-        utilization=util,
-        idle_fraction=float(n * barrier - sum(busy)) / (n * mean_step),
-        final_batches=batches,
-        steady_step_s=mean_step,
-        allreduce_s=comm,
-        trajectory=(batches,) * wl.epochs,
-    )

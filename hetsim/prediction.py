@@ -58,3 +58,13 @@ class Prediction:
             elif isinstance(value, float) and math.isnan(value):
                 out[key] = None
         return out
+
+
+def learning_fields(progress: np.ndarray, elapsed_s: np.ndarray, target_steps: float | None) -> dict[str, float | None]:
+    """A prediction's ``progress`` (the last of the expected progress after each step) and
+    ``time_to_target_s`` (the expected end, ``elapsed_s``, of the first step whose progress
+    reaches ``target_steps``, as the simulator counts; None without a target or before it)."""
+    reached = None
+    if target_steps is not None and progress[-1] >= target_steps:
+        reached = float(elapsed_s[int(np.searchsorted(progress, target_steps))])
+    return {"progress": float(progress[-1]), "time_to_target_s": reached}

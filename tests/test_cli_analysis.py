@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tomllib
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -31,6 +32,7 @@ def test_analyze_json_prediction_inside_the_ci(capsys):
         assert r["ci_low_s"] <= r["simulated_step_s"] <= r["ci_high_s"]
         assert r["inside"] is True and abs(r["relative_error"]) < 0.01
         assert r["prediction"]["mean_step_s"] == r["predicted_step_s"]
+    assert [r["runs"] for r in rows] == [1, 1, 10]  # dynamic's split follows the noise: 10 seeded runs
     assert rows[2]["prediction"]["epochs_to_1pct"] is not None
     assert len(rows[2]["prediction"]["trajectory"]) == 4
 
@@ -129,14 +131,23 @@ def test_import_logs_bad_inputs(tmp_path, capsys):
     _one_line_error(capsys, "-o")
 
 
-def test_ci_batches_follow_the_noise_persistence():
-    from hetsim.cli_analysis import ci_batches
+@pytest.mark.parametrize(
+    ("name", "overrides", "policy"),
+    [
+        ("workstation", ["workload.epochs=1"], "async"),  # 388 updates, whose gaps interlock
+        ("paper", ["workload.epochs=1", "workers.0.noise.persistence=0.9", "workers.1.noise.persistence=0.9"], "equal"),
+    ],
+)
+def test_a_one_epoch_ci_is_as_wide_as_the_spread_of_the_run_mean_over_seeds(name, overrides, policy):
+    """The 95% interval of the expected mean step time: its half-width near 1.96 x the standard
+    deviation over seeds of a run's mean (a little more: a t quantile), so about 95% of the
+    runs' intervals hold the mean over seeds. (It used one batch mean per epoch: two here, and a
+    t quantile of one degree of freedom, 12.7.)"""
+    from hetsim.cli_analysis import compare
 
-    paper = load_scenario("paper")  # 10 epochs of 195 steps, independent noise
-    assert ci_batches(paper, "equal", 1950) is None  # independent steps: no batching
-    assert ci_batches(paper, "dynamic", 1950) == 10  # the split changes per epoch: one batch each
-    persistent = load_scenario("paper", ["workers.0.noise.persistence=0.9"])  # span 10 x 19 = 190 steps
-    assert ci_batches(persistent, "equal", 1950) == 10
-    very = load_scenario("paper", ["workers.0.noise.persistence=0.995"])  # span 3990 steps
-    assert ci_batches(very, "equal", 1950) == 2  # at least two; each as long as the data allow
-    assert ci_batches(very, "equal", 40_000) == 10
+    scenario = load_scenario(name, overrides)
+    rows = [compare(scenario, policy, seed) for seed in range(60)]
+    means = np.array([r.simulated_step_s for r in rows])
+    halves = np.array([(r.ci_high_s - r.ci_low_s) / 2 for r in rows])
+    assert 0.6 <= halves.mean() / (1.96 * means.std(ddof=1)) <= 1.8
+    assert sum(r.ci_low_s <= means.mean() <= r.ci_high_s for r in rows) >= 52
