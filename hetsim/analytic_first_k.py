@@ -1,7 +1,8 @@
 """The ``backup`` / ``K-sync`` prediction: a barrier that waits for the first k of n gradients.
 
 The step ends at the k-th order statistic ``X_(k)`` of the workers' compute times (a worker
-without samples reports at once, and counts); worker i computes for ``min(X_i, X_(k))``
+without samples is taken to report at once and count, which the built-in policies never
+meet: they give every worker ``B/n >= 1`` samples); worker i computes for ``min(X_i, X_(k))``
 (cancelled after) and its samples count when it is among the first k. The inclusion
 probability ``P(X_i <= k-th smallest of the others)`` is a Stieltjes sum on a fine grid of
 ``F_i``; everything else is an integral of products of CDFs.
