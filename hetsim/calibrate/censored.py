@@ -39,8 +39,12 @@ EXACT = 1e-9  # relative misfit below which complete rows with no cut ones are a
 @dataclass(frozen=True)
 class CurveFit:
     """A fitted curve, its noise sigma and the covariance of the curve's free parameters
-    (``free``: those not held at a bound or fixed; the others have no standard error), by
-    maximum likelihood here or by least squares (:mod:`hetsim.calibrate.lsq`)."""
+    (``free``: those not fixed by the design; the others have no standard error), by maximum
+    likelihood here or by least squares (:mod:`hetsim.calibrate.lsq`). ``bound``: the free
+    parameters the fit left at a bound (an overhead of 0, a flat slope). Their standard errors,
+    and the others', are those of the fit without bounds: a bound the noise pushed the estimate
+    onto tells nothing the data did not, and holding it as known made the other parameters'
+    errors several times too small."""
 
     curve: Curve
     sigma: float
@@ -48,6 +52,7 @@ class CurveFit:
     free: np.ndarray  # bool per curve parameter
     persistence: float | None  # the lag-1 correlation of the complete rows' residuals, in order
     nll: float = math.nan  # the negative log-likelihood reached (maximum likelihood only)
+    bound: np.ndarray | None = None  # bool per curve parameter (None: none at a bound)
 
     def se(self) -> list[float | None]:
         out: list[float | None] = [None] * self.curve.values.size
@@ -108,27 +113,25 @@ def fit_mle(start: Curve, bounds: list[tuple[float, float]], b: np.ndarray, y: n
     )  # fmt: skip
     x, s = found.x[:-1], float(found.x[-1])
     curve, sigma = like.curve(x), math.exp(s)
-    interior = np.array([lo + 1e-9 * max(1.0, abs(lo)) < v for v, (lo, _) in zip(x, scaled)], dtype=bool)
-    cov_x = _covariance(like, found.x, interior)
-    keep = np.flatnonzero(free)[interior]
-    free_out = np.zeros_like(free)
-    free_out[keep] = True
-    cov = cov_x * np.outer(like.scale[interior], like.scale[interior])
+    at_bound = np.zeros_like(free)
+    at_bound[free] = [v <= lo + 1e-9 * max(1.0, abs(lo)) for v, (lo, _) in zip(x, scaled)]
+    cov = _covariance(like, found.x) * np.outer(like.scale, like.scale)
+    keep = np.flatnonzero(free)
     z = (like.log_y - np.log(curve.time_s(b)) + 0.5 * sigma * sigma) / sigma
     z[cut] = np.exp(-0.5 * z[cut] ** 2 - 0.5 * math.log(2 * math.pi) - special.log_ndtr(-z[cut]))  # E[z | z > cut]
     terms = persistence_terms(z)  # generalised residuals: the complete rows alone are the lucky ones
     if terms is not None and cov.size:
         cov = cov + sigma * sigma * _ar_excess(curve, b, keep, terms)
-    return CurveFit(curve, sigma, cov, free_out, lag1(z[~cut]), float(found.fun))
+    return CurveFit(curve, sigma, cov, free, lag1(z[~cut]), float(found.fun), at_bound)
 
 
 def _exact(curve: Curve, b: np.ndarray, y: np.ndarray) -> bool:
     return bool(np.all(np.abs(y / curve.time_s(b) - 1.0) < EXACT))
 
 
-def _covariance(like: _Likelihood, p: np.ndarray, interior: np.ndarray) -> np.ndarray:
-    """The inverse observed information of the interior parameters (log sigma profiled in):
-    the Hessian by central differences of the analytic gradient."""
+def _covariance(like: _Likelihood, p: np.ndarray) -> np.ndarray:
+    """The inverse observed information of the free parameters (log sigma profiled in): the
+    Hessian by central differences of the analytic gradient."""
     n = p.size
     hess = np.empty((n, n))
     for i in range(n):
@@ -137,12 +140,10 @@ def _covariance(like: _Likelihood, p: np.ndarray, interior: np.ndarray) -> np.nd
         up[i] += h
         down[i] -= h
         hess[:, i] = (like(up)[1] - like(down)[1]) / (2 * h)
-    hess = 0.5 * (hess + hess.T)
-    keep = np.append(interior, True)
     try:
-        inv = np.linalg.inv(hess[np.ix_(keep, keep)])
+        inv = np.linalg.inv(0.5 * (hess + hess.T))
     except np.linalg.LinAlgError:
-        inv = np.full((int(keep.sum()),) * 2, np.nan)
+        inv = np.full((n, n), np.nan)
     return inv[:-1, :-1]
 
 

@@ -20,9 +20,10 @@ from hetsim.calibrate.censored import CurveFit, autocorrelated, lag1, persistenc
 from hetsim.calibrate.models import Curve
 
 
-def fit_lsq(curve: Curve, b: np.ndarray, y: np.ndarray, free: np.ndarray) -> CurveFit:
-    """The least-squares ``curve`` (already fitted) with its noise sigma and sandwich covariance
-    over the parameters ``free``; rows ``b``, ``y`` in step order."""
+def fit_lsq(curve: Curve, b: np.ndarray, y: np.ndarray, free: np.ndarray, bound: np.ndarray) -> CurveFit:
+    """The least-squares ``curve`` (already fitted; ``bound``: parameters it left at a bound)
+    with its noise sigma and sandwich covariance over the parameters ``free``, as if unbounded
+    (see :class:`~hetsim.calibrate.censored.CurveFit`); rows ``b``, ``y`` in step order."""
     c = curve.time_s(b)
     ratio = y / c
     sigma = float(np.log(ratio).std(ddof=1)) if y.size > 1 else 0.0
@@ -30,7 +31,7 @@ def fit_lsq(curve: Curve, b: np.ndarray, y: np.ndarray, free: np.ndarray) -> Cur
     rho = lag1(ratio - 1.0)
     terms = persistence_terms(ratio - 1.0)
     if k == 0 or y.size <= k:
-        return CurveFit(curve, sigma, np.full((k, k), np.nan), free, rho)
+        return CurveFit(curve, sigma, np.full((k, k), np.nan), free, rho, bound=bound)
     jac = curve.jacobian(b)[:, free]
     v = float(((ratio - 1.0) ** 2).sum() / (y.size - k))
     scaled = jac * c[:, None]
@@ -38,5 +39,5 @@ def fit_lsq(curve: Curve, b: np.ndarray, y: np.ndarray, free: np.ndarray) -> Cur
     try:
         bread = np.linalg.inv(jac.T @ jac)
     except np.linalg.LinAlgError:
-        return CurveFit(curve, sigma, np.full((k, k), np.nan), free, rho)
-    return CurveFit(curve, sigma, v * bread @ meat @ bread, free, rho)
+        return CurveFit(curve, sigma, np.full((k, k), np.nan), free, rho, bound=bound)
+    return CurveFit(curve, sigma, v * bread @ meat @ bread, free, rho, bound=bound)

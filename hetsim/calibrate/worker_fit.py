@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from scipy import optimize
+from scipy import optimize, stats
 
 from hetsim.calibrate.censored import CurveFit, fit_mle
 from hetsim.calibrate.lsq import fit_lsq
@@ -37,6 +37,7 @@ from hetsim.calibrate.models import (
 from hetsim.errors import ConfigError
 
 MIN_COMPLETE = 2  # complete computes a worker's fit needs
+KINK_P = 0.01  # a hinge's kink is kept when the F test against a line has a p-value below this
 
 
 @dataclass(frozen=True)
@@ -91,12 +92,12 @@ def fit_worker(
     held_out = held_out_errors(sizes)
     affine, warnings = _affine_fit(worker, sizes, b, y, cut)
     name = _chosen_name(worker, model, sizes, held_out, bd, yd)
-    chosen = affine if name == "affine" else _curve_fit(worker, name, sizes, b, y, cut, model)
-    if chosen is None:
+    found = None if name == "affine" else _curve_fit(worker, name, sizes, b, y, cut, model)
+    if found is None:
         chosen, name = affine, "affine"
+    else:
+        chosen, warnings = found  # the affine fit's doubts are not the chosen curve's
     curve = chosen.curve
-    if name != "affine":
-        warnings = []  # the affine fit's doubts are not the chosen curve's
     if curve.model == "table" and curve.values[-1] <= curve.values[-2]:
         warnings.append(
             f"worker {worker}: the fitted table is flat from batch {int(sizes.batch[-2])} on, so it claims that "
@@ -163,8 +164,8 @@ def _refine(start: Curve, b: np.ndarray, y: np.ndarray, cut: np.ndarray, fixed: 
     start = Curve(start.model, np.maximum(start.values, low), start.batches)
     if cut.any():
         return fit_mle(start, bounds, b, y, cut, fixed)
-    free = start.values > low * (1 + 1e-9) if fixed is None else ~fixed & (start.values > low * (1 + 1e-9))
-    return fit_lsq(start, b, y, free)
+    free = np.ones(start.values.size, dtype=bool) if fixed is None else ~fixed
+    return fit_lsq(start, b, y, free, free & (start.values <= low * (1 + 1e-9)))
 
 
 def _affine_ls(sizes: Sizes, tiny: float) -> Curve:
@@ -189,12 +190,13 @@ def _affine_fit(worker: int, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np
     found = _refine(_affine_ls(sizes, _bounds(Curve("affine", np.zeros(2)), b, y)[1][0]), b, y, cut)
     notes = []
     overhead, per_sample = (float(v) for v in found.curve.values)
-    if not found.free[0]:
+    bound = found.bound if found.bound is not None else np.zeros(2, dtype=bool)
+    if bound[0]:
         notes.append(
             f"worker {worker}: the affine fit puts the overhead at its bound 0 (per-sample {per_sample:.3g} s); "
             "fitted the per-sample cost alone (overhead_s = 0)"
         )
-    if not found.free[1]:
+    if bound[1]:
         notes.append(
             f"worker {worker}: its time does not grow with the batch (overhead {overhead:.3g} s); fitted a flat "
             "curve (per-sample cost at its least positive value)"
@@ -218,23 +220,58 @@ def _chosen_name(
 
 def _curve_fit(
     worker: int, name: str, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np.ndarray, model: str
-) -> CurveFit | None:
+) -> tuple[CurveFit, list[str]] | None:
     """A hinge or table: its least-squares fit to the size means, refined by :func:`_refine`;
-    None under auto when none fits (the affine is kept)."""
+    None under auto when none fits (the affine is kept). A hinge whose kink the complete rows do
+    not show is the line, its floor fixed at the line's time at the smallest size (a bound)."""
     start = fit_curve(name, sizes)
     if start is None:
         if model != "auto":
             raise ConfigError("--model", f"worker {worker}: no {name} curve with a positive slope fits its times")
         return None
+    if name == "hinge":
+        return _hinge_fit(worker, start, sizes, b, y, cut)
     found = _refine(start, b, y, cut)
-    if name == "hinge" and cut.any():  # the likelihood cannot move the kink past a batch size: try each side
-        tries = [_refine(s, b, y, cut) for s in _hinge_starts(sizes)]
-        found = min([found, *tries], key=lambda f: f.nll if np.isfinite(f.nll) else np.inf)
     if name == "table" and np.any(np.diff(found.curve.values) < 0):  # cut rows can bend it: non-decreasing again
         weights = 1.0 / np.maximum(np.diag(found.cov), 1e-300) if found.free.all() else sizes.count
         flat = optimize.isotonic_regression(found.curve.values, weights=weights).x
         found = replace(found, curve=Curve("table", np.asarray(flat, dtype=float), found.curve.batches))
-    return found
+    return found, []
+
+
+def _hinge_fit(
+    worker: int, start: Curve, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np.ndarray
+) -> tuple[CurveFit, list[str]]:
+    """The hinge, or the line where the data show no kink (:func:`kink_shown`)."""
+    line = _affine_ls(sizes, _bounds(start, b, y)[2][0]).values
+    p_value = kink_shown(sizes, b[~cut], y[~cut], line, start)
+    if p_value >= KINK_P:
+        bent = Curve("hinge", np.array([line[0] + line[1] * sizes.batch[0], *line]))
+        note = (
+            f"worker {worker}: its times show no kink (a hinge is no better than a line, p = {p_value:.2g}); fitted "
+            f"the line, with floor_s only known to be at most its time at batch {int(sizes.batch[0])}"
+        )
+        return _refine(bent, b, y, cut, fixed=np.array([True, False, False])), [note]
+    found = _refine(start, b, y, cut)
+    if cut.any():  # the likelihood cannot move the kink past a batch size: try it on each side of every one
+        tries = [_refine(s, b, y, cut) for s in _hinge_starts(sizes)]
+        found = min([found, *tries], key=lambda f: f.nll if np.isfinite(f.nll) else np.inf)
+    return found, []
+
+
+def kink_shown(sizes: Sizes, b: np.ndarray, y: np.ndarray, line: np.ndarray, hinge: Curve) -> float:
+    """The p-value of the F test of the least-squares ``hinge`` against the ``line`` over the
+    complete rows (two parameters more: the floor and where the kink is): 1 where the line fits
+    exactly, 0 (kept) where the hinge does or too few rows leave nothing to test."""
+    within = float(((y - sizes.mean[np.searchsorted(sizes.batch, b)]) ** 2).sum())
+    sse_line = within + float((sizes.count * (sizes.mean - line[0] - line[1] * sizes.batch) ** 2).sum())
+    sse_hinge = within + float((sizes.count * (sizes.mean - hinge.time_s(sizes.batch)) ** 2).sum())
+    dof = y.size - 4
+    if sse_line <= 0:
+        return 1.0
+    if dof < 1 or sse_hinge <= 0:
+        return 0.0
+    return float(stats.f.sf(max(sse_line - sse_hinge, 0.0) / 2 / (sse_hinge / dof), 2, dof))
 
 
 def _hinge_starts(sizes: Sizes) -> list[Curve]:
