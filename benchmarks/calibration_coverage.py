@@ -1,6 +1,6 @@
 """Calibration over seeds: are the fitted costs unbiased and their standard errors honest?
 
-    python benchmarks/calibration_coverage.py [--seeds 30] [--steps 500] [--quick] [--json]
+    python benchmarks/calibration_coverage.py [--seeds 30] [--rounds 3] [--steps 500] [--jobs N] [--quick] [--json]
 
 Five kinds of trace, each with affine and with hinge costs, each calibrated (``--model`` the
 truth's) over ``--seeds`` seeds:
@@ -19,8 +19,12 @@ Per fitted parameter: the truth, the mean estimate, the spread over seeds (sd), 
 reported standard error (se), ``bias_se`` = (mean - truth) / se, ``z_mean`` = (mean - truth)
 / (sd / sqrt(seeds)), and ``se_ratio`` = se / sd (1 is honest; with 30 seeds sd itself is known
 to about 13%). Per case: ``pooled_z_sd``, the spread of (estimate - truth) / its own se over all
-parameters and seeds (1 is honest, known to a few %), and the reported shared noise (its
-truth: 0 except equal-shared, whose truth is the correlation tau^2 / sigma^2). Prints JSON.
+parameters and seeds (1 is honest, known to a few %); ``not_identified``, the parameters some
+seeds' fits gave no standard error (a hinge whose kink those rows do not show), left out of the
+others; and the reported shared noise (its
+truth: 0 except equal-shared, whose truth is the correlation tau^2 / sigma^2). Each of these is
+measured in ``--rounds`` rounds on fresh seeds and printed as its mean, median and 90th
+percentile over the rounds (``--json`` adds every round's per-parameter rows). Prints JSON.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -63,25 +69,28 @@ def _time(entry: dict[str, float], b: np.ndarray) -> np.ndarray:
     return np.maximum(entry.get("floor_s", 0.0), line)
 
 
-def _pooled(
-    costs: tuple[dict[str, float], ...], policy: dict[str, Any], seed: int, steps: int, slow: float = 1.0
-) -> pd.DataFrame:
+def _pooled(workers: list[dict[str, Any]], policy: str, batches: tuple[int, ...], seed: int, steps: int,
+            **policy_params: Any) -> pd.DataFrame:  # fmt: skip
     """Runs of ``policy`` at each global batch, steps numbered on (one trace of several splits)."""
     frames, offset = [], 0
-    for k, batch in enumerate(GLOBAL_BATCHES):
-        workers = [{**_cost(c), "noise": {"dist": "lognormal", "sigma": 0.2}} for c in costs]
-        if slow != 1.0:
-            workers[-1] = {**_cost({key: v * slow for key, v in costs[-1].items()}), "noise": workers[-1]["noise"]}
+    for k, batch in enumerate(batches):
         raw = {
             "name": "coverage", "seed": run_seed(seed, k),
             "workload": {"global_batch": batch, "dataset_size": batch * steps, "epochs": 1},
-            "network": {"kind": "constant", "time_s": 0.0}, "workers": workers, "policy": policy,
+            "network": {"kind": "constant", "time_s": 0.0}, "workers": workers,
+            "policy": {"name": policy, **policy_params},
         }  # fmt: skip
         frame = simulate(load_scenario(raw)).to_frame()
         frame["step"] += offset
         offset = int(frame["step"].max()) + 1
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
+
+
+def first_k(costs: tuple[dict[str, float], ...], policy: str, seed: int, steps: int, **params: Any) -> pd.DataFrame:
+    """``policy`` (backup or ksync) on 4 workers with lognormal sigma 0.2, pooled over GLOBAL_BATCHES."""
+    workers = [{**_cost(c), "noise": {"dist": "lognormal", "sigma": 0.2}} for c in costs]
+    return _pooled(workers, policy, GLOBAL_BATCHES, seed, steps, **params)
 
 
 def random_backup(costs: tuple[dict[str, float], ...], seed: int, steps: int) -> pd.DataFrame:
@@ -118,44 +127,33 @@ SHARED = {"group": "host", "dist": "lognormal", "sigma": 0.06, "persistence": 0.
 
 
 def equal_shared(costs: tuple[dict[str, float], ...], seed: int, steps: int) -> pd.DataFrame:
-    frames, offset = [], 0
-    for k, batch in enumerate(b * 3 // 4 for b in GLOBAL_BATCHES):
-        shared = dict(SHARED)
-        workers = [{**_cost(c), "noise": {"dist": "lognormal", "sigma": 0.08}, "shared_noise": shared}
-                   for c in costs[:3]]  # fmt: skip
-        raw = {
-            "name": "coverage", "seed": run_seed(seed, k),
-            "workload": {"global_batch": batch, "dataset_size": batch * steps, "epochs": 1},
-            "network": {"kind": "constant", "time_s": 0.0}, "workers": workers, "policy": {"name": "equal"},
-        }  # fmt: skip
-        frame = simulate(load_scenario(raw)).to_frame()
-        frame["step"] += offset
-        offset = int(frame["step"].max()) + 1
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True)
+    workers = [{**_cost(c), "noise": {"dist": "lognormal", "sigma": 0.08}, "shared_noise": dict(SHARED)}
+               for c in costs[:3]]  # fmt: skip
+    return _pooled(workers, "equal", tuple(b * 3 // 4 for b in GLOBAL_BATCHES), seed, steps)
 
 
 def cases(hinge: bool) -> dict[str, tuple[Any, tuple[dict[str, float], ...], float]]:
     """Name -> (trace of (seed, steps), the fitted workers' true costs, the true shared correlation)."""
     fixed = HINGE if hinge else AFFINE
-    slow = ({k: v * 1.3 for k, v in fixed[-1].items()},)
+    slow = (*fixed[:3], {k: v * 1.3 for k, v in fixed[-1].items()})
     rand = RANDOM_HINGE if hinge else RANDOM_AFFINE
     shared = 0.06**2 / (0.08**2 + 0.06**2)
     return {
-        "backup-fixed": (lambda s, n: _pooled(fixed, {"name": "backup"}, s, n, slow=1.3), fixed[:3] + slow, 0.0),
+        "backup-fixed": (lambda s, n: first_k(slow, "backup", s, n), slow, 0.0),
         "backup-random": (lambda s, n: random_backup(rand, s, 3 * n), rand, 0.0),
-        "ksync": (lambda s, n: _pooled(fixed, {"name": "ksync", "k": 2}, s, n, slow=1.3), fixed[:3] + slow, 0.0),
+        "ksync": (lambda s, n: first_k(slow, "ksync", s, n, k=2), slow, 0.0),
         "adaptive-idle": (lambda s, n: adaptive_idle(fixed, s, n), (*fixed[:3], _idle(fixed[-1])), 0.0),
         "equal-shared": (lambda s, n: equal_shared(fixed, s, n), fixed[:3], shared),
     }
 
 
-def one_case(make: Any, truth: tuple[dict[str, float], ...], shared_truth: float, model: str,
-             seeds: int, steps: int) -> dict[str, Any]:  # fmt: skip
+def one_case(name: str, model: str, seeds: range, steps: int) -> dict[str, Any]:
+    """One trace kind calibrated over ``seeds``: per parameter and pooled (module docstring)."""
+    make, truth, shared_truth = cases(model == "hinge")[name]
     estimates: dict[str, list[float]] = {}
     errors: dict[str, list[float]] = {}
     shared, idle = [], []
-    for seed in range(seeds):
+    for seed in seeds:
         cal = calibrate(make(seed, steps), model=model)
         shared.append(cal.noise.shared or 0.0)
         idle.append([i.worker for i in cal.idle])
@@ -165,13 +163,18 @@ def one_case(make: Any, truth: tuple[dict[str, float], ...], shared_truth: float
                 name = f"w{fit.worker}.{key}"
                 estimates.setdefault(name, []).append(value)
                 errors.setdefault(name, []).append(fit.se.get(key) or math.nan)
-    rows, z_all = {}, []
+    rows, z_all, unknown = {}, [], {}
     for name, values in estimates.items():
         worker, key = name[1:].split(".")
         true = truth[int(worker)][key]
-        est, se = np.array(values), np.array(errors[name])
+        known = np.isfinite(errors[name])  # a parameter the fit says it cannot tell has no standard error
+        if known.sum() < len(values):
+            unknown[name] = int(len(values) - known.sum())
+        if known.sum() < 3:
+            continue
+        est, se = np.array(values)[known], np.array(errors[name])[known]
         sd = float(est.std(ddof=1))
-        mean_se = float(np.nanmean(se))
+        mean_se = float(se.mean())
         z_all.extend(((est - true) / se).tolist())
         rows[name] = {
             "truth": true, "mean": float(est.mean()), "sd": sd, "se": mean_se,
@@ -182,6 +185,7 @@ def one_case(make: Any, truth: tuple[dict[str, float], ...], shared_truth: float
     z = np.array(z_all)
     return {
         "params": rows,
+        "not_identified": unknown,  # parameter -> seeds whose fit gave it no standard error
         "pooled_z_sd": float(np.nanstd(z, ddof=1)),
         "worst_bias_se": max(abs(r["bias_se"]) for r in rows.values()),
         "se_ratio_range": [min(r["se_ratio"] for r in rows.values()), max(r["se_ratio"] for r in rows.values())],
@@ -190,30 +194,55 @@ def one_case(make: Any, truth: tuple[dict[str, float], ...], shared_truth: float
     }
 
 
-def run(seeds: int, steps: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"settings": {"seeds": seeds, "steps": steps}, "cases": {}}
-    for model in ("affine", "hinge"):
-        for name, (make, truth, shared) in cases(model == "hinge").items():
-            out["cases"][f"{name}/{model}"] = one_case(make, truth, shared, model, seeds, steps)
+SUMMARY = ("worst_bias_se", "se_ratio_min", "se_ratio_max", "within_20pct", "pooled_z_sd", "shared_mean", "shared_max")
+
+
+def _summary(case: dict[str, Any]) -> dict[str, float]:
+    ratios = [r["se_ratio"] for r in case["params"].values()]
+    return {
+        "worst_bias_se": case["worst_bias_se"], "se_ratio_min": min(ratios), "se_ratio_max": max(ratios),
+        "within_20pct": float(np.mean([0.8 <= r <= 1.2 for r in ratios])), "pooled_z_sd": case["pooled_z_sd"],
+        "shared_mean": case["shared"]["mean"], "shared_max": case["shared"]["max"],
+    }  # fmt: skip
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {"mean": float(np.mean(values)), "median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
+
+
+def run(seeds: int, steps: int, rounds: int, jobs: int) -> dict[str, Any]:
+    """Every case in ``rounds`` rounds of ``seeds`` seeds each (round r: seeds r*seeds onwards),
+    on ``jobs`` processes; each summary figure as mean, median and 90th percentile over rounds."""
+    names = [(name, model) for model in ("affine", "hinge") for name in cases(model == "hinge")]
+    tasks = [(name, model, range(r * seeds, (r + 1) * seeds), steps) for r in range(rounds) for name, model in names]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        done = list(pool.map(one_case, *zip(*tasks)))
+    out: dict[str, Any] = {"settings": {"seeds": seeds, "steps": steps, "rounds": rounds}, "cases": {}}
+    for i, (name, model) in enumerate(names):
+        per_round = [done[r * len(names) + i] for r in range(rounds)]
+        summaries = [_summary(c) for c in per_round]
+        out["cases"][f"{name}/{model}"] = {
+            "over_rounds": {key: _stats([s[key] for s in summaries]) for key in SUMMARY},
+            "idle_workers": per_round[0]["idle_workers"],
+            "not_identified": [c["not_identified"] for c in per_round],
+            "rounds": per_round,
+        }
     return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=30)
+    parser.add_argument("--seeds", type=int, default=30, help="seeds a round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --seeds seeds (the summary's spread)")
     parser.add_argument("--steps", type=int, default=500, help="steps per run (per global batch where pooled)")
-    parser.add_argument("--quick", action="store_true", help="5 seeds of 200 steps (a smoke run, not the figure)")
-    parser.add_argument("--json", action="store_true", help="the full JSON (default: one summary line per case)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
+    parser.add_argument("--quick", action="store_true", help="one round of 5 seeds of 200 steps (a smoke run)")
+    parser.add_argument("--json", action="store_true", help="everything (default: the summaries over rounds)")
     args = parser.parse_args()
-    result = run(5, 200) if args.quick else run(args.seeds, args.steps)
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    summary = {
-        name: {k: case[k] for k in ("worst_bias_se", "se_ratio_range", "pooled_z_sd", "shared", "idle_workers")}
-        for name, case in result["cases"].items()
-    }
-    print(json.dumps({"settings": result["settings"], "cases": summary}, indent=2))
+    result = run(5, 200, 1, args.jobs) if args.quick else run(args.seeds, args.steps, args.rounds, args.jobs)
+    if not args.json:
+        result["cases"] = {name: {k: v for k, v in c.items() if k != "rounds"} for name, c in result["cases"].items()}
+    print(json.dumps(result, indent=2))
     return 0
 
 

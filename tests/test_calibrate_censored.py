@@ -117,3 +117,31 @@ def test_standard_errors_of_persistent_noise_match_theory():
     fit, _ = fit_worker(0, np.full(n, 32), 0.064 * np.exp(sigma * z - sigma**2 / 2), model="affine")
     theory = 0.064 / 32 * np.sqrt(np.expm1(sigma**2) / n * (1 + rho) / (1 - rho))
     assert fit.se["per_sample_s"] == pytest.approx(theory, rel=0.15)
+
+
+def test_an_overhead_pushed_to_its_bound_leaves_the_slope_its_full_uncertainty():
+    # a narrow range of batches (as adaptive's steady split gives): the intercept is poorly known,
+    # and where noise pushes it below 0 the slope must not be reported as if the intercept were known
+    rng = np.random.default_rng(11)
+    sigma, b = 0.15, rng.choice([26, 27, 28, 29], size=2000).astype(float)
+    mean = 0.001 + 0.0014 * b
+    for seed in range(40):
+        y = mean * np.exp(sigma * np.random.default_rng(seed).standard_normal(b.size) - sigma**2 / 2)
+        fit, warnings = fit_worker(0, b, y, model="affine")
+        if fit.overhead_s == 0.0:
+            break
+    assert fit.overhead_s == 0.0 and any("bound 0" in w for w in warnings)
+    theory = _sandwich_se(b, mean, mean**2 * np.expm1(sigma**2))
+    assert fit.se["per_sample_s"] == pytest.approx(theory[1], rel=0.15)
+    assert fit.se["overhead_s"] == pytest.approx(theory[0], rel=0.15)
+
+
+def test_a_forced_hinge_on_a_line_is_the_line_and_its_floor_unknown():
+    rng = np.random.default_rng(12)
+    b = rng.choice([34, 35, 36, 37], size=2000).astype(float)  # all above the kink at 26
+    y = (0.010 + 0.001 * b) * np.exp(0.15 * rng.standard_normal(b.size) - 0.15**2 / 2)
+    fit, warnings = fit_worker(0, b, y, model="hinge")
+    assert fit.model == "hinge" and fit.se["floor_s"] is None
+    assert any("show no kink" in w for w in warnings)
+    for key, truth in (("overhead_s", 0.010), ("per_sample_s", 0.001)):
+        assert abs(fit.cost_curve().params()[key] - truth) < 3 * fit.se[key]

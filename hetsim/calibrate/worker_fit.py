@@ -92,7 +92,7 @@ def fit_worker(
     held_out = held_out_errors(sizes)
     affine, warnings = _affine_fit(worker, sizes, b, y, cut)
     name = _chosen_name(worker, model, sizes, held_out, bd, yd)
-    found = None if name == "affine" else _curve_fit(worker, name, sizes, b, y, cut, model)
+    found = None if name == "affine" else _curve_fit(worker, name, sizes, b, y, cut, model, affine)
     if found is None:
         chosen, name = affine, "affine"
     else:
@@ -219,7 +219,7 @@ def _chosen_name(
 
 
 def _curve_fit(
-    worker: int, name: str, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np.ndarray, model: str
+    worker: int, name: str, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np.ndarray, model: str, line: CurveFit
 ) -> tuple[CurveFit, list[str]] | None:
     """A hinge or table: its least-squares fit to the size means, refined by :func:`_refine`;
     None under auto when none fits (the affine is kept). A hinge whose kink the complete rows do
@@ -230,7 +230,7 @@ def _curve_fit(
             raise ConfigError("--model", f"worker {worker}: no {name} curve with a positive slope fits its times")
         return None
     if name == "hinge":
-        return _hinge_fit(worker, start, sizes, b, y, cut)
+        return _hinge_fit(worker, start, sizes, b, y, cut, line)
     found = _refine(start, b, y, cut)
     if name == "table" and np.any(np.diff(found.curve.values) < 0):  # cut rows can bend it: non-decreasing again
         weights = 1.0 / np.maximum(np.diag(found.cov), 1e-300) if found.free.all() else sizes.count
@@ -240,29 +240,33 @@ def _curve_fit(
 
 
 def _hinge_fit(
-    worker: int, start: Curve, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np.ndarray
+    worker: int, start: Curve, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np.ndarray, line: CurveFit
 ) -> tuple[CurveFit, list[str]]:
-    """The hinge, or the line where the data show no kink (:func:`kink_shown`)."""
-    line = _affine_ls(sizes, _bounds(start, b, y)[2][0]).values
-    p_value = kink_shown(sizes, b[~cut], y[~cut], line, start)
-    if p_value >= KINK_P:
-        bent = Curve("hinge", np.array([line[0] + line[1] * sizes.batch[0], *line]))
-        note = (
-            f"worker {worker}: its times show no kink (a hinge is no better than a line, p = {p_value:.2g}); fitted "
-            f"the line, with floor_s only known to be at most its time at batch {int(sizes.batch[0])}"
-        )
-        return _refine(bent, b, y, cut, fixed=np.array([True, False, False])), [note]
-    found = _refine(start, b, y, cut)
+    """The hinge, or ``line`` (the affine fit) where the rows show no kink: by the F test of the
+    least-squares fits over the complete rows (:func:`kink_shown`), or where rows were cut by
+    the likelihood ratio of the censored fits (two parameters more: the floor and the kink)."""
     if cut.any():  # the likelihood cannot move the kink past a batch size: try it on each side of every one
-        tries = [_refine(s, b, y, cut) for s in _hinge_starts(sizes)]
-        found = min([found, *tries], key=lambda f: f.nll if np.isfinite(f.nll) else np.inf)
-    return found, []
+        tries = [_refine(s, b, y, cut) for s in [start, *_hinge_starts(sizes)]]
+        found = min(tries, key=lambda f: f.nll if np.isfinite(f.nll) else np.inf)
+        p_value = float(stats.chi2.sf(max(2.0 * (line.nll - found.nll), 0.0), 2))
+    else:
+        found = _refine(start, b, y, cut)
+        p_value = kink_shown(sizes, b, y, line.curve.values, start)
+    if p_value < KINK_P:
+        return found, []
+    overhead, per_sample = (float(v) for v in line.curve.values)
+    bent = Curve("hinge", np.array([overhead + per_sample * sizes.batch[0], overhead, per_sample]))
+    note = (
+        f"worker {worker}: its times show no kink (a hinge is no better than a line, p = {p_value:.2g}); fitted "
+        f"the line, with floor_s only known to be at most its time at batch {int(sizes.batch[0])}"
+    )
+    return _refine(bent, b, y, cut, fixed=np.array([True, False, False])), [note]
 
 
 def kink_shown(sizes: Sizes, b: np.ndarray, y: np.ndarray, line: np.ndarray, hinge: Curve) -> float:
     """The p-value of the F test of the least-squares ``hinge`` against the ``line`` over the
-    complete rows (two parameters more: the floor and where the kink is): 1 where the line fits
-    exactly, 0 (kept) where the hinge does or too few rows leave nothing to test."""
+    complete rows ``b``, ``y`` (two parameters more: the floor and where the kink is): 1 where
+    the line fits exactly, 0 (kept) where the hinge does or too few rows leave nothing to test."""
     within = float(((y - sizes.mean[np.searchsorted(sizes.batch, b)]) ** 2).sum())
     sse_line = within + float((sizes.count * (sizes.mean - line[0] - line[1] * sizes.batch) ** 2).sum())
     sse_hinge = within + float((sizes.count * (sizes.mean - hinge.time_s(sizes.batch)) ** 2).sum())
