@@ -1,4 +1,4 @@
-# make install | make run | make lint | make test | make test-fast | make bench | make clean  (see README.md)
+# make install | make run | make lint | make test | make test-fast | make bench | make docs | make clean  (see README.md)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -6,12 +6,12 @@ STAMP  := $(VENV)/.installed
 # Extra pytest arguments, e.g. make test-fast PYTEST_ARGS="-x -k engine"
 PYTEST_ARGS ?=
 
-.PHONY: install run lint test test-fast bench clean
+.PHONY: install run lint test test-fast bench docs clean
 
 # Re-installs only when the project or its pins change.
 $(STAMP): pyproject.toml constraints-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-dev.txt -e ".[validation,distributed,dev]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-dev.txt -e ".[validation,distributed,dev,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -36,8 +36,12 @@ test: install lint
 test-fast: install
 	$(PY) -m pytest -m "not slow and not multiprocess" $(PYTEST_ARGS)
 
+# docs: the MkDocs site (docs/, mkdocs.yml) into site/; --strict makes a broken link or reference an error.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 bench: install
 	$(PY) benchmarks/bench_sweep.py --json
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
+	rm -rf $(VENV) site .pytest_cache .hypothesis .mypy_cache .ruff_cache

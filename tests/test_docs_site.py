@@ -1,0 +1,34 @@
+"""The README introduces and links; the MkDocs site (docs/, mkdocs.yml) holds the guides, the
+results and the reference: every link of the README lands on a file, and the site builds with
+``--strict`` (a broken link, a missing page or an API reference to a name that is gone fails)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LINK = re.compile(r"(?<!!)\[[^\]]+\]\(([^)#]+)(#[^)]*)?\)")
+
+
+def test_every_readme_link_lands_on_a_file_and_the_readme_stays_short():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    targets = [m.group(1) for m in LINK.finditer(text) if not m.group(1).startswith("http")]
+    assert targets and all((ROOT / t).is_file() for t in targets), [t for t in targets if not (ROOT / t).is_file()]
+    assert text.count("\n") < 200  # reference and guides belong in the docs site
+
+
+@pytest.mark.slow
+def test_the_docs_site_builds_strict(tmp_path):
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "site" / "reference" / "index.html").is_file()
