@@ -1,11 +1,14 @@
 """The ``backup`` / ``K-sync`` prediction: a barrier that waits for the first k of n gradients.
 
-The step ends at the k-th order statistic ``X_(k)`` of the workers' compute times (a worker
-without samples is taken to report at once and count, which the built-in policies never
-meet: they give every worker ``B/n >= 1`` samples); worker i computes for ``min(X_i, X_(k))``
-(cancelled after) and its samples count when it is among the first k. The inclusion
-probability ``P(X_i <= k-th smallest of the others)`` is a Stieltjes sum on a fine grid of
-``F_i``; everything else is an integral of products of CDFs.
+The step ends at the k-th order statistic ``X_(k)`` of the working workers' compute times (a
+worker without samples is never one of the k, and with fewer than k working the step waits for
+all of them, as the engines do); worker i computes for ``min(X_i, X_(k))`` (cancelled after) and
+its samples count when it is among the first k, a tie going to the lower index. The inclusion
+probability, ``P(fewer than k others are ahead of i)``, is a Stieltjes sum over the cells of a
+fine grid holding every atom: in the cell ending at ``t`` a lower-indexed worker is ahead when
+it has finished by ``t``, a higher-indexed one when it finished before (its CDF at the cell's
+middle), and the count of those ahead comes from their product polynomial (:func:`_counts`).
+Everything else is an integral of products of CDFs.
 
 With ``[workload.efficiency]`` a step advances training by the gain of the gradients it keeps
 (:mod:`hetsim.efficiency`): their effective batch, the kept workers' samples (combined as the
@@ -21,7 +24,7 @@ size. With one size the effective batch is certain. The expected progress then a
 expected gain, at the noise scale of the expected progress before it (exact in expectation for a
 constant noise scale, and whenever the effective batch is certain); a step takes the expected
 step time, so the target is reached at the end of the first step whose expected progress meets
-it. Ties (two workers finishing at once: discrete times only) are not modelled.
+it. Ties in which workers are first (discrete times only) are not modelled there.
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hetsim.analytic_buckets import expected_end
-from hetsim.distributions import Constant
 from hetsim.efficiency import Efficiency, effective_batch
 from hetsim.orderstats import (
     TAIL_Q,
@@ -48,17 +50,12 @@ from hetsim.orderstats import (
 )
 from hetsim.policies import policy_class
 from hetsim.prediction import NoClosedForm, Prediction, learning_fields
-from hetsim.workers import WorkerSpec
 
 if TYPE_CHECKING:
     from hetsim.scenario import Scenario
 
 GRID_POINTS = 20_001
-
-
-def _worker_times(workers: Sequence[WorkerSpec], batches: Sequence[int]) -> list[TimeDistribution]:
-    """Every worker's compute time, 0 for one that sits the step out (it reports at once)."""
-    return [ComputeTime.of(w, b) if b > 0 else Constant(0.0) for w, b in zip(workers, batches)]
+ATOM = 1e-12  # relative: a time within this of a grid point is at it (a CDF at its own atom may round below)
 
 
 def _fewer_than(dists: Sequence[TimeDistribution], k: int, t: Any) -> Any:
@@ -91,15 +88,35 @@ def _counts(first: np.ndarray, later: np.ndarray, degree: int) -> np.ndarray:
     return out
 
 
-def kept_batches(dists: Sequence[TimeDistribution], batches: Sequence[int], k: int,
+def _cdf(d: TimeDistribution, t: np.ndarray) -> np.ndarray:
+    return np.clip(np.asarray(d.cdf(t), dtype=float), 0.0, 1.0)
+
+
+def _ahead_fewer_than(dists: Sequence[TimeDistribution], i: int, k: int, t: np.ndarray) -> np.ndarray:
+    """Per cell of the grid ``t`` (cell j ends at ``t[j + 1]``, an atom there inside it): P(fewer
+    than k of the workers other than ``i`` are ahead of it). Another worker is ahead if it
+    finished by the cell's middle, or, with a lower index, at an atom that ends the cell (the
+    tie goes to it); for a continuous time the middle is exact to second order in the cell."""
+    mids = 0.5 * (t[1:] + t[:-1])
+    rows = []
+    for j, d in enumerate(dists):
+        if j == i:
+            continue
+        ahead = _cdf(d, mids)
+        if j < i:
+            ahead = ahead + _cdf(d, t[1:] * (1 + ATOM)) - _cdf(d, t[1:] * (1 - ATOM))
+        rows.append(ahead)
+    ahead_all = np.array(rows).reshape(-1, mids.size)
+    return np.asarray(_counts(ahead_all, 1.0 - ahead_all, k - 1).sum(axis=0))
+
+
+def kept_batches(dists: Sequence[TimeDistribution], batches: Sequence[int], keep: int,
                  weighted: bool) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """The effective batches a step's first k gradients can have and their probabilities."""
-    positive = [i for i, b in enumerate(batches) if b > 0]
-    keep = k - (len(batches) - len(positive))  # workers without samples report at once
+    """The effective batches a step's first ``keep`` gradients can have and their probabilities
+    (``dists``: the working workers' times, ``batches`` their batches)."""
+    positive = list(range(len(batches)))
     sizes = sorted({int(batches[i]) for i in positive})
     groups = [[i for i in positive if batches[i] == s] for s in sizes]
-    if keep <= 0:
-        return np.zeros(1), np.ones(1)
     if len(groups) == 1:
         counts: list[tuple[int, ...]] = [(keep,)]
         probs = np.ones(1)
@@ -148,20 +165,18 @@ def predict_first_k(scenario: Scenario, name: str, batches: tuple[int, ...], k: 
     wl = scenario.workload
     n = len(workers)
     comm = scenario.allreduce_s()
-    dists = _worker_times(workers, batches)
+    working = [i for i, b in enumerate(batches) if b > 0]
+    dists: list[TimeDistribution] = [ComputeTime.of(workers[i], batches[i]) for i in working]
+    k = min(k, len(dists))
     barrier = expected_kth(dists, k)
-    busy, included = [], []
-    grid = np.linspace(0.0, quantile(MaxOf(dists), 1.0 - TAIL_Q), GRID_POINTS)
-    for i, d in enumerate(dists):
-        others = dists[:i] + dists[i + 1 :]
-        if batches[i] == 0:
-            busy.append(0.0)
-            included.append(0.0)
-            continue
-        busy.append(integrate_survival(_busy_survival(d, others, k), dists))
-        mass = np.diff(np.concatenate([[0.0], np.asarray(d.cdf(grid), dtype=float)]))
-        mids = np.concatenate([[0.0], 0.5 * (grid[1:] + grid[:-1])])
-        included.append(float(np.sum(mass * _fewer_than(others, k, mids))))
+    busy, included = np.zeros(n), np.zeros(n)
+    grid = np.concatenate([[0.0], _grid(dists)])
+    for i, d in zip(working, dists):
+        at = working.index(i)
+        others = dists[:at] + dists[at + 1 :]
+        busy[i] = integrate_survival(_busy_survival(d, others, k), dists)
+        mass = np.diff(_cdf(d, grid * (1 + ATOM)))
+        included[i] = float(np.sum(mass * _ahead_fewer_than(dists, at, k, grid)))
     mean_step = barrier + comm
     q95 = quantile(KthOf(dists, k), 0.95)
     p95 = q95 + comm
@@ -172,7 +187,8 @@ def predict_first_k(scenario: Scenario, name: str, batches: tuple[int, ...], k: 
     learned: dict[str, Any] = {}
     efficiency = wl.efficiency
     if efficiency is not None:
-        values, probs = kept_batches(dists, batches, k, policy_class(name).weighted_gradients)
+        kept = [batches[i] for i in working]
+        values, probs = kept_batches(dists, kept, k, policy_class(name).weighted_gradients)
         progress = expected_progress(efficiency, values, probs, wl.total_steps)
         learned = learning_fields(progress, mean_step * np.arange(1, wl.total_steps + 1), efficiency.target_steps)
     return Prediction(
@@ -182,7 +198,7 @@ def predict_first_k(scenario: Scenario, name: str, batches: tuple[int, ...], k: 
         mean_step_s=mean_step,
         p95_step_s=p95,
         throughput_sps=float(np.dot(batches, included)) / mean_step,
-        utilization=tuple(b / mean_step for b in busy),
+        utilization=tuple(float(b) / mean_step for b in busy),
         idle_fraction=float(n * barrier - sum(busy)) / (n * mean_step),
         final_batches=batches,
         steady_step_s=mean_step,

@@ -381,3 +381,14 @@ def test_first_k_progress_under_a_noise_scale_schedule_is_the_expected_gains_rec
         gain = [(x / 10) * (noise + 10) / (noise + x) for x in (20.0, 440 / 21)]
         done += last * gain[0] + (1 - last) * gain[1]
     assert predict(scenario, "backup").progress == pytest.approx(done, rel=1e-6)
+
+
+def test_first_k_ties_on_noise_free_workers_go_to_the_lower_index_as_simulated():
+    # identical noise-free workers finish together: exactly k gradients are kept, the lowest-indexed
+    workers = [{"overhead_s": 0.01, "per_sample_s": 0.001}] * 4
+    scenario = load_scenario(scenario_dict(workers, global_batch=400, steps_per_epoch=5, epochs=1))
+    equal = predict(scenario, "equal").throughput_sps
+    for name, params, k in (("backup", {"backups": 1}, 3), ("ksync", {"k": 2}, 2)):
+        p = predict(scenario, name, params)
+        assert p.throughput_sps == pytest.approx(equal * k / 4, rel=1e-12)
+        assert p.throughput_sps == pytest.approx(summarize(simulate(scenario, name, params=params)).throughput_sps, rel=1e-12)
