@@ -50,9 +50,8 @@ class CurveFit:
     sigma: float
     cov: np.ndarray  # over curve.values[free]
     free: np.ndarray  # bool per curve parameter
-    persistence: float | None  # the lag-1 correlation of the complete rows' residuals, in order
+    bound: np.ndarray  # bool per curve parameter
     nll: float = math.nan  # the negative log-likelihood reached (maximum likelihood only)
-    bound: np.ndarray | None = None  # bool per curve parameter (None: none at a bound)
 
     def se(self) -> list[float | None]:
         out: list[float | None] = [None] * self.curve.values.size
@@ -85,7 +84,7 @@ class _Likelihood:
         z = (self.log_y - np.log(c) + 0.5 * sigma * sigma) / sigma
         zc, zx = z[~self.cut], z[self.cut]
         log_sf = special.log_ndtr(-zx)
-        hazard = np.exp(-0.5 * zx * zx - 0.5 * math.log(2 * math.pi) - log_sf)
+        hazard = _hazard(zx, log_sf)
         nll = float(zc.size * s + 0.5 * (zc * zc).sum() - log_sf.sum())
         d_logc = np.empty_like(z)  # d nll / d log c, per row
         d_logc[~self.cut], d_logc[self.cut] = -zc / sigma, -hazard / sigma
@@ -102,7 +101,7 @@ def fit_mle(start: Curve, bounds: list[tuple[float, float]], b: np.ndarray, y: n
     b, y, cut = np.asarray(b, dtype=float), np.asarray(y, dtype=float), np.asarray(cut, dtype=bool)
     free = np.ones(start.values.size, dtype=bool) if fixed is None else ~np.asarray(fixed, dtype=bool)
     if not cut.any() and _exact(start, b, y):
-        return CurveFit(start, 0.0, np.zeros((int(free.sum()),) * 2), free, None)
+        return CurveFit(start, 0.0, np.zeros((int(free.sum()),) * 2), free, np.zeros_like(free))
     like = _Likelihood(start, b, y, cut, free)
     resid = like.log_y[~cut] - np.log(start.time_s(b[~cut]))
     s0 = math.log(max(float(resid.std()), 1e-3)) if resid.size > 1 else math.log(0.1)
@@ -118,11 +117,17 @@ def fit_mle(start: Curve, bounds: list[tuple[float, float]], b: np.ndarray, y: n
     cov = _covariance(like, found.x) * np.outer(like.scale, like.scale)
     keep = np.flatnonzero(free)
     z = (like.log_y - np.log(curve.time_s(b)) + 0.5 * sigma * sigma) / sigma
-    z[cut] = np.exp(-0.5 * z[cut] ** 2 - 0.5 * math.log(2 * math.pi) - special.log_ndtr(-z[cut]))  # E[z | z > cut]
+    z[cut] = _hazard(z[cut], special.log_ndtr(-z[cut]))  # E[z | z > cut]
     terms = persistence_terms(z)  # generalised residuals: the complete rows alone are the lucky ones
     if terms is not None and cov.size:
         cov = cov + sigma * sigma * _ar_excess(curve, b, keep, terms)
-    return CurveFit(curve, sigma, cov, free, lag1(z[~cut]), float(found.fun), at_bound)
+    return CurveFit(curve, sigma, cov, free, at_bound, float(found.fun))
+
+
+def _hazard(z: np.ndarray, log_sf: np.ndarray) -> np.ndarray:
+    """``phi(z) / (1 - Phi(z))``, from ``log(1 - Phi(z))``: the slope of a cut row's log-likelihood,
+    and the mean of a standard normal beyond ``z``."""
+    return np.asarray(np.exp(-0.5 * z * z - 0.5 * math.log(2 * math.pi) - log_sf))
 
 
 def _exact(curve: Curve, b: np.ndarray, y: np.ndarray) -> bool:
@@ -145,11 +150,6 @@ def _covariance(like: _Likelihood, p: np.ndarray) -> np.ndarray:
     except np.linalg.LinAlgError:
         inv = np.full((n, n), np.nan)
     return inv[:-1, :-1]
-
-
-def lag1(resid: np.ndarray) -> float | None:
-    """The lag-1 autocorrelation of ``resid`` (None: fewer than 4 values or no spread)."""
-    return _lags(resid, 1)[0] if resid.size >= 4 else None
 
 
 def _lags(resid: np.ndarray, most: int) -> list[float | None]:

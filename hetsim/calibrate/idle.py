@@ -66,38 +66,44 @@ def fit_workers(
 ) -> tuple[list[WorkerFit], list[IdleWorker]]:
     """Each worker's fit, rows in step order, or its :class:`IdleWorker` (with a warning line);
     ConfigError when no worker can be fitted (a one-row trace, say: one step fits nothing)."""
-    fits, idle = [], []
+    fits, left = [], []
     column = frame["worker"].to_numpy()
     batch, compute = frame["local_batch"].to_numpy(), frame["compute_s"].to_numpy()
     for w in workers:
         rows = column == w
-        offered = rows & (batch > 0)
-        complete = offered & done
+        complete = rows & (batch > 0) & done
         if int(complete.sum()) >= (MIN_COMPLETE if np.unique(batch[complete]).size < 2 else MIN_COMPLETE + 1):
             fit, notes = fit_worker(w, batch[rows], compute[rows], done[rows], model)
             fits.append(fit)
             warnings.extend(notes)
         else:
-            idle.append(_idle(frame, done, w, rows, offered))
+            left.append(w)
     if not fits:
         raise ConfigError(
             "compute_s",
             f"no worker has {MIN_COMPLETE} complete computes (rows with samples, included): one step fits neither a "
             "worker's noise nor two parameters",
         )
-    barrier = _median_barrier(frame, done)
-    idle = [i if i.batch is not None else _never_offered(i, barrier, frame) for i in idle]
+    slowest = frame.loc[done & (batch > 0)].groupby("step")["compute_s"].max().median() if left else 0.0
+    policy = str(frame["policy"].iloc[0]) if "policy" in frame.columns else "the policy"
+    idle = [_idle(w, column == w, batch, compute, done, float(slowest), policy) for w in left]
     warnings.extend(_idle_line(i) for i in idle)
     return fits, idle
 
 
-def _idle(frame: pd.DataFrame, done: np.ndarray, w: int, rows: np.ndarray, offered: np.ndarray) -> IdleWorker:
-    if not offered.any():
-        return IdleWorker(w, int(rows.sum()), 0, None, 0.0, "")
-    batch, compute = frame["local_batch"].to_numpy(), frame["compute_s"].to_numpy()
-    smallest = int(batch[offered].min())
-    at = offered & (batch == smallest)
+def _idle(w: int, rows: np.ndarray, batch: np.ndarray, compute: np.ndarray, done: np.ndarray, slowest: float,
+          policy: str) -> IdleWorker:  # fmt: skip
+    """What is known of worker ``w`` (the module docstring's three cases); ``slowest``: the median
+    over steps of the slowest complete compute."""
+    offered = rows & (batch > 0)
     complete = offered & done
+    if not offered.any():
+        basis = (
+            f"never given samples by {policy}; a min-max split (optimal, adaptive) leaves a worker idle only when "
+            f"its time would exceed the others' step ({slowest:.4g} s, the median slowest compute), so that is a "
+            "lower bound"
+        )
+        return IdleWorker(w, int(rows.sum()), 0, None, slowest, basis)
     if complete.any():  # too few to fit: the mean time at its smallest batch with a complete compute
         smallest = int(batch[complete].min())
         times = compute[complete & (batch == smallest)]
@@ -106,28 +112,14 @@ def _idle(frame: pd.DataFrame, done: np.ndarray, w: int, rows: np.ndarray, offer
             f"batch {smallest}, a measurement, not a bound"
         )
         return IdleWorker(w, int(rows.sum()), int(offered.sum()), smallest, float(times.mean()), basis)
-    times = compute[at]
+    smallest = int(batch[offered].min())
+    times = compute[offered & (batch == smallest)]
     median = float(np.median(times))
     basis = (
         f"cut at the barrier in all {times.size} of its steps at batch {smallest}, after a median {median:.4g} s: "
         "its time there is longer, that is a lower bound"
     )
     return IdleWorker(w, int(rows.sum()), int(offered.sum()), smallest, median, basis)
-
-
-def _median_barrier(frame: pd.DataFrame, done: np.ndarray) -> float:
-    """The median over steps of the slowest complete compute."""
-    complete = frame.loc[done & (frame["local_batch"].to_numpy() > 0)]
-    return float(complete.groupby("step")["compute_s"].max().median())
-
-
-def _never_offered(idle: IdleWorker, barrier: float, frame: pd.DataFrame) -> IdleWorker:
-    policy = str(frame["policy"].iloc[0]) if "policy" in frame.columns else "the policy"
-    basis = (
-        f"never given samples by {policy}; a min-max split (optimal, adaptive) leaves a worker idle only when its "
-        f"time would exceed the others' step ({barrier:.4g} s, the median slowest compute), so that is a lower bound"
-    )
-    return IdleWorker(idle.worker, idle.rows, 0, None, barrier, basis)
 
 
 def _idle_line(idle: IdleWorker) -> str:

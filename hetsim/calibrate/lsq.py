@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hetsim.calibrate.censored import CurveFit, autocorrelated, lag1, persistence_terms
+from hetsim.calibrate.censored import CurveFit, autocorrelated, persistence_terms
 from hetsim.calibrate.models import Curve
 
 
@@ -28,10 +28,9 @@ def fit_lsq(curve: Curve, b: np.ndarray, y: np.ndarray, free: np.ndarray, bound:
     ratio = y / c
     sigma = float(np.log(ratio).std(ddof=1)) if y.size > 1 else 0.0
     k = int(free.sum())
-    rho = lag1(ratio - 1.0)
     terms = persistence_terms(ratio - 1.0)
     if k == 0 or y.size <= k:
-        return CurveFit(curve, sigma, np.full((k, k), np.nan), free, rho, bound=bound)
+        return CurveFit(curve, sigma, np.full((k, k), np.nan), free, bound)
     jac = curve.jacobian(b)[:, free]
     v = float(((ratio - 1.0) ** 2).sum() / (y.size - k))
     scaled = jac * c[:, None]
@@ -39,5 +38,5 @@ def fit_lsq(curve: Curve, b: np.ndarray, y: np.ndarray, free: np.ndarray, bound:
     try:
         bread = np.linalg.inv(jac.T @ jac)
     except np.linalg.LinAlgError:
-        return CurveFit(curve, sigma, np.full((k, k), np.nan), free, rho, bound=bound)
-    return CurveFit(curve, sigma, v * bread @ meat @ bread, free, rho, bound=bound)
+        return CurveFit(curve, sigma, np.full((k, k), np.nan), free, bound)
+    return CurveFit(curve, sigma, v * bread @ meat @ bread, free, bound)

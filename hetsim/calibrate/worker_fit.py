@@ -190,13 +190,12 @@ def _affine_fit(worker: int, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np
     found = _refine(_affine_ls(sizes, _bounds(Curve("affine", np.zeros(2)), b, y)[1][0]), b, y, cut)
     notes = []
     overhead, per_sample = (float(v) for v in found.curve.values)
-    bound = found.bound if found.bound is not None else np.zeros(2, dtype=bool)
-    if bound[0]:
+    if found.bound[0]:
         notes.append(
             f"worker {worker}: the affine fit puts the overhead at its bound 0 (per-sample {per_sample:.3g} s); "
             "fitted the per-sample cost alone (overhead_s = 0)"
         )
-    if bound[1]:
+    if found.bound[1]:
         notes.append(
             f"worker {worker}: its time does not grow with the batch (overhead {overhead:.3g} s); fitted a flat "
             "curve (per-sample cost at its least positive value)"
@@ -233,7 +232,7 @@ def _curve_fit(
         return _hinge_fit(worker, start, sizes, b, y, cut, line)
     found = _refine(start, b, y, cut)
     if name == "table" and np.any(np.diff(found.curve.values) < 0):  # cut rows can bend it: non-decreasing again
-        weights = 1.0 / np.maximum(np.diag(found.cov), 1e-300) if found.free.all() else sizes.count
+        weights = 1.0 / np.maximum(np.diag(found.cov), 1e-300)
         flat = optimize.isotonic_regression(found.curve.values, weights=weights).x
         found = replace(found, curve=Curve("table", np.asarray(flat, dtype=float), found.curve.batches))
     return found, []
