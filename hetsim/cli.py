@@ -5,6 +5,13 @@
 
 Bad input of any kind ends in one line on stderr (``hetsim: error: <field>: <problem>``) and
 exit status 2, before anything is written.
+
+Building the parser imports nothing heavy (tests/test_cli_startup.py checks): its choices and
+defaults come from :mod:`hetsim.options`, and each command imports the modules it runs
+(numpy, scipy, pandas, matplotlib, simpy come with them), so that ``--help`` or a mistyped
+option answers at once. For the same reason ``--engine`` is checked as a command starts
+(:func:`_check_engine`), not by argparse: the engine names are the registry's, known only once
+the engines and plug-ins are imported.
 """
 
 from __future__ import annotations
@@ -17,8 +24,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-
-import tomli_w
+from typing import TYPE_CHECKING
 
 from hetsim import __version__
 from hetsim.cli_analysis import COMMANDS as ANALYSIS_COMMANDS
@@ -26,27 +32,15 @@ from hetsim.cli_analysis import add_subcommands
 from hetsim.cli_common import OneLineParser, add_scenario_options, check_seed, run_main, scenario_policies
 from hetsim.cli_costs import COMMANDS as COST_COMMANDS
 from hetsim.cli_costs import add_subcommands as add_cost_subcommands
-from hetsim.config import builtin_names, builtin_text, load_scenario, tomllib
-from hetsim.engines import engine_choices
 from hetsim.errors import ConfigError
-from hetsim.metrics import summarize, with_speedups
+from hetsim.options import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_SAMPLE_EVERY, SPEEDUP_METRICS, TRACE_MODES
 from hetsim.params import MAX_COUNT, Param
-from hetsim.policies import policy_class
-from hetsim.report import format_table, plotted_point, progress_printer, render_report, write_outputs
-from hetsim.results import DEFAULT_SAMPLE_EVERY, SPEEDUP_METRICS, TRACE_MODES, RunFolder, TraceMode
-from hetsim.scenario import Scenario
-from hetsim.simulate import check_kept_size, simulate, simulate_sampled
-from hetsim.sweep import (
-    DEFAULT_CONNECT_TIMEOUT_S,
-    Cell,
-    DaskExecutor,
-    LocalExecutor,
-    Progress,
-    expand,
-    make_executor,
-    replication_seeds,
-)
-from hetsim.sweepfile import SweepSpec, default_sweep_text, load_sweep, point_scenario
+
+if TYPE_CHECKING:
+    from hetsim.results import RunFolder, TraceMode
+    from hetsim.scenario import Scenario
+    from hetsim.sweep import Cell, DaskExecutor, LocalExecutor
+    from hetsim.sweepfile import SweepSpec
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,10 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--engine",
-        choices=engine_choices(),
         default="auto",
-        help="simpy (the reference), vector (the same traces, faster) or auto (vector where it runs the "
-        "policy; the default)",
+        help="simpy (the reference), vector (the same traces, faster), auto (vector where it runs the "
+        "policy; the default) or a plug-in's name",
     )
     _add_sweep(
         sub.add_parser("sweep", help="run a parameter sweep into a new results folder (default: the embedded sweep)")
@@ -142,9 +135,9 @@ def _add_sweep(sw: argparse.ArgumentParser) -> None:
     add_metric_option(sw)
     sw.add_argument(
         "--engine",
-        choices=engine_choices(),
         default=None,
-        help="simpy, vector or auto (default: the sweep file's engine key, else auto; the results are the same)",
+        help="simpy, vector, auto or a plug-in's name (default: the sweep file's engine key, else auto; the "
+        "results are the same)",
     )
     sw.add_argument(
         "--trace",
@@ -173,13 +166,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_main("hetsim", run)
 
 
+def _check_engine(name: str | None) -> None:
+    """``--engine`` (when given) names a registered engine or ``auto``: checked first, where
+    argparse checked its choices before (see the module's docstring)."""
+    if name is not None:
+        from hetsim.engines import check_engine
+
+        check_engine(name, "--engine")
+
+
 def cmd_scenarios(args: argparse.Namespace) -> int:
+    from hetsim.config import builtin_names, load_scenario
+
     for name in builtin_names():
         print(f"{name:<14} {load_scenario(name).description}")
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    import tomli_w
+
+    from hetsim.config import builtin_names, builtin_text, load_scenario
+
     if args.scenario in builtin_names() and not args.set and not Path(args.scenario).exists():
         print(builtin_text(args.scenario), end="")
         return 0
@@ -188,6 +196,13 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    from hetsim.config import load_scenario
+    from hetsim.metrics import summarize, with_speedups
+    from hetsim.report import format_table, write_outputs
+    from hetsim.results import TraceMode
+    from hetsim.simulate import simulate, simulate_sampled
+
+    _check_engine(args.engine)
     scenario = load_scenario(args.scenario, args.set)
     policies = scenario_policies(args.policy, scenario)
     check_seed(args.seed)
@@ -215,6 +230,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from hetsim.report import plotted_point, render_report
+    from hetsim.results import RunFolder
+    from hetsim.sweep import expand, make_executor
+    from hetsim.sweepfile import default_sweep_text, point_scenario
+
+    _check_engine(args.engine)
     if args.show_default:
         print(default_sweep_text(), end="")
         return 0
@@ -250,12 +271,17 @@ def _interrupt(signum: int, frame: object) -> None:
 def _heal(folder: RunFolder, spec: SweepSpec, then: str) -> None:
     """Check the finished cells before using them: one note per damaged part, saying what was
     wrong and ``then``, what becomes of its cell."""
+    from hetsim.sweep import replication_seeds
+
     for note in folder.heal(replication_seeds(spec)):
         print(f"hetsim: note: {note}: {then}", file=sys.stderr)
 
 
 def _run_cells(folder: RunFolder, spec: SweepSpec, executor: LocalExecutor | DaskExecutor, todo: list[Cell],
                total: int) -> None:  # fmt: skip
+    from hetsim.report import progress_printer
+    from hetsim.sweep import Progress
+
     print(f"{folder.path}: {len(todo)} of {total} cells to run ({spec.replications} replications each) "
           f"on {executor.description}", file=sys.stderr)  # fmt: skip
     progress = Progress(len(todo))
@@ -269,6 +295,10 @@ def _run_cells(folder: RunFolder, spec: SweepSpec, executor: LocalExecutor | Das
 def _resumed_or_new(args: argparse.Namespace) -> tuple[RunFolder | None, SweepSpec, TraceMode]:
     """The folder to resume (None for a new sweep), the sweep, with ``--engine`` applied, and
     what its plotted cell keeps (:func:`_trace_mode`)."""
+    from hetsim.config import tomllib
+    from hetsim.results import RunFolder
+    from hetsim.sweepfile import default_sweep_text, load_sweep
+
     folder = None
     if args.resume is not None:
         if args.sweep is not None:
@@ -286,6 +316,8 @@ def _trace_mode(args: argparse.Namespace, folder: RunFolder | None) -> TraceMode
     """``--trace`` and ``--sample-every`` (checked as ``simulate`` checks them) for a new sweep;
     for a resumed one, the mode its meta.json records, which options given must not contradict
     (unlike ``--engine``, the mode changes what the folder holds: traces.parquet and the plots)."""
+    from hetsim.results import TraceMode
+
     if args.sample_every is not None:
         _sample_every(args.sample_every)
     if folder is None:
@@ -308,11 +340,18 @@ def _sample_every(value: int) -> int:
 
 def _check_sizes(scenario: Scenario, policies: Sequence[str], every: int) -> None:
     """Every policy's run size for what it keeps (:func:`check_kept_size`), before the first starts."""
+    from hetsim.policies import policy_class
+    from hetsim.simulate import check_kept_size
+
     for name in policies:
         check_kept_size(scenario, policy_class(name).synchronous, every)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from hetsim.report import render_report
+    from hetsim.results import RunFolder
+    from hetsim.sweep import expand
+
     folder = RunFolder.open(args.run_dir)
     spec = folder.spec()
     trace = folder.trace_mode()  # what the sweep kept: the report draws the same
@@ -326,6 +365,8 @@ def check_metric(metric: str, spec: SweepSpec, cells: Sequence[Cell]) -> None:
     """``time_to_target`` needs a target in every grid point's scenario (checked before any run)."""
     if metric != "time_to_target":
         return
+    from hetsim.sweepfile import point_scenario
+
     for cell in cells:
         efficiency = point_scenario(spec, cell.point).workload.efficiency
         if efficiency is None or efficiency.target_steps is None:

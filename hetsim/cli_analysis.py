@@ -4,6 +4,10 @@
 name to its handler. Handlers print what they compute (the library does not) and raise
 :class:`~hetsim.errors.ConfigError` for any bad input, which ``hetsim.cli.main`` reports as one
 line with exit status 2; files are written atomically, after every check has passed.
+
+Adding the commands to a parser imports nothing heavy: each handler imports the modules it
+works with (analytic, calibrate, logs, report: numpy, scipy, pandas, matplotlib), so that
+``python -m hetsim --help``, or any other command, does not wait for them.
 """
 
 from __future__ import annotations
@@ -14,19 +18,16 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hetsim.analytic import NoClosedForm, Prediction, predict
-from hetsim.calibrate import CHOICES, MODELS, Calibration, calibrate, check_model, trace_policies, worker_table
 from hetsim.cli_common import add_scenario_options, check_seed, scenario_policies
-from hetsim.config import build_scenario, check_run_size, load_scenario
 from hetsim.errors import ConfigError
 from hetsim.files import atomic_write, check_writable
-from hetsim.logs import import_run
-from hetsim.report import resplits, text_table
-from hetsim.scenario import Scenario
-from hetsim.step_ci import replication_reason, simulated_mean
-from hetsim.trace import TRACE_FORMATS, read_trace_table, write_trace_table
+
+if TYPE_CHECKING:
+    from hetsim.analytic import Prediction
+    from hetsim.calibrate import Calibration
+    from hetsim.scenario import Scenario
 
 CI_LEVEL = 0.95
 
@@ -50,12 +51,13 @@ def add_subcommands(sub: Any) -> None:
     cal.add_argument(
         "--policy", default=None, metavar="NAME", help="fit this policy's rows (needed when the trace holds several)"
     )
-    cal.add_argument(
+    model = cal.add_argument(
         "--model",
         default="auto",
-        metavar="|".join(CHOICES),
+        metavar="MODEL",
         help="each worker's cost model; auto (the default): the one with the least error at batch sizes left out",
     )
+    cal.defer_metavar(model, _model_choices)
     cal.add_argument("--json", action="store_true", help="print the fit as one JSON object (the scenario inside)")
 
     imp = sub.add_parser("import-logs", help="a reference-implementation run folder -> trace")
@@ -63,6 +65,14 @@ def add_subcommands(sub: Any) -> None:
     imp.add_argument(
         "-o", "--out", type=Path, required=True, metavar="TRACE.csv|TRACE.parquet", help="trace file to write"
     )
+
+
+def _model_choices() -> str:
+    """``auto|affine|...``: calibrate's choices, shown as ``--model``'s metavar when calibrate's
+    usage or help is (checked by :func:`hetsim.calibrate.check_model` as the command runs)."""
+    from hetsim.calibrate import CHOICES  # imported here so that the command line starts without scipy
+
+    return "|".join(CHOICES)
 
 
 # ----------------------------------------------------------------------------- analyze
@@ -104,6 +114,9 @@ def compare(scenario: Scenario, policy: str, seed: int | None = None) -> Compari
     confidence interval of its expected value (:func:`hetsim.step_ci.simulated_mean`: one run,
     or replications where one run cannot show the spread) and whether the prediction falls
     inside."""
+    from hetsim.analytic import NoClosedForm, predict
+    from hetsim.step_ci import simulated_mean
+
     try:
         prediction: Prediction | None = predict(scenario, policy)
         reason = None
@@ -127,6 +140,9 @@ def compare(scenario: Scenario, policy: str, seed: int | None = None) -> Compari
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    from hetsim.config import check_run_size, load_scenario
+    from hetsim.step_ci import replication_reason
+
     scenario = load_scenario(args.scenario, args.set)
     policies = scenario_policies(args.policy, scenario)
     check_seed(args.seed)
@@ -155,6 +171,8 @@ def _ms(value: float | None) -> str:
 
 
 def _table(rows: Sequence[Comparison]) -> str:
+    from hetsim.report import text_table
+
     header = ("policy", "predicted ms", "simulated ms", "95% CI ms", "error", "inside")
     body = [
         (
@@ -203,6 +221,9 @@ def _cost_cells(row: Mapping[str, Any]) -> tuple[str, str, str]:
 def fit_table(calibration: Calibration) -> str:
     """The fit as text: per worker the chosen curve with standard errors, noise and fit quality;
     the held-out errors of every model; the noise's structure, the network and the workload."""
+    from hetsim.calibrate import worker_table
+    from hetsim.report import text_table
+
     rows = worker_table(calibration.workers)
     lag = calibration.noise.persistence
     header = (
@@ -245,6 +266,9 @@ def fit_table(calibration: Calibration) -> str:
 
 
 def _held_out_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    from hetsim.calibrate import MODELS
+    from hetsim.report import text_table
+
     if all(v is None for r in rows for v in r["held_out_error"].values()):
         return []
     body = [
@@ -291,6 +315,10 @@ def _noise_network_workload(calibration: Calibration) -> list[str]:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from hetsim.calibrate import calibrate, check_model, trace_policies
+    from hetsim.config import build_scenario
+    from hetsim.trace import read_trace_table
+
     kind = None if args.out is None else _writer(args.out, {".toml": "toml", ".json": "json"}, "--out")
     check_model(args.model, "--model")
     frame = read_trace_table(args.trace)
@@ -335,6 +363,10 @@ def _dump(scenario: dict[str, Any], kind: str) -> str:
 
 
 def cmd_import_logs(args: argparse.Namespace) -> int:
+    from hetsim.logs import import_run
+    from hetsim.report import resplits
+    from hetsim.trace import TRACE_FORMATS, write_trace_table
+
     _writer(args.out, TRACE_FORMATS, "--out")
     trace = import_run(args.run_dir if len(args.run_dir) > 1 else args.run_dir[0])
     write_trace_table(trace, args.out)

@@ -1,25 +1,58 @@
 """Pieces every command line shares (``python -m hetsim`` and ``python -m validation``): the
-one-line error contract, option parsing and plain-text tables."""
+one-line error contract, option parsing and plain-text tables.
+
+Building a parser from here imports nothing beyond the standard library and hetsim's
+dependency-free modules (errors, params): the policy registry, whose plug-ins import numpy and
+scipy, is imported by the functions that check policy names, when a command runs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from hetsim.errors import CellFailed, ConfigError
 from hetsim.params import Param
-from hetsim.policies import POLICIES, policy_class
-from hetsim.scenario import Scenario
+
+if TYPE_CHECKING:
+    from hetsim.scenario import Scenario
 
 DEFAULT_SCENARIO = "workstation"
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a usage error as a ConfigError: one line and exit status 2."""
+    """argparse that reports a usage error as a ConfigError: one line and exit status 2.
+
+    An option's metavar can be left to a function (:meth:`defer_metavar`), called only when
+    this parser's usage or help is shown: names that only a heavy module lists (calibrate's
+    models, beside scipy) then cost nothing to a command line that does not show them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deferred: list[tuple[argparse.Action, Callable[[], str]]] = []
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise ConfigError("", f"{self.prog}: {message}")
+
+    def defer_metavar(self, action: argparse.Action, metavar: Callable[[], str]) -> None:
+        """Show ``metavar()`` as ``action``'s metavar (which needs one meanwhile: argparse
+        formats it once as the option is added)."""
+        self._deferred.append((action, metavar))
+
+    def format_usage(self) -> str:
+        self._fill_metavars()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._fill_metavars()
+        return super().format_help()
+
+    def _fill_metavars(self) -> None:
+        for action, metavar in self._deferred:
+            action.metavar = metavar()
+        self._deferred.clear()
 
 
 def add_scenario_options(parser: argparse.ArgumentParser, json_help: str) -> None:
@@ -72,6 +105,8 @@ def parse_policies(value: object, option: str = "--policy", reserved: Mapping[st
     names = [n for n in names if n]
     if not names:
         raise ConfigError(option, "no policy given")
+    from hetsim.policies import policy_class  # imported here so that the command line starts without scipy
+
     for name in names:
         if reserved and name in reserved:
             raise ConfigError(option, reserved[name])
@@ -90,6 +125,8 @@ def scenario_policies(text: str | None, scenario: Scenario) -> list[str]:
         for name in names:
             scenario.make_policy(name)
         return names
+    from hetsim.policies import POLICIES  # imported here so that the command line starts without scipy
+
     names = []
     for name, cls in POLICIES.items():
         if cls.needs_efficiency and scenario.workload.efficiency is None:

@@ -1,6 +1,10 @@
 """Command-line wiring of the cost commands: ``profiles`` (the shipped device profiles) and
 ``costs`` (every worker's expected compute time at given local batch sizes, so a user can see
-what a fitted, profiled or hand-written cost model says)."""
+what a fitted, profiled or hand-written cost model says).
+
+Adding the commands to a parser imports nothing heavy: the handlers import the scenario,
+cost-model and report modules (numpy, scipy, pandas) when they run.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from hetsim.config import MAX_COUNT, load_scenario
-from hetsim.costs import device_profiles
 from hetsim.errors import ConfigError
-from hetsim.params import Param
-from hetsim.report import text_table
+from hetsim.params import MAX_COUNT, Param
 
 
 def add_subcommands(sub: Any) -> None:
@@ -29,6 +30,9 @@ def add_subcommands(sub: Any) -> None:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
+    from hetsim.costs import device_profiles
+    from hetsim.report import text_table
+
     profiles = [
         {"device": device, "workload": workload, "batch": batches.astype(int).tolist(), "step_s": times.tolist()}
         for (device, workload), (batches, times) in sorted(device_profiles().items())
@@ -61,6 +65,9 @@ def parse_batches(text: str) -> list[int]:
 
 
 def cmd_costs(args: argparse.Namespace) -> int:
+    from hetsim.config import load_scenario
+    from hetsim.report import text_table
+
     scenario = load_scenario(args.scenario, args.set)
     batches = parse_batches(args.batch)
     rows = [

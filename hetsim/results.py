@@ -39,6 +39,7 @@ from hetsim.config import read_table
 from hetsim.errors import ConfigError
 from hetsim.files import atomic_write, remove_stale_temporaries, write_frame, write_json
 from hetsim.metrics import BASELINE, mean_ci
+from hetsim.options import DEFAULT_SAMPLE_EVERY, SPEEDUP_METRICS, TRACE_MODES  # there for hetsim.cli's parser
 from hetsim.params import MAX_COUNT, Param
 from hetsim.sweepfile import SweepSpec, load_sweep
 from hetsim.trace import COLUMNS, Trace, read_trace_table, traces_by_policy, write_trace_table
@@ -46,8 +47,6 @@ from hetsim.trace import COLUMNS, Trace, read_trace_table, traces_by_policy, wri
 METRICS = ("mean_step_s", "total_time_s", "throughput_sps", "mean_utilization")
 PART_COLUMNS = ("cell", "replication", "seed", *METRICS)  # what every part holds, at least
 PART = re.compile(r"cell-(\d{5})\.parquet")  # a finished cell; anything else in parts/ is ignored
-TRACE_MODES = ("full", "sample", "none")  # sweep --trace
-DEFAULT_SAMPLE_EVERY = 10  # sweep --sample-every
 
 
 @dataclass(frozen=True)
@@ -250,12 +249,6 @@ def git_commit() -> str | None:
         return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return None
-
-
-SPEEDUP_METRICS = {  # --metric: the Summary field a speedup compares, and whether more of it is better
-    "throughput": ("throughput_sps", True),
-    "time_to_target": ("time_to_target_s", False),
-}
 
 
 def summarize_cells(results: pd.DataFrame, axes: Sequence[str], metric: str = "throughput") -> pd.DataFrame:

@@ -21,12 +21,12 @@ import numpy as np
 
 from hetsim.errors import CellFailed, ConfigError
 from hetsim.metrics import Summary
+from hetsim.options import DEFAULT_CONNECT_TIMEOUT_S  # there for hetsim.cli's parser
 from hetsim.params import Param
 from hetsim.simulate import simulate_summary
 from hetsim.sweepfile import SweepSpec, grid_points, point_scenario
 
 RESERVED_COLUMNS = frozenset({"cell", "replication", "seed", *Summary.__dataclass_fields__})
-DEFAULT_CONNECT_TIMEOUT_S = 5.0  # how long to try reaching a Dask scheduler
 MAX_JOBS = 256  # local processes or LocalCluster workers: more would fork beyond any machine here
 
 

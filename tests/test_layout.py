@@ -49,7 +49,7 @@ def test_layers_point_one_way():
 # Each hetsim module's layer; a module imports only from its own layer or below (imports under
 # ``if TYPE_CHECKING:`` are for annotations and do not count).
 LAYERS = [
-    {"errors", "params", "registry", "files", "scenarios", "sweeps"},  # (the last two: data packages)
+    {"errors", "params", "options", "registry", "files", "scenarios", "sweeps"},  # (the last two: data packages)
     {
         "distributions",
         "costs",

@@ -2,6 +2,10 @@
 ``compare`` (simulator vs measurement). It prints the launcher's output (each rank's own
 status and errors come from ``validation.train``); bad input ends in one line on stderr
 (``validation: error: <field>: <problem>``) and exit status 2.
+
+Building the parser imports neither torch nor hetsim's simulator (numpy, scipy, pandas,
+matplotlib): each command imports what it runs, so that ``--help`` or a mistyped option
+answers at once.
 """
 
 from __future__ import annotations
@@ -16,8 +20,6 @@ from hetsim.cli_common import OneLineParser, run_main
 from hetsim.errors import ConfigError
 from hetsim.files import LOCK_NAME, exclusive, write_json
 from hetsim.params import Param
-from hetsim.report import text_table
-from validation.config import build_config
 from validation.options import add_run_options
 
 
@@ -72,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from hetsim.report import text_table
+    from validation.config import build_config
     from validation.launch import launch
     from validation.train import default_out
 

@@ -22,14 +22,12 @@ from hetsim.params import Param
 from hetsim.policies import RunHint, WorkerHint, make_policy, policy_class
 from validation.backend import parse_devices
 from validation.inject import parse_delay_spec
+from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES  # there for the parser
 from validation.placement import available_cpus, parse_cpu_list
 from validation.workloads import workload_info
 
-DEFAULT_POLICIES = ("equal", "dynamic", "dynamic-enhanced", "adaptive")
-COMBINE_MODES = ("weighted", "policy")
 MAX_SEED = 2**64 - 1  # torch.manual_seed takes at most this
 MAX_STEPS = 10**6  # epochs, probe rounds, warm-up steps: a real run of more would never end (and the plan is a list)
-COMM_MODES = ("flat", "ddp")
 
 
 @dataclass(frozen=True)

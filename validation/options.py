@@ -1,13 +1,22 @@
 """The command-line options of ``python -m validation run`` and ``python -m validation.train``
-(the launcher and every rank parse the same argv); :mod:`validation.config` validates them."""
+(the launcher and every rank parse the same argv); :mod:`validation.config` validates them.
+
+The values the options list (:data:`DEFAULT_POLICIES`, :data:`COMBINE_MODES`,
+:data:`COMM_MODES`) are defined here and imported by :mod:`validation.config`, not the other way
+round: that module imports hetsim's scenario and policy modules (numpy, scipy), which building
+the parser (``python -m validation --help``) should not wait for.
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from validation.config import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES
 from validation.workloads import WORKLOAD_INFO
+
+DEFAULT_POLICIES = ("equal", "dynamic", "dynamic-enhanced", "adaptive")  # --policies
+COMBINE_MODES = ("weighted", "policy")  # --combine
+COMM_MODES = ("flat", "ddp")  # --comm
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

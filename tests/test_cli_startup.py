@@ -1,0 +1,90 @@
+"""The command lines start without the heavy libraries: importing ``hetsim``, building a
+parser, ``--help`` and a mistyped command load none of numpy, pandas, scipy, matplotlib, simpy
+or torch (they come with the commands that use them). Each check runs in a fresh interpreter,
+whose ``sys.modules`` says what was imported: a property, not a wall-clock time (that is
+benchmarks/bench_startup.py's).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("numpy", "pandas", "scipy", "matplotlib", "simpy", "torch")
+
+
+def heavy_after(code: str) -> list[str]:
+    """The HEAVY packages in ``sys.modules`` after ``code`` ran in a fresh interpreter (in the
+    repository root; a SystemExit from argparse's --help is caught, its output dropped)."""
+    script = textwrap.dedent(
+        f"""
+        import contextlib, io, json, sys
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            try:
+        {textwrap.indent(textwrap.dedent(code), " " * 16)}
+            except SystemExit:
+                pass
+        print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r}))))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout))
+
+
+def test_the_check_sees_a_heavy_import():
+    assert {"numpy", "simpy"} <= set(heavy_after("import hetsim.simulate"))
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import hetsim",
+        "import hetsim; hetsim.__version__",
+        "import hetsim.cli",
+        "from hetsim.cli import build_parser; build_parser()",
+        "from hetsim.cli import main; main(['--help'])",
+        "from hetsim.cli import main; main(['--version'])",
+        "from hetsim.cli import main; main(['simulate', '--help'])",
+        "from hetsim.cli import main; main(['sweep', '--help'])",
+        "from hetsim.cli import main; main(['frobnicate'])",
+        "from hetsim.cli import main; main(['simulate', '--bogus'])",
+        "import validation.cli",
+        "from validation.cli import build_parser; build_parser()",
+        "from validation.cli import main; main(['--help'])",
+        "from validation.cli import main; main(['run', '--help'])",
+    ],
+)
+def test_starting_imports_nothing_heavy(code):
+    assert heavy_after(code) == []
+
+
+def test_calibrate_help_lists_the_models_when_shown(capsys):
+    """``--model``'s metavar is left until the help is formatted (OneLineParser.defer_metavar)."""
+    from hetsim.calibrate import CHOICES
+    from hetsim.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--help"])
+    assert f"--model {'|'.join(CHOICES)}" in capsys.readouterr().out
+
+
+def test_lazy_names_are_the_modules_objects():
+    """``hetsim``'s public names, loaded on first use, are the defining modules' objects; the
+    function ``simulate`` is not hidden by the module ``hetsim.simulate`` of the same name."""
+    import hetsim.config
+    import hetsim.registry
+    from hetsim import POLICIES, load_scenario, simulate
+
+    assert simulate is sys.modules["hetsim.simulate"].simulate
+    assert hetsim.simulate is simulate and callable(hetsim.simulate)
+    assert load_scenario is hetsim.config.load_scenario and POLICIES is hetsim.registry.POLICIES
+    assert set(hetsim.__all__) <= set(dir(hetsim))
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        hetsim.nothing  # noqa: B018
