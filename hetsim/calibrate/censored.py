@@ -33,6 +33,7 @@ from scipy import optimize, signal, special
 from hetsim.calibrate.models import Curve
 
 LOG_SIGMA_BOUNDS = (math.log(1e-6), math.log(10.0))
+MAX_LAGS = 20  # lags read for the persistence's decay
 EXACT = 1e-9  # relative misfit below which complete rows with no cut ones are a noise-free curve
 
 
@@ -161,14 +162,26 @@ def _lags(resid: np.ndarray, most: int) -> list[float | None]:
 def persistence_terms(resid: np.ndarray) -> tuple[float, float] | None:
     """The residuals' autocorrelation as ``share * rho^k`` at lag ``k >= 1`` (an AR(1) part of
     the noise, the rest independent: the simulator's persistent own or shared factor under
-    independent noise), from lags 1 and 2; None unless lag 1 is clearly above 0."""
+    independent noise); None unless lag 1 is clearly above 0 (three standard errors: a chance
+    one widens every standard error for nothing). ``rho`` is the decay over the run of lags
+    clearly above 0 (least squares of their logs), or lag 1 itself when only it is: a ratio of
+    two small, noisy lags could put ``rho`` near 1 and the widening far beyond the truth."""
     if resid.size < 8:
         return None
-    r1, r2 = _lags(resid, 2)
-    if r1 is None or r2 is None or r1 <= 2.0 / math.sqrt(resid.size):
+    clear = 3.0 / math.sqrt(resid.size)
+    lags = _lags(resid, MAX_LAGS)
+    run = []
+    for r in lags:
+        if r is None or r <= clear:
+            break
+        run.append(r)
+    if not run:
         return None
-    rho = min(max(r2 / r1, r1), 0.99)
-    return min(r1 / rho, 1.0), rho
+    if len(run) == 1:
+        return 1.0, min(run[0], 0.99)
+    slope = float(np.polyfit(np.arange(1, len(run) + 1), np.log(run), 1)[0])
+    rho = min(max(math.exp(slope), run[0]), 0.99)
+    return min(run[0] / rho, 1.0), rho
 
 
 def autocorrelated(u: np.ndarray, terms: tuple[float, float] | None) -> np.ndarray:
