@@ -13,6 +13,10 @@ as a class decorator) is the public hook::
     class MyPolicy(Policy):
         name = "mine"
         ...
+
+A registry holds classes for hetsim's kinds (``Registry[type[Policy]]``: a name, then
+parameters bound by the class) and objects where a plug-in takes no parameters
+(``validation.workloads.WORKLOADS``, a ``Registry[Workload]``).
 """
 
 from __future__ import annotations
@@ -35,35 +39,36 @@ if TYPE_CHECKING:  # the plug-in base classes import this module to register the
     from hetsim.policies.base import Policy
 
 PLUGINS_ENV = "HETSIM_PLUGINS"
-T = TypeVar("T")
+V = TypeVar("V")  # what a registry holds: a class (hetsim) or an object
 
 
-class Registry(Mapping[str, "type[T]"], Generic[T]):
-    """Name -> class for one plug-in kind (``kind`` names it in errors, e.g. ``policy``)."""
+class Registry(Mapping[str, V], Generic[V]):
+    """Name -> plug-in for one kind (``kind`` names it in errors, e.g. ``policy``)."""
 
     def __init__(self, kind: str, builtins: str) -> None:
         self.kind = kind
-        self._builtins = builtins  # the module whose import registers the built-in classes
-        self._classes: dict[str, type[T]] = {}
+        self._builtins = builtins  # the module whose import registers the built-in plug-ins
+        self._plugins: dict[str, V] = {}
         self._loaded = False
 
-    def register(self, cls: type[T]) -> type[T]:
-        """Add ``cls`` under its ``name``; returns it (a class decorator). Registering the same
-        class twice is harmless; another class under a taken name is an error."""
-        name = getattr(cls, "name", "")
+    def register(self, plugin: V) -> V:
+        """Add ``plugin`` (a class or an object) under its ``name``; returns it (a class decorator).
+        Registering the same plug-in twice is harmless; another under a taken name is an error."""
+        name = getattr(plugin, "name", "")
         if not isinstance(name, str) or not name:
-            raise TypeError(f"a {self.kind} class needs a non-empty class attribute 'name'")
-        taken = self._classes.get(name)
-        if taken is not None and taken is not cls:
-            raise ValueError(f"{self.kind} {name!r} is registered already, by {taken.__module__}.{taken.__qualname__}")
-        self._classes[name] = cls
-        return cls
+            what = "class needs a non-empty class" if isinstance(plugin, type) else "needs a non-empty"
+            raise TypeError(f"a {self.kind} {what} attribute 'name'")
+        taken = self._plugins.get(name)
+        if taken is not None and taken is not plugin:
+            raise ValueError(f"{self.kind} {name!r} is registered already, by {_origin(taken)}")
+        self._plugins[name] = plugin
+        return plugin
 
     def unregister(self, name: str) -> None:
-        self._classes.pop(name, None)
+        self._plugins.pop(name, None)
 
-    def lookup(self, name: Any, field: str) -> type[T]:
-        """The class registered as ``name``; an unknown name raises ConfigError on ``field``."""
+    def lookup(self, name: Any, field: str) -> V:
+        """The plug-in registered as ``name``; an unknown name raises ConfigError on ``field``."""
         if not isinstance(name, str) or name not in self:
             raise ConfigError(field, f"unknown {self.kind} {name!r} (known: {', '.join(self)})")
         return self[name]
@@ -74,17 +79,24 @@ class Registry(Mapping[str, "type[T]"], Generic[T]):
             importlib.import_module(self._builtins)
             load_plugins()
 
-    def __getitem__(self, name: str) -> type[T]:
+    def __getitem__(self, name: str) -> V:
         self._load()
-        return self._classes[name]
+        return self._plugins[name]
 
     def __iter__(self) -> Iterator[str]:
         self._load()
-        return iter(list(self._classes))
+        return iter(list(self._plugins))
 
     def __len__(self) -> int:
         self._load()
-        return len(self._classes)
+        return len(self._plugins)
+
+
+def _origin(plugin: object) -> str:
+    """Where a registered plug-in comes from, for an error: a class's qualified name, or an
+    object's class and module."""
+    cls = plugin if isinstance(plugin, type) else type(plugin)
+    return f"{cls.__module__}.{cls.__qualname__}" + ("" if plugin is cls else " object")
 
 
 _imported: set[str] = set()
@@ -111,8 +123,8 @@ def load_plugins() -> None:
             raise ConfigError(PLUGINS_ENV, f"cannot import {item!r}: {exc}".splitlines()[0]) from None
 
 
-DISTRIBUTIONS: Registry[Distribution] = Registry("distribution", "hetsim.distributions")
-COSTS: Registry[CostModel] = Registry("cost model", "hetsim.costs")
-NETWORKS: Registry[NetworkModel] = Registry("network", "hetsim.network")
-ENGINES: Registry[Engine] = Registry("engine", "hetsim.engines")
-POLICIES: Registry[Policy] = Registry("policy", "hetsim.policies")
+DISTRIBUTIONS: Registry[type[Distribution]] = Registry("distribution", "hetsim.distributions")
+COSTS: Registry[type[CostModel]] = Registry("cost model", "hetsim.costs")
+NETWORKS: Registry[type[NetworkModel]] = Registry("network", "hetsim.network")
+ENGINES: Registry[type[Engine]] = Registry("engine", "hetsim.engines")
+POLICIES: Registry[type[Policy]] = Registry("policy", "hetsim.policies")

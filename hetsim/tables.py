@@ -61,7 +61,12 @@ class Table:
 
 
 def make_plugin(
-    registry: Registry[T], data: Any, path: str, key: str, base_dir: Path | None = None, default: str | None = None
+    registry: Registry[type[T]],
+    data: Any,
+    path: str,
+    key: str,
+    base_dir: Path | None = None,
+    default: str | None = None,
 ) -> T:
     """The plug-in a table describes: ``data[key]`` names the class in ``registry`` (``default``
     when absent), the other keys are its declared parameters. The class checks them; this only

@@ -22,6 +22,35 @@ RUN_KEYS = ("combine, comm, contention, cpus, delay, devices, epochs, global_bat
             "threads, timeout_s, warmup_steps, workload, world_size")  # fmt: skip
 # these two are refused only by the ranks, once started: until fixed, they start processes
 STARTS_RANKS = pytest.mark.multiprocess
+# workload files (--workload FILE.py:ATTR): 12 training samples, a model made by ``net()``
+WORKLOAD_FILE = """
+import torch
+from torch import nn
+from validation.workloads.base import Workload
+
+def net():
+    return nn.Linear(3, 2)
+
+x, y = torch.zeros(16, 3), torch.zeros(16, dtype=torch.int64)
+WORKLOAD = Workload.from_parts("tiny", lambda: net(), (x[:12], y[:12]), (x[12:], y[12:]), nn.functional.cross_entropy)
+"""
+BATCHNORM_NET = """
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 3, 3), nn.BatchNorm2d(3)
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.layer1 = nn.Conv2d(3, 3, 3), nn.Sequential(Block(), Block())
+
+net = Net
+"""
+INSTEAD = ("whose batch statistics make a rank's gradient depend on how the global batch is cut: use a per-sample "
+           "normalisation (torch.nn.GroupNorm, torch.nn.LayerNorm) or weight normalisation "
+           "(torch.nn.utils.parametrizations.weight_norm) instead")  # fmt: skip
+ATTR_FORMS = "FILE.py:ATTR or MODULE:ATTR"
 
 CASES = [
     # ranks, epochs, batch, learning rate, seed
@@ -72,7 +101,61 @@ CASES = [
     case("target-above-one", ["--target-accuracy", "1.5"], "--target-accuracy: must be in (0, 1], got 1.5"),
     case("target-nan", ["--target-accuracy", "nan"], "--target-accuracy: must be finite, got nan"),
     case("unknown-workload", ["--workload", "bert"],
-         "--workload: unknown workload 'bert' (known: digits-cnn, resnet18, transformer)"),
+         f"--workload: unknown workload 'bert' (known: digits-cnn, resnet18, transformer; or {ATTR_FORMS})"),
+    # workloads of one's own: FILE.py:ATTR, MODULE:ATTR
+    case("workload-file-missing", ["--workload", "{tmp}/nope.py:WORKLOAD"], "--workload: {tmp}/nope.py: no such file"),
+    case("workload-file-without-attribute", ["--workload", "{tmp}/w.py"],
+         "--workload: '{tmp}/w.py' names a file but not what in it is the workload: use {tmp}/w.py:ATTR",
+         {"w.py": WORKLOAD_FILE}),
+    case("workload-empty-attribute", ["--workload", "{tmp}/w.py:"],
+         f"--workload: expected {ATTR_FORMS} (ATTR a Python name), got '{{tmp}}/w.py:'", {"w.py": WORKLOAD_FILE}),
+    case("workload-empty", ["--workload", ""], f"--workload: expected a workload name, {ATTR_FORMS}, got ''"),
+    case("workload-not-python", ["--workload", "{tmp}/w.txt:WORKLOAD"],
+         "--workload: {tmp}/w.txt: not a Python file (.py)", {"w.txt": WORKLOAD_FILE}),
+    case("workload-folder", ["--workload", "{tmp}/d.py:WORKLOAD"], "--workload: {tmp}/d.py: not a Python file (.py)",
+         {"d.py/x": ""}),
+    case("workload-file-raises", ["--workload", "{tmp}/w.py:WORKLOAD"],
+         "--workload: cannot import {tmp}/w.py: ZeroDivisionError: division by zero", {"w.py": "WORKLOAD = 1 / 0\n"}),
+    case("workload-file-syntax", ["--workload", "{tmp}/w.py:WORKLOAD"],
+         "--workload: cannot import {tmp}/w.py: SyntaxError: invalid syntax (w.py, line 1)",
+         {"w.py": "WORKLOAD = =\n"}),
+    case("workload-file-imports-nothing", ["--workload", "{tmp}/w.py:WORKLOAD"],
+         "--workload: cannot import {tmp}/w.py: ModuleNotFoundError: No module named 'no_such_package'",
+         {"w.py": "import no_such_package\n"}),
+    case("workload-file-exits", ["--workload", "{tmp}/w.py:WORKLOAD"],
+         "--workload: cannot import {tmp}/w.py: SystemExit: 3", {"w.py": "import sys\nsys.exit(3)\n"}),
+    case("workload-from-parts-empty", ["--workload", "{tmp}/w.py:WORKLOAD"],
+         "--workload: cannot import {tmp}/w.py: ValueError: Workload.from_parts: train: has no samples",
+         {"w.py": WORKLOAD_FILE.replace("x[:12], y[:12]", "x[:0], y[:0]")}),
+    case("workload-attribute-missing", ["--workload", "{tmp}/w.py:MINE"],
+         "--workload: {tmp}/w.py has no attribute 'MINE' (its workloads: WORKLOAD)", {"w.py": WORKLOAD_FILE}),
+    case("workload-an-int", ["--workload", "{tmp}/w.py:N"],
+         "--workload: {tmp}/w.py:N is an int, not a Workload (nor a zero-argument factory returning one)",
+         {"w.py": WORKLOAD_FILE + "N = 3\n"}),
+    case("workload-factory-returns-a-model", ["--workload", "{tmp}/w.py:net"],
+         "--workload: {tmp}/w.py:net() returned a Linear, not a Workload", {"w.py": WORKLOAD_FILE}),
+    case("workload-factory-needs-arguments", ["--workload", "{tmp}/w.py:make"],
+         "--workload: {tmp}/w.py:make() failed: TypeError: make() missing 1 required positional argument: 'n'",
+         {"w.py": WORKLOAD_FILE + "def make(n):\n    return WORKLOAD\n"}),
+    case("workload-model-factory-fails", ["--workload", "{tmp}/w.py:WORKLOAD"],
+         "--workload: tiny: building the model failed: TypeError: Workload.from_parts: model_factory() returned a str, "
+         "not a torch.nn.Module", {"w.py": WORKLOAD_FILE.replace("return nn.Linear(3, 2)", "return 'a model'")}),
+    case("workload-batchnorm", ["--workload", "{tmp}/w.py:WORKLOAD"],
+         f"--workload: tiny: layer1.0.bn1 is a BatchNorm2d (and 1 more BatchNorm layer(s)), {INSTEAD}",
+         {"w.py": WORKLOAD_FILE + BATCHNORM_NET}),
+    case("workload-batch-above-its-data", ["--workload", "{tmp}/w.py:WORKLOAD", "--global-batch", "13"],
+         "--global-batch: 13 is more than the 12 training samples of tiny", {"w.py": WORKLOAD_FILE}),
+    case("workload-module-missing", ["--workload", "no_such_package.models:WORKLOAD"],
+         "--workload: cannot import no_such_package.models: ModuleNotFoundError: No module named 'no_such_package'"),
+    case("workload-module-name", ["--workload", "no such:WORKLOAD"],
+         "--workload: 'no such' is neither a module name nor a .py file"),
+    case("workload-module-attribute-missing", ["--workload", "validation.workloads.digits:MINE"],
+         "--workload: validation.workloads.digits has no attribute 'MINE' (its workloads: WORKLOAD)"),
+    case("workload-module-class-batch", ["--workload", "validation.workloads.transformer:ByteTransformer",
+                                         "--global-batch", "2049"],
+         "--global-batch: 2049 is more than the 2048 training samples of transformer"),
+    case("workload-in-run-file", ["{tmp}/run.toml"], "--workload: {tmp}/nope.py: no such file",
+         {"run.toml": 'workload = "{tmp}/nope.py:WORKLOAD"\n'}),
     case("unknown-device", ["--devices", "tpu"], "--devices: unknown device 'tpu' (use cpu, cuda or cuda:N)"),
     case("devices-for-more-ranks", ["--devices", "cpu,cpu,cpu"],
          "--devices: 3 devices for 2 ranks (give one for all, or one per rank)"),

@@ -10,12 +10,12 @@ import math
 import pytest
 import torch
 
-from validation.workloads import WORKLOAD_INFO, load_workload, workload_info
+from validation.workloads import BUILTIN_WORKLOADS, WORKLOADS, load_workload
 from validation.workloads.base import Dataset, Workload
 from validation.workloads.transformer import VOCAB, T
 
 CPU = torch.device("cpu")
-NAMES = sorted(WORKLOAD_INFO)
+NAMES = sorted(BUILTIN_WORKLOADS)
 
 
 @functools.cache
@@ -29,12 +29,17 @@ def flat_grad(workload: Workload, model: torch.nn.Module, x: torch.Tensor, y: to
     return torch.cat([g.reshape(-1) for g in grads])
 
 
+def test_the_registry_holds_the_built_ins_in_order():
+    assert [name for name in WORKLOADS if name in BUILTIN_WORKLOADS] == list(BUILTIN_WORKLOADS)
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_registry_size_is_the_loaded_training_set(name):
+def test_the_size_the_configuration_checks_is_the_loaded_training_set(name):
     d = data(name, 0)
-    assert workload_info(name).n_train == d.n_train == d.train_x.shape[0]
+    assert WORKLOADS[name].train_size() == d.n_train == d.train_x.shape[0] == {"transformer": 2048}.get(name, 1438)
+    assert WORKLOADS[name].train_size() == data(name, 1).n_train  # the same for every seed
     assert d.test_x.shape[0] == d.test_y.shape[0] > 0
-    assert load_workload(name).name == name
+    assert load_workload(name) is WORKLOADS[name] and WORKLOADS[name].name == name
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -24,7 +24,7 @@ from validation.backend import parse_devices
 from validation.inject import parse_delay_spec
 from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES  # there for the parser
 from validation.placement import available_cpus, parse_cpu_list
-from validation.workloads import workload_info
+from validation.workloads import resolve_workload
 
 MAX_SEED = 2**64 - 1  # torch.manual_seed takes at most this
 MAX_STEPS = 10**6  # epochs, probe rounds, warm-up steps: a real run of more would never end (and the plan is a list)
@@ -186,10 +186,12 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
     global_batch = _integer(pick("global_batch", args.global_batch), "--global-batch", minimum=1)
     if global_batch < world_size:
         raise ConfigError("--global-batch", f"{global_batch} is smaller than the world size ({world_size})")
-    workload = workload_info(str(pick("workload", args.workload)))
-    if global_batch > workload.n_train:
+    workload_spec = str(pick("workload", args.workload))  # a name, FILE.py:ATTR or MODULE:ATTR: each rank resolves it
+    workload = resolve_workload(workload_spec)
+    n_train = workload.train_size()
+    if global_batch > n_train:
         raise ConfigError(
-            "--global-batch", f"{global_batch} is more than the {workload.n_train} training samples of {workload.name}"
+            "--global-batch", f"{global_batch} is more than the {n_train} training samples of {workload.name}"
         )
     injection = _injection(raw, args, world_size)
     devices = _devices(pick("devices", args.devices), world_size)
@@ -218,12 +220,12 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         warmup_steps=_integer(raw.get("warmup_steps", base.warmup_steps), "warmup_steps", maximum=MAX_STEPS),
         timeout_s=timeout_s,
         combine=combine,
-        workload=workload.name,
+        workload=workload_spec,
         comm=comm,
         **_placement(raw, args, world_size),
         target_accuracy=_target(pick("target_accuracy", args.target_accuracy)),
         noise_scale=noise_scale,
-        max_batch=_max_batch(pick("max_batch", args.max_batch), global_batch, workload.n_train),
+        max_batch=_max_batch(pick("max_batch", args.max_batch), global_batch, n_train),
         out=args.out,
         crash_at=_crash_at(args.crash_at, world_size),
     )

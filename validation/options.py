@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from validation.workloads import WORKLOAD_INFO
+from validation.workloads import BUILTIN_WORKLOADS
 
 DEFAULT_POLICIES = ("equal", "dynamic", "dynamic-enhanced", "adaptive")  # --policies
 COMBINE_MODES = ("weighted", "policy")  # --combine
@@ -54,7 +54,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "gradients for policies without weighted_gradients (the paper's DP-SGD)",
     )
     parser.add_argument(
-        "--workload", default=None, help=f"what to train: {', '.join(WORKLOAD_INFO)} (default digits-cnn)"
+        "--workload",
+        default=None,
+        metavar="NAME|FILE.py:ATTR|MODULE:ATTR",
+        help=f"what to train: {', '.join(BUILTIN_WORKLOADS)} or a name a HETSIM_PLUGINS module registers; or a "
+        "Workload object (or zero-argument factory) in a file or module (default digits-cnn)",
     )
     parser.add_argument(
         "--comm",

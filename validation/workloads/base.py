@@ -4,17 +4,26 @@ A workload owns its data (real data that ships with an installed package: no dow
 model and its loss. The trainer only indexes ``train_x`` / ``train_y`` by sample and calls
 :meth:`Workload.loss` on a shard: the loss must be the *mean over the shard's samples* of a
 per-sample loss, and the model must have no statistic that depends on how a batch is cut
-(no BatchNorm), so that the weighted combination ``sum_i (b_i/B) g_i`` of the ranks' gradients
-is exactly the gradient of the union of their shards, whatever the split.
+(no BatchNorm: :mod:`validation.workloads.checks` refuses one), so that the weighted
+combination ``sum_i (b_i/B) g_i`` of the ranks' gradients is exactly the gradient of the union
+of their shards, whatever the split.
+
+A workload is a subclass (the built-ins, whose split of their data depends on the seed) or,
+for a model and data at hand, :meth:`Workload.from_parts` (:mod:`validation.workloads.parts`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from validation.workloads.parts import Data
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,31 @@ class Workload(ABC):
     """One trainable workload: data, a freshly seeded model, the loss and a held-out evaluation."""
 
     name: str
+
+    @classmethod
+    def from_parts(
+        cls,
+        name: str,
+        model_factory: Callable[[], nn.Module],
+        train: Data,
+        test: Data,
+        loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> Workload:
+        """A workload from its parts: ``model_factory()`` builds a fresh model (from torch's
+        random state, which :meth:`make_model` seeds); ``train`` and ``test`` are each a
+        ``torch.utils.data.Dataset`` of ``(input, label)`` items or a pair ``(inputs, labels)``
+        of tensors; ``loss(output, labels)`` is the mean over the samples of a per-sample loss.
+        The training set's size is ``len(train)``. The data is the same for every seed (the
+        seed still orders each epoch's samples and draws the weights)."""
+        from validation.workloads.parts import PartsWorkload
+
+        return PartsWorkload(name, model_factory, train, test, loss)
+
+    def train_size(self) -> int:
+        """How many training samples :meth:`load` gives, the same for every seed: the
+        configuration checks the global batch against it before any rank starts. Here the data
+        is loaded once on the CPU to count them; a workload that knows without loading says so."""
+        return self.load(0, torch.device("cpu")).n_train
 
     @abstractmethod
     def load(self, seed: int, device: torch.device) -> Dataset:

@@ -50,6 +50,9 @@ class SmallCNN(nn.Module):
 class DigitsCNN(Workload):
     name = "digits-cnn"
 
+    def train_size(self) -> int:
+        return N_DIGITS - N_TEST
+
     def load(self, seed: int, device: torch.device) -> Dataset:
         train_x, train_y, test_x, test_y = (torch.from_numpy(a) for a in digits_split(seed))
         return Dataset(

@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from validation.workloads.base import Dataset, Workload
-from validation.workloads.digits import N_CLASSES, digits_split
+from validation.workloads.digits import N_CLASSES, N_DIGITS, N_TEST, digits_split
 
 SIZE = 32  # images are upscaled from 8 x 8 to SIZE x SIZE
 GROUPS = 32  # GroupNorm groups (divides 64, 128, 256 and 512 channels)
@@ -108,6 +108,9 @@ class ResNet18(nn.Module):
 
 class DigitsResNet18(Workload):
     name = "resnet18"
+
+    def train_size(self) -> int:
+        return N_DIGITS - N_TEST  # the split of digits-cnn
 
     def load(self, seed: int, device: torch.device) -> Dataset:
         """The digits split of ``digits-cnn``, upscaled, normalised with the training images'

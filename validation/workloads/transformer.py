@@ -125,6 +125,9 @@ class TinyGPT(nn.Module):
 class ByteTransformer(Workload):
     name = "transformer"
 
+    def train_size(self) -> int:
+        return N_TRAIN
+
     def load(self, seed: int, device: torch.device) -> Dataset:
         train_x, train_y, test_x, test_y = (
             torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in byte_split(seed)

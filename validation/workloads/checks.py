@@ -1,0 +1,56 @@
+"""What a workload's model may not hold, checked before any rank starts.
+
+The trainer combines the ranks' gradients as ``sum_i (b_i/B) g_i``, which is the gradient of
+the union of their shards only when each sample's loss depends on that sample alone. A
+BatchNorm layer (any ``torch.nn.modules.batchnorm._BatchNorm``: ``BatchNorm1d/2d/3d``, their
+lazy forms, ``SyncBatchNorm``) normalises in training with the statistics of the batch it is
+given, so a rank's gradient would depend on how the global batch was cut (and a rank given one
+sample could not normalise at all); its running statistics would also drift apart across ranks.
+Per-sample normalisations (``GroupNorm``, ``LayerNorm``) and weight normalisation
+(``torch.nn.utils.parametrizations.weight_norm``) have no such dependence.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from hetsim.errors import ConfigError
+from validation.workloads.base import Workload
+
+INSTEAD = (
+    "use a per-sample normalisation (torch.nn.GroupNorm, torch.nn.LayerNorm) or weight normalisation "
+    "(torch.nn.utils.parametrizations.weight_norm) instead"
+)
+
+
+def batch_dependent_layers(model: nn.Module) -> list[tuple[str, str]]:
+    """``(path, class name)`` of every layer whose output for a sample depends on the rest of its
+    batch, in ``named_modules`` order (the path as in the state dict: ``layer1.0.bn1``)."""
+    return [(path, type(m).__name__) for path, m in model.named_modules() if isinstance(m, _BatchNorm)]
+
+
+def check_model(workload: Workload, field: str) -> None:
+    """Build ``workload``'s model once (leaving torch's random state as it was) and refuse it, on
+    ``field``, when it holds a batch-dependent layer, naming the first."""
+    with torch.random.fork_rng(devices=[]):
+        try:
+            model = workload.build_model()
+        except Exception as exc:  # a plug-in's factory: any error is the workload's
+            first = (str(exc).strip().splitlines() or [""])[0]
+            problem = f"building the model failed: {type(exc).__name__}: {first}"
+            raise ConfigError(field, f"{workload.name}: {problem}") from None
+    if not isinstance(model, nn.Module):
+        problem = f"build_model() returned a {type(model).__name__}, not a torch.nn.Module"
+        raise ConfigError(field, f"{workload.name}: {problem}")
+    found = batch_dependent_layers(model)
+    if found:
+        path, kind = found[0]
+        where = path or "the model itself"
+        more = f" (and {len(found) - 1} more BatchNorm layer(s))" if len(found) > 1 else ""
+        raise ConfigError(
+            field,
+            f"{workload.name}: {where} is a {kind}{more}, whose batch statistics make a rank's gradient depend on "
+            f"how the global batch is cut: {INSTEAD}",
+        )
