@@ -32,6 +32,8 @@ from hetsim.cli_analysis import add_subcommands
 from hetsim.cli_common import OneLineParser, add_scenario_options, check_seed, run_main, scenario_policies
 from hetsim.cli_costs import COMMANDS as COST_COMMANDS
 from hetsim.cli_costs import add_subcommands as add_cost_subcommands
+from hetsim.cli_plan import COMMANDS as PLAN_COMMANDS
+from hetsim.cli_plan import add_subcommands as add_plan_subcommands
 from hetsim.errors import ConfigError
 from hetsim.options import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_SAMPLE_EVERY, SPEEDUP_METRICS, TRACE_MODES
 from hetsim.params import MAX_COUNT, Param
@@ -91,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_metric_option(rep)
     add_subcommands(sub)
     add_cost_subcommands(sub)
+    add_plan_subcommands(sub)
     return parser
 
 
@@ -383,4 +386,5 @@ COMMANDS = {
     "report": cmd_report,
     **ANALYSIS_COMMANDS,
     **COST_COMMANDS,
+    **PLAN_COMMANDS,
 }

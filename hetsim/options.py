@@ -11,7 +11,7 @@ from __future__ import annotations
 
 TRACE_MODES = ("full", "sample", "none")  # simulate/sweep --trace
 DEFAULT_SAMPLE_EVERY = 10  # simulate/sweep --sample-every
-SPEEDUP_METRICS = {  # --metric: the Summary field a speedup compares, and whether more of it is better
+SPEEDUP_METRICS = {  # --metric (plan --objective): the Summary field compared, and whether more of it is better
     "throughput": ("throughput_sps", True),
     "time_to_target": ("time_to_target_s", False),
 }

@@ -82,7 +82,15 @@ class ComputeTime:
 
     @classmethod
     def of(cls, spec: WorkerSpec, local_batch: float) -> ComputeTime:
-        return cls(float(spec.cost.time_s(local_batch)), spec.noise, spec.delay)
+        """Worker ``spec``'s time at ``local_batch``: one object for every worker of the same
+        time (interned), so that :func:`_cdf_matrix` evaluates the CDF of identical workers once."""
+        key = (id(spec.cost), float(local_batch), id(spec.noise), id(spec.delay))
+        found = _INTERNED.get(key)
+        if found is None:
+            if len(_INTERNED) >= MAX_INTERNED:
+                _INTERNED.clear()
+            found = _INTERNED[key] = (cls(float(spec.cost.time_s(local_batch)), spec.noise, spec.delay), spec.cost)
+        return found[0]
 
     def mean(self) -> float:
         return self.scale_s * self.noise.mean() + self.delay.mean()
@@ -125,6 +133,13 @@ class ComputeTime:
         cum[..., -1] = np.where(top[..., 0] >= hi, 1.0, cum[..., -1])
         mids = 0.5 * (edges[..., 1:] + edges[..., :-1])
         return np.sum(self.delay.cdf(t[..., None] - self.scale_s * mids) * np.diff(cum, axis=-1), axis=-1)
+
+
+# ComputeTime.of's objects by (cost, batch, noise, delay), the models by identity (a group's
+# workers share theirs; hashing a plug-in's parameters cost more than the analysis): each entry
+# holds the models it names, so no id in a key is reused while the entry lives.
+_INTERNED: dict[tuple[int, float, int, int], tuple[ComputeTime, object]] = {}
+MAX_INTERNED = 1 << 16
 
 
 # ----------------------------------------------------------------------------- a shared factor
@@ -298,7 +313,13 @@ def integrate_survival(survival: Callable[[np.ndarray], np.ndarray], dists: Sequ
 
 
 def _cdf_matrix(dists: Sequence[TimeDistribution], t: np.ndarray) -> np.ndarray:
-    return np.stack([np.clip(np.asarray(d.cdf(t), dtype=float), 0.0, 1.0) for d in dists])
+    """Row i: F_i(t), clipped to [0, 1]. A distribution object listed several times (the
+    interned time of identical workers, :meth:`ComputeTime.of`) is evaluated once: at a thousand
+    workers of a few kinds the CDF calls, not the products, were the cost."""
+    ids = np.fromiter(map(id, dists), dtype=np.int64, count=len(dists))
+    _, first, which = np.unique(ids, return_index=True, return_inverse=True)
+    rows = np.stack([np.clip(np.asarray(dists[i].cdf(t), dtype=float), 0.0, 1.0) for i in first])
+    return rows if first.size == ids.size and (first == np.arange(ids.size)).all() else rows[which]
 
 
 def max_cdf(dists: Sequence[TimeDistribution], t: Any) -> Any:

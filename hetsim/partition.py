@@ -229,17 +229,45 @@ def min_max_split(curves: Sequence[Curve], total: int, caps: Numbers) -> tuple[i
         terms = [a for a in affine if a is not None]
         return water_fill([a for a, _ in terms], [c for _, c in terms], total, cap)
     limits = [int(min(c, total)) for c in cap]
-    lo, hi = 0.0, max(float(c.expected_s(float(k))) for c, k in zip(curves, limits) if k > 0)
+    kinds, counts, kind_of = _distinct(curves, limits)
+    lo, hi = 0.0, max(float(c.expected_s(float(k))) for c, k in kinds if k > 0)
     for _ in range(200):  # the largest time below the total-th smallest value, to float precision
         mid = 0.5 * (lo + hi)
         if mid in (lo, hi):
             break
-        if sum(_count_within(c, k, mid) for c, k in zip(curves, limits)) >= total:
+        if sum(m * _count_within(c, k, mid) for (c, k), m in zip(kinds, counts)) >= total:
             hi = mid
         else:
             lo = mid
-    batches = [_count_within(c, k, lo) for c, k in zip(curves, limits)]  # every value <= lo is taken
+    within = [_count_within(c, k, lo) for c, k in kinds]
+    batches = [within[j] for j in kind_of]  # every value <= lo is taken
     return _take_smallest(curves, limits, batches, total - sum(batches))
+
+
+def _distinct(curves: Sequence[Curve], limits: Sequence[int]) -> tuple[list[tuple[Curve, int]], list[int], list[int]]:
+    """The distinct (curve, limit) pairs (equal curves: one kind; an unhashable curve is its
+    own), how many workers each has, and each worker's kind: a cluster of a thousand workers of
+    a few kinds counts a few curves per bisection step, not a thousand (the same integers)."""
+    index: dict[object, int] = {}
+    kinds: list[tuple[Curve, int]] = []
+    counts: list[int] = []
+    kind_of = []
+    for c, k in zip(curves, limits):
+        j = index.setdefault(_kind(c, k), len(kinds))
+        if j == len(kinds):
+            kinds.append((c, k))
+            counts.append(0)
+        counts[j] += 1
+        kind_of.append(j)
+    return kinds, counts, kind_of
+
+
+def _kind(curve: Curve, limit: int) -> object:
+    try:
+        hash(curve)
+    except TypeError:
+        return (id(curve), limit)
+    return (curve, limit)
 
 
 def _count_within(curve: Curve, limit: int, time_s: float) -> int:
@@ -285,8 +313,10 @@ def balanced_split(curves: Sequence[Curve], total: float, caps: Numbers) -> np.n
         t_star = balanced_time(fixed, per, total, cap)
         return np.minimum(np.maximum((t_star - fixed) / per, 0.0), cap)
 
+    kinds, _, kind_of = _distinct(curves, [0] * len(curves))
+
     def filled(t: float) -> np.ndarray:
-        return np.minimum(np.array([c.batch_within(t) for c in curves]), cap)
+        return np.minimum(np.array([c.batch_within(t) for c, _ in kinds])[kind_of], cap)
 
     lo, hi = 0.0, max(float(c.expected_s(1.0)) for c in curves)
     while filled(hi).sum() < total:

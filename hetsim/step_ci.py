@@ -55,7 +55,7 @@ import numpy as np
 from scipy import stats
 
 from hetsim.engines import AUTO
-from hetsim.metrics import MeanCI, apply_times, mean_ci, step_times
+from hetsim.metrics import MeanCI, Summary, apply_times, mean_ci, step_times, summarize
 from hetsim.policies import policy_class
 from hetsim.scenario import Scenario
 from hetsim.simulate import simulate, simulate_summary
@@ -183,12 +183,15 @@ def replication_seeds(seed: int, runs: int = REPLICATIONS) -> list[int]:
 @dataclass(frozen=True)
 class SimulatedMean:
     """A policy's simulated mean step time (over ``runs`` runs) and the ``ci`` of its expected
-    value (None from a run of one step), by ``method``."""
+    value (None from a run of one step), by ``method``; ``summary``: the Summary of the run with
+    the given seed (the first of the replications), for what else a caller reads of the run
+    (its samples per step, progress and final split: ``hetsim.plan``)."""
 
     mean_s: float
     ci: MeanCI | None
     runs: int
     method: str
+    summary: Summary | None = None
 
 
 def simulated_mean(scenario: Scenario, policy: str, seed: int | None = None, level: float = 0.95,
@@ -199,15 +202,16 @@ def simulated_mean(scenario: Scenario, policy: str, seed: int | None = None, lev
     seed = scenario.seed if seed is None else seed
     how = method(scenario, policy)
     if how == REPLICATED:
-        means = [simulate_summary(scenario, policy, seed=s, engine=engine).mean_step_s for s in replication_seeds(seed)]
-        ci = mean_ci(means, level)
-        return SimulatedMean(ci.mean, ci, len(means), how)
+        runs = [simulate_summary(scenario, policy, seed=s, engine=engine) for s in replication_seeds(seed)]
+        ci = mean_ci([r.mean_step_s for r in runs], level)
+        return SimulatedMean(ci.mean, ci, len(runs), how, runs[0])
     trace = simulate(scenario, policy, seed=seed, engine=engine)
     steps = step_times(trace)
+    summary = summarize(trace, scenario)
     if steps.size < 2:
-        return SimulatedMean(float(steps.mean()), None, 1, how)
+        return SimulatedMean(float(steps.mean()), None, 1, how, summary)
     if how == RENEWAL:
         ci = async_ci(trace, scenario.workers, level)
     else:
         ci = barrier_ci(steps, noise_persistence(scenario.workers), level)
-    return SimulatedMean(ci.mean, ci, 1, how)
+    return SimulatedMean(ci.mean, ci, 1, how, summary)

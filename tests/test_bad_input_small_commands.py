@@ -10,7 +10,8 @@ from hetsim.cli import main
 from tests.test_bad_input import HUGE, ONE, case, check_refused, deep, toml, write_files
 
 COMMANDS = (
-    "'scenarios', 'show', 'simulate', 'sweep', 'report', 'analyze', 'calibrate', 'import-logs', 'profiles', 'costs'"
+    "'scenarios', 'show', 'simulate', 'sweep', 'report', 'analyze', 'calibrate', 'import-logs', 'profiles', 'costs', "
+    "'plan'"
 )
 ENORMOUS = 10**400  # beyond a float
 

@@ -53,6 +53,7 @@ def test_the_check_sees_a_heavy_import():
         "from hetsim.cli import main; main(['--version'])",
         "from hetsim.cli import main; main(['simulate', '--help'])",
         "from hetsim.cli import main; main(['sweep', '--help'])",
+        "from hetsim.cli import main; main(['plan', '--help'])",
         "from hetsim.cli import main; main(['frobnicate'])",
         "from hetsim.cli import main; main(['simulate', '--bogus'])",
         "import validation.cli",

@@ -76,10 +76,13 @@ LAYERS = [
         "stream",
         "calibrate",
         "logs",
+        "plan",
+        "plan_rows",
+        "plan_fragility",
     },
     {"sweepfile", "sweep", "results"},
     {"plots", "report"},
-    {"cli", "cli_analysis", "cli_costs", "cli_common", "__main__", "__init__"},
+    {"cli", "cli_analysis", "cli_costs", "cli_common", "cli_plan", "__main__", "__init__"},
 ]
 LAYER = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

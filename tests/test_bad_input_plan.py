@@ -1,0 +1,66 @@
+"""``hetsim plan``: every bad or hostile input and the one line it gets (exit status 2, nothing
+written, no process left: :func:`tests.test_bad_input.check_refused`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetsim.cli import main
+from tests.test_bad_input import HUGE, ONE, case, check_refused, toml, write_files
+
+NO_TARGET = "workload.efficiency={noise_scale=512, base_batch=256}"
+RANGE = "--batch-range: expected two increasing positive integers LO,HI, got"
+
+CASES = [
+    # the cluster
+    case("one-worker", ["{tmp}/one.toml"], "workers: plan needs two or more workers, got 1", {"one.toml": toml(ONE)}),
+    case("no-such-scenario", ["nope"], "scenario: 'nope' is neither a file nor a built-in scenario ({builtins})"),
+    case("bad-set", ["paper", "--set", "workers.0.per_sample_s=-1"], "workers.0.per_sample_s: must be > 0, got -1"),
+    case("unknown-policy", ["paper", "--policy", "nope"], "--policy: unknown policy 'nope' (known: {policies})"),
+    case("goodput-without-efficiency", ["paper", "--policy", "goodput"],
+         "workload.efficiency: missing: policy 'goodput' chooses the global batch by statistical efficiency "
+         "(give noise_scale and base_batch)"),
+    case("seed-negative", ["paper", "--seed", "-1"], "--seed: must be >= 0, got -1"),
+    case("option-of-simulate", ["paper", "--trace", "full"], "hetsim: unrecognized arguments: --trace full"),
+    # --objective
+    case("objective-unknown", ["paper", "--objective", "fast"],
+         "hetsim plan: argument --objective: invalid choice: 'fast' (choose from 'throughput', 'time_to_target')"),
+    case("time-to-target-without-efficiency", ["paper", "--objective", "time_to_target"],
+         "--objective: time_to_target needs [workload.efficiency] with target_steps in the scenario"),
+    case("time-to-target-without-target", ["paper", "--objective", "time_to_target", "--set", NO_TARGET],
+         "--objective: time_to_target needs [workload.efficiency] with target_steps in the scenario"),
+    # --batch-range
+    case("range-one-number", ["paper", "--batch-range", "64"], f"{RANGE} '64'"),
+    case("range-three-numbers", ["paper", "--batch-range", "64,128,256"], f"{RANGE} '64,128,256'"),
+    case("range-decreasing", ["paper", "--batch-range", "128,64"], f"{RANGE} '128,64'"),
+    case("range-equal", ["paper", "--batch-range", "64,64"], f"{RANGE} '64,64'"),
+    case("range-zero", ["paper", "--batch-range", "0,64"], f"{RANGE} '0,64'"),
+    case("range-negative", ["paper", "--batch-range=-8,64"], f"{RANGE} '-8,64'"),
+    case("range-text", ["paper", "--batch-range", "a,b"], f"{RANGE} 'a,b'"),
+    case("range-floats", ["paper", "--batch-range", "1e3,2e3"], f"{RANGE} '1e3,2e3'"),
+    case("range-other-digits", ["paper", "--batch-range", "\u0663,\u0664"], f"{RANGE} '\u0663,\u0664'"),
+    case("range-empty", ["paper", "--batch-range="], f"{RANGE} ''"),
+    case("range-below-the-workers", ["paper", "--batch-range", "1,64"],
+         "--batch-range: LO must be at least the number of workers (2), got 1"),
+    case("range-beyond-the-caps", ["mixed-gpus", "--batch-range", "64,2048"],
+         "--batch-range: HI must be at most 1280, what the workers' max_batch allow, got 2048"),
+    case("range-beyond-the-dataset", ["paper", "--batch-range", "64,60000"],
+         "--batch-range: HI must be at most workload.dataset_size (50000), got 60000"),
+    case("range-huge", ["paper", "--batch-range", f"8,{HUGE}"],
+         f"--batch-range: HI must be at most workload.dataset_size (50000), got {HUGE}"),
+    # --out
+    case("out-a-folder", ["paper", "--out", "{tmp}"], "--out: {tmp} is a folder"),
+    case("out-under-a-file", ["paper", "--out", "{tmp}/afile/plan.json"],
+         "{tmp}/afile/plan.json: cannot write here: {tmp}/afile is not a folder", {"afile": "x"}),
+    case("out-deep-under-a-file", ["paper", "--out", "{tmp}/afile/sub/plan.json"],
+         "{tmp}/afile/sub/plan.json: cannot write here: {tmp}/afile is not a folder", {"afile": "x"}),
+    case("out-and-a-bad-range", ["paper", "--out", "{tmp}/new/plan.json", "--batch-range", "64"],
+         f"{RANGE} '64'"),  # refused before the folder for --out is made
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "line", "files"), CASES)
+def test_plan_refuses_bad_input(argv, line, files, tmp_path, capsys, monkeypatch):
+    write_files(tmp_path, files)
+    monkeypatch.chdir(tmp_path)
+    check_refused(main, ["plan", *argv], line, tmp_path, capsys)

@@ -1,0 +1,236 @@
+"""``hetsim plan`` (:mod:`hetsim.plan`): the recommendation, its closed-form figures, its gain over
+equal, its fragility (checked by slowing the worker and planning again), the global batch, the
+JSON object and plan.json."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hetsim.analytic import predict
+from hetsim.cli import main
+from hetsim.config import build_scenario, load_scenario
+from hetsim.costs import Affine, Profile
+from hetsim.orderstats import ComputeTime
+from hetsim.plan import batch_grid, plan, recommend, with_batch
+from hetsim.plan_fragility import SlowerCost, barrier_bound, slowed, slower_cost
+from hetsim.plan_rows import Estimate, PolicyRow, short_run
+from tests.helpers import scenario_dict
+
+CLOSED = ("equal", "proportional", "dynamic", "optimal", "async")  # policies with the closed forms a plan uses
+
+
+def cluster(sigma: float = 0.05, **workload: object) -> dict[str, object]:
+    """Three fast workers and one far too slow (its one sample takes longer than 96 on a fast one)."""
+    noise = {"dist": "lognormal", "sigma": sigma}
+    return scenario_dict(
+        [
+            {"name": "fast", "count": 3, "overhead_s": 0.01, "per_sample_s": 0.001, "noise": noise},
+            {"name": "slow", "overhead_s": 0.2, "per_sample_s": 0.05, "noise": noise},
+        ],
+        global_batch=96,
+        steps_per_epoch=10,
+        epochs=2,
+        **workload,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(scope="module")
+def slow_one():
+    scenario = build_scenario(cluster())
+    return scenario, plan(scenario)
+
+
+def recommendation(result):
+    """What fragility watches: the policy and the workers it leaves out."""
+    return result.recommended.policy, result.left_out_workers
+
+
+def test_a_far_too_slow_worker_is_left_out_at_the_optimal_closed_form(slow_one):
+    scenario, result = slow_one
+    rec = result.recommended
+    assert (rec.policy, rec.how, result.left_out_workers) == ("optimal", "closed form", ("slow",))
+    assert rec.split == (32, 32, 32, 0) and result.global_batch == 96
+    expected = predict(scenario, "optimal")
+    assert rec.step_s.value == expected.mean_step_s  # the closed form itself, not a copy of it
+    assert (rec.step_s.low, rec.step_s.high) == (expected.mean_step_s, expected.mean_step_s)
+    assert rec.throughput_sps.value == expected.throughput_sps
+    assert [r.policy for r in result.rows] == [
+        "equal", "proportional", "dynamic", "dynamic-enhanced", "optimal", "adaptive", "backup", "ksync", "async",
+    ]  # fmt: skip
+
+
+def test_every_closed_form_row_is_predicts_and_every_simulated_row_has_an_interval(slow_one):
+    scenario, result = slow_one
+    for row in result.rows:
+        if row.closed_form:
+            p = predict(scenario, row.policy)
+            assert (row.step_s.value, row.throughput_sps.value, row.split) == (
+                p.mean_step_s, p.throughput_sps, p.final_batches)  # fmt: skip
+        else:
+            assert row.how.startswith("simulated") and row.note
+            assert row.step_s.low < row.step_s.value < row.step_s.high
+            assert row.throughput_sps.low < row.throughput_sps.value < row.throughput_sps.high
+            assert sum(row.split) == 96
+    assert {r.policy for r in result.rows if not r.closed_form} == {"adaptive", "backup", "ksync"}
+
+
+def test_the_gain_over_equal_is_the_ratio_of_the_two_predictions(slow_one):
+    scenario, result = slow_one
+    gain = predict(scenario, "optimal").throughput_sps / predict(scenario, "equal").throughput_sps
+    assert result.gain_over_equal == pytest.approx(gain, rel=1e-12)
+    assert result.gain_over_equal > 20  # equal waits for the slow worker's 24 samples
+
+
+def test_fragility_slowing_a_worker_past_its_factor_changes_the_left_out_set():
+    scenario = build_scenario(cluster())
+    result = plan(scenario, policies=CLOSED)
+    fast = result.fragility[0]
+    assert fast.change == "leaves it out" and fast.computed_for == 0
+    assert 5.1 < fast.factor < 5.4  # at 5.3x its one sample outlasts the other two's 48 (0.058 s)
+    assert fast.holds_to < fast.factor < 1.03 * fast.holds_to
+    assert [f.factor for f in result.fragility[:3]] == [fast.factor] * 3  # identical workers share it
+    base = recommendation(result)
+    more = plan(slowed(scenario, 1, fast.factor * 1.03), policies=CLOSED)
+    less = plan(slowed(scenario, 1, fast.factor / 1.03), policies=CLOSED)
+    assert recommendation(more) == ("optimal", ("fast#1", "slow")) != base
+    assert recommendation(less) == base
+    slow = result.fragility[3]
+    assert (slow.factor, slow.holds_to, slow.change) == (None, 16.0, None)
+    assert recommendation(plan(slowed(scenario, 3, 16.0), policies=CLOSED)) == base
+
+
+def test_fragility_slowing_a_worker_past_its_factor_changes_the_policy():
+    scenario = build_scenario(cluster(sigma=0.2))  # noisy: async's updates beat optimal's barrier
+    policies = ("equal", "optimal", "async")
+    result = plan(scenario, policies=policies)
+    assert recommendation(result) == ("async", ())
+    fast = result.fragility[0]
+    assert fast.change == "recommends optimal" and 10 < fast.factor < 14
+    more = plan(slowed(scenario, 0, fast.factor * 1.03), policies=policies)
+    assert recommendation(more) == ("optimal", ("fast#0", "slow"))  # optimal leaves it out
+    assert recommendation(plan(slowed(scenario, 0, fast.factor / 1.03), policies=policies)) == ("async", ())
+
+
+@pytest.mark.parametrize("name", ["mixed-gpus", "paper"])
+def test_the_bound_that_prunes_challengers_is_never_beaten_by_their_prediction(name):
+    efficiency = ["workload.efficiency={noise_scale=2000, base_batch=256, target_steps=200}"]
+    scenario = slowed(load_scenario(name, efficiency), 1, 3.0)
+    for policy in ("equal", "proportional", "dynamic", "optimal"):
+        p = predict(scenario, policy)
+        first, resplits = p.trajectory[0], policy == "dynamic"
+        balanced = predict(scenario, "optimal").final_batches
+        t_star = max(float(h.expected_s(b)) for h, b in zip(scenario.hints(), balanced) if b > 0)
+        assert barrier_bound(scenario, "throughput", first, t_star if resplits else None) >= p.throughput_sps
+        assert barrier_bound(scenario, "time_to_target", first, t_star if resplits else None) <= p.time_to_target_s
+
+
+def test_slowing_a_worker_multiplies_its_cost_alone():
+    scenario = load_scenario("mixed-gpus")
+    s = slowed(scenario, 3, 2.5)
+    assert [w.name for w in s.workers] == [w.name for w in scenario.workers]
+    assert s.n_workers == 6 and s.workers[3].cost == SlowerCost(scenario.workers[3].cost, 2.5)
+    for i in range(6):
+        factor = 2.5 if i == 3 else 1.0
+        assert ComputeTime.of(s.workers[i], 64).mean() == pytest.approx(
+            factor * ComputeTime.of(scenario.workers[i], 64).mean(), rel=1e-12)  # fmt: skip
+    assert slower_cost(Affine(0.01, 0.002), 3.0) == Affine(0.03, 0.006)  # stays affine: the closed-form split
+    wrapped = slower_cost(Profile("k80", "ResNet-18"), 2.0)
+    assert wrapped.batch_within(float(wrapped.time_s(100))) == pytest.approx(100)
+
+
+def test_the_global_batch_is_the_best_of_the_grid():
+    assert batch_grid(64, 8192) == (64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
+    assert batch_grid(100, 1000) == (100, 128, 192, 256, 384, 512, 768, 1000)
+    raw = cluster()
+    raw["workers"][0]["max_batch"] = 60  # type: ignore[index]  # beyond 180 samples the slow worker gets some
+    scenario = build_scenario(raw)
+    result = plan(scenario, batch_range=(48, 200), policies=("equal", "optimal"))
+    values = {b: v for b, _, v in result.batch_search}
+    assert sorted(values) == list(batch_grid(48, 200)) == [48, 64, 96, 128, 192, 200]
+    assert result.global_batch == max(values, key=lambda b: values[b]) == 128  # overheads amortised, no slow worker
+    assert result.recommended.split == (43, 43, 42, 0)
+    best = predict(with_batch(scenario, 128), "optimal").throughput_sps
+    assert values[128] == result.recommended.throughput_sps.value == best
+
+
+def test_time_to_target_objective_and_its_batch():
+    efficiency = {"noise_scale": 200, "base_batch": 96, "target_steps": 10}
+    raw = cluster()
+    raw["workload"] = {**raw["workload"], "efficiency": efficiency, "epochs": 8}  # type: ignore[dict-item]
+    scenario = build_scenario(raw)
+    result = plan(scenario, "time_to_target", batch_range=(48, 384), policies=("equal", "optimal"))
+    values = {b: v for b, _, v in result.batch_search if v is not None}
+    assert result.global_batch == min(values, key=lambda b: values[b])
+    at = predict(with_batch(scenario, result.global_batch), "optimal")
+    assert result.recommended.time_to_target_s is not None
+    assert result.recommended.time_to_target_s.value == at.time_to_target_s
+    assert result.gain_over_equal == pytest.approx(
+        predict(with_batch(scenario, result.global_batch), "equal").time_to_target_s / at.time_to_target_s)
+
+
+def test_a_simulated_run_is_cut_to_whole_epochs_or_one_short_one():
+    scenario = load_scenario("paper")  # 195 steps an epoch, 10 epochs
+    assert short_run(scenario).workload.total_steps == 64
+    assert short_run(scenario).workload.epochs == 1
+    few = build_scenario(cluster())  # 2 epochs of 10 steps: simulated whole
+    assert short_run(few) is few
+    assert short_run(few, 15).workload.epochs == 1
+
+
+def test_json_has_the_documented_keys_and_plan_json_round_trips(tmp_path, capsys):
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(cluster()), encoding="utf-8")
+    out = tmp_path / "deep" / "plan.json"
+    argv = ["plan", str(path), "--policy", "equal,optimal,adaptive", "--seed", "3", "--json", "--out", str(out)]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    written = json.loads(out.read_text(encoding="utf-8"))
+    assert printed == written
+    assert {"policy", "split", "global_batch", "predicted_step_s", "left_out", "workers", "gain_over_equal"} <= set(
+        written["recommended"])  # fmt: skip
+    assert {"hetsim_version", "date", "seed", "objective", "scenario", "policies", "fragility"} <= set(written)
+    rec = written["recommended"]
+    assert (rec["policy"], rec["split"], rec["global_batch"], rec["left_out"]) == ("optimal", [32, 32, 32, 0], 96,
+                                                                                 ["slow"])  # fmt: skip
+    assert written["seed"] == 3 and written["scenario"]["name"] == "test"
+    assert [r["policy"] for r in written["policies"]] == ["equal", "optimal", "adaptive"]
+    assert [f["worker"] for f in written["fragility"]["workers"]] == [0, 1, 2, 3]
+    scenario = build_scenario(written["scenario"]["config"])
+    assert scenario == build_scenario(cluster())  # the scenario as planned, rebuilt from plan.json
+    assert rec["predicted_step_s"] == predict(scenario, "optimal").mean_step_s
+
+
+def test_the_table_names_the_recommendation_and_what_it_leaves_out(capsys, tmp_path):
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(cluster()), encoding="utf-8")
+    assert main(["plan", str(path), "--policy", "equal,optimal,ksync"]) == 0
+    text = capsys.readouterr().out
+    assert "recommended: optimal (closed form) at global batch 96" in text
+    assert "  left out: slow" in text and "fast#0..fast#2 (3): 32" in text
+    assert "ksync: its closed form (every worker's busy time and inclusion) is too slow to plan with" in text
+
+
+def row(policy: str, value: float, low: float, high: float, how: str = "simulated, 1 run x 9 steps") -> PolicyRow:
+    return PolicyRow(policy, how, Estimate(1.0, 1.0, 1.0), Estimate(value, low, high), None, (1, 1))
+
+
+def test_a_simulated_policy_is_recommended_only_when_its_whole_interval_is_better():
+    closed = row("optimal", 100.0, 100.0, 100.0, "closed form")
+    assert recommend([closed, row("adaptive", 105.0, 99.0, 111.0)], "throughput") is closed
+    winner = row("adaptive", 105.0, 101.0, 109.0)
+    assert recommend([closed, winner], "throughput") is winner
+    twin = row("dynamic-enhanced", 100.0, 100.0, 100.0, "closed form")
+    assert recommend([closed, twin], "throughput") is twin  # a tie goes to the later row
+
+
+def test_without_a_closed_form_the_best_simulation_is_recommended_and_fragility_is_not_computed():
+    raw = cluster()
+    raw["workers"][1]["slowdown"] = {"every_s": 1.0, "duration_s": 0.5, "factor": 2.0}  # type: ignore[index]
+    result = plan(build_scenario(raw), policies=("equal", "optimal"))
+    assert [r.closed_form for r in result.rows] == [False, False]
+    assert result.recommended.policy == "optimal" and result.fragility == ()
+    assert result.to_dict()["fragility"]["note"] == "not computed: the recommended policy has no closed form"
+    assert result.gain_over_equal == pytest.approx(
+        result.recommended.throughput_sps.value / result.rows[0].throughput_sps.value)
