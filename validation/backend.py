@@ -4,6 +4,13 @@ Owns: parsing ``--devices`` (one spec for all ranks or one per rank), resolving 
 device (``cuda`` alone means ``cuda:LOCAL_RANK``), choosing the backend (NCCL when every rank
 is on CUDA, gloo otherwise), the device that collective buffers live on, synchronising the
 device before a clock is read, and starting the process group with a short timeout.
+
+A run on one machine exposes nothing to the network: the built-in launcher
+(:mod:`validation.launch`) binds the rendezvous store's socket to 127.0.0.1 itself and hands it
+to rank 0 (:func:`listen_loopback`, :data:`STORE_FD_ENV`; torch's TCPStore server listens on
+every interface whatever host it is given), and points gloo's and NCCL's own sockets at the
+loopback interface (:func:`loopback_environment`). Under torchrun the store is torchrun's, on
+the addresses torchrun chooses (validation/README.md says what that exposes).
 Importing this module does not import torch.
 """
 
@@ -12,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -21,6 +29,9 @@ from hetsim.errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
+LOOPBACK = "127.0.0.1"
+LOCAL_STORE_ENV = "VALIDATION_LOCAL_STORE"  # "1": the launcher's ranks, whose store listens on LOOPBACK only
+STORE_FD_ENV = "VALIDATION_STORE_FD"  # rank 0's: the store's listening socket, bound by the launcher
 _DEVICE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 
 
@@ -80,8 +91,37 @@ class RankEnv:
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
+
+
+def listen_loopback() -> socket.socket:
+    """A TCP socket listening on 127.0.0.1 and a free port: the rendezvous store's. The launcher
+    binds it and rank 0's store serves on it (``master_listen_fd``), so the store listens on no
+    other address and no other process can take the port between its choice and its use; the
+    other ranks' connections wait in its backlog until rank 0 serves."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((LOOPBACK, 0))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def loopback_interface() -> str | None:
+    """The loopback interface's name (``lo`` on Linux, ``lo0`` on BSDs and macOS; None if neither)."""
+    names = {name for _, name in socket.if_nameindex()}
+    return next((name for name in ("lo", "lo0") if name in names), None)
+
+
+def loopback_environment() -> dict[str, str]:
+    """The variables that keep a one-machine run's collective sockets on loopback: gloo and NCCL
+    listen on the address of the interface these name (without them, on the address the
+    machine's host name resolves to, often one other machines can reach)."""
+    interface = loopback_interface()
+    return {} if interface is None else {"GLOO_SOCKET_IFNAME": interface, "NCCL_SOCKET_IFNAME": interface}
 
 
 def torch_device(name: str) -> torch.device:
@@ -110,16 +150,37 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def init_process_group(backend: str, env: RankEnv, device: torch.device, timeout_s: float) -> None:
-    """``env://`` rendezvous (MASTER_ADDR, MASTER_PORT) with a short timeout for every collective."""
+def init_process_group(
+    backend: str, env: RankEnv, device: torch.device, timeout_s: float, environ: Mapping[str, str] | None = None
+) -> None:
+    """The process group with a short timeout for every collective: on the launcher's loopback
+    store (:func:`local_store`) when the launcher started this rank, else ``env://`` rendezvous
+    (MASTER_ADDR, MASTER_PORT; torchrun's)."""
     import torch.distributed as dist
 
+    environ = os.environ if environ is None else environ
+    timeout = timedelta(seconds=timeout_s)
     kwargs: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(
-        backend,
-        init_method="env://",
-        rank=env.rank,
-        world_size=env.world_size,
-        timeout=timedelta(seconds=timeout_s),
-        **kwargs,
+    if environ.get(LOCAL_STORE_ENV) == "1":
+        kwargs["store"] = local_store(env, timeout, environ)
+    else:
+        kwargs["init_method"] = "env://"
+    dist.init_process_group(backend, rank=env.rank, world_size=env.world_size, timeout=timeout, **kwargs)
+
+
+def local_store(env: RankEnv, timeout: timedelta, environ: Mapping[str, str]) -> torch.distributed.Store:
+    """The rendezvous store of a run on this machine: rank 0 serves it on the socket the launcher
+    bound to 127.0.0.1 (:data:`STORE_FD_ENV`), the other ranks connect to 127.0.0.1:MASTER_PORT."""
+    import torch.distributed as dist
+
+    fd = environ.get(STORE_FD_ENV) if env.rank == 0 else None
+    if env.rank == 0 and not fd:
+        raise ConfigError(STORE_FD_ENV, f"not set: rank 0 of a local run ({LOCAL_STORE_ENV}=1) serves the store on it")
+    try:
+        port = int(environ.get("MASTER_PORT", ""))
+        listen_fd = int(fd) if fd else None
+    except ValueError:
+        raise ConfigError("MASTER_PORT", f"MASTER_PORT and {STORE_FD_ENV} must be integers") from None
+    return dist.TCPStore(
+        LOOPBACK, port, env.world_size, is_master=listen_fd is not None, timeout=timeout, master_listen_fd=listen_fd
     )

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from hetsim.calibrate import Calibration, calibrate
+from hetsim.calibrate import Calibration, WorkerFit, calibrate
 from hetsim.config import MAX_COUNT, load_scenario, read_table
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize
@@ -27,9 +27,11 @@ from hetsim.policies import policy_class
 from hetsim.report import text_table
 from hetsim.simulate import simulate
 from hetsim.trace import COLUMNS, Trace, read_trace_table
+from validation.calibrated_noise import noise_scenario
 from validation.config import COMBINE_MODES
 from validation.inject import parse_delay_spec
 from validation.probe import PROBE
+from validation.reinject import reinjected
 
 
 @dataclass(frozen=True)
@@ -180,12 +182,15 @@ def _checked_injection(injection: Any, field: str) -> dict[str, dict[str, Any]]:
 
 
 def calibrate_run(run: RunData, calibrate_on: str = PROBE) -> Calibration:
+    """The calibration of ``run``'s ``calibrate_on`` rows as ``hetsim calibrate --model auto`` fits
+    it (each rank's cost curve chosen by held-out error), its scenario with the noise's shared
+    part and persistence where they are clear (:func:`~validation.calibrated_noise.noise_scenario`)."""
     rows = run.trace[run.trace["policy"] == calibrate_on]
     if rows.empty:
         known = ", ".join(dict.fromkeys(run.trace["policy"].astype(str)))
         raise ConfigError("--calibrate-on", f"the run has no rows for {calibrate_on!r} (it has: {known})")
-    # affine: format_table prints each rank's overhead and per-sample cost, the model simulated
-    return calibrate(rows.drop(columns=["policy"]), name=f"{run.path.name}-{calibrate_on}", model="affine")
+    calibration = calibrate(rows.drop(columns=["policy"]), name=f"{run.path.name}-{calibrate_on}", model="auto")
+    return replace(calibration, scenario=noise_scenario(calibration))
 
 
 def scenario_for(run: RunData, calibration: Calibration, policy: str, epochs: int) -> dict[str, Any]:
@@ -282,42 +287,6 @@ def compare_across(
     return predict_run(target, calibration, workers)
 
 
-def reinjected(
-    workers: Sequence[dict[str, Any]], source: dict[str, Any], target: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """The calibrated affine workers of ``source`` moved to ``target``'s injected delays: each
-    rank's overhead shifts by the change of its mean per-step delay, its per-sample cost by the
-    change of its per-sample delay, and both scale by the ratio of slowdown factors (a slowdown
-    sleeps in proportion to the measured compute)."""
-    out = []
-    for rank, worker in enumerate(workers):
-        if "overhead_s" not in worker:
-            raise ConfigError("--calibrate-on", "cross-run predictions need the affine calibration")
-        delay_a, per_a, slow_a = _injected(source, rank)
-        delay_b, per_b, slow_b = _injected(target, rank)
-        ratio = slow_b / slow_a
-        out.append(
-            {
-                **worker,
-                "overhead_s": (worker["overhead_s"] - delay_a) * ratio + delay_b,
-                "per_sample_s": (worker["per_sample_s"] - per_a) * ratio + per_b,
-            }
-        )
-    return out
-
-
-def _injected(meta: dict[str, Any], rank: int) -> tuple[float, float, float]:
-    """A run's injection on ``rank``: mean per-step delay (s), per-sample delay (s), slowdown factor."""
-    injection = meta.get("injection", {})
-    key = str(rank)
-    delay = injection.get("delay", {}).get(key)
-    return (
-        parse_delay_spec(delay).mean() if delay is not None else 0.0,
-        float(injection.get("per_sample_delay", {}).get(key, 0.0)),
-        float(injection.get("slowdown", {}).get(key, 1.0)),
-    )
-
-
 def median_abs_error(comparisons: Sequence[Comparison]) -> float:
     return float(statistics.median(abs(c.step_error) for c in comparisons)) if comparisons else float("nan")
 
@@ -325,11 +294,7 @@ def median_abs_error(comparisons: Sequence[Comparison]) -> float:
 def format_table(comparisons: Sequence[Comparison], calibration: Calibration, calibrate_on: str) -> str:
     lines = [
         f"calibrated on {calibrate_on!r}: "
-        + "; ".join(
-            f"rank {w.worker} {1e3 * w.overhead_s:.2f} ms + {1e6 * w.per_sample_s:.1f} us/sample "
-            f"(noise {w.noise_sigma:.2f})"
-            for w in calibration.workers
-        )
+        + "; ".join(_worker_line(w, entry) for w, entry in zip(calibration.workers, _fitted_entries(calibration)))
         + f"; exchange {1e3 * calibration.network.time_s:.2f} ms"
     ]
     lines.extend(f"warning: {w}" for w in calibration.warnings)
@@ -341,6 +306,36 @@ def format_table(comparisons: Sequence[Comparison], calibration: Calibration, ca
         f"over {len(comparisons)} policies"
     )
     return "\n".join(lines)
+
+
+def _fitted_entries(calibration: Calibration) -> list[dict[str, Any]]:
+    """The scenario's entries of the fitted workers, in the order of ``calibration.workers``."""
+    by_name = {entry.get("name"): entry for entry in calibration.scenario["workers"]}
+    return [by_name.get(f"w{w.worker}", {}) for w in calibration.workers]
+
+
+def _worker_line(fit: WorkerFit, entry: Mapping[str, Any]) -> str:
+    """A fitted rank as simulated: its cost curve and its noise (sigma, and the persistence and
+    shared factor where written)."""
+    noise, shared = entry.get("noise", {}), entry.get("shared_noise")
+    parts = [f"noise {noise.get('sigma', fit.noise_sigma):.2f}"]
+    if noise.get("persistence"):
+        parts.append(f"persistence {noise['persistence']:.2f}")
+    if shared:
+        parts.append(f"shared {shared['sigma']:.2f}, its persistence {shared.get('persistence', 0.0):.2f}")
+    return f"rank {fit.worker} {_curve_text(fit)} ({'; '.join(parts)})"
+
+
+def _curve_text(fit: WorkerFit) -> str:
+    """The chosen cost curve in words: affine and hinge by their terms, a table by its size."""
+    line = f"{1e3 * fit.overhead_s:.2f} ms + {1e6 * fit.per_sample_s:.1f} us/sample"
+    values = fit.cost_curve().params()
+    if fit.model == "hinge":
+        floor, overhead, per_sample = (values[k] for k in ("floor_s", "overhead_s", "per_sample_s"))
+        return f"hinge: at least {1e3 * floor:.2f} ms, {1e3 * overhead:.2f} ms + {1e6 * per_sample:.1f} us/sample"
+    if fit.model == "table":
+        return f"table of {len(values)} batch sizes (affine fit {line})"
+    return line
 
 
 def worst_error(comparisons: Sequence[Comparison]) -> float:

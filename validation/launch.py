@@ -2,7 +2,10 @@
 free port, and fail-fast supervision.
 
 Each rank runs ``python -m validation.train`` with the launcher's arguments and torchrun's
-environment variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). When a rank exits
+environment variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Nothing listens
+beyond loopback: the launcher binds the rendezvous store's socket to 127.0.0.1 and passes it to
+rank 0, and the ranks' gloo (or NCCL) sockets are put on the loopback interface
+(:mod:`validation.backend`). When a rank exits
 with a non-zero status, the others normally fail within a moment on their own (their next
 collective sees the closed connection, or the process-group timeout expires); whoever is still
 running after ``grace_s`` is ended. A rank that stops responding (no heartbeat, see
@@ -17,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -29,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 
 from validation import heartbeat
-from validation.backend import free_port
+from validation.backend import LOCAL_STORE_ENV, LOOPBACK, STORE_FD_ENV, listen_loopback, loopback_environment
 from validation.contention import Neighbours
 
 POLL_S = 0.05
@@ -49,10 +53,12 @@ class LaunchResult:
 
 
 def rank_environment(rank: int, world_size: int, port: int, threads: int = 1) -> dict[str, str]:
-    """torchrun's variables for ``rank``, and OMP_NUM_THREADS for its ``threads``. A rank with
-    several threads also gets OMP_WAIT_POLICY=PASSIVE (unless set already): OpenMP workers that
-    spin while waiting take the CPU from the rank's peers and neighbours, and two threads pinned
-    to one CPU made steps about 10x slower here."""
+    """torchrun's variables for ``rank`` (the master on 127.0.0.1), the collective sockets on the
+    loopback interface (:func:`~validation.backend.loopback_environment`, in place of any set),
+    and OMP_NUM_THREADS for its ``threads``. A rank with several threads also gets
+    OMP_WAIT_POLICY=PASSIVE (unless set already): OpenMP workers that spin while waiting take the
+    CPU from the rank's peers and neighbours, and two threads pinned to one CPU made steps about
+    10x slower here."""
     env = dict(os.environ)
     if threads > 1:
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -61,10 +67,11 @@ def rank_environment(rank: int, world_size: int, port: int, threads: int = 1) ->
         WORLD_SIZE=str(world_size),
         LOCAL_RANK=str(rank),
         LOCAL_WORLD_SIZE=str(world_size),
-        MASTER_ADDR="127.0.0.1",
+        MASTER_ADDR=LOOPBACK,
         MASTER_PORT=str(port),
         OMP_NUM_THREADS=str(threads),
         PYTHONUNBUFFERED="1",
+        **loopback_environment(),
     )
     return env
 
@@ -101,19 +108,13 @@ def launch(
     ``contention`` starts a noisy neighbour per rank (on that rank's ``cpus``, when it has some)
     before the ranks, stopped after them whatever happens (SIGTERM to the launcher included)."""
     t0 = time.monotonic()
-    port = free_port()
     beats = Path(tempfile.mkdtemp(prefix="hetsim-heartbeat-"))
     procs: list[subprocess.Popen[bytes]] = []
     with _sigterm_as_exit(), Neighbours(contention or {}, cpus):
         try:
-            for r in range(world_size):
-                env = rank_environment(r, world_size, port, threads=(threads or {}).get(r, 1))
-                command = [sys.executable, "-m", "validation.train", *rank_argv]
-                procs.append(
-                    subprocess.Popen(
-                        command, env={**env, heartbeat.DIR_ENV: str(beats), heartbeat.PARENT_ENV: str(os.getpid())}
-                    )
-                )
+            with listen_loopback() as store:  # rank 0's from its start; closed here once the ranks run
+                for r in range(world_size):
+                    procs.append(_start_rank(r, world_size, rank_argv, store, beats, (threads or {}).get(r, 1)))
             first_failure, reason = _supervise(procs, beats, grace_s)
         finally:
             _stop(procs)
@@ -121,6 +122,18 @@ def launch(
     returncodes = tuple(int(p.returncode) for p in procs)
     failed = None if first_failure is None else (first_failure[0], returncodes[first_failure[0]])
     return LaunchResult(returncodes, failed, time.monotonic() - t0, reason)
+
+
+def _start_rank(
+    rank: int, world_size: int, rank_argv: Sequence[str], store: socket.socket, beats: Path, threads: int
+) -> subprocess.Popen[bytes]:
+    """One rank of ``python -m validation.train *rank_argv``; rank 0 inherits the store's socket."""
+    env = rank_environment(rank, world_size, store.getsockname()[1], threads=threads)
+    env.update({LOCAL_STORE_ENV: "1", heartbeat.DIR_ENV: str(beats), heartbeat.PARENT_ENV: str(os.getpid())})
+    if rank == 0:
+        env[STORE_FD_ENV] = str(store.fileno())
+    command = [sys.executable, "-m", "validation.train", *rank_argv]
+    return subprocess.Popen(command, env=env, pass_fds=(store.fileno(),) if rank == 0 else ())
 
 
 def _supervise(
