@@ -28,13 +28,17 @@ lint: install
 # Tests. pytest's exit status is make's: any failure, an error, or no test collected (status 5)
 # fails the target. Never prefix these recipes with `-` or append `|| true`.
 # test: the whole suite, slow and multi-process tests included (what CI runs, with CI=1).
+# The tests that start no processes of their own run on both cores (pytest-xdist); the
+# multi-process ones (real process groups, launchers, Dask) after them, one at a time, as their
+# timing and process checks assume.
 test: install lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not multiprocess" -n 2 $(PYTEST_ARGS)
+	$(PY) -m pytest -m multiprocess $(PYTEST_ARGS)
 
-# test-fast: the quick lane for the edit-test loop (~20 s on 2 cores); skips tests marked
+# test-fast: the quick lane for the edit-test loop, on both cores; skips tests marked
 # slow or multiprocess (see the markers in pyproject.toml).
 test-fast: install
-	$(PY) -m pytest -m "not slow and not multiprocess" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not multiprocess" -n 2 $(PYTEST_ARGS)
 
 # docs: the MkDocs site (docs/, mkdocs.yml) into site/; --strict makes a broken link or reference an error.
 docs: install
