@@ -101,8 +101,10 @@ def launch(
     threads: Mapping[int, int] | None = None,
     cpus: Mapping[int, Sequence[int]] | None = None,
     contention: Mapping[int, float] | None = None,
+    module: str = "validation.train",
 ) -> LaunchResult:
-    """Run ``world_size`` ranks of ``python -m validation.train *rank_argv`` and wait for all. After
+    """Run ``world_size`` ranks of ``python -m MODULE *rank_argv`` (``module``: the trainer by
+    default; ``validation profile`` starts its own ranks) and wait for all. After
     the first failure (a non-zero exit, or a rank that stops beating) the others get ``grace_s``
     to end on their own, then are ended. ``threads`` sets each rank's OMP_NUM_THREADS (default 1);
     ``contention`` starts a noisy neighbour per rank (on that rank's ``cpus``, when it has some)
@@ -114,7 +116,9 @@ def launch(
         try:
             with listen_loopback() as store:  # rank 0's from its start; closed here once the ranks run
                 for r in range(world_size):
-                    procs.append(_start_rank(r, world_size, rank_argv, store, beats, (threads or {}).get(r, 1)))
+                    procs.append(
+                        _start_rank(r, world_size, [module, *rank_argv], store, beats, (threads or {}).get(r, 1))
+                    )
             first_failure, reason = _supervise(procs, beats, grace_s)
         finally:
             _stop(procs)
@@ -127,12 +131,12 @@ def launch(
 def _start_rank(
     rank: int, world_size: int, rank_argv: Sequence[str], store: socket.socket, beats: Path, threads: int
 ) -> subprocess.Popen[bytes]:
-    """One rank of ``python -m validation.train *rank_argv``; rank 0 inherits the store's socket."""
+    """One rank of ``python -m *rank_argv`` (the module first); rank 0 inherits the store's socket."""
     env = rank_environment(rank, world_size, store.getsockname()[1], threads=threads)
     env.update({LOCAL_STORE_ENV: "1", heartbeat.DIR_ENV: str(beats), heartbeat.PARENT_ENV: str(os.getpid())})
     if rank == 0:
         env[STORE_FD_ENV] = str(store.fileno())
-    command = [sys.executable, "-m", "validation.train", *rank_argv]
+    command = [sys.executable, "-m", *rank_argv]
     return subprocess.Popen(command, env=env, pass_fds=(store.fileno(),) if rank == 0 else ())
 
 
