@@ -133,6 +133,7 @@ def set_path(raw: dict[str, Any], path: str, value: Any) -> None:
 MAX_TRACE_ROWS = 2**28  # worker-steps a run may record (about 16 GB of trace); more does not fit here
 MAX_STEPS = 2**26  # steps a run may have (summarised: a few numbers per step, 1.6 GB at this bound)
 MAX_WORKER_STEPS = 2**36  # worker-steps: hours on the vector engine (about 1.5 at 13 M/s), a day on SimPy
+MAX_WORKERS = 2**20  # a scenario expands one WorkerSpec object per worker: a million is seconds, more is minutes
 
 WORKLOAD_PARAMS = (
     Param("global_batch", "integer", low=1, high=MAX_COUNT, doc="samples per step, over all workers"),
@@ -239,7 +240,9 @@ def build_scenario(raw: Mapping[str, Any], base_dir: Path | None = None) -> Scen
         raise ConfigError(
             "workload.global_batch", f"{workload.global_batch} is smaller than the number of workers ({n})"
         )
-    capacity = sum(w.cap for w in scenario.workers)
+    if n > MAX_WORKERS:  # before anything expands the groups into one object per worker
+        raise ConfigError("workers.count", f"{n} workers in all, more than the {MAX_WORKERS} a scenario can hold")
+    capacity = sum(g.count * g.spec.cap for g in scenario.groups)
     if capacity < workload.global_batch:
         raise ConfigError(
             "workers.max_batch",
