@@ -1,5 +1,6 @@
-"""``python -m validation``: ``run`` (launch the ranks, print the per-policy summary) and
-``compare`` (simulator vs measurement). It prints the launcher's output (each rank's own
+"""``python -m validation``: ``run`` (launch the ranks, print the per-policy summary),
+``compare`` (simulator vs measurement), ``matrix`` and ``profile`` (a workload's measured costs
+as a scenario, :mod:`validation.profile`). It prints the launcher's output (each rank's own
 status and errors come from ``validation.train``); bad input ends in one line on stderr
 (``validation: error: <field>: <problem>``) and exit status 2.
 
@@ -15,6 +16,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from hetsim.cli_common import OneLineParser, run_main
 from hetsim.errors import ConfigError
@@ -70,7 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep N extra busy processes running for the whole matrix (a loaded machine)",
     )
     mx.add_argument("--json", action="store_true", help="print results.json instead of the table")
+    add_profile_parser(sub)
     return parser
+
+
+def add_profile_parser(sub: Any) -> None:
+    from validation.profile_config import add_profile_options
+
+    pr = sub.add_parser(
+        "profile", help="measure a workload's step time against the local batch on each device; write a scenario"
+    )
+    add_profile_options(pr)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -201,6 +213,22 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    from validation.profile import ProfileFailed, profile_and_write, summary_lines
+    from validation.profile_config import build_profile_config
+    from validation.workloads import resolve_workload
+
+    config = build_profile_config(args)
+    check_local_devices(config.devices)
+    try:
+        info = profile_and_write(config, resolve_workload(config.workload).name)
+    except ProfileFailed as exc:
+        print(f"validation: error: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(summary_lines(info, config.out)))
+    return 0
+
+
 def cuda_devices() -> int:
     """CUDA devices on this machine (0 without torch's CUDA)."""
     import torch
@@ -208,7 +236,7 @@ def cuda_devices() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-COMMANDS = {"run": cmd_run, "compare": cmd_compare, "matrix": cmd_matrix}
+COMMANDS = {"run": cmd_run, "compare": cmd_compare, "matrix": cmd_matrix, "profile": cmd_profile}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,97 @@
+"""``python -m validation profile``: measure a workload's step time against the local batch on
+each device, the largest local batch each holds, the gradient's size and the all-reduce between
+the ranks, and write a scenario every hetsim command accepts.
+
+Owns the launcher's side: it starts one rank per device (:mod:`validation.profile_rank`, through
+:func:`validation.launch.launch`, so the ranks listen on loopback only and the noisy neighbours
+of ``--contention`` live exactly as long as they do) with the checked configuration in a
+temporary folder, reads back their results, or the bad input a rank found (one line, exit status
+2), and writes ``--out`` (:mod:`validation.profile_output`). Nothing is written to ``--out``
+before every rank has finished; the temporary folder is removed whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from hetsim.errors import ConfigError
+from hetsim.files import write_json
+from validation.profile_config import ProfileConfig
+
+
+class ProfileFailed(RuntimeError):
+    """A rank failed for a reason other than bad input (its last log line says why)."""
+
+
+def run_profile(config: ProfileConfig) -> list[dict[str, Any]]:
+    """Every rank's results, rank by rank (see :mod:`validation.profile_rank`)."""
+    from validation.launch import launch
+
+    folder = Path(tempfile.mkdtemp(prefix="hetsim-profile-"))
+    try:
+        write_json(folder / "config.json", config.to_dict())
+        result = launch(
+            [str(folder / "config.json"), str(folder)],
+            config.world_size,
+            threads=config.threads,
+            cpus=config.cpus,
+            contention=config.contention,
+            module="validation.profile_rank",
+        )
+        first = result.first_failure[0] if result.first_failure else 0
+        errors = sorted(folder.glob("error-*.json"), key=lambda p: (p.name != f"error-{first}.json", p.name))
+        if errors:
+            found = json.loads(errors[0].read_text(encoding="utf-8"))
+            raise ConfigError(found["field"], found["problem"])
+        if not result.ok or not (folder / "result.json").is_file():
+            raise ProfileFailed(
+                f"rank {first} failed first ({result.reason}): {_last_line(folder / f'rank-{first}.log')}"
+            )
+        results: list[dict[str, Any]] = json.loads((folder / "result.json").read_text(encoding="utf-8"))
+        return results
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1] if lines else "no log"
+
+
+def profile_and_write(config: ProfileConfig, workload_name: str) -> dict[str, Any]:
+    """Profile, then write ``config.out`` (all three files or none); returns the scenario."""
+    from validation import profile_output
+
+    t0 = time.monotonic()
+    results = run_profile(config)
+    scenario = profile_output.build(config, results, workload_name)
+    info = profile_output.meta(config, results, scenario, time.monotonic() - t0)
+    profile_output.write(config.out, scenario, profile_output.rows(results), info)
+    return info
+
+
+def summary_lines(info: dict[str, Any], out: Path) -> list[str]:
+    """What the command prints: each rank's curve in brief, the network, where the files are."""
+    lines = []
+    for r in info["ranks"]:
+        first, last = r["curve"][0], r["curve"][-1]
+        lines.append(
+            f"rank {r['rank']} ({r['device']}): {len(r['curve'])} batch sizes, max batch {r['max_batch']}, "
+            f"step {1e3 * first['median_s']:.2f} ms at {first['batch']} .. {1e3 * last['median_s']:.2f} ms at "
+            f"{last['batch']}, noise sigma {r['noise_sigma']:.3f}"
+        )
+    a = info["allreduce"]
+    lines.append(
+        f"gradient {info['gradient_mb']:.3f} MB; all-reduce {1e3 * a['at_gradient_measured_s']:.2f} ms measured, "
+        f"{1e3 * a['at_gradient_fitted_s']:.2f} ms fitted"
+    )
+    lines.append(f"wrote {out}/scenario.toml, profile.csv, meta.json; next: python -m hetsim plan {out}/scenario.toml")
+    return lines

@@ -1,0 +1,185 @@
+"""What ``validation profile`` makes of its ranks' measurements: the scenario, the table of every
+measurement and the meta data, checked by hetsim and written atomically.
+
+* ``scenario.toml``: one ``[[workers]]`` per rank, named ``rank<R>-<device>``, with a ``table``
+  cost through the median step time at each measured batch (made non-decreasing by isotonic
+  regression weighted by the samples, as hetsim's ``profile`` costs are: a table's times must
+  not fall), the rank's ``max_batch``, and a mean-1 lognormal ``noise`` whose ``sigma`` is the
+  spread of the repeats around their medians (1.4826 x the median absolute deviation of the log
+  times, robust to the odd pause); ``[workload]`` with the workload's training-set size, the
+  global batch and the measured ``gradient_mb``; ``[network]`` fitted to the all-reduce timing.
+* ``profile.csv``: one row per timed step (``kind`` fit, warmup or step) and all-reduce.
+* ``meta.json``: the configuration, each rank's curve with its confidence intervals, the
+  network's fit against its measurement at the gradient's size, versions, commit and date.
+
+**The network.** The all-reduce of ``x`` MB among ``n`` ranks is fitted as hetsim's ``ring``,
+``2(n-1) latency + 2(n-1)/n x 8e-3 / bandwidth_gbps``: a line ``alpha + beta x`` through the
+medians at each size by non-negative least squares on relative errors (the one-element
+all-reduce pins the latency, the gradient-sized ones the bandwidth). When the fit finds no
+bandwidth term (``beta = 0``: the times do not grow with the size), the network is ``constant``
+at the median time at the gradient's size.
+
+The scenario is built by ``hetsim.config.build_scenario`` before anything is written, so a
+scenario that hetsim would refuse is never written.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import isotonic_regression, nnls
+
+from validation.profile_config import ProfileConfig
+from validation.profile_grid import median_ci
+
+EPOCHS = 10  # validation run's default
+MIN_SIGMA = 1e-4  # below this the noise is left out
+
+
+def curve(samples: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """Per measured batch, in order: its median, 95% CI and sample count."""
+    out = []
+    for batch in sorted(samples, key=int):
+        mid, lo, hi = median_ci(samples[batch])
+        out.append({"batch": int(batch), "median_s": mid, "ci_low_s": lo, "ci_high_s": hi, "n": len(samples[batch])})
+    return out
+
+
+def table_points(points: list[dict[str, Any]]) -> list[list[float]]:
+    """``[[batch, seconds], ...]`` through the medians, non-decreasing (weighted isotonic fit)."""
+    medians = np.array([p["median_s"] for p in points])
+    fitted = isotonic_regression(medians, weights=np.array([float(p["n"]) for p in points])).x
+    return [[float(p["batch"]), float(t)] for p, t in zip(points, fitted)]
+
+
+def noise_sigma(samples: dict[str, list[float]]) -> float:
+    """The lognormal sigma of the repeats around their batch's median (robust: 1.4826 MAD)."""
+    residuals = [math.log(t / statistics.median(ts)) for ts in samples.values() for t in ts if len(ts) >= 3]
+    return 1.4826 * statistics.median(abs(r) for r in residuals) if residuals else 0.0
+
+
+def fit_network(allreduce: dict[str, list[float]], world: int, gradient_mb: float) -> dict[str, Any]:
+    """The ``[network]`` table fitted to the all-reduce medians (see the module's docstring)."""
+    sizes_mb = np.array([4 * int(k) / 1e6 for k in allreduce])
+    medians = np.array([statistics.median(v) for v in allreduce.values()])
+    if world < 2 or sizes_mb.size == 0:
+        return {"kind": "constant", "time_s": 0.0}
+    design = np.column_stack([np.ones_like(sizes_mb), sizes_mb]) / medians[:, None]
+    (alpha, beta), _ = nnls(design, np.ones_like(medians))
+    if beta <= 0:
+        return {"kind": "constant", "time_s": float(medians[np.argmax(sizes_mb)])}
+    return {
+        "kind": "ring",
+        "latency_s": float(alpha / (2 * (world - 1))),
+        "bandwidth_gbps": float(2 * (world - 1) / world * 8e-3 / beta),
+    }
+
+
+def merged_allreduce(results: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per size, each repetition's slowest rank (an all-reduce ends when the last rank has it)."""
+    sizes = results[0]["allreduce"]
+    return {k: [max(r["allreduce"][k][i] for r in results) for i in range(len(sizes[k]))] for k in sizes}
+
+
+def build(config: ProfileConfig, results: list[dict[str, Any]], workload_name: str) -> dict[str, Any]:
+    """The scenario's raw tables (see the module's docstring)."""
+    gradient_mb = float(results[0]["gradient_mb"])
+    workers = []
+    for r in results:
+        worker: dict[str, Any] = {
+            "name": f"rank{r['rank']}-{r['device'].replace(':', '')}",
+            "cost": {"model": "table", "points": table_points(curve(r["samples"]))},
+            "max_batch": int(r["max_batch"]),
+        }
+        sigma = noise_sigma(r["samples"])
+        if sigma > MIN_SIGMA:
+            worker["noise"] = {"dist": "lognormal", "sigma": round(sigma, 6)}
+        workers.append(worker)
+    capacity = sum(int(r["max_batch"]) for r in results)
+    return {
+        "name": f"profile-{workload_name}",
+        "description": f"measured by python -m validation profile: {workload_name} on {','.join(config.devices)}",
+        "seed": config.seed,
+        "workload": {
+            "global_batch": min(config.global_batch, capacity),
+            "dataset_size": config.dataset_size,
+            "epochs": EPOCHS,
+            "gradient_mb": gradient_mb,
+        },
+        "network": fit_network(merged_allreduce(results), len(results), gradient_mb),
+        "workers": workers,
+    }
+
+
+def rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``profile.csv``'s rows: every step and every all-reduce, each rank's."""
+    out = []
+    for r in results:
+        out += [{**row, "device": r["device"]} for row in r["rows"]]
+        for size, times in r["allreduce"].items():
+            out += [{"rank": r["rank"], "device": r["device"], "kind": "allreduce", "batch": 0,
+                     "size_mb": 4 * int(size) / 1e6, "repeat": k, "seconds": t, "fits": True}
+                    for k, t in enumerate(times)]  # fmt: skip
+    return out
+
+
+def meta(
+    config: ProfileConfig, results: list[dict[str, Any]], scenario: dict[str, Any], wall_s: float
+) -> dict[str, Any]:
+    """``meta.json``: what was asked, what each rank measured, how well the network fits."""
+    import torch
+
+    from hetsim.registry import NETWORKS
+    from hetsim.results import provenance
+    from hetsim.tables import make_plugin
+
+    allreduce = merged_allreduce(results)
+    network, gradient_mb, world = scenario["network"], scenario["workload"]["gradient_mb"], len(results)
+    model = make_plugin(NETWORKS, network, "network", "kind")
+    largest = max(allreduce, key=int) if allreduce else None
+    return {
+        "config": config.to_dict(),
+        "seed": config.seed,
+        **provenance(),
+        "torch": torch.__version__,
+        "wall_s": wall_s,
+        "parameters": results[0]["parameters"],
+        "gradient_mb": gradient_mb,
+        "ranks": [
+            {
+                "rank": r["rank"],
+                "device": r["device"],
+                "max_batch": r["max_batch"],
+                "placement": r["placement"],
+                "noise_sigma": noise_sigma(r["samples"]),
+                "curve": curve(r["samples"]),
+            }
+            for r in results
+        ],  # fmt: skip
+        "allreduce": {
+            "measured_s": {str(4 * int(k) / 1e6): statistics.median(v) for k, v in allreduce.items()},
+            "at_gradient_measured_s": statistics.median(allreduce[largest]) if largest else 0.0,
+            "at_gradient_fitted_s": float(model.allreduce_s(world, gradient_mb)),
+        },
+    }
+
+
+def write(out: Path, scenario: dict[str, Any], table: list[dict[str, Any]], info: dict[str, Any]) -> None:
+    """The three files into ``out``, all or none (hetsim's atomic folder), after hetsim has
+    accepted the scenario."""
+    import pandas as pd
+    import tomli_w
+
+    from hetsim.config import build_scenario
+    from hetsim.files import atomic_folder, write_frame, write_json
+
+    build_scenario(scenario)
+    text = tomli_w.dumps(scenario)
+    with atomic_folder(out, "--out") as tmp:
+        (tmp / "scenario.toml").write_text(text, encoding="utf-8")
+        write_frame(tmp / "profile.csv", pd.DataFrame(table))
+        write_json(tmp / "meta.json", info)

@@ -1,0 +1,186 @@
+"""One rank of ``python -m validation profile``: ``python -m validation.profile_rank CONFIG.json
+FOLDER``, started by the launcher (:func:`validation.launch.launch`, which keeps it on loopback
+and supervises it) with the configuration :mod:`validation.profile` wrote.
+
+A rank, in order: takes its threads and CPUs; joins the process group; finds the largest local
+batch its device holds (:func:`~validation.profile_grid.back_off`; on a CPU that is its
+``--max-batch``); waits for the others; measures its step-time curve on the adaptive grid
+(:func:`~validation.profile_grid.run_grid`) until the shared deadline, ``--budget-s`` after
+that common start, spending what the grid leaves on more repeats where the confidence interval
+is widest; waits for the others again; times the all-reduce at several sizes up to the
+gradient's; and sends its results to rank 0, which writes ``FOLDER/result.json``.
+
+**All ranks at once.** The devices are profiled concurrently, each rank running its own grid
+until the same deadline, rather than one at a time: in a real run every rank computes at the
+same time, and ranks that share a machine (its cores, memory bandwidth, a noisy neighbour, a
+PCIe switch) slow each other down. A device profiled alone would look faster than it is in the
+run the scenario predicts. Filling the budget with repeats keeps every rank busy until the
+deadline, so none measures while its peers have already stopped. (A real run also waits at each
+step's barrier, which a profile does not: the contention profiled is that of ranks that are
+always busy, its upper end.)
+
+**Output.** A rank prints nothing: its stderr goes to ``FOLDER/rank-R.log`` (the launcher's
+caller prints one line). Bad input found here (a model that does not fit even at a local batch
+of one, a budget too small for two batch sizes) is written to ``FOLDER/error-R.json`` as
+``{"field", "problem"}`` and the rank exits with status 2; a failed collective (most often a
+peer that exited) with status 1.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hetsim.errors import ConfigError
+from hetsim.files import write_json
+from validation import heartbeat
+from validation.backend import RankEnv, comm_device, init_process_group, resolve_device, select_backend, torch_device
+from validation.placement import apply_placement, placement_in_effect
+from validation.profile_config import ProfileConfig
+from validation.profile_grid import BudgetTooSmall, DoesNotFit, GridPlanner, back_off, run_grid, spread_rel
+from validation.profile_measure import Stepper, allreduce_sizes, time_allreduce
+from validation.workloads import load_workload
+
+MAX_SAMPLES_FACTOR = 10  # extra repeats stop at this many times --repeats per batch
+SLACK = 1.2  # a measurement is predicted to take this much more than its steps
+
+
+class Rank:
+    """One rank's profile (see the module's docstring)."""
+
+    def __init__(self, config: ProfileConfig, env: RankEnv, device: torch.device, backend: str) -> None:
+        self.config, self.env, self.device, self.backend = config, env, device, backend
+        self.where = f"rank {env.rank} ({config.devices[env.rank]})"
+        self.doing = "start-up"
+        self.samples: dict[int, list[float]] = {}
+
+    def sync(self) -> None:
+        dist.all_reduce(torch.zeros(1, device=comm_device(self.backend, self.device)))
+
+    def run(self) -> dict[str, Any]:
+        config, rank = self.config, self.env.rank
+        stepper = Stepper(load_workload(config.workload), config.seed, self.device, rank)
+        self.doing = "finding the largest local batch"
+        try:
+            cap, rough_s = back_off(stepper.fits, config.max_batch[rank])
+        except DoesNotFit:
+            problem = f"{stepper.workload.name} does not fit on {self.where} even at a local batch of 1 (out of memory)"
+            raise ConfigError("--workload", problem) from None
+        if cap < 2:
+            raise ConfigError("--devices", f"{self.where} holds a local batch of 1 only: a curve needs two batch sizes")
+        self.sync()
+        deadline = time.perf_counter() + config.budget_s
+        planner = GridPlanner(1, cap, rough={cap: rough_s})
+        self.doing = "measuring step times"
+        try:
+            run_grid(
+                planner, lambda b: self.measure(stepper, planner, b), config.budget_s, config.warmup + config.repeats
+            )
+        except BudgetTooSmall as exc:
+            raise ConfigError("--budget-s", f"{self.where}: {exc}") from None
+        self.fill(stepper, planner, deadline)
+        self.doing = "timing the all-reduce"
+        self.sync()
+        sizes = allreduce_sizes(stepper.parameters) if self.env.world_size > 1 else []
+        allreduce = time_allreduce(sizes, comm_device(self.backend, self.device))
+        return {
+            "rank": rank,
+            "device": config.devices[rank],
+            "max_batch": cap,
+            "parameters": stepper.parameters,
+            "gradient_mb": stepper.parameters * 4 / 1e6,  # float32, as the trainer all-reduces it
+            "samples": {str(b): times for b, times in sorted(self.samples.items())},
+            "allreduce": {str(size): times for size, times in allreduce.items()},
+            "rows": stepper.rows,
+            "placement": placement_in_effect(),
+        }
+
+    def measure(self, stepper: Stepper, planner: GridPlanner, batch: int) -> tuple[float, float]:
+        """Warm-up and repeats at a new batch: (median step time, time taken); the planner's
+        tolerance follows the measurements' noise (the median relative half-width of their CIs)."""
+        t0 = time.perf_counter()
+        self.samples[batch] = stepper.measure(batch, self.config.warmup, self.config.repeats)
+        planner.tolerance_rel = statistics.median(spread_rel(s) for s in self.samples.values())
+        return statistics.median(self.samples[batch]), time.perf_counter() - t0
+
+    def fill(self, stepper: Stepper, planner: GridPlanner, deadline: float) -> None:
+        """Until the deadline: more repeats (after one warm-up step) where the CI is widest."""
+        repeats = self.config.repeats
+        while True:
+            open_ = [b for b, s in self.samples.items() if len(s) < MAX_SAMPLES_FACTOR * repeats]
+            if not open_:
+                return
+            batch = max(open_, key=lambda b: (spread_rel(self.samples[b]), -len(self.samples[b])))
+            if time.perf_counter() + SLACK * (1 + repeats) * statistics.median(self.samples[batch]) > deadline:
+                return
+            self.samples[batch] += stepper.measure(batch, 1, repeats)
+            planner.record(batch, statistics.median(self.samples[batch]))
+
+
+def run_rank(config: ProfileConfig, env: RankEnv, folder: Path) -> None:
+    """The rank's process group around :meth:`Rank.run`; rank 0 writes ``result.json``."""
+    threads = config.threads.get(env.rank, 1)
+    apply_placement(threads, config.cpus.get(env.rank))
+    torch.set_num_threads(threads)
+    device = torch_device(resolve_device(config.devices[env.rank], env.local_rank))
+    backend = select_backend(config.devices)
+    rank = Rank(config, env, device, backend)
+    heartbeat.start(env.rank, lambda: rank.doing)
+    init_process_group(backend, env, device, timeout_s=2 * config.budget_s + 60)
+    try:
+        result = rank.run()
+        rank.doing = "sending the results"
+        gathered: list[Any] = [None] * env.world_size
+        dist.all_gather_object(gathered, result)
+        if env.rank == 0:
+            write_json(folder / "result.json", gathered)
+        rank.sync()  # leave together: a rank tearing gloo down while a peer still talks to it aborts
+    finally:
+        dist.destroy_process_group()
+
+
+def main(argv: Sequence[str]) -> int:
+    """0 when done, 2 for bad input found here (``error-R.json``), 1 when a collective failed."""
+    config_path, folder = Path(argv[0]), Path(argv[1])
+    env = RankEnv.from_environ()
+    if env is None:
+        print("validation.profile_rank: start it with python -m validation profile", file=sys.stderr)
+        return 2
+    log = open(folder / f"rank-{env.rank}.log", "a", encoding="utf-8")
+    os.dup2(log.fileno(), 2)
+    try:
+        run_rank(ProfileConfig.from_dict(_read(config_path)), env, folder)
+    except ConfigError as exc:
+        write_json(folder / f"error-{env.rank}.json", {"field": exc.field, "problem": exc.problem})
+        return 2
+    except (RuntimeError, OSError) as exc:
+        print(f"validation: rank {env.rank}: failed: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def _read(path: Path) -> dict[str, Any]:
+    import json
+
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def exit_now(status: int) -> None:
+    """End without the interpreter's teardown, as :func:`validation.train.exit_now` does (gloo's
+    threads can still be joinable when C++ static destructors run, and abort a finished rank)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    exit_now(main(sys.argv[1:]))
