@@ -111,6 +111,49 @@ def run_meta(
     }
 
 
+def script_meta(
+    *,
+    world_size: int,
+    global_batch: int,
+    steps_per_epoch: int,
+    epochs: int,
+    policies: Sequence[str],
+    model: torch.nn.Module,
+    n_train: int,
+    n_test: int,
+    seed: int,
+    backend: str,
+    devices: Sequence[str],
+    workload: str,
+    comm: str,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """meta.json's content for a run of a user's own script (:mod:`validation.uneven`): the fields
+    ``validation compare`` reads, as :func:`run_meta` writes them for ``validation run``, with
+    no injected delays (``config`` holds the seed and whatever else ``extra`` adds)."""
+    n_params = sum(p.numel() for p in model.parameters())
+    return {
+        "config": {"seed": seed, "global_batch": global_batch, "epochs": epochs, "comm": comm, **(extra or {})},
+        "world_size": world_size,
+        "backend": backend,
+        "devices": list(devices),
+        "rank0_device": devices[0] if devices else "cpu",
+        "workload": workload,
+        "comm": comm,
+        "global_batch": global_batch,
+        "steps_per_epoch": steps_per_epoch,
+        "epochs": epochs,
+        "policies": list(policies),
+        "n_train": n_train,
+        "n_test": n_test,
+        "parameters": n_params,
+        "gradient_mb": n_params * 4 / 1e6,
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "injection": {"delay": {}, "per_sample_delay": {}, "slowdown": {}},
+    }
+
+
 class RunWriter:
     """Collects rows on rank 0 and rewrites the run folder's files."""
 

@@ -1,48 +1,40 @@
 """What a rank's training loop keeps per trace segment and per step: :class:`Segment` (a
-policy's model, optimizer and counters, or the probe's), :class:`Computed` (a rank's compute
-phase) and :class:`StepResult` (one step as the rank measured it)."""
+policy's stepper and controller, or the probe's), :class:`Computed` (a rank's compute phase)
+and :class:`StepResult` (one step as the rank measured it)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
-from hetsim.policies import Policy, StepInfo, StepRecord
-from validation.ddp import ReadyClock
+from hetsim.policies import Policy
 from validation.noise_scale import NoiseScale
 from validation.record import RankTiming
+
+if TYPE_CHECKING:  # validation.uneven imports this module
+    from validation.uneven.control import Controller
+    from validation.uneven.step import UnevenStep
 
 
 @dataclass
 class Segment:
-    """One trace segment (a policy, or the probe): its model, optimizer, counters and, on rank 0,
-    the policy with the record it has not observed yet."""
+    """One trace segment (a policy, or the probe): its model and optimizer (in ``stepper``), its
+    split and counters (in ``ctrl``; on rank 0 the policy) and its running noise-scale sums."""
 
     name: str
-    model: torch.nn.Module
-    net: torch.nn.Module  # what the forward pass calls: the model, or the model inside DDP
-    clock: ReadyClock | None  # DDP's compute clock (None: the flat all-reduce)
-    optimizer: torch.optim.Optimizer
-    policy: Policy | None
-    weighted: bool
-    step: int = 0
-    elapsed_s: float = 0.0
-    pending: list[StepRecord] = field(default_factory=list)
+    stepper: UnevenStep
+    ctrl: Controller
     noise: NoiseScale = field(default_factory=NoiseScale)  # running noise-scale sums (rank 0's policy is fed them)
 
-    def flush(self) -> None:
-        """Rank 0: feed the policy the measurements it has not observed yet."""
-        assert self.policy is not None
-        while self.pending:
-            self.policy.observe(self.pending.pop(0))
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.stepper.model
 
-    def propose(self, info: StepInfo) -> Sequence[int]:
-        """Rank 0: feed the policy the last step's measurements, then ask for this step's split."""
-        self.flush()
-        assert self.policy is not None
-        return self.policy.partition(info)
+    @property
+    def policy(self) -> Policy | None:
+        return self.ctrl.policy
 
 
 @dataclass(frozen=True)

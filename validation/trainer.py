@@ -1,8 +1,11 @@
 """One rank's training loop: the schedule of a run, its steps, and what the trace records of them.
 
-Owns :class:`RankTrainer` (inside the process group :mod:`validation.train` started): the trace
-segments, one timed step, the probe's plan and schedule, and the writer every rank calls (rank
-0's :class:`~validation.record.RunWriter` writes the run folder; :class:`NullWriter` elsewhere).
+Owns :class:`RankTrainer` (inside the process group :mod:`validation.train` started): the run's
+schedule of trace segments, the probe's schedule and what the probe teaches the policies, and
+the writer every rank calls (rank 0's :class:`~validation.record.RunWriter` writes the run
+folder; :class:`NullWriter` elsewhere). The steps themselves are :mod:`validation.uneven`'s, the
+library a user's own script trains with: one trainer, not two (:class:`~validation.uneven.UnevenStep`
+times a step, :class:`~validation.uneven.Controller` splits it and writes its rows).
 
 A rank runs, in order: unrecorded warm-up steps; the probe's first rounds (``policy = "probe"``,
 :mod:`validation.probe`); then epoch by epoch, one epoch of each policy in turn (each from the
@@ -10,7 +13,7 @@ same initial weights, with its own model, optimizer and policy), the probe's oth
 after them: every policy and the calibration see the same drift of machine load.
 
 One step, as every rank sees it (all times from ``perf_counter``, after synchronising the
-device on GPU):
+device on GPU; :mod:`validation.uneven.step`):
 
     split   rank 0 asks the policy for the split and broadcasts it      -> comm_s (not compute:
             every rank waits here for rank 0's decision)
@@ -35,8 +38,7 @@ time. ``start_s`` is the segment's own elapsed step time, as in a simulated run 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -47,19 +49,19 @@ import torch.distributed as dist
 
 from hetsim.efficiency import Efficiency
 from hetsim.partition import split_by_shares
-from hetsim.policies import Policy, RunHint, StepInfo, StepRecord, WorkerHint, make_policy, policy_class
-from validation.allreduce import combine, gradient_weights, pack, unpack
-from validation.backend import RankEnv, comm_device, resolve_device, select_backend, synchronize, torch_device
+from hetsim.policies import Policy, RunHint, StepInfo, WorkerHint, make_policy, policy_class
+from validation.backend import RankEnv, comm_device, resolve_device, select_backend, torch_device
 from validation.config import RunConfig
-from validation.ddp import ReadyClock, loss_scale, wrap
 from validation.inject import Injector
 from validation.noise_scale import EPOCH_DECAY, block_sums, estimate
 from validation.placement import placement_in_effect
 from validation.probe import PROBE, fit_probe, probe_round, probe_schedule
-from validation.record import NullWriter, RankTiming, RunWriter, Writer, run_meta, step_rows
-from validation.segment import Computed, Segment, StepResult
-from validation.sharding import PROBE as PROBE_STREAM
+from validation.record import NullWriter, RunWriter, Writer, run_meta
+from validation.segment import Segment
 from validation.sharding import WARMUP, epoch_permutation, local_indices, steps_per_epoch
+from validation.uneven.control import Controller
+from validation.uneven.run import probe_rounds, run_steps
+from validation.uneven.step import UnevenStep
 from validation.workloads import load_workload
 from validation.workloads.base import Dataset
 
@@ -92,127 +94,39 @@ class RankTrainer:
         self.probe_hints: tuple[WorkerHint, ...] | None = None
         self.probe_run = RunHint()
         self.probe_noise: float | None = None
+        self.sizes: list[set[int]] = [set() for _ in range(self.world)]  # local batch sizes each rank has run
 
-    # ------------------------------------------------------------------ collectives
+    # ------------------------------------------------------------------ steps
 
     def sync_ranks(self) -> None:
         """An untimed rendezvous (between epochs)."""
         dist.all_reduce(torch.zeros(1, device=self.comm))
 
-    def broadcast_parameters(self, model: torch.nn.Module) -> None:
-        """Rank 0's weights onto every rank."""
-        for p in model.parameters():
-            buf = p.data.to(self.comm)
-            dist.broadcast(buf, src=0)
-            p.data.copy_(buf.to(p.device))
+    def loss_of(self, net: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
+        """The workload's mean loss over the training samples ``idx``, through ``net``."""
+        return self.workload.loss(net(self.data.train_x[idx]), self.data.train_y[idx])
 
-    def broadcast_split(self, propose: Callable[[], Sequence[int]]) -> tuple[int, ...]:
-        """Rank 0's ``propose()`` onto every rank."""
-        split_t = torch.zeros(self.world, dtype=torch.int64, device=self.comm)
-        if self.rank == 0:
-            split_t.copy_(torch.as_tensor(list(propose()), dtype=torch.int64))
-        dist.broadcast(split_t, src=0)
-        return tuple(int(b) for b in split_t.tolist())
+    def before_step(self, label: str) -> Callable[[StepInfo], None]:
+        """What runs before every step of ``label``: where the heartbeat says the rank is, and the
+        hidden ``--crash-at RANK=STEP`` hook."""
 
-    def gather_timings(self, local: list[RankTiming]) -> list[list[RankTiming]]:
-        """Per step, every rank's timing (on every rank)."""
-        gathered: list[Any] = [None] * self.world
-        dist.all_gather_object(gathered, [(t.compute_s, t.wait_s, t.comm_s) for t in local])
-        return [[RankTiming(*gathered[r][k]) for r in range(self.world)] for k in range(len(local))]
+        def before(info: StepInfo) -> None:
+            self.where = f"{label}, epoch {info.epoch}, step {info.step}"
+            self.check_crash()
+            self.run_step += 1
 
-    # ------------------------------------------------------------------ one step
+        return before
 
     def check_crash(self) -> None:
         """The hidden ``--crash-at RANK=STEP`` hook, before every step."""
         if self.config.crash_at is not None and self.config.crash_at == (self.rank, self.run_step):
             raise InjectedCrash(self.rank, self.run_step)
 
-    def shard(self, perm: np.ndarray, step_in_epoch: int, split: tuple[int, ...]) -> torch.Tensor:
-        """This rank's sample indices of the step (one sample, for DDP's zero-weighted pass, when it has none)."""
-        idx = local_indices(perm, step_in_epoch, split, self.rank)
-        return torch.from_numpy(idx if idx.size else perm[:1]).to(self.device)
-
-    def backward_flat(self, seg: Segment, idx: torch.Tensor, b: int, weights: tuple[float, ...]) -> Computed:
-        """Forward, backward and the injected delay, then the weighted gradient packed for one all-reduce."""
-        loss_sum = 0.0
-        t0 = time.perf_counter()
-        if b > 0:
-            loss = self.workload.loss(seg.net(self.data.train_x[idx]), self.data.train_y[idx])
-            loss.backward()
-            synchronize(self.device)
-            self.injector.apply(b, time.perf_counter() - t0)
-            loss_sum = float(loss.detach()) * b
-        flat = pack(seg.model.parameters(), weights[self.rank], self.comm)
-        weight = weights[self.rank]
-        local_sq = float(flat.dot(flat)) / weight**2 if self.config.noise_scale and b > 0 and weight > 0 else 0.0
-        synchronize(self.device)
-        return Computed(time.perf_counter() - t0, loss_sum, flat, local_sq)
-
-    def backward_ddp(self, seg: Segment, idx: torch.Tensor, b: int, weights: tuple[float, ...]) -> Computed:
-        """Forward and backward inside DDP, the loss scaled so that DDP's average is the weighted
-        combination; the compute time is the clock's (the rank's last bucket ready, delay included)."""
-        t0 = time.perf_counter()
-        clock = seg.clock
-        assert clock is not None
-        clock.start(lambda: self.injector.apply(b, time.perf_counter() - t0))
-        loss = self.workload.loss(seg.net(self.data.train_x[idx]), self.data.train_y[idx])
-        (loss * loss_scale(weights, self.rank)).backward()
-        synchronize(self.device)
-        return Computed(clock.compute_s(), float(loss.detach()) * b if b > 0 else 0.0, None)
-
-    def step(
-        self,
-        seg: Segment,
-        perm: np.ndarray,
-        step_in_epoch: int,
-        propose: Callable[[], Sequence[int]],
-    ) -> StepResult:
-        """One timed step (see the module's docstring); ``propose`` is only called on rank 0."""
-        self.check_crash()
-        self.run_step += 1
-        synchronize(self.device)
-        t_start = time.perf_counter()
-        split = self.broadcast_split(propose)
-        seg.optimizer.zero_grad(set_to_none=True)
-        weights = gradient_weights(split, seg.weighted)
-        backward = self.backward_ddp if seg.clock is not None else self.backward_flat
-        done = backward(seg, self.shard(perm, step_in_epoch, split), split[self.rank], weights)
-        t_ready = time.perf_counter()
-
-        barrier = torch.zeros(2 * self.world + 1, dtype=torch.float64, device=self.comm)
-        barrier[self.rank] = done.compute_s
-        barrier[self.world] = done.loss_sum
-        barrier[self.world + 1 + self.rank] = done.local_sq
-        dist.all_reduce(barrier, op=dist.ReduceOp.SUM)
-        synchronize(self.device)
-        t_released = time.perf_counter()
-
-        if done.flat is not None:
-            unpack(combine(done.flat, sum(weights)), seg.model.parameters())
-        seg.optimizer.step()
-        synchronize(self.device)
-        t_end = time.perf_counter()
-        values = barrier.tolist()
-        all_compute = tuple(values[: self.world])
-        if done.flat is not None:  # flat: the barrier is where a rank waits for the slowest
-            wait_s = t_released - t_ready
-        else:  # DDP: the waiting happened inside backward; it is what the slowest rank's compute adds
-            wait_s = max(all_compute) - done.compute_s
-        comm_s = (t_end - t_start) - done.compute_s - wait_s  # the split's broadcast included: not compute
-        noisy = self.config.noise_scale and done.flat is not None and seg.weighted
-        return StepResult(
-            split,
-            RankTiming(done.compute_s, wait_s, comm_s),
-            all_compute,
-            values[self.world] / max(sum(split), 1),
-            tuple(values[self.world + 1 :]) if noisy else None,
-            float(done.flat.dot(done.flat)) if noisy and done.flat is not None else 0.0,  # after the step's time
-        )
-
     # ------------------------------------------------------------------ segments
 
     def new_segment(self, name: str) -> Segment:
-        """Fresh weights (rank 0's, broadcast), optimizer and, on rank 0, the policy."""
+        """Fresh weights (rank 0's, broadcast), optimizer, stepper (primed) and controller with,
+        on rank 0, the policy."""
         config = self.config
         policy = self.make_policy(name) if self.rank == 0 and name != PROBE else None
         weighted = True
@@ -222,61 +136,26 @@ class RankTrainer:
             weighted = bool(weighted_t.item())
         model = self.workload.make_model(config.seed, self.device)
         optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum)
-        clock = ReadyClock(self.device) if config.comm == "ddp" else None
-        if clock is None:
-            self.broadcast_parameters(model)
-        net = model if clock is None else wrap(model, self.device, clock)  # DDP broadcasts them itself
-        segment = Segment(name, model, net, clock, optimizer, policy, weighted)
-        self.prime(segment)
-        return segment
-
-    def run_block(
-        self,
-        seg: Segment,
-        epoch: int,
-        n_steps: int,
-        window: Callable[[int], tuple[np.ndarray, int]],
-        fixed: Sequence[tuple[int, ...]] | None = None,
-    ) -> list[StepResult]:
-        """``n_steps`` steps of ``seg`` (splits from its policy, or ``fixed``), then the ranks'
-        times gathered and the trace rows handed to the writer."""
-        local: list[RankTiming] = []
-        results: list[StepResult] = []
-        label = "the probe" if seg.name == PROBE else f"policy {seg.name}"
-        for k in range(n_steps):
-            info = StepInfo(seg.step + k, epoch, k, n_steps)
-            self.where = f"{label}, epoch {epoch}, step {info.step}"
-            propose = (lambda s=fixed[k]: s) if fixed is not None else (lambda info=info: seg.propose(info))
-            perm, step_in_epoch = window(k)
-            result = self.step(seg, perm, step_in_epoch, propose)
-            if seg.policy is not None:
-                included = tuple(b > 0 for b in result.split)
-                seg.pending.append(StepRecord(info, result.split, result.all_compute_s, included))
-            local.append(result.timing)
-            results.append(result)
-        self.where = f"{seg.name}, end of epoch {epoch}"
-        for k, (result, timings) in enumerate(zip(results, self.gather_timings(local))):
-            rows = step_rows(seg.name, epoch, seg.step + k, seg.elapsed_s, result.split, timings)
-            self.writer.add_steps(rows)
-            seg.elapsed_s += min(r["compute_s"] + r["wait_s"] for r in rows) + rows[0]["comm_s"]
-        seg.step += n_steps
-        return results
+        stepper = UnevenStep(
+            model, optimizer, self.device, comm=config.comm, comm_device=self.comm, weighted=weighted,
+            delay=self.injector.apply, noise_scale=config.noise_scale, sizes=self.sizes,
+        )  # fmt: skip
+        ctrl = Controller(
+            name, policy, config.global_batch, self.writer, comm_device=self.comm,
+            hints=lambda: self.probe_hints, run_hint=lambda: self.probe_run,
+        )  # fmt: skip
+        stepper.prime(self.loss_of, torch.arange(min(config.global_batch, self.data.n_train), device=self.device))
+        return Segment(name, stepper, ctrl)
 
     def run_probe_rounds(self, seg: Segment, rounds: int, epoch: int) -> None:
         """``rounds`` rounds of the probe's plan, each step on its own permutation of the probe stream."""
         if rounds <= 0:
             return
-        plan = [
-            split
-            for _ in range(rounds)
-            for split in probe_round(self.config.global_batch, self.world, self.config.probe_fractions)
-        ]
-        n, first = self.data.n_train, seg.step
-
-        def window(k: int) -> tuple[np.ndarray, int]:
-            return epoch_permutation(self.config.seed, first + k, n, PROBE_STREAM), 0
-
-        results = self.run_block(seg, epoch, len(plan), window, plan)
+        config = self.config
+        results = probe_rounds(
+            seg.ctrl, seg.stepper, self.loss_of, seed=config.seed, epoch=epoch, n_samples=self.data.n_train,
+            rounds=rounds, fractions=config.probe_fractions, before_step=self.before_step("the probe"),
+        )  # fmt: skip
         if self.probe_noise is None:  # the first rounds' estimate: goodput's noise scale until its own
             self.probe_noise = estimate((r.local_sq, r.split, r.global_sq) for r in results)
         self.writer.flush()
@@ -286,7 +165,11 @@ class RankTrainer:
         """One epoch of ``seg``'s policy, then the held-out evaluation and the epoch's row."""
         perm = epoch_permutation(self.config.seed, epoch, self.data.n_train)
         batch = self.epoch_batch(seg)
-        results = self.run_block(seg, epoch, self.data.n_train // batch, lambda k: (perm, k))
+        results = run_steps(
+            seg.ctrl, seg.stepper, epoch, self.data.n_train // batch, lambda k: (perm, k), self.loss_of,
+            before_step=self.before_step(f"policy {seg.name}"),
+        )  # fmt: skip
+        self.where = f"{seg.name}, end of epoch {epoch}"
         sums = block_sums((r.local_sq, r.split, r.global_sq) for r in results)
         noise = sums.value()
         seg.noise.decay(EPOCH_DECAY)
@@ -303,7 +186,7 @@ class RankTrainer:
                 "train_loss": float(np.mean([r.loss for r in results])),
                 "test_loss": test_loss,
                 "test_accuracy": accuracy,
-                "elapsed_s": seg.elapsed_s,
+                "elapsed_s": seg.ctrl.elapsed_s,
                 "split": "/".join(str(b) for b in results[-1].split),
                 "global_batch": batch,
                 "noise_scale": noise,
@@ -314,13 +197,10 @@ class RankTrainer:
         self.sync_ranks()
 
     def make_policy(self, name: str) -> Policy:
-        """Rank 0: a fresh policy, given the probe's costs when it needs them and what the probe
-        measured of the run (:meth:`learn_from_probe`)."""
-        config = self.config
+        """Rank 0: a fresh policy (its controller resets it at its first step, with the probe's
+        costs when it needs them and what the probe measured of the run: :meth:`learn_from_probe`)."""
         varies = policy_class(name).varies_batch
-        policy = make_policy(name, {"max_batch": config.max_batch} if varies else None)
-        policy.reset(self.world, config.global_batch, self.probe_hints if policy.needs_costs else None, self.probe_run)
-        return policy
+        return make_policy(name, {"max_batch": self.config.max_batch} if varies else None)
 
     def learn_from_probe(self) -> None:
         """From the probe's first rounds: each rank's affine cost, the median all-reduce and the
@@ -337,35 +217,30 @@ class RankTrainer:
         square-root rule, ``lr * sqrt(B / global_batch)`` (Krizhevsky 2014; Hoffer et al. 2017)."""
         if not policy_class(seg.name).varies_batch:
             return self.config.global_batch
-        batch_t = torch.zeros(1, dtype=torch.int64, device=self.comm)
-        if seg.policy is not None:
-            seg.flush()
-            batch_t[0] = seg.policy.global_batch
-        dist.broadcast(batch_t, src=0)
-        batch = int(batch_t.item())
-        for group in seg.optimizer.param_groups:
+        batch = seg.ctrl.broadcast_global_batch()
+        for group in seg.stepper.optimizer.param_groups:
             group["lr"] = self.config.lr * math.sqrt(batch / self.config.global_batch)
         return batch
 
     def warm_up(self, seg: Segment) -> None:
         """Unrecorded steps, each on its own permutation of the warm-up stream: one round of the
-        probe's splits (every local batch size the probe will time, so the first timed step of
-        a size does not pay for its first use), then ``warmup_steps`` on an equal split."""
+        probe's splits, then ``warmup_steps`` on an equal split. (Each local batch size's first
+        use is warmed by the stepper anyway, outside the step: :meth:`UnevenStep.warm`.)"""
         config = self.config
         plan = probe_round(config.global_batch, self.world, config.probe_fractions) if config.probe_repeats else []
         plan += [split_by_shares([1.0] * self.world, config.global_batch)] * config.warmup_steps
+        before = self.before_step("warm-up")
         for k, split in enumerate(plan):
+            before(StepInfo(k, 0, k, len(plan)))
             self.where = f"warm-up step {k}"
             perm = epoch_permutation(config.seed, k, self.data.n_train, WARMUP)
-            self.step(seg, perm, 0, partial(tuple, split))
+            seg.stepper.run(
+                partial(seg.ctrl.broadcast_split, partial(tuple, split)), partial(self.shard, perm), self.loss_of
+            )
 
-    def prime(self, seg: Segment) -> None:
-        """One untimed forward and backward of a new segment's model with the loss scaled by zero
-        (DDP builds its buckets in its first backward), gradients dropped, no update."""
-        idx = torch.arange(min(self.config.global_batch, self.data.n_train), device=self.device)
-        loss = self.workload.loss(seg.net(self.data.train_x[idx]), self.data.train_y[idx])
-        (loss * 0.0).backward()
-        seg.optimizer.zero_grad(set_to_none=True)
+    def shard(self, perm: np.ndarray, split: tuple[int, ...]) -> np.ndarray:
+        """This rank's samples of a warm-up step (the first step of ``perm``)."""
+        return local_indices(perm, 0, split, self.rank)
 
     def meta(self) -> dict[str, Any]:
         """The run's meta.json (before its ``status``); every rank calls it (it gathers what each

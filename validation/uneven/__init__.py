@@ -1,0 +1,50 @@
+"""Uneven data-parallel training as a library: what ``validation run`` trains with, for your own
+torchrun script (validation/README.md, "Using the trainer in your own script";
+``examples/train_your_model.py`` is a whole one).
+
+* :func:`rank_samples`: each rank's disjoint samples of a step for any split, covering the
+  global batch exactly (the epoch's shared permutation, cut in rank order);
+* :func:`weighted_loss`: the loss scaled so that DDP's average is ``sum_i (b_i / B) g_i`` (a
+  rank with no samples takes part at weight 0);
+* :class:`UnevenStep`: this rank's model (inside DDP, or the flat all-reduce) and one timed
+  step, its compute time measured outside DDP's waits (CUDA events on a GPU), a new local batch
+  size warmed outside the step's time, DDP's bucket rebuild moved out of the first step;
+* :class:`Controller`: applies any hetsim policy (or a ``plan.json``, :func:`load_plan`)
+  across the ranks: rank 0 decides and broadcasts the split and feeds the policy every rank's
+  measured times; the trace goes to the run folder (:func:`open_run`, :func:`script_meta`),
+  which ``python -m validation compare`` and ``python -m hetsim calibrate`` read;
+* :func:`train_epoch`, :func:`probe_rounds`, :func:`epoch_row`: an epoch, the calibration
+  probe, the epoch's row.
+"""
+
+from __future__ import annotations
+
+from validation.probe import PROBE
+from validation.record import script_meta
+from validation.sharding import epoch_permutation, steps_per_epoch
+from validation.sharding import local_indices as rank_samples
+from validation.uneven.control import Controller
+from validation.uneven.plan_file import PlanChoice, PlanError, load_plan, planned_policy
+from validation.uneven.run import epoch_row, open_run, probe_hints, probe_rounds, run_steps, train_epoch
+from validation.uneven.step import UnevenStep, weighted_loss
+
+__all__ = [
+    "PROBE",
+    "Controller",
+    "PlanChoice",
+    "PlanError",
+    "UnevenStep",
+    "epoch_permutation",
+    "epoch_row",
+    "load_plan",
+    "open_run",
+    "planned_policy",
+    "probe_hints",
+    "probe_rounds",
+    "rank_samples",
+    "run_steps",
+    "script_meta",
+    "steps_per_epoch",
+    "train_epoch",
+    "weighted_loss",
+]

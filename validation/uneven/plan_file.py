@@ -1,0 +1,107 @@
+"""Reading ``plan.json`` (``python -m hetsim plan SCENARIO --out plan.json``) for a training run.
+
+A plan recommends a policy, its split of the global batch over the scenario's workers and the
+global batch (``recommended``: ``policy``, ``split``, ``global_batch``, ``workers``). Applied
+to a world of ranks, rank r is the plan's r-th worker. A policy whose split is fixed before the
+run (``equal``, ``proportional``, ``optimal``) runs the plan's split as it is: the plan made it
+from the profiled costs, which the run may not have (:func:`planned_policy`); a policy that
+re-splits as it observes (``dynamic``, ``adaptive``, ...) starts from its own initial split and
+learns the rest from the run's own times. A plan made for another cluster (another number of
+workers than ranks) is refused with one line (:class:`PlanError`, a ValueError).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hetsim.errors import ConfigError
+from hetsim.policies import Policy, make_policy, policy_class
+
+
+class PlanError(ConfigError):
+    """A plan.json that cannot be used here; its message is one line naming the file and field."""
+
+
+@dataclass(frozen=True)
+class PlanChoice:
+    """What a run takes from a plan: the policy's name, its split and the global batch."""
+
+    policy: str
+    split: tuple[int, ...]
+    global_batch: int
+    workers: tuple[str, ...]
+
+    def make(self) -> Policy:
+        """A fresh policy object that applies the plan (see the module's docstring)."""
+        cls = policy_class(self.policy, "recommended.policy")
+        if cls.resplits or cls.varies_batch:
+            return make_policy(self.policy)
+        return planned_policy(self.policy, self.split)
+
+
+def planned_policy(name: str, split: tuple[int, ...]) -> Policy:
+    """A policy named ``name`` (with its class's traits: ``weighted_gradients`` above all) that
+    keeps ``split``: the plan's, made from the profiled costs."""
+    base = policy_class(name)
+    traits = {"name": name, "weighted_gradients": base.weighted_gradients, "closed_form": base.closed_form}
+    cls = type(f"Planned{base.__name__}", (_Planned,), {**traits, "planned": tuple(split)})
+    return cls()
+
+
+class _Planned(Policy):
+    """The base of :func:`planned_policy`'s classes: a fixed split given by the plan."""
+
+    planned: tuple[int, ...] = ()
+
+    def initial_split(self) -> tuple[int, ...]:
+        if len(self.planned) != self.n_workers or sum(self.planned) != self.global_batch:
+            raise ValueError(
+                f"the plan's split {list(self.planned)} is not {self.n_workers} ranks' {self.global_batch}"
+            )
+        return self.planned
+
+
+def load_plan(path: str | Path, world_size: int) -> PlanChoice:
+    """The plan in ``path`` for a world of ``world_size`` ranks; :class:`PlanError` (one line)
+    for a file that cannot be read, a field that is missing or wrong, or a plan for another
+    number of workers."""
+    where = str(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PlanError(where, f"cannot read a plan: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+    rec = data.get("recommended") if isinstance(data, dict) else None
+    if not isinstance(rec, dict):
+        raise PlanError(f"{where}:recommended", "missing (write the plan with `python -m hetsim plan SCENARIO --out`)")
+    policy, split, batch = rec.get("policy"), rec.get("split") or [], rec.get("global_batch")
+    workers = rec.get("workers", [])
+    if not isinstance(policy, str):
+        raise PlanError(f"{where}:recommended.policy", f"must be a policy name, got {policy!r}")
+    try:
+        policy_class(policy, "recommended.policy")
+    except ConfigError as exc:
+        raise PlanError(f"{where}:{exc.field}", exc.problem) from None
+    if (
+        not isinstance(split, list)
+        or not _ints(split)
+        or not isinstance(batch, int)
+        or sum(split) != batch
+        or batch < 1
+    ):
+        raise PlanError(f"{where}:recommended.split", f"must be local batches summing to global_batch {batch!r}")
+    if not isinstance(workers, list) or len(workers) not in (0, len(split)):
+        raise PlanError(f"{where}:recommended.workers", f"must name the split's {len(split)} workers")
+    if len(split) != world_size:
+        names = f" ({', '.join(map(str, workers))})" if workers else ""
+        raise PlanError(
+            f"{where}:recommended.split",
+            f"the plan is for {len(split)} workers{names}, this run has {world_size} ranks: plan for this cluster",
+        )
+    return PlanChoice(policy, tuple(split), batch, tuple(str(w) for w in workers))
+
+
+def _ints(value: list[Any]) -> bool:
+    return bool(value) and all(isinstance(b, int) and b >= 0 for b in value)

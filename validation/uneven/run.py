@@ -1,0 +1,128 @@
+"""Blocks of steps, the probe and the run folder, for ``validation run`` and a user's own script.
+
+:func:`run_steps` runs a block of timed steps of one segment and hands the trace rows to the
+writer; :func:`train_epoch` is one epoch of a policy (the epoch's shared permutation cut by each
+step's split, :mod:`validation.sharding`); :func:`probe_rounds` runs the calibration probe's
+splits (:mod:`validation.probe`: every rank at several local batch sizes), whose rows
+``validation compare`` and ``hetsim calibrate`` fit, and from which :func:`probe_hints` gives
+``proportional`` and ``optimal`` their costs. :func:`open_run` is the run folder
+(:class:`~validation.record.RunWriter` on rank 0, nothing elsewhere); :func:`epoch_row` the
+epoch's row of ``epochs.csv``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch.distributed as dist
+
+from hetsim.policies import StepInfo, WorkerHint
+from validation.probe import fit_probe, probe_round
+from validation.record import NullWriter, RunWriter
+from validation.segment import StepResult
+from validation.sharding import PROBE as PROBE_STREAM
+from validation.sharding import epoch_permutation, local_indices
+from validation.uneven.control import Controller, Writer
+from validation.uneven.step import LossOf, UnevenStep
+
+PROBE_FRACTIONS = (0.0625, 0.125, 0.25, 0.5, 0.75)  # validation run's default --probe-fractions
+Window = Callable[[int], tuple[np.ndarray, int]]  # block step k -> (the epoch's permutation, step in epoch)
+
+
+def open_run(out: str | Path | None, meta: dict[str, Any]) -> Writer:
+    """Rank 0: the run folder ``out`` (meta.json written now, status ``running``); every other
+    rank, or no ``out``: a writer that drops everything."""
+    if out is None or dist.get_rank() != 0:
+        return NullWriter()
+    return RunWriter(Path(out), meta)
+
+
+def run_steps(
+    ctrl: Controller,
+    stepper: UnevenStep,
+    epoch: int,
+    n_steps: int,
+    window: Window,
+    loss_of: LossOf,
+    fixed: Sequence[tuple[int, ...]] | None = None,
+    before_step: Callable[[StepInfo], object] = lambda info: None,
+) -> list[StepResult]:
+    """``n_steps`` timed steps of ``ctrl``'s segment (splits from its policy, or ``fixed``), then
+    the ranks' times gathered and the rows written (:meth:`Controller.end_block`)."""
+    rank = dist.get_rank()
+    for k in range(n_steps):
+        info = StepInfo(ctrl.step + k, epoch, k, n_steps)
+        before_step(info)
+        perm, step_in_epoch = window(k)
+
+        def samples(split: tuple[int, ...], perm: np.ndarray = perm, at: int = step_in_epoch) -> np.ndarray:
+            return local_indices(perm, at, split, rank)
+
+        ctrl.step_with(stepper, info, samples, loss_of, None if fixed is None else fixed[k])
+    return ctrl.end_block()
+
+
+def train_epoch(
+    ctrl: Controller, stepper: UnevenStep, loss_of: LossOf, *, seed: int, epoch: int, n_samples: int
+) -> list[StepResult]:
+    """One epoch of ``ctrl``'s policy: ``n_samples // global batch`` steps over the epoch's
+    permutation of the training set (the same on every rank), each rank its slice of every step."""
+    perm = epoch_permutation(seed, epoch, n_samples)
+    batch = ctrl.broadcast_global_batch()
+    return run_steps(ctrl, stepper, epoch, n_samples // batch, lambda k: (perm, k), loss_of)
+
+
+def probe_rounds(
+    ctrl: Controller,
+    stepper: UnevenStep,
+    loss_of: LossOf,
+    *,
+    seed: int,
+    epoch: int,
+    n_samples: int,
+    rounds: int = 1,
+    fractions: Sequence[float] = PROBE_FRACTIONS,
+    before_step: Callable[[StepInfo], object] = lambda info: None,
+) -> list[StepResult]:
+    """``rounds`` rounds of the probe's splits in ``ctrl``'s segment (name it ``"probe"``), each
+    step on its own permutation of the probe's stream of the training set."""
+    if rounds <= 0:
+        return []
+    plan = [s for _ in range(rounds) for s in probe_round(ctrl.global_batch, ctrl.world, fractions)]
+    first = ctrl.step
+
+    def window(k: int) -> tuple[np.ndarray, int]:
+        return epoch_permutation(seed, first + k, n_samples, PROBE_STREAM), 0
+
+    return run_steps(ctrl, stepper, epoch, len(plan), window, loss_of, plan, before_step)
+
+
+def probe_hints(writer: Writer) -> tuple[WorkerHint, ...] | None:
+    """Rank 0: each rank's affine cost fitted on the probe's rows so far (None elsewhere)."""
+    return fit_probe(writer.trace_frame(), dist.get_world_size())
+
+
+def epoch_row(
+    ctrl: Controller, epoch: int, results: Sequence[StepResult], evaluate: Callable[[], tuple[float, float]]
+) -> Callable[[], dict[str, Any]]:
+    """The epoch's row of epochs.csv, made when rank 0's writer asks (``evaluate()``: held-out
+    loss and accuracy; the other ranks' writers never call it, so only rank 0 evaluates)."""
+
+    def row() -> dict[str, Any]:
+        test_loss, accuracy = evaluate()
+        return {
+            "policy": ctrl.name,
+            "epoch": epoch,
+            "train_loss": float(np.mean([r.loss for r in results])) if results else float("nan"),
+            "test_loss": test_loss,
+            "test_accuracy": accuracy,
+            "elapsed_s": ctrl.elapsed_s,
+            "split": "/".join(str(b) for b in results[-1].split) if results else "",
+            "global_batch": int(sum(results[-1].split)) if results else ctrl.global_batch,
+            "noise_scale": None,
+        }
+
+    return row
