@@ -119,13 +119,25 @@ class Scenario:
         wl = self.workload
         return self.network.buckets(self.n_workers, wl.gradient_mb, wl.backward_share, self.nodes)
 
-    def make_policy(self, name: str | None = None, params: Mapping[str, Any] | None = None) -> Policy:
-        """A fresh policy for this scenario (default: its own): the ``[policy]`` table's
-        parameters when it is the scenario's own policy, then ``params``; checked against the
-        cluster's size (ConfigError on ``policy.<parameter>``)."""
-        name = self.policy.name if name is None else name
-        own = dict(self.policy.params) if name == self.policy.name else {}
-        policy = make_policy(name, {**own, **dict(params or {})}, n_workers=self.n_workers)
+    def make_policy(self, name: str | Policy | None = None, params: Mapping[str, Any] | None = None) -> Policy:
+        """The policy to run on this scenario. A :class:`Policy` object is used as it is (its
+        parameters are its own: ``params`` with one is an error); a name (default: the scenario's
+        own) builds a fresh one from the ``[policy]`` table's parameters when it is the
+        scenario's own policy, then ``params``. Either is checked against the cluster's size
+        (ConfigError on ``policy.<parameter>``)."""
+        if isinstance(name, Policy):
+            if params:
+                raise ConfigError("params", "given with a policy object: set them when building the object")
+            policy = name
+            try:
+                policy.check_cluster(self.n_workers)
+            except ConfigError as exc:
+                raise ConfigError(f"policy.{exc.field}", exc.problem) from None
+        else:
+            name = self.policy.name if name is None else name
+            own = dict(self.policy.params) if name == self.policy.name else {}
+            policy = make_policy(name, {**own, **dict(params or {})}, n_workers=self.n_workers)
+        name = policy.name
         if policy.needs_efficiency and self.workload.efficiency is None:
             raise ConfigError(
                 "workload.efficiency",

@@ -1,5 +1,6 @@
-"""One simulated run: scenario + policy name -> Trace (or, without keeping the trace, its
-Summary), through the chosen engine."""
+"""One simulated run: scenario + policy (an object, or a name resolved by the scenario) -> Trace
+(or, without keeping the trace, its Summary), through the chosen engine (``auto`` by default, as
+on the command line: the fastest engine that runs the policy; every engine gives the same trace)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from hetsim.config import check_run_size
-from hetsim.engines import check_engine, engine_for
+from hetsim.engines import AUTO, Engine, check_engine, engine_for
 from hetsim.metrics import Summary, summarize, summary_of
+from hetsim.policies import Policy
 from hetsim.scenario import Scenario
 from hetsim.stream import SummaryRecorder, Tee
 from hetsim.trace import Trace, TraceBuilder
@@ -24,17 +26,19 @@ def check_kept_size(scenario: Scenario, synchronous: bool, every: int) -> None:
 
 def simulate(
     scenario: Scenario,
-    policy: str | None = None,
+    policy: str | Policy | None = None,
     *,
     params: Mapping[str, Any] | None = None,
     seed: int | None = None,
-    engine: str = "simpy",
+    engine: str | Engine = AUTO,
 ) -> Trace:
-    """Run ``policy`` (default: the scenario's ``[policy]``) on ``scenario`` with ``seed``
-    (default: the scenario's). Parameters come from the scenario's ``[policy]`` table when
-    the policy is the scenario's own, else from ``params``. ``engine`` is ``simpy`` (the
-    reference), ``vector`` (the same trace faster), another registered engine, or ``auto`` (the
-    supporting engine of highest priority: ``vector``)."""
+    """Run ``policy`` on ``scenario`` with ``seed`` (default: the scenario's). ``policy`` is a
+    :class:`~hetsim.policies.Policy` object (reset at the start of the run), or a registered
+    name (default: the scenario's ``[policy]``), whose parameters come from the scenario's
+    ``[policy]`` table when it is the scenario's own, else from ``params``. ``engine`` is an
+    :class:`~hetsim.engines.Engine` object, or ``auto`` (default, as on the command line: the
+    supporting engine of highest priority, ``vector`` where it runs the policy), ``simpy`` (the
+    reference), ``vector`` or another registered engine's name."""
     check_engine(engine)
     check_kept_size(scenario, True, 1)
     policy_obj = scenario.make_policy(policy, params)
@@ -43,11 +47,11 @@ def simulate(
 
 def simulate_summary(
     scenario: Scenario,
-    policy: str | None = None,
+    policy: str | Policy | None = None,
     *,
     params: Mapping[str, Any] | None = None,
     seed: int | None = None,
-    engine: str = "simpy",
+    engine: str | Engine = AUTO,
 ) -> Summary:
     """:func:`simulate`'s run, summarised as it goes (``--trace none``): a barrier policy's steps
     go to a :class:`~hetsim.stream.SummaryRecorder`, so memory is O(steps + workers) instead of
@@ -57,12 +61,12 @@ def simulate_summary(
 
 def simulate_sampled(
     scenario: Scenario,
-    policy: str | None,
+    policy: str | Policy | None,
     every: int,
     *,
     params: Mapping[str, Any] | None = None,
     seed: int | None = None,
-    engine: str = "simpy",
+    engine: str | Engine = AUTO,
 ) -> tuple[Trace | None, Summary]:
     """:func:`simulate_summary`, also keeping each ``every``-th step's rows (``--trace sample``;
     0: none). Returns that trace (its ``step`` column the run's step numbers; None for 0) and the

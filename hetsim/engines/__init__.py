@@ -22,15 +22,23 @@ def engine_choices() -> tuple[str, ...]:
     return (*ENGINES, AUTO)
 
 
-def check_engine(name: object, field: str = "engine") -> str:
-    """``name`` if it is a registered engine or ``auto``; else ConfigError on ``field``."""
+def check_engine(name: object, field: str = "engine") -> str | Engine:
+    """``name`` if it is an :class:`Engine` object, a registered engine's name or ``auto``; else
+    ConfigError on ``field``."""
+    if isinstance(name, Engine):
+        return name
     if name != AUTO and (not isinstance(name, str) or name not in ENGINES):
         raise ConfigError(field, f"unknown engine {name!r} (known: {', '.join(engine_choices())})")
     return str(name)
 
 
-def engine_for(name: str, policy: Policy) -> Engine:
-    """The engine that runs ``policy`` when ``name`` is asked for (``auto`` resolved)."""
+def engine_for(name: str | Engine, policy: Policy) -> Engine:
+    """The engine that runs ``policy`` when ``name`` (or an engine object) is asked for (``auto``
+    resolved)."""
+    if isinstance(name, Engine):
+        if not name.supports(policy):
+            raise ConfigError("engine", name.refusal(policy))
+        return name
     if name == AUTO:
         return max((cls for cls in ENGINES.values() if cls.supports(policy)), key=lambda cls: cls.priority)()
     cls = ENGINES.lookup(name, "engine")
