@@ -67,3 +67,31 @@ def test_an_engine_object_that_does_not_run_the_policy_is_refused(paper) -> None
     with pytest.raises(ConfigError, match="^engine: the barrier-only engine does not run 'async'"):
         simulate(paper, "async", engine=_BarrierOnly())
     assert simulate(paper, "equal", engine=_BarrierOnly()).n_workers == 2
+
+
+class _EvenSplit(Policy):
+    """A static plug-in as the docs write one: a name and an initial split, no engine hints."""
+
+    name = "even-split"
+    excludes_failed = False
+
+
+class _Watcher(_EvenSplit):
+    name = "watcher"
+
+    def observe(self, record) -> None:
+        self.seen = record
+
+
+def test_a_plugin_that_keeps_its_split_gets_the_fast_path(paper) -> None:
+    """steady_steps follows from what a class overrides: none of the split hooks -> every step
+    (one block on the vector engine); an observe -> 1 (safe); built-ins keep theirs."""
+    from hetsim.policies import Optimal, Proportional
+    from hetsim.policies.base import UNTIL_THE_END
+
+    info = None  # the defaults do not look at it
+    for policy, steps in ((_EvenSplit(), UNTIL_THE_END), (_Watcher(), 1), (Equal(), UNTIL_THE_END),
+                          (Proportional(), UNTIL_THE_END), (Optimal(), UNTIL_THE_END)):  # fmt: skip
+        assert policy.steady_steps(info) == steps, policy.name
+    same_trace(simulate(paper, _EvenSplit(), engine="vector"), simulate(paper, "equal", engine="simpy"))
+    same_trace(simulate(paper, _Watcher(), engine="vector"), simulate(paper, "equal", engine="simpy"))

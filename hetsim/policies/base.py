@@ -237,9 +237,15 @@ class Policy(PlugIn):
         ``partition`` returns now (and ``wait_for`` too), as long as no worker's availability
         changes, and report them with one ``observe_steps``. It is the number of steps the split
         is sure to stay, unless the policy may change it as it observes: then it is a guess, and
-        ``observe_steps`` takes only the steps up to the change. 1, the default, is always safe;
-        :data:`UNTIL_THE_END` means every remaining step."""
-        return 1
+        ``observe_steps`` takes only the steps up to the change. :data:`UNTIL_THE_END` means every
+        remaining step.
+
+        Default: it follows from what the class overrides. A policy that overrides none of
+        :meth:`split`, :meth:`partition`, :meth:`wait_for`, :meth:`observe` and
+        :meth:`observe_steps` keeps the split :meth:`reset` set (its :meth:`initial_split`, say)
+        until availability changes, so every remaining step; any other gets 1, always safe (a
+        re-splitting policy that knows better overrides this, as ``dynamic`` does)."""
+        return UNTIL_THE_END if _keeps_its_split(type(self)) else 1
 
     def observe_steps(
         self, first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray, included: np.ndarray
@@ -255,3 +261,11 @@ class Policy(PlugIn):
         for record in step_records(first, local_batches, compute_s, included):
             self.observe(record)
         return len(compute_s)
+
+
+_SPLIT_HOOKS = ("split", "partition", "wait_for", "observe", "observe_steps")
+
+
+def _keeps_its_split(cls: type[Policy]) -> bool:
+    """Whether ``cls`` overrides none of the methods through which a split changes during a run."""
+    return all(getattr(cls, hook) is getattr(Policy, hook) for hook in _SPLIT_HOOKS)

@@ -9,10 +9,7 @@ from hetsim.policies.base import UNTIL_THE_END, Policy, RunHint, StepInfo, Worke
 
 
 class _Static(Policy):
-    closed_form = True
-
-    def steady_steps(self, info: StepInfo) -> int:
-        return UNTIL_THE_END  # Optimal's split depends on availability only
+    closed_form = True  # what they share; steady_steps follows from overriding no split hook
 
 
 class Equal(_Static):
@@ -57,6 +54,9 @@ class Optimal(_Static):
     def initial_split(self, available: tuple[bool, ...] | None = None) -> tuple[int, ...]:
         caps = self.caps if available is None else tuple(c if up else 0 for c, up in zip(self.caps, available))
         return min_max_split(self.hints, self.global_batch, caps)
+
+    def steady_steps(self, info: StepInfo) -> int:
+        return UNTIL_THE_END  # its split depends on availability only (engines re-ask when it changes)
 
     def split(self, info: StepInfo) -> tuple[int, ...]:
         """The min-max split over the workers that are up (cached per pattern)."""
