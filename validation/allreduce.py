@@ -22,22 +22,54 @@ def gradient_weights(split: Sequence[int], weighted: bool) -> tuple[float, ...]:
     return tuple(float(b) if weighted else float(b > 0) for b in split)
 
 
+_STAGING: dict[int, torch.Tensor] = {}  # pinned host buffers by length: a GPU rank's under gloo, reused every step
+
+
+def staging_buffer(numel: int) -> torch.Tensor:
+    """A page-locked (pinned) float32 host buffer of ``numel`` values, made once per length: a
+    device-to-host copy into pageable memory is synchronous and runs at a fraction of the bus's
+    speed (the driver stages it through a pinned bounce buffer), into pinned memory it is one
+    DMA transfer."""
+    buffer = _STAGING.get(numel)
+    if buffer is None:
+        buffer = _STAGING[numel] = torch.empty(numel, dtype=torch.float32, pin_memory=True)
+    return buffer
+
+
 def pack(params: Iterable[torch.nn.Parameter], weight: float, device: torch.device) -> torch.Tensor:
-    """One flat buffer of ``weight * grad`` over ``params`` (zeros where a grad is missing)."""
+    """One flat float32 buffer of ``weight * grad`` over ``params`` (zeros where a grad is
+    missing) on ``device``: concatenated and scaled where the gradients are (on a GPU: one kernel
+    each, not one CPU thread over the whole gradient), then, for a GPU rank whose collectives run
+    on the host (gloo, ``cuda:0,cpu``), copied once into a pinned host buffer (:func:`staging_buffer`,
+    the same one every step: the all-reduce and :func:`unpack` are done with it before the next
+    step packs). On CPU a fresh tensor, as before."""
     parts = []
     for p in params:
         g = p.grad if p.grad is not None else torch.zeros_like(p)
         parts.append(g.detach().reshape(-1))
-    flat = torch.cat(parts).to(device=device, dtype=torch.float32)
-    return flat.mul_(weight)
+    flat = torch.cat(parts).to(dtype=torch.float32)
+    flat.mul_(weight)
+    if flat.device == device:
+        return flat
+    if flat.device.type == "cuda" and device.type == "cpu":
+        host = staging_buffer(flat.numel())
+        host.copy_(flat, non_blocking=True)
+        torch.cuda.current_stream(flat.device).synchronize()  # the host's all-reduce reads it next
+        return host
+    return flat.to(device)
 
 
 def unpack(flat: torch.Tensor, params: Iterable[torch.nn.Parameter]) -> None:
-    """Write the combined gradient back into every parameter's ``.grad``."""
+    """Write the combined gradient back into every parameter's ``.grad``: the whole buffer moved
+    to the parameters' device in one copy (asynchronous from a pinned buffer; the copies into
+    ``.grad`` follow it on the same stream), then a view per parameter."""
+    params = list(params)
+    if params and flat.device != params[0].device:
+        flat = flat.to(params[0].device, non_blocking=flat.is_pinned())
     offset = 0
     for p in params:
         n = p.numel()
-        chunk = flat[offset : offset + n].view_as(p).to(p.device)
+        chunk = flat[offset : offset + n].view_as(p)
         if p.grad is None:
             p.grad = chunk.clone()
         else:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 LOOPBACK = "127.0.0.1"
 LOCAL_STORE_ENV = "VALIDATION_LOCAL_STORE"  # "1": the launcher's ranks, whose store listens on LOOPBACK only
 STORE_FD_ENV = "VALIDATION_STORE_FD"  # rank 0's: the store's listening socket, bound by the launcher
+NCCL_BLOCKING_WAIT_ENV = "TORCH_NCCL_BLOCKING_WAIT"
 _DEVICE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 
 
@@ -61,8 +62,31 @@ def resolve_device(spec: str, local_rank: int) -> str:
 
 
 def select_backend(devices: tuple[str, ...]) -> str:
-    """NCCL when every rank is on CUDA, gloo otherwise."""
+    """NCCL when every rank is on CUDA, gloo otherwise (a CUDA rank beside CPU ranks: gloo, its
+    collective buffers on the host)."""
     return "nccl" if devices and all(d.startswith("cuda") for d in devices) else "gloo"
+
+
+def check_one_rank_per_gpu(devices: tuple[str, ...], local_world_size: int | None = None) -> None:
+    """Refuse two ranks of one machine on one GPU (``cuda:0,cuda:0``; ``cuda,cuda:0``): NCCL
+    refuses a communicator with two ranks on one device, and under gloo the two would share the
+    GPU's time, which no simulated worker does. Ranks are on machines in blocks of
+    ``local_world_size`` (torchrun's order; default: all on this one); ``cuda`` is
+    ``cuda:LOCAL_RANK``. Needs no CUDA: it reads the names only."""
+    local = len(devices) if local_world_size is None else max(1, int(local_world_size))
+    seen: dict[tuple[int, str], int] = {}
+    for rank, spec in enumerate(devices):
+        if not spec.startswith("cuda"):
+            continue
+        node, local_rank = divmod(rank, local)
+        name = resolve_device(spec, local_rank)
+        if (node, name) in seen:
+            raise ConfigError(
+                "--devices",
+                f"ranks {seen[(node, name)]} and {rank} are both on {name}: one rank per GPU "
+                "(put the others on other GPUs or on cpu)",
+            )
+        seen[(node, name)] = rank
 
 
 @dataclass(frozen=True)
@@ -125,6 +149,7 @@ def loopback_environment() -> dict[str, str]:
 
 
 def torch_device(name: str) -> torch.device:
+    """The rank's device, made current; on CUDA with :func:`exact_numerics` set."""
     import torch
 
     device = torch.device(name)
@@ -132,7 +157,24 @@ def torch_device(name: str) -> torch.device:
         if not torch.cuda.is_available():
             raise ConfigError("--devices", f"{name} requested but CUDA is not available on this machine")
         torch.cuda.set_device(device)
+        exact_numerics()
     return device
+
+
+def exact_numerics() -> None:
+    """Float32 arithmetic on the GPU as on the CPU, for the gradient-equality property (the
+    weighted combination equals the union's gradient to 1e-5) and for ranks that must agree:
+    no TF32 in matrix products or convolutions (TF32 keeps 10 bits of mantissa: relative errors
+    near 1e-3), and cuDNN's deterministic algorithms only, chosen without benchmarking (the
+    non-deterministic ones sum in a different order from run to run, and benchmarking picks a
+    different algorithm per shape and run). It costs speed on Ampere and later GPUs: the
+    measured step is of exact float32 training, which is what validation compares."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
 
 
 def comm_device(backend: str, device: torch.device) -> torch.device:
@@ -160,7 +202,11 @@ def init_process_group(
 
     environ = os.environ if environ is None else environ
     timeout = timedelta(seconds=timeout_s)
-    kwargs: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
+    kwargs: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}  # torch >= 2.3 (pyproject.toml)
+    if backend == "nccl":
+        # A collective whose peer died raises in the rank's own thread at the timeout (then
+        # validation.train's "failed during" line) instead of NCCL's watchdog aborting the process.
+        os.environ.setdefault(NCCL_BLOCKING_WAIT_ENV, "1")
     if environ.get(LOCAL_STORE_ENV) == "1":
         kwargs["store"] = local_store(env, timeout, environ)
     else:

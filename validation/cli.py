@@ -22,6 +22,7 @@ from hetsim.cli_common import OneLineParser, run_main
 from hetsim.errors import ConfigError
 from hetsim.files import LOCK_NAME, exclusive, write_json
 from hetsim.params import Param
+from validation import gpu_check  # imports neither torch nor pandas
 from validation.options import add_run_options
 
 
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mx.add_argument("--json", action="store_true", help="print results.json instead of the table")
     add_profile_parser(sub)
+    gpu_check.add_parser(sub)
     return parser
 
 
@@ -236,7 +238,8 @@ def cuda_devices() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-COMMANDS = {"run": cmd_run, "compare": cmd_compare, "matrix": cmd_matrix, "profile": cmd_profile}
+COMMANDS = {"run": cmd_run, "compare": cmd_compare, "matrix": cmd_matrix, "profile": cmd_profile,
+            "gpu-check": gpu_check.cmd_gpu_check}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,7 +20,7 @@ from hetsim.efficiency import Efficiency
 from hetsim.errors import ConfigError
 from hetsim.params import Param
 from hetsim.policies import RunHint, WorkerHint, make_policy, policy_class
-from validation.backend import parse_devices
+from validation.backend import check_one_rank_per_gpu, parse_devices
 from validation.inject import parse_delay_spec
 from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES  # there for the parser
 from validation.placement import available_cpus, parse_cpu_list
@@ -170,8 +170,11 @@ def _check_policy_needs(policies: Sequence[str], probe_repeats: int, noise_scale
         raise ConfigError("--policies", f"{batching[0]} {problem}")
 
 
-def build_config(args: argparse.Namespace, world_size_env: int | None = None) -> RunConfig:
-    """The validated configuration from the default, the run file and the options in ``args``."""
+def build_config(
+    args: argparse.Namespace, world_size_env: int | None = None, local_world_size: int | None = None
+) -> RunConfig:
+    """The validated configuration from the default, the run file and the options in ``args``
+    (``local_world_size``: ranks per machine, torchrun's; default all on this one)."""
     base = RunConfig()
     raw = read_run_file(args.config) if getattr(args, "config", None) is not None else {}
 
@@ -195,6 +198,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None) ->
         )
     injection = _injection(raw, args, world_size)
     devices = _devices(pick("devices", args.devices), world_size)
+    check_one_rank_per_gpu(devices, local_world_size)
     probe_repeats = _integer(pick("probe_repeats", args.probe_repeats), "--probe-repeats", maximum=MAX_STEPS)
     timeout_s = _number(pick("timeout_s", args.timeout_s), "--timeout-s", minimum=1.0)
     combine = _mode(pick("combine", args.combine), "--combine", COMBINE_MODES)

@@ -16,6 +16,14 @@ Two things need care:
   applies the rank's injected delay just before that, and then starts the bucket's all-reduce
   as DDP's default hook does. On a GPU the note is a CUDA event on the current stream, read
   after the step's synchronisation; on a CPU it is ``perf_counter``.
+* **The injected delay on a GPU.** The hook runs when the host has *queued* the last bucket's
+  gradients, not when the GPU has computed them. Sleeping there would overlap the queued work
+  (the step would measure about max(GPU time, launch time + delay), and ``--slowdown`` would
+  scale the host's launch time). So the hook first waits for the current stream (the rank's own
+  forward and backward; not the NCCL streams, where earlier buckets' all-reduces wait for the
+  peers), then sleeps, then notes the ready event: the delay adds its whole length, as on the
+  flat path (which synchronises the device before sleeping), and ``--slowdown`` scales the
+  synchronised forward-and-backward wall time, on both paths.
 
 No ``from __future__ import annotations`` here: DDP checks the hook's annotations at run time.
 """
@@ -58,6 +66,8 @@ class ReadyClock:
 
     def hook(self, state: dist.ProcessGroup | None, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         if bucket.is_last():
+            if self.cuda:
+                torch.cuda.current_stream().synchronize()  # the rank's own kernels, before it sleeps
             self.before_last()
             self._ready = self._now()
         return allreduce_hook(state, bucket)  # type: ignore[arg-type]

@@ -66,9 +66,13 @@ INJECTED = (
     "--per-sample-delay",
     "1=0.0003",
 )
+# Rank 2 too slow to help: pinned to core 1 beside a neighbour busy 70% of the time, 10 times its
+# measured compute (a slowdown follows the machine's load, as the others' compute does) plus 25 ms
+# a step: at 1 sample it takes longer than the other two at the whole batch, so ``optimal`` gives it 0.
+LEAVE_OUT = ("--slowdown", "2=10", "--delay", "2=0.025", "--cpus", "2=1", "--contention", "2=0.7")
 REAL_ONLY = ("--delay", "1=0", "--per-sample-delay", "1=0")  # the default run's injected delay removed
 
-RUNS: tuple[MatrixRun, ...] = (
+CPU_RUNS: tuple[MatrixRun, ...] = (
     MatrixRun("digits-injected", (*DIGITS, *INJECTED), "2 ranks emulating two devices by injected delays", quick=True),
     MatrixRun(
         "digits-injected-2x",
@@ -96,6 +100,13 @@ RUNS: tuple[MatrixRun, ...] = (
         "digits-3-ranks",
         (*DIGITS, "--world-size", "3", *INJECTED, "--delay", "2=0.003", "--per-sample-delay", "2=0.0002"),
         "3 ranks on 2 cores emulating three devices by injected delays",
+    ),  # fmt: skip
+    MatrixRun(
+        "digits-leave-out",
+        (*DIGITS, "--world-size", "3", "--policies", "equal,adaptive,optimal", *INJECTED, *LEAVE_OUT),
+        "3 ranks, rank 2 pinned beside a neighbour busy 70% of its core, 10x slower and 25 ms a step "
+        "later: the fastest split leaves it out",
+        quick=True,
     ),  # fmt: skip
     MatrixRun(
         "resnet18-contention",
@@ -140,38 +151,61 @@ RUNS: tuple[MatrixRun, ...] = (
         ("--workload", "transformer", "--global-batch", "64", "--epochs", "2", *REAL_ONLY, "--slowdown", "1=2"),
         "the small GPT, rank 1 a device twice as slow (it sleeps as long as its measured compute)",
     ),
-    MatrixRun(
-        "gpu-mixed",
-        ("--workload", "resnet18", "--global-batch", "64", "--epochs", "2", "--devices", "cuda:0,cpu", *REAL_ONLY),
-        "ResNet-18 on a GPU and a CPU rank over gloo (mixed devices)",
-        gpus=1,
-    ),
-    MatrixRun(
-        "gpu-nccl",
-        ("--workload", "resnet18", "--global-batch", "128", "--epochs", "2", "--devices", "cuda", "--delay", "1=0.01"),
-        "ResNet-18 on two GPUs over NCCL, rank 1 slowed by an injected delay",
-        gpus=2,
-    ),
-    MatrixRun(
-        "gpu-nccl-ddp",
-        (
-            "--workload",
-            "transformer",
-            "--global-batch",
-            "128",
-            "--epochs",
-            "2",
-            "--devices",
-            "cuda",
-            "--comm",
-            "ddp",
-            "--delay",
-            "1=0.01",
-        ),
-        "the small GPT on two GPUs, DDP over NCCL, rank 1 slowed by an injected delay",
-        gpus=2,
-    ),  # fmt: skip
 )
+
+RESNET_GPU = ("--workload", "resnet18", "--global-batch", "128", "--epochs", "2")
+GPT_GPU = ("--workload", "transformer", "--global-batch", "128", "--epochs", "2")
+BUSY_HOST = ("--cpus", "0=0", "--contention", "0=0.5")  # the GPU rank's host thread on a core busy half the time
+
+
+def gpu_runs(n_gpus: int) -> tuple[MatrixRun, ...]:
+    """The GPU configurations for a machine with ``n_gpus`` CUDA devices, one rank per GPU (NCCL
+    refuses two on one; validation.backend.check_one_rank_per_gpu). One GPU: NCCL, DDP on CUDA
+    and the CUDA-event clock in a world of one, made uneven by a noisy neighbour on the rank's
+    pinned host core (a launch-bound GPU step waits for its host thread), and a GPU rank beside a
+    CPU rank over gloo. Two or more: NCCL across all of them, the last rank delayed (every other
+    injected delay set to 0 explicitly: the default run's 0.1 ms per sample on rank 1 is not kept)."""
+    runs = []
+    if n_gpus >= 1:
+        runs += [
+            MatrixRun(
+                "gpu-mixed",
+                ("--workload", "resnet18", "--global-batch", "64", "--epochs", "2", "--devices", "cuda:0,cpu",
+                 *REAL_ONLY),
+                "ResNet-18 on a GPU and a CPU rank over gloo (mixed devices)",
+                quick=True,
+                gpus=1,
+            ),
+            MatrixRun(
+                "gpu-nccl-1",
+                (*RESNET_GPU, "--world-size", "1", "--devices", "cuda:0", *BUSY_HOST),
+                "ResNet-18 on one GPU over NCCL, its host core shared with a neighbour busy half the time",
+                quick=True,
+                gpus=1,
+            ),
+            MatrixRun(
+                "gpu-nccl-1-ddp",
+                (*GPT_GPU, "--world-size", "1", "--devices", "cuda:0", "--comm", "ddp", *BUSY_HOST),
+                "the small GPT on one GPU under DDP over NCCL (the CUDA-event clock), its host core shared",
+                quick=True,
+                gpus=1,
+            ),
+        ]  # fmt: skip
+    if n_gpus >= 2:
+        last = n_gpus - 1
+        slow = ("--delay", "1=0", "--per-sample-delay", "1=0", "--delay", f"{last}=0.01")  # later items win
+        many = ("--world-size", str(n_gpus), "--devices", "cuda")
+        runs += [
+            MatrixRun("gpu-nccl", (*RESNET_GPU, *many, *slow),
+                      f"ResNet-18 on {n_gpus} GPUs over NCCL, rank {last} slowed by an injected 10 ms", gpus=2),
+            MatrixRun("gpu-nccl-ddp", (*GPT_GPU, *many, "--comm", "ddp", *slow),
+                      f"the small GPT on {n_gpus} GPUs, DDP over NCCL, rank {last} slowed by an injected 10 ms",
+                      gpus=2),
+        ]  # fmt: skip
+    return tuple(runs)
+
+
+RUNS = CPU_RUNS + gpu_runs(2)  # every configuration, as listed in validation/README.md (GPU ones for two GPUs)
 
 CROSS: tuple[CrossRun, ...] = (
     CrossRun("digits-injected", "digits-injected-2x", "the injected delay doubled"),
@@ -182,9 +216,9 @@ CROSS: tuple[CrossRun, ...] = (
 
 
 def select(quick: bool, gpus: int) -> tuple[list[MatrixRun], list[CrossRun]]:
-    """The runs of the matrix (``quick``: the quick CPU ones), with the GPU runs that fit ``gpus``
-    devices, and the cross-run predictions whose two runs are both in it."""
-    runs = [r for r in RUNS if (r.gpus == 0 and (r.quick or not quick)) or 0 < r.gpus <= gpus]
+    """The runs of the matrix (``quick``: the quick ones), with the GPU runs made for ``gpus``
+    devices (:func:`gpu_runs`), and the cross-run predictions whose two runs are both in it."""
+    runs = [r for r in (*CPU_RUNS, *gpu_runs(gpus)) if r.quick or not quick]
     names = {r.name for r in runs}
     return runs, [c for c in CROSS if c.source in names and c.target in names]
 

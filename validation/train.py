@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +32,47 @@ from validation.options import add_run_options
 from validation.placement import apply_placement, placement_in_effect
 from validation.trainer import InjectedCrash, RankTrainer
 
-__all__ = ["CRASH_STATUS", "RankFailure", "build_parser", "default_out", "main", "run_rank"]
+__all__ = ["CRASH_STATUS", "OWN_FAILURE", "RankFailure", "build_parser", "default_out", "main", "run_rank"]
 
 CRASH_STATUS = 17
 
 
+OWN_FAILURE = 3  # this rank failed by itself (out of device memory, say): the launcher names it first
+USEFUL_CHARS = 2000  # an error's text kept in the one line: NCCL's reason, not the C++ stack
+_PEER = re.compile(r"gloo|nccl|connection|peer|timed? ?out|socket|closed|reset by|broken pipe|store", re.IGNORECASE)
+
+
+def useful_error(cause: BaseException) -> str:
+    """The error's text on one line: every line before the C++ stack ("Exception raised from",
+    "frame #N"), joined by " | ", at most :data:`USEFUL_CHARS` characters."""
+    lines = []
+    for line in str(cause).splitlines():
+        text = line.strip()
+        if text.startswith(("Exception raised from", "frame #")):
+            break
+        if text:
+            lines.append(text)
+    joined = " | ".join(lines) or type(cause).__name__
+    return joined if len(joined) <= USEFUL_CHARS else joined[: USEFUL_CHARS - 3] + "..."
+
+
+def out_of_memory(cause: BaseException) -> bool:
+    """A device out-of-memory error (torch's type, or its text when wrapped in another)."""
+    return isinstance(cause, torch.OutOfMemoryError) or "out of memory" in str(cause).lower()
+
+
 class RankFailure(Exception):
-    """A collective or the rendezvous failed: most often another rank died or timed out."""
+    """A step, a collective or the rendezvous failed: the whole useful error and its likely cause.
+    ``own``: this rank's own failure (out of memory, an error in the model), not a peer's."""
 
     def __init__(self, rank: int, where: str, cause: BaseException) -> None:
-        first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-        super().__init__(f"rank {rank}: failed during {where}: {first} (another rank died or timed out)")
+        if out_of_memory(cause):
+            self.own, why = True, "this rank ran out of device memory: a smaller --global-batch or share for it"
+        elif isinstance(cause, (dist.DistError, OSError)) or _PEER.search(str(cause)):
+            self.own, why = False, "another rank died or timed out"
+        else:
+            self.own, why = True, "an error on this rank"
+        super().__init__(f"rank {rank}: failed during {where}: {useful_error(cause)} ({why})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,6 +96,45 @@ def rank_env() -> RankEnv:
     if env is None:
         raise ConfigError("RANK", "not set: start ranks with `python -m validation run` or torchrun")
     return env
+
+
+def local_world_size(env: RankEnv) -> int:
+    """Ranks on this machine: torchrun's (and the launcher's) LOCAL_WORLD_SIZE, else the world."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "")))
+    except ValueError:
+        return env.world_size
+
+
+def stall_guard(
+    rank: int, doing: Callable[[], str], limit_s: float, poll_s: float = 1.0, end: Callable[[int], object] = os._exit
+) -> threading.Thread:
+    """A daemon thread that ends the rank (status 1, with a "failed during" line) when what it is
+    doing has not changed for ``limit_s``. Under NCCL a rank whose peer died can block in device
+    synchronisation (the kernel waits for the peer for ever; torch.cuda.synchronize releases the
+    GIL, so this thread still runs) until NCCL's watchdog aborts the process without a word;
+    ``limit_s`` is past the process-group timeout, so any collective that could still finish has."""
+
+    def run() -> None:
+        last, since = doing(), time.monotonic()
+        while True:
+            time.sleep(poll_s)
+            now = doing()
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since > limit_s:
+                print(
+                    f"validation: rank {rank}: failed during {now}: no progress for {limit_s:g} s, past the "
+                    "process-group timeout: a collective or the GPU never finished (another rank died or timed out)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                end(1)
+                return
+
+    thread = threading.Thread(target=run, name="stall-guard", daemon=True)
+    thread.start()
+    return thread
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -97,9 +168,13 @@ def run_rank(config: RunConfig, env: RankEnv, out: Path) -> None:
         )
     device = torch_device(resolve_device(config.devices[env.rank], env.local_rank))
     started: list[RankTrainer] = []  # what the heartbeat reports: the trainer's step, once it exists
-    heartbeat.start(env.rank, lambda: started[0].where if started else "start-up")
+    doing = lambda: started[0].where if started else "start-up"  # noqa: E731
+    heartbeat.start(env.rank, doing)
+    backend = select_backend(config.devices)
+    if backend == "nccl":
+        stall_guard(env.rank, doing, 2 * config.timeout_s + 10.0)
     try:
-        init_process_group(select_backend(config.devices), env, device, config.timeout_s)
+        init_process_group(backend, env, device, config.timeout_s)
     except (RuntimeError, OSError) as exc:
         raise RankFailure(env.rank, "the rendezvous", exc) from exc
     trainer: RankTrainer | None = None
@@ -124,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         env = rank_env()
-        config = build_config(args, world_size_env=env.world_size)
+        config = build_config(args, world_size_env=env.world_size, local_world_size=local_world_size(env))
         run_rank(config, env, config.out or default_out())
     except ConfigError as exc:
         where = f"rank {env.rank}: " if env is not None else ""
@@ -132,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except RankFailure as exc:
         print(f"validation: {exc}", file=sys.stderr)
-        return 1
+        return OWN_FAILURE if exc.own else 1
     return 0
 
 

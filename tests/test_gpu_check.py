@@ -1,0 +1,108 @@
+"""``python -m validation gpu-check``: refused in one line without CUDA, and its trace check, a pure
+function of a run folder, exact on synthetic traces."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from hetsim.trace import write_trace_table
+from validation import gpu_check
+from validation.cli import main as cli_main
+from validation.trace_check import check_folder, first_use_spikes, memory_growth, negative_times
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def trace(rows: list[tuple[str, int, int, int, float]], comm_s: float = 0.001) -> pd.DataFrame:
+    """(policy, step, worker, local_batch, compute_s) rows; each step 50 ms long from the last."""
+    frame = pd.DataFrame(rows, columns=["policy", "step", "worker", "local_batch", "compute_s"])
+    frame["epoch"] = 0
+    frame["start_s"] = 0.05 * frame["step"]
+    frame["wait_s"] = 0.05 - comm_s - frame["compute_s"]
+    frame["comm_s"] = comm_s
+    frame["included"] = frame["local_batch"] > 0
+    return frame
+
+
+def steady(policy: str = "equal", first: float = 0.005, n: int = 6, batch: int = 64) -> list:
+    return [(policy, k, 0, batch, first if k == 0 else 0.005) for k in range(n)]
+
+
+def test_without_cuda_it_says_so_in_one_line_and_exits_2(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli_main(["gpu-check", "--out", str(tmp_path / "g")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("validation: error: gpu-check: no CUDA device on this machine")
+    assert not (tmp_path / "g").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA machine runs the checks")
+def test_the_command_refuses_in_a_fresh_interpreter():
+    done = subprocess.run([sys.executable, "-m", "validation", "gpu-check"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "no CUDA device on this machine" in done.stderr
+
+
+def test_a_steady_trace_passes():
+    assert negative_times(trace(steady())) == [] and first_use_spikes(trace(steady())) == []
+
+
+def test_negative_times_and_time_going_back_are_named():
+    frame = trace(steady())
+    frame.loc[2, "wait_s"] = -0.0001
+    frame.loc[4, "start_s"] = 0.0
+    problems = negative_times(frame)
+    assert problems[0] == "1 row(s) with negative wait_s, first: equal step 2 rank 0 (-0.000100 s)"
+    assert problems[1] == "equal: start_s goes back between steps"
+
+
+@pytest.mark.parametrize(("first", "flagged"), [(0.0059, False), (0.0061, True), (0.014, True)])
+def test_a_first_use_above_1_2x_its_median_is_flagged(first, flagged):
+    problems = first_use_spikes(trace(steady(first=first)))
+    assert bool(problems) == flagged
+    if flagged:
+        assert problems[0].startswith(f"equal, rank 0: first use of local batch 64 (step 0) took {first / 0.005:.2f}x")
+
+
+def test_every_policys_first_step_is_judged_on_its_own():
+    rows = [*steady("equal"), *steady("adaptive", first=0.009), *steady("optimal", first=0.0055)]
+    problems = first_use_spikes(trace(rows))
+    assert len(problems) == 1 and problems[0].startswith(
+        "adaptive, rank 0: first use of local batch 64 (step 0) took 1.80x"
+    )
+
+
+def test_sizes_with_too_few_rows_and_idle_ranks_are_not_judged():
+    rows = [("equal", 0, 0, 8, 0.05), ("equal", 1, 0, 8, 0.005), ("equal", 0, 1, 0, 0.0), ("equal", 1, 1, 0, 0.0)]
+    assert first_use_spikes(trace(rows)) == []
+
+
+def test_memory_that_grows_is_flagged_and_flat_memory_is_not():
+    assert memory_growth([1000.0, 1200.0, 1210.0, 1205.0, 1208.0, 1206.0]) == []
+    assert memory_growth([1000.0, 1010.0, 1020.0, 1400.0, 1600.0, 1800.0]) == [
+        "device memory grew from a peak of 1020 MB to 1800 MB over the run"
+    ]
+    assert memory_growth([1.0, 900.0]) == []  # too few samples to tell
+
+
+def test_check_folder_reads_a_run_folders_trace(tmp_path):
+    frame = trace(steady(first=0.008))
+    write_trace_table(frame[["policy", "epoch", "step", "worker", "local_batch", "start_s", "compute_s", "wait_s",
+                             "comm_s", "included"]], tmp_path / "trace.csv")  # fmt: skip
+    problems = check_folder(tmp_path, memory_mb=[500.0] * 8)
+    assert len(problems) == 1 and "took 1.60x its median" in problems[0]
+
+
+def test_the_delay_check_compares_the_two_paths(tmp_path):
+    for name, compute in (("flat", 0.010), ("flat-delay", 0.030), ("ddp", 0.010), ("ddp-delay", 0.012)):
+        folder = tmp_path / f"nccl-{name}"
+        folder.mkdir()
+        write_trace_table(trace([("equal", k, 0, 64, compute) for k in range(5)], comm_s=0.0), folder / "trace.csv")
+    outcome = gpu_check.delay_check(tmp_path)
+    assert not outcome.passed and outcome.detail == "flat +20.0 ms, ddp +2.0 ms (injected 20 ms)"

@@ -1,0 +1,97 @@
+"""Whether a run folder's trace measured what it should: the checks ``gpu-check`` makes over
+every run it starts, as pure functions of the folder (so they run, and are tested, on CPU runs).
+
+* **No negative time**: every ``compute_s``, ``wait_s`` and ``comm_s`` at least 0, every
+  segment's ``start_s`` non-decreasing with its step.
+* **No one-off cost in a timed step**: per policy, rank and local batch, the first row of that
+  size (the size's first use in the segment) within :data:`FIRST_USE_RATIO` of the median of its
+  rows; and each policy's first step (step 0) the same against its size's median. A spike there
+  is a cost the warm-up did not pay (cuDNN building a plan for a new shape, DDP rebuilding its
+  buckets) measured as compute, which the calibration and the policies then see as speed.
+  Only sizes with at least :data:`MIN_ROWS` rows are judged (a median of two is not one).
+* **Flat memory**: the device memory sampled during a run does not grow (the last half's peak
+  at most :data:`MEMORY_GROWTH` of the first half's plus :data:`MEMORY_SLACK_MB`): a run that
+  leaks (a kept graph, a growing cache) would slow as it goes.
+
+Each check returns the problems it found as lines (empty: passed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hetsim.trace import read_trace_table
+
+FIRST_USE_RATIO = 1.2
+MIN_ROWS = 3
+MEMORY_GROWTH = 1.10
+MEMORY_SLACK_MB = 64.0
+TIMES = ("compute_s", "wait_s", "comm_s")
+
+
+def read_trace(folder: Path) -> pd.DataFrame:
+    """The run folder's trace (parquet, else csv)."""
+    for name in ("trace.parquet", "trace.csv"):
+        if (Path(folder) / name).exists():
+            return read_trace_table(Path(folder) / name)
+    raise FileNotFoundError(f"{folder}: no trace.parquet or trace.csv")
+
+
+def negative_times(trace: pd.DataFrame) -> list[str]:
+    """Rows with a negative time, and segments whose ``start_s`` goes back."""
+    problems = []
+    for column in TIMES:
+        bad = trace[trace[column] < 0]
+        if len(bad):
+            row = bad.iloc[0]
+            problems.append(
+                f"{len(bad)} row(s) with negative {column}, first: {row['policy']} step {row['step']} "
+                f"rank {row['worker']} ({row[column]:.6f} s)"
+            )
+    for policy, rows in trace.groupby("policy", sort=False):
+        starts = rows.sort_values(["step", "worker"]).groupby("step")["start_s"].first().to_numpy()
+        if starts.size > 1 and np.any(np.diff(starts) < 0):
+            problems.append(f"{policy}: start_s goes back between steps")
+    return problems
+
+
+def first_use_spikes(trace: pd.DataFrame, ratio: float = FIRST_USE_RATIO) -> list[str]:
+    """Each (policy, rank, local batch)'s first row above ``ratio`` times the median of that size's
+    rows (sizes with at least :data:`MIN_ROWS` rows). Every trace segment starts at step 0, so a
+    policy's first step is the first use of its sizes in its segment and is judged here too."""
+    problems = []
+    working = trace[trace["local_batch"] > 0]
+    for (policy, worker, batch), rows in working.groupby(["policy", "worker", "local_batch"], sort=False):
+        if len(rows) < MIN_ROWS:
+            continue
+        ordered = rows.sort_values(["epoch", "step"])
+        median = float(ordered["compute_s"].median())
+        first = ordered.iloc[0]  # a policy's step 0 is the first use of its size in the segment
+        if median > 0 and float(first["compute_s"]) > ratio * median:
+            problems.append(
+                f"{policy}, rank {worker}: first use of local batch {batch} (step {first['step']}) took "
+                f"{float(first['compute_s']) / median:.2f}x its median ({1e3 * median:.2f} ms)"
+            )
+    return problems
+
+
+def memory_growth(samples_mb: Sequence[float]) -> list[str]:
+    """Device memory in use, sampled through a run: the last half's peak against the first's."""
+    values = np.asarray(samples_mb, dtype=float)
+    if values.size < 4:
+        return []
+    half = values.size // 2
+    early, late = float(values[:half].max()), float(values[half:].max())
+    if late > MEMORY_GROWTH * early + MEMORY_SLACK_MB:
+        return [f"device memory grew from a peak of {early:.0f} MB to {late:.0f} MB over the run"]
+    return []
+
+
+def check_folder(folder: Path, memory_mb: Sequence[float] = ()) -> list[str]:
+    """Every check of one run folder (``memory_mb``: the device memory sampled during it)."""
+    trace = read_trace(folder)
+    return negative_times(trace) + first_use_spikes(trace) + memory_growth(memory_mb)
