@@ -5,7 +5,10 @@
 The scenario of ``benchmarks/bench_engines.py`` (a quarter of the workers 2x slower, lognormal
 noise, an exponential injected delay, 100 steps per epoch) under each policy of ``--policies``
 (default ``dynamic,adaptive``), on the vector engine: after a warm-up run of each, ``--rounds``
-turns that run every policy once, back to back (``bench_scale.paired``). Prints one JSON
+turns that run every policy once, back to back (``bench_scale.paired``). A policy that chooses
+the global batch by statistical efficiency (``goodput``) runs on the same scenario with a
+``[workload.efficiency]`` (gradient noise scale 4x the global batch, base batch the global
+batch: :data:`EFFICIENCY`), which the others run without. Prints one JSON
 object: per cluster size each policy's worker-steps per second (from its median time), and the
 ratio of each policy's rate to the first policy's, turn by turn, with its mean, median and
 90th percentile (the machine may be shared: the ratio within a turn is what to read).
@@ -17,8 +20,29 @@ import argparse
 import json
 import sys
 
-from bench_engines import stats
-from bench_scale import paired
+import bench_scale
+from bench_engines import scenario, stats
+
+from hetsim.config import build_scenario
+from hetsim.errors import ConfigError
+from hetsim.policies import policy_class
+from hetsim.scenario import Scenario
+
+EFFICIENCY = {"noise_scale_per_batch": 4.0, "base_batch_per_batch": 1.0}  # relative to the global batch
+
+
+def scenario_for(n_workers: int, steps: int, policy: str) -> Scenario:
+    """bench_engines' scenario, with a workload efficiency for a policy that needs one."""
+    plain = scenario(n_workers, steps, policy)
+    if not policy_class(policy).needs_efficiency:
+        return plain
+    config = plain.to_dict()
+    batch = plain.workload.global_batch
+    config["workload"]["efficiency"] = {
+        "noise_scale": EFFICIENCY["noise_scale_per_batch"] * batch,
+        "base_batch": int(EFFICIENCY["base_batch_per_batch"] * batch),
+    }
+    return build_scenario(config)
 
 
 def main() -> None:
@@ -29,9 +53,16 @@ def main() -> None:
     parser.add_argument("--policies", default="dynamic,adaptive")
     args = parser.parse_args()
     policies = args.policies.split(",")
+    try:
+        for p in policies:
+            policy_class(p, "--policies")
+    except ConfigError as exc:
+        print(f"bench_policies: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    bench_scale.scenario = scenario_for  # paired() builds each policy's scenario by this name
     out: dict[str, object] = {"command": " ".join(sys.argv), "steps": args.steps, "sizes": {}}
     for n in (int(x) for x in args.workers.split(",")):
-        rates, ratios = paired(n, args.steps, policies, args.rounds)
+        rates, ratios = bench_scale.paired(n, args.steps, policies, args.rounds)
         out["sizes"][str(n)] = {  # type: ignore[index]
             "worker_steps_per_s": rates,
             "ratio_to_" + policies[0]: {

@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING
 from hetsim import __version__
 from hetsim.cli_analysis import COMMANDS as ANALYSIS_COMMANDS
 from hetsim.cli_analysis import add_subcommands
-from hetsim.cli_common import OneLineParser, add_scenario_options, check_seed, run_main, scenario_policies
+from hetsim.cli_common import (
+    OneLineParser,
+    add_scenario_options,
+    check_new_folder,
+    check_seed,
+    run_main,
+    scenario_policies,
+)
 from hetsim.cli_costs import COMMANDS as COST_COMMANDS
 from hetsim.cli_costs import add_subcommands as add_cost_subcommands
 from hetsim.cli_plan import COMMANDS as PLAN_COMMANDS
@@ -62,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_scenario_options(sim, "print the summaries as a JSON list")
     sim.add_argument(
         "--out", type=Path, default=None, metavar="DIR", help="write trace.parquet, trace.csv and summary.json"
+    )
+    sim.add_argument(
+        "--force", action="store_true", help="with --out: replace the results in a folder that already holds some"
     )
     sim.add_argument(
         "--trace",
@@ -201,6 +211,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from hetsim.config import load_scenario
     from hetsim.metrics import summarize, with_speedups
+    from hetsim.provenance import run_record
     from hetsim.report import format_table, write_outputs
     from hetsim.results import TraceMode
     from hetsim.simulate import simulate, simulate_sampled
@@ -211,6 +222,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     check_seed(args.seed)
     every = TraceMode(args.trace, _sample_every(args.sample_every)).kept
     _check_sizes(scenario, policies, every)
+    if args.out is not None:
+        check_new_folder(args.out, args.force)
     if args.trace != "full":  # summarised as the runs go, keeping no trace or each k-th step's rows
         runs = [simulate_sampled(scenario, p, every, seed=args.seed, engine=args.engine) for p in policies]
         traces = [t for t, _ in runs if t is not None]
@@ -219,7 +232,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         traces = [simulate(scenario, name, seed=args.seed, engine=args.engine) for name in policies]
         summaries = with_speedups([summarize(t, scenario) for t in traces])
     if args.out is not None:
-        write_outputs(args.out, traces, summaries)
+        seed = scenario.seed if args.seed is None else args.seed
+        write_outputs(args.out, traces, summaries, run_record(scenario.name, scenario.to_dict(), seed))
     if args.json:
         print(json.dumps([s.to_dict() for s in summaries], indent=2))
     else:
@@ -251,7 +265,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         if folder is None:
             meta = {"executor": executor.description, "engine": spec.engine, "cells": len(cells),
-                    "replications": spec.replications, **trace.to_meta()}  # fmt: skip
+                    "replications": spec.replications, **trace.to_meta(),
+                    "scenario": {"name": spec.base.get("name"), "config": spec.base},  # the grid's base
+                    "seed": spec.seed}  # fmt: skip
             folder = RunFolder.start(args.runs, spec, meta)
         _heal(folder, spec, "its cell runs again")
         try:

@@ -317,6 +317,7 @@ def _noise_network_workload(calibration: Calibration) -> list[str]:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from hetsim.calibrate import calibrate, check_model, trace_policies
     from hetsim.config import build_scenario
+    from hetsim.provenance import provenance
     from hetsim.trace import read_trace_table
 
     kind = None if args.out is None else _writer(args.out, {".toml": "toml", ".json": "json"}, "--out")
@@ -332,31 +333,42 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         check_writable(args.out)  # before the fit, whose warnings would come first otherwise
     name = args.name or f"calibrated-{Path(args.trace).stem}"
     calibration = calibrate(frame, name=name, policy=args.policy, model=args.model)
-    build_scenario(calibration.scenario)  # the written file must load
+    record = provenance()
+    scenario = _with_provenance(calibration.scenario, args.trace, record)
+    build_scenario(scenario)  # the written file must load
     for warning in calibration.warnings:
         print(f"hetsim: warning: {warning}", file=sys.stderr)
     if kind is not None:
-        text = _dump(calibration.scenario, kind)
+        text = _dump(scenario, kind, record)
         atomic_write(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     if args.json:
-        print(json.dumps(calibration.to_dict(), indent=2))
+        print(json.dumps({**record, **calibration.to_dict(), "scenario": scenario}, indent=2))
     elif kind is None:
-        import tomli_w
-
         comment = "\n".join(f"# {line}" for line in fit_table(calibration).splitlines())
-        print(f"{comment}\n{tomli_w.dumps(calibration.scenario)}", end="")
+        print(f"{comment}\n{_dump(scenario, 'toml', record)}", end="")
     else:
         print(fit_table(calibration))
         print(f"wrote {args.out}")
     return 0
 
 
-def _dump(scenario: dict[str, Any], kind: str) -> str:
+def _with_provenance(scenario: dict[str, Any], trace: Path, record: Mapping[str, Any]) -> dict[str, Any]:
+    """The calibrated scenario, its description naming the trace and what fitted it (a scenario
+    file has no other place for it: the loader refuses unknown keys)."""
+    made = f"hetsim {record['hetsim_version']}" + (f", commit {record['git_commit']}" if record["git_commit"] else "")
+    return {**scenario, "description": f"{scenario.get('description', '')} in {trace} ({made})".strip()}
+
+
+def _dump(scenario: dict[str, Any], kind: str, record: Mapping[str, Any]) -> str:
+    """The scenario as JSON (which has no comments: its description carries the provenance, see
+    :func:`_with_provenance`) or as TOML, headed by ``record``'s command, version, commit and date
+    in comments."""
     if kind == "json":
         return json.dumps(scenario, indent=2) + "\n"
     import tomli_w
 
-    return tomli_w.dumps(scenario)
+    head = "".join(f"# {key}: {record[key]}\n" for key in ("command", "hetsim_version", "git_commit", "date"))
+    return head + tomli_w.dumps(scenario)
 
 
 # ----------------------------------------------------------------------------- import-logs

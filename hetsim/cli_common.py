@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hetsim.errors import CellFailed, ConfigError
@@ -143,3 +144,11 @@ def scenario_policies(text: str | None, scenario: Scenario) -> list[str]:
 def check_seed(seed: int | None) -> None:
     if seed is not None:
         Param("--seed", "integer", low=0).check(seed)
+
+
+def check_new_folder(out: Path, force: bool, option: str = "--out") -> None:
+    """``out`` is a new or empty folder, or ``force`` says its results may be replaced: a folder
+    that already holds a run's files is refused (one line, before anything runs), so that a
+    later run never silently replaces an earlier one's results."""
+    if not force and out.is_dir() and any(out.iterdir()):
+        raise ConfigError(option, f"{out} already holds files (add --force to replace them, or choose a new folder)")

@@ -83,6 +83,7 @@ def check_out(path: Path) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     from hetsim.config import load_scenario
     from hetsim.plan import check_batch_range, check_cluster, check_objective, plan, runnable
+    from hetsim.provenance import provenance
 
     scenario = load_scenario(args.scenario, args.set)
     check_cluster(scenario)
@@ -99,7 +100,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for name, why in skipped:
             print(f"note: {name} left out: {why}", file=sys.stderr)
     result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed, policies=names)
-    data = result.to_dict()
+    data = {**provenance(), **result.to_dict()}  # the command and the commit beside the plan's own record
     if args.out is not None:
         write_json(args.out, data)
     if args.json:

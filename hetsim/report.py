@@ -70,14 +70,17 @@ def format_table(summaries: Sequence[Summary]) -> str:
     return text_table([name for name, _ in columns], rows, left={0, len(columns) - 1})
 
 
-def write_outputs(directory: Path, traces: Sequence[Trace], summaries: Sequence[Summary]) -> None:
+def write_outputs(
+    directory: Path, traces: Sequence[Trace], summaries: Sequence[Summary], record: Mapping[str, object]
+) -> None:
     """``simulate --out``: trace.parquet, trace.csv (when there are ``traces``: not with ``--trace
     none``) and summary.json in ``directory``, all or none (written in a temporary folder, then
-    moved in)."""
+    moved in). summary.json is one object: ``record`` (what made it: the scenario, seed, command,
+    versions, :func:`hetsim.provenance.run_record`) and ``policies``, one Summary each."""
     with atomic_folder(directory, "--out") as tmp:
         if traces:
             write_trace_table(traces, tmp / "trace.parquet", tmp / "trace.csv")
-        write_json(tmp / "summary.json", [s.to_dict() for s in summaries])
+        write_json(tmp / "summary.json", {**record, "policies": [s.to_dict() for s in summaries]})
 
 
 # ----------------------------------------------------------------------------- sweep progress

@@ -19,12 +19,7 @@ half-written file; the parts present are exactly the cells that finished.
 
 from __future__ import annotations
 
-import datetime as dt
-import platform
 import re
-import socket
-import subprocess
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,13 +29,13 @@ import numpy as np
 import pandas as pd
 import tomli_w
 
-from hetsim import __version__
 from hetsim.config import read_table
 from hetsim.errors import ConfigError
 from hetsim.files import atomic_write, remove_stale_temporaries, write_frame, write_json
 from hetsim.metrics import BASELINE, mean_ci
 from hetsim.options import DEFAULT_SAMPLE_EVERY, SPEEDUP_METRICS, TRACE_MODES  # there for hetsim.cli's parser
 from hetsim.params import MAX_COUNT, Param
+from hetsim.provenance import command_line, git_commit, provenance  # noqa: F401 (re-exported: validation.matrix_report)
 from hetsim.sweepfile import SweepSpec, load_sweep
 from hetsim.trace import COLUMNS, Trace, read_trace_table, traces_by_policy, write_trace_table
 
@@ -213,42 +208,6 @@ def _part_problem(path: Path, cell: int, replications: int) -> str | None:
         if not np.isfinite(frame[column].to_numpy(dtype=float)).all():
             return f"holds a value that is not finite in {column!r}"
     return None
-
-
-def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """What a reader needs to cite or reproduce a result."""
-    return {
-        "hetsim_version": __version__,
-        "git_commit": git_commit(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "host": socket.gethostname(),
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(command_line() if argv is None else argv),
-    }
-
-
-def command_line() -> list[str]:
-    """``sys.argv`` as typed: ``python -m hetsim ...`` rather than the path of ``__main__.py``."""
-    argv = list(sys.argv)
-    if argv and Path(argv[0]).name == "__main__.py":
-        argv[0] = f"python -m {Path(argv[0]).parent.name}"
-    return argv
-
-
-def git_commit() -> str | None:
-    """The commit of the hetsim source tree (with ``+dirty`` if it has changes), or None."""
-    here = Path(__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        if commit.returncode != 0:
-            return None
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "."], cwd=here, capture_output=True, text=True, timeout=5
-        )
-        return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def summarize_cells(results: pd.DataFrame, axes: Sequence[str], metric: str = "throughput") -> pd.DataFrame:

@@ -120,6 +120,7 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
         raw, base_dir = copy.deepcopy(dict(source)), None
     else:
         raw, base_dir = read_table(source), Path(source).resolve().parent
+        _refuse_scenario_file(raw, source)
     top = Table(raw, "", ["name", "base", "base_dir", "policies", "grid", "replications", "seed", "plots", "engine"])
     if top.has("base_dir"):  # where the base's relative files are (written into a run's sweep.toml)
         base_dir = Path(top.get(Param("base_dir", "path")))
@@ -171,6 +172,20 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
     check_engine(spec.engine)
     _check_grid(spec)
     return spec
+
+
+SCENARIO_ONLY_KEYS = ("workload", "workers", "network", "policy")  # a scenario file's tables, never a sweep's
+
+
+def _refuse_scenario_file(raw: Mapping[str, Any], source: str | Path) -> None:
+    """A scenario file given where a sweep file belongs gets one line saying so (rather than the
+    first of its keys a sweep does not allow)."""
+    if "grid" not in raw and "base" not in raw and any(k in raw for k in SCENARIO_ONLY_KEYS):
+        raise ConfigError(
+            str(source),
+            f"this is a scenario file, not a sweep file (use: python -m hetsim simulate {source}; "
+            f'a sweep names it as its base: base = "{source}")',
+        )
 
 
 def grid_points(axes: Sequence[Axis]) -> list[tuple[int, ...]]:

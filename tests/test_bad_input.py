@@ -179,13 +179,14 @@ def test_simulate_out_writes_all_or_nothing(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "summary.json").mkdir()  # a late file that cannot be written: a folder is in its way
-    assert main(["simulate", "paper", "--policy", "equal", "--set", "workload.epochs=1", "--out", str(out)]) == 2
+    argv = ["simulate", "paper", "--policy", "equal", "--set", "workload.epochs=1", "--out", str(out), "--force"]
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "summary.json" in err
     assert sorted(p.name for p in out.iterdir()) == ["summary.json"]  # nothing else was left behind
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # nor a temporary folder
     (out / "summary.json").rmdir()
-    assert main(["simulate", "paper", "--policy", "equal", "--set", "workload.epochs=1", "--out", str(out)]) == 0
+    assert main(argv) == 0
     assert sorted(p.name for p in out.iterdir()) == ["summary.json", "trace.csv", "trace.parquet"]
 
 

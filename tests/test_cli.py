@@ -64,8 +64,9 @@ def test_out_writes_trace_and_summary(tmp_path, capsys):
     steps = load_scenario("paper", ["workload.epochs=2"]).workload.total_steps
     assert len(frame) == 2 * steps * 2
     assert pd.read_csv(out / "trace.csv").shape == frame.shape
-    summaries = json.loads((out / "summary.json").read_text())
-    assert [s["policy"] for s in summaries] == ["equal", "dynamic"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["policy"] for s in summary["policies"]] == ["equal", "dynamic"]
+    assert summary["seed"] == 3 and summary["scenario"]["name"] == "paper"
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp files left
 
 

@@ -97,6 +97,7 @@ def load_run(run_dir: Path) -> RunData:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError(str(run_dir), "no such run folder")
+    _refuse_other_folders(run_dir)
     meta_path = run_dir / "meta.json"
     if not meta_path.is_file():
         raise ConfigError(str(run_dir), "not a validation run folder (no meta.json)")
@@ -105,6 +106,22 @@ def load_run(run_dir: Path) -> RunData:
     if path is None:
         raise ConfigError(str(run_dir), "no trace.parquet or trace.csv (the run died before its first epoch)")
     return RunData(run_dir, read_trace_table(path, COLUMNS), meta)
+
+
+def _refuse_other_folders(run_dir: Path) -> None:
+    """A hetsim sweep's results folder or a validation matrix's folder, given where a run folder
+    belongs, is named for what it is (rather than by the first meta.json field it lacks)."""
+    if (run_dir / "sweep.toml").is_file():
+        raise ConfigError(
+            str(run_dir),
+            "this is a hetsim sweep results folder, not a validation run folder "
+            f"(use: python -m hetsim report {run_dir})",
+        )
+    if (run_dir / "results.json").is_file() and (run_dir / "runs").is_dir() and not (run_dir / "meta.json").exists():
+        raise ConfigError(
+            str(run_dir),
+            f"this is a validation matrix folder, not a run folder (compare one of its runs: {run_dir / 'runs'}/NAME)",
+        )
 
 
 META_PARAMS = (
