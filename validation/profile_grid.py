@@ -35,6 +35,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 
+ROUNDING = 1e-9  # a bend this small is rounding error, even at a tolerance of 0
+
+
 class BudgetTooSmall(Exception):
     """The budget cannot hold two batch sizes (the least a cost table needs)."""
 
@@ -134,7 +137,7 @@ class GridPlanner:
                 continue
             score = max(bend.get(a, 0.0), bend.get(c, 0.0)) if bend else math.inf
             key = (score, math.log(c / a), -a)
-            if score > self.tolerance_rel and (best is None or key > best):
+            if score > max(self.tolerance_rel, ROUNDING) and (best is None or key > best):
                 best, found = key, (a, c)
         return found
 

@@ -16,7 +16,7 @@ measurement and the meta data, checked by hetsim and written atomically.
 ``2(n-1) latency + 2(n-1)/n x 8e-3 / bandwidth_gbps``: a line ``alpha + beta x`` through the
 medians at each size by non-negative least squares on relative errors (the one-element
 all-reduce pins the latency, the gradient-sized ones the bandwidth). When the fit finds no
-bandwidth term (``beta = 0``: the times do not grow with the size), the network is ``constant``
+bandwidth term (``beta`` adds under 1% at the largest size: the times do not grow with it), the network is ``constant``
 at the median time at the gradient's size.
 
 The scenario is built by ``hetsim.config.build_scenario`` before anything is written, so a
@@ -53,7 +53,7 @@ def table_points(points: list[dict[str, Any]]) -> list[list[float]]:
     """``[[batch, seconds], ...]`` through the medians, non-decreasing (weighted isotonic fit)."""
     medians = np.array([p["median_s"] for p in points])
     fitted = isotonic_regression(medians, weights=np.array([float(p["n"]) for p in points])).x
-    return [[float(p["batch"]), float(t)] for p, t in zip(points, fitted)]
+    return [[int(p["batch"]), float(f"{t:.6g}")] for p, t in zip(points, fitted)]
 
 
 def noise_sigma(samples: dict[str, list[float]]) -> float:
@@ -70,12 +70,12 @@ def fit_network(allreduce: dict[str, list[float]], world: int, gradient_mb: floa
         return {"kind": "constant", "time_s": 0.0}
     design = np.column_stack([np.ones_like(sizes_mb), sizes_mb]) / medians[:, None]
     (alpha, beta), _ = nnls(design, np.ones_like(medians))
-    if beta <= 0:
+    if beta * sizes_mb.max() <= 0.01 * alpha:  # no size term worth the name: a flat exchange
         return {"kind": "constant", "time_s": float(medians[np.argmax(sizes_mb)])}
     return {
         "kind": "ring",
-        "latency_s": float(alpha / (2 * (world - 1))),
-        "bandwidth_gbps": float(2 * (world - 1) / world * 8e-3 / beta),
+        "latency_s": float(f"{alpha / (2 * (world - 1)):.6g}"),
+        "bandwidth_gbps": float(f"{2 * (world - 1) / world * 8e-3 / beta:.6g}"),
     }
 
 
@@ -172,14 +172,43 @@ def write(out: Path, scenario: dict[str, Any], table: list[dict[str, Any]], info
     """The three files into ``out``, all or none (hetsim's atomic folder), after hetsim has
     accepted the scenario."""
     import pandas as pd
-    import tomli_w
 
     from hetsim.config import build_scenario
     from hetsim.files import atomic_folder, write_frame, write_json
 
     build_scenario(scenario)
-    text = tomli_w.dumps(scenario)
+    text = scenario_toml(scenario)
     with atomic_folder(out, "--out") as tmp:
         (tmp / "scenario.toml").write_text(text, encoding="utf-8")
         write_frame(tmp / "profile.csv", pd.DataFrame(table))
         write_json(tmp / "meta.json", info)
+
+
+def scenario_toml(scenario: dict[str, Any]) -> str:
+    """The scenario as TOML, each worker's tables inline (``cost = { model = "table", points =
+    [[1.0, 0.0021], ...] }``: tomli_w alone writes every pair of a table over four lines)."""
+    import tomllib
+
+    import tomli_w
+
+    parts = [tomli_w.dumps({k: v for k, v in scenario.items() if k != "workers"})]
+    for worker in scenario["workers"]:
+        lines = ["[[workers]]"]
+        for key, value in worker.items():
+            lines.append(f"{key} = {_inline(value)}")
+        parts.append("\n".join(lines) + "\n")
+    text = "\n".join(parts)
+    if tomllib.loads(text) != scenario:  # what is written must read back as it is
+        raise AssertionError("the scenario's TOML does not read back as the scenario")
+    return text
+
+
+def _inline(value: Any) -> str:
+    """A TOML value on one line: scalars as tomli_w writes them, tables and arrays inline."""
+    import tomli_w
+
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_inline(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_inline(v) for v in value) + "]"
+    return tomli_w.dumps({"v": value}).partition("=")[2].strip()

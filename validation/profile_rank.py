@@ -76,6 +76,8 @@ class Rank:
             raise ConfigError("--workload", problem) from None
         if cap < 2:
             raise ConfigError("--devices", f"{self.where} holds a local batch of 1 only: a curve needs two batch sizes")
+        warm = stepper.fits(cap)  # the first step of all pays for one-time set-up: a second is a fairer estimate
+        rough_s = min(rough_s, warm if warm is not None else rough_s)
         self.sync()
         deadline = time.perf_counter() + config.budget_s
         planner = GridPlanner(1, cap, rough={cap: rough_s})
