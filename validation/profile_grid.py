@@ -34,7 +34,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-
 ROUNDING = 1e-9  # a bend this small is rounding error, even at a tolerance of 0
 
 
