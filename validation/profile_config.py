@@ -44,6 +44,7 @@ class ProfileConfig:
     seed: int = 0
     warmup: int = 2
     repeats: int = 7
+    batches: tuple[int, ...] = ()  # fixed batch sizes instead of the adaptive grid (benchmarks/profile_agreement.py)
     out: Path = Path("runs/profile")
 
     @property
@@ -56,12 +57,13 @@ class ProfileConfig:
             out[key] = {str(k): v for k, v in getattr(self, key).items()}
         out["cpus"] = {str(k): list(v) for k, v in self.cpus.items()}
         out["devices"], out["max_batch"], out["out"] = list(self.devices), list(self.max_batch), str(self.out)
+        out["batches"] = list(self.batches)
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProfileConfig:
         """The inverse of :meth:`to_dict` (how a rank reads its launcher's configuration)."""
-        mapped = {"threads", "cpus", "contention", "devices", "max_batch", "out"}
+        mapped = {"threads", "cpus", "contention", "devices", "max_batch", "batches", "out"}
         return cls(
             **{k: v for k, v in data.items() if k not in mapped},
             threads={int(k): int(v) for k, v in data["threads"].items()},
@@ -69,6 +71,7 @@ class ProfileConfig:
             contention={int(k): float(v) for k, v in data["contention"].items()},
             devices=tuple(data["devices"]),
             max_batch=tuple(data["max_batch"]),
+            batches=tuple(data["batches"]),
             out=Path(data["out"]),
         )
 
@@ -103,6 +106,7 @@ def add_profile_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the samples drawn and the weights (default 0)")
     parser.add_argument("--repeats", type=int, default=7, help="timed steps per batch size (default 7)")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="default runs/profile-<time>")
+    parser.add_argument("--batches", default=None, help=argparse.SUPPRESS)  # fixed sizes: held-out checks
 
 
 def build_profile_config(args: argparse.Namespace) -> ProfileConfig:
@@ -137,6 +141,7 @@ def build_profile_config(args: argparse.Namespace) -> ProfileConfig:
         dataset_size=n_train,
         seed=int(Param("--seed", "integer", low=0, high=MAX_SEED).check(args.seed)),
         repeats=int(Param("--repeats", "integer", low=3, high=1000).check(args.repeats)),
+        batches=_batches(args.batches, min(max_batch)),
         out=out,
     )
 
@@ -174,6 +179,17 @@ def _max_batches(text: str | None, world: int, global_batch: int, n_train: int) 
         range(world), items[0])  # fmt: skip
     check = Param("--max-batch", "integer", low=2, high=n_train, doc="samples (at least 2: a table needs two)")
     return tuple(int(check.check(_int(values.get(r, str(global_batch))))) for r in range(world))
+
+
+def _batches(text: str | None, cap: int) -> tuple[int, ...]:
+    """The hidden ``--batches a,b,...``: distinct sizes in [1, the smallest --max-batch], at least two."""
+    if text is None:
+        return ()
+    size = Param("--batches", "integer", low=1, high=cap, doc="samples")
+    batches = tuple(sorted({int(size.check(_int(t.strip()))) for t in str(text).split(",")}))
+    if len(batches) < 2:
+        raise ConfigError("--batches", "needs at least two batch sizes")
+    return batches
 
 
 def _int(text: str | int) -> Any:

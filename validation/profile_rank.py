@@ -82,10 +82,12 @@ class Rank:
         deadline = time.perf_counter() + config.budget_s
         planner = GridPlanner(1, cap, rough={cap: rough_s})
         self.doing = "measuring step times"
+        for batch in config.batches:  # fixed sizes (the benchmark's held-out ones) instead of the grid
+            planner.record(batch, self.measure(stepper, planner, batch)[0])
         try:
-            run_grid(
-                planner, lambda b: self.measure(stepper, planner, b), config.budget_s, config.warmup + config.repeats
-            )
+            if not config.batches:
+                steps = config.warmup + config.repeats
+                run_grid(planner, lambda b: self.measure(stepper, planner, b), config.budget_s, steps)
         except BudgetTooSmall as exc:
             raise ConfigError("--budget-s", f"{self.where}: {exc}") from None
         self.fill(stepper, planner, deadline)
