@@ -170,11 +170,8 @@ def _check_policy_needs(policies: Sequence[str], probe_repeats: int, noise_scale
         raise ConfigError("--policies", f"{batching[0]} {problem}")
 
 
-def build_config(
-    args: argparse.Namespace, world_size_env: int | None = None, local_world_size: int | None = None
-) -> RunConfig:
-    """The validated configuration from the default, the run file and the options in ``args``
-    (``local_world_size``: ranks per machine, torchrun's; default all on this one)."""
+def build_config(args: argparse.Namespace, world_size_env: int | None = None, local: int | None = None) -> RunConfig:
+    """The validated configuration from the default, the run file and the options in ``args``."""
     base = RunConfig()
     raw = read_run_file(args.config) if getattr(args, "config", None) is not None else {}
 
@@ -197,8 +194,7 @@ def build_config(
             "--global-batch", f"{global_batch} is more than the {n_train} training samples of {workload.name}"
         )
     injection = _injection(raw, args, world_size)
-    devices = _devices(pick("devices", args.devices), world_size)
-    check_one_rank_per_gpu(devices, local_world_size)
+    devices = _devices(pick("devices", args.devices), world_size, local)  # local: ranks per machine (torchrun)
     probe_repeats = _integer(pick("probe_repeats", args.probe_repeats), "--probe-repeats", maximum=MAX_STEPS)
     timeout_s = _number(pick("timeout_s", args.timeout_s), "--timeout-s", minimum=1.0)
     combine = _mode(pick("combine", args.combine), "--combine", COMBINE_MODES)
@@ -312,11 +308,14 @@ def _placement(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int
     return {"threads": threads, "cpus": cpus, "contention": contention}
 
 
-def _devices(value: Any, world_size: int) -> tuple[str, ...]:
-    """One device for all ranks, or one per rank, from a string or a list."""
+def _devices(value: Any, world_size: int, local_world_size: int | None) -> tuple[str, ...]:
+    """One device for all ranks, or one per rank, from a string or a list; one rank per GPU on
+    each machine (``local_world_size``: ranks per machine, torchrun's; default all on this one)."""
     if not isinstance(value, str) and not (isinstance(value, (list, tuple)) and all(isinstance(d, str) for d in value)):
         raise ConfigError("--devices", f"expected a comma-separated string or a list of device names, got {value!r}")
-    return parse_devices(value if isinstance(value, str) else ",".join(value), world_size)
+    devices = parse_devices(value if isinstance(value, str) else ",".join(value), world_size)
+    check_one_rank_per_gpu(devices, local_world_size)
+    return devices
 
 
 def _crash_at(text: str | None, world_size: int) -> tuple[int, int] | None:

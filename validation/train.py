@@ -199,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         env = rank_env()
-        config = build_config(args, world_size_env=env.world_size, local_world_size=local_world_size(env))
+        config = build_config(args, world_size_env=env.world_size, local=local_world_size(env))
         run_rank(config, env, config.out or default_out())
     except ConfigError as exc:
         where = f"rank {env.rank}: " if env is not None else ""
