@@ -128,11 +128,14 @@ def render_report(
     axes = [a.name for a in spec.axes]
     summary = summarize_cells(results, axes, metric)
     cell, notes = plotted_cell(folder, spec, results, trace)
+    if cell is not None:  # the titles name the cell, the axes its workers
+        names = [w.name for w in point_scenario(spec, plotted_point(spec)).workers]
+        cell = dataclasses.replace(cell, where=plot_cell_labels(spec), workers=names)
     with atomic_folder(folder.path, "run_dir") as tmp:  # a failure leaves the previous tables and plots
         write_frame(tmp / "results.parquet", results)
         write_frame(tmp / "summary.csv", summary)
         (tmp / "plots").mkdir()
-        plots = render_run(tmp / "plots", summary, axes, spec.plots.x, spec.plots.lines, cell)
+        plots = render_run(tmp / "plots", summary, axes, spec.plots.x, spec.plots.lines, cell, metric)
     for note in notes:
         print(f"hetsim: note: {note}", file=sys.stderr)
     missing = len(expand(spec)) - results["cell"].nunique()

@@ -5,7 +5,8 @@ the statistics are of their absolute values: mean, median and 90th percentile (n
 interpolation), over all predictions and per kind (same-run, cross-run). Everything is written
 atomically into the matrix's folder: ``results.json`` (provenance, the runs, the statistics, every
 prediction, the load samples' summary), ``predictions.csv``, ``load.csv`` and ``matrix.png``
-(predicted against measured mean step time, and the machine's load over the matrix).
+(predicted against measured mean step time, and the machine's load over the matrix: :func:`figure`,
+which draws from the two CSVs' columns, so that a results folder's plot can be redrawn).
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from hetsim.files import write_frame, write_json
 from hetsim.plots import save
+from hetsim.plots.style import legend_outside, set_log_ticks
 from hetsim.report import text_table
 from hetsim.results import provenance
 from validation.machine_load import LoadSampler
@@ -77,38 +81,68 @@ def results(
 
 
 def plot(found: Sequence[Prediction], load: LoadSampler, path: Path) -> Path:
-    """Predicted against measured mean step time (log-log, the diagonal and +-5%), and the load."""
-    fig = Figure(figsize=(12, 5))
-    ax, ax_load = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.2, 1]})
-    configs = sorted({p.config for p in found})
-    colours = {c: colormaps["tab10"](i % 10) for i, c in enumerate(configs)}
-    for p in found:
-        m, q = 1e3 * p.comparison.measured.mean_step_s, 1e3 * p.comparison.predicted.mean_step_s
-        ax.scatter(m, q, color=colours[p.config], marker="o" if p.kind == "same-run" else "^", s=36)
-    if found:
-        values = [
-            1e3 * v for p in found for v in (p.comparison.measured.mean_step_s, p.comparison.predicted.mean_step_s)
-        ]
-        line = np.geomspace(min(values) * 0.8, max(values) * 1.25, 50)
-        ax.plot(line, line, color="black", lw=1)
-        ax.fill_between(line, line * 0.95, line * 1.05, color="grey", alpha=0.2, label="+-5%")
-    for c in configs:
-        ax.scatter([], [], color=colours[c], label=c)
-    ax.scatter([], [], color="grey", marker="^", label="cross-run")
-    ax.set(xlabel="measured mean step (ms)", ylabel="predicted mean step (ms)")
-    if found:
-        ax.set(xscale="log", yscale="log")
-    ax.set_title("hetsim's prediction of real runs (circle: same-run)")
-    ax.legend(fontsize=7, loc="upper left")
-    frame = pd.DataFrame(load.rows())
-    if not frame.empty:
-        ax_load.plot(frame["t_s"], frame["loadavg_1m"], label="load average (1 min)")
-        ax_load.plot(frame["t_s"], frame["cpu_busy"] * len(available_cpus()), label="busy CPUs")
-        ax_load.set(xlabel="seconds into the matrix", ylabel="CPUs")
-        ax_load.legend(fontsize=8)
-    ax_load.set_title("the machine's load during the matrix")
-    fig.tight_layout()
-    return save(fig, path)
+    """matrix.png: :func:`figure` of the predictions and the load samples."""
+    points = pd.DataFrame(
+        [p.to_dict() for p in found], columns=["config", "kind", "measured_step_s", "predicted_step_s"]
+    )
+    return save(figure(points, pd.DataFrame(load.rows())), path)
+
+
+def figure(points: pd.DataFrame, load: pd.DataFrame, cpus: int | None = None) -> Figure:
+    """Predicted against measured mean step time (``points``: the columns of predictions.csv),
+    log-log on equal axes (the diagonal at 45 degrees, +-5% around it), and the machine's load
+    (``load``: load.csv's) against ``cpus`` (default: this process's), legends right of each."""
+    fig = Figure(figsize=(14.5, 5.6), layout="constrained")  # room for the square scatter and both legends
+    ax, ax_load = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.5, 1]})
+    _prediction_panel(ax, points)
+    ax_load.set_title("the machine's load during the matrix", fontsize="medium")
+    if not load.empty:
+        cpus = len(available_cpus()) if cpus is None else cpus
+        ax_load.plot(load["t_s"], load["loadavg_1m"], label="load average (1 min)")
+        ax_load.plot(load["t_s"], load["cpu_busy"] * cpus, linestyle="--", label="busy CPUs")
+        ax_load.axhline(cpus, color="grey", linewidth=0.8, linestyle=":", label=f"CPUs available ({cpus})")
+        ax_load.set(xlabel="seconds into the matrix", ylabel="CPUs", ylim=(0, None))
+        legend_outside(ax_load)
+    return fig
+
+
+def _prediction_panel(ax: Axes, points: pd.DataFrame) -> None:
+    """The scatter of ``points`` (colour: configuration; circle: same-run, triangle: cross-run)."""
+    configs = sorted(set(points["config"]))
+    palette = colormaps["tab10" if len(configs) <= 10 else "tab20"]
+    measured, predicted = (
+        1e3 * points["measured_step_s"].to_numpy(float),
+        1e3 * points["predicted_step_s"].to_numpy(float),
+    )
+    for (config, kind), group in points.groupby(["config", "kind"], sort=False):
+        ms, ps = 1e3 * group["measured_step_s"], 1e3 * group["predicted_step_s"]
+        marker = "o" if kind == "same-run" else "^"
+        ax.scatter(ms, ps, color=palette(configs.index(config) % palette.N), marker=marker, s=36, alpha=0.85)
+    stats = error_stats((predicted - measured) / measured)
+    title = "hetsim's predicted vs measured mean step time"
+    if stats["n"]:
+        title += f"\n{stats['n']} predictions of {len(configs)} configurations, |error|: "
+        title += f"median {stats['median']:.1%}, p90 {stats['p90']:.1%}"
+    ax.set_title(title, fontsize="medium")
+    ax.set(xlabel="measured mean step time (ms)", ylabel="predicted mean step time (ms)")
+    handles: list[Any] = []
+    if stats["n"]:
+        lo, hi = min(measured.min(), predicted.min()) * 0.85, max(measured.max(), predicted.max()) * 1.15
+        line = np.geomspace(lo, hi, 50)
+        handles.append(ax.fill_between(line, line * 0.95, line * 1.05, color="grey", alpha=0.2, label="±5%"))
+        handles.extend(ax.plot(line, line, color="black", lw=1, label="predicted = measured"))
+        set_log_ticks(ax, "x", lo, hi)
+        set_log_ticks(ax, "y", lo, hi)
+        ax.set_box_aspect(1)  # equal limits on a square box: the diagonal at 45 degrees
+    handles += [
+        Line2D([], [], color=palette(i % palette.N), marker="s", linestyle="none", label=c)
+        for i, c in enumerate(configs)
+    ]
+    handles += [
+        Line2D([], [], color="grey", marker=m, linestyle="none", label=k)
+        for m, k in (("o", "same-run"), ("^", "cross-run"))
+    ]
+    legend_outside(ax, handles=handles)
 
 
 def write(out: Path, data: dict[str, Any], found: Sequence[Prediction], load: LoadSampler) -> None:

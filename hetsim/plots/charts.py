@@ -1,15 +1,12 @@
-"""Plots: each function draws one kind of chart from plain data onto an Axes (a new one when
-``ax`` is None) and returns it; :func:`render_run` saves a results folder's figures from data its
-caller computed and chose (:mod:`hetsim.report`). Only the object-oriented matplotlib API is used
-(``Figure``, no pyplot), so there is no global state and no display is needed.
+"""Charts: each function draws one kind of chart from plain data onto an Axes (a new one when
+``ax`` is None) and returns it, in the shared styles of :mod:`hetsim.plots.style`. Only the
+object-oriented matplotlib API is used (``Figure``, no pyplot), so there is no global state and no
+display is needed.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,8 +16,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from hetsim.files import atomic_write
 from hetsim.metrics import BASELINE, step_times
+from hetsim.plots.style import legend_outside, line_style
 from hetsim.trace import Trace
 
 
@@ -29,87 +26,123 @@ def _axes(ax: Axes | None, size: tuple[float, float] = (6.0, 4.0)) -> Axes:
 
 
 def speedup_lines(
-    summary: pd.DataFrame, x: str, lines: str | None, ax: Axes | None = None, metric: str = "speedup_vs_equal"
+    summary: pd.DataFrame,
+    x: str,
+    lines: str | None,
+    ax: Axes | None = None,
+    metric: str = "speedup_vs_equal",
+    order: Sequence[Any] | None = None,
 ) -> Axes:
-    """``metric`` against axis ``x``, one line (with its 95% CI band) per value of ``lines``."""
+    """``metric`` against axis ``x``, one line (with its 95% CI as a band and error bars) per
+    value of ``lines``; ``order`` fixes each value's style (:func:`line_style`) across panels."""
     ax = _axes(ax)
-    groups = summary.groupby(lines, sort=False) if lines else [(None, summary)]
+    groups = list(summary.groupby(lines, sort=False)) if lines else [(None, summary)]
+    values = list(order) if order is not None else [label for label, _ in groups]
     for label, group in groups:
         group = group.sort_values(x)
         mean, half = group[metric].to_numpy(float), np.nan_to_num(group[f"{metric}_ci95"].to_numpy(float))
-        (line,) = ax.plot(group[x], mean, marker="o", label=None if label is None else f"{lines}={label}")
-        ax.fill_between(group[x], mean - half, mean + half, color=line.get_color(), alpha=0.2, linewidth=0)
+        style = line_style(values.index(label) if label in values else len(values))
+        name = None if label is None else f"{lines}={label}"
+        ax.errorbar(group[x], mean, yerr=half, capsize=3, markersize=6, markerfacecolor="none", label=name, **style)
+        ax.fill_between(group[x], mean - half, mean + half, color=style["color"], alpha=0.25, linewidth=0)
     ax.set_xlabel(x)
     ax.set_ylabel(metric.replace("_", " "))
     if metric == "speedup_vs_equal":
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    if lines:
-        ax.legend(fontsize="small")
+    if lines and order is None:
+        legend_outside(ax)
     return ax
 
 
 def step_cdf(traces: Mapping[str, Trace], ax: Axes | None = None) -> Axes:
-    """Empirical CDF of the step time, one curve per policy."""
+    """Empirical CDF of the step time, one curve per policy, each in its own colour, dash and
+    marker (policies with equal step times draw over each other); an asynchronous trace's
+    "steps" are its updates, and its label says so."""
     ax = _axes(ax)
-    for policy, trace in traces.items():
+    for k, (policy, trace) in enumerate(traces.items()):
         t = np.sort(step_times(trace))
-        ax.step(t * 1e3, np.arange(1, len(t) + 1) / len(t), where="post", label=policy)
+        label = policy if trace.synchronous else f"{policy} (per update)"
+        ax.step(t * 1e3, np.arange(1, len(t) + 1) / len(t), where="post", label=label, markevery=0.1,
+                markersize=5, **line_style(k))  # fmt: skip
     ax.set_xlabel("step time (ms)")
-    ax.set_ylabel("fraction of steps")
-    ax.legend(fontsize="small")
+    ax.set_ylabel("fraction of steps at most this long")
+    legend_outside(ax)
     return ax
 
 
-def utilization_bars(utilization: Mapping[str, Sequence[float]], ax: Axes | None = None) -> Axes:
-    """Grouped bars: per worker, the fraction of wall time spent computing, one bar per policy."""
+def utilization_bars(
+    utilization: Mapping[str, Sequence[float]], ax: Axes | None = None, workers: Sequence[str] = ()
+) -> Axes:
+    """Grouped bars: per worker (named by ``workers``, else numbered), the fraction of wall time
+    spent computing, one bar per policy; the legend right of the bars."""
     ax = _axes(ax)
     width = 0.8 / max(len(utilization), 1)
     for k, (policy, values) in enumerate(utilization.items()):
-        ax.bar(np.arange(len(values)) + k * width, values, width, label=policy)
+        hatch = (None, "//", "..", "xx")[k // 10 % 4]  # colours repeat after 10 policies, hatches tell them apart
+        ax.bar(
+            np.arange(len(values)) + k * width, values, width, label=policy, color=line_style(k)["color"], hatch=hatch
+        )
     n = max((len(v) for v in utilization.values()), default=0)
-    ax.set_xticks(np.arange(n) + 0.4 - width / 2, [str(i) for i in range(n)])
+    ax.set_xticks(np.arange(n) + 0.4 - width / 2, worker_labels(workers, n), rotation=30 if n > 8 else 0)
     ax.set_xlabel("worker")
-    ax.set_ylabel("utilization")
+    ax.set_ylabel("utilization (compute time / wall time)")
     ax.set_ylim(0, 1)
-    ax.legend(fontsize="small")
+    legend_outside(ax)
     return ax
 
 
-def split_over_epochs(trace: Trace, ax: Axes | None = None) -> Axes:
-    """Each worker's local batch in the first step of every epoch."""
+def worker_labels(workers: Sequence[str], n: int) -> list[str]:
+    """The names of ``n`` workers: ``workers`` when it names them all, else their indices."""
+    return list(workers) if len(workers) == n else [str(i) for i in range(n)]
+
+
+def split_over_epochs(trace: Trace, ax: Axes | None = None, workers: Sequence[str] = (), legend: bool = True) -> Axes:
+    """Each worker's local batch in the first step of every epoch, workers named by ``workers``
+    (else numbered), each in its own style; the legend right of the data when ``legend``."""
     ax = _axes(ax)
     epochs = trace.per_step("epoch")[:, 0]
     first = np.flatnonzero(np.r_[True, np.diff(epochs) != 0])
     batches = trace.per_step("local_batch")[first]
-    for worker in range(trace.n_workers):
-        ax.plot(epochs[first], batches[:, worker], marker=".", label=f"worker {worker}")
+    for worker, name in enumerate(worker_labels(workers, trace.n_workers)):
+        ax.plot(epochs[first], batches[:, worker], markersize=4, label=name, **line_style(worker))
     ax.set_xlabel("epoch")
-    ax.set_ylabel("local batch")
+    ax.set_ylabel("local batch (samples)")
     ax.set_title(trace.policy)
-    if trace.n_workers <= 8:
-        ax.legend(fontsize="small")
+    if legend and trace.n_workers <= 16:
+        legend_outside(ax)
     return ax
 
 
-def gantt(trace: Trace, steps: Sequence[int], ax: Axes | None = None) -> Axes:
-    """Timeline of a few steps: per worker, compute (blue), barrier wait (grey), all-reduce (orange)."""
+GANTT_PARTS = (("tab:blue", "compute"), ("lightgrey", "wait at the barrier"), ("tab:orange", "all-reduce"))
+
+
+def gantt(
+    trace: Trace, steps: Sequence[int], ax: Axes | None = None, workers: Sequence[str] = (), legend: bool = True
+) -> Axes:
+    """Timeline of a few steps, in seconds since the first of them began (so that charts of
+    several policies share a scale): per worker (named by ``workers``, else numbered), compute
+    (blue), barrier wait (grey), all-reduce (orange)."""
     ax = _axes(ax)
     start = trace.per_step("start_s")[:, 0]
     compute, wait, comm = trace.per_step("compute_s"), trace.per_step("wait_s"), trace.per_step("comm_s")[:, 0]
+    origin = start[steps[0]]
     for worker in range(trace.n_workers):
         for s in steps:
-            t0, c, w = start[s], compute[s, worker], wait[s, worker]
-            ax.broken_barh([(t0, c)], (worker - 0.4, 0.8), color="tab:blue")
-            ax.broken_barh([(t0 + c, w)], (worker - 0.4, 0.8), color="lightgrey")
-            ax.broken_barh([(t0 + c + w, comm[s])], (worker - 0.4, 0.8), color="tab:orange")
-    ax.set_yticks(range(trace.n_workers))
-    ax.set_xlabel("time (s)")
+            t0, c, w = start[s] - origin, compute[s, worker], wait[s, worker]
+            for (colour, _), (left, width) in zip(GANTT_PARTS, ((t0, c), (t0 + c, w), (t0 + c + w, comm[s]))):
+                ax.broken_barh([(left, width)], (worker - 0.4, 0.8), color=colour)
+    ax.set_yticks(range(trace.n_workers), worker_labels(workers, trace.n_workers))
+    ax.set_xlabel(f"time since step {steps[0]} began (s)")
     ax.set_ylabel("worker")
     ax.set_title(f"{trace.policy}: steps {steps[0]}-{steps[-1]}")
-    parts = (("tab:blue", "compute"), ("lightgrey", "wait"), ("tab:orange", "all-reduce"))
-    handles = [Patch(color=c, label=n) for c, n in parts]
-    ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if legend:
+        legend_outside(ax, handles=gantt_handles())
     return ax
+
+
+def gantt_handles() -> list[Patch]:
+    """The legend entries of :func:`gantt`'s three kinds of bar."""
+    return [Patch(color=c, label=n) for c, n in GANTT_PARTS]
 
 
 def _epoch_index(trace: Trace) -> np.ndarray:
@@ -242,91 +275,3 @@ def comparison_bars(
     ax.set_ylabel(ylabel)
     ax.legend(fontsize="small")
     return ax
-
-
-def save(fig: Figure, path: Path) -> Path:
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    return path
-
-
-@dataclass(frozen=True)
-class CellPlots:
-    """What the trace plots of one grid cell show, chosen by the caller: every trace (one CDF
-    curve each), each policy's per-worker utilization, the traces whose split is drawn over the
-    epochs and the synchronous traces drawn as a Gantt chart of their last steps."""
-
-    traces: Mapping[str, Trace]
-    utilization: Mapping[str, Sequence[float]]
-    split: Sequence[Trace]
-    gantt: Sequence[Trace]
-
-
-def render_run(
-    directory: Path,
-    summary: pd.DataFrame,
-    axes: Sequence[str],
-    x: str | None,
-    lines: str | None,
-    cell: CellPlots | None = None,
-) -> list[Path]:
-    """Every plot of a sweep's results folder into ``directory``: the speedup grid from
-    ``summary`` (one row per cell and policy) and, given ``cell``, its trace plots. Returns the
-    files written."""
-    written = []
-    x = x or (axes[0] if axes else None)
-    if x is not None:
-        lines = lines if lines is not None else next((a for a in axes if a != x), None)
-        written.append(save(_speedup_grid(summary, axes, x, lines), directory / "speedup.png"))
-    if cell is not None and cell.traces:
-        written.extend(_cell_plots(directory, cell))
-    return written
-
-
-def _speedup_grid(summary: pd.DataFrame, axes: Sequence[str], x: str, lines: str | None) -> Figure:
-    """One panel per policy (columns) and combination of the other axes (rows)."""
-    policies = list(dict.fromkeys(summary["policy"]))
-    rest = [a for a in axes if a not in (x, lines)]
-    facets = list(itertools.product(*(list(dict.fromkeys(summary[a])) for a in rest))) or [()]
-    metric = "speedup_vs_equal" if summary["speedup_vs_equal"].notna().any() else "mean_step_s"
-    if metric == "speedup_vs_equal" and len(policies) > 1:
-        policies = [p for p in policies if p != BASELINE]  # its speedup is 1 by definition
-    fig = Figure(figsize=(3.4 * len(policies), 2.9 * len(facets)), layout="constrained")
-    grid = fig.subplots(len(facets), len(policies), squeeze=False, sharey=True)
-    for r, facet in enumerate(facets):
-        mask = (
-            np.logical_and.reduce([summary[a] == v for a, v in zip(rest, facet)])
-            if rest
-            else np.ones(len(summary), bool)
-        )
-        for c, policy in enumerate(policies):
-            ax = speedup_lines(summary[mask & (summary["policy"] == policy)], x, lines, grid[r, c], metric)
-            ax.set_title(", ".join([policy, *(f"{a}={v}" for a, v in zip(rest, facet))]), fontsize="small")
-            if c:
-                ax.set_ylabel("")
-    return fig
-
-
-def _cell_plots(directory: Path, cell: CellPlots) -> list[Path]:
-    """step_cdf.png, utilization.png, and split.png and gantt.png when they have traces."""
-    written = []
-    fig = Figure(figsize=(6.5, 4.2), layout="constrained")
-    step_cdf(cell.traces, fig.add_subplot())
-    written.append(save(fig, directory / "step_cdf.png"))
-
-    fig = Figure(figsize=(7.0, 4.2), layout="constrained")
-    utilization_bars(cell.utilization, fig.add_subplot())
-    written.append(save(fig, directory / "utilization.png"))
-
-    if cell.split:
-        fig = Figure(figsize=(5.0 * len(cell.split), 3.8), layout="constrained")
-        for ax, trace in zip(fig.subplots(1, len(cell.split), squeeze=False)[0], cell.split):
-            split_over_epochs(trace, ax)
-        written.append(save(fig, directory / "split.png"))
-
-    if cell.gantt:
-        shown = cell.gantt
-        fig = Figure(figsize=(9.0, 2.2 + 0.35 * shown[0].n_workers * len(shown)), layout="constrained")
-        for ax, trace in zip(fig.subplots(len(shown), 1, squeeze=False, sharex=False)[:, 0], shown):
-            gantt(trace, range(max(0, trace.n_steps - 4), trace.n_steps), ax)  # steady state: the last steps
-        written.append(save(fig, directory / "gantt.png"))
-    return written
