@@ -108,7 +108,7 @@ def speedup_figure(
     _tidy_grid(grid, used, summary[x], _y_label(column, metric))
     handles = grid[0, 0].get_legend_handles_labels()[0]
     if handles:
-        figure_legend(fig, handles, title=lines)
+        figure_legend(fig, handles)  # its labels say "lines=value"
     fig.suptitle(_speedup_title(summary, column, metric, empty), fontsize="medium")
     return fig
 
