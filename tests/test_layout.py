@@ -81,8 +81,8 @@ LAYERS = [
         "plan_fragility",
     },
     {"sweepfile", "sweep", "results"},
-    {"plots", "report"},
-    {"cli", "cli_analysis", "cli_costs", "cli_common", "cli_plan", "__main__", "__init__"},
+    {"plots", "report", "traces"},
+    {"cli", "cli_analysis", "cli_costs", "cli_common", "cli_plan", "cli_traces", "__main__", "__init__"},
 ]
 LAYER = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -1,0 +1,9 @@
+"""Traces in other tools' formats: hetsim's trace (:mod:`hetsim.trace`) out to the viewers people
+already use. :mod:`hetsim.traces.chrome` writes Chrome trace-event JSON (Perfetto,
+chrome://tracing), laid out by :mod:`hetsim.traces.timeline` from runs that
+:mod:`hetsim.traces.sources` finds in a folder or a trace file.
+
+The modules here sit above the results folders they read and below the command line; they import
+no engine. :mod:`~hetsim.traces.timeline` and :mod:`~hetsim.traces.chrome` need only NumPy;
+:mod:`~hetsim.traces.sources` reads tables with pandas.
+"""

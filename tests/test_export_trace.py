@@ -1,0 +1,314 @@
+"""``hetsim export-trace``: Chrome trace-event JSON of simulated runs (barrier, async, DDP buckets,
+slowdowns and failures), a sweep's kept traces and a real validation run. The output is checked
+against the format (required fields per ``ph``, microseconds, slices nested or apart on each
+track, every process and track named) and read back with a reader written here from the format,
+not from the exporter: per worker and step its slices give the trace's compute, wait and
+all-reduce times to the microsecond. Bad input gets one line, exit status 2, nothing written."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import tomllib
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import tomli_w
+
+from hetsim.cli import main
+from hetsim.config import build_scenario, builtin_text
+from hetsim.results import RunFolder
+from hetsim.simulate import simulate
+from hetsim.sweepfile import load_sweep, point_scenario
+from hetsim.trace import write_trace_table
+from hetsim.traces import chrome
+from hetsim.traces.chrome import ExportRun, lay_out
+from tests.helpers import scenario_dict
+from tests.test_bad_input import check_refused
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+REQUIRED = {"X": ("name", "ph", "ts", "dur", "pid", "tid"), "C": ("name", "ph", "ts", "pid", "args"),
+            "M": ("name", "ph", "pid", "tid", "args")}  # fmt: skip
+PARTS = {"compute": "compute_s", "wait": "wait_s", "comm": "comm_s"}
+
+
+def export(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """Run export-trace (``-o`` is argv's last item) and return the document it wrote."""
+    assert main(["export-trace", *argv]) == 0, capsys.readouterr().err
+    out = Path(argv[-1])
+    opener: Any = gzip.open if out.suffix == ".gz" else open
+    with opener(out, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def ns(us: float) -> int:
+    return round(us * 1000)
+
+
+def check_format(doc: dict[str, Any]) -> None:
+    """The trace-event format: required fields per ``ph``, non-negative microseconds, slices on
+    a track nested or apart, every pid and tid named by a metadata event."""
+    assert doc["displayTimeUnit"] in ("ms", "ns")
+    events = doc["traceEvents"]
+    assert {e["ph"] for e in events} <= set(REQUIRED)
+    for e in events:
+        assert all(k in e for k in REQUIRED[e["ph"]]), e
+        if e["ph"] == "X":
+            assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0 and e["dur"] >= 0, e
+        if e["ph"] == "C":
+            assert all(isinstance(v, (int, float)) for v in e["args"].values()), e
+    processes = {e["pid"] for e in events if e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]) for e in events if e["name"] == "thread_name"}
+    slices = [e for e in events if e["ph"] == "X"]
+    assert {e["pid"] for e in events if e["ph"] != "M"} <= processes
+    assert {(e["pid"], e["tid"]) for e in slices} <= threads
+    by_track = defaultdict(list)
+    for e in slices:
+        by_track[e["pid"], e["tid"]].append((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])))
+    for track in by_track.values():
+        open_ends: list[int] = []
+        for start, end in sorted(track, key=lambda s: (s[0], -s[1])):
+            while open_ends and open_ends[-1] <= start:
+                open_ends.pop()  # ended before this one begins
+            assert not open_ends or end <= open_ends[-1], "a slice overlaps its neighbour without nesting"
+            open_ends.append(end)
+
+
+def names(doc: dict[str, Any], kind: str) -> dict[Any, str]:
+    """pid (process_name) or (pid, tid) (thread_name) -> name."""
+    key = (lambda e: e["pid"]) if kind == "process_name" else (lambda e: (e["pid"], e["tid"]))
+    return {key(e): e["args"]["name"] for e in doc["traceEvents"] if e["name"] == kind}
+
+
+def read_back(doc: dict[str, Any], worker_names: list[str]) -> pd.DataFrame:
+    """Per policy, worker and step: the compute, wait and comm seconds the slices add up to."""
+    processes, threads = names(doc, "process_name"), names(doc, "thread_name")
+    sums: dict[tuple[str, int, int], dict[str, float]] = defaultdict(lambda: dict.fromkeys(PARTS.values(), 0.0))
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X" and e["cat"] in PARTS:
+            worker = worker_names.index(threads[e["pid"], e["tid"]])
+            sums[processes[e["pid"]], worker, e["args"]["step"]][PARTS[e["cat"]]] += e["dur"] / 1e6
+        elif e["ph"] == "X" and e["cat"] == "step":  # a step with no part of any length still counts
+            sums[processes[e["pid"]], worker_names.index(threads[e["pid"], e["tid"]]), e["args"]["step"]]
+    rows = [{"policy": p, "worker": w, "step": s, **v} for (p, w, s), v in sums.items()]
+    return pd.DataFrame(rows)
+
+
+def check_round_trip(doc: dict[str, Any], trace: pd.DataFrame, worker_names: list[str]) -> None:
+    """Every row of ``trace`` comes back from the slices to the microsecond, and nothing else."""
+    back = read_back(doc, worker_names)
+    merged = trace.merge(back, on=["policy", "worker", "step"], how="outer", suffixes=("", "_back"), indicator=True)
+    assert (merged["_merge"] == "both").all(), merged[merged["_merge"] != "both"].head()
+    for column in PARTS.values():
+        assert np.abs(merged[column] - merged[f"{column}_back"]).max() < 1e-6, column
+
+
+def simulate_out(tmp_path: Path, raw: dict[str, Any], *policies: str) -> Path:
+    (tmp_path / "s.toml").write_text(tomli_w.dumps(raw), encoding="utf-8")
+    out = tmp_path / "sim"
+    assert main(["simulate", str(tmp_path / "s.toml"), "--policy", ",".join(policies), "--out", str(out)]) == 0
+    return out
+
+
+def shared_cluster() -> dict[str, Any]:
+    """The built-in shared cluster (slowdown episodes, a failing worker), 300 steps."""
+    raw = tomllib.loads(builtin_text("shared-cluster"))
+    raw["workload"]["epochs"] = 3
+    return raw
+
+
+# ----------------------------------------------------------------------------- simulated runs
+
+
+def test_a_simulated_run_with_episodes_and_failures_round_trips(tmp_path, capsys):
+    raw = shared_cluster()
+    out = simulate_out(tmp_path, raw, "equal", "adaptive", "backup", "async")
+    doc = export([str(out), "-o", str(tmp_path / "run.json")], capsys)
+    check_format(doc)
+    trace = pd.read_parquet(out / "trace.parquet")
+    worker_names = [w.name for w in build_scenario(raw).workers]
+    check_round_trip(doc, trace, worker_names)
+    assert sorted(names(doc, "process_name").values()) == sorted(["equal", "adaptive", "backup", "async"])
+    events = doc["traceEvents"]
+    updates = [e for e in events if e["ph"] == "X" and e["name"].startswith("update ")]
+    assert len(updates) == int((trace["policy"] == "async").sum())  # one slice per update
+    assert {"failure", "slowdown"} <= {e.get("cat") for e in events}
+
+
+def test_slowdown_spans_cover_exactly_the_steps_computed_slowed(tmp_path, capsys):
+    raw = shared_cluster()
+    out = simulate_out(tmp_path, raw, "equal")
+    doc = export([str(out), "-o", str(tmp_path / "run.json")], capsys)
+    trace = pd.read_parquet(out / "trace.parquet")
+    worker_names = [w.name for w in build_scenario(raw).workers]
+    threads = names(doc, "thread_name")
+    spans = defaultdict(list)
+    steps = {}
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X" and e["cat"] == "slowdown":
+            spans[threads[e["pid"], e["tid"]].removesuffix(" slowdown")].append(
+                (ns(e["ts"]), ns(e["ts"] + e["dur"]), e["args"]["factor"]))  # fmt: skip
+        if e["ph"] == "X" and e["cat"] == "step":
+            steps[threads[e["pid"], e["tid"]], e["args"]["step"]] = (ns(e["ts"]), ns(e["ts"] + e["dur"]))
+    assert sum(map(len, spans.values())) > 0
+    for row in trace.itertuples():
+        name = worker_names[row.worker]
+        start, end = steps[name, row.step]
+        inside = [f for s, t, f in spans[name] if s <= start + 1 and end <= t + 1]
+        overlapping = [f for s, t, f in spans[name] if s < end - 1 and start < t - 1]
+        assert inside == ([row.slowdown] if row.slowdown != 1.0 else []), row
+        assert overlapping == inside, row
+
+
+def two_workers_with_buckets() -> dict[str, Any]:
+    """Two deterministic workers, 1 s and 2 s a step; a 4 MB gradient in four 1 MB buckets of
+    0.1 s (a constant 0.4 s exchange) produced over the last half of the compute."""
+    workers = [{"name": "fast", "overhead_s": 0.0, "per_sample_s": 1.0},
+               {"name": "slow", "overhead_s": 0.0, "per_sample_s": 2.0}]  # fmt: skip
+    network = {"kind": "constant", "time_s": 0.4, "buckets_mb": 1.0}
+    raw = scenario_dict(workers, global_batch=2, steps_per_epoch=3, epochs=2, network=network, gradient_mb=4.0)
+    raw["workload"]["backward_fraction"] = 0.5
+    return raw
+
+
+def test_ddp_buckets_overlap_the_backward_pass_where_the_recurrence_puts_them(tmp_path, capsys):
+    out = simulate_out(tmp_path, two_workers_with_buckets(), "equal")
+    doc = export([str(out), "-o", str(tmp_path / "run.json")], capsys)
+    check_format(doc)
+    check_round_trip(doc, pd.read_parquet(out / "trace.parquet"), ["fast", "slow"])
+    # Bucket k is ready when the slow worker has 0.5 * (1 - (k+1)/4) of its 2 s left: 1.25, 1.5,
+    # 1.75, 2.0 s into the step; each takes 0.1 s, so 0.1 s is exposed and a step lasts 2.1 s.
+    buckets = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "bucket"]
+    assert len(buckets) == 4 * 6
+    for e in buckets:
+        step_start = 2.1 * e["args"]["step"]
+        assert e["ts"] == pytest.approx(1e6 * (step_start + 1.25 + 0.25 * e["args"]["bucket"]), abs=1e-3)
+        assert e["dur"] == pytest.approx(1e5, abs=1e-3) and e["args"]["size_mb"] == 1.0
+    exposed = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "comm"]
+    assert {round(e["dur"], 3) for e in exposed} == {1e5} and all(e["args"]["exposed"] for e in exposed)
+    threads = set(names(doc, "thread_name").values())
+    assert threads == {"fast", "slow", "all-reduce buckets"}
+
+
+def test_the_event_count_is_what_is_written_and_a_too_large_trace_is_refused(tmp_path, capsys, monkeypatch):
+    raw = shared_cluster()
+    out = simulate_out(tmp_path, raw, "equal", "async")
+    doc = export([str(out), "--steps", "10:60", "-o", str(tmp_path / "run.json.gz")], capsys)
+    check_format(doc)
+    assert {e["args"]["step"] for e in doc["traceEvents"] if e["ph"] == "X" and "step" in e["args"]} == set(
+        range(10, 60)
+    )
+    from hetsim.traces.sources import load_source
+
+    laid = [lay_out(r, chrome.select_steps(r.trace, 10, 60)) for r in load_source(out).runs]
+    assert sum(x.count() for x in laid) == len(doc["traceEvents"])
+    monkeypatch.setattr(chrome, "MAX_EVENTS", len(doc["traceEvents"]) - 1)
+    check_refused(main, ["export-trace", "{tmp}/sim", "--steps", "10:60", "-o", "{tmp}/big.json"],
+                  f"--steps: 10:60 make {len(doc['traceEvents'])} trace events, more than the "
+                  f"{len(doc['traceEvents']) - 1} a viewer opens; pick fewer steps with --steps A:B (about 49 fit, "
+                  "e.g. --steps 10:59) or one policy with --policy", tmp_path, capsys)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- sweeps, real runs, files
+
+
+def test_a_sweep_folders_kept_trace_round_trips_in_the_plotted_cells_scenario(tmp_path, capsys):
+    raw = {"name": "tiny", "seed": 3, "replications": 1, "policies": ["equal", "dynamic"],
+           "base": two_workers_with_buckets(), "grid": {"workload.global_batch": [2, 4]}}  # fmt: skip
+    spec = load_sweep(raw)
+    folder = RunFolder.start(tmp_path / "runs", spec, {})
+    scenario = point_scenario(spec, (1,))  # the plotted cell: the last value of each axis
+    folder.write_traces("traces.parquet", [simulate(scenario, p, seed=3) for p in spec.policies])
+    doc = export([str(folder.path), "-o", str(tmp_path / "sweep.json")], capsys)
+    check_format(doc)
+    check_round_trip(doc, pd.read_parquet(folder.path / "traces.parquet"), ["fast", "slow"])
+    labels = [e["args"]["labels"] for e in doc["traceEvents"] if e["name"] == "process_labels"]
+    assert labels == [f"sweep {folder.path.name}: workload.global_batch=4"] * 2
+    assert any(e["cat"] == "bucket" for e in doc["traceEvents"] if e["ph"] == "X")
+
+
+def test_a_validation_run_round_trips_rank_by_rank(tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "validation-ddp-run", run)
+    doc = export([str(run), "-o", str(tmp_path / "real.json")], capsys)
+    check_format(doc)
+    trace = pd.read_parquet(run / "trace.parquet")
+    check_round_trip(doc, trace, ["rank 0 (cpu)", "rank 1 (cpu)"])
+    assert list(names(doc, "process_name").values()) == list(dict.fromkeys(trace["policy"]))
+
+
+def test_a_trace_file_without_the_optional_columns_exports_one_policy(tmp_path, capsys):
+    trace = simulate(build_scenario(two_workers_with_buckets()), "dynamic", seed=1).to_frame()
+    bare = trace[["step", "worker", "local_batch", "start_s", "compute_s", "wait_s", "comm_s"]]
+    bare.to_csv(tmp_path / "t.csv", index=False)
+    doc = export([str(tmp_path / "t.csv"), "-o", str(tmp_path / "t.json")], capsys)
+    check_format(doc)
+    check_round_trip(doc, bare.assign(policy="trace"), ["worker 0", "worker 1"])
+    shares = [e["args"] for e in doc["traceEvents"] if e["ph"] == "C"]
+    assert shares and all(sum(s.values()) == pytest.approx(1.0) for s in shares)
+
+
+def test_the_layout_moves_a_late_row_later_never_shortens_it():
+    trace = simulate(build_scenario(two_workers_with_buckets()), "equal").to_frame()
+    trace.loc[trace["step"] == 3, "start_s"] -= 0.5  # rank 0's clock: the step begins before the last ended
+    from hetsim.trace import Trace
+
+    laid = lay_out(ExportRun(Trace.from_frame(trace)), np.arange(len(trace)))
+    w = laid.workers
+    end = w.start_ns + w.step_dur
+    same = np.diff(laid.run.trace.worker[w.rows]) == 0
+    assert (w.start_ns[1:][same] >= end[:-1][same]).all()
+    assert (w.step_dur == np.rint(laid.run.trace.per_step("compute_s").T.ravel() * 1e9)
+            + np.rint(laid.run.trace.per_step("wait_s").T.ravel() * 1e9)
+            + np.rint(laid.run.trace.per_step("comm_s").T.ravel() * 1e9)).all()  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def write_trace(tmp_path: Path, **columns: Any) -> None:
+    frame = simulate(build_scenario(two_workers_with_buckets()), "equal").to_frame()
+    write_trace_table(frame.assign(**columns), tmp_path / "t.csv")
+
+
+@pytest.mark.parametrize(
+    "prepare, argv, line",
+    [
+        (None, ["{tmp}/nope"], "{tmp}/nope: no such file or folder"),
+        ("folder", ["{tmp}/empty"], "{tmp}/empty: not a simulate --out, sweep or validation run folder (no "
+                                    "summary.json, sweep.toml or meta.json)"),  # fmt: skip
+        ("text", ["{tmp}/notes.txt"], "{tmp}/notes.txt: not a trace file (.csv, .parquet, .pq) nor a run folder"),
+        ("trace", ["{tmp}/t.csv", "--policy", "adaptive"], "--policy: 'adaptive' is not in {tmp}/t.csv (it holds "
+                                                           "equal)"),  # fmt: skip
+        ("trace", ["{tmp}/t.csv", "--steps", "4:4"], "--steps: 4:4 is an empty step range (B must be larger than A)"),
+        ("trace", ["{tmp}/t.csv", "--steps", "2:99"], "--steps: 2:99 ends beyond the last step, 5 (use 2:6)"),
+        ("trace", ["{tmp}/t.csv", "--steps", "7:"], "--steps: 7: starts after the last step, 5"),
+        ("trace", ["{tmp}/t.csv", "--steps", "a-b"], "--steps: 'a-b' is not A:B (steps A to B-1, e.g. 0:100)"),
+        ("no-compute", ["{tmp}/t.csv"], "compute_s: missing column in {tmp}/t.csv (a trace needs step, worker, "
+                                        "local_batch, start_s, compute_s, wait_s, comm_s)"),  # fmt: skip
+        ("duplicate", ["{tmp}/t.csv"], "{tmp}/t.csv: policy equal: step 0 has two rows of one worker: not a trace"),
+        ("trace", ["{tmp}/t.csv", "-o", "{tmp}"], "--out: {tmp} is the input or a folder: name a file to write"),
+    ],
+    ids=["missing", "empty-folder", "not-a-table", "unknown-policy", "empty-range", "beyond-the-end",
+         "after-the-end", "not-a-range", "no-compute-column", "two-rows-of-a-worker", "out-is-a-folder"],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys, prepare, argv, line):
+    if prepare == "folder":
+        (tmp_path / "empty").mkdir()
+    elif prepare == "text":
+        (tmp_path / "notes.txt").write_text("hello\n")
+    elif prepare == "trace":
+        write_trace(tmp_path)
+    elif prepare == "no-compute":
+        write_trace(tmp_path)
+        pd.read_csv(tmp_path / "t.csv").drop(columns="compute_s").to_csv(tmp_path / "t.csv", index=False)
+    elif prepare == "duplicate":
+        write_trace(tmp_path, worker=0)
+    if "-o" not in argv:
+        argv = [*argv, "-o", "{tmp}/out.json"]
+    check_refused(main, ["export-trace", *argv], line, tmp_path, capsys)
