@@ -1,0 +1,98 @@
+"""Your own model, trained with uneven local batches under torchrun: hetsim's plan (or any of its
+policies) applied across the ranks with validation.uneven. See validation/README.md, "Using the
+trainer in your own script"::
+
+    python -m hetsim plan SCENARIO --out plan.json
+    torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan plan.json --out RUN
+    python -m validation compare RUN
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from sklearn.datasets import load_digits
+from torch import nn
+
+from hetsim.policies import make_policy
+from validation import uneven
+from validation.backend import loopback_environment
+
+
+def digits() -> tuple[torch.Tensor, ...]:
+    """scikit-learn's 8x8 digits (shipped, no download), scaled to [0, 1]: 1437 to train, 360 held out."""
+    x, y = load_digits(return_X_y=True)
+    x, y = torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    train, test = order[:1437], order[1437:]
+    return x[train], y[train], x[test], y[test]
+
+
+def train(args: argparse.Namespace) -> int:
+    world = dist.get_world_size()
+    plan = uneven.load_plan(args.plan, world) if args.plan else None  # refused here: nothing written yet
+    name = plan.policy if plan else args.policy
+    batch = plan.global_batch if plan else args.global_batch
+    policy = plan.make() if plan else make_policy(name)
+    x, y, test_x, test_y = digits()
+    torch.manual_seed(args.seed)  # your model: the same weights on every rank (DDP broadcasts rank 0's anyway)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    stepper = uneven.UnevenStep(model, optimizer, torch.device("cpu"), comm="ddp")
+    meta = uneven.script_meta(
+        world_size=world, global_batch=batch, steps_per_epoch=uneven.steps_per_epoch(len(y), batch),
+        epochs=args.epochs, policies=[name], model=model, n_train=len(y), n_test=len(test_y), seed=args.seed,
+        backend="gloo", devices=["cpu"] * world, workload=__file__, comm="ddp",
+    )  # fmt: skip
+    writer = uneven.open_run(args.out, meta)  # rank 0 writes the run folder
+
+    def loss_of(net: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(net(x[idx]), y[idx])  # the mean over this rank's samples
+
+    def evaluate() -> tuple[float, float]:
+        with torch.no_grad():
+            out = model(test_x)
+        return float(nn.functional.cross_entropy(out, test_y)), float((out.argmax(1) == test_y).float().mean())
+
+    probe = uneven.Controller(uneven.PROBE, None, batch, writer)  # every rank at several batches: the calibration
+    uneven.probe_rounds(probe, stepper, loss_of, seed=args.seed, epoch=0, n_samples=len(y), rounds=args.probe_rounds)
+    ctrl = uneven.Controller(name, policy, batch, writer, hints=lambda: uneven.probe_hints(writer))
+    for epoch in range(args.epochs):
+        results = uneven.train_epoch(ctrl, stepper, loss_of, seed=args.seed, epoch=epoch, n_samples=len(y))
+        writer.add_epoch(uneven.epoch_row(ctrl, epoch, results, evaluate))
+        writer.flush()
+    for entry in writer.finish([name])["policies"]:  # rank 0's summary (empty elsewhere)
+        print(f"{name}: {entry['steps']} steps, mean {1e3 * entry['mean_step_s']:.2f} ms, final split "
+              f"{'/'.join(map(str, entry['final_batches']))}, accuracy {entry['final_test_accuracy']:.3f}")  # fmt: skip
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", help="plan.json from `python -m hetsim plan SCENARIO --out plan.json`")
+    parser.add_argument("--policy", default="dynamic", help="a hetsim policy, without --plan (default dynamic)")
+    parser.add_argument("--global-batch", type=int, default=128, help="without --plan (default 128)")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--probe-rounds", type=int, default=2, help="probe rounds before training (calibration)")
+    parser.add_argument("--lr", type=float, default=0.05), parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", help="the run folder (rank 0 writes it)")
+    args = parser.parse_args(argv)
+    if os.environ.get("LOCAL_WORLD_SIZE", "1") == os.environ.get("WORLD_SIZE", "1"):  # one machine:
+        for key, value in loopback_environment().items():  # the collectives' sockets on loopback only
+            os.environ.setdefault(key, value)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")  # env://: torchrun's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    try:
+        return train(args)
+    except ValueError as exc:  # a plan for another cluster, a bad policy: one line, exit status 2
+        print(f"train_your_model: error: {exc}", file=sys.stderr) if dist.get_rank() == 0 else None
+        return 2
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.stdout.flush()
+    os._exit(main())  # as validation.train ends: gloo's threads can abort the interpreter's own teardown
