@@ -34,6 +34,7 @@ from hetsim.cli_common import (
     add_scenario_options,
     check_new_folder,
     check_seed,
+    refuse_sweep_file,
     run_main,
     scenario_policies,
 )
@@ -41,6 +42,8 @@ from hetsim.cli_costs import COMMANDS as COST_COMMANDS
 from hetsim.cli_costs import add_subcommands as add_cost_subcommands
 from hetsim.cli_plan import COMMANDS as PLAN_COMMANDS
 from hetsim.cli_plan import add_subcommands as add_plan_subcommands
+from hetsim.cli_traces import COMMANDS as TRACE_COMMANDS
+from hetsim.cli_traces import add_subcommands as add_trace_subcommands
 from hetsim.errors import ConfigError
 from hetsim.options import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_SAMPLE_EVERY, SPEEDUP_METRICS, TRACE_MODES
 from hetsim.params import MAX_COUNT, Param
@@ -104,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_subcommands(sub)
     add_cost_subcommands(sub)
     add_plan_subcommands(sub)
+    add_trace_subcommands(sub)
     return parser
 
 
@@ -210,6 +214,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from hetsim.config import load_scenario
+    from hetsim.files import check_out_folder
     from hetsim.metrics import summarize, with_speedups
     from hetsim.provenance import run_record
     from hetsim.report import format_table, write_outputs
@@ -217,13 +222,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from hetsim.simulate import simulate, simulate_sampled
 
     _check_engine(args.engine)
+    refuse_sweep_file(args.scenario)
     scenario = load_scenario(args.scenario, args.set)
-    policies = scenario_policies(args.policy, scenario)
+    notes: list[str] = []
+    policies = scenario_policies(args.policy, scenario, notes)
     check_seed(args.seed)
     every = TraceMode(args.trace, _sample_every(args.sample_every)).kept
     _check_sizes(scenario, policies, every)
     if args.out is not None:
         check_new_folder(args.out, args.force)
+        check_out_folder(args.out)
+    print(*notes, sep="\n", file=sys.stderr, end="\n" if notes else "")
     if args.trace != "full":  # summarised as the runs go, keeping no trace or each k-th step's rows
         runs = [simulate_sampled(scenario, p, every, seed=args.seed, engine=args.engine) for p in policies]
         traces = [t for t, _ in runs if t is not None]
@@ -242,7 +251,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             f"{scenario.workload.epochs} epochs x {scenario.workload.steps_per_epoch} steps, "
             f"seed {scenario.seed if args.seed is None else args.seed}"
         )
-        print(format_table(summaries))
+        efficiency = scenario.workload.efficiency
+        print(format_table(summaries, has_target=efficiency is not None and efficiency.target_steps is not None))
     return 0
 
 
@@ -403,4 +413,5 @@ COMMANDS = {
     **ANALYSIS_COMMANDS,
     **COST_COMMANDS,
     **PLAN_COMMANDS,
+    **TRACE_COMMANDS,
 }

@@ -144,9 +144,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from hetsim.step_ci import replication_reason
 
     scenario = load_scenario(args.scenario, args.set)
-    policies = scenario_policies(args.policy, scenario)
+    notes: list[str] = []
+    policies = scenario_policies(args.policy, scenario, notes)
     check_seed(args.seed)
     check_run_size(scenario)  # before any analysis: its simulations keep their traces
+    print(*notes, sep="\n", file=sys.stderr, end="\n" if notes else "")  # once the input has passed
     rows = [compare(scenario, name, args.seed) for name in policies]
     if args.json:
         print(json.dumps([r.to_dict() for r in rows], indent=2))

@@ -117,10 +117,12 @@ def parse_policies(value: object, option: str = "--policy", reserved: Mapping[st
     return names
 
 
-def scenario_policies(text: str | None, scenario: Scenario) -> list[str]:
+def scenario_policies(text: str | None, scenario: Scenario, notes: list[str] | None = None) -> list[str]:
     """The policies a command runs: those given with ``--policy`` (each must fit the scenario),
     or, by default, every registered policy that fits it, with a note on stderr for each left out
-    (except a policy that needs statistical efficiency on a scenario without: it does not apply)."""
+    (one that needs statistical efficiency on a scenario without it included), or, given a list of
+    ``notes``, appended to it for the caller to print once its other checks have passed (bad input
+    gets its one line alone)."""
     if text is not None:
         names = parse_policies(text)
         for name in names:
@@ -128,16 +130,23 @@ def scenario_policies(text: str | None, scenario: Scenario) -> list[str]:
         return names
     from hetsim.policies import POLICIES  # imported here so that the command line starts without scipy
 
-    names = []
+    names, left_out = [], []
     for name, cls in POLICIES.items():
         if cls.needs_efficiency and scenario.workload.efficiency is None:
+            left_out.append(f"note: {name} left out: it needs [workload.efficiency] (the gradient noise scale), "
+                            "which the scenario lacks")  # fmt: skip
             continue
         try:
             scenario.make_policy(name)
         except ConfigError as exc:
-            print(f"note: {name} left out: {exc}", file=sys.stderr)
+            left_out.append(f"note: {name} left out: {exc}")
             continue
         names.append(name)
+    if notes is not None:
+        notes.extend(left_out)
+    else:
+        for line in left_out:
+            print(line, file=sys.stderr)
     return names
 
 
@@ -152,3 +161,15 @@ def check_new_folder(out: Path, force: bool, option: str = "--out") -> None:
     later run never silently replaces an earlier one's results."""
     if not force and out.is_dir() and any(out.iterdir()):
         raise ConfigError(option, f"{out} already holds files (add --force to replace them, or choose a new folder)")
+
+
+def refuse_sweep_file(source: str) -> None:
+    """A sweep file given where a scenario belongs gets one line saying so (rather than
+    ``base: unknown key``): a TOML/JSON file with a ``grid`` or a ``base`` and no ``workers``."""
+    if not source.endswith((".toml", ".json")) or not Path(source).is_file():
+        return
+    from hetsim.config import read_table  # reads (and checks) the file as the scenario loader would
+
+    raw = read_table(source)
+    if ("grid" in raw or "base" in raw) and "workers" not in raw:
+        raise ConfigError(source, f"this is a sweep file, not a scenario file (use: python -m hetsim sweep {source})")

@@ -71,20 +71,31 @@ def cmd_costs(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     batches = parse_batches(args.batch)
     rows = [
-        {"worker": i, "name": w.name, "batch": b, "compute_s": w.expected_compute_s(b)}
+        {"worker": i, "name": w.name, "batch": b, "compute_s": w.expected_compute_s(b),
+         "beyond_max_batch": w.max_batch is not None and b > w.max_batch}
         for i, w in enumerate(scenario.workers)
         for b in batches
-    ]
+    ]  # fmt: skip
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     table = [
-        [str(i), w.name, *(f"{1e3 * w.expected_compute_s(b):.2f}" for b in batches)]
+        [str(i), w.name, *(_cell(w.expected_compute_s(b), w.max_batch is not None and b > w.max_batch)
+                           for b in batches)]
         for i, w in enumerate(scenario.workers)
-    ]
+    ]  # fmt: skip
     print(f"{scenario.name}: expected compute time (ms) of each worker at each local batch size")
     print(text_table(["worker", "name", *(f"b={b}" for b in batches)], table, {0, 1}))
+    beyond = sorted({f"{w.name} ({w.max_batch})" for w in scenario.workers
+                     if w.max_batch is not None and any(b > w.max_batch for b in batches)})  # fmt: skip
+    if beyond:
+        print(f"* beyond the worker's max_batch, which no policy gives it: extrapolated ({', '.join(beyond)})")
     return 0
+
+
+def _cell(compute_s: float, beyond: bool) -> str:
+    """A time in ms, starred when the batch is beyond the worker's max_batch (an extrapolation)."""
+    return f"{1e3 * compute_s:.2f}" + ("*" if beyond else " ")
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"profiles": cmd_profiles, "costs": cmd_costs}

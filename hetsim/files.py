@@ -68,6 +68,18 @@ def atomic_write(target: Path, write: Callable[[str], object]) -> None:
         raise
 
 
+def check_out_folder(target: Path, option: str = "--out") -> None:
+    """An output folder can be made or written: not a file, its parent made if missing (the
+    ConfigError :func:`atomic_folder` would raise, before any work is done for it)."""
+    target = Path(target)
+    if target.exists() and not target.is_dir():
+        raise ConfigError(option, f"{target} exists and is not a folder")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(option, f"cannot write in {target.parent}: {exc.strerror or exc}") from None
+
+
 @contextmanager
 def atomic_folder(target: Path, option: str) -> Iterator[Path]:
     """A temporary folder beside ``target`` to write into; when the block ends without an error
@@ -75,10 +87,8 @@ def atomic_folder(target: Path, option: str) -> Iterator[Path]:
     (whose other files are kept), so a failure leaves ``target`` as it was. ``option`` names the
     argument ``target`` came from in errors."""
     target = Path(target)
-    if target.exists() and not target.is_dir():
-        raise ConfigError(option, f"{target} exists and is not a folder")
+    check_out_folder(target, option)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         for stale in target.parent.glob(f".{target.name}.*{TMP_SUFFIX}"):  # left by a killed earlier write
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=TMP_SUFFIX, dir=target.parent))

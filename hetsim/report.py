@@ -44,8 +44,9 @@ def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: Colle
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
 
-def format_table(summaries: Sequence[Summary]) -> str:
-    """One row per policy; straggler columns appear when some policy has them."""
+def format_table(summaries: Sequence[Summary], has_target: bool = False) -> str:
+    """One row per policy; straggler columns appear when some policy has them, learning ones
+    (progress, goodput, and with ``has_target`` the time to target) when the runs measured them."""
     columns: list[tuple[str, Callable[[Summary], str]]] = [
         ("policy", lambda s: s.policy),
         ("mean step", lambda s: f"{s.mean_step_s * 1e3:.1f} ms"),
@@ -65,9 +66,27 @@ def format_table(summaries: Sequence[Summary]) -> str:
         )
     if any(s.recovery_steps is not None for s in summaries):
         columns.append(("recovery", lambda s: "-" if s.recovery_steps is None else f"{s.recovery_steps:.1f} steps"))
+    columns.extend(learning_columns(summaries, has_target))
     columns.append(("final split", lambda s: "/".join(map(str, s.final_batches))))
     rows = [[fmt(s) for _, fmt in columns] for s in summaries]
     return text_table([name for name, _ in columns], rows, left={0, len(columns) - 1})
+
+
+def learning_columns(summaries: Sequence[Summary], has_target: bool) -> list[tuple[str, Callable[[Summary], str]]]:
+    """With ``[workload.efficiency]``: progress (steps at the base batch), goodput, and the time
+    to the target when the scenario sets ``target_steps`` (``has_target``; "not reached" when a run
+    falls short)."""
+    if all(s.progress is None for s in summaries):
+        return []
+    columns: list[tuple[str, Callable[[Summary], str]]] = [
+        ("progress", lambda s: "-" if s.progress is None else f"{s.progress:.1f} steps"),
+        ("goodput", lambda s: "-" if s.goodput_sps is None else f"{s.goodput_sps:.0f} /s"),
+    ]
+    if has_target:
+        columns.append(
+            ("to target", lambda s: "not reached" if s.time_to_target_s is None else f"{s.time_to_target_s:.1f} s")
+        )
+    return columns
 
 
 def write_outputs(

@@ -137,10 +137,13 @@ def test_min_batch_beyond_the_caps_is_refused():
         simulate(build_scenario(raw), "goodput")
 
 
-def test_simulate_leaves_goodput_out_quietly_without_efficiency_and_runs_it_with(capsys):
+def test_simulate_leaves_goodput_out_with_a_note_without_efficiency_and_runs_it_with(capsys):
     assert main(["simulate", "paper", "--json", "--set", "workload.epochs=1"]) == 0
     out = capsys.readouterr()
-    assert "goodput" not in [s["policy"] for s in json.loads(out.out)] and out.err == ""
+    assert "goodput" not in [s["policy"] for s in json.loads(out.out)]
+    assert out.err == (
+        "note: goodput left out: it needs [workload.efficiency] (the gradient noise scale), which the scenario lacks\n"
+    )
     efficient = ["--set", "workload.efficiency.noise_scale=512", "--set", "workload.efficiency.base_batch=128"]
     assert main(["simulate", "paper", "--json", "--set", "workload.epochs=1", *efficient]) == 0
     assert "goodput" in [s["policy"] for s in json.loads(capsys.readouterr().out)]
