@@ -89,9 +89,9 @@ def test_sampled_utilization_is_the_whole_runs(full, tmp_path, monkeypatch):
     shown = []
     real = hetsim.report.render_run
 
-    def capture(directory, summary, axes, x, lines, cell=None):
+    def capture(directory, summary, axes, x, lines, cell=None, metric="throughput"):
         shown.append(cell)
-        return real(directory, summary, axes, x, lines, cell)
+        return real(directory, summary, axes, x, lines, cell, metric)
 
     monkeypatch.setattr(hetsim.report, "render_run", capture)
     run = run_sweep(tmp_path, "runs", "--trace", "sample", "--sample-every", "7")
