@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import tomli_w
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hetsim.cli import main
 from hetsim.config import build_scenario, builtin_text
@@ -28,6 +30,7 @@ from hetsim.sweepfile import load_sweep, point_scenario
 from hetsim.trace import write_trace_table
 from hetsim.traces import chrome
 from hetsim.traces.chrome import ExportRun, lay_out
+from hetsim.traces.timeline import no_overlap
 from tests.helpers import scenario_dict
 from tests.test_bad_input import check_refused
 
@@ -125,27 +128,50 @@ def shared_cluster() -> dict[str, Any]:
 # ----------------------------------------------------------------------------- simulated runs
 
 
-def test_a_simulated_run_with_episodes_and_failures_round_trips(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def shared_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """``simulate --out`` of the shared cluster under four policies (a resplitting one, a first-k
+    one whose worker fails, no barrier), and its worker names."""
+    tmp = tmp_path_factory.mktemp("shared")
     raw = shared_cluster()
-    out = simulate_out(tmp_path, raw, "equal", "adaptive", "backup", "async")
+    return simulate_out(tmp, raw, "equal", "adaptive", "backup", "async"), [w.name for w in build_scenario(raw).workers]
+
+
+@pytest.mark.slow
+def test_a_simulated_run_with_episodes_and_failures_round_trips(shared_run, tmp_path, capsys):
+    out, worker_names = shared_run
     doc = export([str(out), "-o", str(tmp_path / "run.json")], capsys)
     check_format(doc)
     trace = pd.read_parquet(out / "trace.parquet")
-    worker_names = [w.name for w in build_scenario(raw).workers]
     check_round_trip(doc, trace, worker_names)
-    assert sorted(names(doc, "process_name").values()) == sorted(["equal", "adaptive", "backup", "async"])
+    assert list(names(doc, "process_name").values()) == ["equal", "adaptive", "backup", "async"]
     events = doc["traceEvents"]
     updates = [e for e in events if e["ph"] == "X" and e["name"].startswith("update ")]
     assert len(updates) == int((trace["policy"] == "async").sum())  # one slice per update
     assert {"failure", "slowdown"} <= {e.get("cat") for e in events}
 
 
-def test_slowdown_spans_cover_exactly_the_steps_computed_slowed(tmp_path, capsys):
-    raw = shared_cluster()
-    out = simulate_out(tmp_path, raw, "equal")
-    doc = export([str(out), "-o", str(tmp_path / "run.json")], capsys)
-    trace = pd.read_parquet(out / "trace.parquet")
-    worker_names = [w.name for w in build_scenario(raw).workers]
+@pytest.mark.slow
+def test_the_batch_share_counter_follows_every_resplit(shared_run, tmp_path, capsys):
+    out, worker_names = shared_run
+    doc = export([str(out), "--policy", "adaptive", "-o", str(tmp_path / "run.json")], capsys)
+    trace = pd.read_parquet(out / "trace.parquet").query("policy == 'adaptive'")
+    split = trace.pivot(index="step", columns="worker", values="local_batch")
+    starts = trace.groupby("step")["start_s"].first()
+    changes = [s for k, s in enumerate(split.index) if k == 0 or (split.iloc[k] != split.iloc[k - 1]).any()]
+    counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+    assert len(counters) == len(changes) > 1
+    for e, step in zip(counters, changes):
+        assert e["ts"] == pytest.approx(1e6 * starts[step], abs=0.01)
+        batch = split.loc[step]
+        assert e["args"] == pytest.approx({worker_names[w]: b / batch.sum() for w, b in batch.items()})
+
+
+@pytest.mark.slow
+def test_slowdown_spans_cover_exactly_the_steps_computed_slowed(shared_run, tmp_path, capsys):
+    out, worker_names = shared_run
+    doc = export([str(out), "--policy", "equal", "-o", str(tmp_path / "run.json")], capsys)
+    trace = pd.read_parquet(out / "trace.parquet").query("policy == 'equal'")
     threads = names(doc, "thread_name")
     spans = defaultdict(list)
     steps = {}
@@ -195,23 +221,25 @@ def test_ddp_buckets_overlap_the_backward_pass_where_the_recurrence_puts_them(tm
     assert threads == {"fast", "slow", "all-reduce buckets"}
 
 
-def test_the_event_count_is_what_is_written_and_a_too_large_trace_is_refused(tmp_path, capsys, monkeypatch):
-    raw = shared_cluster()
-    out = simulate_out(tmp_path, raw, "equal", "async")
+@pytest.mark.slow
+def test_the_event_count_is_what_is_written_and_a_too_large_trace_is_refused(shared_run, tmp_path, capsys,
+                                                                              monkeypatch):  # fmt: skip
+    out = shutil.copytree(shared_run[0], tmp_path / "sim")
     doc = export([str(out), "--steps", "10:60", "-o", str(tmp_path / "run.json.gz")], capsys)
     check_format(doc)
-    assert {e["args"]["step"] for e in doc["traceEvents"] if e["ph"] == "X" and "step" in e["args"]} == set(
-        range(10, 60)
-    )
+    steps = {e["args"]["step"] for e in doc["traceEvents"] if e["ph"] == "X" and "step" in e["args"]}
+    assert steps == set(range(10, 60))
     from hetsim.traces.sources import load_source
 
     laid = [lay_out(r, chrome.select_steps(r.trace, 10, 60)) for r in load_source(out).runs]
-    assert sum(x.count() for x in laid) == len(doc["traceEvents"])
-    monkeypatch.setattr(chrome, "MAX_EVENTS", len(doc["traceEvents"]) - 1)
+    n = sum(x.count() for x in laid)
+    assert n == len(doc["traceEvents"])
+    monkeypatch.setattr(chrome, "MAX_EVENTS", n // 2)
+    fit = int(n // 2 / (n / 50))
     check_refused(main, ["export-trace", "{tmp}/sim", "--steps", "10:60", "-o", "{tmp}/big.json"],
-                  f"--steps: 10:60 make {len(doc['traceEvents'])} trace events, more than the "
-                  f"{len(doc['traceEvents']) - 1} a viewer opens; pick fewer steps with --steps A:B (about 49 fit, "
-                  "e.g. --steps 10:59) or one policy with --policy", tmp_path, capsys)  # fmt: skip
+                  f"--steps: 10:60 make {n} trace events, more than the {n // 2} a viewer opens; pick fewer steps "
+                  f"with --steps A:B (about {fit} fit, e.g. --steps 10:{10 + fit}) or one policy with --policy",
+                  tmp_path, capsys)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- sweeps, real runs, files
@@ -254,18 +282,15 @@ def test_a_trace_file_without_the_optional_columns_exports_one_policy(tmp_path, 
 
 
 def test_the_layout_moves_a_late_row_later_never_shortens_it():
-    trace = simulate(build_scenario(two_workers_with_buckets()), "equal").to_frame()
-    trace.loc[trace["step"] == 3, "start_s"] -= 0.5  # rank 0's clock: the step begins before the last ended
     from hetsim.trace import Trace
 
-    laid = lay_out(ExportRun(Trace.from_frame(trace)), np.arange(len(trace)))
-    w = laid.workers
-    end = w.start_ns + w.step_dur
-    same = np.diff(laid.run.trace.worker[w.rows]) == 0
-    assert (w.start_ns[1:][same] >= end[:-1][same]).all()
-    assert (w.step_dur == np.rint(laid.run.trace.per_step("compute_s").T.ravel() * 1e9)
-            + np.rint(laid.run.trace.per_step("wait_s").T.ravel() * 1e9)
-            + np.rint(laid.run.trace.per_step("comm_s").T.ravel() * 1e9)).all()  # fmt: skip
+    frame = simulate(build_scenario(two_workers_with_buckets()), "equal").to_frame()
+    frame.loc[frame["step"] == 3, "start_s"] -= 0.5  # rank 0's clock: the step begins before the last one ended
+    trace = Trace.from_frame(frame)
+    w = lay_out(ExportRun(trace), np.arange(len(frame))).workers
+    assert (w.start_ns == np.rint(1e9 * 2.1 * trace.step[w.rows])).all()  # step 3 where step 2 ended: 6.3 s
+    for part, dur in (("compute_s", w.compute_dur), ("wait_s", w.wait_dur), ("comm_s", w.comm_dur)):
+        assert np.abs(dur - 1e9 * getattr(trace, part)[w.rows]).max() <= 1.0, part
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -312,3 +337,17 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys, prepare, ar
     if "-o" not in argv:
         argv = [*argv, "-o", "{tmp}/out.json"]
     check_refused(main, ["export-trace", *argv], line, tmp_path, capsys)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1, max_size=30),
+)
+def test_no_overlap_shifts_each_slice_the_least_that_keeps_the_track_in_order(slices):
+    start = np.cumsum([s for s, _ in slices]).astype(np.int64) - 2 * 10**5 * np.arange(len(slices))
+    dur = np.array([d for _, d in slices], dtype=np.int64)
+    shifted = start + no_overlap(start, dur)
+    assert (shifted >= start).all()
+    assert (shifted[1:] >= shifted[:-1] + dur[:-1]).all()  # none begins before the previous one ended
+    tight = (shifted[1:] > start[1:]) & (shifted[1:] != shifted[:-1] + dur[:-1])
+    assert not tight.any()  # a moved slice begins exactly where the previous one ends

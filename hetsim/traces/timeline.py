@@ -12,8 +12,8 @@ parts, end to end:
   or was cut at the barrier, the usual cases;
 * an update without a barrier (``async``): its down time (``wait_s``), compute, then its exchange.
 
-Each duration is rounded to the nanosecond on its own and the boundaries are their sums, so a
-slice lasts what the trace says to half a nanosecond and a step's parts tile it exactly. A
+Each boundary is rounded to the nanosecond, so a slice lasts what the trace says to a
+nanosecond, a part of zero length has none, and a step's parts tile it exactly. A
 worker's steps follow each other on its track: one that would begin before the previous one
 ended (rounding, or a real run whose rows rank 0 timed) is moved later by the overlap, never
 shortened (:func:`no_overlap`).
@@ -88,23 +88,29 @@ class WorkerLayout:
 def layout_workers(trace: Trace, rows: np.ndarray) -> WorkerLayout:
     """The step slices of ``rows`` of ``trace`` and their parts (the module docstring's rules)."""
     rows = rows[np.argsort(trace.worker[rows], kind="stable")]
-    compute, wait, comm = (to_ns(getattr(trace, c)[rows]) for c in ("compute_s", "wait_s", "comm_s"))
-    start = to_ns(trace.start_s[rows])
+    start_s, compute_s, wait_s, comm_s = (getattr(trace, c)[rows] for c in ("start_s", "compute_s", "wait_s", "comm_s"))
+    wait_first = ~_up(trace)[rows] if trace.synchronous else np.ones(len(rows), dtype=np.bool_)
+    # The boundaries, each rounded: a part of zero length stays zero, and a step that ends where
+    # the next begins (the engines' clock) ends at the same nanosecond.
+    start = to_ns(start_s)
+    middle = to_ns(start_s + np.where(wait_first, wait_s, compute_s))
+    barrier = to_ns(start_s + compute_s + wait_s)
+    end = to_ns(start_s + compute_s + wait_s + comm_s)
     worker = trace.worker[rows]
     edges = [0, *(np.flatnonzero(np.diff(worker)) + 1), len(rows)]
-    total = compute + wait + comm
+    shift = np.zeros(len(rows), dtype=np.int64)
     for lo, hi in zip(edges, edges[1:]):  # one track per worker
-        start[lo:hi] += no_overlap(start[lo:hi], total[lo:hi])
-    wait_first = ~_up(trace)[rows] if trace.synchronous else np.ones(len(rows), dtype=np.bool_)
+        shift[lo:hi] = no_overlap(start[lo:hi], end[lo:hi] - start[lo:hi])
+    first, second = middle - start, barrier - middle
     return WorkerLayout(
         rows=rows,
-        start_ns=start,
-        compute_ns=start + np.where(wait_first, wait, 0),
-        wait_ns=start + np.where(wait_first, 0, compute),
-        comm_ns=start + compute + wait,
-        compute_dur=compute,
-        wait_dur=wait,
-        comm_dur=comm,
+        start_ns=start + shift,
+        compute_ns=start + shift + np.where(wait_first, first, 0),
+        wait_ns=start + shift + np.where(wait_first, 0, first),
+        comm_ns=barrier + shift,
+        compute_dur=np.where(wait_first, second, first),
+        wait_dur=np.where(wait_first, first, second),
+        comm_dur=end - barrier,
     )
 
 
