@@ -230,3 +230,12 @@ def test_matrix_plot_log_tick_labels_never_overlap_and_its_diagonal_is_at_45_deg
     assert not scatter.get_legend().get_window_extent(renderer).overlaps(scatter.get_window_extent(renderer))
     aspect_ok(fig)
     texts_inside(fig, renderer)
+
+
+def test_a_grid_with_no_value_anywhere_draws_no_empty_axes_but_says_so():
+    nothing = summary_frame().assign(speedup_vs_equal=np.nan)
+    fig = speedup_figure(nothing, ["stragglers", "noise_scale"], "noise_scale", "stragglers", "time_to_target")
+    (ax,) = fig.axes
+    assert not ax.axison and "nothing to draw" in ax.texts[0].get_text()
+    assert all(p in fig.get_suptitle() for p in POLICIES if p != "equal")
+    assert "CI" not in fig.get_suptitle()  # no interval of values that do not exist

@@ -83,11 +83,13 @@ def speedup_figure(
     policies = list(dict.fromkeys(summary["policy"]))
     rest = [a for a in axes if a not in (x, lines)]
     facets = list(itertools.product(*(list(dict.fromkeys(summary[a])) for a in rest))) or [()]
-    column = "speedup_vs_equal" if summary["speedup_vs_equal"].notna().any() else "mean_step_s"
+    column = "speedup_vs_equal" if BASELINE in policies else "mean_step_s"
     if column == "speedup_vs_equal" and len(policies) > 1:
         policies = [p for p in policies if p != BASELINE]  # its speedup is 1 by definition
     empty = [p for p in policies if summary.loc[summary["policy"] == p, column].isna().all()]
-    shown = [p for p in policies if p not in empty] or policies[:1]
+    shown = [p for p in policies if p not in empty]
+    if not shown:
+        return _nothing_to_draw(summary, column, metric, empty)
     columns = balanced_columns(len(shown), MAX_COLUMNS)
     per_facet = math.ceil(len(shown) / columns)
     rows = per_facet * len(facets)
@@ -105,10 +107,22 @@ def speedup_figure(
             title = ", ".join([policy, *(f"{a}={v}" for a, v in zip(rest, facet))])
             missing = [str(v) for v, g in panel.groupby(x, sort=False)[column] if g.isna().all()]
             ax.set_title(title + (f"\n(no value at {x}={', '.join(missing)})" if missing else ""), fontsize="small")
+            if panel[column].isna().all():  # this combination only: said in the panel, not left blank
+                ax.text(0.5, 0.5, "no value", transform=ax.transAxes, ha="center", va="center", color="dimgrey")
     _tidy_grid(grid, used, summary[x], _y_label(column, metric))
     handles = grid[0, 0].get_legend_handles_labels()[0]
     if handles:
         figure_legend(fig, handles)  # its labels say "lines=value"
+    fig.suptitle(_speedup_title(summary, column, metric, empty), fontsize="medium")
+    return fig
+
+
+def _nothing_to_draw(summary: pd.DataFrame, column: str, metric: str, empty: Sequence[str]) -> Figure:
+    """No panel has a value: one blank panel that says so, under the usual title."""
+    fig = Figure(figsize=(7.0, 3.0), layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, "nothing to draw: no policy has a value in any cell", ha="center", va="center")
     fig.suptitle(_speedup_title(summary, column, metric, empty), fontsize="medium")
     return fig
 
@@ -158,7 +172,9 @@ def _speedup_title(summary: pd.DataFrame, column: str, metric: str, empty: Seque
     else:
         what = f"Mean step time (no {BASELINE} run to compare with)"
     mean, half = summary[column].to_numpy(float), summary[f"{column}_ci95"].to_numpy(float)
-    if not np.isfinite(half).any():
+    if not np.isfinite(mean).any():
+        ci = f"{reps} replications"
+    elif not np.isfinite(half).any():
         ci = f"mean of {reps} replications (no CI: a CI needs 2 or more)"
     else:
         span = np.nanmax(mean + np.nan_to_num(half)) - np.nanmin(mean - np.nan_to_num(half))
