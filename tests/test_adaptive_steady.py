@@ -5,6 +5,7 @@ state after, on clusters where the noise margin, surprises, restarts and re-spli
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -62,6 +63,7 @@ def _info(step, n, down=(0, 0, 0)):
     return StepInfo(step, step // PER_EPOCH, step % PER_EPOCH, PER_EPOCH, available)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(runs())
 def test_steady_blocks_are_the_single_steps_bit_for_bit(run):
