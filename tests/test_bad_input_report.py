@@ -107,6 +107,7 @@ HEALED = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("damage", "problem"), HEALED)
 def test_report_heals_a_damaged_part_with_one_note(damage, problem, finished, tmp_path, capsys):
     run = copy_results_folder(finished, tmp_path / "run")
