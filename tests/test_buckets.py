@@ -208,6 +208,7 @@ def test_the_prediction_agrees_with_long_noisy_runs(policy, params):
     assert p.mean_step_s < predict(load_scenario("paper", ["network.bandwidth_gbps=2"]), policy, params).mean_step_s
 
 
+@pytest.mark.slow
 def test_a_continuous_barrier_is_integrated():
     workers = [{"overhead_s": 0.01, "per_sample_s": 0.002, "noise": {"dist": "gamma", "shape": 4.0, "scale": 0.25},
                 "delay": {"dist": "uniform", "low": 0.0, "high": 0.05}, "count": 3}]  # fmt: skip
@@ -223,6 +224,7 @@ def test_a_continuous_barrier_is_integrated():
 # ----------------------------------------------------------------------------- engines, async, bad input
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.data(), st.sampled_from([0.1, 0.5, 1.0]))
 def test_both_engines_agree_for_any_backward_fraction(data, fraction):
