@@ -93,6 +93,7 @@ def test_bad_file_contents_fail_cleanly(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == "hetsim: error: workload.dataset_size: missing (required)"
 
 
+@pytest.mark.slow
 def test_module_entry_point_exits_2_without_traceback():
     proc = subprocess.run(
         [sys.executable, "-m", "hetsim", "simulate", "--policy", "nope"], capture_output=True, text=True
