@@ -131,6 +131,7 @@ def test_import_logs_bad_inputs(tmp_path, capsys):
     _one_line_error(capsys, "-o")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "overrides", "policy"),
     [
