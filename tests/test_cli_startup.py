@@ -38,10 +38,12 @@ def heavy_after(code: str) -> list[str]:
     return list(json.loads(done.stdout))
 
 
+@pytest.mark.slow
 def test_the_check_sees_a_heavy_import():
     assert {"numpy", "simpy"} <= set(heavy_after("import hetsim.simulate"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "code",
     [
