@@ -30,6 +30,7 @@ def test_each_model_gives_its_formula():
     assert table.time_s([1, 4, 6, 12, 16, 20]).tolist() == pytest.approx([0.01, 0.01, 0.01, 0.02, 0.03, 0.04])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "model",
     [Affine(0.01, 0.002), Hinge(0.05, 0.01, 0.002), Table(points=[[4, 0.01], [8, 0.01], [16, 0.03]]),
