@@ -183,6 +183,7 @@ def test_analyze_time_to_target_of_resplitting_policies_is_close(policy):
     assert predicted == pytest.approx(float(np.mean([float(m) for m in measured if m is not None])), rel=1e-3)
 
 
+@pytest.mark.slow
 def test_sweep_ranks_by_time_to_target_when_asked(tmp_path, capsys):
     import pandas as pd
     import tomli_w
