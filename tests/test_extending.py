@@ -92,6 +92,7 @@ def write(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_new_policy_runs_through_simulate_analyze_sweep_and_the_plots(registered, tmp_path, capsys):
     scenario = write(tmp_path / "two.toml", {**TWO_WORKERS, "policy": {"name": "fixed-share", "first": 0.75}})
     assert main(["simulate", str(scenario), "--policy", "equal,fixed-share", "--json"]) == 0
@@ -126,6 +127,7 @@ def test_a_new_policy_checks_its_parameters_like_the_builtins(registered, tmp_pa
     assert capsys.readouterr().err == "hetsim: error: policy.first: must be in [0, 1], got 2\n"
 
 
+@pytest.mark.slow
 def test_a_new_distribution_runs_through_simulate_analyze_sweep_and_the_plots(registered, tmp_path, capsys):
     delay = {"dist": "two-point", "fast_s": 0.0, "slow_s": 0.1, "p_slow": 0.5}
     workers = [{"per_sample_s": 0.001, "delay": delay, "count": 2}]
