@@ -39,6 +39,7 @@ def feed(policy: Goodput, steps: int, per_epoch: int = 5) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("noise", [40.0, 400.0, 4000.0])
 def test_it_settles_on_the_batch_of_highest_goodput_within_the_candidate_grid(noise):
     efficiency = Efficiency(noise, 64)
@@ -82,6 +83,7 @@ def test_the_batch_stays_within_the_range_and_the_caps():
     assert set(feed(policy, 20)) <= set(range(100, 121))  # the caps hold 120
 
 
+@pytest.mark.slow
 def test_a_schedule_moves_the_batch_up_as_training_progresses_and_both_engines_agree():
     schedule = "workload.efficiency.noise_scale=[[0, 100], [1500, 6000]]"
     scenario = load_scenario(
