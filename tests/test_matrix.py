@@ -122,6 +122,7 @@ def test_a_tiny_matrix_writes_its_results_and_resumes(tmp_path):
     assert [p.comparison.measured.mean_step_s for p in again] == [p.comparison.measured.mean_step_s for p in found]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -140,6 +141,7 @@ def test_bad_matrix_input_is_one_line_and_exit_2(tmp_path, args, message):
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.slow
 def test_gpu_matrix_without_cuda_is_refused(tmp_path):
     import torch
 
