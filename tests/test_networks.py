@@ -78,6 +78,7 @@ def test_the_scenario_lays_workers_out_on_their_nodes():
     assert ring.nodes is None  # a network that does not use nodes is not given them
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_both_engines_agree_on_hierarchical_scenarios(data):
@@ -177,6 +178,7 @@ def test_the_link_model_in_limits():
     assert rates.sum() == pytest.approx(0.1, rel=1e-12) and np.ptp(residence) == 0.0
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(
     st.lists(st.floats(0.0, 5.0), min_size=1, max_size=12),
