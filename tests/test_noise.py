@@ -43,6 +43,7 @@ def lag1(x: np.ndarray, y: np.ndarray | None = None) -> float:
 # ----------------------------------------------------------------------------- the draws against theory
 
 
+@pytest.mark.slow
 def test_persistent_noise_keeps_the_lognormal_marginal_and_has_lag1_autocorrelation_rho():
     sigma, rho, n = 0.3, 0.8, 200_000
     x = noise_draws([{"per_sample_s": 1e-3, "noise": lognormal(sigma, persistence=rho)}], n)[:, 0]
@@ -59,6 +60,7 @@ def test_persistent_noise_keeps_the_lognormal_marginal_and_has_lag1_autocorrelat
     assert stats.kstest(thinned, stats.lognorm(s=sigma, scale=math.exp(-(sigma**2) / 2)).cdf).pvalue > 1e-3
 
 
+@pytest.mark.slow
 def test_a_shared_group_correlates_its_members_as_theory_says():
     sn, ss, rho, n = 0.1, 0.3, 0.7, 200_000
     shared = {"group": "host0", **lognormal(ss, persistence=rho)}
@@ -115,6 +117,7 @@ def test_without_the_new_keys_nothing_changes():
     assert load_scenario(same.to_dict()) == same
 
 
+@pytest.mark.slow
 def test_engines_agree_on_a_long_run_with_shared_and_persistent_noise():
     workers = [
         {"count": 3, "overhead_s": 0.01, "per_sample_s": 0.001, "noise": lognormal(0.1, persistence=0.95),
@@ -171,6 +174,7 @@ def test_analyze_under_a_shared_factor_agrees_with_a_long_simulation_and_indepen
     assert wrong - simulated > 20 * half
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "noise,shared,delay,mixed",
     [
@@ -187,6 +191,7 @@ def test_analyze_agrees_for_every_kind_of_member_and_factor(noise, shared, delay
     assert abs(predicted - simulated) < 3 * half
 
 
+@pytest.mark.slow
 def test_persistence_leaves_a_static_prediction_as_it_was_and_batch_means_cover_it():
     shared = {"group": "h", **lognormal(0.25, persistence=0.9)}
     predicted, simulated, half = agreement(host(lognormal(0.05, persistence=0.5), shared), batches=50)
@@ -209,6 +214,7 @@ def test_deterministic_members_under_a_common_factor_integrate_exactly():
     assert expected_max([CommonFactorMax(members, LogNormal(sigma))]) == pytest.approx(exact, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_what_is_not_modelled_says_so():
     shared = {"group": "h", **lognormal(0.2)}
     s = build_scenario(scenario_dict(host(lognormal(0.05), shared), global_batch=50))
