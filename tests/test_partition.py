@@ -43,6 +43,7 @@ def test_split_by_shares_is_a_valid_split(problem):
     assert all(isinstance(x, int) and 0 <= x <= c for x, c in zip(b, caps))
 
 
+@pytest.mark.slow
 @given(split_problems())
 def test_split_by_shares_stays_within_one_sample_of_proportional_when_uncapped(problem):
     shares, total, _ = problem
@@ -70,6 +71,7 @@ def affine_problems(draw, max_n=8, max_total=400):
     return a, c, total, caps
 
 
+@pytest.mark.slow
 @given(affine_problems())
 def test_water_fill_is_valid_and_no_single_move_improves_it(problem):
     a, c, total, caps = problem
@@ -85,6 +87,7 @@ def test_water_fill_is_valid_and_no_single_move_improves_it(problem):
             assert max_time(a, c, moved) >= best - 1e-12
 
 
+@pytest.mark.slow
 @given(affine_problems(max_n=3, max_total=30))
 def test_water_fill_matches_brute_force(problem):
     a, c, total, caps = problem
@@ -135,6 +138,7 @@ def table_problems(draw):
     return hints, total
 
 
+@pytest.mark.slow
 @given(table_problems())
 def test_the_min_max_split_on_any_non_decreasing_curve_equals_brute_force(problem):
     hints, total = problem
@@ -187,6 +191,7 @@ def tied_problems(draw):
     return a, c, total, caps
 
 
+@pytest.mark.slow
 @given(tied_problems(), st.floats(0.5, 2.0))
 def test_fits_within_tells_whether_the_integer_optimum_is_done_by_then(problem, scale):
     """The O(n) check against the integer min-max split itself: some split is done by ``t``
