@@ -83,6 +83,7 @@ def test_the_gain_over_equal_is_the_ratio_of_the_two_predictions(slow_one):
     assert result.gain_over_equal > 20  # equal waits for the slow worker's 24 samples
 
 
+@pytest.mark.slow
 def test_fragility_slowing_a_worker_past_its_factor_changes_the_left_out_set():
     scenario = build_scenario(cluster())
     result = plan(scenario, policies=CLOSED)
@@ -101,6 +102,7 @@ def test_fragility_slowing_a_worker_past_its_factor_changes_the_left_out_set():
     assert recommendation(plan(slowed(scenario, 3, 16.0), policies=CLOSED)) == base
 
 
+@pytest.mark.slow
 def test_fragility_slowing_a_worker_past_its_factor_changes_the_policy():
     scenario = build_scenario(cluster(sigma=0.2))  # noisy: async's updates beat optimal's barrier
     policies = ("equal", "optimal", "async")
