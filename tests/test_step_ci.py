@@ -40,6 +40,7 @@ def test_batches_span_one_autocorrelation_time_between_four_and_thirty():
     assert batch_count(195, 0.9) == 10 and batch_count(40, 0.9) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("rho", "n"), [(0.0, 50), (0.9, 195), (0.9, 60)])
 def test_batch_means_are_unbiased_with_satterthwaite_dof_on_a_gaussian_ar1_series(rho, n):
     """For X_t = rho X_{t-1} + sqrt(1 - rho^2) e_t, var(mean) = sum_{s,t} rho^|s-t| / n^2. The
