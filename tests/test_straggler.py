@@ -205,6 +205,7 @@ def _first_k_runs(draw):
     return s, lambda: cls(backups=backups), n - backups
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(_first_k_runs())
 def test_every_first_k_step_keeps_exactly_min_k_and_working_gradients(run):
