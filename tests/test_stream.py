@@ -34,6 +34,7 @@ def assert_same_summary(full: Summary, streamed: Summary) -> None:
             assert a == b, field.name
 
 
+@pytest.mark.slow
 @settings(max_examples=150)
 @given(st.data())
 def test_a_generated_run_summarised_as_it_goes_equals_the_summary_of_its_trace(data):
@@ -44,6 +45,7 @@ def test_a_generated_run_summarised_as_it_goes_equals_the_summary_of_its_trace(d
     assert_same_summary(full, simulate_summary(scenario, name, params=params, engine=engine))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["paper", "shared-cluster", "mixed-gpus", "workstation"])
 def test_builtin_scenarios_every_policy_both_engines(scenario):
     s = load_scenario(scenario, ["workload.epochs=2", *EFFICIENT])
