@@ -192,6 +192,7 @@ def test_results_folder_has_every_file_and_plot_and_report_rerenders(tmp_path, c
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["0001_small", "0002_small"]
 
 
+@pytest.mark.slow
 def test_ci_is_the_t_interval_over_replications(tmp_path, capsys):
     from scipy import stats
 
@@ -230,6 +231,7 @@ def test_bad_sweeps_fail_with_one_line_and_leave_no_folder(change, message, tmp_
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_an_unreachable_scheduler_fails_cleanly_and_leaves_no_folder(tmp_path, capsys):
     sweep = write_sweep(tmp_path)
     assert (
@@ -305,6 +307,7 @@ def test_a_failing_cell_reaches_the_user_as_one_line(tmp_path, where, policy, st
         assert errors[0].startswith("hetsim: error: cell ") and "(policy boom, " in errors[0]
 
 
+@pytest.mark.slow
 def test_a_report_that_fails_midway_leaves_the_previous_tables_and_plots(tmp_path, capsys, monkeypatch):
     import hetsim.report
 
