@@ -26,6 +26,7 @@ def finished_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Pa
     return run, pd.read_parquet(run / "results.parquet"), capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_damaged_part_and_stale_temporaries_are_healed_on_resume(tmp_path, capsys):
     run, expected, table = finished_run(tmp_path, capsys)
     (run / "parts" / "cell-00004.parquet").write_bytes(b"not parquet at all")  # a disk error
@@ -45,6 +46,7 @@ def test_a_damaged_part_and_stale_temporaries_are_healed_on_resume(tmp_path, cap
     assert not list(run.rglob("*.tmp"))
 
 
+@pytest.mark.slow
 def test_a_sweep_toml_whose_seeds_changed_is_refused(tmp_path, capsys):
     run, _, _ = finished_run(tmp_path, capsys)
     text = (run / "sweep.toml").read_text()
@@ -55,6 +57,7 @@ def test_a_sweep_toml_whose_seeds_changed_is_refused(tmp_path, capsys):
     assert main(["report", str(run)]) == 2
 
 
+@pytest.mark.slow
 def test_written_files_get_the_umasks_mode(tmp_path, capsys):
     run, _, _ = finished_run(tmp_path, capsys)
     umask = os.umask(0)
