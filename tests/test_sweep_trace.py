@@ -50,6 +50,7 @@ def plots(run: Path) -> set[str]:
     return {p.name for p in (run / "plots").iterdir()}
 
 
+@pytest.mark.slow
 def test_full_keeps_every_step_of_the_plotted_cell(full):
     folder = RunFolder.open(full)
     spec = folder.spec()
@@ -66,6 +67,7 @@ def test_full_keeps_every_step_of_the_plotted_cell(full):
 SAMPLED_PLOTS = {"speedup.png", "step_cdf.png", "utilization.png"}  # no Gantt chart: its steps are consecutive
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("every", "drawn"), [(4, SAMPLED_PLOTS), (5, SAMPLED_PLOTS | {"split.png"})])
 def test_sample_keeps_steps_0_k_2k_bit_for_bit(every, drawn, full, tmp_path, capsys):
     run = run_sweep(tmp_path, "runs", "--trace", "sample", "--sample-every", str(every))
@@ -85,6 +87,7 @@ def test_sample_keeps_steps_0_k_2k_bit_for_bit(every, drawn, full, tmp_path, cap
     pd.testing.assert_frame_equal(pd.read_csv(run / "summary.csv"), pd.read_csv(full / "summary.csv"))
 
 
+@pytest.mark.slow
 def test_sampled_utilization_is_the_whole_runs(full, tmp_path, monkeypatch):
     shown = []
     real = hetsim.report.render_run
@@ -103,6 +106,7 @@ def test_sampled_utilization_is_the_whole_runs(full, tmp_path, monkeypatch):
     assert (run / TRACES_FILE).exists()
 
 
+@pytest.mark.slow
 def test_none_keeps_no_trace_and_the_same_summary(full, tmp_path):
     run = run_sweep(tmp_path, "runs", "--trace", "none")
     assert json.loads((run / "meta.json").read_text())["trace"] == "none"
@@ -130,6 +134,7 @@ def interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *options: str) 
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [["--trace", "sample", "--sample-every", "3"], ["--trace", "none"]], ids=str)
 def test_resume_and_report_keep_the_recorded_mode(mode, full, tmp_path, monkeypatch, capsys):
     run = interrupted(tmp_path, monkeypatch, *mode)
@@ -185,6 +190,7 @@ def test_a_damaged_trace_record_is_refused_by_report_too(full, tmp_path, capsys)
     check_refused(main, ["report", str(run)], line, tmp_path, capsys)
 
 
+@pytest.mark.slow
 def test_the_plotted_cell_is_sized_by_what_it_keeps(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(hetsim.config, "MAX_TRACE_ROWS", 100)  # the plotted cell: 30 steps x 4 workers
     write_sweep(tmp_path, replications=1)
