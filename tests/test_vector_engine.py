@@ -185,6 +185,7 @@ def policies(draw, n_workers: int):
     return name, draw(POLICY_PARAMS.get(name, st.just({})))
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(st.data())
 def test_both_engines_give_the_same_trace_and_the_same_policy_calls(data):
@@ -223,6 +224,7 @@ def test_builtin_scenarios_give_the_same_trace_under_every_barrier_policy(scenar
         assert_same_trace(simulate(s, name), simulate(s, name, engine="vector"))
 
 
+@pytest.mark.slow
 def test_long_run_with_frequent_failures_and_shared_episodes():
     workers = [
         {
@@ -250,6 +252,7 @@ def test_long_run_with_frequent_failures_and_shared_episodes():
     assert not simpy_trace.up.all() and (simpy_trace.slowdown > 1).any()  # the run did meet both
 
 
+@pytest.mark.slow
 @settings(max_examples=150)
 @given(st.data())
 def test_async_on_both_engines_gives_the_same_trace(data):
@@ -372,6 +375,7 @@ def test_draws_fetched_in_small_chunks_give_the_same_trace(monkeypatch):
         assert_same_trace(trace, simulate(s, name, engine="vector"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["adaptive", "goodput"])
 def test_adaptive_blocks_guessed_ahead_and_cut_at_a_change_give_the_same_trace(name):
     # 64 workers, two speeds, noise: the split changes now and then, so blocks are guessed
