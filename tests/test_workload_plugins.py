@@ -248,6 +248,7 @@ def test_per_sample_normalisations_pass_and_the_check_leaves_torch_s_random_stat
 # ----------------------------------------------------------------------------- the README's example
 
 
+@pytest.mark.slow
 def test_the_example_workload(monkeypatch):
     monkeypatch.chdir(ROOT)
     workload = resolve_workload(EXAMPLE)
