@@ -33,6 +33,7 @@ def test_the_registry_holds_the_built_ins_in_order():
     assert [name for name in WORKLOADS if name in BUILTIN_WORKLOADS] == list(BUILTIN_WORKLOADS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_the_size_the_configuration_checks_is_the_loaded_training_set(name):
     d = data(name, 0)
@@ -42,6 +43,7 @@ def test_the_size_the_configuration_checks_is_the_loaded_training_set(name):
     assert load_workload(name) is WORKLOADS[name] and WORKLOADS[name].name == name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_same_seed_same_data_and_weights_other_seed_other_split(name):
     workload = load_workload(name)
@@ -56,6 +58,7 @@ def test_same_seed_same_data_and_weights_other_seed_other_split(name):
     assert not all(torch.equal(first[k], other[k]) for k in first)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_weighted_shard_gradients_are_the_union_gradient(name):
     workload, d = load_workload(name), data(name, 0)
@@ -75,6 +78,7 @@ def test_weighted_shard_gradients_are_the_union_gradient(name):
     assert float((combined - union).norm() / union.norm()) < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_evaluate_gives_a_finite_loss_and_an_accuracy(name):
     workload, d = load_workload(name), data(name, 0)
@@ -84,6 +88,7 @@ def test_evaluate_gives_a_finite_loss_and_an_accuracy(name):
     assert 0.0 <= accuracy <= 1.0
 
 
+@pytest.mark.slow
 def test_resnet18_has_torchvision_s_parameter_count_and_images():
     model = load_workload("resnet18").make_model(0, CPU)
     assert sum(p.numel() for p in model.parameters()) == 11_181_642  # torchvision's resnet18(num_classes=10)
