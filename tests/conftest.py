@@ -1,4 +1,5 @@
-"""pytest configuration: the hypothesis profiles.
+"""pytest configuration: the hypothesis profiles, the shared finished sweep, and slow marks for
+files whose owners are still editing them.
 
 The ``ci`` profile (derandomized, so a CI run is reproducible) is loaded when the ``CI``
 environment variable is set (``.ci/run`` exports CI=1); otherwise ``dev``. Shared helpers
@@ -17,10 +18,34 @@ settings.register_profile("ci", deadline=None, suppress_health_check=[HealthChec
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI", "").lower() not in ("", "0", "false") else "dev")
 
+# Tests over ~0.4 s of CPU here, in files other engineers are writing (so their marks are set
+# here rather than by an edit in the file); they still run in `make test`. Move each mark into
+# its file with `@pytest.mark.slow` when that file is next edited, and drop its line here.
+SLOW_ELSEWHERE = {
+    "test_calibrate.py": {
+        "test_calibration_recovers_every_worker_and_the_mean_step_time",  # these three share a
+        "test_affine_costs_recovered_within_three_standard_errors",  # 20,000-step simulated run
+        "test_affine_winner_writes_the_plain_keys_of_the_maximum_likelihood_line",
+        "test_a_backup_trace_recovers_the_slow_workers_cost_within_its_standard_error",
+        "test_included_read_from_text_and_numbers",
+    },
+    "test_calibrate_censored.py": {
+        "test_independent_workers_cut_at_the_barrier_share_no_noise",
+        "test_cut_rows_with_a_batch_that_varies_are_unbiased",
+    },
+    "test_calibrate_models.py": {"test_a_split_that_follows_persistent_noise_is_a_warning"},
+}
 
-@pytest.fixture(scope="module")
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if getattr(item, "originalname", item.name) in SLOW_ELSEWHERE.get(item.path.name, ()):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished sweep results folder, made once per module (each case damages its own copy)."""
+    """A finished sweep results folder, made once per test process (each case damages its own copy)."""
     from tests.test_bad_input import make_results_folder
 
     return make_results_folder(tmp_path_factory.mktemp("finished"))
