@@ -255,3 +255,42 @@ def test_a_new_local_batch_sizes_one_off_cost_is_outside_the_step(tmp_path, comm
     assert dynamic["local_batch"].nunique() > 2  # it did try sizes the warm-up never ran
     slow = trace[trace["compute_s"] > 0.8 * ONE_OFF_S]
     assert slow.empty, slow[["policy", "step", "worker", "local_batch", "compute_s"]].to_string()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_the_example_trains_with_a_plan_under_torchrun_and_compare_reads_its_run(tmp_path):
+    """examples/train_your_model.py under torchrun with a plan for these 2 ranks: a complete run
+    folder with the plan's split, which ``validation compare`` calibrates and predicts; a plan
+    for 4 workers is refused by every rank before anything is written, one line, exit status 2."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun not installed")
+    out, plan = tmp_path / "run", _plan(tmp_path, [96, 32], ["fast", "slow"])
+    run = subprocess.run(
+        [str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+         "examples/train_your_model.py", "--plan", str(plan), "--epochs", "1", "--probe-rounds", "1",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=240, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert json.loads((out / "meta.json").read_text())["status"] == "complete"
+    trace = pd.read_parquet(out / "trace.parquet")
+    assert set(trace["policy"]) == {"probe", "optimal"}
+    assert set(trace.loc[trace["policy"] == "optimal", "local_batch"]) == {96, 32}
+    compare = subprocess.run(
+        [sys.executable, "-m", "validation", "compare", str(out), "--json"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert compare.returncode == 0, compare.stderr
+    other = _plan(tmp_path, [40, 40, 24, 24], ["a", "b", "c", "d"])
+    refused = subprocess.run(
+        [sys.executable, "examples/train_your_model.py", "--plan", str(other), "--out", str(tmp_path / "no")],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env=rank_environment(0, 1, free_port()),
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"train_your_model: error: {other}:recommended.split: the plan is for 4 workers (a, b, c, d), "
+        "this run has 1 rank: plan for this cluster"
+    ]
+    assert not (tmp_path / "no").exists()

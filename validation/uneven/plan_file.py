@@ -96,9 +96,10 @@ def load_plan(path: str | Path, world_size: int) -> PlanChoice:
         raise PlanError(f"{where}:recommended.workers", f"must name the split's {len(split)} workers")
     if len(split) != world_size:
         names = f" ({', '.join(map(str, workers))})" if workers else ""
+        ranks = "rank" if world_size == 1 else "ranks"
         raise PlanError(
             f"{where}:recommended.split",
-            f"the plan is for {len(split)} workers{names}, this run has {world_size} ranks: plan for this cluster",
+            f"the plan is for {len(split)} workers{names}, this run has {world_size} {ranks}: plan for this cluster",
         )
     return PlanChoice(policy, tuple(split), batch, tuple(str(w) for w in workers))
 
