@@ -23,6 +23,7 @@ million events is a file of ~130 MB, which both open.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from hetsim.traces.timeline import (
 )
 
 MAX_EVENTS = 1_000_000
+DUMP_CHUNK = 10_000  # events encoded at once
 Event = dict[str, Any]
 
 
@@ -115,20 +117,22 @@ def worker_events(laid: Laid, pid: int) -> Iterator[Event]:
     sync = trace.synchronous
     step_word, comm_word = ("step", "all-reduce") if sync else ("update", "exchange")
     exposed = {"exposed": True} if laid.buckets is not None else {}
-    for j, row in enumerate(w.rows.tolist()):
-        tid, step = 1 + int(trace.worker[row]), int(trace.step[row])
-        args: dict[str, Any] = {"step": step, "epoch": int(trace.epoch[row])}
-        args["local_batch"] = int(trace.local_batch[row])
+    rows = w.rows
+    arrays = (1 + trace.worker[rows], trace.step[rows], trace.epoch[rows], trace.local_batch[rows],
+              trace.included[rows], w.start_ns, w.step_dur, w.compute_ns, w.compute_dur, w.wait_ns, w.wait_dur,
+              w.comm_ns, w.comm_dur)  # fmt: skip
+    columns = zip(*(a.tolist() for a in arrays))  # plain Python numbers: no NumPy scalar per event
+    for tid, step, epoch, batch, kept, start, dur, c_at, c_dur, w_at, w_dur, m_at, m_dur in columns:
+        args: dict[str, Any] = {"step": step, "epoch": epoch, "local_batch": batch}
         if sync:
-            args["included"] = bool(trace.included[row])
-        yield _slice(f"{step_word} {step}", "step", pid, tid, w.start_ns[j], int(w.step_dur[j]), args)
-        for name, cat, at, dur, extra in (
-            ("compute", "compute", w.compute_ns, w.compute_dur, {}),
-            ("wait", "wait", w.wait_ns, w.wait_dur, {}),
-            (comm_word, "comm", w.comm_ns, w.comm_dur, exposed),
-        ):
-            if dur[j] > 0:
-                yield _slice(name, cat, pid, tid, at[j], int(dur[j]), {"step": step, **extra})
+            args["included"] = kept
+        yield _slice(f"{step_word} {step}", "step", pid, tid, start, dur, args)
+        if c_dur > 0:
+            yield _slice("compute", "compute", pid, tid, c_at, c_dur, {"step": step})
+        if w_dur > 0:
+            yield _slice("wait", "wait", pid, tid, w_at, w_dur, {"step": step})
+        if m_dur > 0:
+            yield _slice(comm_word, "comm", pid, tid, m_at, m_dur, {"step": step, **exposed})
 
 
 def episode_events(laid: Laid, pid: int) -> Iterator[Event]:
@@ -217,9 +221,10 @@ def write_chrome(target: Path, laid_runs: Sequence[Laid], other: dict[str, Any])
 
 def _dump(f: IO[str], laid_runs: Sequence[Laid], other: dict[str, Any]) -> None:
     f.write('{"displayTimeUnit": "ms", "otherData": ' + json.dumps(other, default=str) + ',\n"traceEvents": [\n')
+    events = all_events(laid_runs)
     first = True
-    for event in all_events(laid_runs):
-        f.write(("" if first else ",\n") + json.dumps(event, separators=(",", ":")))
+    while chunk := list(itertools.islice(events, DUMP_CHUNK)):  # one encoder call a chunk, not an event
+        f.write(("" if first else ",\n") + json.dumps(chunk, separators=(",", ":"))[1:-1].replace("},{", "},\n{"))
         first = False
     f.write("\n]}\n")
 
