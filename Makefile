@@ -29,14 +29,20 @@ lint: install
 # fails the target. Never prefix these recipes with `-` or append `|| true`.
 # test: the whole suite, slow and multi-process tests included (what CI runs, with CI=1).
 # The tests that start no processes of their own run on both cores (pytest-xdist); the
-# multi-process ones (real process groups, launchers, Dask) after them, one at a time, as their
-# timing and process checks assume.
+# multi-process ones (real process groups, launchers, Dask) after them, one at a time: each
+# already starts two or three CPU-bound processes (Python and torch start-up, gloo ranks), so two
+# at a time on 2 cores would gain little, and several check wall-clock bounds that another test's
+# ranks would eat into (a stopped rank named within heartbeat.STALE_S + 5 s, a signalled sweep
+# gone within 10 s, the split broadcast timed apart from compute, measured against predicted
+# time to target, the neighbour's duty cycle).
 test: install lint
 	$(PY) -m pytest -m "not multiprocess" -n 2 $(PYTEST_ARGS)
 	$(PY) -m pytest -m multiprocess $(PYTEST_ARGS)
 
 # test-fast: the quick lane for the edit-test loop, on both cores; skips tests marked
-# slow or multiprocess (see the markers in pyproject.toml).
+# slow (over ~0.4 s of CPU each here) or multiprocess (see the markers in pyproject.toml).
+# Keep it under ~35 s here: a new test over ~0.4 s gets @pytest.mark.slow. Find them with
+# make test-fast PYTEST_ARGS="--durations=20".
 test-fast: install
 	$(PY) -m pytest -m "not slow and not multiprocess" -n 2 $(PYTEST_ARGS)
 
