@@ -66,7 +66,9 @@ def check_format(doc: dict[str, Any]) -> None:
         if e["ph"] == "C":
             assert all(isinstance(v, (int, float)) for v in e["args"].values()), e
     processes = {e["pid"] for e in events if e["name"] == "process_name"}
-    threads = {(e["pid"], e["tid"]) for e in events if e["name"] == "thread_name"}
+    named = [(e["pid"], e["tid"]) for e in events if e["name"] == "thread_name"]
+    threads = set(named)
+    assert len(threads) == len(named), "a track named twice"
     slices = [e for e in events if e["ph"] == "X"]
     assert {e["pid"] for e in events if e["ph"] != "M"} <= processes
     assert {(e["pid"], e["tid"]) for e in slices} <= threads
@@ -279,6 +281,19 @@ def test_a_trace_file_without_the_optional_columns_exports_one_policy(tmp_path, 
     check_round_trip(doc, bare.assign(policy="trace"), ["worker 0", "worker 1"])
     shares = [e["args"] for e in doc["traceEvents"] if e["ph"] == "C"]
     assert shares and all(sum(s.values()) == pytest.approx(1.0) for s in shares)
+
+
+def test_an_async_trace_missing_a_workers_rows_keeps_every_track_apart(tmp_path, capsys):
+    raw = two_workers_with_buckets()
+    raw["workers"].append({"name": "third", "overhead_s": 0.0, "per_sample_s": 1.5})
+    raw["workload"].update(global_batch=3, dataset_size=9)
+    frame = simulate(build_scenario(raw), "async").to_frame().query("worker != 1")
+    frame = frame.assign(slowdown=np.where(frame["worker"] == 0, 2.0, 1.0), step=np.arange(len(frame)))
+    frame.to_parquet(tmp_path / "a.parquet")
+    doc = export([str(tmp_path / "a.parquet"), "-o", str(tmp_path / "a.json")], capsys)
+    check_format(doc)
+    check_round_trip(doc, frame, ["worker 0", "worker 1", "worker 2"])
+    assert sorted(names(doc, "thread_name").values()) == ["worker 0", "worker 0 slowdown", "worker 2"]
 
 
 def test_the_layout_moves_a_late_row_later_never_shortens_it():

@@ -97,6 +97,12 @@ def lay_out(run: ExportRun, rows: np.ndarray) -> Laid:
     return Laid(run, workers, buckets, slowdown_spans(run.trace, workers), failure_spans(run.trace, workers))
 
 
+def _lanes(trace: Trace) -> int:
+    """The worker tracks' count: the tracks of episodes and buckets are numbered after them (a
+    worker index, not the number of workers seen: an async trace may lack a worker's rows)."""
+    return int(trace.worker.max()) + 1
+
+
 def _us(ns: int | np.integer) -> float:
     """Nanoseconds as the format's microseconds (a float: exact to the nanosecond below 2^53 ns)."""
     return int(ns) / 1000
@@ -137,7 +143,7 @@ def worker_events(laid: Laid, pid: int) -> Iterator[Event]:
 
 def episode_events(laid: Laid, pid: int) -> Iterator[Event]:
     """Slowdown spans on the tracks ``1 + n + worker``, failures on ``1 + 2n + worker``."""
-    n = laid.run.trace.n_workers
+    n = _lanes(laid.run.trace)
     for s in range(len(laid.slowdowns.start_ns)):
         worker, factor = int(laid.slowdowns.worker[s]), float(laid.slowdowns.value[s])
         yield _slice(f"slowdown x{factor:g}", "slowdown", pid, 1 + n + worker, laid.slowdowns.start_ns[s],
@@ -153,7 +159,7 @@ def bucket_events(laid: Laid, pid: int) -> Iterator[Event]:
     b, plan = laid.buckets, laid.run.buckets
     if b is None or plan is None:
         return
-    tid = 1 + 3 * laid.run.trace.n_workers
+    tid = 1 + 3 * _lanes(laid.run.trace)
     for s in range(len(b.start_ns)):
         k = int(b.bucket[s])
         yield _slice(f"bucket {k}", "bucket", pid, tid, b.start_ns[s], int(b.dur_ns[s]),
@@ -183,7 +189,7 @@ def counter_events(laid: Laid, pid: int) -> Iterator[Event]:
 
 def metadata_events(laid: Laid, pid: int) -> Iterator[Event]:
     """Names and order of the process and of every track it uses."""
-    run, n = laid.run, laid.run.trace.n_workers
+    run, n = laid.run, _lanes(laid.run.trace)
     yield _meta("process_name", pid, 0, name=run.trace.policy)
     yield _meta("process_sort_index", pid, 0, sort_index=pid)
     yield _meta("process_labels", pid, 0, labels=run.label or "hetsim trace")
