@@ -177,6 +177,10 @@ def _add_sweep(sw: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     def run() -> int:
+        if argv is not None:  # called from Python: the outputs record this command, not the caller's sys.argv
+            from hetsim.provenance import record_command
+
+            record_command(["python", "-m", "hetsim", *argv])
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
 

@@ -46,8 +46,21 @@ def run_record(
     return {**provenance(argv), "scenario": {"name": name, "config": dict(config)}, "seed": seed}
 
 
+_GIVEN: list[str] | None = None  # the command a caller of hetsim.cli.main(argv) ran, set by record_command
+
+
+def record_command(argv: Sequence[str]) -> None:
+    """Record ``argv`` as the command this process runs (``hetsim.cli.main(argv)`` called from
+    Python, where ``sys.argv`` is the caller's)."""
+    global _GIVEN
+    _GIVEN = list(argv)
+
+
 def command_line() -> list[str]:
-    """``sys.argv`` as typed: ``python -m hetsim ...`` rather than the path of ``__main__.py``."""
+    """The command as typed: :func:`record_command`'s, else ``sys.argv`` with ``python -m hetsim``
+    rather than the path of ``__main__.py``."""
+    if _GIVEN is not None:
+        return list(_GIVEN)
     argv = list(sys.argv)
     if argv and Path(argv[0]).name == "__main__.py":
         argv[0:1] = ["python", "-m", Path(argv[0]).parent.name]

@@ -1,0 +1,124 @@
+"""Outputs say what they are (issue 29): a run folder is not replaced without --force; every
+output's metadata names the scenario, seed, command, version and commit; a file or folder of
+the wrong kind is named for what it is, in one line with exit status 2."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+
+from hetsim import __version__
+from hetsim.cli import main
+from hetsim.config import load_scenario
+from hetsim.provenance import git_commit
+
+SMALL = ["simulate", "paper", "--policy", "equal", "--set", "workload.epochs=1"]
+
+
+def test_simulate_out_refuses_a_folder_holding_files_unless_forced(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()  # an empty folder is fine
+    assert main([*SMALL, "--out", str(out)]) == 0
+    before = (out / "summary.json").read_bytes()
+    capsys.readouterr()
+    assert main([*SMALL, "--seed", "7", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"hetsim: error: --out: {out} already holds files (add --force to replace them, or choose a new folder)\n"
+    )
+    assert (out / "summary.json").read_bytes() == before  # the earlier run's results are kept
+    assert main([*SMALL, "--seed", "7", "--out", str(out), "--force"]) == 0
+    assert json.loads((out / "summary.json").read_text())["seed"] == 7
+
+
+def test_summary_json_records_scenario_seed_command_version_and_commit(tmp_path):
+    out = tmp_path / "out"
+    assert main([*SMALL, "--seed", "3", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["seed"] == 3 and summary["hetsim_version"] == __version__
+    assert summary["git_commit"] == git_commit()  # None outside a git checkout
+    assert summary["scenario"]["name"] == "paper"
+    rebuilt = load_scenario(summary["scenario"]["config"])  # the config rebuilds the scenario run
+    assert rebuilt.to_dict() == load_scenario("paper", ["workload.epochs=1"]).to_dict()
+    assert [s["policy"] for s in summary["policies"]] == ["equal"]
+    assert "command" in summary and summary["date"]
+
+
+def test_calibrate_writes_where_its_scenario_came_from(tmp_path, capsys):
+    sim, fitted = tmp_path / "sim", tmp_path / "fitted.toml"
+    assert main(["simulate", "paper", "--policy", "dynamic", "--set", "workload.epochs=3", "--out", str(sim)]) == 0
+    assert main(["calibrate", str(sim / "trace.csv"), "-o", str(fitted)]) == 0
+    text = fitted.read_text()
+    header = dict(line[2:].split(": ", 1) for line in text.splitlines() if line.startswith("# "))
+    assert header["hetsim_version"] == __version__ and "calibrate" in header["command"]
+    description = tomllib.loads(text)["description"]
+    assert str(sim / "trace.csv") in description and f"hetsim {__version__}" in description
+    load_scenario(str(fitted))  # still a scenario file
+
+
+def test_plan_json_records_the_command_and_commit(tmp_path):
+    out = tmp_path / "plan.json"
+    assert main(["plan", "paper", "--policy", "equal,optimal", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["git_commit"] == git_commit() and "plan" in data["command"] and data["seed"] == 0
+    assert data["scenario"]["name"] == "paper" and data["hetsim_version"] == __version__
+
+
+@pytest.mark.slow
+def test_a_sweeps_meta_json_records_its_scenario_and_seed(tmp_path):
+    sweep = tmp_path / "s.toml"
+    sweep.write_text(
+        'name = "tiny"\nbase = "paper"\npolicies = ["equal"]\nreplications = 1\nseed = 5\n'
+        '[grid]\n"workload.epochs" = [1]\n'
+    )
+    assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
+    meta = json.loads(next((tmp_path / "runs").glob("*_tiny/meta.json")).read_text())
+    assert meta["seed"] == 5 and meta["scenario"]["name"] == "paper"
+    assert load_scenario(meta["scenario"]["config"]).to_dict() == load_scenario("paper").to_dict()
+    assert meta["git_commit"] == git_commit() and meta["hetsim_version"] == __version__ and "sweep" in meta["command"]
+
+
+def test_a_scenario_file_given_to_sweep_is_named(tmp_path, capsys):
+    path = tmp_path / "paper.toml"
+    assert main(["show", "paper"]) == 0
+    path.write_text(capsys.readouterr().out)
+    assert main(["sweep", str(path), "--runs", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err == (
+        f"hetsim: error: {path}: this is a scenario file, not a sweep file (use: python -m hetsim simulate {path}; "
+        f'a sweep names it as its base: base = "{path}")\n'
+    )
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_sweep_file_given_to_simulate_is_named(tmp_path, capsys):
+    path = tmp_path / "s.toml"
+    path.write_text('name = "s"\nbase = "paper"\n[grid]\n"workload.epochs" = [1, 2]\n')
+    assert main(["simulate", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"hetsim: error: {path}: this is a sweep file, not a scenario file (use: python -m hetsim sweep {path})\n"
+    )
+
+
+def test_validation_compare_names_a_sweep_folder_and_a_matrix_folder(tmp_path, capsys):
+    from validation.cli import main as validation_main
+
+    sweep = tmp_path / "0001_default"
+    sweep.mkdir()
+    (sweep / "sweep.toml").write_text('name = "default"\n')
+    (sweep / "meta.json").write_text('{"cells": 1}')
+    assert validation_main(["compare", str(sweep)]) == 2
+    assert capsys.readouterr().err == (
+        f"validation: error: {sweep}: this is a hetsim sweep results folder, not a validation run folder "
+        f"(use: python -m hetsim report {sweep})\n"
+    )
+    matrix = tmp_path / "matrix"
+    (matrix / "runs").mkdir(parents=True)
+    (matrix / "results.json").write_text("{}")
+    assert validation_main(["compare", str(matrix)]) == 2
+    assert capsys.readouterr().err == (
+        f"validation: error: {matrix}: this is a validation matrix folder, not a run folder "
+        f"(compare one of its runs: {matrix / 'runs'}/NAME)\n"
+    )
