@@ -177,7 +177,9 @@ def one_case(name: str, model: str, seeds: range, steps: int) -> dict[str, Any]:
                 name = f"w{fit.worker}.{key}"
                 estimates.setdefault(name, []).append(value)
                 errors.setdefault(name, []).append(fit.se.get(key) or math.nan)
-    rows, z_all, unknown = {}, [], {}
+    rows: dict[str, dict[str, Any]] = {}
+    z_all: list[float] = []
+    unknown: dict[str, int] = {}
     rng = np.random.default_rng(case_seed(case, seeds.start))  # the bootstrap's resamples
     for name, values in estimates.items():
         worker, key = name[1:].split(".")
