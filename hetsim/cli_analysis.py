@@ -1,4 +1,4 @@
-"""Command-line wiring of the analysis commands: ``analyze``, ``calibrate`` and ``import-logs``.
+"""Command-line wiring of the analysis commands: ``analyze`` and ``calibrate``.
 
 :func:`add_subcommands` adds them to ``hetsim.cli``'s subparsers; :data:`COMMANDS` maps each
 name to its handler. Handlers print what they compute (the library does not) and raise
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetsim.cli_common import add_scenario_options, check_seed, scenario_policies
+from hetsim.cli_common import add_scenario_options, check_out_file, check_seed, scenario_policies
 from hetsim.errors import ConfigError
 from hetsim.files import atomic_write, check_writable
 
@@ -33,7 +33,7 @@ CI_LEVEL = 0.95
 
 
 def add_subcommands(sub: Any) -> None:
-    """Add ``analyze``, ``calibrate`` and ``import-logs`` to an argparse subparsers object."""
+    """Add ``analyze`` and ``calibrate`` to an argparse subparsers object."""
     an = sub.add_parser("analyze", help="analytic prediction beside the simulated mean and its 95%% CI, per policy")
     add_scenario_options(an, "print the comparison as a JSON list")
 
@@ -59,12 +59,6 @@ def add_subcommands(sub: Any) -> None:
     )
     cal.defer_metavar(model, _model_choices)
     cal.add_argument("--json", action="store_true", help="print the fit as one JSON object (the scenario inside)")
-
-    imp = sub.add_parser("import-logs", help="a reference-implementation run folder -> trace")
-    imp.add_argument("run_dir", nargs="+", help="run folder (several: the nodes of one run, in rank order)")
-    imp.add_argument(
-        "-o", "--out", type=Path, required=True, metavar="TRACE.csv|TRACE.parquet", help="trace file to write"
-    )
 
 
 def _model_choices() -> str:
@@ -193,15 +187,6 @@ def _table(rows: Sequence[Comparison]) -> str:
 # ----------------------------------------------------------------------------- calibrate
 
 
-def _writer(path: Path, kinds: Mapping[str, str], option: str) -> str:
-    kind = kinds.get(path.suffix.lower())
-    if kind is None:
-        raise ConfigError(option, f"{path}: unknown file type {path.suffix!r} (use {', '.join(kinds)})")
-    if path.exists() and path.is_dir():
-        raise ConfigError(option, f"{path} is a folder")
-    return kind
-
-
 def _with_se(value: float, se: float | None, scale: float, digits: int) -> str:
     text = f"{value * scale:.{digits}f}"
     return text if se is None else f"{text} ± {se * scale:.{digits}f}"
@@ -322,7 +307,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from hetsim.provenance import provenance
     from hetsim.trace import read_trace_table
 
-    kind = None if args.out is None else _writer(args.out, {".toml": "toml", ".json": "json"}, "--out")
+    kind = None if args.out is None else check_out_file(args.out, {".toml": "toml", ".json": "json"}, "--out")
     check_model(args.model, "--model")
     frame = read_trace_table(args.trace)
     found = trace_policies(frame)
@@ -373,29 +358,7 @@ def _dump(scenario: dict[str, Any], kind: str, record: Mapping[str, Any]) -> str
     return head + tomli_w.dumps(scenario)
 
 
-# ----------------------------------------------------------------------------- import-logs
-
-
-def cmd_import_logs(args: argparse.Namespace) -> int:
-    from hetsim.logs import import_run
-    from hetsim.report import resplits
-    from hetsim.trace import TRACE_FORMATS, write_trace_table
-
-    _writer(args.out, TRACE_FORMATS, "--out")
-    trace = import_run(args.run_dir if len(args.run_dir) > 1 else args.run_dir[0])
-    write_trace_table(trace, args.out)
-    rows_per = "epoch" if trace.n_steps == int(trace.epoch.max()) + 1 else "step"
-    print(
-        f"wrote {len(trace.step)} rows ({trace.n_workers} workers x {trace.n_steps} {rows_per}s, "
-        f"policy {trace.policy}) to {args.out}"
-    )
-    if resplits(trace.policy):
-        print("local batches are a reconstruction: the DP rule replayed on the logged epoch means")
-    return 0
-
-
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "analyze": cmd_analyze,
     "calibrate": cmd_calibrate,
-    "import-logs": cmd_import_logs,
 }

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hetsim.errors import CellFailed, ConfigError
-from hetsim.params import Param
+from hetsim.params import MAX_COUNT, Param
 
 if TYPE_CHECKING:
     from hetsim.scenario import Scenario
@@ -173,3 +173,37 @@ def refuse_sweep_file(source: str) -> None:
     raw = read_table(source)
     if ("grid" in raw or "base" in raw) and "workers" not in raw:
         raise ConfigError(source, f"this is a sweep file, not a scenario file (use: python -m hetsim sweep {source})")
+
+
+def check_engine_option(name: str | None) -> None:
+    """``--engine`` (when given) names a registered engine or ``auto``: checked first, where
+    argparse checked its choices before (see the module's docstring)."""
+    if name is not None:
+        from hetsim.engines import check_engine
+
+        check_engine(name, "--engine")
+
+
+def sample_every(value: int) -> int:
+    """``--sample-every``, checked (simulate and sweep alike)."""
+    return int(Param("--sample-every", "integer", low=1, high=MAX_COUNT).check(value))
+
+
+def check_sizes(scenario: Scenario, policies: Sequence[str], every: int) -> None:
+    """Every policy's run size for what it keeps (:func:`check_kept_size`), before the first starts."""
+    from hetsim.policies import policy_class
+    from hetsim.simulate import check_kept_size
+
+    for name in policies:
+        check_kept_size(scenario, policy_class(name).synchronous, every)
+
+
+def check_out_file(path: Path, kinds: Mapping[str, str], option: str) -> str:
+    """The kind of file ``path`` names by its suffix (one of ``kinds``); refused on ``option`` when
+    unknown or a folder."""
+    kind = kinds.get(path.suffix.lower())
+    if kind is None:
+        raise ConfigError(option, f"{path}: unknown file type {path.suffix!r} (use {', '.join(kinds)})")
+    if path.exists() and path.is_dir():
+        raise ConfigError(option, f"{path} is a folder")
+    return kind

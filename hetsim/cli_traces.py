@@ -1,5 +1,6 @@
-"""Command-line wiring of the trace commands: ``export-trace`` (a run or a trace as Chrome
-trace-event JSON, for Perfetto and chrome://tracing; :mod:`hetsim.traces`).
+"""Command-line wiring of the trace commands, traces in and out: ``import-logs`` (a reference
+implementation's run folder as hetsim's trace; :mod:`hetsim.logs`) and ``export-trace`` (a run or
+a trace as Chrome trace-event JSON, for Perfetto and chrome://tracing; :mod:`hetsim.traces`).
 
 Adding the command to a parser imports nothing heavy: the handler imports the trace modules
 (NumPy, pandas) when it runs. Bad input is one :class:`~hetsim.errors.ConfigError` before
@@ -15,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hetsim.cli_common import check_out_file
 from hetsim.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -25,7 +27,13 @@ STEPS = re.compile(r"\s*(\d*)\s*:\s*(\d*)\s*")
 
 
 def add_subcommands(sub: Any) -> None:
-    """Add ``export-trace`` to an argparse subparsers object."""
+    """Add ``import-logs`` and ``export-trace`` to an argparse subparsers object."""
+    imp = sub.add_parser("import-logs", help="a reference-implementation run folder -> trace")
+    imp.add_argument("run_dir", nargs="+", help="run folder (several: the nodes of one run, in rank order)")
+    imp.add_argument(
+        "-o", "--out", type=Path, required=True, metavar="TRACE.csv|TRACE.parquet", help="trace file to write"
+    )
+
     ex = sub.add_parser(
         "export-trace", help="a run or trace as Chrome trace-event JSON, to open in Perfetto or chrome://tracing"
     )
@@ -105,4 +113,25 @@ def cmd_export_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"export-trace": cmd_export_trace}
+def cmd_import_logs(args: argparse.Namespace) -> int:
+    from hetsim.logs import import_run
+    from hetsim.report import resplits
+    from hetsim.trace import TRACE_FORMATS, write_trace_table
+
+    check_out_file(args.out, TRACE_FORMATS, "--out")
+    trace = import_run(args.run_dir if len(args.run_dir) > 1 else args.run_dir[0])
+    write_trace_table(trace, args.out)
+    rows_per = "epoch" if trace.n_steps == int(trace.epoch.max()) + 1 else "step"
+    print(
+        f"wrote {len(trace.step)} rows ({trace.n_workers} workers x {trace.n_steps} {rows_per}s, "
+        f"policy {trace.policy}) to {args.out}"
+    )
+    if resplits(trace.policy):
+        print("local batches are a reconstruction: the DP rule replayed on the logged epoch means")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "import-logs": cmd_import_logs,
+    "export-trace": cmd_export_trace,
+}

@@ -198,6 +198,7 @@ def test_policies_that_cannot_run_are_left_out_with_a_note_unless_named(tmp_path
     ran = [s["policy"] for s in json.loads(captured.out)]
     assert "backup" not in ran and "equal" in ran and "ksync" in ran
     assert captured.err == (
+        "note: goodput left out: it needs [workload.efficiency] (the gradient noise scale), which the scenario lacks\n"
         "note: backup left out: policy.backups: must be smaller than the number of workers (1), got 1\n"
     )
     assert main(["simulate", str(one), "--policy", "equal,backup"]) == 2

@@ -10,8 +10,8 @@ from hetsim.cli import main
 from tests.test_bad_input import HUGE, ONE, case, check_refused, deep, toml, write_files
 
 COMMANDS = (
-    "'scenarios', 'show', 'simulate', 'sweep', 'report', 'analyze', 'calibrate', 'import-logs', 'profiles', 'costs', "
-    "'plan'"
+    "'scenarios', 'show', 'simulate', 'sweep', 'report', 'analyze', 'calibrate', 'profiles', 'costs', 'plan', "
+    "'import-logs', 'export-trace'"
 )
 ENORMOUS = 10**400  # beyond a float
 

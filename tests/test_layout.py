@@ -49,7 +49,7 @@ def test_layers_point_one_way():
 # Each hetsim module's layer; a module imports only from its own layer or below (imports under
 # ``if TYPE_CHECKING:`` are for annotations and do not count).
 LAYERS = [
-    {"errors", "params", "options", "registry", "files", "scenarios", "sweeps"},  # (the last two: data packages)
+    {"errors", "params", "options", "registry", "files", "provenance", "scenarios", "sweeps"},  # (the last two: data packages)
     {
         "distributions",
         "costs",
@@ -82,7 +82,7 @@ LAYERS = [
     },
     {"sweepfile", "sweep", "results"},
     {"plots", "report", "traces"},
-    {"cli", "cli_analysis", "cli_costs", "cli_common", "cli_plan", "cli_traces", "__main__", "__init__"},
+    {"cli", "cli_analysis", "cli_costs", "cli_common", "cli_plan", "cli_sweep", "cli_traces", "__main__", "__init__"},
 ]
 LAYER = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
