@@ -1,0 +1,88 @@
+"""One-off costs in timed steps (issue 25 items 1 and 5), measured in real runs, repeated.
+
+    python benchmarks/first_use.py --repetitions 3 --out runs/first-use
+    python benchmarks/first_use.py --repetitions 3 --out runs/first-use -- --comm flat
+
+Each repetition is one ``python -m validation run --comm ddp`` of ``equal``, ``dynamic`` and
+``adaptive`` (seed = the repetition's index; arguments after ``--`` are passed on). From its
+trace: for every (policy, rank, local batch) run at least 3 times, the first use's compute time
+over that size's median (``first_use_ratio``), and for every policy its first step's slowest
+compute over the median of its steps' (``first_step_ratio``). Prints one JSON object: per
+repetition the median, 90th percentile and maximum of the first-use ratios and each policy's
+first-step ratio; pooled over repetitions, the mean, median and 90th percentile of both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    x = np.asarray(values, dtype=float)
+    return {"mean": float(x.mean()), "median": float(np.median(x)), "p90": float(np.percentile(x, 90))}
+
+
+def ratios(trace: pd.DataFrame) -> tuple[list[float], dict[str, float]]:
+    """The trace's first-use ratios (per policy, rank and size) and each policy's first-step ratio."""
+    worked = trace[trace["included"]]
+    first_use = [
+        float(rows.sort_values("step")["compute_s"].iloc[0] / rows["compute_s"].median())
+        for _, rows in worked.groupby(["policy", "worker", "local_batch"])
+        if len(rows) >= 3
+    ]
+    first_step = {}
+    for policy, rows in trace[trace["policy"] != "probe"].groupby("policy"):
+        per_step = rows.groupby("step")["compute_s"].max()
+        first_step[str(policy)] = float(per_step.iloc[0] / per_step.median())
+    return first_use, first_step
+
+
+def run_once(seed: int, out: Path, extra: list[str]) -> dict[str, Any]:
+    command = [sys.executable, "-m", "validation", "run", "--comm", "ddp", "--epochs", "2", "--probe-repeats", "1",
+               "--policies", "equal,dynamic,adaptive", "--seed", str(seed), "--out", str(out), *extra]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"first_use: run {seed} failed: {done.stderr.strip().splitlines()[-1:]}")
+    first_use, first_step = ratios(pd.read_parquet(out / "trace.parquet"))
+    return {
+        "seed": seed,
+        "first_use_ratio": {
+            "median": float(np.median(first_use)),
+            "p90": float(np.percentile(first_use, 90)),
+            "max": float(max(first_use)),
+            "sizes": len(first_use),
+        },  # fmt: skip
+        "first_step_ratio": first_step,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("runs/first-use"))
+    parser.add_argument("extra", nargs="*", help="after --: options for validation run")
+    args = parser.parse_args()
+    reps = [run_once(seed, args.out / f"rep{seed}", args.extra) for seed in range(args.repetitions)]
+    steps = [r for rep in reps for r in rep["first_step_ratio"].values()]
+    print(json.dumps({
+        "repetitions": reps,
+        "first_use_ratio_median": stats([rep["first_use_ratio"]["median"] for rep in reps]),
+        "first_use_ratio_max": stats([rep["first_use_ratio"]["max"] for rep in reps]),
+        "first_step_ratio": stats(steps),
+        "load_average": os.getloadavg()[0],
+    }, indent=2))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
