@@ -1,10 +1,11 @@
-"""Your own model, trained with uneven local batches under torchrun: hetsim's plan (or any of its
-policies) applied across the ranks with validation.uneven. See validation/README.md, "Using the
-trainer in your own script"::
+"""Your own model trained with uneven local batches under torchrun, hetsim's plan (or a policy) applied
+across the ranks with validation.uneven (validation/README.md, "Using the trainer in your own script")::
 
-    python -m hetsim plan SCENARIO --out plan.json
-    torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan plan.json --out RUN
-    python -m validation compare RUN
+    python -m validation profile --workload examples/train_your_model.py:WORKLOAD --threads 2,1 --out prof
+    python -m hetsim plan prof/scenario.toml --out plan.json
+    torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py \\
+        --plan plan.json --threads 2,1 --out run
+    python -m validation compare run
 """
 
 import argparse
@@ -19,15 +20,18 @@ from torch import nn
 from hetsim.policies import make_policy
 from validation import uneven
 from validation.backend import loopback_environment
+from validation.workloads.base import Workload
 
 
-def digits() -> tuple[torch.Tensor, ...]:
-    """scikit-learn's 8x8 digits (shipped, no download), scaled to [0, 1]: 1437 to train, 360 held out."""
-    x, y = load_digits(return_X_y=True)
-    x, y = torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y)
-    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
-    train, test = order[:1437], order[1437:]
-    return x[train], y[train], x[test], y[test]
+def make_model() -> nn.Module:  # your model
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+X, Y = (torch.tensor(a) for a in load_digits(return_X_y=True))  # scikit-learn's 8x8 digits: shipped, no download
+ORDER = torch.randperm(len(Y), generator=torch.Generator().manual_seed(0))  # 1437 to train, 360 held out
+(X, TEST_X), (Y, TEST_Y) = (X[ORDER] / 16.0).float().split([1437, 360]), Y[ORDER].split([1437, 360])
+# your model and data, also for `validation profile --workload examples/train_your_model.py:WORKLOAD`
+WORKLOAD = Workload.from_parts("your-mlp", make_model, (X, Y), (TEST_X, TEST_Y), nn.functional.cross_entropy)
 
 
 def train(args: argparse.Namespace) -> int:
@@ -36,36 +40,34 @@ def train(args: argparse.Namespace) -> int:
     name = plan.policy if plan else args.policy
     batch = plan.global_batch if plan else args.global_batch
     policy = plan.make() if plan else make_policy(name)
-    x, y, test_x, test_y = digits()
-    torch.manual_seed(args.seed)  # your model: the same weights on every rank (DDP broadcasts rank 0's anyway)
-    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    torch.manual_seed(args.seed)  # the same weights on every rank (DDP broadcasts rank 0's anyway)
+    model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     stepper = uneven.UnevenStep(model, optimizer, torch.device("cpu"), comm="ddp")
-    meta = uneven.script_meta(
-        world_size=world, global_batch=batch, steps_per_epoch=uneven.steps_per_epoch(len(y), batch),
-        epochs=args.epochs, policies=[name], model=model, n_train=len(y), n_test=len(test_y), seed=args.seed,
-        backend="gloo", devices=["cpu"] * world, workload=__file__, comm="ddp",
-    )  # fmt: skip
+    meta = uneven.script_meta(world_size=world, global_batch=batch, epochs=args.epochs, policies=[name], model=model,
+        steps_per_epoch=uneven.steps_per_epoch(len(Y), batch), n_train=len(Y), n_test=len(TEST_Y), seed=args.seed,
+        backend="gloo", devices=["cpu"] * world, workload=__file__, comm="ddp")  # fmt: skip
     writer = uneven.open_run(args.out, meta)  # rank 0 writes the run folder
 
     def loss_of(net: nn.Module, idx: torch.Tensor) -> torch.Tensor:
-        return nn.functional.cross_entropy(net(x[idx]), y[idx])  # the mean over this rank's samples
+        return nn.functional.cross_entropy(net(X[idx]), Y[idx])  # the mean over this rank's samples
 
     def evaluate() -> tuple[float, float]:
         with torch.no_grad():
-            out = model(test_x)
-        return float(nn.functional.cross_entropy(out, test_y)), float((out.argmax(1) == test_y).float().mean())
+            out = model(TEST_X)
+        return float(nn.functional.cross_entropy(out, TEST_Y)), float((out.argmax(1) == TEST_Y).float().mean())
 
     probe = uneven.Controller(uneven.PROBE, None, batch, writer)  # every rank at several batches: the calibration
-    uneven.probe_rounds(probe, stepper, loss_of, seed=args.seed, epoch=0, n_samples=len(y), rounds=args.probe_rounds)
+    uneven.probe_rounds(probe, stepper, loss_of, seed=args.seed, epoch=0, n_samples=len(Y), rounds=args.probe_rounds)
     ctrl = uneven.Controller(name, policy, batch, writer, hints=lambda: uneven.probe_hints(writer))
     for epoch in range(args.epochs):
-        results = uneven.train_epoch(ctrl, stepper, loss_of, seed=args.seed, epoch=epoch, n_samples=len(y))
+        results = uneven.train_epoch(ctrl, stepper, loss_of, seed=args.seed, epoch=epoch, n_samples=len(Y))
         writer.add_epoch(uneven.epoch_row(ctrl, epoch, results, evaluate))
         writer.flush()
     for entry in writer.finish([name])["policies"]:  # rank 0's summary (empty elsewhere)
         print(f"{name}: {entry['steps']} steps, mean {1e3 * entry['mean_step_s']:.2f} ms, final split "
-              f"{'/'.join(map(str, entry['final_batches']))}, accuracy {entry['final_test_accuracy']:.3f}")  # fmt: skip
+              f"{'/'.join(map(str, entry['final_batches']))}, accuracy {entry['final_test_accuracy']:.3f}",
+              flush=True)  # os._exit below does not flush  # fmt: skip
     return 0
 
 
@@ -74,15 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", help="plan.json from `python -m hetsim plan SCENARIO --out plan.json`")
     parser.add_argument("--policy", default="dynamic", help="a hetsim policy, without --plan (default dynamic)")
     parser.add_argument("--global-batch", type=int, default=128, help="without --plan (default 128)")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--probe-rounds", type=int, default=2, help="probe rounds before training (calibration)")
+    parser.add_argument("--epochs", type=int, default=3), parser.add_argument("--probe-rounds", type=int, default=2)
     parser.add_argument("--lr", type=float, default=0.05), parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="the run folder (rank 0 writes it)")
+    parser.add_argument("--threads", default="1", help="CPU threads per rank, one for all or one each: 2,1")
     args = parser.parse_args(argv)
-    if os.environ.get("LOCAL_WORLD_SIZE", "1") == os.environ.get("WORLD_SIZE", "1"):  # one machine:
-        for key, value in loopback_environment().items():  # the collectives' sockets on loopback only
-            os.environ.setdefault(key, value)
-    torch.set_num_threads(1)
+    if os.environ.get("LOCAL_WORLD_SIZE", "1") == os.environ.get("WORLD_SIZE", "1"):  # one machine: gloo on loopback
+        os.environ.update({k: v for k, v in loopback_environment().items() if k not in os.environ})
+    threads = [int(t) for t in args.threads.split(",")]  # rank R takes the R-th (or the only) count
+    torch.set_num_threads(threads[int(os.environ.get("RANK", "0")) % len(threads)])
     dist.init_process_group("gloo")  # env://: torchrun's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
     try:
         return train(args)
@@ -94,5 +96,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.stdout.flush()
     os._exit(main())  # as validation.train ends: gloo's threads can abort the interpreter's own teardown
