@@ -1,4 +1,7 @@
-"""Command-line wiring of the trace commands, traces in and out: ``import-logs`` (a reference
+"""Command-line wiring of the trace commands, traces in and out: ``import-trace`` (other tools'
+traces as hetsim's: ``--format torch-profiler``, a data-parallel job's ``torch.profiler`` traces,
+:mod:`hetsim.traces.torch_profiler`; ``--format reference-logs``, what ``import-logs`` reads),
+``import-logs`` (a reference
 implementation's run folder as hetsim's trace; :mod:`hetsim.logs`) and ``export-trace`` (a run or
 a trace as Chrome trace-event JSON, for Perfetto and chrome://tracing; :mod:`hetsim.traces`).
 
@@ -23,11 +26,22 @@ if TYPE_CHECKING:
     from hetsim.traces.chrome import ExportRun
 
 FORMATS = ("chrome",)
+IMPORT_FORMATS = ("torch-profiler", "reference-logs")  # import-trace --format
 STEPS = re.compile(r"\s*(\d*)\s*:\s*(\d*)\s*")
 
 
 def add_subcommands(sub: Any) -> None:
-    """Add ``import-logs`` and ``export-trace`` to an argparse subparsers object."""
+    """Add ``import-trace``, ``import-logs`` and ``export-trace`` to an argparse subparsers object."""
+    it = sub.add_parser("import-trace", help="another tool's traces (torch.profiler, reference logs) -> hetsim trace")
+    it.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                    help="torch-profiler: one Kineto JSON trace per rank (plain or .gz), or a folder of them "
+                         "(RUN/profiler); reference-logs: the run folder(s)")  # fmt: skip
+    it.add_argument("--format", choices=IMPORT_FORMATS, required=True, help="what the PATHs are")
+    it.add_argument("--batch", default=None, metavar="RANK=B,...",
+                    help="each rank's local batch, for traces recorded without record_shapes")  # fmt: skip
+    it.add_argument("--policy", default=None, help="a folder of several segments' traces: import this one")
+    it.add_argument("-o", "--out", type=Path, default=Path("trace.csv"), metavar="TRACE.csv|TRACE.parquet",
+                    help="trace file to write (default trace.csv)")  # fmt: skip
     imp = sub.add_parser("import-logs", help="a reference-implementation run folder -> trace")
     imp.add_argument("run_dir", nargs="+", help="run folder (several: the nodes of one run, in rank order)")
     imp.add_argument(
@@ -131,7 +145,41 @@ def cmd_import_logs(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_batch(text: str | None) -> dict[int, int] | None:
+    """``0=64,1=32`` -> {0: 64, 1: 32}; ConfigError on ``--batch`` otherwise."""
+    if text is None:
+        return None
+    out: dict[int, int] = {}
+    for part in text.split(","):
+        rank, sep, value = part.partition("=")
+        if not (sep and rank.strip().isdigit() and value.strip().isdigit()):
+            raise ConfigError("--batch", f"{part.strip()!r} is not RANK=B (e.g. 0=64,1=32)")
+        out[int(rank)] = int(value)
+    return out
+
+
+def cmd_import_trace(args: argparse.Namespace) -> int:
+    if args.format == "reference-logs":
+        return cmd_import_logs(argparse.Namespace(run_dir=[str(p) for p in args.paths], out=args.out))
+    from hetsim.trace import TRACE_FORMATS, write_trace_table
+    from hetsim.traces.profiler_files import rank_files
+    from hetsim.traces.torch_profiler import import_traces, offsets_line
+
+    check_out_file(args.out, TRACE_FORMATS, "--out")
+    batch = parse_batch(args.batch)
+    files, segment = rank_files(args.paths, args.policy)
+    imported = import_traces(files, batch, args.policy, segment)
+    trace = imported.trace
+    write_trace_table(trace, args.out)
+    print(f"wrote {len(trace.step)} rows ({trace.n_workers} ranks x {trace.n_steps} steps, policy {trace.policy}, "
+          f"{imported.collectives} collectives per rank) to {args.out}")  # fmt: skip
+    print(offsets_line(imported.offsets_s))
+    print(f"local batches from {imported.batch_from}")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "import-trace": cmd_import_trace,
     "import-logs": cmd_import_logs,
     "export-trace": cmd_export_trace,
 }

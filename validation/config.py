@@ -27,6 +27,7 @@ from validation.placement import available_cpus, parse_cpu_list
 from validation.workloads import resolve_workload
 
 MAX_SEED = 2**64 - 1  # torch.manual_seed takes at most this
+MAX_PROFILED = 1000  # --profile: a profiler trace of more steps would be too large to read back
 MAX_STEPS = 10**6  # epochs, probe rounds, warm-up steps: a real run of more would never end (and the plan is a list)
 
 
@@ -62,6 +63,7 @@ class RunConfig:
     target_accuracy: float | None = None
     noise_scale: bool = False
     max_batch: int | None = None  # the largest global batch a policy that varies_batch may choose (None: default)
+    profile: int = 0  # steps of each policy recorded with torch.profiler on every rank (0: none)
     out: Path | None = None
     crash_at: tuple[int, int] | None = None
 
@@ -226,9 +228,19 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
         target_accuracy=_target(pick("target_accuracy", args.target_accuracy)),
         noise_scale=noise_scale,
         max_batch=_max_batch(pick("max_batch", args.max_batch), global_batch, n_train),
+        profile=_profile(pick("profile", getattr(args, "profile", None)), epochs * (n_train // global_batch)),
         out=args.out,
         crash_at=_crash_at(args.crash_at, world_size),
     )
+
+
+def _profile(value: Any, policy_steps: int) -> int:
+    """``--profile STEPS``: the profiler's warm-up step and STEPS recorded ones within each policy's steps."""
+    steps = _integer(value, "--profile", maximum=MAX_PROFILED)
+    if steps and steps + 1 > policy_steps:
+        raise ConfigError("--profile", f"{steps} steps and the profiler's warm-up step are more than the "
+                                       f"{policy_steps} steps of each policy (epochs x steps per epoch)")  # fmt: skip
+    return steps
 
 
 def _target(value: Any) -> float | None:

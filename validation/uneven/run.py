@@ -13,6 +13,7 @@ epoch's row of ``epochs.csv``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from validation.segment import StepResult
 from validation.sharding import PROBE as PROBE_STREAM
 from validation.sharding import epoch_permutation, local_indices
 from validation.uneven.control import Controller, Writer
+from validation.uneven.profiling import StepProfiler
 from validation.uneven.step import LossOf, UnevenStep
 
 PROBE_FRACTIONS = (0.0625, 0.125, 0.25, 0.5, 0.75)  # validation run's default --probe-fractions
@@ -49,9 +51,11 @@ def run_steps(
     loss_of: LossOf,
     fixed: Sequence[tuple[int, ...]] | None = None,
     before_step: Callable[[StepInfo], object] = lambda info: None,
+    profiler: StepProfiler | None = None,
 ) -> list[StepResult]:
     """``n_steps`` timed steps of ``ctrl``'s segment (splits from its policy, or ``fixed``), then
-    the ranks' times gathered and the rows written (:meth:`Controller.end_block`)."""
+    the ranks' times gathered and the rows written (:meth:`Controller.end_block`). With a
+    ``profiler``, each step runs inside :meth:`StepProfiler.step` (``torch.profiler`` traces)."""
     rank = dist.get_rank()
     for k in range(n_steps):
         info = StepInfo(ctrl.step + k, epoch, k, n_steps)
@@ -61,18 +65,21 @@ def run_steps(
         def samples(split: tuple[int, ...], perm: np.ndarray = perm, at: int = step_in_epoch) -> np.ndarray:
             return local_indices(perm, at, split, rank)
 
-        ctrl.step_with(stepper, info, samples, loss_of, None if fixed is None else fixed[k])
+        with nullcontext() if profiler is None else profiler.step():
+            ctrl.step_with(stepper, info, samples, loss_of, None if fixed is None else fixed[k])
     return ctrl.end_block()
 
 
 def train_epoch(
-    ctrl: Controller, stepper: UnevenStep, loss_of: LossOf, *, seed: int, epoch: int, n_samples: int
-) -> list[StepResult]:
+    ctrl: Controller, stepper: UnevenStep, loss_of: LossOf, *, seed: int, epoch: int, n_samples: int,
+    profiler: StepProfiler | None = None,
+) -> list[StepResult]:  # fmt: skip
     """One epoch of ``ctrl``'s policy: ``n_samples // global batch`` steps over the epoch's
-    permutation of the training set (the same on every rank), each rank its slice of every step."""
+    permutation of the training set (the same on every rank), each rank its slice of every step
+    (the first ones profiled by ``profiler`` while it has steps left)."""
     perm = epoch_permutation(seed, epoch, n_samples)
     batch = ctrl.broadcast_global_batch()
-    return run_steps(ctrl, stepper, epoch, n_samples // batch, lambda k: (perm, k), loss_of)
+    return run_steps(ctrl, stepper, epoch, n_samples // batch, lambda k: (perm, k), loss_of, profiler=profiler)
 
 
 def probe_rounds(

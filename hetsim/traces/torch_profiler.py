@@ -1,0 +1,255 @@
+"""A data-parallel job's ``torch.profiler`` traces (one per rank) as hetsim's trace:
+:func:`import_traces`, behind ``python -m hetsim import-trace --format torch-profiler``.
+
+Each rank's trace is read by :mod:`hetsim.traces.kineto`. Then:
+
+1. **Checks.** One trace per rank of one job (same world size, backend and collectives, in the
+   same order with the same payloads), the same ``ProfilerStep`` numbers on every rank, at least
+   one collective. Anything else is one :class:`~hetsim.errors.ConfigError`.
+2. **Clocks.** An all-reduce ends on every rank at about the same moment (the last rank's data
+   completes it everywhere), so rank r's clock offset is the median over all-reduces of its end
+   minus rank 0's. After the offsets no all-reduce may end on a rank before the last rank issued
+   it (by more than :data:`CAUSALITY_TOL_S`) in more than :data:`MAX_ACAUSAL` of them: otherwise the
+   clocks cannot be aligned (the traces are not of one run, or a clock jumped).
+3. **Blocked time.** A rank is blocked on a collective from the later of its issue and the end of
+   the last operator its main thread ran after issuing it, until the collective ends and its main
+   thread runs its next operator (a thread woken late, on a busy machine, was still inside the
+   call: the run's own trace counts that as communication too); not at all
+   when its main thread was inside another operator when the collective ended (the collective
+   overlapped its compute: DDP's earlier buckets). On CUDA the same rule is applied on the
+   device: from the NCCL kernel's start or the last compute kernel's end, to the NCCL kernel's end.
+4. **Wait and exposed communication.** Of a blocked span, the part before the last rank issued
+   the collective is waiting for that rank (``wait_s``); the rest is the exchange itself
+   (``comm_s``).
+5. **Compute.** A step's ``compute_s`` is its ``ProfilerStep`` span less its blocked time:
+   forward, backward, optimizer, and whatever else the loop did (data loading, an injected
+   delay) while not blocked in a collective. So ``compute_s + wait_s + comm_s`` is the rank's
+   own wall time of the step, as in every hetsim trace.
+
+Rows: one per rank per step, ``step`` the ``ProfilerStep`` number, ``start_s`` the step's start on
+the aligned clock from the first step's, ``local_batch`` from the recorded input shapes or
+``batch``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hetsim.errors import ConfigError
+from hetsim.trace import Trace
+from hetsim.traces.kineto import Collective, RankTrace, Span, read_rank
+
+CAUSALITY_TOL_S = 2e-3  # an all-reduce may seem to end this much before its last issue (clock jitter)
+MAX_ACAUSAL = 0.1  # the share of all-reduces allowed to break causality by more than that
+
+
+@dataclass(frozen=True)
+class Imported:
+    """The imported trace, each rank's clock offset from rank 0's (seconds) and the collectives
+    per rank (for the report)."""
+
+    trace: Trace
+    offsets_s: tuple[float, ...]
+    collectives: int
+    batch_from: str  # "input shapes", "--batch" or both
+
+
+def import_traces(
+    paths: Sequence[Path], batch: Mapping[int, int] | None = None, policy: str | None = None, name: str | None = None
+) -> Imported:
+    """The traces of ``paths`` (one per rank) as one :class:`~hetsim.trace.Trace` of ``policy``
+    (else the segment the traces record, else ``name``, else ``profiled``)."""
+    ranks = check_job([read_rank(Path(p)) for p in paths])
+    offsets = align(ranks)
+    steps = list(ranks[0].steps)
+    first_start = min(r.steps[steps[0]].start_s - offsets[r.rank] for r in ranks)
+    columns: dict[str, list[float]] = {c: [] for c in ("step", "worker", "local_batch", "start_s", "compute_s",
+                                                        "wait_s", "comm_s")}  # fmt: skip
+    parts = [blocked_parts(ranks, offsets, k) for k in range(len(ranks[0].collectives))]
+    sources = set()
+    for number in steps:
+        start = min(r.steps[number].start_s - offsets[r.rank] for r in ranks) - first_start
+        for r in ranks:
+            span = r.steps[number]
+            wait = comm = 0.0
+            for part in parts:
+                w, c = part[r.rank].within(span)
+                wait, comm = wait + w, comm + c
+            local, source = local_batch(r, number, batch)
+            sources.add(source)
+            row = (number, r.rank, local, start, span.end_s - span.start_s - wait - comm, wait, comm)
+            for key, value in zip(columns, row):
+                columns[key].append(value)
+    return Imported(_trace(columns, policy or ranks[0].segment or name or "profiled", len(ranks)), tuple(offsets),
+                    len(ranks[0].collectives), " and ".join(sorted(sources)))  # fmt: skip
+
+
+def _trace(columns: dict[str, list[float]], policy: str, n_workers: int) -> Trace:
+    def ints(c: str) -> np.ndarray:
+        return np.asarray(columns[c], dtype=np.int64)
+
+    def floats(c: str) -> np.ndarray:
+        return np.asarray(columns[c], dtype=np.float64)
+
+    n = len(columns["step"])
+    return Trace(policy=policy, n_workers=n_workers, epoch=np.zeros(n, dtype=np.int64), step=ints("step"),
+                 worker=ints("worker"), local_batch=ints("local_batch"), start_s=floats("start_s"),
+                 compute_s=floats("compute_s"), wait_s=floats("wait_s"), comm_s=floats("comm_s"),
+                 included=np.ones(n, dtype=np.bool_))  # fmt: skip
+
+
+def check_job(ranks: list[RankTrace]) -> list[RankTrace]:
+    """The ranks in order, checked to be all the ranks of one job with the same steps."""
+    first = ranks[0]
+    for r in ranks[1:]:
+        for what, mine, theirs in (("world size", first.world_size, r.world_size), ("backend", first.backend,
+                                   r.backend), ("segment", first.segment, r.segment)):  # fmt: skip
+            if mine != theirs:
+                raise ConfigError(str(r.path), f"traces of different jobs: {what} {theirs!r} here, {mine!r} in "
+                                               f"{first.path}")  # fmt: skip
+    by_rank: dict[int, RankTrace] = {}
+    for r in ranks:
+        if r.rank in by_rank:
+            raise ConfigError(str(r.path), f"rank {r.rank} twice (also {by_rank[r.rank].path})")
+        by_rank[r.rank] = r
+    missing = sorted(set(range(first.world_size)) - set(by_rank))
+    if missing or len(by_rank) != first.world_size:
+        raise ConfigError("PATH", f"rank {missing[0] if missing else '?'} of the job's {first.world_size} is missing "
+                                  "(pass one trace per rank)")  # fmt: skip
+    ordered = [by_rank[k] for k in range(first.world_size)]
+    for r in ordered[1:]:
+        lost = sorted(set(ordered[0].steps) ^ set(r.steps))
+        if lost:
+            where = r if lost[0] in ordered[0].steps else ordered[0]
+            raise ConfigError(str(where.path), f"ProfilerStep#{lost[0]} is missing on rank {where.rank} (every rank "
+                                               "needs the same steps)")  # fmt: skip
+    if not first.collectives:
+        raise ConfigError(str(first.path), "has no collectives: not a data-parallel job's trace")
+    _check_same_collectives(ordered)
+    return ordered
+
+
+def _check_same_collectives(ranks: list[RankTrace]) -> None:
+    first = ranks[0]
+    for r in ranks[1:]:
+        if len(r.collectives) != len(first.collectives):
+            raise ConfigError(str(r.path), f"traces of different jobs: {len(r.collectives)} collectives here, "
+                                           f"{len(first.collectives)} on rank {first.rank}")  # fmt: skip
+        for k, (a, b) in enumerate(zip(first.collectives, r.collectives)):
+            if (a.name, a.shape) != (b.name, b.shape):
+                raise ConfigError(str(r.path), f"traces of different jobs: collective {k} is {b.name} {b.shape} "
+                                               f"here, {a.name} {a.shape} on rank {first.rank}")  # fmt: skip
+        if r.host == first.host and _disjoint(r, first):
+            raise ConfigError(str(r.path), f"traces of different jobs: recorded on {r.host} at another time than "
+                                           f"{first.path}")  # fmt: skip
+
+
+def _disjoint(a: RankTrace, b: RankTrace) -> bool:
+    a0, a1 = min(s.start_s for s in a.steps.values()), max(s.end_s for s in a.steps.values())
+    b0, b1 = min(s.start_s for s in b.steps.values()), max(s.end_s for s in b.steps.values())
+    return a1 < b0 or b1 < a0
+
+
+def _reduces(ranks: list[RankTrace]) -> list[int]:
+    """The indices of the all-reduces (every collective when there are none)."""
+    names = [c.name for c in ranks[0].collectives]
+    picked = [k for k, n in enumerate(names) if "all_reduce" in n or "allreduce" in n.lower()]
+    return picked or list(range(len(names)))
+
+
+def align(ranks: list[RankTrace]) -> list[float]:
+    """Each rank's clock minus rank 0's, from the all-reduces' ends; refused when they disagree."""
+    picked = _reduces(ranks)
+    ends = np.array([[r.collectives[k].ran.end_s for k in picked] for r in ranks])
+    offsets = [float(np.median(row - ends[0])) for row in ends]
+    issued = np.array([[r.collectives[k].issue.start_s for k in picked] for r in ranks]) - np.c_[offsets]
+    ended = ends - np.c_[offsets]
+    lag = issued.max(axis=0) - ended.min(axis=0)  # > 0: it ended somewhere before the last rank issued it
+    bad = int((lag > CAUSALITY_TOL_S).sum())
+    if bad > MAX_ACAUSAL * len(picked):
+        worst = int(np.argmax(lag))
+        raise ConfigError("PATH", f"the ranks' clocks cannot be aligned: after the best offsets, {bad} of "
+                                  f"{len(picked)} all-reduces end on a rank before the last rank issued them (by up "
+                                  f"to {1e3 * lag[worst]:.1f} ms): not traces of one run?")  # fmt: skip
+    return offsets
+
+
+@dataclass(frozen=True)
+class Part:
+    """One rank's blocked span on one collective (aligned clock is not needed: its own clock),
+    split into the wait for the last rank and the exchange."""
+
+    span: Span | None
+    wait_s: float
+
+    def within(self, step: Span) -> tuple[float, float]:
+        """(wait, comm) of this span that falls inside ``step`` (wait first)."""
+        if self.span is None:
+            return 0.0, 0.0
+        start, end = max(self.span.start_s, step.start_s), min(self.span.end_s, step.end_s)
+        if end <= start:
+            return 0.0, 0.0
+        wait_end = self.span.start_s + self.wait_s
+        wait = max(0.0, min(end, wait_end) - start)
+        return wait, (end - start) - wait
+
+
+def blocked_parts(ranks: list[RankTrace], offsets: Sequence[float], k: int) -> dict[int, Part]:
+    """Each rank's blocked span on collective ``k`` and its wait for the last rank to issue it."""
+    spans = {r.rank: blocked_span(r, r.collectives[k]) for r in ranks}
+    last_issue = max(_arrival(r, r.collectives[k]) - offsets[r.rank] for r in ranks)
+    out: dict[int, Part] = {}
+    for r in ranks:
+        span = spans[r.rank]
+        if span is None:
+            out[r.rank] = Part(None, 0.0)
+            continue
+        wait = min(max(0.0, last_issue + offsets[r.rank] - span.start_s), span.end_s - span.start_s)
+        out[r.rank] = Part(span, wait)
+    return out
+
+
+def _arrival(rank: RankTrace, c: Collective) -> float:
+    """When the rank reached the collective: its issue (CPU), its kernel's start (CUDA)."""
+    return c.ran.start_s if rank.device_busy else c.issue.start_s
+
+
+def blocked_span(rank: RankTrace, c: Collective) -> Span | None:
+    """When the rank waited for ``c`` to end (see the module's docstring, 3.); None if it did not."""
+    if rank.device_busy:
+        busy, start, end, inside = rank.device_busy, c.ran.start_s, c.ran.end_s, c.ran
+    else:
+        busy, start, end, inside = rank.busy, c.issue.start_s, max(c.ran.end_s, c.issue.end_s), c.issue
+    for b in busy[bisect.bisect_left(busy, inside.start_s, key=lambda s: s.start_s) :]:
+        if b.start_s >= end:
+            if not rank.device_busy:
+                end = b.start_s  # the main thread resumes at its next operator: until then it was in the call
+            break
+        if inside.start_s <= b.start_s and b.end_s <= inside.end_s:
+            continue  # the issue's own operators
+        if b.start_s < c.ran.end_s < b.end_s:
+            return None  # busy when it ended: it overlapped the rank's work
+        if start <= b.start_s and b.end_s <= end:
+            start = max(start, b.end_s)
+    return Span(start, end) if end > start else None
+
+
+def local_batch(rank: RankTrace, step: int, batch: Mapping[int, int] | None) -> tuple[int, str]:
+    """The rank's local batch in ``step``: from the input shapes, else ``batch``."""
+    if step in rank.batch:
+        return rank.batch[step], "input shapes"
+    if batch is not None and rank.rank in batch:
+        return batch[rank.rank], "--batch"
+    raise ConfigError("--batch", f"rank {rank.rank}, ProfilerStep#{step}: no recorded input shape gives the local "
+                                 "batch (record with record_shapes=True, or pass --batch RANK=B,...)")  # fmt: skip
+
+
+def offsets_line(offsets: Sequence[float]) -> str:
+    """``clock offsets from rank 0: rank 1 +0.012 ms, ...``"""
+    parts = [f"rank {r} {1e3 * o:+.3f} ms" for r, o in enumerate(offsets) if r > 0]
+    return "clock offsets from rank 0 (from the all-reduces' ends): " + (", ".join(parts) or "none (one rank)")
