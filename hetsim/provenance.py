@@ -11,6 +11,7 @@ command line nor a report).
 from __future__ import annotations
 
 import datetime as dt
+import os
 import platform
 import shlex
 import socket
@@ -56,11 +57,18 @@ def record_command(argv: Sequence[str]) -> None:
     _GIVEN = list(argv)
 
 
+COMMAND_ENV = "HETSIM_COMMAND"  # set by a launcher for the processes it starts, whose own argv is not what was typed
+
+
 def command_line() -> list[str]:
-    """The command as typed: :func:`record_command`'s, else ``sys.argv`` with ``python -m hetsim``
-    rather than the path of ``__main__.py``."""
+    """The command as typed: :func:`record_command`'s, else the one a launching process left in
+    ``HETSIM_COMMAND`` (a validation rank records ``python -m validation run ...``, not its own
+    ``python -m validation.train``), else ``sys.argv`` with ``python -m hetsim`` rather than the
+    path of ``__main__.py``."""
     if _GIVEN is not None:
         return list(_GIVEN)
+    if os.environ.get(COMMAND_ENV):
+        return shlex.split(os.environ[COMMAND_ENV])
     argv = list(sys.argv)
     if argv and Path(argv[0]).name == "__main__.py":
         argv[0:1] = ["python", "-m", Path(argv[0]).parent.name]

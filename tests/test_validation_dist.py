@@ -116,6 +116,9 @@ def test_short_default_run_and_compare_complete(tmp_path, capsys):
     assert tuple(trace.columns) == COLUMNS
     meta = json.loads((out / "meta.json").read_text())
     assert meta["status"] == "complete" and meta["backend"] == "gloo"
+    # what the run is: the command as typed (not a rank's own), version, commit, seed in its config
+    assert meta["command"] == f"python -m validation run --epochs 2 --probe-repeats 2 --out {out}"
+    assert meta["hetsim_version"] and "git_commit" in meta and meta["config"]["seed"] == 0
     policies = meta["policies"]
     assert list(dict.fromkeys(trace["policy"])) == ["probe", *policies]
     steps = meta["steps_per_epoch"] * 2

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +24,7 @@ from hetsim.cli_common import OneLineParser, run_main
 from hetsim.errors import ConfigError
 from hetsim.files import LOCK_NAME, exclusive, write_json
 from hetsim.params import Param
+from hetsim.provenance import COMMAND_ENV, command_line
 from validation import gpu_check  # imports neither torch nor pandas
 from validation.options import add_run_options
 
@@ -246,6 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def run() -> int:
         args = build_parser().parse_args(argv)
         args.argv = list(argv)[1:] if argv is not None else None
+        typed = ["python", "-m", "validation", *argv] if argv is not None else command_line()
+        os.environ[COMMAND_ENV] = shlex.join(typed)  # what every rank's meta.json records as the command
         return COMMANDS[args.command](args)
 
     return run_main("validation", run)

@@ -26,6 +26,7 @@ import torch
 
 from hetsim.files import write_frame, write_json
 from hetsim.metrics import summarize
+from hetsim.provenance import provenance
 from hetsim.trace import COLUMNS, Trace, write_trace_table
 from validation.config import RunConfig
 from validation.workloads.base import Dataset
@@ -86,6 +87,7 @@ def run_meta(
     each rank's threads and CPUs as they really were, and the injected delays."""
     n_params = sum(p.numel() for p in model.parameters())
     return {
+        **provenance(),  # hetsim's version and commit, the command typed, the host, the date
         "config": config.to_dict(),
         "world_size": config.world_size,
         "backend": backend,
@@ -133,6 +135,7 @@ def script_meta(
     no injected delays (``config`` holds the seed and whatever else ``extra`` adds)."""
     n_params = sum(p.numel() for p in model.parameters())
     return {
+        **provenance(),
         "config": {"seed": seed, "global_batch": global_batch, "epochs": epochs, "comm": comm, **(extra or {})},
         "world_size": world_size,
         "backend": backend,
