@@ -27,14 +27,12 @@ from hetsim import __version__
 from hetsim.cli_analysis import COMMANDS as ANALYSIS_COMMANDS
 from hetsim.cli_analysis import add_subcommands
 from hetsim.cli_common import (
-    OneLineParser,
     add_scenario_options,
     check_engine_option,
     check_new_folder,
     check_seed,
     check_sizes,
     refuse_sweep_file,
-    run_main,
     sample_every,
     scenario_policies,
 )
@@ -46,6 +44,7 @@ from hetsim.cli_sweep import COMMANDS as SWEEP_COMMANDS
 from hetsim.cli_sweep import add_subcommands as add_sweep_subcommands
 from hetsim.cli_traces import COMMANDS as TRACE_COMMANDS
 from hetsim.cli_traces import add_subcommands as add_trace_subcommands
+from hetsim.console import OneLineParser, run_main
 from hetsim.options import DEFAULT_SAMPLE_EVERY, TRACE_MODES
 
 if TYPE_CHECKING:

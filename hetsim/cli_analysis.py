@@ -167,7 +167,7 @@ def _ms(value: float | None) -> str:
 
 
 def _table(rows: Sequence[Comparison]) -> str:
-    from hetsim.report import text_table
+    from hetsim.console import text_table
 
     header = ("policy", "predicted ms", "simulated ms", "95% CI ms", "error", "inside")
     body = [
@@ -209,7 +209,7 @@ def fit_table(calibration: Calibration) -> str:
     """The fit as text: per worker the chosen curve with standard errors, noise and fit quality;
     the held-out errors of every model; the noise's structure, the network and the workload."""
     from hetsim.calibrate import worker_table
-    from hetsim.report import text_table
+    from hetsim.console import text_table
 
     rows = worker_table(calibration.workers)
     lag = calibration.noise.persistence
@@ -254,7 +254,7 @@ def fit_table(calibration: Calibration) -> str:
 
 def _held_out_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     from hetsim.calibrate import MODELS
-    from hetsim.report import text_table
+    from hetsim.console import text_table
 
     if all(v is None for r in rows for v in r["held_out_error"].values()):
         return []

@@ -1,5 +1,5 @@
-"""Pieces every command line shares (``python -m hetsim`` and ``python -m validation``): the
-one-line error contract, option parsing and plain-text tables.
+"""Pieces hetsim's command-line modules share: the scenario options, the checks several commands
+make, and (from :mod:`hetsim.console`, which ``validation`` uses too) the one-line error contract.
 
 Building a parser from here imports nothing beyond the standard library and hetsim's
 dependency-free modules (errors, params): the policy registry, whose plug-ins import numpy and
@@ -10,50 +10,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from hetsim.errors import CellFailed, ConfigError
+from hetsim.console import parse_policies
+from hetsim.errors import ConfigError
 from hetsim.params import MAX_COUNT, Param
 
 if TYPE_CHECKING:
     from hetsim.scenario import Scenario
 
 DEFAULT_SCENARIO = "workstation"
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a usage error as a ConfigError: one line and exit status 2.
-
-    An option's metavar can be left to a function (:meth:`defer_metavar`), called only when
-    this parser's usage or help is shown: names that only a heavy module lists (calibrate's
-    models, beside scipy) then cost nothing to a command line that does not show them."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._deferred: list[tuple[argparse.Action, Callable[[], str]]] = []
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise ConfigError("", f"{self.prog}: {message}")
-
-    def defer_metavar(self, action: argparse.Action, metavar: Callable[[], str]) -> None:
-        """Show ``metavar()`` as ``action``'s metavar (which needs one meanwhile: argparse
-        formats it once as the option is added)."""
-        self._deferred.append((action, metavar))
-
-    def format_usage(self) -> str:
-        self._fill_metavars()
-        return super().format_usage()
-
-    def format_help(self) -> str:
-        self._fill_metavars()
-        return super().format_help()
-
-    def _fill_metavars(self) -> None:
-        for action, metavar in self._deferred:
-            action.metavar = metavar()
-        self._deferred.clear()
 
 
 def add_scenario_options(parser: argparse.ArgumentParser, json_help: str) -> None:
@@ -73,48 +41,6 @@ def add_scenario_options(parser: argparse.ArgumentParser, json_help: str) -> Non
     )
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: the scenario's)")
     parser.add_argument("--json", action="store_true", help=json_help)
-
-
-def run_main(prog: str, run: Callable[[], int]) -> int:
-    """Run a command; bad input (and a path that cannot be read or written) ends in one line on
-    stderr, ``<prog>: error: ...``, and exit status 2; a sweep cell that failed otherwise in one
-    line and exit status 1; Ctrl-C in one line and exit status 130."""
-    try:
-        return run()
-    except KeyboardInterrupt:
-        print(f"\n{prog}: interrupted", file=sys.stderr)
-        return 130
-    except ConfigError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-    except CellFailed as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        if isinstance(exc, BrokenPipeError):
-            return 0
-        where = f"{exc.filename}: " if exc.filename else ""
-        print(f"{prog}: error: {where}{exc.strerror or exc}", file=sys.stderr)
-    return 2
-
-
-def parse_policies(value: object, option: str = "--policy", reserved: Mapping[str, str] | None = None) -> list[str]:
-    """``a,b,c`` (or a list of names) -> names, each checked against the registry and listed
-    once; a name in ``reserved`` is refused with its problem."""
-    if not isinstance(value, (str, list, tuple)):
-        raise ConfigError(option, f"expected a comma-separated string or a list of policy names, got {value!r}")
-    names = [p.strip() for p in value.split(",")] if isinstance(value, str) else [str(p).strip() for p in value]
-    names = [n for n in names if n]
-    if not names:
-        raise ConfigError(option, "no policy given")
-    from hetsim.policies import policy_class  # imported here so that the command line starts without scipy
-
-    for name in names:
-        if reserved and name in reserved:
-            raise ConfigError(option, reserved[name])
-        policy_class(name, option)
-    if len(set(names)) != len(names):
-        raise ConfigError(option, "a policy is listed twice")
-    return names
 
 
 def scenario_policies(text: str | None, scenario: Scenario, notes: list[str] | None = None) -> list[str]:

@@ -30,8 +30,8 @@ def add_subcommands(sub: Any) -> None:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
+    from hetsim.console import text_table
     from hetsim.costs import device_profiles
-    from hetsim.report import text_table
 
     profiles = [
         {"device": device, "workload": workload, "batch": batches.astype(int).tolist(), "step_s": times.tolist()}
@@ -66,7 +66,7 @@ def parse_batches(text: str) -> list[int]:
 
 def cmd_costs(args: argparse.Namespace) -> int:
     from hetsim.config import load_scenario
-    from hetsim.report import text_table
+    from hetsim.console import text_table
 
     scenario = load_scenario(args.scenario, args.set)
     batches = parse_batches(args.batch)

@@ -129,7 +129,7 @@ def _s(e: Estimate | None) -> tuple[str, str]:
 
 def policy_table(rows: Sequence[PolicyRow], with_target: bool) -> str:
     """The rows: how each was predicted, then each figure and its interval ("exact" for a closed form)."""
-    from hetsim.report import text_table
+    from hetsim.console import text_table
 
     header = ["policy", "how", "step ms", "95% CI", "samples/s", "95% CI"] + (["to target s", "95% CI"] * with_target)
     body = []
@@ -176,8 +176,8 @@ def _recommended_lines(result: Plan) -> list[str]:
 def _fragility_lines(result: Plan) -> list[str]:
     if not result.fragility:
         return ["fragility: not computed (the recommended policy has no closed form: its figures are simulated)"]
+    from hetsim.console import text_table
     from hetsim.plan_fragility import FRAGILITY_MAX
-    from hetsim.report import text_table
 
     names = [f.name for f in result.fragility]
     keyed = [(f.factor, f.holds_to, f.change, f.computed_for) for f in result.fragility]

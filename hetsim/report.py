@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
 import pandas as pd
 
+from hetsim.console import text_table
 from hetsim.errors import ConfigError
 from hetsim.files import atomic_folder, write_frame, write_json
 from hetsim.metrics import BASELINE, Summary, summarize
@@ -32,16 +33,6 @@ TRACES_FILE = "traces.parquet"  # replication 0 of the plotted cell, every polic
 
 
 # ----------------------------------------------------------------------------- simulate
-
-
-def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: Collection[int] = (0,)) -> str:
-    """Columns padded to width, right-aligned but for the ``left`` ones, with a rule under the header."""
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-
-    def line(r: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-
-    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
 
 
 def format_table(summaries: Sequence[Summary], has_target: bool = False) -> str:

@@ -49,7 +49,8 @@ def test_layers_point_one_way():
 # Each hetsim module's layer; a module imports only from its own layer or below (imports under
 # ``if TYPE_CHECKING:`` are for annotations and do not count).
 LAYERS = [
-    {"errors", "params", "options", "registry", "files", "provenance", "scenarios", "sweeps"},  # (the last two: data packages)
+    # (scenarios and sweeps: data packages)
+    {"errors", "params", "options", "registry", "files", "provenance", "scenarios", "sweeps"},
     {
         "distributions",
         "costs",
@@ -61,6 +62,7 @@ LAYERS = [
         "orderstats",
         "trace",
         "efficiency",
+        "console",
     },
     {"scenario", "config", "tables", "worker_tables"},
     {
@@ -113,3 +115,14 @@ def test_every_hetsim_module_imports_only_from_its_layer_or_below():
         own = LAYER[parts[0]]
         above = {m for m in runtime_hetsim_imports(path) if LAYER[m] > own and m != parts[0]}
         assert not above, f"{path.relative_to(ROOT)} imports {sorted(above)} from a higher layer"
+
+
+CLI_AND_REPORTS = {m for m in LAYER if m.startswith("cli")} | {"report", "__main__"}  # plots' style is shared
+
+
+def test_validation_imports_no_command_line_or_report_of_hetsim():
+    """validation uses hetsim's model, policies, calibration and console, never its CLI or reports
+    (what it shares with hetsim's command line lives in hetsim.console)."""
+    for path in (ROOT / "validation").rglob("*.py"):
+        wrong = runtime_hetsim_imports(path) & CLI_AND_REPORTS
+        assert not wrong, f"{path.relative_to(ROOT)} imports hetsim's {sorted(wrong)}"

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hetsim.cli_common import OneLineParser, run_main
+from hetsim.console import OneLineParser, run_main
 from hetsim.errors import ConfigError
 from hetsim.files import LOCK_NAME, exclusive, write_json
 from hetsim.params import Param
@@ -91,7 +91,7 @@ def add_profile_parser(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from hetsim.report import text_table
+    from hetsim.console import text_table
     from validation.config import build_config
     from validation.launch import launch
     from validation.train import default_out

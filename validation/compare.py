@@ -20,11 +20,11 @@ import pandas as pd
 
 from hetsim.calibrate import Calibration, WorkerFit, calibrate
 from hetsim.config import MAX_COUNT, load_scenario, read_table
+from hetsim.console import text_table
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize
 from hetsim.params import Param, typename
 from hetsim.policies import policy_class
-from hetsim.report import text_table
 from hetsim.simulate import simulate
 from hetsim.trace import COLUMNS, Trace, read_trace_table
 from validation.calibrated_noise import noise_scenario

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from hetsim.cli_common import parse_policies
 from hetsim.config import read_table
+from hetsim.console import parse_policies
 from hetsim.costs import Affine
 from hetsim.efficiency import Efficiency
 from hetsim.errors import ConfigError

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hetsim.cli_common import OneLineParser
+from hetsim.console import OneLineParser
 from hetsim.errors import ConfigError
 from validation import heartbeat
 from validation.backend import RankEnv, init_process_group, resolve_device, select_backend, torch_device
