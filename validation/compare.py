@@ -6,6 +6,16 @@ overhead and per-sample cost are identifiable), sets its workload to the run's (
 steps per epoch, the epochs each policy finished), simulates every policy of the run on it with
 hetsim, and sets predicted against measured mean step time, total time and final split.
 Errors are relative: ``(predicted - measured) / measured``. No torch here.
+
+A prediction reproduces what the real run did, so a simulated policy is told what the real one
+was told: a policy that needs costs (``proportional``, ``optimal``) gets the costs the real
+policy got from the probe's first rounds (:func:`~validation.probe.first_block_hints`, the same
+fit), not the calibrated scenario's true curves, which come from every probe round and which
+the real policy never knew. Where those first-round costs are off (a noisy rank at the margin
+of being left out), the simulated policy makes the real one's split, and the step time is
+predicted for that split. A cross-run prediction (:func:`compare_across`) tells the simulated
+policies the calibrated (and re-injected) scenario's curves: the target run's own probe is
+what it predicts without.
 """
 
 from __future__ import annotations
@@ -24,13 +34,13 @@ from hetsim.console import text_table
 from hetsim.errors import ConfigError
 from hetsim.metrics import Summary, summarize
 from hetsim.params import Param, typename
-from hetsim.policies import policy_class
+from hetsim.policies import Policy, WorkerHint, policy_class
 from hetsim.simulate import simulate
 from hetsim.trace import COLUMNS, Trace, read_trace_table
 from validation.calibrated_noise import noise_scenario
 from validation.config import COMBINE_MODES
 from validation.inject import parse_delay_spec
-from validation.probe import PROBE
+from validation.probe import PROBE, first_block_hints
 from validation.reinject import reinjected
 
 
@@ -267,16 +277,42 @@ def first_epochs(trace: Trace, epochs: int) -> Trace:
 
 
 def compare_run(run: RunData, calibrate_on: str = PROBE) -> tuple[list[Comparison], Calibration]:
-    """Predicted vs measured for every policy of the run (the probe itself is not compared)."""
+    """Predicted vs measured for every policy of the run (the probe itself is not compared); the
+    policies that need costs told the real ones' (the module's docstring)."""
     calibration = calibrate_run(run, calibrate_on)
-    return predict_run(run, calibration), calibration
+    return predict_run(run, calibration, hints=told_hints(run)), calibration
+
+
+def told_hints(run: RunData) -> tuple[WorkerHint, ...] | None:
+    """The costs ``run``'s cost-aware policies were told (:func:`~validation.probe.first_block_hints`);
+    None without probe rows or a policy that needs them."""
+    if not any(policy_class(p).needs_costs for p in run.policies):
+        return None
+    return first_block_hints(run.trace, run.meta["world_size"])
+
+
+def told(policy: Policy, hints: Sequence[WorkerHint]) -> Policy:
+    """A fresh copy of ``policy`` (same class and parameters) that is reset with ``hints``
+    whatever hints the simulator gives it (a subclass made here: the engines reset the policy
+    with the scenario's own, true costs)."""
+    base = type(policy)
+
+    def reset(self: Policy, n_workers: int, global_batch: int, _hints: Any = None, run: Any = None) -> None:
+        base.reset(self, n_workers, global_batch, hints, run)
+
+    cls: type[Policy] = type(base.__name__, (base,), {"reset": reset, "__doc__": base.__doc__})
+    return cls(**policy.param_values())
 
 
 def predict_run(
-    run: RunData, calibration: Calibration, workers: Sequence[dict[str, Any]] | None = None
+    run: RunData,
+    calibration: Calibration,
+    workers: Sequence[dict[str, Any]] | None = None,
+    hints: Sequence[WorkerHint] | None = None,
 ) -> list[Comparison]:
     """Every policy of ``run``, measured and simulated on ``calibration``'s scenario with the
-    run's workload (and ``workers`` in place of the calibrated ones when given)."""
+    run's workload (and ``workers`` in place of the calibrated ones when given); a policy that
+    needs costs is told ``hints`` when given (:func:`told`), else the scenario's."""
     out = []
     for policy in run.policies:
         rows = run.trace[run.trace["policy"] == policy]
@@ -285,7 +321,11 @@ def predict_run(
         scenario = scenario_for(run, calibration, policy, epochs)
         if workers is not None:
             scenario["workers"] = list(workers)
-        simulated = simulate(load_scenario(scenario), policy)
+        loaded = load_scenario(scenario)
+        obj = loaded.make_policy(policy)
+        if hints is not None and obj.needs_costs:
+            obj = told(obj, hints)
+        simulated = simulate(loaded, obj)
         if policy_class(policy).varies_batch:
             simulated = first_epochs(simulated, epochs)
         out.append(Comparison(policy, measured, summarize(simulated)))

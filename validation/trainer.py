@@ -55,7 +55,7 @@ from validation.config import RunConfig
 from validation.inject import Injector
 from validation.noise_scale import EPOCH_DECAY, block_sums, estimate
 from validation.placement import placement_in_effect
-from validation.probe import PROBE, fit_probe, probe_round, probe_schedule
+from validation.probe import PROBE, START_ROUNDS, fit_probe, probe_round, probe_schedule
 from validation.record import NullWriter, RunWriter, Writer, run_meta
 from validation.segment import Segment
 from validation.sharding import WARMUP, epoch_permutation, local_indices, steps_per_epoch
@@ -203,9 +203,10 @@ class RankTrainer:
         return make_policy(name, {"max_batch": self.config.max_batch} if varies else None)
 
     def learn_from_probe(self) -> None:
-        """From the probe's first rounds: each rank's affine cost, the median all-reduce and the
-        noise scale (or, without an estimate, the global batch as a first guess, until a policy's
-        first epoch measures one)."""
+        """From the probe's first rounds (:data:`~validation.probe.START_ROUNDS` of them): each
+        rank's cost curve as ``compare`` fits it (:func:`~validation.probe.fit_probe`), the
+        median all-reduce and the noise scale (or, without an estimate, the global batch as a
+        first guess, until a policy's first epoch measures one)."""
         frame, batch = self.writer.trace_frame(), self.config.global_batch
         self.probe_hints = fit_probe(frame, self.world)
         noise = self.probe_noise if self.probe_noise is not None else float(batch)
@@ -260,7 +261,7 @@ class RankTrainer:
         self.writer = RunWriter(out, meta) if self.rank == 0 else NullWriter()
         probe = self.new_segment(PROBE)
         self.warm_up(probe)
-        schedule = iter(probe_schedule(config.probe_repeats, config.epochs * len(config.policies)))
+        schedule = iter(probe_schedule(config.probe_repeats, config.epochs * len(config.policies), START_ROUNDS))
         self.run_probe_rounds(probe, next(schedule), 0)
         self.learn_from_probe()
         segments = [self.new_segment(name) for name in config.policies]
