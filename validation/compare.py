@@ -10,12 +10,11 @@ Errors are relative: ``(predicted - measured) / measured``. No torch here.
 A prediction reproduces what the real run did, so a simulated policy is told what the real one
 was told: a policy that needs costs (``proportional``, ``optimal``) gets the costs the real
 policy got from the probe's first rounds (:func:`~validation.probe.first_block_hints`, the same
-fit), not the calibrated scenario's true curves, which come from every probe round and which
-the real policy never knew. Where those first-round costs are off (a noisy rank at the margin
-of being left out), the simulated policy makes the real one's split, and the step time is
-predicted for that split. A cross-run prediction (:func:`compare_across`) tells the simulated
-policies the calibrated (and re-injected) scenario's curves: the target run's own probe is
-what it predicts without.
+fit), not the calibrated scenario's curves (every probe round: what it never knew); where those
+are off (a noisy rank at the margin of being left out), the simulation makes the real split and
+predicts its step time. The other policies are told no costs in a real run and use none in
+hetsim's (``dynamic`` only for the analysis). A cross-run prediction (:func:`compare_across`)
+tells them the calibrated (re-injected) curves: it predicts without the target run's probe.
 """
 
 from __future__ import annotations
