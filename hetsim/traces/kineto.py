@@ -29,6 +29,7 @@ the ranks). Every problem is one :class:`~hetsim.errors.ConfigError` naming the 
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import re
@@ -80,6 +81,7 @@ class RankTrace:
     busy: list[Span]  # the main thread's leaf operators, by start
     collectives: list[Collective]  # in issue order
     batch: dict[int, int]  # step -> local batch from the recorded input shapes (steps that have one)
+    forward: dict[int, float]  # step -> when its first forward operator started (steps that have one)
     device_busy: list[Span]  # CUDA: the non-collective kernels (empty on CPU)
 
 
@@ -116,11 +118,12 @@ def read_rank(path: Path) -> RankTrace:
     steps, main = _steps(events, path)
     ops = [e for e in events if e.get("tid") == main and e.get("cat") == "cpu_op"]
     segment = data.get("hetsim_segment")
+    batch, forward = _forward(ops, steps)
     return RankTrace(
         path=path, rank=info["rank"], world_size=info["world_size"], backend=str(info.get("backend", "")),
         host=str(data.get("host_name", "")), segment=segment if isinstance(segment, str) else None,
         steps=steps, busy=_leaves(ops, main), collectives=_collectives(events, ops, path),
-        batch=_batches(ops, steps), device_busy=_device_busy(events),
+        batch=batch, forward=forward, device_busy=_device_busy(events),
     )  # fmt: skip
 
 
@@ -190,18 +193,22 @@ def _shape(event: dict[str, Any]) -> str:
     return json.dumps(dims[0]) if isinstance(dims, list) and dims else ""
 
 
-def _batches(ops: list[dict[str, Any]], steps: dict[int, Span]) -> dict[int, int]:
-    """Per step, the first input's first dimension of its first forward operator."""
+def _forward(ops: list[dict[str, Any]], steps: dict[int, Span]) -> tuple[dict[int, int], dict[int, float]]:
+    """Per step, the local batch (the first input's first dimension of its first forward operator,
+    where shapes were recorded) and when that operator started."""
     forward = sorted((e for e in ops if e.get("name") in FORWARD_OPS), key=lambda e: e["ts"])
-    out: dict[int, int] = {}
+    starts = [e["ts"] * US for e in forward]
+    batch: dict[int, int] = {}
+    first: dict[int, float] = {}
     for number, span in steps.items():
-        for event in forward:
-            if span.start_s <= event["ts"] * US <= span.end_s:
-                dims = event.get("args", {}).get("Input Dims")
-                if isinstance(dims, list) and dims and isinstance(dims[0], list) and len(dims[0]) >= 2:
-                    out[number] = int(dims[0][0])
-                break
-    return out
+        k = bisect.bisect_left(starts, span.start_s)
+        if k == len(forward) or starts[k] > span.end_s:
+            continue
+        first[number] = starts[k]
+        dims = forward[k].get("args", {}).get("Input Dims")
+        if isinstance(dims, list) and dims and isinstance(dims[0], list) and len(dims[0]) >= 2:
+            batch[number] = int(dims[0][0])
+    return batch, first
 
 
 def _device_busy(events: list[dict[str, Any]]) -> list[Span]:

@@ -21,10 +21,15 @@ Each rank's trace is read by :mod:`hetsim.traces.kineto`. Then:
 4. **Wait and exposed communication.** Of a blocked span, the part before the last rank issued
    the collective is waiting for that rank (``wait_s``); the rest is the exchange itself
    (``comm_s``).
-5. **Compute.** A step's ``compute_s`` is its ``ProfilerStep`` span less its blocked time:
-   forward, backward, optimizer, and whatever else the loop did (data loading, an injected
-   delay) while not blocked in a collective. So ``compute_s + wait_s + comm_s`` is the rank's
-   own wall time of the step, as in every hetsim trace.
+5. **Compute.** A step's ``compute_s`` is the rank's work from the end of its last blocked span
+   before the step's first forward operator (or the step's start) to the start of its first
+   blocked span after it (or the step's end): the forward, the backward (with DDP, up to its
+   wait for the last buckets), whatever the loop did in between (an injected delay) and
+   before it (data loading, when no collective comes first), less any blocked time inside.
+   The rest of the step that is not waiting (the optimizer's update, the split's broadcast,
+   copying the reduced gradient back) is ``comm_s``, as ``validation run`` books it: a per-step
+   cost outside the ranks' compute. So ``compute_s + wait_s + comm_s`` is the rank's own wall
+   time of the step (its ``ProfilerStep`` span), as in every hetsim trace.
 
 Rows: one per rank per step, ``step`` the ``ProfilerStep`` number, ``start_s`` the step's start on
 the aligned clock from the first step's, ``local_batch`` from the recorded input shapes or
@@ -76,13 +81,12 @@ def import_traces(
         start = min(r.steps[number].start_s - offsets[r.rank] for r in ranks) - first_start
         for r in ranks:
             span = r.steps[number]
-            wait = comm = 0.0
-            for part in parts:
-                w, c = part[r.rank].within(span)
-                wait, comm = wait + w, comm + c
+            mine = [part[r.rank] for part in parts]
+            wait = sum(part.within(span)[0] for part in mine)
+            compute = compute_time(span, r.forward.get(number, span.start_s), mine)
             local, source = local_batch(r, number, batch)
             sources.add(source)
-            row = (number, r.rank, local, start, span.end_s - span.start_s - wait - comm, wait, comm)
+            row = (number, r.rank, local, start, compute, wait, span.end_s - span.start_s - compute - wait)
             for key, value in zip(columns, row):
                 columns[key].append(value)
     return Imported(_trace(columns, policy or ranks[0].segment or name or "profiled", len(ranks)), tuple(offsets),
@@ -237,6 +241,19 @@ def blocked_span(rank: RankTrace, c: Collective) -> Span | None:
         if start <= b.start_s and b.end_s <= end:
             start = max(start, b.end_s)
     return Span(start, end) if end > start else None
+
+
+def compute_time(step: Span, forward_s: float, parts: Sequence[Part]) -> float:
+    """The rank's compute in ``step``: from the end of its last blocked span before the forward
+    (or the step's start) to the start of its first blocked span after it (or the step's end),
+    less any blocked time in between (see the module's docstring, 5.)."""
+    spans = [
+        p.span for p in parts if p.span is not None and p.span.end_s > step.start_s and p.span.start_s < step.end_s
+    ]
+    start = max([s.end_s for s in spans if s.end_s <= forward_s] + [step.start_s])
+    end = min([s.start_s for s in spans if s.start_s >= forward_s] + [step.end_s])
+    blocked = sum(max(0.0, min(s.end_s, end) - max(s.start_s, start)) for s in spans)
+    return max(0.0, end - start - blocked)
 
 
 def local_batch(rank: RankTrace, step: int, batch: Mapping[int, int] | None) -> tuple[int, str]:

@@ -62,9 +62,9 @@ class StepProfiler:
             schedule=schedule(wait=0, warmup=WARMUP_STEPS, active=self.steps, repeat=1),
             on_trace_ready=self._write,
         )
+        prof.start()  # metadata only after the start: Kineto drops what comes before
         prof.add_metadata_json("hetsim_segment", json.dumps(self.segment))
         prof.add_metadata_json("hetsim_first_step", json.dumps(self.first_step))
-        prof.start()
         return prof
 
     @contextmanager

@@ -1,0 +1,128 @@
+"""``hetsim import-trace --format torch-profiler``: exact cases on synthetic Kineto traces
+(tests/kineto_builder.py), properties (the ranks' clocks, gzip), and the traces recorded by
+``validation.uneven``'s profiler in tests/fixtures/torch_profiler/ against the ranks' own timings."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hetsim.cli import main
+from hetsim.traces.torch_profiler import import_traces
+from tests.kineto_builder import COMM_US, STEP_US, job, rank_events, trace, write
+
+FIXTURES = Path(__file__).parent / "fixtures" / "torch_profiler"
+RECORDED = sorted(p for p in FIXTURES.iterdir() if p.is_dir())
+
+computes = st.lists(st.floats(400.0, 15_000.0), min_size=2, max_size=4)
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(computes, min_size=1, max_size=4).filter(lambda s: len({len(c) for c in s}) == 1),
+       shift_us=st.floats(-5e6, 5e6), data=st.data())  # fmt: skip
+def test_exact_times_and_offsets(tmp_path_factory: pytest.TempPathFactory, steps: list[list[float]], shift_us: float,
+                                 data: st.DataObject) -> None:  # fmt: skip
+    """Each rank's compute is its time to its issue, its wait the last rank's lead, the rest
+    communication; every rank's clock may be off by anything: the offsets are found exactly."""
+    world = len(steps[0])
+    batches = data.draw(st.lists(st.integers(1, 512), min_size=world, max_size=world))
+    shifts = [0.0] + [shift_us * (r % 2 or -1) for r in range(1, world)]
+    imported = import_traces(job(tmp_path_factory.mktemp("job"), steps, batches, shifts), policy="equal")
+    frame = imported.trace.to_frame()
+    c = np.array(steps) * 1e-6  # (steps, ranks), seconds
+    assert np.allclose(frame["compute_s"].to_numpy(), c.ravel(), atol=1e-9)
+    assert np.allclose(frame["wait_s"].to_numpy(), (c.max(axis=1, keepdims=True) - c).ravel(), atol=1e-9)
+    assert np.allclose(frame["comm_s"].to_numpy(), (STEP_US * 1e-6 - c.max(axis=1, keepdims=True) + 0 * c).ravel(),
+                       atol=1e-9)  # fmt: skip
+    assert frame["local_batch"].tolist() == batches * len(steps)
+    assert frame["step"].tolist() == [k + 1 for k in range(len(steps)) for _ in range(world)]
+    assert np.allclose(frame["start_s"].to_numpy()[::world], np.arange(len(steps)) * STEP_US * 1e-6, atol=1e-9)
+    assert np.allclose(imported.offsets_s, np.array(shifts) * 1e-6, atol=1e-9)
+    assert imported.trace.policy == "equal" and imported.collectives == len(steps)
+
+
+def test_plain_and_gzipped_read_alike(tmp_path: Path) -> None:
+    steps, batches = [[3000.0, 7000.0], [6000.0, 2000.0]], [64, 64]
+    plain = import_traces(job(tmp_path / "plain", steps, batches, gz=False)).trace
+    packed = import_traces(job(tmp_path / "gz", steps, batches)).trace
+    assert plain == packed
+
+
+def test_batch_from_shapes_else_option(tmp_path: Path) -> None:
+    steps = [[3000.0, 7000.0]]
+    files = [write(tmp_path / f"r{r}.json", trace(r, 2, rank_events(r, steps, [48, 80], shapes=False)))
+             for r in range(2)]  # fmt: skip
+    assert import_traces(files, {0: 48, 1: 80}).trace.local_batch.tolist() == [48, 80]
+    with_shapes = job(tmp_path / "shapes", steps, [48, 80])
+    assert import_traces(with_shapes, {0: 1, 1: 1}).trace.local_batch.tolist() == [48, 80]  # the shapes win
+
+
+@pytest.mark.slow
+def test_the_command_writes_a_trace_calibrate_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    steps = [[3000.0, 9000.0], [4000.0, 9500.0], [2000.0, 8000.0]]
+    job(tmp_path / "profiler", steps, [32, 96], [0.0, 2500.0])
+    out = tmp_path / "trace.csv"
+    assert main(["import-trace", "--format", "torch-profiler", str(tmp_path / "profiler"), "-o", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "rank 1 +2.500 ms" in said and "2 ranks x 3 steps, policy equal" in said
+    frame = pd.read_csv(out)
+    assert frame["compute_s"].round(9).tolist() == [c * 1e-6 for s in steps for c in s]
+    assert main(["calibrate", str(out), "--json"]) == 0
+    fit = json.loads(capsys.readouterr().out)
+    assert fit["scenario"]["workload"]["global_batch"] == 128
+
+
+@pytest.mark.slow
+def test_reference_logs_format_is_import_logs(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "success.txt").write_text("batch_size : 64\nnum_epochs : 2\n")
+    timer = {"batch.process": {"average_duration": 0.1, "n_events": 99, "total_time": 10.0},
+             "batch.reduce": {"average_duration": 0.01, "n_events": 99, "total_time": 1.0},
+             "mean_batch_process_times": [0.1, 0.12]}  # fmt: skip
+    for rank in range(2):
+        (folder / f"timer_summary_{rank}.json").write_text(json.dumps(timer))
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    assert main(["import-logs", str(folder), "-o", str(a)]) == 0
+    assert main(["import-trace", "--format", "reference-logs", str(folder), "-o", str(b)]) == 0
+    assert a.read_text() == b.read_text()
+
+
+def _step_spans_us(path: Path) -> dict[int, float]:
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    return {
+        int(e["name"].split("#")[1]): e["dur"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder", RECORDED, ids=[p.name for p in RECORDED])
+def test_recorded_traces_against_the_ranks_own_timing(folder: Path) -> None:
+    """Real traces (flat and DDP, 2 and 3 gloo ranks, rank 1 slowed by 5 ms a step): the local
+    batches exactly, each row adding up to the rank's ProfilerStep, and compute close to what
+    each rank measured of itself (the trace also counts the few operators around the forward
+    and backward that the rank's own clock leaves out: 0.2-0.5 ms a step here)."""
+    files = sorted(folder.glob("equal-rank*.json.gz"))
+    frame = import_traces(files).trace.to_frame()
+    errors = []
+    for path in files:
+        rank = int(path.name.split("rank")[1].split(".")[0])
+        truth = json.loads((folder / f"truth-rank{rank}.json").read_text())
+        mine = frame[frame["worker"] == rank].set_index("step")
+        assert sorted(mine.index) == [t["step"] for t in truth]
+        assert [int(mine.loc[t["step"], "local_batch"]) for t in truth] == [t["local_batch"] for t in truth]
+        total = mine["compute_s"] + mine["wait_s"] + mine["comm_s"]
+        spans = _step_spans_us(path)
+        assert np.allclose(total.to_numpy(), [spans[s] * 1e-6 for s in mine.index], atol=1e-9)
+        assert (mine[["compute_s", "wait_s", "comm_s"]] >= 0).all().all()
+        errors += [mine.loc[t["step"], "compute_s"] / t["compute_s"] - 1 for t in truth]
+    assert np.median(np.abs(errors)) < 0.25
+    assert COMM_US > 0  # the builder's constants stay what the exact cases assume
