@@ -76,12 +76,17 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)"
     )
+    add_profile_option(parser)
+    parser.add_argument("--crash-at", default=None, help=argparse.SUPPRESS)
+
+
+def add_profile_option(parser: argparse.ArgumentParser) -> None:
+    """``--profile STEPS``: torch.profiler traces of each policy's steps (validation.uneven.profiling)."""
     parser.add_argument(
         "--profile", default=None, metavar="STEPS",
         help="record torch.profiler traces of STEPS steps of each policy on every rank, in RUN/profiler/ "
         "(for python -m hetsim import-trace --format torch-profiler; default 0: none)",
     )  # fmt: skip
-    parser.add_argument("--crash-at", default=None, help=argparse.SUPPRESS)
 
 
 def add_heterogeneity_options(parser: argparse.ArgumentParser) -> None:
