@@ -38,6 +38,8 @@ from hetsim.cli_common import (
 )
 from hetsim.cli_costs import COMMANDS as COST_COMMANDS
 from hetsim.cli_costs import add_subcommands as add_cost_subcommands
+from hetsim.cli_efficiency import COMMANDS as EFFICIENCY_COMMANDS
+from hetsim.cli_efficiency import add_subcommands as add_efficiency_subcommands
 from hetsim.cli_plan import COMMANDS as PLAN_COMMANDS
 from hetsim.cli_plan import add_subcommands as add_plan_subcommands
 from hetsim.cli_sweep import COMMANDS as SWEEP_COMMANDS
@@ -98,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_cost_subcommands(sub)
     add_plan_subcommands(sub)
     add_trace_subcommands(sub)
+    add_efficiency_subcommands(sub)
     return parser
 
 
@@ -186,4 +189,5 @@ COMMANDS = {
     **COST_COMMANDS,
     **PLAN_COMMANDS,
     **TRACE_COMMANDS,
+    **EFFICIENCY_COMMANDS,
 }

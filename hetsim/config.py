@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from hetsim.efficiency import EFFICIENCY_PARAMS, Efficiency, Schedule
+from hetsim.efficiency import EFFICIENCY_PARAMS, Efficiency, Schedule, extension_fields
 from hetsim.errors import ConfigError
 from hetsim.network import DEFAULT_KIND
 from hetsim.params import MAX_COUNT, MAX_STEP_S, Param, typename
@@ -166,7 +166,9 @@ def make_efficiency(data: Any, path: str = "workload.efficiency") -> Efficiency:
         raise ConfigError(f"{path}.noise_scale", "missing (required, or grad_sqr and grad_var)")
     else:
         noise = values["noise_scale"] if not schedule else schedule[0][1]
-    return Efficiency(float(noise), int(values["base_batch"]), values["target_steps"], schedule)
+    return Efficiency(
+        float(noise), int(values["base_batch"]), values["target_steps"], schedule, **extension_fields(values, path)
+    )
 
 
 def _noise_schedule(value: list[Any], field: str) -> Schedule:

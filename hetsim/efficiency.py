@@ -16,6 +16,18 @@ steps at ``M0``: the form of McCandlish et al. 2018, ``S = S_min (1 + B_noise / 
 ``B_eff = M0`` the gain is 1; far below ``B_noise`` it grows linearly with the batch, far above
 it saturates at ``1 + B_noise / M0``. The target is reached when the gains sum to ``target_steps``.
 
+The noise scale that governs a batch may depend on the batch itself (the measured ``B_simple`` is
+not the critical batch, and how the learning rate is scaled with the batch moves it again:
+McCandlish et al., sections 2.2 and 3.3): ``batch_exponent`` ``alpha`` makes it
+
+    B_noise(progress, B) = B_noise(progress) * (B / measured_batch) ** alpha
+
+(``measured_batch`` defaults to ``base_batch``; ``alpha = 0``, the default, is the gain above
+exactly). ``lr_scaling`` records the learning-rate rule (``sqrt``, ``linear``, ``none``) the table
+was fitted under: a fit holds for that rule only. ``fit_batches`` is the range of global batches
+the fit measured (beyond it a prediction extrapolates: :meth:`Efficiency.extrapolates`) and the
+``*_sd`` fields its standard errors (:mod:`hetsim.efficiency_fit`, which fits the table).
+
 The noise scale grows as training proceeds (McCandlish et al., fig. 4: often tenfold or more), so
 it may be a schedule: ``[[progress, B_noise], ...]`` knots, progress in steps at ``M0`` from 0,
 interpolated linearly and held beyond the last. A step's gain then uses the noise scale at the
@@ -44,7 +56,10 @@ from typing import Any
 
 import numpy as np
 
+from hetsim.errors import ConfigError
 from hetsim.params import Param
+
+LR_RULES = ("sqrt", "linear", "none")  # how a trainer scales its learning rate with the batch
 
 EFFICIENCY_PARAMS = (
     Param("noise_scale", default=None, low=0.0, low_open=True,
@@ -53,7 +68,18 @@ EFFICIENCY_PARAMS = (
     Param("grad_var", default=None, low=0.0, doc="variance of a gradient at base_batch (Pollux)"),
     Param("base_batch", "integer", low=1, doc="M0: the batch the learning rate was tuned for"),
     Param("target_steps", default=None, low=0.0, low_open=True, doc="steps at base_batch to the target accuracy"),
+    Param("batch_exponent", default=None, low=-4.0, high=4.0,
+          doc="alpha: the noise scale at batch B is B_noise * (B / measured_batch) ** alpha (default 0)"),
+    Param("measured_batch", "integer", default=None, low=1, doc="the batch B_noise holds at (default base_batch)"),
+    Param("lr_scaling", "choice", default=None, choices=LR_RULES,
+          doc="the learning-rate rule the table was fitted under: sqrt, linear or none"),
+    Param("fit_batches", "numbers", default=None, doc="[smallest, largest] global batch the fit measured"),
+    Param("noise_scale_sd", default=None, low=0.0, doc="standard error of ln(noise_scale), from the fit"),
+    Param("batch_exponent_sd", default=None, low=0.0, doc="standard error of batch_exponent, from the fit"),
+    Param("target_steps_sd", default=None, low=0.0, doc="standard error of ln(target_steps), from the fit"),
 )  # fmt: skip
+EXTENSION_FIELDS = ("batch_exponent", "measured_batch", "lr_scaling", "fit_batches",
+                    "noise_scale_sd", "batch_exponent_sd", "target_steps_sd")  # fmt: skip
 
 Schedule = tuple[tuple[float, float], ...]  # (progress in steps at base_batch, B_noise) knots, progress from 0
 
@@ -67,6 +93,13 @@ class Efficiency:
     base_batch: int
     target_steps: float | None = None
     schedule: Schedule = ()
+    batch_exponent: float = 0.0
+    measured_batch: int | None = None
+    lr_scaling: str | None = None
+    fit_batches: tuple[float, float] | None = None
+    noise_scale_sd: float | None = None
+    batch_exponent_sd: float | None = None
+    target_steps_sd: float | None = None
 
     def noise_at(self, progress: float) -> float:
         """``B_noise`` once ``progress`` steps at ``base_batch`` have been made."""
@@ -80,9 +113,30 @@ class Efficiency:
         at ``noise_scale`` (default: the noise scale at the start)."""
         b = np.asarray(effective_batch, dtype=float)
         m0 = float(self.base_batch)
-        noise = self.noise_scale if noise_scale is None else noise_scale
+        noise: Any = self.noise_scale if noise_scale is None else noise_scale
+        if self.batch_exponent != 0:  # the batch's own noise scale; a batch of 0 gains 0 whatever it is
+            ref = float(self.measured_batch or self.base_batch)
+            noise = noise * (np.where(b > 0, b, ref) / ref) ** self.batch_exponent
         out = (b / m0) * (noise + m0) / (noise + b)
         return float(out) if out.ndim == 0 else out
+
+    def steps_to_target(self, batch: float) -> float:
+        """Steps at a fixed global ``batch`` until the progress reaches ``target_steps``: exactly
+        ``target_steps / gain(batch)`` at a constant noise scale; under a schedule the integral
+        ``int_0^target dp / gain(batch; B_noise(p))`` (the step-by-step recurrence of
+        :meth:`progress` in the limit of small steps)."""
+        if self.target_steps is None:
+            raise ValueError("steps_to_target needs target_steps")
+        if not self.schedule:
+            return float(self.target_steps / self.gain(batch))
+        p = np.linspace(0.0, self.target_steps, 1025)
+        at, value = zip(*self.schedule)
+        per_step = np.asarray(self.gain(np.full_like(p, batch), np.interp(p, at, value)))
+        return float(np.trapezoid(1.0 / per_step, p))
+
+    def extrapolates(self, batch: float) -> bool:
+        """Whether ``batch`` lies outside the range the fit measured (False without one)."""
+        return self.fit_batches is not None and not self.fit_batches[0] <= batch <= self.fit_batches[1]
 
     def progress(self, effective_batches: np.ndarray, discount: np.ndarray | None = None) -> np.ndarray:
         """The progress after each step of ``effective_batches`` (cumulative), each gain scaled
@@ -104,7 +158,25 @@ class Efficiency:
         out: dict[str, Any] = {"noise_scale": noise, "base_batch": self.base_batch}
         if self.target_steps is not None:
             out["target_steps"] = self.target_steps
+        for key in EXTENSION_FIELDS:  # only those set: a plain table stays as it was
+            value = getattr(self, key)
+            if value is not None and not (key == "batch_exponent" and value == 0):
+                out[key] = list(value) if isinstance(value, tuple) else value
         return out
+
+
+def extension_fields(values: dict[str, Any], path: str = "workload.efficiency") -> dict[str, Any]:
+    """The checked ``[workload.efficiency]`` values of the batch-dependent extension, as
+    :class:`Efficiency`'s keyword arguments (``fit_batches`` must be ``[smallest, largest]``)."""
+    out = {k: values.get(k) for k in EXTENSION_FIELDS if values.get(k) is not None}
+    fit = out.get("fit_batches")
+    if fit is not None:
+        if len(fit) != 2 or not 0 < fit[0] <= fit[1]:
+            raise ConfigError(
+                f"{path}.fit_batches", f"must be [smallest, largest] with 0 < smallest <= largest, got {list(fit)}"
+            )
+        out["fit_batches"] = (float(fit[0]), float(fit[1]))
+    return out
 
 
 def effective_batch(

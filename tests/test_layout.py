@@ -62,6 +62,8 @@ LAYERS = [
         "orderstats",
         "trace",
         "efficiency",
+        "efficiency_fit",
+        "efficiency_runs",
         "console",
     },
     {"scenario", "config", "tables", "worker_tables"},
@@ -84,7 +86,18 @@ LAYERS = [
     },
     {"sweepfile", "sweep", "results"},
     {"plots", "report", "traces"},
-    {"cli", "cli_analysis", "cli_costs", "cli_common", "cli_plan", "cli_sweep", "cli_traces", "__main__", "__init__"},
+    {
+        "cli",
+        "cli_analysis",
+        "cli_costs",
+        "cli_common",
+        "cli_plan",
+        "cli_sweep",
+        "cli_traces",
+        "cli_efficiency",
+        "__main__",
+        "__init__",
+    },
 ]
 LAYER = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 

@@ -1,0 +1,161 @@
+"""The batch- and progress-dependent noise scale (:mod:`hetsim.efficiency`), its fit
+(:mod:`hetsim.efficiency_fit`), ``hetsim calibrate-efficiency`` and the refusals of a bad table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hetsim.cli import main
+from hetsim.config import make_efficiency
+from hetsim.efficiency import Efficiency
+from hetsim.efficiency_fit import fit, noise_shape
+from tests.test_bad_input import case, check_refused
+
+LADDER = [16, 32, 64, 128, 256]
+
+
+@settings(max_examples=200, deadline=None)
+@given(noise=st.floats(0.5, 1e5), m0=st.integers(1, 4096), batch=st.floats(0.0, 1e5),
+       measured=st.integers(1, 4096), rule=st.sampled_from(["sqrt", "linear", "none"]))  # fmt: skip
+def test_no_batch_dependence_is_exactly_todays_gain(
+    noise: float, m0: int, batch: float, measured: int, rule: str
+) -> None:
+    plain = Efficiency(noise, m0, 100.0)
+    extended = Efficiency(noise, m0, 100.0, batch_exponent=0.0, measured_batch=measured, lr_scaling=rule,
+                          fit_batches=(1.0, 2.0), noise_scale_sd=0.1)  # fmt: skip
+    assert extended.gain(batch) == plain.gain(batch)
+    assert extended.steps_to_target(max(batch, 1.0)) == 100.0 / plain.gain(max(batch, 1.0))
+
+
+@settings(max_examples=100, deadline=None)
+@given(noise=st.floats(1.0, 1e4), m0=st.integers(1, 512), alpha=st.floats(-2.0, 2.0), ratio=st.floats(0.01, 100.0))
+def test_batch_dependence_is_the_noise_scale_at_the_batch(noise: float, m0: int, alpha: float, ratio: float) -> None:
+    """gain(B) with exponent alpha is today's gain at B_noise * (B / M0) ** alpha; 1 at M0; 0 at 0."""
+    eff = Efficiency(noise, m0, batch_exponent=alpha)
+    batch = ratio * m0
+    assert eff.gain(batch) == pytest.approx(Efficiency(noise * ratio**alpha, m0).gain(batch), rel=1e-12)
+    assert eff.gain(m0) == pytest.approx(1.0, rel=1e-12)
+    assert eff.gain(0.0) == 0.0
+
+
+def test_steps_to_target_under_a_schedule_is_the_step_by_step_recurrence() -> None:
+    eff = Efficiency(20.0, 16, 2000.0, schedule=((0.0, 20.0), (1000.0, 200.0), (2000.0, 400.0)))
+    for batch in (16, 64, 256):
+        progress = eff.progress(np.full(20000, float(batch)))
+        steps = int(np.searchsorted(progress, 2000.0)) + 1
+        assert eff.steps_to_target(batch) == pytest.approx(steps, rel=0.01)
+
+
+def test_the_fit_recovers_a_known_dependence_exactly_without_noise() -> None:
+    true = Efficiency(200.0, 16, 1000.0, batch_exponent=0.5)
+    f = fit(LADDER, [true.steps_to_target(b) for b in LADDER], 16, noise_scale=50.0)
+    assert f.free == ("target_steps", "noise_scale", "batch_exponent")
+    assert f.efficiency.noise_scale == pytest.approx(200.0, rel=1e-5)
+    assert f.efficiency.batch_exponent == pytest.approx(0.5, abs=1e-6)
+    assert f.efficiency.target_steps == pytest.approx(1000.0, rel=1e-6)
+    assert f.efficiency.fit_batches == (16.0, 256.0)
+
+
+def test_the_fit_recovers_a_schedules_scale_and_no_batch_dependence() -> None:
+    shape = ((0.0, 1.0), (0.5, 4.0), (1.0, 10.0))
+    true = Efficiency(30.0, 16, 800.0, schedule=tuple((p * 800.0, 30.0 * r) for p, r in shape))
+    f = fit(LADDER, [true.steps_to_target(b) for b in LADDER], 16, noise_scale=10.0, shape=shape)
+    assert f.efficiency.noise_scale == pytest.approx(30.0, rel=1e-4)
+    assert f.efficiency.batch_exponent == pytest.approx(0.0, abs=1e-5)
+    assert f.efficiency.schedule[-1] == pytest.approx((800.0, 300.0), rel=1e-4)
+
+
+def test_the_fit_with_noisy_seeds_covers_the_truth_and_its_interval_the_held_out_batch() -> None:
+    """Three seeds a batch, 8% lognormal scatter: the truth within 3 standard errors, and the
+    95% interval at an unmeasured batch holds the true steps."""
+    rng = np.random.default_rng(np.random.SeedSequence(28).spawn(1)[0])
+    true = Efficiency(120.0, 16, 600.0, batch_exponent=0.3)
+    batches = LADDER[:4] * 3
+    steps = [true.steps_to_target(b) * float(np.exp(rng.normal(0.0, 0.08))) for b in batches]
+    f = fit(batches, steps, 16, noise_scale=60.0)
+    e = f.efficiency
+    assert e.noise_scale_sd is not None and e.batch_exponent_sd is not None and e.target_steps_sd is not None
+    assert abs(np.log(e.noise_scale / 120.0)) <= 3 * e.noise_scale_sd
+    assert abs(e.batch_exponent - 0.3) <= 3 * e.batch_exponent_sd
+    assert abs(np.log(e.target_steps / 600.0)) <= 3 * e.target_steps_sd  # type: ignore[operator]
+    centre, low, high = f.predict(256)
+    assert low < true.steps_to_target(256) < high and low < centre < high
+
+
+def test_two_batches_fit_no_exponent_and_one_batch_keeps_the_measured_noise() -> None:
+    true = Efficiency(64.0, 16, 500.0)
+    two = fit([16, 32], [true.steps_to_target(16), true.steps_to_target(32)], 16, noise_scale=10.0)
+    assert two.free == ("target_steps", "noise_scale")
+    assert two.efficiency.noise_scale == pytest.approx(64.0, rel=1e-5)
+    one = fit([16, 16], [400.0, 900.0], 16, noise_scale=10.0)
+    assert one.free == ("target_steps",) and one.efficiency.noise_scale == 10.0
+    assert one.efficiency.target_steps == pytest.approx(600.0)  # the geometric mean
+
+
+def test_noise_shape_is_the_ratio_of_sums_per_span_of_progress() -> None:
+    steps = [10, 20, 30, 40, 50, 60, 70, 80]
+    grad_sq = [1.0] * 8
+    trace = [10.0, 10.0, 20.0, 20.0, 40.0, 40.0, 80.0, 80.0]
+    first, shape = noise_shape(steps, grad_sq, trace, target_step=80)
+    assert first == 10.0
+    assert shape == ((0.0, 1.0), (0.375, 2.0), (0.625, 4.0), (0.875, 8.0))
+
+
+def test_the_table_round_trips_through_the_scenario_reader() -> None:
+    eff = Efficiency(50.0, 16, 300.0, batch_exponent=0.4, lr_scaling="sqrt", fit_batches=(16.0, 128.0),
+                     noise_scale_sd=0.2, batch_exponent_sd=0.1, target_steps_sd=0.05)  # fmt: skip
+    assert make_efficiency(eff.to_dict()) == eff
+    assert eff.extrapolates(256) and eff.extrapolates(8) and not eff.extrapolates(64)
+    assert Efficiency(50.0, 16).to_dict() == {"noise_scale": 50.0, "base_batch": 16}
+
+
+BASE = ["simulate", "--policy", "goodput", "--set", "workload.efficiency.noise_scale=100",
+        "--set", "workload.efficiency.base_batch=32"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("argv", "line", "files"),
+    [
+        case("negative-noise", [*BASE, "--set", "workload.efficiency.noise_scale=-5"],
+             "workload.efficiency.noise_scale: must be > 0, got -5"),
+        case("schedule-goes-back", [*BASE, "--set", "workload.efficiency.noise_scale=[[0,10],[5,20],[3,30]]"],
+             "workload.efficiency.noise_scale: progress must increase: point 2 (3) is not after 5"),
+        case("unknown-lr-rule", [*BASE, "--set", 'workload.efficiency.lr_scaling="cubic"'],
+             "workload.efficiency.lr_scaling: must be one of 'sqrt', 'linear', 'none', got 'cubic'"),
+        case("fit-range-reversed", [*BASE, "--set", "workload.efficiency.fit_batches=[64,16]"],
+             "workload.efficiency.fit_batches: must be [smallest, largest] with 0 < smallest <= largest, "
+             "got [64.0, 16.0]"),
+        case("calibrate-missing-run", ["calibrate-efficiency", "{tmp}/nowhere"],
+             "RUN: cannot read {tmp}/nowhere: No such file or directory"),
+        case("calibrate-bad-batches", ["calibrate-efficiency", "x", "--batches", "16,a"],
+             "--batches: expected whole numbers separated by commas, got '16,a'"),
+    ],
+)  # fmt: skip
+def test_a_bad_efficiency_table_is_refused_in_one_line(
+    argv: list[str], line: str, files: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check_refused(main, argv, line, tmp_path, capsys)
+
+
+def test_calibrate_efficiency_writes_the_table_it_fitted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    true = Efficiency(100.0, 16, 400.0, batch_exponent=0.25)
+    points = [{"batch": b, "seed": s, "steps_to_target": true.steps_to_target(b), "noise_scale": 40.0,
+               "noise_first": 30.0, "noise_shape": [[0.0, 1.0]]} for b in LADDER for s in range(2)]  # fmt: skip
+    run = tmp_path / "sweep"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps({"workload": "w", "base_batch": 16, "lr_scaling": "sqrt",
+                                                  "target_accuracy": 0.9, "points": points}))  # fmt: skip
+    assert main(["calibrate-efficiency", str(run), "-o", str(tmp_path / "eff.toml")]) == 0
+    import tomllib
+
+    table = tomllib.loads((tmp_path / "eff.toml").read_text())["workload"]["efficiency"]
+    eff = make_efficiency(table)
+    assert eff.noise_scale == pytest.approx(100.0, rel=1e-4) and eff.batch_exponent == pytest.approx(0.25, abs=1e-4)
+    assert eff.lr_scaling == "sqrt" and eff.fit_batches == (16.0, 256.0)
+    assert "[workload.efficiency]" in capsys.readouterr().out
