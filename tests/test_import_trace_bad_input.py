@@ -11,7 +11,7 @@ import pytest
 
 from hetsim.cli import main
 from tests.kineto_builder import rank_events, trace
-from tests.test_bad_input import case, check_refused, write_files
+from tests.refusals import case, check_refused, write_files
 
 STEPS = [[3000.0, 7000.0], [5000.0, 4000.0], [2000.0, 6000.0]]
 CMD = ["import-trace", "--format", "torch-profiler"]
@@ -111,3 +111,22 @@ def test_refused(argv: list[str], line: str, files: dict[str, str | bytes], tmp_
                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     write_files(tmp_path, files)
     check_refused(main, argv, line, tmp_path, capsys)
+
+
+PROFILE_CASES = [
+    case("profile-beyond-an-epoch", ["run", "--profile", "50", "--out", "{tmp}/run"], "--profile: 50 steps and the "
+         "profiler's warm-up step are more than an epoch's 11 steps (each policy is profiled in its first epoch)"),
+    case("profile-text", ["run", "--profile", "lots", "--out", "{tmp}/run"],
+         "--profile: must be an integer, got a string ('lots')"),
+    case("profile-negative", ["run", "--profile", "-1", "--out", "{tmp}/run"],
+         "--profile: must be in [0, 1000], got -1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "line", "files"), PROFILE_CASES)
+def test_validation_run_profile_refused(argv: list[str], line: str, files: dict[str, str | bytes], tmp_path: Any,
+                                        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """``validation run --profile``: refused before any rank starts, nothing written."""
+    from validation.cli import main as validation_main
+
+    check_refused(validation_main, argv, line, tmp_path, capsys, prog="validation")

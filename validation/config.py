@@ -228,18 +228,19 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
         target_accuracy=_target(pick("target_accuracy", args.target_accuracy)),
         noise_scale=noise_scale,
         max_batch=_max_batch(pick("max_batch", args.max_batch), global_batch, n_train),
-        profile=_profile(pick("profile", getattr(args, "profile", None)), epochs * (n_train // global_batch)),
+        profile=_profile(pick("profile", getattr(args, "profile", None)), n_train // global_batch),
         out=args.out,
         crash_at=_crash_at(args.crash_at, world_size),
     )
 
 
-def _profile(value: Any, policy_steps: int) -> int:
-    """``--profile STEPS``: the profiler's warm-up step and STEPS recorded ones within each policy's steps."""
+def _profile(value: Any, epoch_steps: int) -> int:
+    """``--profile STEPS``: the profiler's warm-up step and STEPS recorded ones, all in each policy's
+    first epoch (between epochs come the evaluation and the probe's rounds, which are no step)."""
     steps = _integer(value, "--profile", maximum=MAX_PROFILED)
-    if steps and steps + 1 > policy_steps:
-        raise ConfigError("--profile", f"{steps} steps and the profiler's warm-up step are more than the "
-                                       f"{policy_steps} steps of each policy (epochs x steps per epoch)")  # fmt: skip
+    if steps and steps + 1 > epoch_steps:
+        raise ConfigError("--profile", f"{steps} steps and the profiler's warm-up step are more than an epoch's "
+                                       f"{epoch_steps} steps (each policy is profiled in its first epoch)")  # fmt: skip
     return steps
 
 
