@@ -14,7 +14,10 @@ torchrun script (validation/README.md, "Using the trainer in your own script";
   measured times; the trace goes to the run folder (:func:`open_run`, :func:`script_meta`),
   which ``python -m validation compare`` and ``python -m hetsim calibrate`` read;
 * :func:`train_epoch`, :func:`probe_rounds`, :func:`epoch_row`: an epoch, the calibration
-  probe, the epoch's row.
+  probe, the epoch's row;
+* :class:`StepProfiler`: ``torch.profiler`` traces of a block's first steps (``profiler=`` of
+  :func:`run_steps` and :func:`train_epoch`), which ``python -m hetsim import-trace --format
+  torch-profiler`` reads.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from validation.sharding import epoch_permutation, steps_per_epoch
 from validation.sharding import local_indices as rank_samples
 from validation.uneven.control import Controller
 from validation.uneven.plan_file import PlanChoice, PlanError, load_plan, planned_policy
+from validation.uneven.profiling import StepProfiler
 from validation.uneven.run import epoch_row, open_run, probe_hints, probe_rounds, run_steps, train_epoch
 from validation.uneven.step import UnevenStep, weighted_loss
 
@@ -33,6 +37,7 @@ __all__ = [
     "Controller",
     "PlanChoice",
     "PlanError",
+    "StepProfiler",
     "UnevenStep",
     "epoch_permutation",
     "epoch_row",

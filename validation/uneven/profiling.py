@@ -12,9 +12,12 @@ The schedule is one warm-up step (Kineto's start-up cost stays out of the record
 then ``steps`` recorded ones: ``ProfilerStep#1`` .. ``ProfilerStep#<steps>``. The step marker
 opens when a step starts and closes when the next one starts (``profiler.step()`` after each
 step): the few microseconds of the loop between two steps land in the later one. The trace's
-top level also carries ``hetsim_segment`` and ``hetsim_first_step`` (the segment's step
-counter at ``ProfilerStep#0``), so a test can line the steps up with the run's own trace; the
-importer does not need them.
+top level also carries ``hetsim_segment`` (the importer names the trace's policy after it) and
+``hetsim_first_step`` (the segment's step counter at ``ProfilerStep#0``: ``validation run``
+starts each policy's profiler at its step 0, so ``ProfilerStep#N`` is the policy's step N).
+
+:meth:`StepProfiler.close` ends a profiler whose block of steps ran out first (the trace of the
+steps it recorded); :func:`segment_profilers` makes one per policy for ``validation run``.
 """
 
 from __future__ import annotations
