@@ -46,6 +46,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished sweep results folder, made once per test process (each case damages its own copy)."""
-    from tests.test_bad_input import make_results_folder
+    from tests.refusals import make_results_folder
 
     return make_results_folder(tmp_path_factory.mktemp("finished"))

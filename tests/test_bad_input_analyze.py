@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hetsim.cli import main
-from tests.test_bad_input import HUGE, ONE, case, check_refused, deep, toml, write_files
+from tests.refusals import HUGE, ONE, case, check_refused, deep, toml, write_files
 
 CASES = [
     case("unknown-policy", ["paper", "--policy", "nope"], "--policy: unknown policy 'nope' (known: {policies})"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hetsim.cli import main
-from tests.test_bad_input import HUGE, case, check_refused, write_files
+from tests.refusals import HUGE, case, check_refused, write_files
 
 HEADER = "worker,local_batch,compute_s,comm_s\n"
 GOOD = {"t.csv": HEADER + "0,4,0.1,0\n0,8,0.2,0\n1,4,0.1,0\n1,8,0.2,0\n0,8,0.21,0\n1,8,0.19,0\n"}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hetsim.cli import main
-from tests.test_bad_input import HUGE, case, check_refused, deep, write_files
+from tests.refusals import HUGE, case, check_refused, deep, write_files
 
 SUCCESS = "batch_size : 64\nnum_epochs : 2\n"
 DP = SUCCESS + "dynamic_partition : True\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hetsim.cli import main
-from tests.test_bad_input import HUGE, ONE, case, check_refused, toml, write_files
+from tests.refusals import HUGE, ONE, case, check_refused, toml, write_files
 
 NO_TARGET = "workload.efficiency={noise_scale=512, base_batch=256}"
 RANGE = "--batch-range: expected two increasing positive integers LO,HI, got"

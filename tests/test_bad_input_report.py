@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from hetsim.cli import main
-from tests.test_bad_input import check_refused, copy_results_folder, deep, edit, overwrite
+from tests.refusals import check_refused, copy_results_folder, deep, edit, overwrite
 
 
 def remove_parts(run: Path) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from hetsim.cli import main
 from tests.helpers import scenario_dict
-from tests.test_bad_input import HUGE, ONE, WORKER_KEYS, case, check_refused, deep, toml, write_files
+from tests.refusals import HUGE, ONE, WORKER_KEYS, case, check_refused, deep, toml, write_files
 
 GOODPUT = ["--policy", "goodput", "--set", "workload.efficiency.noise_scale=100", "--set",
            "workload.efficiency.base_batch=32"]  # fmt: skip

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from hetsim.cli import main
-from tests.test_bad_input import HUGE, ONE, case, check_refused, deep, toml, write_files
+from tests.refusals import HUGE, ONE, case, check_refused, deep, toml, write_files
 
 COMMANDS = (
     "'scenarios', 'show', 'simulate', 'sweep', 'report', 'analyze', 'calibrate', 'profiles', 'costs', 'plan', "

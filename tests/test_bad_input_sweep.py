@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from hetsim.cli import main
-from tests.test_bad_input import (
+from tests.refusals import (
     HUGE,
     WORKER_KEYS,
     case,

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.test_bad_input import DEEP, HUGE, check_refused
+from tests.refusals import DEEP, HUGE, check_refused
 from validation.cli import main
 from validation.record import RankTiming, RunWriter, step_rows
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_bad_input import HUGE, case, check_refused, write_files
+from tests.refusals import HUGE, case, check_refused, write_files
 from validation.cli import cuda_devices, main
 
 CASES = [

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_bad_input import HUGE, case, check_refused, deep, write_files
+from tests.refusals import HUGE, case, check_refused, deep, write_files
 from validation.cli import main
 
 KNOWN_DISTRIBUTIONS = "(known: {distributions})"

@@ -32,7 +32,7 @@ from hetsim.traces import chrome
 from hetsim.traces.chrome import ExportRun, lay_out
 from hetsim.traces.timeline import no_overlap
 from tests.helpers import scenario_dict
-from tests.test_bad_input import check_refused
+from tests.refusals import check_refused
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REQUIRED = {"X": ("name", "ph", "ts", "dur", "pid", "tid"), "C": ("name", "ph", "ts", "pid", "args"),

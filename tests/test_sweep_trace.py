@@ -20,7 +20,7 @@ from hetsim.results import RunFolder
 from hetsim.simulate import simulate
 from hetsim.sweep import replication_seeds
 from hetsim.sweepfile import point_scenario
-from tests.test_bad_input import check_refused
+from tests.refusals import check_refused
 from tests.test_sweep import PLOTS, only_run, write_sweep
 
 STEPS = 30  # sweep_dict: 3 epochs of 10 steps; the plotted cell (size=4) has 4 workers

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hetsim.config import load_scenario
 from hetsim.network import Ring
 from hetsim.simulate import simulate_summary
-from tests.test_bad_input import check_refused
+from tests.refusals import check_refused
 from validation import profile_output
 from validation.cli import main
 from validation.launch import child_pids

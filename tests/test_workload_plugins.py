@@ -21,7 +21,7 @@ from torch.utils.data import TensorDataset
 
 from hetsim.errors import ConfigError
 from hetsim.registry import PLUGINS_ENV
-from tests.test_bad_input import check_refused
+from tests.refusals import check_refused
 from validation.cli import main
 from validation.workloads import WORKLOADS, resolve_workload
 from validation.workloads.base import Workload
