@@ -25,7 +25,7 @@ from hetsim.errors import ConfigError
 from hetsim.files import LOCK_NAME, exclusive, write_json
 from hetsim.params import Param
 from hetsim.provenance import COMMAND_ENV, command_line
-from validation import gpu_check  # imports neither torch nor pandas
+from validation import batch_sweep_cli, gpu_check  # import neither torch nor pandas
 from validation.options import add_run_options
 
 
@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mx.add_argument("--json", action="store_true", help="print results.json instead of the table")
     add_profile_parser(sub)
+    batch_sweep_cli.add_parser(sub)
     gpu_check.add_parser(sub)
     return parser
 
@@ -242,7 +243,7 @@ def cuda_devices() -> int:
 
 
 COMMANDS = {"run": cmd_run, "compare": cmd_compare, "matrix": cmd_matrix, "profile": cmd_profile,
-            "gpu-check": gpu_check.cmd_gpu_check}  # fmt: skip
+            "gpu-check": gpu_check.cmd_gpu_check, "batch-sweep": batch_sweep_cli.cmd_batch_sweep}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,60 @@
+"""``python -m validation batch-sweep``: a short real sweep in this process (digits, a low target)
+and its refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.test_bad_input import check_refused
+from validation.batch_sweep_train import EVAL_SPACING, next_eval, scaled_lr
+from validation.cli import main
+
+
+def test_the_learning_rate_rules_and_the_evaluation_grid() -> None:
+    assert scaled_lr(0.1, 64, 16, "sqrt") == pytest.approx(0.2)
+    assert scaled_lr(0.1, 64, 16, "linear") == pytest.approx(0.4)
+    assert scaled_lr(0.1, 64, 16, "none") == 0.1
+    step = 1
+    while step < 5000:  # every gap between evaluations is within 5% of the steps so far (or one step)
+        following = next_eval(step)
+        assert following - step == 1 or (following - step) <= EVAL_SPACING * step + 1e-9
+        step = following
+
+
+@pytest.mark.slow
+def test_a_short_sweep_records_steps_to_target_within_five_percent(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    argv = ["batch-sweep", "--workload", "digits-cnn", "--batches", "1,2", "--seeds", "1", "--target", "0.6",
+            "--quick", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    data = json.loads((out / "results.json").read_text())
+    assert data["batches"] == [16, 32] and data["provenance"]["command"]
+    curve = pd.read_csv(out / "curve.csv")
+    for point in data["points"]:
+        mine = curve[(curve["batch"] == point["batch"]) & (curve["seed"] == point["seed"])]
+        reached = point["steps_to_target"]
+        assert reached is not None and point["lr"] == pytest.approx(scaled_lr(0.05, point["batch"], 16, "sqrt"))
+        before = mine[mine["step"] < reached]
+        assert (before["test_accuracy"] < 0.6).all()  # the first evaluation at the target is the one recorded
+        assert float(mine[mine["step"] == reached]["test_accuracy"].iloc[0]) >= 0.6
+        last = int(before["step"].max()) if not before.empty else 0
+        assert reached - last <= max(1, 0.05 * reached)
+    assert (out / "steps_to_target.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["batch-sweep", "--batches", "2,4"], "--batches: must include 1 (the base batch the models are fitted at)"),
+        (["batch-sweep", "--batches", "1,x"], "--batches: expected whole numbers separated by commas, got '1,x'"),
+        (["batch-sweep", "--seeds", "0"], "--seeds: must be in [1, 100], got 0"),
+        (["batch-sweep", "--target", "1.5"], "--target: must be in [0, 1], got 1.5"),
+    ],
+)
+def test_bad_sweep_options_are_refused(argv: list[str], line: str, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    check_refused(main, [*argv, "--out", "{tmp}/out"], line, tmp_path, capsys, prog="validation")

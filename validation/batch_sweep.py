@@ -1,0 +1,137 @@
+"""``python -m validation batch-sweep``: one workload trained to a target accuracy at a ladder of
+global batches (multiples of a base), under a named learning-rate rule, over seeds; the
+measurement that tests :mod:`hetsim.efficiency`'s model of how steps to a target change with the
+batch (issue 28).
+
+Each (batch, seed) run is :func:`validation.batch_sweep_train.train_to_target`, one after
+another in this process. The results folder, written atomically (:func:`hetsim.files.atomic_folder`):
+``results.json`` (the settings, provenance, one entry per run: steps and time to the target, the
+noise scale over training), ``curve.csv`` (the held-out curves), ``noise.csv`` (the estimator's
+block sums) and ``steps_to_target.png`` (measured steps against the batch, with the plain model's
+prediction from the base runs and the model fitted on every batch, :mod:`hetsim.efficiency_runs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetsim.errors import ConfigError
+from hetsim.params import Param
+from validation.batch_sweep_cli import DEFAULTS, QUICK_MAX_STEPS
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    workload: str
+    multiples: tuple[int, ...]
+    base_batch: int
+    lr: float
+    momentum: float
+    lr_scaling: str
+    seeds: int
+    target: float
+    max_steps: int
+    eval_gap: int
+    out: Path
+
+
+def build_config(args: argparse.Namespace) -> SweepConfig:
+    base, lr, target, most = DEFAULTS[args.workload]
+    try:
+        multiples = tuple(int(v) for v in args.batches.split(","))
+    except ValueError:
+        raise ConfigError("--batches", f"expected whole numbers separated by commas, got {args.batches!r}") from None
+    if not multiples or min(multiples) < 1 or len(set(multiples)) != len(multiples):
+        raise ConfigError("--batches", f"distinct multiples >= 1, got {args.batches!r}")
+    if 1 not in multiples:
+        raise ConfigError("--batches", "must include 1 (the base batch the models are fitted at)")
+    out = args.out or Path("runs") / time.strftime("batch-sweep-%Y%m%d-%H%M%S")
+    return SweepConfig(
+        args.workload, tuple(sorted(multiples)),
+        int(Param("--base-batch", "integer", low=1).check(args.base_batch if args.base_batch is not None else base)),
+        float(Param("--lr", low=0.0, low_open=True).check(args.lr if args.lr is not None else lr)),
+        0.9, args.lr_scaling, int(Param("--seeds", "integer", low=1, high=100).check(args.seeds)),
+        float(Param("--target", low=0.0, high=1.0).check(args.target if args.target is not None else target)),
+        QUICK_MAX_STEPS[args.workload] if args.quick else most, 5 if args.workload == "transformer" else 1, out,
+    )  # fmt: skip
+
+
+def point_entry(result: Any, noise_rows: list[dict[str, float]]) -> dict[str, Any]:
+    """A run's entry in ``results.json``: its figures and its noise scale over training (whole
+    run; first quarter of the progress to the target and the shape after it)."""
+    from hetsim.efficiency_fit import noise_shape
+
+    g = sum(r["grad_sq"] for r in noise_rows)
+    t = sum(r["trace"] for r in noise_rows)
+    end = result.steps_to_target or result.steps_run
+    first, shape = noise_shape([r["step"] for r in noise_rows], [r["grad_sq"] for r in noise_rows],
+                               [r["trace"] for r in noise_rows], end)  # fmt: skip
+    whole = t / g if g > 0 and t > 0 else None
+    return {**result.to_dict(), "noise_scale": whole, "noise_first": first, "noise_shape": [list(k) for k in shape]}
+
+
+def run_sweep(
+    config: SweepConfig, echo: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every (batch, seed) run: the results' entries, the curve rows and the noise rows."""
+    import torch
+
+    from validation.batch_sweep_train import scaled_lr, train_to_target
+    from validation.workloads import resolve_workload
+
+    torch.set_num_threads(1)  # one core a run: the time per step is the step's, not the machine's
+    workload = resolve_workload(config.workload)
+    points, curve, noise = [], [], []
+    for seed in range(config.seeds):
+        data = workload.load(seed, torch.device("cpu"))
+        for k in config.multiples:
+            batch = k * config.base_batch
+            lr = scaled_lr(config.lr, batch, config.base_batch, config.lr_scaling)
+            r = train_to_target(workload, data, seed, batch, lr, config.momentum, config.target,
+                                config.max_steps, config.eval_gap)  # fmt: skip
+            points.append(point_entry(r, r.noise))
+            curve += [{"batch": batch, "seed": seed, **row} for row in r.curve]
+            noise += [{"batch": batch, "seed": seed, **row} for row in r.noise]
+            echo(f"{config.workload} batch {batch} seed {seed}: {r.steps_to_target or 'not reached'} steps"
+                 f" ({r.mean_step_s * 1e3:.1f} ms a step)")  # fmt: skip
+    return points, curve, noise
+
+
+def write_results(config: SweepConfig, points: list[dict[str, Any]], curve: list[dict[str, Any]],
+                  noise: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    """The results folder (see the module's docstring), atomically; returns results.json's data."""
+    import pandas as pd
+
+    from hetsim.files import atomic_folder, write_json
+    from hetsim.provenance import provenance
+    from validation.batch_sweep_plot import plot
+
+    data = {
+        "provenance": provenance(), "workload": config.workload, "base_batch": config.base_batch,
+        "batches": [k * config.base_batch for k in config.multiples], "lr": config.lr, "momentum": config.momentum,
+        "lr_scaling": config.lr_scaling, "seeds": config.seeds, "target_accuracy": config.target,
+        "max_steps": config.max_steps, "points": points,
+    }  # fmt: skip
+    with atomic_folder(config.out, "--out") as tmp:
+        write_json(tmp / "results.json", data)
+        pd.DataFrame(curve).to_csv(tmp / "curve.csv", index=False)
+        pd.DataFrame(noise).to_csv(tmp / "noise.csv", index=False)
+        plot(tmp / "results.json", tmp / "steps_to_target.png")
+    return data
+
+
+def summary(data: dict[str, Any]) -> str:
+    """Median steps to the target per batch."""
+    lines = []
+    for batch in data["batches"]:
+        steps = [p["steps_to_target"] for p in data["points"] if p["batch"] == batch]
+        got = [s for s in steps if s is not None]
+        median = f"{np.median(got):.0f}" if got else "-"
+        lines.append(f"batch {batch}: median steps to {data['target_accuracy']:g} = {median} ({len(got)}/{len(steps)})")
+    return "\n".join(lines)

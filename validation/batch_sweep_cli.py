@@ -1,0 +1,45 @@
+"""The ``batch-sweep`` command's options and handler (:mod:`validation.batch_sweep` runs it).
+Adding the options imports nothing heavy: the handler imports torch and the fit when it runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULTS = {  # base batch, learning rate at it, target held-out accuracy, most steps a run may take
+    "digits-cnn": (16, 0.05, 0.95, 3000),
+    "transformer": (8, 0.3, 0.36, 1500),
+}
+QUICK_MAX_STEPS = {"digits-cnn": 1500, "transformer": 600}
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``batch-sweep`` to validation's subparsers."""
+    parser = sub.add_parser("batch-sweep", help="train to a target accuracy at a ladder of global batches, over seeds")
+    parser.add_argument("--workload", default="digits-cnn", choices=sorted(DEFAULTS))
+    parser.add_argument("--batches", default="1,2,4,8", metavar="K,...", help="multiples of the base batch")
+    parser.add_argument("--base-batch", type=int, default=None, help="the base global batch (default per workload)")
+    parser.add_argument("--lr", type=float, default=None, help="learning rate at the base batch (default per workload)")
+    parser.add_argument("--lr-scaling", default="sqrt", choices=("sqrt", "linear", "none"))
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 at every batch")
+    parser.add_argument("--target", type=float, default=None, metavar="ACC", help="held-out accuracy to reach")
+    parser.add_argument("--quick", action="store_true", help="fewer steps at most per run")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="results folder")
+
+
+def cmd_batch_sweep(args: argparse.Namespace) -> int:
+    from hetsim.files import check_out_folder
+    from validation.batch_sweep import build_config, run_sweep, summary, write_results
+
+    config = build_config(args)
+    check_out_folder(config.out)
+
+    def echo(line: str) -> None:
+        print(f"validation: {line}", file=sys.stderr, flush=True)
+
+    data = write_results(config, *run_sweep(config, echo))
+    print(summary(data))
+    print(f"wrote {config.out}")
+    return 0

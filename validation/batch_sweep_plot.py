@@ -1,0 +1,49 @@
+"""The batch sweep's plot: steps to the target against the global batch, measured (every seed and
+the median) beside two predictions, the plain single-noise-scale model from the base runs and
+the model fitted on every batch (:mod:`hetsim.efficiency_runs`), on log-log axes. It draws from
+``results.json`` alone, so a results folder's plot can be redrawn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from hetsim.efficiency_runs import fitted_model, load_sweeps, plain_model, reached
+from hetsim.errors import ConfigError
+
+
+def plot(results: Path, out: Path) -> Path:
+    """Draw ``results`` (a results.json) into the PNG ``out``."""
+    sweep = load_sweeps([results])
+    fig = Figure(figsize=(6.0, 4.2))
+    ax = fig.add_subplot()
+    runs = reached(sweep)
+    batches = sorted({p.batch for p in sweep.points})
+    ax.scatter(
+        [p.batch for p in runs], [float(p.steps or 0) for p in runs], s=14, color="0.55", label="measured (each seed)"
+    )
+    medians = [np.median([p.steps for p in runs if p.batch == b]) if any(p.batch == b for p in runs) else np.nan
+               for b in batches]  # fmt: skip
+    ax.plot(batches, medians, "o-", color="black", label="measured (median)")
+    grid = np.geomspace(min(batches), max(batches), 60)
+    try:
+        plain = plain_model(sweep)
+        ax.plot(grid, [plain.steps_to_target(b) for b in grid], "--", color="tab:blue",
+                label=f"plain model (B_noise {plain.noise_scale:.0f}, from the base runs)")  # fmt: skip
+        fitted = fitted_model(sweep)
+        e = fitted.efficiency
+        ax.plot(grid, [e.steps_to_target(b) for b in grid], "-", color="tab:orange",
+                label=f"fitted on every batch (B_noise {e.noise_scale:.0f}, alpha {e.batch_exponent:.2f})")  # fmt: skip
+    except ConfigError:  # too few runs reached the target for a model: the measurements alone
+        pass
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("global batch (samples)")
+    ax.set_ylabel(f"steps to held-out accuracy {sweep.target:g}")
+    ax.set_title(f"{sweep.workload}, learning rate scaled by {sweep.lr_scaling}", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    return out
