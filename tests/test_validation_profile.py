@@ -112,7 +112,7 @@ def test_points_gather_where_the_curve_bends(high, kink_share, n_points):
     planner, _ = grid_on(curve, 1, high, budget_s=1e9, max_points=n_points)
     coarse = {b: curve(b) for b in coarse_grid(1, high, planner.coarse)}
     assert around_kink(planner.points, kink) < around_kink(coarse, kink)
-    assert max_error(planner.points, curve, 1, high) <= max_error(coarse, curve, 1, high)
+    assert max_error(planner.points, curve, 1, high) <= max_error(coarse, curve, 1, high) + 1e-12  # both 0 but rounding
 
 
 def test_the_adaptive_grid_beats_a_log_spaced_one_of_as_many_points():
