@@ -52,6 +52,14 @@ SUBSTITUTE: dict[str, str] = {
     "HETSIM_PLUGINS=examples/my_workload.py python -m validation run --workload breast-cancer-mlp --global-batch 64":
         "HETSIM_PLUGINS=examples/my_workload.py python -m validation run --workload breast-cancer-mlp "
         f"--global-batch 64 {_VALIDATION_SHORT} --out runs/mine-plugin",
+    # docs/guide/own-job.md: a profile of a minute and a run of 3 epochs -> the smallest that still profile and train
+    "python -m validation profile --workload examples/train_your_model.py:WORKLOAD --threads 2,1 --out runs/own-prof":
+        "python -m validation profile --workload examples/train_your_model.py:WORKLOAD --threads 2,1 --budget-s 3 "
+        "--repeats 3 --out runs/own-prof",
+    "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan runs/own-plan.json "
+    "--threads 2,1 --out runs/own-run":
+        "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan runs/own-plan.json "
+        "--threads 2,1 --epochs 1 --probe-rounds 1 --out runs/own-run",
 }  # fmt: skip
 # command (or its first words) -> why it is not run here
 SKIP: dict[str, str] = {
@@ -59,16 +67,21 @@ SKIP: dict[str, str] = {
     "make test": "the test suite, this test included",
     "make docs": "tests/test_docs_site.py builds the site",
     ". .venv/bin/activate": "this test runs every command with the environment's bin first on PATH, as it does",
-    "torchrun": "GPU runs (--devices cuda): no GPU here",
+    "torchrun --nproc-per-node 2 -m validation.train": "GPU runs (--devices cuda): no GPU here",
+    "torchrun --nnodes 2": "two machines (HOST) with GPUs",
+    "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan plan.json --out RUN":
+        "plan.json comes from the skipped plan of SCENARIO (docs/guide/own-job.md runs this line on its own profile)",
     "python -m validation matrix": "the fidelity benchmark: 4-5 minutes of real runs (validation/matrix.py is tested)",
-    "python -m validation profile": "measures devices for minutes, or needs GPUs (cuda:0,cuda:1)",
+    "python -m validation profile --workload examples/my_workload.py:WORKLOAD": "a minute of measuring (docs/guide/"
+        "own-job.md runs a smaller profile of the example's model)",
+    "python -m validation profile --workload resnet18 --devices cuda:0,cuda:1": "needs GPUs (cuda:0,cuda:1)",
     ".venv/bin/python benchmarks/profile_agreement.py": "a benchmark of minutes",
     # placeholders in sections of validation/README.md still being written (profiling; the trainer in your script)
     "python -m validation compare RUN": "RUN stands for the folder of a torchrun on GPUs (skipped)",
     "python -m hetsim calibrate RUN/trace.parquet": "RUN stands for the folder of a torchrun on GPUs (skipped)",
     "python -m hetsim plan runs/mine/scenario.toml": "reads what the skipped profile command writes",
     "python -m hetsim plan SCENARIO": "SCENARIO stands for a profiled scenario (the profile command is skipped)",
-}
+}  # fmt: skip
 
 
 def commands(text: str) -> list[str]:
@@ -149,7 +162,8 @@ def _runnable(document: str) -> list[str]:
     return [c for c, why in plan(document) if why is None]
 
 
-VALIDATION_DOCS = [d for d in DOCUMENTS if any("python -m validation run" in c for c in _runnable(d))]
+PROCESSES = ("python -m validation run", "python -m validation profile", "torchrun")  # a multiprocess document's
+VALIDATION_DOCS = [d for d in DOCUMENTS if any(p in c for p in PROCESSES for c in _runnable(d))]
 HETSIM_DOCS = [  # a document whose commands repeat an earlier one's, in order (docs/guide/using.md: the README's), once
     d for i, d in enumerate(DOCUMENTS)
     if d not in VALIDATION_DOCS and _runnable(d) and all(_runnable(e) != _runnable(d) for e in DOCUMENTS[:i])
