@@ -150,7 +150,9 @@ CASES = [
     case("target-steps-negative", ["paper", *GOODPUT, "--set", "workload.efficiency.target_steps=-3"],
          "workload.efficiency.target_steps: must be > 0, got -3"),
     case("efficiency-unknown-key", ["paper", *GOODPUT, "--set", "workload.efficiency.speed=1"],
-         "workload.efficiency.speed: unknown key (allowed: noise_scale, grad_sqr, grad_var, base_batch, target_steps)"),
+         "workload.efficiency.speed: unknown key (allowed: noise_scale, grad_sqr, grad_var, base_batch, target_steps, "
+         "batch_exponent, measured_batch, lr_scaling, fit_batches, noise_scale_sd, batch_exponent_sd, "
+         "target_steps_sd)"),
     case("min-batch-above-max", ["paper", *GOODPUT, "--set", "policy.name=goodput", "--set", "policy.min_batch=512",
                                  "--set", "policy.max_batch=256"], "policy.max_batch: must be >= 512, got 256"),
     case("min-batch-zero", ["paper", *GOODPUT, "--set", "policy.name=goodput", "--set", "policy.min_batch=0"],

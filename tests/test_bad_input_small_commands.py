@@ -11,7 +11,7 @@ from tests.refusals import HUGE, ONE, case, check_refused, deep, toml, write_fil
 
 COMMANDS = (
     "'scenarios', 'show', 'simulate', 'sweep', 'report', 'analyze', 'calibrate', 'profiles', 'costs', 'plan', "
-    "'import-logs', 'export-trace'"
+    "'import-trace', 'import-logs', 'export-trace', 'calibrate-efficiency'"
 )
 ENORMOUS = 10**400  # beyond a float
 

@@ -15,7 +15,7 @@ CASES = [
     case("no-command", [], "validation: the following arguments are required: command"),
     case("unknown-command", ["frobnicate"],
          "validation: argument command: invalid choice: 'frobnicate' (choose from 'run', 'compare', 'matrix', "
-         "'profile', 'gpu-check')"),
+         "'profile', 'batch-sweep', 'gpu-check')"),
     # matrix
     case("busy-negative", ["matrix", "--busy", "-1"], "--busy: must be in [0, 64], got -1"),
     case("busy-too-many", ["matrix", "--busy", "65"], "--busy: must be in [0, 64], got 65"),

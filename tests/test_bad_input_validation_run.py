@@ -18,7 +18,8 @@ from validation.cli import main
 
 KNOWN_DISTRIBUTIONS = "(known: {distributions})"
 RUN_KEYS = ("combine, comm, contention, cpus, delay, devices, epochs, global_batch, lr, max_batch, momentum, "
-            "noise_scale, per_sample_delay, policies, probe_fractions, probe_repeats, seed, slowdown, target_accuracy, "
+            "noise_scale, per_sample_delay, policies, probe_fractions, probe_repeats, profile, seed, slowdown, "
+            "target_accuracy, "
             "threads, timeout_s, warmup_steps, workload, world_size")  # fmt: skip
 # these two are refused only by the ranks, once started: until fixed, they start processes
 STARTS_RANKS = pytest.mark.multiprocess
