@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsim.errors import ConfigError
-from hetsim.policies import Policy, make_policy, policy_class
+from hetsim.policies import POLICIES, Policy, make_policy, policy_class
 
 
 class PlanError(ConfigError):
@@ -81,9 +81,13 @@ def load_plan(path: str | Path, world_size: int) -> PlanChoice:
     if not isinstance(policy, str):
         raise PlanError(f"{where}:recommended.policy", f"must be a policy name, got {policy!r}")
     try:
-        policy_class(policy, "recommended.policy")
+        cls = policy_class(policy, "recommended.policy")
     except ConfigError as exc:
         raise PlanError(f"{where}:{exc.field}", exc.problem) from None
+    if not runs_here(cls):  # async, backup, ksync: hetsim simulates them, this trainer does not run them
+        how = "has no barrier" if not cls.synchronous else "leaves the slowest gradients out"
+        raise PlanError(f"{where}:recommended.policy", f"{policy!r} {how}, and this trainer waits for every rank "
+                        f"each step: plan with --policy {','.join(trainer_policies())}")  # fmt: skip
     if (
         not isinstance(split, list)
         or not _ints(split)
@@ -106,3 +110,13 @@ def load_plan(path: str | Path, world_size: int) -> PlanChoice:
 
 def _ints(value: list[Any]) -> bool:
     return bool(value) and all(isinstance(b, int) and b >= 0 for b in value)
+
+
+def runs_here(cls: type[Policy]) -> bool:
+    """Whether the trainer runs policy class ``cls``: it keeps a barrier and waits for every rank."""
+    return cls.synchronous and cls.wait_for is Policy.wait_for
+
+
+def trainer_policies() -> list[str]:
+    """The registered policies the trainer runs (what to give ``hetsim plan --policy``)."""
+    return [name for name, cls in POLICIES.items() if runs_here(cls)]
