@@ -108,8 +108,9 @@ def _step_spans_us(path: Path) -> dict[int, float]:
 def test_recorded_traces_against_the_ranks_own_timing(folder: Path) -> None:
     """Real traces (flat and DDP, 2 and 3 gloo ranks, rank 1 slowed by 5 ms a step): the local
     batches exactly, each row adding up to the rank's ProfilerStep, and compute close to what
-    each rank measured of itself (the trace also counts the few operators around the forward
-    and backward that the rank's own clock leaves out: 0.2-0.5 ms a step here)."""
+    each rank measured of itself (the trace also counts the few operators between the
+    zero_grad and the forward, and around the packing of the gradient, that the rank's own clock
+    leaves out: a larger share of the toy model's 2-10 ms steps than of validation's)."""
     files = sorted(folder.glob("equal-rank*.json.gz"))
     frame = import_traces(files).trace.to_frame()
     errors = []
@@ -124,5 +125,5 @@ def test_recorded_traces_against_the_ranks_own_timing(folder: Path) -> None:
         assert np.allclose(total.to_numpy(), [spans[s] * 1e-6 for s in mine.index], atol=1e-9)
         assert (mine[["compute_s", "wait_s", "comm_s"]] >= 0).all().all()
         errors += [mine.loc[t["step"], "compute_s"] / t["compute_s"] - 1 for t in truth]
-    assert np.median(np.abs(errors)) < 0.25
+    assert np.median(np.abs(errors)) < 0.10  # 0.9% to 8.5% over the four recorded jobs
     assert COMM_US > 0  # the builder's constants stay what the exact cases assume

@@ -20,7 +20,10 @@ microseconds) and, for a distributed job, ``distributedInfo`` (``rank``, ``world
   is busy while one runs, so a collective that ends while the main thread is inside another
   operator did not block it;
 * the local batch: the first input's first dimension of the step's first forward operator
-  (``aten::conv2d``, ``aten::linear``, ...), recorded with ``record_shapes=True``;
+  (``aten::conv2d``, ``aten::linear``, ...), recorded with ``record_shapes=True``; that
+  operator's start, the end of the ``optimizer.zero_grad()`` before it (``Optimizer.zero_grad#``)
+  and the start of the backward's last node (``autograd::engine::evaluate_function: ...``)
+  bound the step's compute;
 * on CUDA, the device's other kernels: the rank's compute on the GPU.
 
 Times here are in seconds on the rank's own clock (:mod:`hetsim.traces.torch_profiler` aligns
@@ -45,6 +48,8 @@ ISSUE_OPS = ("c10d::", "record_param_comms")  # the main thread's collective cal
 RUN_PREFIXES = ("gloo:", "nccl")  # where a collective ran: gloo's worker threads, NCCL's kernels
 FORWARD_OPS = ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::linear", "aten::embedding",
                "aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::matmul", "aten::addmm")  # fmt: skip
+ZERO_GRAD_PREFIX = "Optimizer.zero_grad"  # torch.optim's annotation of optimizer.zero_grad()
+BACKWARD_PREFIX = "autograd::engine::evaluate_function"  # each backward node, as the autograd engine runs it
 US = 1e-6  # Kineto's microseconds, in seconds
 
 
@@ -82,6 +87,8 @@ class RankTrace:
     collectives: list[Collective]  # in issue order
     batch: dict[int, int]  # step -> local batch from the recorded input shapes (steps that have one)
     forward: dict[int, float]  # step -> when its first forward operator started (steps that have one)
+    backward: dict[int, float]  # step -> when its backward's last operator started (steps that have one)
+    zeroed: dict[int, float]  # step -> when the last zero_grad before its forward ended (steps that have one)
     device_busy: list[Span]  # CUDA: the non-collective kernels (empty on CPU)
 
 
@@ -123,7 +130,8 @@ def read_rank(path: Path) -> RankTrace:
         path=path, rank=info["rank"], world_size=info["world_size"], backend=str(info.get("backend", "")),
         host=str(data.get("host_name", "")), segment=segment if isinstance(segment, str) else None,
         steps=steps, busy=_leaves(ops, main), collectives=_collectives(events, ops, path),
-        batch=batch, forward=forward, device_busy=_device_busy(events),
+        batch=batch, forward=forward, backward=_backward(ops, steps),
+        zeroed=_zeroed(events, main, forward), device_busy=_device_busy(events),
     )  # fmt: skip
 
 
@@ -209,6 +217,29 @@ def _forward(ops: list[dict[str, Any]], steps: dict[int, Span]) -> tuple[dict[in
         if isinstance(dims, list) and dims and isinstance(dims[0], list) and len(dims[0]) >= 2:
             batch[number] = int(dims[0][0])
     return batch, first
+
+
+def _zeroed(events: list[dict[str, Any]], main: Any, forward: dict[int, float]) -> dict[int, float]:
+    """Per step with a forward, when the last ``optimizer.zero_grad()`` before it ended."""
+    ends = sorted((e["ts"] + e["dur"]) * US for e in events
+                  if e.get("tid") == main and str(e.get("name", "")).startswith(ZERO_GRAD_PREFIX))  # fmt: skip
+    out: dict[int, float] = {}
+    for number, first in forward.items():
+        k = bisect.bisect_right(ends, first)
+        if k:
+            out[number] = ends[k - 1]
+    return out
+
+
+def _backward(ops: list[dict[str, Any]], steps: dict[int, Span]) -> dict[int, float]:
+    """Per step, when the last operator of its backward (the autograd engine's) started."""
+    starts = sorted(e["ts"] * US for e in ops if str(e.get("name", "")).startswith(BACKWARD_PREFIX))
+    last: dict[int, float] = {}
+    for number, span in steps.items():
+        k = bisect.bisect_right(starts, span.end_s)
+        if k and starts[k - 1] >= span.start_s:
+            last[number] = starts[k - 1]
+    return last
 
 
 def _device_busy(events: list[dict[str, Any]]) -> list[Span]:

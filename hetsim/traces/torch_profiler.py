@@ -11,25 +11,25 @@ Each rank's trace is read by :mod:`hetsim.traces.kineto`. Then:
    minus rank 0's. After the offsets no all-reduce may end on a rank before the last rank issued
    it (by more than :data:`CAUSALITY_TOL_S`) in more than :data:`MAX_ACAUSAL` of them: otherwise the
    clocks cannot be aligned (the traces are not of one run, or a clock jumped).
-3. **Blocked time.** A rank is blocked on a collective from the later of its issue and the end of
-   the last operator its main thread ran after issuing it, until the collective ends and its main
-   thread runs its next operator (a thread woken late, on a busy machine, was still inside the
-   call: the run's own trace counts that as communication too); not at all
-   when its main thread was inside another operator when the collective ended (the collective
-   overlapped its compute: DDP's earlier buckets). On CUDA the same rule is applied on the
-   device: from the NCCL kernel's start or the last compute kernel's end, to the NCCL kernel's end.
+3. **Blocked time** (:mod:`hetsim.traces.blocking`). Of the gaps in a rank's main-thread
+   operators after it issued a collective, the one that overlaps the collective's run the most
+   is where it waited for it, until the thread ran its next operator; a synchronous call's wait
+   starts with the call. A collective that ran while the rank worked (DDP's earlier buckets
+   during the backward) blocked it only in the gaps between operators. On CUDA the same rule
+   runs on the device: the gaps between compute kernels, from the NCCL kernel's start.
 4. **Wait and exposed communication.** Of a blocked span, the part before the last rank issued
-   the collective is waiting for that rank (``wait_s``); the rest is the exchange itself
-   (``comm_s``).
+   the collective is waiting for that rank (``wait_s``); the rest is the exchange itself and
+   the thread's wake-up.
 5. **Compute.** A step's ``compute_s`` is the rank's work from the end of its last blocked span
-   before the step's first forward operator (or the step's start) to the start of its first
-   blocked span after it (or the step's end): the forward, the backward (with DDP, up to its
-   wait for the last buckets), whatever the loop did in between (an injected delay) and
-   before it (data loading, when no collective comes first), less any blocked time inside.
-   The rest of the step that is not waiting (the optimizer's update, the split's broadcast,
-   copying the reduced gradient back) is ``comm_s``, as ``validation run`` books it: a per-step
-   cost outside the ranks' compute. So ``compute_s + wait_s + comm_s`` is the rank's own wall
-   time of the step (its ``ProfilerStep`` span), as in every hetsim trace.
+   before the step's first forward operator, or of the ``optimizer.zero_grad()`` between them
+   (loops zero the gradients just before the forward), or the step's start, to the start of its
+   first blocked span after its backward's last node started (or the step's end): the forward,
+   the backward (with DDP, up to its wait for the last buckets), whatever the loop did in
+   between (an injected delay) and before it (data loading, when neither comes first), less the
+   blocked time inside. The rest of the step that is not waiting (the optimizer's update, the
+   split's broadcast, copying the reduced gradient back) is ``comm_s``, as ``validation run``
+   books it: a per-step cost outside the ranks' compute. So ``compute_s + wait_s + comm_s`` is
+   the rank's own wall time of the step (its ``ProfilerStep`` span), as in every hetsim trace.
 
 Rows: one per rank per step, ``step`` the ``ProfilerStep`` number, ``start_s`` the step's start on
 the aligned clock from the first step's, ``local_batch`` from the recorded input shapes or
@@ -38,7 +38,6 @@ the aligned clock from the first step's, ``local_batch`` from the recorded input
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +46,8 @@ import numpy as np
 
 from hetsim.errors import ConfigError
 from hetsim.trace import Trace
-from hetsim.traces.kineto import Collective, RankTrace, Span, read_rank
+from hetsim.traces.blocking import Part, arrival, blocked_spans, compute_time
+from hetsim.traces.kineto import RankTrace, read_rank
 
 CAUSALITY_TOL_S = 2e-3  # an all-reduce may seem to end this much before its last issue (clock jitter)
 MAX_ACAUSAL = 0.1  # the share of all-reduces allowed to break causality by more than that
@@ -75,7 +75,7 @@ def import_traces(
     first_start = min(r.steps[steps[0]].start_s - offsets[r.rank] for r in ranks)
     columns: dict[str, list[float]] = {c: [] for c in ("step", "worker", "local_batch", "start_s", "compute_s",
                                                         "wait_s", "comm_s")}  # fmt: skip
-    parts = [blocked_parts(ranks, offsets, k) for k in range(len(ranks[0].collectives))]
+    parts = blocked_parts(ranks, offsets)
     sources = set()
     for number in steps:
         start = min(r.steps[number].start_s - offsets[r.rank] for r in ranks) - first_start
@@ -83,7 +83,8 @@ def import_traces(
             span = r.steps[number]
             mine = [part[r.rank] for part in parts]
             wait = sum(part.within(span)[0] for part in mine)
-            compute = compute_time(span, r.forward.get(number, span.start_s), mine)
+            forward = r.forward.get(number, span.start_s)
+            compute = compute_time(span, forward, r.backward.get(number, forward), mine, r.zeroed.get(number))
             local, source = local_batch(r, number, batch)
             sources.add(source)
             row = (number, r.rank, local, start, compute, wait, span.end_s - span.start_s - compute - wait)
@@ -183,77 +184,20 @@ def align(ranks: list[RankTrace]) -> list[float]:
     return offsets
 
 
-@dataclass(frozen=True)
-class Part:
-    """One rank's blocked span on one collective (aligned clock is not needed: its own clock),
-    split into the wait for the last rank and the exchange."""
-
-    span: Span | None
-    wait_s: float
-
-    def within(self, step: Span) -> tuple[float, float]:
-        """(wait, comm) of this span that falls inside ``step`` (wait first)."""
-        if self.span is None:
-            return 0.0, 0.0
-        start, end = max(self.span.start_s, step.start_s), min(self.span.end_s, step.end_s)
-        if end <= start:
-            return 0.0, 0.0
-        wait_end = self.span.start_s + self.wait_s
-        wait = max(0.0, min(end, wait_end) - start)
-        return wait, (end - start) - wait
-
-
-def blocked_parts(ranks: list[RankTrace], offsets: Sequence[float], k: int) -> dict[int, Part]:
-    """Each rank's blocked span on collective ``k`` and its wait for the last rank to issue it."""
-    spans = {r.rank: blocked_span(r, r.collectives[k]) for r in ranks}
-    last_issue = max(_arrival(r, r.collectives[k]) - offsets[r.rank] for r in ranks)
-    out: dict[int, Part] = {}
-    for r in ranks:
-        span = spans[r.rank]
-        if span is None:
-            out[r.rank] = Part(None, 0.0)
-            continue
-        wait = min(max(0.0, last_issue + offsets[r.rank] - span.start_s), span.end_s - span.start_s)
-        out[r.rank] = Part(span, wait)
+def blocked_parts(ranks: list[RankTrace], offsets: Sequence[float]) -> list[dict[int, Part]]:
+    """Per collective, each rank's blocked span on it and its wait for the last rank to issue it."""
+    spans = {r.rank: blocked_spans(r) for r in ranks}
+    out: list[dict[int, Part]] = []
+    for k in range(len(ranks[0].collectives)):
+        last_issue = max(arrival(r, r.collectives[k]) - offsets[r.rank] for r in ranks)
+        parts: dict[int, Part] = {}
+        for r in ranks:
+            span = spans[r.rank][k]
+            wait = 0.0 if span is None else min(max(0.0, last_issue + offsets[r.rank] - span.start_s),
+                                                span.end_s - span.start_s)  # fmt: skip
+            parts[r.rank] = Part(span, wait)
+        out.append(parts)
     return out
-
-
-def _arrival(rank: RankTrace, c: Collective) -> float:
-    """When the rank reached the collective: its issue (CPU), its kernel's start (CUDA)."""
-    return c.ran.start_s if rank.device_busy else c.issue.start_s
-
-
-def blocked_span(rank: RankTrace, c: Collective) -> Span | None:
-    """When the rank waited for ``c`` to end (see the module's docstring, 3.); None if it did not."""
-    if rank.device_busy:
-        busy, start, end, inside = rank.device_busy, c.ran.start_s, c.ran.end_s, c.ran
-    else:
-        busy, start, end, inside = rank.busy, c.issue.start_s, max(c.ran.end_s, c.issue.end_s), c.issue
-    for b in busy[bisect.bisect_left(busy, inside.start_s, key=lambda s: s.start_s) :]:
-        if b.start_s >= end:
-            if not rank.device_busy:
-                end = b.start_s  # the main thread resumes at its next operator: until then it was in the call
-            break
-        if inside.start_s <= b.start_s and b.end_s <= inside.end_s:
-            continue  # the issue's own operators
-        if b.start_s < c.ran.end_s < b.end_s:
-            return None  # busy when it ended: it overlapped the rank's work
-        if start <= b.start_s and b.end_s <= end:
-            start = max(start, b.end_s)
-    return Span(start, end) if end > start else None
-
-
-def compute_time(step: Span, forward_s: float, parts: Sequence[Part]) -> float:
-    """The rank's compute in ``step``: from the end of its last blocked span before the forward
-    (or the step's start) to the start of its first blocked span after it (or the step's end),
-    less any blocked time in between (see the module's docstring, 5.)."""
-    spans = [
-        p.span for p in parts if p.span is not None and p.span.end_s > step.start_s and p.span.start_s < step.end_s
-    ]
-    start = max([s.end_s for s in spans if s.end_s <= forward_s] + [step.start_s])
-    end = min([s.start_s for s in spans if s.start_s >= forward_s] + [step.end_s])
-    blocked = sum(max(0.0, min(s.end_s, end) - max(s.start_s, start)) for s in spans)
-    return max(0.0, end - start - blocked)
 
 
 def local_batch(rank: RankTrace, step: int, batch: Mapping[int, int] | None) -> tuple[int, str]:
