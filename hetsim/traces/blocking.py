@@ -1,5 +1,5 @@
 """When a rank was blocked in its collectives, and what of a step is its compute: the rules of
-:mod:`hetsim.traces.torch_profiler` (its docstring, 3. to 5.), on one rank's
+:mod:`hetsim.traces.torch_profiler` (its docstring, 3. and 4.), on one rank's
 :class:`~hetsim.traces.kineto.RankTrace`.
 
 **Blocked.** While a collective runs (gloo's slice, or NCCL's kernel), the rank's main thread
@@ -20,34 +20,8 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from hetsim.traces.kineto import Collective, RankTrace, Span
-
-
-@dataclass(frozen=True)
-class Part:
-    """One rank's blocked span on one collective (its own clock), split into the wait for the
-    last rank to issue it and the exchange."""
-
-    span: Span | None
-    wait_s: float
-
-    def within(self, step: Span) -> tuple[float, float]:
-        """(wait, comm) of this span that falls inside ``step`` (wait first)."""
-        if self.span is None:
-            return 0.0, 0.0
-        start, end = max(self.span.start_s, step.start_s), min(self.span.end_s, step.end_s)
-        if end <= start:
-            return 0.0, 0.0
-        wait_end = self.span.start_s + self.wait_s
-        wait = max(0.0, min(end, wait_end) - start)
-        return wait, (end - start) - wait
-
-
-def arrival(rank: RankTrace, c: Collective) -> float:
-    """When the rank reached the collective: its issue (CPU), its kernel's start (CUDA)."""
-    return c.ran.start_s if rank.device_busy else c.issue.start_s
 
 
 def blocked_spans(rank: RankTrace) -> list[Span | None]:
@@ -88,19 +62,17 @@ def _blocked(rank: RankTrace, c: Collective) -> Span | None:
 
 
 def compute_time(
-    step: Span, forward_s: float, backward_s: float, parts: Sequence[Part], zeroed_s: float | None = None
+    step: Span, forward_s: float, backward_s: float, blocked: Sequence[Span | None], zeroed_s: float | None = None
 ) -> float:
     """The rank's compute in ``step``: from the end of its last blocked span before the forward
     (``forward_s``), or of the ``zero_grad`` between them (``zeroed_s``), or the step's start, to
     the start of its first blocked span that starts after the backward's last operator started
     (``backward_s``: DDP's wait for its last buckets, the flat path's gradient all-reduce; or the
     step's end), less the blocked time in between (DDP's earlier buckets)."""
-    spans = [
-        p.span for p in parts if p.span is not None and p.span.end_s > step.start_s and p.span.start_s < step.end_s
-    ]
+    spans = [s for s in blocked if s is not None and s.end_s > step.start_s and s.start_s < step.end_s]
     start = max([s.end_s for s in spans if s.end_s <= forward_s] + [step.start_s])
     if zeroed_s is not None and start <= zeroed_s <= forward_s:
         start = zeroed_s
     end = min([s.start_s for s in spans if s.start_s >= max(backward_s, start)] + [step.end_s])
-    blocked = sum(max(0.0, min(s.end_s, end) - max(s.start_s, start)) for s in spans)
-    return max(0.0, end - start - blocked)
+    inside = sum(max(0.0, min(s.end_s, end) - max(s.start_s, start)) for s in spans)
+    return max(0.0, end - start - inside)

@@ -17,19 +17,20 @@ Each rank's trace is read by :mod:`hetsim.traces.kineto`. Then:
    starts with the call. A collective that ran while the rank worked (DDP's earlier buckets
    during the backward) blocked it only in the gaps between operators. On CUDA the same rule
    runs on the device: the gaps between compute kernels, from the NCCL kernel's start.
-4. **Wait and exposed communication.** Of a blocked span, the part before the last rank issued
-   the collective is waiting for that rank (``wait_s``); the rest is the exchange itself and
-   the thread's wake-up.
-5. **Compute.** A step's ``compute_s`` is the rank's work from the end of its last blocked span
+4. **Compute.** A step's ``compute_s`` is the rank's work from the end of its last blocked span
    before the step's first forward operator, or of the ``optimizer.zero_grad()`` between them
    (loops zero the gradients just before the forward), or the step's start, to the start of its
    first blocked span after its backward's last node started (or the step's end): the forward,
    the backward (with DDP, up to its wait for the last buckets), whatever the loop did in
    between (an injected delay) and before it (data loading, when neither comes first), less the
-   blocked time inside. The rest of the step that is not waiting (the optimizer's update, the
-   split's broadcast, copying the reduced gradient back) is ``comm_s``, as ``validation run``
-   books it: a per-step cost outside the ranks' compute. So ``compute_s + wait_s + comm_s`` is
-   the rank's own wall time of the step (its ``ProfilerStep`` span), as in every hetsim trace.
+   blocked time inside. The rest of the step (the collectives, the optimizer's update, the
+   split's broadcast, copying the reduced gradient back) is waiting and communication, as
+   ``validation run`` books it: a per-step cost outside the ranks' compute.
+5. **Wait and exposed communication**, in hetsim's terms (a barrier step): the step lasts rank
+   0's ``ProfilerStep`` span (as in ``validation run``'s traces, rank 0's is the step's);
+   ``comm_s``, the same in every row of the step, is that less the slowest rank's compute; a
+   rank's ``wait_s`` is the slowest rank's compute less its own. So every row adds up to the
+   step, and the step is the slowest compute plus the communication, as hetsim models it.
 
 Rows: one per rank per step, ``step`` the ``ProfilerStep`` number, ``start_s`` the step's start on
 the aligned clock from the first step's, ``local_batch`` from the recorded input shapes or
@@ -46,8 +47,8 @@ import numpy as np
 
 from hetsim.errors import ConfigError
 from hetsim.trace import Trace
-from hetsim.traces.blocking import Part, arrival, blocked_spans, compute_time
-from hetsim.traces.kineto import RankTrace, read_rank
+from hetsim.traces.blocking import blocked_spans, compute_time
+from hetsim.traces.kineto import RankTrace, Span, read_rank
 
 CAUSALITY_TOL_S = 2e-3  # an all-reduce may seem to end this much before its last issue (clock jitter)
 MAX_ACAUSAL = 0.1  # the share of all-reduces allowed to break causality by more than that
@@ -75,19 +76,17 @@ def import_traces(
     first_start = min(r.steps[steps[0]].start_s - offsets[r.rank] for r in ranks)
     columns: dict[str, list[float]] = {c: [] for c in ("step", "worker", "local_batch", "start_s", "compute_s",
                                                         "wait_s", "comm_s")}  # fmt: skip
-    parts = blocked_parts(ranks, offsets)
+    blocked = {r.rank: blocked_spans(r) for r in ranks}
     sources = set()
     for number in steps:
         start = min(r.steps[number].start_s - offsets[r.rank] for r in ranks) - first_start
-        for r in ranks:
-            span = r.steps[number]
-            mine = [part[r.rank] for part in parts]
-            wait = sum(part.within(span)[0] for part in mine)
-            forward = r.forward.get(number, span.start_s)
-            compute = compute_time(span, forward, r.backward.get(number, forward), mine, r.zeroed.get(number))
+        computes = [_compute(r, number, blocked[r.rank]) for r in ranks]
+        step_s = ranks[0].steps[number].end_s - ranks[0].steps[number].start_s  # rank 0's, as validation's
+        comm = max(0.0, step_s - max(computes))
+        for r, compute in zip(ranks, computes):
             local, source = local_batch(r, number, batch)
             sources.add(source)
-            row = (number, r.rank, local, start, compute, wait, span.end_s - span.start_s - compute - wait)
+            row = (number, r.rank, local, start, compute, max(computes) - compute, comm)
             for key, value in zip(columns, row):
                 columns[key].append(value)
     return Imported(_trace(columns, policy or ranks[0].segment or name or "profiled", len(ranks)), tuple(offsets),
@@ -184,20 +183,10 @@ def align(ranks: list[RankTrace]) -> list[float]:
     return offsets
 
 
-def blocked_parts(ranks: list[RankTrace], offsets: Sequence[float]) -> list[dict[int, Part]]:
-    """Per collective, each rank's blocked span on it and its wait for the last rank to issue it."""
-    spans = {r.rank: blocked_spans(r) for r in ranks}
-    out: list[dict[int, Part]] = []
-    for k in range(len(ranks[0].collectives)):
-        last_issue = max(arrival(r, r.collectives[k]) - offsets[r.rank] for r in ranks)
-        parts: dict[int, Part] = {}
-        for r in ranks:
-            span = spans[r.rank][k]
-            wait = 0.0 if span is None else min(max(0.0, last_issue + offsets[r.rank] - span.start_s),
-                                                span.end_s - span.start_s)  # fmt: skip
-            parts[r.rank] = Part(span, wait)
-        out.append(parts)
-    return out
+def _compute(rank: RankTrace, number: int, blocked: list[Span | None]) -> float:
+    span = rank.steps[number]
+    forward = rank.forward.get(number, span.start_s)
+    return compute_time(span, forward, rank.backward.get(number, forward), blocked, rank.zeroed.get(number))
 
 
 def local_batch(rank: RankTrace, step: int, batch: Mapping[int, int] | None) -> tuple[int, str]:
