@@ -60,6 +60,7 @@ from validation.record import NullWriter, RunWriter, Writer, run_meta
 from validation.segment import Segment
 from validation.sharding import WARMUP, epoch_permutation, local_indices, steps_per_epoch
 from validation.uneven.control import Controller
+from validation.uneven.profiling import StepProfiler, segment_profilers
 from validation.uneven.run import probe_rounds, run_steps
 from validation.uneven.step import UnevenStep
 from validation.workloads import load_workload
@@ -95,6 +96,7 @@ class RankTrainer:
         self.probe_run = RunHint()
         self.probe_noise: float | None = None
         self.sizes: list[set[int]] = [set() for _ in range(self.world)]  # local batch sizes each rank has run
+        self.profilers: dict[str, StepProfiler] = {}  # --profile: each policy's, used in its first epoch
 
     # ------------------------------------------------------------------ steps
 
@@ -165,10 +167,13 @@ class RankTrainer:
         """One epoch of ``seg``'s policy, then the held-out evaluation and the epoch's row."""
         perm = epoch_permutation(self.config.seed, epoch, self.data.n_train)
         batch = self.epoch_batch(seg)
+        profiler = self.profilers.pop(seg.name, None)
         results = run_steps(
             seg.ctrl, seg.stepper, epoch, self.data.n_train // batch, lambda k: (perm, k), self.loss_of,
-            before_step=self.before_step(f"policy {seg.name}"),
+            before_step=self.before_step(f"policy {seg.name}"), profiler=profiler,
         )  # fmt: skip
+        if profiler is not None:
+            profiler.close()  # within one epoch: the evaluation and the probe's rounds are no step
         self.where = f"{seg.name}, end of epoch {epoch}"
         sums = block_sums((r.local_sq, r.split, r.global_sq) for r in results)
         noise = sums.value()
@@ -259,6 +264,7 @@ class RankTrainer:
         config = self.config
         meta = self.meta()
         self.writer = RunWriter(out, meta) if self.rank == 0 else NullWriter()
+        self.profilers = segment_profilers(out / "profiler", list(config.policies), self.rank, config.profile)
         probe = self.new_segment(PROBE)
         self.warm_up(probe)
         schedule = iter(probe_schedule(config.probe_repeats, config.epochs * len(config.policies), START_ROUNDS))
