@@ -204,6 +204,7 @@ def plan_text(result: Plan) -> str:
         lines.append(f"global batches tried in {result.batch_range[0]}..{result.batch_range[1]}: {tried}")
     lines += _recommended_lines(result) + _fragility_lines(result)
     lines += [f"{r.policy}: {r.note}" for r in result.rows if r.note]
+    lines += [f"note: {result.extrapolation}"] if result.extrapolation else []
     return "\n".join(lines)
 
 

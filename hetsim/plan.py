@@ -65,6 +65,17 @@ class Plan:
         names = [w.name for w in self.scenario.workers]
         return tuple(names[i] for i, b in enumerate(self.recommended.split) if b == 0)
 
+    @property
+    def extrapolation(self) -> str | None:
+        """Why the time to target at the plan's global batch is an extrapolation (outside the
+        batches its ``[workload.efficiency]`` was fitted on), or None."""
+        eff = self.scenario.workload.efficiency
+        if eff is None or eff.fit_batches is None or not eff.extrapolates(self.global_batch):
+            return None
+        lo, hi = eff.fit_batches
+        return (f"time to target extrapolates: global batch {self.global_batch} is outside the batches the "
+                f"efficiency was fitted on ({lo:g}..{hi:g})")  # fmt: skip
+
     def to_dict(self) -> dict[str, Any]:
         """One JSON object: ``recommended`` (``policy``, ``split``, ``global_batch``,
         ``predicted_step_s`` and the rest), ``policies`` (the rows), ``fragility``, the objective,
@@ -88,6 +99,7 @@ class Plan:
                 "throughput_sps": rec.throughput_sps.value,
                 "time_to_target_s": None if rec.time_to_target_s is None else rec.time_to_target_s.value,
                 "gain_over_equal": self.gain_over_equal,
+                "extrapolation": self.extrapolation,
             },
             "policies": [r.to_dict() for r in self.rows],
             "left_out_policies": [{"policy": p, "reason": why} for p, why in self.left_out],

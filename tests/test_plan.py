@@ -236,3 +236,20 @@ def test_without_a_closed_form_the_best_simulation_is_recommended_and_fragility_
     assert result.to_dict()["fragility"]["note"] == "not computed: the recommended policy has no closed form"
     assert result.gain_over_equal == pytest.approx(
         result.recommended.throughput_sps.value / result.rows[0].throughput_sps.value)
+
+
+@pytest.mark.slow
+def test_a_time_to_target_outside_the_fitted_batches_is_said_to_extrapolate(capsys):
+    """plan says when its global batch lies outside the batches [workload.efficiency] was fitted on
+    (``fit_batches``), in the text and in plan.json; inside them, or without a fitted range, not."""
+    eff = ["workload.efficiency.noise_scale=300", "workload.efficiency.base_batch=64",
+           "workload.efficiency.target_steps=500"]  # fmt: skip
+    for fitted, expected in (("[64,128]", "global batch 256 is outside the batches the efficiency was fitted on "
+                              "(64..128)"), ("[64,512]", None), (None, None)):  # fmt: skip
+        sets = [*eff, *([] if fitted is None else [f"workload.efficiency.fit_batches={fitted}"])]
+        argv = ["plan", "paper", "--policy", "equal,optimal", *(a for s in sets for a in ("--set", s))]
+        assert main([*argv, "--json"]) == 0
+        extrapolation = json.loads(capsys.readouterr().out)["recommended"]["extrapolation"]
+        assert extrapolation == (None if expected is None else f"time to target extrapolates: {expected}")
+        assert main(argv) == 0
+        assert (f"note: time to target extrapolates: {expected}" in capsys.readouterr().out) == (expected is not None)
