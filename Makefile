@@ -50,8 +50,12 @@ test-fast: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
+# bench: the quick benchmarks (a minute or two here); the others, each with its command, are in
+# docs/benchmarks.md. Each prints JSON: mean, median and 90th percentile over repetitions.
 bench: install
 	$(PY) benchmarks/bench_sweep.py --json
+	$(PY) benchmarks/bench_startup.py
+	$(PY) benchmarks/bench_plugin_policy.py
 
 clean:
 	rm -rf $(VENV) site .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -119,11 +119,6 @@ def timed(fn: Callable[[], object], min_time_s: float) -> tuple[float, object]:
     return best, result
 
 
-def stats(values: list[float] | np.ndarray) -> dict[str, float]:
-    """Mean, median and 90th percentile of repeated measurements (what the README reports)."""
-    x = np.asarray(values, dtype=float)
-    return {"mean": float(x.mean()), "median": float(np.median(x)), "p90": float(np.percentile(x, 90))}
-
 
 def same_trace(a: Trace, b: Trace) -> bool:
     floats = ("start_s", "compute_s", "wait_s", "comm_s", "slowdown")

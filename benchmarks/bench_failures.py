@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_engines import stats
+from bench_common import stats
 
 from validation.launch import child_pids
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
+
+from bench_common import stats
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_WORKERS, BASE_BATCH, BASE_DATASET = 6, 512, 50_000  # mixed-gpus as shipped
@@ -62,11 +62,6 @@ def repeat(workers: int, runs: int, objective: str, policies: str | None) -> lis
         out.append(json.loads(done.stdout))
     return out
 
-
-def stats(values: Sequence[float]) -> dict[str, float]:
-    """Mean, median and 90th percentile (linear between the order statistics, as numpy's default)."""
-    p90 = statistics.quantiles(values, n=10, method="inclusive")[8] if len(values) > 1 else values[0]
-    return {"mean": statistics.fmean(values), "median": statistics.median(values), "p90": p90}
 
 
 def main() -> int:

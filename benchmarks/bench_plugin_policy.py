@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engines import stats
+from bench_common import stats
 
 from hetsim.config import load_scenario
 from hetsim.partition import split_by_shares

@@ -21,7 +21,8 @@ import json
 import sys
 
 import bench_scale
-from bench_engines import scenario, stats
+from bench_common import stats
+from bench_engines import scenario
 
 from hetsim.config import build_scenario
 from hetsim.errors import ConfigError

@@ -36,7 +36,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-from bench_engines import MIN_TIME_S, same_trace, scenario, stats, timed
+from bench_common import stats
+from bench_engines import MIN_TIME_S, same_trace, scenario, timed
 
 from hetsim.engines import run_simpy, run_vector
 from hetsim.policies import make_policy

@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from bench_common import stats
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = "numpy"
@@ -48,11 +49,6 @@ def rounds(n: int) -> list[dict[str, float]]:
         out.append({name: wall_s(COMMANDS[name]) for name in order})
     return out
 
-
-def stats(values: Sequence[float]) -> dict[str, float]:
-    """Mean, median and 90th percentile (linear between the order statistics, as numpy's default)."""
-    p90 = statistics.quantiles(values, n=10, method="inclusive")[8] if len(values) > 1 else values[0]
-    return {"mean": statistics.fmean(values), "median": statistics.median(values), "p90": p90}
 
 
 def main() -> int:

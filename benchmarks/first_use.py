@@ -24,13 +24,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from bench_common import stats
 
 ROOT = Path(__file__).resolve().parent.parent
 
-
-def stats(values: list[float]) -> dict[str, float]:
-    x = np.asarray(values, dtype=float)
-    return {"mean": float(x.mean()), "median": float(np.median(x)), "p90": float(np.percentile(x, 90))}
 
 
 def ratios(trace: pd.DataFrame) -> tuple[list[float], dict[str, float]]:

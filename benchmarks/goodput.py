@@ -22,7 +22,7 @@ import sys
 from typing import Any
 
 import numpy as np
-from bench_engines import stats
+from bench_common import stats
 
 from hetsim.config import load_scenario
 from hetsim.metrics import summarize

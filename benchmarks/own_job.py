@@ -38,8 +38,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
+from bench_common import stats
 
 from hetsim.costs import Table
 
@@ -47,10 +47,6 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = "examples/train_your_model.py"
 TIMEOUT_S = 900
 
-
-def stats(values: list[float]) -> dict[str, float]:
-    x = np.asarray(values, dtype=float)
-    return {"mean": float(x.mean()), "median": float(np.median(x)), "p90": float(np.percentile(x, 90))}
 
 
 def call(command: list[str], what: str) -> str:

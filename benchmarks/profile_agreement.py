@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_common import stats
 
 from hetsim.costs import Table
 
@@ -92,9 +93,6 @@ def prediction(a: dict[str, Any], h: dict[str, Any]) -> list[float]:
         for batch, measured in medians.items()
     ]
 
-
-def stats(values: list[float]) -> dict[str, float]:
-    return {"mean": float(np.mean(values)), "median": float(np.median(values)), "p90": float(np.quantile(values, 0.9))}
 
 
 def main() -> None:
