@@ -148,7 +148,7 @@ def test_short_default_run_and_compare_complete(tmp_path, capsys):
 
 def test_a_dead_rank_fails_the_run_fast_and_keeps_the_trace(tmp_path):
     out = tmp_path / "run"
-    # 3 warm-up + 6 probe steps, then equal: crash rank 1 in equal's second epoch. The process
+    # warm-up and probe steps, then equal: crash rank 1 in equal's second epoch. The process
     # group timeout is far longer than the run is allowed (the subprocess timeout), so the run
     # can only pass by noticing the dead peer, not by waiting out the timeout.
     run = _validation(
@@ -162,7 +162,7 @@ def test_a_dead_rank_fails_the_run_fast_and_keeps_the_trace(tmp_path):
         "--out",
         str(out),
         "--crash-at",
-        "1=40",  # 13 warm-up, 10 probe and 11 steps of equal's epoch 0 come before: epoch 1, step 5
+        "1=47",  # 17 warm-up (a probe round, 3 equal), 14 probe and 11 steps of equal's epoch 0 before: epoch 1, step 5
         "--timeout-s",
         "900",
         timeout=120,

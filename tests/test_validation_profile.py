@@ -301,12 +301,12 @@ def test_ranks_that_find_bad_input_end_in_one_line(tmp_path, capsys):
     ]  # fmt: skip
     for argv, pattern in refusals:
         capsys.readouterr()
-        before = sorted(tmp_path.rglob("*"))
+        before, children = sorted(tmp_path.rglob("*")), set(child_pids(os.getpid()))  # earlier tests' are not ours
         status = main(["profile", *argv, "--out", f"{tmp_path}/out"])
         captured = capsys.readouterr()
         assert status == 2 and captured.out == ""
         assert re.fullmatch(f"validation: error: {pattern}\n", captured.err), captured.err
-        assert sorted(tmp_path.rglob("*")) == before and child_pids(os.getpid()) == []
+        assert sorted(tmp_path.rglob("*")) == before and set(child_pids(os.getpid())) <= children
 
 
 @pytest.mark.slow
@@ -315,8 +315,9 @@ def test_a_real_profile_of_two_cpu_ranks(tmp_path, capsys):
     out = tmp_path / "profile"
     argv = ["profile", "--devices", "cpu,cpu", "--budget-s", "1.5", "--max-batch", "16,32", "--global-batch", "32",
             "--seed", "4", "--out", str(out)]  # fmt: skip
+    children = set(child_pids(os.getpid()))  # what earlier tests left is not this profile's
     assert main(argv) == 0
-    assert child_pids(os.getpid()) == []
+    assert set(child_pids(os.getpid())) <= children
     printed = capsys.readouterr().out
     assert f"python -m hetsim plan {out}/scenario.toml" in printed
     scenario = load_scenario(out / "scenario.toml")
