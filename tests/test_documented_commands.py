@@ -38,6 +38,7 @@ LINKED = ("examples", "hetsim", "validation")  # what the docs' paths start with
 TIMEOUT_S = 300  # one command, on a loaded 2-core machine
 
 _VALIDATION_SHORT = "--epochs 1 --probe-repeats 1 --policies equal,dynamic"
+_LOADS = "--epochs 1 --probe-repeats 1 --policies equal"  # a workload's two ways in: that it loads and trains
 # command as documented -> the smaller one run instead (why: the documented one takes minutes, or
 # names a folder another command of the same document made under another name)
 SUBSTITUTE: dict[str, str] = {
@@ -47,11 +48,11 @@ SUBSTITUTE: dict[str, str] = {
     "python -m validation run": f"python -m validation run {_VALIDATION_SHORT} --out runs/validation-doc",
     "python -m validation compare runs/validation-<time>": "python -m validation compare runs/validation-doc",
     "python -m validation run --workload examples/my_workload.py:WORKLOAD --global-batch 64":
-        f"python -m validation run --workload examples/my_workload.py:WORKLOAD --global-batch 64 {_VALIDATION_SHORT}"
+        f"python -m validation run --workload examples/my_workload.py:WORKLOAD --global-batch 64 {_LOADS}"
         " --out runs/mine-file",
     "HETSIM_PLUGINS=examples/my_workload.py python -m validation run --workload breast-cancer-mlp --global-batch 64":
         "HETSIM_PLUGINS=examples/my_workload.py python -m validation run --workload breast-cancer-mlp "
-        f"--global-batch 64 {_VALIDATION_SHORT} --out runs/mine-plugin",
+        f"--global-batch 64 {_LOADS} --out runs/mine-plugin",
     # docs/guide/own-job.md: a profile of a minute and a run of 3 epochs -> the smallest that still profile and train
     "python -m validation profile --workload examples/train_your_model.py:WORKLOAD --threads 2,1 --out runs/own-prof":
         "python -m validation profile --workload examples/train_your_model.py:WORKLOAD --threads 2,1 --budget-s 3 "
