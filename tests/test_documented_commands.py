@@ -177,8 +177,9 @@ def test_every_documented_command_runs_as_written(document, tmp_path):
     assert run_document(document, tmp_path) == []
 
 
+# Not marked multiprocess although its commands start ranks: it checks exit statuses only (no
+# timing, no processes of its own), so it runs beside other tests on the parallel lane of make test.
 @pytest.mark.slow
-@pytest.mark.multiprocess
 @pytest.mark.parametrize("document", VALIDATION_DOCS)
 def test_every_documented_validation_command_runs_as_written(document, tmp_path):
     assert run_document(document, tmp_path) == []
