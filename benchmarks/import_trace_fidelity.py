@@ -38,8 +38,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
+from bench_common import stats
 
 from hetsim.analytic import predict
 from hetsim.calibrate import calibrate
@@ -50,11 +50,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 900
 SLOW_RANK = 1
 CPUS = {2: "0=0,1=1", 3: "0=0,1=1,2=0"}  # rank 1 alone on CPU 1, beside its neighbour
-
-
-def stats(values: list[float]) -> dict[str, float]:
-    x = np.asarray(values, dtype=float)
-    return {"mean": float(x.mean()), "median": float(np.median(x)), "p90": float(np.percentile(x, 90))}
 
 
 def record(out: Path, comm: str, world: int, seed: int, steps: int, duty: float) -> None:
