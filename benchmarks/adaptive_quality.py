@@ -26,13 +26,13 @@ from typing import Any
 import numpy as np
 from bench_engines import scenario as bench_scenario
 
-from hetsim.config import builtin_names, load_scenario
 from hetsim.engines import engine_for
-from hetsim.metrics import run_changes, summary_of
-from hetsim.scenario import Scenario
-from hetsim.simulate import simulate_summary
-from hetsim.stream import SummaryRecorder, Tee
-from hetsim.sweepfile import default_sweep_text, grid_points, load_sweep, point_scenario
+from hetsim.run.metrics import run_changes, summary_of
+from hetsim.run.simulate import simulate_summary
+from hetsim.run.summary_recorder import SummaryRecorder, Tee
+from hetsim.scenario.config import builtin_names, load_scenario
+from hetsim.scenario.scenario import Scenario
+from hetsim.sweep.spec import default_sweep_text, grid_points, load_sweep, point_scenario
 
 
 def compare(scenario: Scenario, params: dict[str, Any], seeds: range) -> dict[str, Any]:

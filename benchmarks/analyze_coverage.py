@@ -4,9 +4,9 @@
 
 For each scenario below (built-in scenarios with ``--set`` style overrides: one to ten epochs;
 independent, shared and persistent noise; barrier policies and async), ``--seeds`` analyses,
-seeds 0, 1, ..., each computed as ``analyze`` computes it (:func:`hetsim.step_ci.simulated_mean`,
+seeds 0, 1, ..., each computed as ``analyze`` computes it (:func:`hetsim.analysis.step_ci.simulated_mean`,
 vector engine where it runs the policy): one run with that seed, or, where
-:func:`hetsim.step_ci.method` says so, the mean of that seed's replications. Per scenario:
+:func:`hetsim.analysis.step_ci.method` says so, the mean of that seed's replications. Per scenario:
 
 * ``truth``: the mean over the seeds of those analyses' simulated means (the mean of the
   ``--seeds`` seeded runs; with replications, of all their runs);
@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from hetsim.config import load_scenario
+from hetsim.analysis.step_ci import simulated_mean
 from hetsim.policies import policy_class
-from hetsim.step_ci import simulated_mean
+from hetsim.scenario.config import load_scenario
 
 LEVEL = 0.95
 

@@ -7,7 +7,7 @@ t4-class, 149 ms) on one 10 Gbit/s parameter server (``network.kind = "ps"``), f
 from 100 MB (the link saturated many times over) down to 0.2 MB. For each size: the link's time
 per update ``S = 2 latency + 2 bytes / bandwidth``, the offered load ``S sum_i 1/(E[X_i] + S)``
 (above 1 the link cannot keep up), the link's capacity in samples a second, the simulated
-``async`` throughput and mean time between updates, and ``hetsim.analytic.predict``'s, with its
+``async`` throughput and mean time between updates, and ``hetsim.analysis.analytic.predict``'s, with its
 error; the same with Bard–Schweitzer alone (``analytic_async.MAX_STATES = 0``). ``--sigma``
 sets both groups' lognormal noise (default: the scenario's, 0.05 and 0.08).
 """
@@ -18,11 +18,11 @@ import argparse
 import json
 from typing import Any
 
-import hetsim.analytic_async as analytic_async
-from hetsim.analytic import predict
-from hetsim.config import load_scenario
-from hetsim.metrics import summarize
-from hetsim.simulate import simulate
+import hetsim.analysis.analytic_async as analytic_async
+from hetsim.analysis.analytic import predict
+from hetsim.run.metrics import summarize
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario
 
 SIZES_MB = (100.0, 10.0, 4.0, 3.0, 2.5, 2.0, 1.5, 1.0, 0.5, 0.2)
 PS16 = ["network.kind=ps", "network.bandwidth_gbps=10", "workers.0.count=8", "workers.1.count=8"]

@@ -13,7 +13,7 @@ noise never predicts itself):
 * ``plain``: today's model, one noise scale (the base runs' median whole-run estimate);
 * ``schedule``: the measured noise scale over progress (its shape over the base runs), one run's
   information, no other batch;
-* ``fit_1x_2x``: ``hetsim.efficiency_fit.fit`` on the base and 2x runs (target steps and noise
+* ``fit_1x_2x``: ``hetsim.model.efficiency_fit.fit`` on the base and 2x runs (target steps and noise
   scale free; its 2x predictions are of a batch it was fitted on, reported apart).
 
 Prints one JSON object: per model and workload, every prediction's relative error
@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from hetsim.efficiency import Efficiency
-from hetsim.efficiency_runs import Sweep, fitted_model, load_sweeps, plain_model, reached
+from hetsim.calibrate.efficiency_runs import Sweep, fitted_model, load_sweeps, plain_model, reached
+from hetsim.model.efficiency import Efficiency
 
 WORKLOADS = ("digits-cnn", "transformer")
 MULTIPLES = (1, 2, 4, 8)

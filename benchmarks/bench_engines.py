@@ -14,7 +14,7 @@ an exponential injected delay, the paper's ``dynamic`` policy, 100 steps per epo
   worker-step) with one Generator, one call per distribution: the cost of the randomness itself.
 
 For reference it also reports ``numpy_streams`` (not one of the four): the model's own draws of
-the run (:class:`hetsim.draws.StepDraws`: counter-based tiles, every law by inversion), the
+the run (:class:`hetsim.model.draws.StepDraws`: counter-based tiles, every law by inversion), the
 floor of any engine that reproduces the model's random numbers.
 
 Each rate is worker-steps per second, whole runs (an engine's setup included), the best over
@@ -36,12 +36,12 @@ import numpy as np
 import simpy
 from simpy.events import Condition
 
-from hetsim.config import build_scenario
-from hetsim.draws import StepDraws
 from hetsim.engines import run_simpy, run_vector
+from hetsim.model.draws import StepDraws
+from hetsim.model.trace import Trace
 from hetsim.policies import make_policy
-from hetsim.scenario import Scenario
-from hetsim.trace import Trace
+from hetsim.scenario.config import build_scenario
+from hetsim.scenario.scenario import Scenario
 
 STEPS_PER_EPOCH = 100
 SIGMA, DELAY_MEAN_S = 0.05, 0.002
@@ -117,7 +117,6 @@ def timed(fn: Callable[[], object], min_time_s: float) -> tuple[float, object]:
         elapsed = time.perf_counter() - t0
         best, spent = min(best, elapsed), spent + elapsed
     return best, result
-
 
 
 def same_trace(a: Trace, b: Trace) -> bool:

@@ -23,8 +23,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import stats
 
-from hetsim.config import load_scenario
-from hetsim.simulate import simulate
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario
 from hetsim.traces.chrome import ExportRun, check_size, lay_out, write_chrome
 
 

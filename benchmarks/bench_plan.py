@@ -1,4 +1,4 @@
-"""``hetsim plan``'s speed: the wall time of :func:`hetsim.plan.plan` on mixed-gpus scaled to 64
+"""``hetsim plan``'s speed: the wall time of :func:`hetsim.plan.planner.plan` on mixed-gpus scaled to 64
 and 1,024 workers (a third V100s, a third P100s, the rest K80s; the global batch and the dataset
 scaled with the count, so each worker's share and the 97-step epoch stay the scenario's).
 
@@ -42,8 +42,8 @@ def overrides(workers: int) -> list[str]:
 
 def one(workers: int, objective: str, policies: list[str] | None) -> dict[str, object]:
     """One timed plan, in this interpreter."""
-    from hetsim.config import load_scenario
-    from hetsim.plan import plan
+    from hetsim.plan.planner import plan
+    from hetsim.scenario.config import load_scenario
 
     scenario = load_scenario("mixed-gpus", overrides(workers))
     start, cpu = time.perf_counter(), time.process_time()
@@ -61,7 +61,6 @@ def repeat(workers: int, runs: int, objective: str, policies: str | None) -> lis
         done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=True)
         out.append(json.loads(done.stdout))
     return out
-
 
 
 def main() -> int:

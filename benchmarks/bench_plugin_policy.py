@@ -25,10 +25,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import stats
 
-from hetsim.config import load_scenario
-from hetsim.partition import split_by_shares
+from hetsim.model.partition import split_by_shares
 from hetsim.policies import Equal, Policy
-from hetsim.simulate import simulate
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario
 
 
 class EvenSplit(Policy):

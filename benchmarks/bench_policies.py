@@ -24,10 +24,10 @@ import bench_scale
 from bench_common import stats
 from bench_engines import scenario
 
-from hetsim.config import build_scenario
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
 from hetsim.policies import policy_class
-from hetsim.scenario import Scenario
+from hetsim.scenario.config import build_scenario
+from hetsim.scenario.scenario import Scenario
 
 EFFICIENCY = {"noise_scale_per_batch": 4.0, "base_batch_per_batch": 1.0}  # relative to the global batch
 

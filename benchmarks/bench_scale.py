@@ -40,8 +40,8 @@ from bench_common import stats
 from bench_engines import MIN_TIME_S, same_trace, scenario, timed
 
 from hetsim.engines import run_simpy, run_vector
+from hetsim.model.trace import Trace
 from hetsim.policies import make_policy
-from hetsim.trace import Trace
 
 HERE = Path(__file__).resolve().parent
 PAIRS = {1024: 5, 10000: 3}  # workers: dynamic-adaptive pairs a round runs

@@ -50,7 +50,6 @@ def rounds(n: int) -> list[dict[str, float]]:
     return out
 
 
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="rounds measured (default 10)")

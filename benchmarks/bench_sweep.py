@@ -15,9 +15,9 @@ import json
 import sys
 import time
 
-from hetsim.config import tomllib
-from hetsim.sweep import expand, make_executor
-from hetsim.sweepfile import default_sweep_text, load_sweep
+from hetsim.scenario.config import tomllib
+from hetsim.sweep.run import expand, make_executor
+from hetsim.sweep.spec import default_sweep_text, load_sweep
 
 
 def measure(jobs: int, n_cells: int) -> float:

@@ -44,8 +44,8 @@ import numpy as np
 import pandas as pd
 
 from hetsim.calibrate import calibrate
-from hetsim.config import load_scenario
-from hetsim.simulate import simulate
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario
 
 AFFINE = ({"overhead_s": 0.010, "per_sample_s": 0.0010}, {"overhead_s": 0.006, "per_sample_s": 0.0014},
           {"overhead_s": 0.020, "per_sample_s": 0.0008}, {"overhead_s": 0.013, "per_sample_s": 0.0013})  # fmt: skip

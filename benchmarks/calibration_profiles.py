@@ -2,7 +2,7 @@
 
     python benchmarks/calibration_profiles.py [--json] [--train 3] [--steps 200] [--sigma 0.05] [--seed 0]
 
-For every device/workload curve of the Gavel profiles (``hetsim.costs.device_profiles()``:
+For every device/workload curve of the Gavel profiles (``hetsim.model.costs.device_profiles()``:
 15 curves, 4 or 5 batch sizes each) and every choice of ``--train`` (3) of its sizes, a
 one-worker scenario with that ``profile`` cost and lognormal noise is simulated for ``--steps``
 steps at each of those sizes (the runs pooled as one trace, steps kept apart), then calibrated
@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from hetsim.calibrate import calibrate
-from hetsim.config import build_scenario
-from hetsim.costs import Profile, device_profiles
-from hetsim.simulate import simulate
+from hetsim.model.costs import Profile, device_profiles
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import build_scenario
 
 
 def trace_at(device: str, workload: str, batch: int, steps: int, sigma: float, seed: int) -> pd.DataFrame:

@@ -29,7 +29,6 @@ from bench_common import stats
 ROOT = Path(__file__).resolve().parent.parent
 
 
-
 def ratios(trace: pd.DataFrame) -> tuple[list[float], dict[str, float]]:
     """The trace's first-use ratios (per policy, rank and size) and each policy's first-step ratio."""
     worked = trace[trace["included"]]

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 from bench_common import stats
 
-from hetsim.config import load_scenario
-from hetsim.metrics import summarize
-from hetsim.simulate import simulate
+from hetsim.run.metrics import summarize
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario
 
 BATCHES = (256, 384, 512, 768, 1024, 1280)
 DEFAULT_BATCH = 512

@@ -17,7 +17,7 @@ RUN/profiler/equal-rank*.json.gz (:func:`hetsim.traces.torch_profiler.import_tra
 * ``trace_step_error``: the imported trace's mean step time (a step: rank 0's ``ProfilerStep``)
   against the run's own over the same steps;
 * ``step_error``: ``hetsim calibrate`` on the imported trace, its scenario's predicted mean step
-  time (:func:`hetsim.analytic.predict`, policy equal) against the run's measured mean step time
+  time (:func:`hetsim.analysis.analytic.predict`, policy equal) against the run's measured mean step time
   over the profiled steps (|predicted / measured - 1|, target within 5%).
 
 Summaries are mean, median and 90th percentile over the repetitions and configurations; the
@@ -41,9 +41,9 @@ from typing import Any
 import pandas as pd
 from bench_common import stats
 
-from hetsim.analytic import predict
+from hetsim.analysis.analytic import predict
 from hetsim.calibrate import calibrate
-from hetsim.config import build_scenario
+from hetsim.scenario.config import build_scenario
 from hetsim.traces.torch_profiler import import_traces
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -41,12 +41,11 @@ from typing import Any
 import pandas as pd
 from bench_common import stats
 
-from hetsim.costs import Table
+from hetsim.model.costs import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = "examples/train_your_model.py"
 TIMEOUT_S = 900
-
 
 
 def call(command: list[str], what: str) -> str:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from bench_common import stats
 
-from hetsim.costs import Table
+from hetsim.model.costs import Table
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_HELD_OUT = 8
@@ -92,7 +92,6 @@ def prediction(a: dict[str, Any], h: dict[str, Any]) -> list[float]:
         for table, medians in zip(a["tables"], h["medians"])
         for batch, measured in medians.items()
     ]
-
 
 
 def main() -> None:

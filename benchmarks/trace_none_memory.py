@@ -4,7 +4,7 @@
 
 The scenario of ``bench_engines.py`` (a quarter of the workers 2x slower, lognormal noise, an
 exponential delay, 100 steps per epoch) at the given size, run once on the vector engine with
-:func:`hetsim.simulate.simulate_summary`. Prints one JSON object: the size, the seconds, the
+:func:`hetsim.run.simulate.simulate_summary`. Prints one JSON object: the size, the seconds, the
 worker-steps per second, this process's peak resident memory in MB (``VmHWM``, reset when the
 run starts: a process inherits its parent's peak through fork and exec; ``ru_maxrss`` where
 /proc cannot say) and the Summary. With its trace the same run would need ``workers x steps`` rows (10^9 at the
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench_engines import scenario
 
-from hetsim.simulate import simulate_summary
+from hetsim.run.simulate import simulate_summary
 
 STATUS, CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
 

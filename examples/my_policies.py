@@ -13,11 +13,11 @@ parameter in ``[policy]``: ``name = "drop-slowest"``, ``leave_out = 2``.
 
 from __future__ import annotations
 
-from hetsim.errors import ConfigError
-from hetsim.params import Param
-from hetsim.partition import split_by_shares
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import Param
+from hetsim.core.registry import POLICIES
+from hetsim.model.partition import split_by_shares
 from hetsim.policies import Policy
-from hetsim.registry import POLICIES
 
 
 @POLICIES.register

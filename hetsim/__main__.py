@@ -1,7 +1,7 @@
-"""``python -m hetsim``: the command line (hetsim.cli)."""
+"""``python -m hetsim``: the command line (hetsim.cli.main)."""
 
 import sys
 
-from hetsim.cli import main
+from hetsim.cli.main import main
 
 sys.exit(main())

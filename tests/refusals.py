@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from hetsim.cli import main
-from hetsim.config import builtin_names
-from hetsim.registry import DISTRIBUTIONS, NETWORKS, POLICIES
+from hetsim.cli.main import main
+from hetsim.core.registry import DISTRIBUTIONS, NETWORKS, POLICIES
+from hetsim.scenario.config import builtin_names
 from tests.helpers import scenario_dict
 
 HUGE = 10**20

@@ -8,17 +8,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hetsim.analytic import NoClosedForm, predict
-from hetsim.config import load_scenario
-from hetsim.costs import Affine
-from hetsim.distributions import Constant, Empirical, Exponential, LogNormal, Uniform
-from hetsim.errors import ConfigError
-from hetsim.metrics import mean_ci, step_times, summarize
-from hetsim.orderstats import ComputeTime, expected_kth, expected_max, expected_max_exponential
-from hetsim.partition import water_fill
+from hetsim.analysis.analytic import NoClosedForm, predict
+from hetsim.analysis.orderstats import ComputeTime, expected_kth, expected_max, expected_max_exponential
+from hetsim.core.errors import ConfigError
+from hetsim.model.costs import Affine
+from hetsim.model.distributions import Constant, Empirical, Exponential, LogNormal, Uniform
+from hetsim.model.partition import water_fill
+from hetsim.model.workers import WorkerSpec
 from hetsim.policies import StepInfo, WorkerHint, make_policy
-from hetsim.simulate import simulate
-from hetsim.workers import WorkerSpec
+from hetsim.run.metrics import mean_ci, step_times, summarize
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario
 from tests.helpers import scenario_dict
 
 

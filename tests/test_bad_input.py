@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import pytest
 import tomli_w
 
-from hetsim.cli import main
+from hetsim.cli.main import main
 from tests.helpers import scenario_dict
 from tests.refusals import (  # noqa: F401  (re-exported: older imports name this module)
     DEEP,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hetsim.cli import main
+from hetsim.cli.main import main
 from tests.refusals import HUGE, case, check_refused, write_files
 
 HEADER = "worker,local_batch,compute_s,comm_s\n"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hetsim.cli import main
+from hetsim.cli.main import main
 from tests.refusals import HUGE, case, check_refused, deep, write_files
 
 SUCCESS = "batch_size : 64\nnum_epochs : 2\n"

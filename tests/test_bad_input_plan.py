@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hetsim.cli import main
+from hetsim.cli.main import main
 from tests.refusals import HUGE, ONE, case, check_refused, toml, write_files
 
 NO_TARGET = "workload.efficiency={noise_scale=512, base_batch=256}"

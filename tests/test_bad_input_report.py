@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hetsim.cli import main
+from hetsim.cli.main import main
 from tests.refusals import check_refused, copy_results_folder, deep, edit, overwrite
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from hetsim.cli import main
+from hetsim.cli.main import main
 from tests.helpers import scenario_dict
 from tests.refusals import HUGE, ONE, WORKER_KEYS, case, check_refused, deep, toml, write_files
 
@@ -23,7 +23,7 @@ CASES = [
     case("seed-negative", ["--seed", "-1"], "--seed: must be >= 0, got -1"),
     case("seed-text", ["--seed", "abc"], "hetsim simulate: argument --seed: invalid int value: 'abc'"),
     # checked as the command starts (hetsim.engines.check_engine), not by argparse: listing the
-    # registry's engines as choices would import them into every command line (see hetsim.cli)
+    # registry's engines as choices would import them into every command line (see hetsim.cli.main)
     case("unknown-engine", ["--engine", "warp"], "--engine: unknown engine 'warp' (known: simpy, vector, auto)"),
     case("unknown-option", ["--bogus"], "hetsim: unrecognized arguments: --bogus"),
     case("option-of-sweep", ["--jobs", "2"], "hetsim: unrecognized arguments: --jobs"),

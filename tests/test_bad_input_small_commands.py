@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hetsim.cli import main
+from hetsim.cli.main import main
 from tests.refusals import HUGE, ONE, case, check_refused, deep, toml, write_files
 
 COMMANDS = (

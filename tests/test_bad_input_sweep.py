@@ -9,7 +9,7 @@ import copy
 import pandas as pd
 import pytest
 
-from hetsim.cli import main
+from hetsim.cli.main import main
 from tests.refusals import (
     HUGE,
     WORKER_KEYS,

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetsim.analytic import predict
-from hetsim.config import build_scenario, load_scenario
-from hetsim.errors import ConfigError
-from hetsim.metrics import mean_ci, step_times, summarize
-from hetsim.network import Buckets, ConstantNetwork, ParameterServer, Ring
-from hetsim.simulate import simulate
+from hetsim.analysis.analytic import predict
+from hetsim.core.errors import ConfigError
+from hetsim.model.network import Buckets, ConstantNetwork, ParameterServer, Ring
+from hetsim.run.metrics import mean_ci, step_times, summarize
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import build_scenario, load_scenario
 from tests.helpers import scenario_dict
 from tests.test_vector_engine import assert_same_trace, policies, scenarios
 
@@ -262,7 +262,7 @@ BAD = [
 
 @pytest.mark.parametrize("overrides,message", BAD, ids=[" ".join(o) for o, _ in BAD])
 def test_bad_bucket_input_names_the_field(overrides, message, capsys):
-    from hetsim.cli import main
+    from hetsim.cli.main import main
 
     with pytest.raises(ConfigError):
         load_scenario("paper", overrides)

@@ -8,12 +8,12 @@ import pytest
 from scipy import stats
 
 from hetsim.calibrate import calibrate, fit_network, fit_worker
-from hetsim.config import load_scenario
-from hetsim.errors import ConfigError
-from hetsim.metrics import summarize
-from hetsim.network import Ring
-from hetsim.simulate import simulate
-from hetsim.trace import check_trace_table, read_trace_table
+from hetsim.core.errors import ConfigError
+from hetsim.model.network import Ring
+from hetsim.model.trace import check_trace_table, read_trace_table
+from hetsim.run.metrics import summarize
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario
 from tests.helpers import scenario_dict
 
 KNOWN = [

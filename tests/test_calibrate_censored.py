@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from hetsim.calibrate import calibrate, fit_worker
-from hetsim.cli import main
-from hetsim.config import load_scenario
-from hetsim.errors import ConfigError
-from hetsim.simulate import simulate
+from hetsim.cli.main import main
+from hetsim.core.errors import ConfigError
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario
 from tests.helpers import scenario_dict
 
 LOGNORMAL = {"dist": "lognormal", "sigma": 0.2}

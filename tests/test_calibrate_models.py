@@ -18,12 +18,12 @@ from hetsim.calibrate import calibrate
 from hetsim.calibrate.censored import fit_mle
 from hetsim.calibrate.models import Curve, Sizes, choose, fit_curve, folds, held_out_errors
 from hetsim.calibrate.noise import persistence, shared_correlation
-from hetsim.cli import main
-from hetsim.config import build_scenario, load_scenario
-from hetsim.costs import Hinge, Table
-from hetsim.errors import ConfigError
-from hetsim.registry import COSTS
-from hetsim.simulate import simulate
+from hetsim.cli.main import main
+from hetsim.core.errors import ConfigError
+from hetsim.core.registry import COSTS
+from hetsim.model.costs import Hinge, Table
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import build_scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 HINGE = {"model": "hinge", "floor_s": 0.05, "overhead_s": 0.01, "per_sample_s": 0.001}  # bends at 40 samples

@@ -9,10 +9,10 @@ import sys
 import pandas as pd
 import pytest
 
-from hetsim.cli import main
-from hetsim.config import load_scenario
-from hetsim.metrics import Summary
-from hetsim.trace import COLUMNS
+from hetsim.cli.main import main
+from hetsim.model.trace import COLUMNS
+from hetsim.run.metrics import Summary
+from hetsim.scenario.config import load_scenario
 
 SUMMARY_KEYS = set(Summary.__dataclass_fields__)
 

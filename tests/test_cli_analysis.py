@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetsim.cli import main
-from hetsim.config import load_scenario
-from hetsim.logs import reference_run_path
-from hetsim.trace import COLUMNS
+from hetsim.cli.main import main
+from hetsim.model.trace import COLUMNS
+from hetsim.scenario.config import load_scenario
+from hetsim.traces.reference_logs import reference_run_path
 
 DP_01 = "2021_06_16_07_47_00_VGG16"
 
@@ -144,7 +144,7 @@ def test_a_one_epoch_ci_is_as_wide_as_the_spread_of_the_run_mean_over_seeds(name
     deviation over seeds of a run's mean (a little more: a t quantile), so about 95% of the
     runs' intervals hold the mean over seeds. (It used one batch mean per epoch: two here, and a
     t quantile of one degree of freedom, 12.7.)"""
-    from hetsim.cli_analysis import compare
+    from hetsim.cli.analysis import compare
 
     scenario = load_scenario(name, overrides)
     rows = [compare(scenario, policy, seed) for seed in range(60)]

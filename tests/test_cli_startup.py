@@ -40,7 +40,7 @@ def heavy_after(code: str) -> list[str]:
 
 @pytest.mark.slow
 def test_the_check_sees_a_heavy_import():
-    assert {"numpy", "simpy"} <= set(heavy_after("import hetsim.simulate"))
+    assert {"numpy", "simpy"} <= set(heavy_after("import hetsim.run.simulate"))
 
 
 @pytest.mark.slow
@@ -49,15 +49,15 @@ def test_the_check_sees_a_heavy_import():
     [
         "import hetsim",
         "import hetsim; hetsim.__version__",
-        "import hetsim.cli",
-        "from hetsim.cli import build_parser; build_parser()",
-        "from hetsim.cli import main; main(['--help'])",
-        "from hetsim.cli import main; main(['--version'])",
-        "from hetsim.cli import main; main(['simulate', '--help'])",
-        "from hetsim.cli import main; main(['sweep', '--help'])",
-        "from hetsim.cli import main; main(['plan', '--help'])",
-        "from hetsim.cli import main; main(['frobnicate'])",
-        "from hetsim.cli import main; main(['simulate', '--bogus'])",
+        "import hetsim.cli.main",
+        "from hetsim.cli.main import build_parser; build_parser()",
+        "from hetsim.cli.main import main; main(['--help'])",
+        "from hetsim.cli.main import main; main(['--version'])",
+        "from hetsim.cli.main import main; main(['simulate', '--help'])",
+        "from hetsim.cli.main import main; main(['sweep', '--help'])",
+        "from hetsim.cli.main import main; main(['plan', '--help'])",
+        "from hetsim.cli.main import main; main(['frobnicate'])",
+        "from hetsim.cli.main import main; main(['simulate', '--bogus'])",
         "import validation.cli",
         "from validation.cli import build_parser; build_parser()",
         "from validation.cli import main; main(['--help'])",
@@ -71,7 +71,7 @@ def test_starting_imports_nothing_heavy(code):
 def test_calibrate_help_lists_the_models_when_shown(capsys):
     """``--model``'s metavar is left until the help is formatted (OneLineParser.defer_metavar)."""
     from hetsim.calibrate import CHOICES
-    from hetsim.cli import main
+    from hetsim.cli.main import main
 
     with pytest.raises(SystemExit):
         main(["calibrate", "--help"])
@@ -80,14 +80,15 @@ def test_calibrate_help_lists_the_models_when_shown(capsys):
 
 def test_lazy_names_are_the_modules_objects():
     """``hetsim``'s public names, loaded on first use, are the defining modules' objects; the
-    function ``simulate`` is not hidden by the module ``hetsim.simulate`` of the same name."""
-    import hetsim.config
-    import hetsim.registry
+    function ``simulate`` is not hidden by a module (the simulator's modules live in packages whose
+    names no public name shares)."""
+    import hetsim.core.registry
+    import hetsim.scenario.config
     from hetsim import POLICIES, load_scenario, simulate
 
-    assert simulate is sys.modules["hetsim.simulate"].simulate
+    assert simulate is sys.modules["hetsim.run.simulate"].simulate
     assert hetsim.simulate is simulate and callable(hetsim.simulate)
-    assert load_scenario is hetsim.config.load_scenario and POLICIES is hetsim.registry.POLICIES
+    assert load_scenario is hetsim.scenario.config.load_scenario and POLICIES is hetsim.core.registry.POLICIES
     assert set(hetsim.__all__) <= set(dir(hetsim))
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         hetsim.nothing  # noqa: B018

@@ -7,10 +7,10 @@ import json
 import pytest
 import tomli_w
 
-from hetsim.config import build_scenario, builtin_names, load_scenario
-from hetsim.distributions import Constant, Empirical, LogNormal
-from hetsim.errors import ConfigError
-from hetsim.network import ConstantNetwork, ParameterServer, Ring
+from hetsim.core.errors import ConfigError
+from hetsim.model.distributions import Constant, Empirical, LogNormal
+from hetsim.model.network import ConstantNetwork, ParameterServer, Ring
+from hetsim.scenario.config import build_scenario, builtin_names, load_scenario
 from tests.helpers import scenario_dict
 
 

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hetsim.cli import main
-from hetsim.config import load_scenario
-from hetsim.costs import Affine, Hinge, Profile, Table, device_profiles
-from hetsim.errors import ConfigError
-from hetsim.metrics import summarize
-from hetsim.simulate import simulate
+from hetsim.cli.main import main
+from hetsim.core.errors import ConfigError
+from hetsim.model.costs import Affine, Hinge, Profile, Table, device_profiles
+from hetsim.run.metrics import summarize
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario
 from tests.helpers import scenario_dict
 
 GAVEL_V100_RESNET18 = {16: 32.3534, 32: 29.9472, 64: 24.0932, 128: 17.9949, 256: 10.3003}  # steps/s

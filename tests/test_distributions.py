@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from hetsim.distributions import Constant, Empirical, Exponential, Gamma, LogNormal, ShiftedExponential, Uniform
+from hetsim.model.distributions import Constant, Empirical, Exponential, Gamma, LogNormal, ShiftedExponential, Uniform
 
 CASES = [
     Constant(0.3),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hetsim.registry import COSTS, DISTRIBUTIONS, ENGINES, NETWORKS, POLICIES
+from hetsim.core.registry import COSTS, DISTRIBUTIONS, ENGINES, NETWORKS, POLICIES
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
 TRAITS = ("synchronous", "excludes_failed", "needs_costs", "weighted_gradients", "resplits", "autocorrelated_steps",

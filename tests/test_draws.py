@@ -1,4 +1,4 @@
-"""The counter-based draws (:mod:`hetsim.draws`): a worker's numbers depend on its index and the
+"""The counter-based draws (:mod:`hetsim.model.draws`): a worker's numbers depend on its index and the
 step only, every law is inverted exactly, and a persistent factor is stationary from step 0."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from hetsim.config import build_scenario
-from hetsim.distributions import Empirical, Exponential, Gamma, LogNormal, ShiftedExponential, Uniform
-from hetsim.draws import SLOTS, TILE_STEPS, StepDraws, Uniforms
-from hetsim.workers import NOISE_PURPOSE
+from hetsim.model.distributions import Empirical, Exponential, Gamma, LogNormal, ShiftedExponential, Uniform
+from hetsim.model.draws import SLOTS, TILE_STEPS, StepDraws, Uniforms
+from hetsim.model.workers import NOISE_PURPOSE
+from hetsim.scenario.config import build_scenario
 from tests.helpers import scenario_dict
 
 LAWS = [

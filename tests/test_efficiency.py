@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hetsim.config import load_scenario, make_efficiency
-from hetsim.efficiency import Efficiency, effective_batch, effective_batches
-from hetsim.errors import ConfigError
-from hetsim.metrics import step_times, summarize
-from hetsim.simulate import simulate
-from hetsim.trace import Trace
+from hetsim.core.errors import ConfigError
+from hetsim.model.efficiency import Efficiency, effective_batch, effective_batches
+from hetsim.model.trace import Trace
+from hetsim.run.metrics import step_times, summarize
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario, make_efficiency
 
 
 def test_the_pollux_and_mccandlish_forms_agree_on_exact_values():
@@ -157,8 +157,8 @@ def test_progress_under_a_schedule_is_the_recurrence_at_the_noise_of_the_progres
     ("policy", "noise"), [("equal", []), ("optimal", []), ("proportional", []), ("equal", [SCHEDULE])]
 )
 def test_analyze_predicts_time_to_target_within_three_ci_half_widths_of_simulation(policy, noise):
-    from hetsim.analytic import predict
-    from hetsim.metrics import mean_ci
+    from hetsim.analysis.analytic import predict
+    from hetsim.run.metrics import mean_ci
 
     scenario = load_scenario("paper", [*EFFICIENT, "workload.efficiency.target_steps=3000", *noise])
     predicted = predict(scenario, policy)
@@ -174,7 +174,7 @@ def test_analyze_predicts_time_to_target_within_three_ci_half_widths_of_simulati
 def test_analyze_time_to_target_of_resplitting_policies_is_close(policy):
     """Their simulated splits follow noisy epoch means, the analysis's the expected ones: a
     sample moved now and then, a few tenths of a second in 20 minutes."""
-    from hetsim.analytic import predict
+    from hetsim.analysis.analytic import predict
 
     scenario = load_scenario("paper", [*EFFICIENT, "workload.efficiency.target_steps=3000"])
     predicted = predict(scenario, policy).time_to_target_s
@@ -188,7 +188,7 @@ def test_sweep_ranks_by_time_to_target_when_asked(tmp_path, capsys):
     import pandas as pd
     import tomli_w
 
-    from hetsim.cli import main
+    from hetsim.cli.main import main
     from tests.test_sweep import only_run, sweep_dict
 
     raw = sweep_dict(replications=2)
@@ -215,7 +215,7 @@ def test_sweep_ranks_by_time_to_target_when_asked(tmp_path, capsys):
 def test_time_to_target_metric_without_a_target_is_refused_before_running(tmp_path, capsys):
     import tomli_w
 
-    from hetsim.cli import main
+    from hetsim.cli.main import main
     from tests.test_sweep import sweep_dict
 
     path = tmp_path / "sweep.toml"
@@ -231,7 +231,7 @@ def test_time_to_target_metric_without_a_target_is_refused_before_running(tmp_pa
 
 
 def test_async_updates_are_discounted_by_their_staleness():
-    from hetsim.metrics import staleness
+    from hetsim.run.metrics import staleness
 
     scenario = load_scenario("paper", [*EFFICIENT, "workload.epochs=1"])
     trace: Trace = simulate(scenario, "async")

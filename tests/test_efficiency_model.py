@@ -1,5 +1,5 @@
-"""The batch- and progress-dependent noise scale (:mod:`hetsim.efficiency`), its fit
-(:mod:`hetsim.efficiency_fit`), ``hetsim calibrate-efficiency`` and the refusals of a bad table."""
+"""The batch- and progress-dependent noise scale (:mod:`hetsim.model.efficiency`), its fit
+(:mod:`hetsim.model.efficiency_fit`), ``hetsim calibrate-efficiency`` and the refusals of a bad table."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetsim.cli import main
-from hetsim.config import make_efficiency
-from hetsim.efficiency import Efficiency
-from hetsim.efficiency_fit import fit, noise_shape
+from hetsim.cli.main import main
+from hetsim.model.efficiency import Efficiency
+from hetsim.model.efficiency_fit import fit, noise_shape
+from hetsim.scenario.config import make_efficiency
 from tests.test_bad_input import case, check_refused
 
 LADDER = [16, 32, 64, 128, 256]

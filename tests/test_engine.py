@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetsim.config import build_scenario, load_scenario
-from hetsim.metrics import step_times, summarize
-from hetsim.network import Ring
-from hetsim.partition import balanced_time
-from hetsim.simulate import simulate
+from hetsim.model.network import Ring
+from hetsim.model.partition import balanced_time
+from hetsim.run.metrics import step_times, summarize
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import build_scenario, load_scenario
 from tests.helpers import scenario_dict
 
 POLICY_NAMES = ["equal", "proportional", "dynamic", "dynamic-enhanced", "optimal"]

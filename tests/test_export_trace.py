@@ -22,12 +22,12 @@ import tomli_w
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetsim.cli import main
-from hetsim.config import build_scenario, builtin_text
-from hetsim.results import RunFolder
-from hetsim.simulate import simulate
-from hetsim.sweepfile import load_sweep, point_scenario
-from hetsim.trace import write_trace_table
+from hetsim.cli.main import main
+from hetsim.model.trace import write_trace_table
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import build_scenario, builtin_text
+from hetsim.sweep.results import RunFolder
+from hetsim.sweep.spec import load_sweep, point_scenario
 from hetsim.traces import chrome
 from hetsim.traces.chrome import ExportRun, lay_out
 from hetsim.traces.timeline import no_overlap
@@ -297,7 +297,7 @@ def test_an_async_trace_missing_a_workers_rows_keeps_every_track_apart(tmp_path,
 
 
 def test_the_layout_moves_a_late_row_later_never_shortens_it():
-    from hetsim.trace import Trace
+    from hetsim.model.trace import Trace
 
     frame = simulate(build_scenario(two_workers_with_buckets()), "equal").to_frame()
     frame.loc[frame["step"] == 3, "start_s"] -= 0.5  # rank 0's clock: the step begins before the last one ended

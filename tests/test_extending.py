@@ -16,18 +16,18 @@ import numpy as np
 import pytest
 import tomli_w
 
-from hetsim.cli import main
-from hetsim.config import load_scenario
-from hetsim.costs import CostModel
-from hetsim.distributions import Distribution
+from hetsim.cli.main import main
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import Param
+from hetsim.core.registry import COSTS, DISTRIBUTIONS, ENGINES, NETWORKS, PLUGINS_ENV, POLICIES
 from hetsim.engines import Engine
-from hetsim.errors import ConfigError
-from hetsim.network import NetworkModel
-from hetsim.params import Param
-from hetsim.partition import split_by_shares
+from hetsim.model.costs import CostModel
+from hetsim.model.distributions import Distribution
+from hetsim.model.network import NetworkModel
+from hetsim.model.partition import split_by_shares
+from hetsim.model.trace import Trace
 from hetsim.policies import Policy, make_policy
-from hetsim.registry import COSTS, DISTRIBUTIONS, ENGINES, NETWORKS, PLUGINS_ENV, POLICIES
-from hetsim.trace import Trace
+from hetsim.scenario.config import load_scenario
 from tests.helpers import scenario_dict
 
 
@@ -162,7 +162,7 @@ def test_a_new_distribution_runs_through_simulate_analyze_sweep_and_the_plots(re
 def test_a_plugin_file_named_in_the_environment_reaches_the_command_line(tmp_path):
     plugin = tmp_path / "my_policies.py"
     plugin.write_text(
-        "from hetsim.policies import Policy\nfrom hetsim.registry import POLICIES\n\n\n"
+        "from hetsim.policies import Policy\nfrom hetsim.core.registry import POLICIES\n\n\n"
         "@POLICIES.register\nclass AllOnFirst(Policy):\n    name = 'all-on-first'\n\n"
         "    def initial_split(self):\n        return (self.global_batch,) + (0,) * (self.n_workers - 1)\n",
         encoding="utf-8",
@@ -234,7 +234,7 @@ def test_building_a_plugin_directly_raises_the_configs_error(registry, name, par
     if path == "workers.0.cost":
         raw["workers"][0] = {"cost": {"model": name, **params}}
     with pytest.raises(ConfigError) as configured:
-        from hetsim.simulate import simulate
+        from hetsim.run.simulate import simulate
 
         simulate(load_scenario(raw), engine="simpy")
     assert str(configured.value) == f"{path}.{problem}"

@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from hetsim.cli import main
-from hetsim.config import build_scenario, load_scenario
-from hetsim.efficiency import Efficiency
-from hetsim.errors import ConfigError
-from hetsim.metrics import summarize
-from hetsim.partition import max_time, water_fill
+from hetsim.cli.main import main
+from hetsim.core.errors import ConfigError
+from hetsim.model.efficiency import Efficiency
+from hetsim.model.partition import max_time, water_fill
 from hetsim.policies import Goodput, RunHint, StepInfo, StepRecord, WorkerHint
-from hetsim.simulate import simulate
+from hetsim.run.metrics import summarize
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import build_scenario, load_scenario
 from tests.helpers import scenario_dict
 
 FIXED_S = np.array([0.010, 0.010, 0.030])  # two fast workers and a slow one, affine, deterministic

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from hetsim.trace import write_trace_table
+from hetsim.model.trace import write_trace_table
 from validation import gpu_check
 from validation.cli import main as cli_main
 from validation.trace_check import check_folder, first_use_spikes, memory_growth, negative_times

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hetsim.cli import main
+from hetsim.cli.main import main
 from hetsim.traces.torch_profiler import import_traces
 from tests.kineto_builder import COMM_US, STEP_US, job, rank_events, trace, write
 

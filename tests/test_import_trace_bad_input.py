@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hetsim.cli import main
+from hetsim.cli.main import main
 from tests.kineto_builder import rank_events, trace
 from tests.refusals import case, check_refused, write_files
 

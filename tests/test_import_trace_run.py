@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetsim.cli import main
+from hetsim.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILED = 4

@@ -46,64 +46,22 @@ def test_layers_point_one_way():
         assert not imported_modules(path) & {"pandas", "matplotlib", "argparse"}, path
 
 
-# Each hetsim module's layer; a module imports only from its own layer or below (imports under
-# ``if TYPE_CHECKING:`` are for annotations and do not count).
+# Each hetsim package's layer: a module imports only from its own layer or below (imports under
+# ``if TYPE_CHECKING:`` are for annotations and do not count). ``ls hetsim/`` shows these packages.
 LAYERS = [
-    # (scenarios and sweeps: data packages)
-    {"errors", "params", "options", "registry", "files", "provenance", "scenarios", "sweeps"},
-    {
-        "distributions",
-        "costs",
-        "network",
-        "workers",
-        "draws",
-        "partition",
-        "policies",
-        "orderstats",
-        "trace",
-        "efficiency",
-        "efficiency_fit",
-        "efficiency_runs",
-        "console",
-    },
-    {"scenario", "config", "tables", "worker_tables"},
-    {
-        "engines",
-        "simulate",
-        "analytic",
-        "analytic_async",
-        "analytic_buckets",
-        "analytic_first_k",
-        "prediction",
-        "metrics",
-        "step_ci",
-        "stream",
-        "calibrate",
-        "logs",
-        "plan",
-        "plan_rows",
-        "plan_fragility",
-    },
-    {"sweepfile", "sweep", "results"},
-    {"plots", "report", "traces"},
-    {
-        "cli",
-        "cli_analysis",
-        "cli_costs",
-        "cli_common",
-        "cli_plan",
-        "cli_sweep",
-        "cli_traces",
-        "cli_efficiency",
-        "__main__",
-        "__init__",
-    },
+    {"core", "data"},  # errors, parameters, registries, files, provenance, the shared console; shipped data
+    {"model", "policies"},  # distributions, costs, networks, workers, trace, efficiency; the policies
+    {"scenario"},  # the Scenario and the factory from raw tables
+    {"engines", "run", "analysis", "calibrate", "plan"},  # simulating, closed forms, fitting, planning
+    {"sweep"},  # sweep files, grids on processes or Dask, results folders
+    {"plots", "report", "traces"},  # figures, reports, traces in and out (Perfetto, torch.profiler, logs)
+    {"cli", "__main__", "__init__"},
 ]
 LAYER = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 
 
 def runtime_hetsim_imports(path: Path) -> set[str]:
-    """The hetsim modules (first component under hetsim) ``path`` imports outside TYPE_CHECKING blocks."""
+    """The hetsim packages (first component under hetsim) ``path`` imports outside TYPE_CHECKING blocks."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     typing_only = {
         id(inner)
@@ -122,6 +80,15 @@ def runtime_hetsim_imports(path: Path) -> set[str]:
     return names
 
 
+def test_ls_hetsim_shows_the_layers():
+    """hetsim's top level holds only its layers' packages (and the package's own two files), so a
+    new module has to say which layer it belongs to."""
+    modules = {p.name for p in (ROOT / "hetsim").glob("*.py")}
+    packages = {p.name for p in (ROOT / "hetsim").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert modules == {"__init__.py", "__main__.py"}
+    assert packages == set(LAYER) - {"__init__", "__main__"}
+
+
 def test_every_hetsim_module_imports_only_from_its_layer_or_below():
     for path in (ROOT / "hetsim").rglob("*.py"):
         parts = path.relative_to(ROOT / "hetsim").with_suffix("").parts
@@ -130,12 +97,12 @@ def test_every_hetsim_module_imports_only_from_its_layer_or_below():
         assert not above, f"{path.relative_to(ROOT)} imports {sorted(above)} from a higher layer"
 
 
-CLI_AND_REPORTS = {m for m in LAYER if m.startswith("cli")} | {"report", "__main__"}  # plots' style is shared
+CLI_AND_REPORTS = {"cli", "report", "__main__"}  # plots' style is shared
 
 
 def test_validation_imports_no_command_line_or_report_of_hetsim():
     """validation uses hetsim's model, policies, calibration and console, never its CLI or reports
-    (what it shares with hetsim's command line lives in hetsim.console)."""
+    (what it shares with hetsim's command line lives in hetsim.core.console)."""
     for path in (ROOT / "validation").rglob("*.py"):
         wrong = runtime_hetsim_imports(path) & CLI_AND_REPORTS
         assert not wrong, f"{path.relative_to(ROOT)} imports hetsim's {sorted(wrong)}"

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from hetsim.calibrate import calibrate
-from hetsim.config import load_scenario
-from hetsim.errors import ConfigError
-from hetsim.logs import (
+from hetsim.core.errors import ConfigError
+from hetsim.model.trace import Trace
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario
+from hetsim.traces.reference_logs import (
     import_run,
     parse_success,
     read_run,
@@ -21,8 +23,6 @@ from hetsim.logs import (
     replay_shares,
     steady_state,
 )
-from hetsim.simulate import simulate
-from hetsim.trace import Trace
 
 SYNC_01 = "2021_06_15_17_36_00_VGG16"
 DP_01 = "2021_06_16_07_47_00_VGG16"

@@ -9,16 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import hetsim.analytic_async as analytic_async
-from hetsim.analytic import predict
-from hetsim.analytic_async import link_rates
-from hetsim.cli import main
-from hetsim.cli_analysis import compare
-from hetsim.config import build_scenario, load_scenario
-from hetsim.errors import ConfigError
-from hetsim.metrics import apply_times, summarize
-from hetsim.network import ConstantNetwork, Hierarchical, ParameterServer, Ring
-from hetsim.simulate import simulate
+import hetsim.analysis.analytic_async as analytic_async
+from hetsim.analysis.analytic import predict
+from hetsim.analysis.analytic_async import link_rates
+from hetsim.cli.analysis import compare
+from hetsim.cli.main import main
+from hetsim.core.errors import ConfigError
+from hetsim.model.network import ConstantNetwork, Hierarchical, ParameterServer, Ring
+from hetsim.run.metrics import apply_times, summarize
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import build_scenario, load_scenario
 from tests.helpers import scenario_dict
 from tests.test_vector_engine import assert_same_trace, policies, scenarios
 

@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from hetsim.analytic import NoClosedForm, predict
-from hetsim.cli import main
-from hetsim.config import build_scenario, load_scenario
-from hetsim.distributions import Constant, LogNormal
-from hetsim.draws import StepDraws
-from hetsim.errors import ConfigError
-from hetsim.metrics import mean_ci, step_times
-from hetsim.orderstats import CommonFactorMax, ComputeTime, expected_max
-from hetsim.simulate import simulate
-from hetsim.workers import SharedNoise, persistent_noise
+from hetsim.analysis.analytic import NoClosedForm, predict
+from hetsim.analysis.orderstats import CommonFactorMax, ComputeTime, expected_max
+from hetsim.cli.main import main
+from hetsim.core.errors import ConfigError
+from hetsim.model.distributions import Constant, LogNormal
+from hetsim.model.draws import StepDraws
+from hetsim.model.workers import SharedNoise, persistent_noise
+from hetsim.run.metrics import mean_ci, step_times
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import build_scenario, load_scenario
 from tests.helpers import scenario_dict
 from tests.test_vector_engine import assert_same_trace
 

@@ -10,9 +10,9 @@ import tomllib
 import pytest
 
 from hetsim import __version__
-from hetsim.cli import main
-from hetsim.config import load_scenario
-from hetsim.provenance import git_commit
+from hetsim.cli.main import main
+from hetsim.core.provenance import git_commit
+from hetsim.scenario.config import load_scenario
 
 SMALL = ["simulate", "paper", "--policy", "equal", "--set", "workload.epochs=1"]
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from hetsim.costs import Affine, Hinge, Table
-from hetsim.partition import (
+from hetsim.model.costs import Affine, Hinge, Table
+from hetsim.model.partition import (
     balanced_split,
     balanced_time,
     fits_within,

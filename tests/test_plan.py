@@ -1,4 +1,4 @@
-"""``hetsim plan`` (:mod:`hetsim.plan`): the recommendation, its closed-form figures, its gain over
+"""``hetsim plan`` (:mod:`hetsim.plan.planner`): the recommendation, its closed-form figures, its gain over
 equal, its fragility (checked by slowing the worker and planning again), the global batch, the
 JSON object and plan.json."""
 
@@ -8,14 +8,14 @@ import json
 
 import pytest
 
-from hetsim.analytic import predict
-from hetsim.cli import main
-from hetsim.config import build_scenario, load_scenario
-from hetsim.costs import Affine, Profile
-from hetsim.orderstats import ComputeTime
-from hetsim.plan import batch_grid, plan, recommend, with_batch
-from hetsim.plan_fragility import SlowerCost, barrier_bound, slowed, slower_cost
-from hetsim.plan_rows import Estimate, PolicyRow, short_run
+from hetsim.analysis.analytic import predict
+from hetsim.analysis.orderstats import ComputeTime
+from hetsim.cli.main import main
+from hetsim.model.costs import Affine, Profile
+from hetsim.plan.fragility import SlowerCost, barrier_bound, slowed, slower_cost
+from hetsim.plan.planner import batch_grid, plan, recommend, with_batch
+from hetsim.plan.rows import Estimate, PolicyRow, short_run
+from hetsim.scenario.config import build_scenario, load_scenario
 from tests.helpers import scenario_dict
 
 CLOSED = ("equal", "proportional", "dynamic", "optimal", "async")  # policies with the closed forms a plan uses
@@ -169,7 +169,8 @@ def test_time_to_target_objective_and_its_batch():
     assert result.recommended.time_to_target_s is not None
     assert result.recommended.time_to_target_s.value == at.time_to_target_s
     assert result.gain_over_equal == pytest.approx(
-        predict(with_batch(scenario, result.global_batch), "equal").time_to_target_s / at.time_to_target_s)
+        predict(with_batch(scenario, result.global_batch), "equal").time_to_target_s / at.time_to_target_s
+    )
 
 
 def test_a_simulated_run_is_cut_to_whole_epochs_or_one_short_one():
@@ -235,7 +236,8 @@ def test_without_a_closed_form_the_best_simulation_is_recommended_and_fragility_
     assert result.recommended.policy == "optimal" and result.fragility == ()
     assert result.to_dict()["fragility"]["note"] == "not computed: the recommended policy has no closed form"
     assert result.gain_over_equal == pytest.approx(
-        result.recommended.throughput_sps.value / result.rows[0].throughput_sps.value)
+        result.recommended.throughput_sps.value / result.rows[0].throughput_sps.value
+    )
 
 
 @pytest.mark.slow

@@ -18,11 +18,11 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.transforms import Bbox
 
-from hetsim.config import load_scenario
 from hetsim.plots import CellPlots, cell_figures, render_run, speedup_figure
 from hetsim.plots.style import DPI, nice_log_ticks
-from hetsim.report import cell_plots
-from hetsim.simulate import simulate
+from hetsim.report.build import cell_plots
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario
 from tests.helpers import scenario_dict
 from validation.matrix_report import figure as matrix_figure
 

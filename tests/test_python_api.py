@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hetsim.config import load_scenario
+from hetsim.core.errors import ConfigError
 from hetsim.engines import SimPyEngine, VectorEngine
-from hetsim.errors import ConfigError
 from hetsim.policies import Dynamic, Equal, KSync, Policy
-from hetsim.simulate import simulate, simulate_summary
+from hetsim.run.simulate import simulate, simulate_summary
+from hetsim.scenario.config import load_scenario
 
 COLUMNS = ("local_batch", "compute_s", "wait_s", "comm_s", "start_s")
 

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from hetsim.config import load_scenario
-from hetsim.metrics import summarize
-from hetsim.report import cell_plots, resplits
-from hetsim.simulate import simulate
+from hetsim.report.build import cell_plots, resplits
+from hetsim.run.metrics import summarize
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario
 
 POLICIES = ("equal", "proportional", "dynamic", "adaptive", "async")
 

@@ -1,4 +1,4 @@
-"""The confidence interval of a run's expected mean step time (hetsim.step_ci), against theory."""
+"""The confidence interval of a run's expected mean step time (hetsim.analysis.step_ci), against theory."""
 
 from __future__ import annotations
 
@@ -6,10 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from hetsim.config import load_scenario
-from hetsim.metrics import mean_ci
-from hetsim.simulate import simulate_summary
-from hetsim.step_ci import (
+from hetsim.analysis.step_ci import (
     BATCH_MEANS,
     RENEWAL,
     REPLICATED,
@@ -21,6 +18,9 @@ from hetsim.step_ci import (
     replication_seeds,
     simulated_mean,
 )
+from hetsim.run.metrics import mean_ci
+from hetsim.run.simulate import simulate_summary
+from hetsim.scenario.config import load_scenario
 
 
 @pytest.mark.parametrize("rho", [0.0, 0.5, 0.93])

@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetsim.cli import main
-from hetsim.config import build_scenario, load_scenario
+from hetsim.cli.main import main
 from hetsim.engines import run_simpy, run_vector
-from hetsim.metrics import staleness, step_times, summarize
-from hetsim.partition import max_time, water_fill
+from hetsim.model.partition import max_time, water_fill
+from hetsim.model.workers import WorkerStreams
 from hetsim.policies import StepInfo, StepRecord, WorkerHint, make_policy
 from hetsim.policies.straggler import Backup, KSync
-from hetsim.simulate import simulate
-from hetsim.workers import WorkerStreams
+from hetsim.run.metrics import staleness, step_times, summarize
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import build_scenario, load_scenario
 from tests.helpers import scenario_dict
 
 AFFINE = [

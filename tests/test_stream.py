@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import hetsim.config
-from hetsim.cli import main
-from hetsim.config import load_scenario
-from hetsim.metrics import Summary, summarize
+import hetsim.scenario.config
+from hetsim.cli.main import main
 from hetsim.policies import POLICIES
-from hetsim.simulate import simulate, simulate_sampled, simulate_summary
+from hetsim.run.metrics import Summary, summarize
+from hetsim.run.simulate import simulate, simulate_sampled, simulate_summary
+from hetsim.scenario.config import load_scenario
 from tests.test_vector_engine import EXACT_COLUMNS, FLOAT_COLUMNS, policies, scenarios
 
 EFFICIENT = ["workload.efficiency.noise_scale=[[0, 100], [50, 2000]]", "workload.efficiency.base_batch=64",
@@ -72,7 +72,7 @@ def test_cli_trace_none_prints_the_same_summaries_and_writes_no_trace(tmp_path, 
 
 
 def test_a_run_too_large_for_its_trace_runs_summarised(monkeypatch, capsys):
-    monkeypatch.setattr(hetsim.config, "MAX_TRACE_ROWS", 1000)  # paper, 1 epoch: 195 steps x 2 workers = 390 rows
+    monkeypatch.setattr(hetsim.scenario.config, "MAX_TRACE_ROWS", 1000)  # paper, 1 epoch: 390 rows
     argv = ["simulate", "paper", "--policy", "dynamic", "--set", "workload.epochs=3"]
     assert main(argv) == 2
     assert "trace rows, more than the 1e+03 a run can hold" in capsys.readouterr().err
@@ -107,7 +107,7 @@ def test_cli_sample_writes_the_sampled_trace_and_checks_its_step(tmp_path, capsy
 
 
 def test_a_sampled_run_is_sized_by_the_rows_it_keeps_and_every_run_before_any_starts(monkeypatch, capsys):
-    monkeypatch.setattr(hetsim.config, "MAX_TRACE_ROWS", 1000)  # paper, 3 epochs: 585 steps x 2 workers
+    monkeypatch.setattr(hetsim.scenario.config, "MAX_TRACE_ROWS", 1000)  # paper, 3 epochs: 585 steps x 2 workers
     argv = ["simulate", "paper", "--set", "workload.epochs=3"]
     assert main([*argv, "--policy", "dynamic", "--trace", "sample", "--sample-every", "2"]) == 0  # 586 rows
     capsys.readouterr()
@@ -119,7 +119,7 @@ def test_a_sampled_run_is_sized_by_the_rows_it_keeps_and_every_run_before_any_st
 
 def test_a_policy_resplitting_every_step_under_episodes_keeps_only_its_onsets():
     from hetsim.engines.vector import record_vector
-    from hetsim.stream import SummaryRecorder
+    from hetsim.run.summary_recorder import SummaryRecorder
 
     s = load_scenario("shared-cluster", ["workload.epochs=6"])
     recorder = SummaryRecorder("adaptive", s.n_workers, s.hints())

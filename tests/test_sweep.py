@@ -14,10 +14,10 @@ import pytest
 import tomli_w
 from matplotlib.image import imread
 
-from hetsim.cli import main
-from hetsim.results import RunFolder
-from hetsim.sweep import expand, replication_seeds
-from hetsim.sweepfile import load_sweep, point_scenario
+from hetsim.cli.main import main
+from hetsim.sweep.results import RunFolder
+from hetsim.sweep.run import expand, replication_seeds
+from hetsim.sweep.spec import load_sweep, point_scenario
 from tests.helpers import scenario_dict
 
 PLOTS = {"speedup.png", "step_cdf.png", "utilization.png", "split.png", "gantt.png"}
@@ -255,9 +255,9 @@ def test_an_unreachable_scheduler_fails_cleanly_and_leaves_no_folder(tmp_path, c
 
 
 FAILING_POLICIES = """
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
 from hetsim.policies import Policy
-from hetsim.registry import POLICIES
+from hetsim.core.registry import POLICIES
 
 
 @POLICIES.register
@@ -309,7 +309,7 @@ def test_a_failing_cell_reaches_the_user_as_one_line(tmp_path, where, policy, st
 
 @pytest.mark.slow
 def test_a_report_that_fails_midway_leaves_the_previous_tables_and_plots(tmp_path, capsys, monkeypatch):
-    import hetsim.report
+    import hetsim.report.build
 
     sweep = write_sweep(tmp_path)
     assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
@@ -317,20 +317,20 @@ def test_a_report_that_fails_midway_leaves_the_previous_tables_and_plots(tmp_pat
     for name in ("summary.csv", "plots/speedup.png"):  # a previous state that a new report would change
         (run / name).write_bytes(b"previous")
     before = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    real = hetsim.report.render_run
+    real = hetsim.report.build.render_run
 
     def render_then_fail(directory, *args, **kwargs):
         real(directory, *args, **kwargs)  # every plot written (into the temporary folder), then a failure
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(hetsim.report, "render_run", render_then_fail)
+    monkeypatch.setattr(hetsim.report.build, "render_run", render_then_fail)
     with pytest.raises(OSError):
         folder = RunFolder.open(run)
-        hetsim.report.render_report(folder, folder.spec(), "throughput")
+        hetsim.report.build.render_report(folder, folder.spec(), "throughput")
     after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}
     assert after == before  # nothing replaced, nothing added
     assert not [p for p in run.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left
-    monkeypatch.setattr(hetsim.report, "render_run", real)
+    monkeypatch.setattr(hetsim.report.build, "render_run", real)
     capsys.readouterr()
     assert main(["report", str(run)]) == 0
     assert {p.name for p in (run / "plots").iterdir()} == PLOTS

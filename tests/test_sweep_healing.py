@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hetsim.cli import main
+from hetsim.cli.main import main
 from tests.test_sweep import only_run, write_sweep
 
 

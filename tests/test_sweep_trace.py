@@ -11,15 +11,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import hetsim.config
-import hetsim.report
-from hetsim.cli import main
-from hetsim.metrics import summarize
-from hetsim.report import TRACES_FILE, plotted_point
-from hetsim.results import RunFolder
-from hetsim.simulate import simulate
-from hetsim.sweep import replication_seeds
-from hetsim.sweepfile import point_scenario
+import hetsim.report.build
+import hetsim.scenario.config
+from hetsim.cli.main import main
+from hetsim.report.build import TRACES_FILE, plotted_point
+from hetsim.run.metrics import summarize
+from hetsim.run.simulate import simulate
+from hetsim.sweep.results import RunFolder
+from hetsim.sweep.run import replication_seeds
+from hetsim.sweep.spec import point_scenario
 from tests.refusals import check_refused
 from tests.test_sweep import PLOTS, only_run, write_sweep
 
@@ -90,13 +90,13 @@ def test_sample_keeps_steps_0_k_2k_bit_for_bit(every, drawn, full, tmp_path, cap
 @pytest.mark.slow
 def test_sampled_utilization_is_the_whole_runs(full, tmp_path, monkeypatch):
     shown = []
-    real = hetsim.report.render_run
+    real = hetsim.report.build.render_run
 
     def capture(directory, summary, axes, x, lines, cell=None, metric="throughput"):
         shown.append(cell)
         return real(directory, summary, axes, x, lines, cell, metric)
 
-    monkeypatch.setattr(hetsim.report, "render_run", capture)
+    monkeypatch.setattr(hetsim.report.build, "render_run", capture)
     run = run_sweep(tmp_path, "runs", "--trace", "sample", "--sample-every", "7")
     whole = RunFolder.open(full).read_traces(TRACES_FILE)
     assert whole is not None and shown[0] is not None
@@ -192,7 +192,7 @@ def test_a_damaged_trace_record_is_refused_by_report_too(full, tmp_path, capsys)
 
 @pytest.mark.slow
 def test_the_plotted_cell_is_sized_by_what_it_keeps(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(hetsim.config, "MAX_TRACE_ROWS", 100)  # the plotted cell: 30 steps x 4 workers
+    monkeypatch.setattr(hetsim.scenario.config, "MAX_TRACE_ROWS", 100)  # the plotted cell: 30 steps x 4 workers
     write_sweep(tmp_path, replications=1)
     argv = ["sweep", "{tmp}/sweep.toml", "--runs", "{tmp}/runs", "--jobs", "1"]
     check_refused(main, argv, "workload: 30 steps x 4 workers = 120 trace rows, more than the 100 a run can hold: "

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetsim.config import load_scenario
-from hetsim.errors import ConfigError
-from hetsim.simulate import simulate
-from hetsim.trace import COLUMNS, Trace, read_trace_table, traces_by_policy, write_trace_table
+from hetsim.core.errors import ConfigError
+from hetsim.model.trace import COLUMNS, Trace, read_trace_table, traces_by_policy, write_trace_table
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
 from hetsim.policies import StepInfo, StepRecord, make_policy
 from validation.backend import free_port
 from validation.launch import rank_environment
@@ -185,11 +185,15 @@ def test_a_plan_for_another_cluster_is_refused_in_one_line(tmp_path):
         ("{", ": cannot read a plan: JSONDecodeError"),
         ('{"policies": []}', ":recommended: missing"),
         ('{"recommended": {"policy": "nope", "split": [1, 1], "global_batch": 2}}', ":recommended.policy: "),
-        ('{"recommended": {"policy": "async", "split": [1, 1], "global_batch": 2}}',
-         ":recommended.policy: 'async' has no barrier, and this trainer waits for every rank each step: plan with "
-         "--policy equal,proportional,dynamic,dynamic-enhanced,optimal,adaptive,goodput"),
-        ('{"recommended": {"policy": "backup", "split": [1, 1], "global_batch": 2}}',
-         ":recommended.policy: 'backup' leaves the slowest gradients out"),
+        (
+            '{"recommended": {"policy": "async", "split": [1, 1], "global_batch": 2}}',
+            ":recommended.policy: 'async' has no barrier, and this trainer waits for every rank each step: plan with "
+            "--policy equal,proportional,dynamic,dynamic-enhanced,optimal,adaptive,goodput",
+        ),
+        (
+            '{"recommended": {"policy": "backup", "split": [1, 1], "global_batch": 2}}',
+            ":recommended.policy: 'backup' leaves the slowest gradients out",
+        ),
         ('{"recommended": {"policy": "equal", "split": [1, 1], "global_batch": 3}}', ":recommended.split: "),
         ('{"recommended": {"policy": "equal", "split": [1, -1], "global_batch": 0}}', ":recommended.split: "),
     ],

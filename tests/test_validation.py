@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hetsim.distributions import Constant, Exponential, Uniform
-from hetsim.errors import ConfigError
-from hetsim.metrics import step_times
-from hetsim.trace import COLUMNS, Trace
+from hetsim.core.errors import ConfigError
+from hetsim.model.distributions import Constant, Exponential, Uniform
+from hetsim.model.trace import COLUMNS, Trace
+from hetsim.run.metrics import step_times
 from validation.allreduce import gradient_weights
 from validation.backend import RankEnv, parse_devices, resolve_device, select_backend
 from validation.cli import main

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from hetsim.calibrate import calibrate
-from hetsim.config import load_scenario
-from hetsim.costs import Hinge, Table
-from hetsim.registry import COSTS
-from hetsim.tables import make_plugin
+from hetsim.core.registry import COSTS
+from hetsim.model.costs import Hinge, Table
+from hetsim.scenario.config import load_scenario
+from hetsim.scenario.raw_tables import make_plugin
 from validation.calibrated_noise import (
     MAX_PERSISTENCE,
     SHARED_GROUP,

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetsim.trace import COLUMNS
+from hetsim.model.trace import COLUMNS
 from validation import heartbeat
 from validation.backend import free_port
 from validation.cli import main
@@ -236,7 +236,7 @@ def test_torchrun_entry(tmp_path):
 SLOW_POLICY = """
 import time
 from hetsim.policies import Policy
-from hetsim.registry import POLICIES
+from hetsim.core.registry import POLICIES
 
 
 @POLICIES.register
@@ -290,11 +290,11 @@ def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path, capsys):
 
 
 def test_the_folder_lock_is_released_by_a_killed_holder(tmp_path):
-    from hetsim.errors import ConfigError
-    from hetsim.files import exclusive
+    from hetsim.core.errors import ConfigError
+    from hetsim.core.files import exclusive
 
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from hetsim.files import exclusive\n"
+        [sys.executable, "-c", "import sys, time; from hetsim.core.files import exclusive\n"
          "with exclusive(sys.argv[1], '--out'):\n    print('held', flush=True); time.sleep(60)", str(tmp_path)],
         stdout=subprocess.PIPE, text=True, cwd=ROOT,
     )  # fmt: skip

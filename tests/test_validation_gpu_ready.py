@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
 from validation import ddp, train
 from validation.allreduce import pack, unpack
 from validation.backend import check_one_rank_per_gpu, select_backend

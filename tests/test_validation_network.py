@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
 from validation.backend import LOOPBACK, STORE_FD_ENV, RankEnv, listen_loopback, local_store, loopback_interface
 from validation.launch import child_pids, rank_environment
 

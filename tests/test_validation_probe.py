@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetsim.costs import Affine, CostModel, Hinge
-from hetsim.partition import min_max_split
+from hetsim.model.costs import Affine, CostModel, Hinge
+from hetsim.model.partition import min_max_split
+from hetsim.model.trace import COLUMNS
 from hetsim.policies import WorkerHint
-from hetsim.trace import COLUMNS
 from validation.compare import compare_run, load_run, told_hints
 from validation.probe import (
     PROBE,
@@ -158,7 +158,7 @@ def test_compare_tells_the_simulated_optimal_the_costs_the_real_one_was_told(tmp
 
 
 def _scenario_hints(scenario: dict) -> tuple[WorkerHint, ...]:
-    from hetsim.config import load_scenario
+    from hetsim.scenario.config import load_scenario
 
     return load_scenario(scenario).hints()
 

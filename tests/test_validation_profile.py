@@ -18,9 +18,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from hetsim.config import load_scenario
-from hetsim.network import Ring
-from hetsim.simulate import simulate_summary
+from hetsim.model.network import Ring
+from hetsim.run.simulate import simulate_summary
+from hetsim.scenario.config import load_scenario
 from tests.refusals import check_refused
 from validation import profile_output
 from validation.cli import main

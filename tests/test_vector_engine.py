@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetsim.config import build_scenario, load_scenario
+from hetsim.core.errors import ConfigError
 from hetsim.engines import ENGINES, engine_for, run_simpy, run_vector
-from hetsim.errors import ConfigError
+from hetsim.model.trace import Trace
 from hetsim.policies import POLICIES, make_policy
 from hetsim.policies.base import step_records
-from hetsim.simulate import simulate
-from hetsim.trace import Trace
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import build_scenario, load_scenario
 from tests.helpers import scenario_dict
 
 FLOAT_COLUMNS = ("start_s", "compute_s", "wait_s", "comm_s", "slowdown")
@@ -264,9 +264,9 @@ def test_async_on_both_engines_gives_the_same_trace(data):
 
 @pytest.mark.parametrize("noise", [{"dist": "lognormal", "sigma": 0.3}, {"dist": "constant", "value": 1.0}])
 def test_async_without_events_is_merged_update_times_and_a_tie_goes_to_the_event_loop(noise):
-    from hetsim.draws import StepDraws
     from hetsim.engines.vector_async import run_vector_async
-    from hetsim.workers import WorkerStreams
+    from hetsim.model.draws import StepDraws
+    from hetsim.model.workers import WorkerStreams
 
     workers = [{"count": 3, "overhead_s": 0.01, "per_sample_s": 0.001, "noise": noise},
                {"count": 2, "overhead_s": 0.02, "per_sample_s": 0.002, "noise": noise}]  # fmt: skip
@@ -296,8 +296,8 @@ def test_auto_picks_vector_for_every_policy():
 
 def test_sweep_files_take_an_engine_and_cells_give_the_same_rows_on_each():
     from hetsim.engines import engine_choices
-    from hetsim.sweep import expand, run_cell
-    from hetsim.sweepfile import load_sweep
+    from hetsim.sweep.run import expand, run_cell
+    from hetsim.sweep.spec import load_sweep
 
     raw = {
         "name": "t",
@@ -320,7 +320,7 @@ def test_sweep_files_take_an_engine_and_cells_give_the_same_rows_on_each():
 
 
 def test_cli_simulate_gives_the_same_summaries_on_either_engine(capsys):
-    from hetsim.cli import main
+    from hetsim.cli.main import main
 
     out = {}
     for engine in ("simpy", "vector"):
@@ -345,7 +345,7 @@ def test_cli_simulate_gives_the_same_summaries_on_either_engine(capsys):
 
 
 def test_draws_fetched_in_small_chunks_give_the_same_trace(monkeypatch):
-    import hetsim.draws as draws
+    import hetsim.model.draws as draws
 
     workers = [
         {

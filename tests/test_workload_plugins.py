@@ -19,8 +19,8 @@ from torch import nn
 from torch.utils.data import Dataset as TorchDataset
 from torch.utils.data import TensorDataset
 
-from hetsim.errors import ConfigError
-from hetsim.registry import PLUGINS_ENV
+from hetsim.core.errors import ConfigError
+from hetsim.core.registry import PLUGINS_ENV
 from tests.refusals import check_refused
 from validation.cli import main
 from validation.workloads import WORKLOADS, resolve_workload

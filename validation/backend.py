@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch

@@ -1,14 +1,14 @@
 """``python -m validation batch-sweep``: one workload trained to a target accuracy at a ladder of
 global batches (multiples of a base), under a named learning-rate rule, over seeds; the
-measurement that tests :mod:`hetsim.efficiency`'s model of how steps to a target change with the
+measurement that tests :mod:`hetsim.model.efficiency`'s model of how steps to a target change with the
 batch (issue 28).
 
 Each (batch, seed) run is :func:`validation.batch_sweep_train.train_to_target`, one after
-another in this process. The results folder, written atomically (:func:`hetsim.files.atomic_folder`):
+another in this process. The results folder, written atomically (:func:`hetsim.core.files.atomic_folder`):
 ``results.json`` (the settings, provenance, one entry per run: steps and time to the target, the
 noise scale over training), ``curve.csv`` (the held-out curves), ``noise.csv`` (the estimator's
 block sums) and ``steps_to_target.png`` (measured steps against the batch, with the plain model's
-prediction from the base runs and the model fitted on every batch, :mod:`hetsim.efficiency_runs`).
+prediction from the base runs and the model fitted on every batch, :mod:`hetsim.calibrate.efficiency_runs`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from hetsim.errors import ConfigError
-from hetsim.params import Param
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import Param
 from validation.batch_sweep_cli import DEFAULTS, QUICK_MAX_STEPS
 
 
@@ -65,7 +65,7 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
 def point_entry(result: Any, noise_rows: list[dict[str, float]]) -> dict[str, Any]:
     """A run's entry in ``results.json``: its figures and its noise scale over training (whole
     run; first quarter of the progress to the target and the shape after it)."""
-    from hetsim.efficiency_fit import noise_shape
+    from hetsim.model.efficiency_fit import noise_shape
 
     g = sum(r["grad_sq"] for r in noise_rows)
     t = sum(r["trace"] for r in noise_rows)
@@ -108,8 +108,8 @@ def write_results(config: SweepConfig, points: list[dict[str, Any]], curve: list
     """The results folder (see the module's docstring), atomically; returns results.json's data."""
     import pandas as pd
 
-    from hetsim.files import atomic_folder, write_json
-    from hetsim.provenance import provenance
+    from hetsim.core.files import atomic_folder, write_json
+    from hetsim.core.provenance import provenance
     from validation.batch_sweep_plot import plot
 
     data = {

@@ -30,7 +30,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_batch_sweep(args: argparse.Namespace) -> int:
-    from hetsim.files import check_out_folder
+    from hetsim.core.files import check_out_folder
     from validation.batch_sweep import build_config, run_sweep, summary, write_results
 
     config = build_config(args)

@@ -1,6 +1,6 @@
 """The batch sweep's plot: steps to the target against the global batch, measured (every seed and
 the median) beside two predictions, the plain single-noise-scale model from the base runs and
-the model fitted on every batch (:mod:`hetsim.efficiency_runs`), on log-log axes. It draws from
+the model fitted on every batch (:mod:`hetsim.calibrate.efficiency_runs`), on log-log axes. It draws from
 ``results.json`` alone, so a results folder's plot can be redrawn."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from hetsim.efficiency_runs import fitted_model, load_sweeps, plain_model, reached
-from hetsim.errors import ConfigError
+from hetsim.calibrate.efficiency_runs import fitted_model, load_sweeps, plain_model, reached
+from hetsim.core.errors import ConfigError
 
 
 def plot(results: Path, out: Path) -> Path:

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hetsim.console import OneLineParser, run_main
-from hetsim.errors import ConfigError
-from hetsim.files import LOCK_NAME, exclusive, write_json
-from hetsim.params import Param
-from hetsim.provenance import COMMAND_ENV, command_line
+from hetsim.core.console import OneLineParser, run_main
+from hetsim.core.errors import ConfigError
+from hetsim.core.files import LOCK_NAME, exclusive, write_json
+from hetsim.core.params import Param
+from hetsim.core.provenance import COMMAND_ENV, command_line
 from validation import batch_sweep_cli, gpu_check  # import neither torch nor pandas
 from validation.options import add_run_options
 
@@ -92,7 +92,7 @@ def add_profile_parser(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from hetsim.console import text_table
+    from hetsim.core.console import text_table
     from validation.config import build_config
     from validation.launch import launch
     from validation.train import default_out

@@ -28,14 +28,14 @@ from typing import Any
 import pandas as pd
 
 from hetsim.calibrate import Calibration, WorkerFit, calibrate
-from hetsim.config import MAX_COUNT, load_scenario, read_table
-from hetsim.console import text_table
-from hetsim.errors import ConfigError
-from hetsim.metrics import Summary, summarize
-from hetsim.params import Param, typename
+from hetsim.core.console import text_table
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import Param, typename
+from hetsim.model.trace import COLUMNS, Trace, read_trace_table
 from hetsim.policies import Policy, WorkerHint, policy_class
-from hetsim.simulate import simulate
-from hetsim.trace import COLUMNS, Trace, read_trace_table
+from hetsim.run.metrics import Summary, summarize
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import MAX_COUNT, load_scenario, read_table
 from validation.calibrated_noise import noise_scenario
 from validation.config import COMBINE_MODES
 from validation.inject import parse_delay_spec

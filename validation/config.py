@@ -1,7 +1,7 @@
 """The run configuration of a real validation run: one frozen :class:`RunConfig`, built from the
 embedded default, an optional CONFIG file (TOML or JSON, the same keys) and command-line
 options, validated in one place. The launcher and every rank build it from the same argv, so
-all ranks agree on it; every problem raises :class:`~hetsim.errors.ConfigError` naming the
+all ranks agree on it; every problem raises :class:`~hetsim.core.errors.ConfigError` naming the
 option.
 """
 
@@ -13,13 +13,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from hetsim.config import read_table
-from hetsim.console import parse_policies
-from hetsim.costs import Affine
-from hetsim.efficiency import Efficiency
-from hetsim.errors import ConfigError
-from hetsim.params import Param
+from hetsim.core.console import parse_policies
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import Param
+from hetsim.model.costs import Affine
+from hetsim.model.efficiency import Efficiency
 from hetsim.policies import RunHint, WorkerHint, make_policy, policy_class
+from hetsim.scenario.config import read_table
 from validation.backend import check_one_rank_per_gpu, parse_devices
 from validation.inject import parse_delay_spec
 from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES  # there for the parser

@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetsim.errors import ConfigError
-from hetsim.files import write_json
+from hetsim.core.errors import ConfigError
+from hetsim.core.files import write_json
 from validation.contention import die_with_parent
 
 DELAY_S = 0.02

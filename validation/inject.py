@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hetsim.config import parse_value
-from hetsim.distributions import Constant, Distribution
-from hetsim.errors import ConfigError
-from hetsim.params import Param
-from hetsim.registry import DISTRIBUTIONS
-from hetsim.tables import make_distribution
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import Param
+from hetsim.core.registry import DISTRIBUTIONS
+from hetsim.model.distributions import Constant, Distribution
+from hetsim.scenario.config import parse_value
+from hetsim.scenario.raw_tables import make_distribution
 
 
 def parse_delay_spec(text: str, option: str = "--delay") -> Distribution:

@@ -22,11 +22,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from hetsim.console import text_table
-from hetsim.files import write_frame, write_json
+from hetsim.core.console import text_table
+from hetsim.core.files import write_frame, write_json
 from hetsim.plots import save
 from hetsim.plots.style import legend_outside, set_log_ticks
-from hetsim.results import provenance
+from hetsim.sweep.results import provenance
 from validation.machine_load import LoadSampler
 from validation.matrix import MatrixRun, Prediction
 from validation.placement import available_cpus

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
 
 
 def available_cpus() -> frozenset[int]:

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 import pandas as pd
 
 from hetsim.calibrate import calibrate
-from hetsim.errors import ConfigError
-from hetsim.partition import split_by_shares
+from hetsim.core.errors import ConfigError
+from hetsim.model.partition import split_by_shares
 from hetsim.policies import WorkerHint
 
 PROBE = "probe"  # the probe's segment name in the trace

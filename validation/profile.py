@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hetsim.errors import ConfigError
-from hetsim.files import write_json
+from hetsim.core.errors import ConfigError
+from hetsim.core.files import write_json
 from validation.profile_config import ProfileConfig
 
 

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetsim.errors import ConfigError
-from hetsim.params import Param
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import Param
 from validation.backend import parse_devices
 from validation.placement import available_cpus, parse_cpu_list
 from validation.workloads import BUILTIN_WORKLOADS

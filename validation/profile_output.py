@@ -19,7 +19,7 @@ all-reduce pins the latency, the gradient-sized ones the bandwidth). When the fi
 bandwidth term (``beta`` adds under 1% at the largest size: the times do not grow with it), the network is ``constant``
 at the median time at the gradient's size.
 
-The scenario is built by ``hetsim.config.build_scenario`` before anything is written, so a
+The scenario is built by ``hetsim.scenario.config.build_scenario`` before anything is written, so a
 scenario that hetsim would refuse is never written.
 """
 
@@ -133,9 +133,9 @@ def meta(
     """``meta.json``: what was asked, what each rank measured, how well the network fits."""
     import torch
 
-    from hetsim.registry import NETWORKS
-    from hetsim.results import provenance
-    from hetsim.tables import make_plugin
+    from hetsim.core.registry import NETWORKS
+    from hetsim.scenario.raw_tables import make_plugin
+    from hetsim.sweep.results import provenance
 
     allreduce = merged_allreduce(results)
     network, gradient_mb, world = scenario["network"], scenario["workload"]["gradient_mb"], len(results)
@@ -173,8 +173,8 @@ def write(out: Path, scenario: dict[str, Any], table: list[dict[str, Any]], info
     accepted the scenario."""
     import pandas as pd
 
-    from hetsim.config import build_scenario
-    from hetsim.files import atomic_folder, write_frame, write_json
+    from hetsim.core.files import atomic_folder, write_frame, write_json
+    from hetsim.scenario.config import build_scenario
 
     build_scenario(scenario)
     text = scenario_toml(scenario)

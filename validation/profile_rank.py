@@ -39,8 +39,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hetsim.errors import ConfigError
-from hetsim.files import write_json
+from hetsim.core.errors import ConfigError
+from hetsim.core.files import write_json
 from validation import heartbeat
 from validation.backend import RankEnv, comm_device, init_process_group, resolve_device, select_backend, torch_device
 from validation.placement import apply_placement, placement_in_effect

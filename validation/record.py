@@ -1,7 +1,7 @@
 """Rank 0's run folder: everything a run writes, each file replaced atomically.
 
     meta.json      the configuration, world, devices, backend, versions; ``status`` running/complete
-    trace.parquet  the trace (docs/architecture.md schema, columns exactly ``hetsim.trace.COLUMNS``), one segment
+    trace.parquet  the trace (docs/architecture.md schema, columns exactly ``hetsim.model.trace.COLUMNS``), one segment
     trace.csv      per policy plus the calibration probe (``policy = "probe"``); ``step`` counts
                    from 0 in every segment and ``start_s`` is the segment's own elapsed step
                    time, as in a simulated run of that policy alone
@@ -24,10 +24,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from hetsim.files import write_frame, write_json
-from hetsim.metrics import summarize
-from hetsim.provenance import provenance
-from hetsim.trace import COLUMNS, Trace, write_trace_table
+from hetsim.core.files import write_frame, write_json
+from hetsim.core.provenance import provenance
+from hetsim.model.trace import COLUMNS, Trace, write_trace_table
+from hetsim.run.metrics import summarize
 from validation.config import RunConfig
 from validation.workloads.base import Dataset
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from hetsim.errors import ConfigError
-from hetsim.registry import COSTS
-from hetsim.tables import make_plugin
+from hetsim.core.errors import ConfigError
+from hetsim.core.registry import COSTS
+from hetsim.scenario.raw_tables import make_plugin
 from validation.inject import parse_delay_spec
 
 

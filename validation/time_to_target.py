@@ -2,7 +2,7 @@
 ``--target-accuracy A --noise-scale``.
 
 The calibrated scenario (:func:`validation.compare.calibrate_run`) gets the workload's
-statistical efficiency (:mod:`hetsim.efficiency`): the run's measured gradient noise scale (the
+statistical efficiency (:mod:`hetsim.model.efficiency`): the run's measured gradient noise scale (the
 median of its per-epoch estimates), ``base_batch`` the run's global batch, and ``target_steps``
 from ``equal``'s measurement: the steps of the epochs ``equal`` needed to reach the accuracy
 (its batches are equal, so every step is worth one step at the base batch). Each policy is then
@@ -24,13 +24,13 @@ import numpy as np
 import pandas as pd
 
 from hetsim.calibrate import Calibration
-from hetsim.config import load_scenario, read_table
-from hetsim.efficiency import Efficiency
-from hetsim.errors import ConfigError
-from hetsim.metrics import progress_curve, reaching_step, step_times
-from hetsim.params import Param, typename
-from hetsim.simulate import simulate
-from hetsim.trace import Trace
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import Param, typename
+from hetsim.model.efficiency import Efficiency
+from hetsim.model.trace import Trace
+from hetsim.run.metrics import progress_curve, reaching_step, step_times
+from hetsim.run.simulate import simulate
+from hetsim.scenario.config import load_scenario, read_table
 from validation.compare import RunData, noise_scale_of, read_epochs, scenario_for
 
 REFERENCE = "equal"

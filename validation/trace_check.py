@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hetsim.trace import read_trace_table
+from hetsim.model.trace import read_trace_table
 
 FIRST_USE_RATIO = 1.2
 MIN_ROWS = 3

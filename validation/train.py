@@ -23,8 +23,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hetsim.console import OneLineParser
-from hetsim.errors import ConfigError
+from hetsim.core.console import OneLineParser
+from hetsim.core.errors import ConfigError
 from validation import heartbeat
 from validation.backend import RankEnv, init_process_group, resolve_device, select_backend, torch_device
 from validation.config import RunConfig, build_config

@@ -47,8 +47,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from hetsim.efficiency import Efficiency
-from hetsim.partition import split_by_shares
+from hetsim.model.efficiency import Efficiency
+from hetsim.model.partition import split_by_shares
 from hetsim.policies import Policy, RunHint, StepInfo, WorkerHint, make_policy, policy_class
 from validation.backend import RankEnv, comm_device, resolve_device, select_backend, torch_device
 from validation.config import RunConfig

@@ -18,8 +18,8 @@ This package owns fitting the simulator's model to measurements, one policy's ro
 * the workload: ``global_batch`` = the median per-step sum of ``local_batch``, steps per epoch
   and epochs from the trace when it has epochs.
 
-Reading and checking trace tables is :mod:`hetsim.trace`'s job: problems with the input table
-raise :class:`~hetsim.errors.ConfigError` naming the column. Doubts about the fit come back as
+Reading and checking trace tables is :mod:`hetsim.model.trace`'s job: problems with the input table
+raise :class:`~hetsim.core.errors.ConfigError` naming the column. Doubts about the fit come back as
 warning lines in :attr:`Calibration.warnings` (never printed here).
 """
 

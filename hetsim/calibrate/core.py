@@ -16,9 +16,9 @@ from hetsim.calibrate.idle import scenario_workers as _scenario_workers
 from hetsim.calibrate.models import check_model
 from hetsim.calibrate.noise import NoiseStructure, persistence, shared_correlation, shared_sigma
 from hetsim.calibrate.worker_fit import WorkerFit, worker_table
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
+from hetsim.model.trace import Trace, check_trace_table
 from hetsim.policies import POLICIES
-from hetsim.trace import Trace, check_trace_table
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def calibrate(
     """Fit a scenario to ``trace``: one ``[[workers]]`` entry per trace worker (``count = 1``,
     in worker order), each with the cost model ``model`` (auto: chosen by held-out error). A
     table of several policies needs ``policy`` (unless their step numbers never meet, as in a
-    table pooled on purpose). The result's ``scenario`` loads with :func:`hetsim.config.load_scenario`."""
+    table pooled on purpose). The result's ``scenario`` loads with :func:`hetsim.scenario.config.load_scenario`."""
     check_model(model)
     frame = check_trace_table(trace.to_frame() if isinstance(trace, Trace) else trace)
     frame, chosen, warnings = _policy_rows(frame, policy)

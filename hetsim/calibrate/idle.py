@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from hetsim.calibrate.worker_fit import MIN_COMPLETE, WorkerFit, fit_worker
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
 
 FLAT = 1e-9  # the per-sample cost of a bound written as a flat curve, relative to the bound per sample
 

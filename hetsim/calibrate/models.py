@@ -27,8 +27,8 @@ from functools import cached_property
 import numpy as np
 from scipy import optimize
 
-from hetsim.costs import Affine, CostModel, Hinge, Table
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
+from hetsim.model.costs import Affine, CostModel, Hinge, Table
 
 MODELS = ("affine", "hinge", "table")  # simplest first: ties go to the left
 CHOICES = ("auto", *MODELS)

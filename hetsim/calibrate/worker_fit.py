@@ -34,7 +34,7 @@ from hetsim.calibrate.models import (
     held_out_errors,
     noise_floor,
 )
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
 
 MIN_COMPLETE = 2  # complete computes a worker's fit needs
 KINK_P = 0.01  # a hinge's kink is kept when the F test against a line has a p-value below this

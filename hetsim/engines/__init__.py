@@ -2,17 +2,17 @@
 
 ``simpy`` is the reference (every policy); ``vector`` computes the same traces with NumPy for
 the barrier policies; ``auto`` picks, per policy, the supporting engine of highest priority.
-Importing this package registers the built-in engines with :data:`hetsim.registry.ENGINES`.
+Importing this package registers the built-in engines with :data:`hetsim.core.registry.ENGINES`.
 """
 
 from __future__ import annotations
 
+from hetsim.core.errors import ConfigError
+from hetsim.core.registry import ENGINES
 from hetsim.engines.base import Engine
 from hetsim.engines.simpy_engine import SimPyEngine, run_simpy
 from hetsim.engines.vector import VectorEngine, run_vector
-from hetsim.errors import ConfigError
 from hetsim.policies.base import Policy
-from hetsim.registry import ENGINES
 
 AUTO = "auto"
 

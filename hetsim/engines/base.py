@@ -3,21 +3,21 @@
 An engine class declares its parameters (none for the built-ins), whether it runs a given
 policy (:meth:`Engine.supports`, asked of the policy's traits, never its name) and its
 ``priority``: ``auto`` picks the supporting engine with the highest. A new engine subclasses
-:class:`Engine` and registers with ``hetsim.registry.ENGINES``.
+:class:`Engine` and registers with ``hetsim.core.registry.ENGINES``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from hetsim.draws import StepDraws
-from hetsim.params import PlugIn
+from hetsim.core.params import PlugIn
+from hetsim.model.draws import StepDraws
+from hetsim.model.workers import WorkerStreams
 from hetsim.policies.base import Policy, StepInfo
-from hetsim.workers import WorkerStreams
 
 if TYPE_CHECKING:
-    from hetsim.scenario import Scenario
-    from hetsim.trace import Recorder, Trace
+    from hetsim.model.trace import Recorder, Trace
+    from hetsim.scenario.scenario import Scenario
 
 
 def begin(scenario: Scenario, policy: Policy, seed: int | None) -> tuple[list[WorkerStreams], StepDraws]:

@@ -2,13 +2,13 @@
 
 Each step the coordinator asks the policy for the split (telling it which workers are up) and
 releases every worker with one shared ``go`` event, handing out the step's draws (every
-worker's noise factor and delay, :class:`hetsim.draws.StepDraws`). If a worker is down it first waits
+worker's noise factor and delay, :class:`hetsim.model.draws.StepDraws`). If a worker is down it first waits
 for its repair; then it holds for its compute time, slowed by the episode in force when it
 starts, and reports done. The coordinator waits for the barrier (all workers, or the first
 k = ``policy.wait_for()`` of those with samples, cancelling the rest: exactly k gradients are
 kept, and of workers finishing at the barrier's instant the lowest-indexed), holds for the
 all-reduce (with buckets, for what of it is still running:
-:meth:`hetsim.network.Buckets.exposed_s`), records the step and tells the policy what it
+:meth:`hetsim.model.network.Buckets.exposed_s`), records the step and tells the policy what it
 measured. A worker's failure state is read at the start of each step: a failure that begins
 mid-step takes effect at the next one.
 
@@ -27,15 +27,15 @@ import numpy as np
 import simpy
 from simpy.events import Condition
 
-from hetsim.draws import StepDraws
+from hetsim.core.registry import ENGINES
 from hetsim.engines.base import Engine, Epochs, begin
+from hetsim.model.draws import StepDraws
+from hetsim.model.trace import Recorder, Trace, TraceBuilder, async_trace
+from hetsim.model.workers import WorkerSpec, WorkerStreams
 from hetsim.policies.base import Policy, StepInfo, StepRecord
-from hetsim.registry import ENGINES
-from hetsim.trace import Recorder, Trace, TraceBuilder, async_trace
-from hetsim.workers import WorkerSpec, WorkerStreams
 
 if TYPE_CHECKING:
-    from hetsim.scenario import Scenario
+    from hetsim.scenario.scenario import Scenario
 
 
 FLUSH_STEPS = 4096  # steps kept as Python rows before they go to the recorder as one block
@@ -212,7 +212,7 @@ def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStre
 
     One trace row per update, in the order updates are applied; ``step`` is the update index
     and ``comm_s`` the worker's push-and-pull exchange. On a network whose workers share a link
-    (:meth:`~hetsim.network.NetworkModel.update_link_s`, the parameter server's) every exchange
+    (:meth:`~hetsim.model.network.NetworkModel.update_link_s`, the parameter server's) every exchange
     holds that link, one at a time, first come first served (a SimPy ``Resource`` of capacity
     1), and ``comm_s`` is the time queued for it plus the transfer; otherwise each exchange is
     the network's two-party all-reduce, uncontended. An epoch is ``steps_per_epoch * n``

@@ -8,7 +8,7 @@ through the SimPy engine's event loop).
 How it stays identical to :func:`hetsim.engines.simpy_engine.run_simpy`:
 
 * *Draws.* Each worker's noise and delay of a step are those both engines read from
-  :class:`hetsim.draws.StepDraws` (counter-based: they depend on the worker and the step
+  :class:`hetsim.model.draws.StepDraws` (counter-based: they depend on the worker and the step
   only), here as (steps x workers) arrays, so a step's draws never depend on how steps are
   grouped here.
 * *Blocks.* ``policy.steady_steps(info)`` says for how many steps the split may be taken to
@@ -24,7 +24,7 @@ How it stays identical to :func:`hetsim.engines.simpy_engine.run_simpy`:
   ``np.cumsum`` (a sequential sum) over ``start, M_0, comm, M_1, comm, ...`` makes exactly those
   additions, in that order, for a whole block.
 * *Buckets.* With an overlapped all-reduce, ``comm`` is each step's exposed part, computed by
-  the function the SimPy engine calls (:meth:`hetsim.network.Buckets.exposed_s`) on the same
+  the function the SimPy engine calls (:meth:`hetsim.model.network.Buckets.exposed_s`) on the same
   arrays: each worker's finish since the step's start (its compute, in a step without stalls)
   and compute time. It needs only those when every worker is waited for, so a block stays one
   ``cumsum``; for ``backup`` and ``ksync`` the waited-for workers are those whose gradients are
@@ -49,18 +49,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hetsim.core.errors import ConfigError
+from hetsim.core.registry import ENGINES
 from hetsim.engines.base import Engine, Epochs, begin
 from hetsim.engines.simpy_engine import run_simpy_async
 from hetsim.engines.vector_async import run_vector_async
-from hetsim.errors import ConfigError
-from hetsim.network import Buckets
+from hetsim.model.network import Buckets
+from hetsim.model.trace import Recorder, Trace, TraceBuilder
+from hetsim.model.workers import Timeline, WorkerSpec, WorkerStreams, cost_groups
 from hetsim.policies.base import Policy
-from hetsim.registry import ENGINES
-from hetsim.trace import Recorder, Trace, TraceBuilder
-from hetsim.workers import Timeline, WorkerSpec, WorkerStreams, cost_groups
 
 if TYPE_CHECKING:
-    from hetsim.scenario import Scenario
+    from hetsim.scenario.scenario import Scenario
 
 
 @ENGINES.register

@@ -5,7 +5,7 @@ Without a barrier, a link shared by the updates, failures or slowdown episodes, 
 updates are applied at the running sum of its own ``compute + exchange`` times, from 0 (SimPy
 adds each timeout to the clock; ``np.cumsum`` makes the same additions in the same order), and
 the run's updates are those times merged in order, up to the run's ``steps x workers``. The
-workers' draws (:class:`~hetsim.draws.StepDraws`, worker i's n-th compute taking its draws of
+workers' draws (:class:`~hetsim.model.draws.StepDraws`, worker i's n-th compute taking its draws of
 "step" n) are taken for as many updates per worker as the fastest is expected to make (from
 the means), and doubled until every worker's reach past the run's last update; where that
 would draw more than :data:`DRAW_LIMIT` times the run's updates (one worker far faster than the rest), the
@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hetsim.draws import StepDraws
+from hetsim.model.draws import StepDraws
+from hetsim.model.trace import Trace, async_trace
+from hetsim.model.workers import WorkerStreams, cost_groups
 from hetsim.policies.base import Policy, StepInfo
-from hetsim.trace import Trace, async_trace
-from hetsim.workers import WorkerStreams, cost_groups
 
 if TYPE_CHECKING:
-    from hetsim.scenario import Scenario
+    from hetsim.scenario.scenario import Scenario
 
 DRAW_LIMIT = 8  # draws (workers x updates each) at most this many times the run's updates, else SimPy
 

@@ -16,9 +16,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from hetsim.metrics import BASELINE, step_times
+from hetsim.model.trace import Trace
 from hetsim.plots.style import legend_outside, line_style
-from hetsim.trace import Trace
+from hetsim.run.metrics import BASELINE, step_times
 
 
 def _axes(ax: Axes | None, size: tuple[float, float] = (6.0, 4.0)) -> Axes:

@@ -1,6 +1,6 @@
 """A results folder's figures: the speedup grid (:func:`speedup_figure`) and the plotted cell's
 trace plots (:func:`cell_figures`), from data the caller computed and chose
-(:mod:`hetsim.report`), each titled with what it shows, by which metric and for which grid cell,
+(:mod:`hetsim.report.build`), each titled with what it shows, by which metric and for which grid cell,
 so that a reader needs no README; :func:`render_run` saves them.
 """
 
@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from hetsim.metrics import BASELINE
+from hetsim.model.trace import Trace
 from hetsim.plots.charts import gantt, gantt_handles, speedup_lines, split_over_epochs, step_cdf, utilization_bars
 from hetsim.plots.style import figure_legend, save
-from hetsim.trace import Trace
+from hetsim.run.metrics import BASELINE
 
 METRIC_TEXT = {  # --metric: its name, and the speedup's ratio
     "throughput": ("throughput", f"the policy's throughput / {BASELINE}'s"),

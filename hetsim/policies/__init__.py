@@ -1,6 +1,6 @@
 """Partitioning and straggler policies; :func:`make_policy` builds one from its name and parameters.
 
-Importing this package registers the built-in policies with :data:`hetsim.registry.POLICIES`.
+Importing this package registers the built-in policies with :data:`hetsim.core.registry.POLICIES`.
 """
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hetsim.errors import ConfigError
-from hetsim.params import join
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import join
+from hetsim.core.registry import POLICIES
 from hetsim.policies.adaptive import Adaptive
 from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHint
 from hetsim.policies.dynamic import Dynamic, DynamicEnhanced
 from hetsim.policies.goodput import Goodput
 from hetsim.policies.static import Equal, Optimal, Proportional
 from hetsim.policies.straggler import Async, Backup, KSync
-from hetsim.registry import POLICIES
 
 for _cls in (Equal, Proportional, Dynamic, DynamicEnhanced, Optimal, Adaptive, Goodput, Backup, KSync, Async):
     POLICIES.register(_cls)  # in this order: the order of --policy's default, the tables and the docs

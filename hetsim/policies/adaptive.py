@@ -38,8 +38,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from hetsim.params import Param
-from hetsim.partition import fits_within, max_time, water_fill_array
+from hetsim.core.params import Param
+from hetsim.model.partition import fits_within, max_time, water_fill_array
 from hetsim.policies.adaptive_steady import (
     BOUND_MARGIN,
     MIN_JUMP,

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hetsim.partition import samples_by
+from hetsim.model.partition import samples_by
 
 MIN_SPREAD = 0.5  # samples; with MIN_SPREAD_REL of the mean: below this spread of b the slope is kept
 MIN_SPREAD_REL = 0.05

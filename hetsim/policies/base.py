@@ -19,7 +19,7 @@ K-sync). ``synchronous = False`` marks a policy without a barrier (async).
 ``weighted_gradients`` tells a real trainer to combine gradients as ``sum_i (b_i/B) g_i``; the
 simulator's timing does not depend on it.
 
-A new policy subclasses :class:`Policy` and registers with ``hetsim.registry.POLICIES``;
+A new policy subclasses :class:`Policy` and registers with ``hetsim.core.registry.POLICIES``;
 simulate, analyze, sweep and the plots then find it by name and ask its traits.
 """
 
@@ -33,10 +33,10 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from hetsim.costs import CostModel
-from hetsim.efficiency import Efficiency
-from hetsim.params import PlugIn
-from hetsim.partition import split_by_shares
+from hetsim.core.params import PlugIn
+from hetsim.model.costs import CostModel
+from hetsim.model.efficiency import Efficiency
+from hetsim.model.partition import split_by_shares
 
 UNTIL_THE_END = sys.maxsize  # Policy.steady_steps: the split never changes by itself
 
@@ -143,7 +143,7 @@ class Policy(PlugIn):
     synchronous: ClassVar[bool] = True  # False: no barrier (the engines run it as async updates)
     resplits: ClassVar[bool] = False  # the split can change during a run (plots show its trajectory)
     autocorrelated_steps: ClassVar[bool] = False  # step times depend on the history: CIs use batch means
-    closed_form: ClassVar[bool] = False  # hetsim.analytic.predict models it (see analytic's docstring)
+    closed_form: ClassVar[bool] = False  # hetsim.analysis.analytic.predict models it (see analytic's docstring)
     needs_efficiency: ClassVar[bool] = False  # reset needs the workload's statistical efficiency (RunHint)
     varies_batch: ClassVar[bool] = False  # the global batch can change during a run
     no_closed_form_reason: ClassVar[str] = "it does not declare a closed form (Policy.closed_form)"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hetsim.partition import balanced_split, split_by_shares
+from hetsim.model.partition import balanced_split, split_by_shares
 from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHint
 
 

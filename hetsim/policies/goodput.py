@@ -3,7 +3,7 @@
 A larger global batch amortises every step's fixed costs (the all-reduce, each worker's
 per-step overhead) and lets a heterogeneous cluster give its fast workers more work, so it
 raises throughput; it also lowers the progress each sample buys once it nears the gradient
-noise scale (:mod:`hetsim.efficiency`). This policy maximises their product, the goodput
+noise scale (:mod:`hetsim.model.efficiency`). This policy maximises their product, the goodput
 
     goodput(B) = gain(B; B_noise) / (T(B) + overhead_s)     (steps at base_batch per second)
 
@@ -35,10 +35,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hetsim.efficiency import effective_batch
-from hetsim.errors import ConfigError
-from hetsim.params import Param
-from hetsim.partition import max_time, water_fill
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import Param
+from hetsim.model.efficiency import effective_batch
+from hetsim.model.partition import max_time, water_fill
 from hetsim.policies.adaptive import Adaptive
 from hetsim.policies.base import RunHint, StepInfo, WorkerHint
 

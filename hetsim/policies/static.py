@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hetsim.partition import min_max_split, split_by_shares
+from hetsim.model.partition import min_max_split, split_by_shares
 from hetsim.policies.base import UNTIL_THE_END, Policy, RunHint, StepInfo, WorkerHint
 
 
@@ -37,7 +37,7 @@ class Proportional(_Static):
 
 class Optimal(_Static):
     """Knows the true expected costs and minimises the max of the expected compute times (the
-    exact integer min-max split with caps, :func:`~hetsim.partition.min_max_split`). On
+    exact integer min-max split with caps, :func:`~hetsim.model.partition.min_max_split`). On
     deterministic workers this is the lower bound of every barrier policy; with noise it
     balances the means, which is not always the minimiser of the expected max."""
 

@@ -11,8 +11,8 @@ done and starts again; the engines run it on their own loop (``synchronous = Fal
 
 from __future__ import annotations
 
-from hetsim.errors import ConfigError
-from hetsim.params import Param
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import Param
 from hetsim.policies.base import UNTIL_THE_END, Policy, StepInfo
 
 

@@ -1,4 +1,4 @@
-"""Traces in other tools' formats: hetsim's trace (:mod:`hetsim.trace`) out to the viewers people
+"""Traces in other tools' formats: hetsim's trace (:mod:`hetsim.model.trace`) out to the viewers people
 already use, and other tools' traces in. :mod:`hetsim.traces.chrome` writes Chrome trace-event
 JSON (Perfetto, chrome://tracing), laid out by :mod:`hetsim.traces.timeline` from runs that
 :mod:`hetsim.traces.sources` finds in a folder or a trace file. :mod:`hetsim.traces.torch_profiler`

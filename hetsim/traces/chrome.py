@@ -32,10 +32,10 @@ from typing import IO, Any
 
 import numpy as np
 
-from hetsim.errors import ConfigError
-from hetsim.files import atomic_write
-from hetsim.network import Buckets
-from hetsim.trace import Trace
+from hetsim.core.errors import ConfigError
+from hetsim.core.files import atomic_write
+from hetsim.model.network import Buckets
+from hetsim.model.trace import Trace
 from hetsim.traces.timeline import (
     BucketLayout,
     Spans,

@@ -27,7 +27,7 @@ microseconds) and, for a distributed job, ``distributedInfo`` (``rank``, ``world
 * on CUDA, the device's other kernels: the rank's compute on the GPU.
 
 Times here are in seconds on the rank's own clock (:mod:`hetsim.traces.torch_profiler` aligns
-the ranks). Every problem is one :class:`~hetsim.errors.ConfigError` naming the file.
+the ranks). Every problem is one :class:`~hetsim.core.errors.ConfigError` naming the file.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
 
 STEP = re.compile(r"ProfilerStep#(\d+)$")
 ISSUE_OPS = ("c10d::", "record_param_comms")  # the main thread's collective calls

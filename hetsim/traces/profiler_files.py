@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
 
 SEGMENT_FILE = re.compile(r"(?P<segment>.+)-rank(?P<rank>\d+)\.json(\.gz)?$")
 

@@ -3,7 +3,7 @@ policy) of a ``simulate --out`` folder, a sweep results folder (the plotted cell
 a validation run folder or a trace file (CSV or Parquet), with the worker names and the bucket
 plan of the scenario where the folder records it.
 
-Every problem is one :class:`~hetsim.errors.ConfigError` naming the path or the option: not a
+Every problem is one :class:`~hetsim.core.errors.ConfigError` naming the path or the option: not a
 trace, a table whose rows are neither one per worker per step nor one per update, a policy the
 source does not hold.
 """
@@ -16,19 +16,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetsim.errors import ConfigError
-from hetsim.files import FRAME_FORMATS
-from hetsim.trace import Trace, fill_optional_columns, read_trace_table
+from hetsim.core.errors import ConfigError
+from hetsim.core.files import FRAME_FORMATS
+from hetsim.model.trace import Trace, fill_optional_columns, read_trace_table
 from hetsim.traces.chrome import ExportRun
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from hetsim.scenario import Scenario
+    from hetsim.scenario.scenario import Scenario
 
 TRACE_NEEDS = ("step", "worker", "local_batch", "start_s", "compute_s", "wait_s", "comm_s")  # the rest has defaults
 MAX_WORKER = 100_000  # a worker index beyond this is not one (each worker is a track)
-KEPT_TRACES = "traces.parquet"  # a sweep folder's kept traces (hetsim.report.TRACES_FILE)
+KEPT_TRACES = "traces.parquet"  # a sweep folder's kept traces (hetsim.report.build.TRACES_FILE)
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def _simulate_folder(path: Path) -> Source:
 
 def _rebuilt(config: Any, where: Path) -> tuple[Scenario | None, list[str]]:
     """The scenario a folder records, or None and a note saying the workers go unnamed."""
-    from hetsim.config import build_scenario
+    from hetsim.scenario.config import build_scenario
 
     if not isinstance(config, dict):
         return None, [f"{where} records no scenario: workers are numbered, buckets not drawn"]
@@ -145,14 +145,14 @@ def _rebuilt(config: Any, where: Path) -> tuple[Scenario | None, list[str]]:
 
 def _sweep_folder(path: Path) -> Source:
     """A sweep results folder: the plotted cell's kept traces, in its scenario."""
-    from hetsim.results import RunFolder
-    from hetsim.sweepfile import point_scenario
+    from hetsim.sweep.results import RunFolder
+    from hetsim.sweep.spec import point_scenario
 
     folder = RunFolder.open(path, "RUN_OR_TRACE")
     if not (path / KEPT_TRACES).is_file():
         raise ConfigError(str(path), f"holds no {KEPT_TRACES} (a sweep run with --trace none keeps no trace)")
     spec = folder.spec()
-    chosen = dict(spec.plots.cell)  # the plotted cell, as hetsim.report.plot_cell_labels picks it
+    chosen = dict(spec.plots.cell)  # the plotted cell, as hetsim.report.build.plot_cell_labels picks it
     labels = {a.name: chosen.get(a.name, a.labels[-1]) for a in spec.axes}
     scenario = point_scenario(spec, tuple(a.labels.index(labels[a.name]) for a in spec.axes))
     cell = ", ".join(f"{k}={v}" for k, v in labels.items()) or "its one cell"

@@ -18,8 +18,8 @@ worker's steps follow each other on its track: one that would begin before the p
 ended (rounding, or a real run whose rows rank 0 timed) is moved later by the overlap, never
 shortened (:func:`no_overlap`).
 
-With DDP-style buckets (:class:`hetsim.network.Buckets`) each bucket's all-reduce is laid out as
-the engines compute it (see :mod:`hetsim.network`): bucket k of the waited-for workers is ready
+With DDP-style buckets (:class:`hetsim.model.network.Buckets`) each bucket's all-reduce is laid out as
+the engines compute it (see :mod:`hetsim.model.network`): bucket k of the waited-for workers is ready
 at ``finish_i - compute_i * backlog_k``, starts when it is ready and bucket k-1 is done. A step
 whose buckets do not end where the trace's ``comm_s`` says (a trace of another scenario, or a
 worker down at the step's start that finished early) gets no bucket slices.
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetsim.network import Buckets
-from hetsim.trace import Trace
+from hetsim.model.network import Buckets
+from hetsim.model.trace import Trace
 
 NS_PER_S = 1_000_000_000
 BUCKET_TOLERANCE_S = 1e-7  # buckets drawn only where their end is the trace's to 0.1 us

@@ -5,7 +5,7 @@ Each rank's trace is read by :mod:`hetsim.traces.kineto`. Then:
 
 1. **Checks.** One trace per rank of one job (same world size, backend and collectives, in the
    same order with the same payloads), the same ``ProfilerStep`` numbers on every rank, at least
-   one collective. Anything else is one :class:`~hetsim.errors.ConfigError`.
+   one collective. Anything else is one :class:`~hetsim.core.errors.ConfigError`.
 2. **Clocks.** An all-reduce ends on every rank at about the same moment (the last rank's data
    completes it everywhere), so rank r's clock offset is the median over all-reduces of its end
    minus rank 0's. After the offsets no all-reduce may end on a rank before the last rank issued
@@ -45,8 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hetsim.errors import ConfigError
-from hetsim.trace import Trace
+from hetsim.core.errors import ConfigError
+from hetsim.model.trace import Trace
 from hetsim.traces.blocking import blocked_spans, compute_time
 from hetsim.traces.kineto import RankTrace, Span, read_rank
 
@@ -68,7 +68,7 @@ class Imported:
 def import_traces(
     paths: Sequence[Path], batch: Mapping[int, int] | None = None, policy: str | None = None, name: str | None = None
 ) -> Imported:
-    """The traces of ``paths`` (one per rank) as one :class:`~hetsim.trace.Trace` of ``policy``
+    """The traces of ``paths`` (one per rank) as one :class:`~hetsim.model.trace.Trace` of ``policy``
     (else the segment the traces record, else ``name``, else ``profiled``)."""
     ranks = check_job([read_rank(Path(p)) for p in paths])
     offsets = align(ranks)

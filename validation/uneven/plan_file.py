@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
 from hetsim.policies import POLICIES, Policy, make_policy, policy_class
 
 

@@ -1,6 +1,6 @@
 """The workloads a validation run can train (``--workload``), torch-free until one is resolved.
 
-:data:`WORKLOADS` is hetsim's :class:`~hetsim.registry.Registry`, holding workload objects by
+:data:`WORKLOADS` is hetsim's :class:`~hetsim.core.registry.Registry`, holding workload objects by
 name: the built-ins (:mod:`validation.workloads.builtin`) and what ``HETSIM_PLUGINS`` modules
 register. ``--workload`` also takes ``FILE.py:ATTR`` and ``MODULE:ATTR``
 (:mod:`validation.workloads.plugins`). Every workload implements

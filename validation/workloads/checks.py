@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from hetsim.errors import ConfigError
+from hetsim.core.errors import ConfigError
 from validation.workloads.base import Workload
 
 INSTEAD = (

@@ -3,7 +3,7 @@ workload is resolved.
 
 ``--workload`` takes one of three forms:
 
-* ``NAME``: an entry of :data:`WORKLOADS`, hetsim's :class:`~hetsim.registry.Registry` (the
+* ``NAME``: an entry of :data:`WORKLOADS`, hetsim's :class:`~hetsim.core.registry.Registry` (the
   built-ins, registered by :mod:`validation.workloads.builtin` on first use, and whatever the
   modules or ``.py`` files named in ``HETSIM_PLUGINS`` register);
 * ``path/to/file.py:ATTR``: the file is imported on its own (as ``HETSIM_PLUGINS`` imports one;
@@ -28,8 +28,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from hetsim.errors import ConfigError
-from hetsim.registry import Registry, load_plugins
+from hetsim.core.errors import ConfigError
+from hetsim.core.registry import Registry, load_plugins
 
 if TYPE_CHECKING:
     from validation.workloads.base import Workload

@@ -1,0 +1,133 @@
+"""Batch-sweep results (``python -m validation batch-sweep``'s ``results.json``) as fits of
+``[workload.efficiency]``: what ``hetsim calibrate-efficiency``, the sweep's plot and
+``benchmarks/batch_scaling.py`` share.
+
+A results file holds one workload's runs to a target accuracy at several global batches and
+seeds, under one learning-rate rule: per run (``points``) the batch, the seed, the steps to the
+target (None: not reached, left out of fits) and the estimator's noise scale over training
+(``noise_first`` and ``noise_shape``, :func:`hetsim.model.efficiency_fit.noise_shape`). Two models are
+fitted from the runs at chosen batches: the plain one (today's: one noise scale, the median of
+the base runs' estimates over the whole run, and the target from their steps) and the fitted
+one (:func:`hetsim.model.efficiency_fit.fit`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import Param, typename
+from hetsim.model.efficiency import LR_RULES, Efficiency
+from hetsim.model.efficiency_fit import Fit, Shape, fit
+
+RESULTS = "results.json"
+
+
+@dataclass(frozen=True)
+class Point:
+    batch: int
+    seed: int
+    steps: float | None  # to the target (None: not reached)
+    noise_scale: float | None  # the whole run's estimate
+    noise_first: float | None  # the first quarter of progress's
+    shape: Shape
+
+
+@dataclass(frozen=True)
+class Sweep:
+    workload: str
+    base_batch: int
+    lr_scaling: str
+    target: float
+    points: tuple[Point, ...]
+
+
+def _point(entry: Any, where: str) -> Point:
+    if not isinstance(entry, dict):
+        raise ConfigError(where, f"must be a table, got {typename(entry)}")
+    get = lambda key, p: p.check(entry.get(key))  # noqa: E731
+    shape = tuple(tuple(float(v) for v in knot) for knot in (entry.get("noise_shape") or ()))
+    return Point(
+        int(get("batch", Param(f"{where}.batch", "integer", low=1))),
+        int(get("seed", Param(f"{where}.seed", "integer", low=0))),
+        get("steps_to_target", Param(f"{where}.steps_to_target", default=None, low=0.0, low_open=True)),
+        get("noise_scale", Param(f"{where}.noise_scale", default=None)),
+        get("noise_first", Param(f"{where}.noise_first", default=None)),
+        shape,  # type: ignore[arg-type]
+    )
+
+
+def load_sweeps(paths: Sequence[Path]) -> Sweep:
+    """The runs of one or more results folders (or files) of the same workload, base batch and
+    learning-rate rule."""
+    sweeps = []
+    for path in paths:
+        file = Path(path) / RESULTS if Path(path).is_dir() else Path(path)
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError("RUN", f"cannot read {file}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise ConfigError("RUN", f"{file} is not JSON: {exc}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("points"), list):
+            raise ConfigError(f"{file}:points", "missing (not a batch-sweep results file)")
+        sweeps.append(Sweep(
+            str(data.get("workload")), int(Param(f"{file}:base_batch", "integer", low=1).check(data.get("base_batch"))),
+            Param(f"{file}:lr_scaling", "choice", choices=LR_RULES).check(data.get("lr_scaling")),
+            float(Param(f"{file}:target_accuracy").check(data.get("target_accuracy"))),
+            tuple(_point(e, f"{file}:points.{i}") for i, e in enumerate(data["points"])),
+        ))  # fmt: skip
+    first = sweeps[0]
+    for other, path in zip(sweeps[1:], paths[1:]):
+        for key in ("workload", "base_batch", "lr_scaling", "target"):
+            if getattr(other, key) != getattr(first, key):
+                raise ConfigError(
+                    "RUN", f"{path}: {key} {getattr(other, key)!r} differs from the first's ({getattr(first, key)!r})"
+                )
+    return Sweep(first.workload, first.base_batch, first.lr_scaling, first.target,
+                 tuple(p for s in sweeps for p in s.points))  # fmt: skip
+
+
+def reached(sweep: Sweep, batches: Sequence[int] | None = None) -> list[Point]:
+    """The runs that reached the target, at ``batches`` (None: all)."""
+    return [p for p in sweep.points if p.steps is not None and (batches is None or p.batch in batches)]
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    kept = [v for v in values if v is not None and v > 0]
+    return float(np.median(kept)) if kept else None
+
+
+def plain_model(sweep: Sweep) -> Efficiency:
+    """One noise scale (the base runs' median whole-run estimate) and the base runs' median steps."""
+    base = reached(sweep, [sweep.base_batch])
+    noise = _median([p.noise_scale for p in base])
+    if not base or noise is None:
+        raise ConfigError("RUN", f"no run at the base batch {sweep.base_batch} reached the target with a noise scale")
+    return Efficiency(noise, sweep.base_batch, float(np.median([p.steps for p in base])), lr_scaling=sweep.lr_scaling,
+                      fit_batches=(sweep.base_batch, sweep.base_batch))  # fmt: skip
+
+
+def fitted_model(sweep: Sweep, batches: Sequence[int] | None = None, schedule: bool = False,
+                 exponent: bool = True) -> Fit:  # fmt: skip
+    """:func:`~hetsim.model.efficiency_fit.fit` on the runs at ``batches`` that reached the target,
+    starting from the base runs' noise scale (``schedule``: their median shape over progress)."""
+    runs = reached(sweep, batches)
+    if not runs:
+        raise ConfigError("RUN", "no run reached the target at the batches asked for")
+    base = reached(sweep, [sweep.base_batch])
+    noise = _median([(p.noise_first if schedule else p.noise_scale) for p in base])
+    shape: Shape = ()
+    if schedule:
+        shapes = [p.shape for p in base if p.shape and len(p.shape) == max(len(q.shape) for q in base)]
+        if shapes:
+            ratios = np.median([[r for _, r in s] for s in shapes], axis=0)
+            shape = tuple((at, float(r)) for (at, _), r in zip(shapes[0], ratios))
+    return fit([p.batch for p in runs], [float(p.steps or 0) for p in runs], sweep.base_batch, noise, shape,
+               sweep.lr_scaling, exponent)  # fmt: skip

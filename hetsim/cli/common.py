@@ -1,0 +1,135 @@
+"""Pieces hetsim's command-line modules share: the scenario options, the checks several commands
+make, and (from :mod:`hetsim.core.console`, which ``validation`` uses too) the one-line error contract.
+
+Building a parser from here imports nothing beyond the standard library and hetsim's
+dependency-free modules (errors, params): the policy registry, whose plug-ins import numpy and
+scipy, is imported by the functions that check policy names, when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hetsim.core.console import parse_policies
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import MAX_COUNT, Param
+
+if TYPE_CHECKING:
+    from hetsim.scenario.scenario import Scenario
+
+DEFAULT_SCENARIO = "workstation"
+
+
+def add_scenario_options(parser: argparse.ArgumentParser, json_help: str) -> None:
+    """SCENARIO, --policy, --set, --seed and --json: what every command on one scenario takes."""
+    parser.add_argument(
+        "scenario", nargs="?", default=DEFAULT_SCENARIO, help=f"built-in name or file (default: {DEFAULT_SCENARIO})"
+    )
+    parser.add_argument(
+        "--policy", default=None, help="comma-separated policies (default: every policy that can run the scenario)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a field, e.g. workers.1.per_sample_s=0.004",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="random seed (default: the scenario's)")
+    parser.add_argument("--json", action="store_true", help=json_help)
+
+
+def scenario_policies(text: str | None, scenario: Scenario, notes: list[str] | None = None) -> list[str]:
+    """The policies a command runs: those given with ``--policy`` (each must fit the scenario),
+    or, by default, every registered policy that fits it, with a note on stderr for each left out
+    (one that needs statistical efficiency on a scenario without it included), or, given a list of
+    ``notes``, appended to it for the caller to print once its other checks have passed (bad input
+    gets its one line alone)."""
+    if text is not None:
+        names = parse_policies(text)
+        for name in names:
+            scenario.make_policy(name)
+        return names
+    from hetsim.policies import POLICIES  # imported here so that the command line starts without scipy
+
+    names, left_out = [], []
+    for name, cls in POLICIES.items():
+        if cls.needs_efficiency and scenario.workload.efficiency is None:
+            left_out.append(f"note: {name} left out: it needs [workload.efficiency] (the gradient noise scale), "
+                            "which the scenario lacks")  # fmt: skip
+            continue
+        try:
+            scenario.make_policy(name)
+        except ConfigError as exc:
+            left_out.append(f"note: {name} left out: {exc}")
+            continue
+        names.append(name)
+    if notes is not None:
+        notes.extend(left_out)
+    else:
+        for line in left_out:
+            print(line, file=sys.stderr)
+    return names
+
+
+def check_seed(seed: int | None) -> None:
+    if seed is not None:
+        Param("--seed", "integer", low=0).check(seed)
+
+
+def check_new_folder(out: Path, force: bool, option: str = "--out") -> None:
+    """``out`` is a new or empty folder, or ``force`` says its results may be replaced: a folder
+    that already holds a run's files is refused (one line, before anything runs), so that a
+    later run never silently replaces an earlier one's results."""
+    if not force and out.is_dir() and any(out.iterdir()):
+        raise ConfigError(option, f"{out} already holds files (add --force to replace them, or choose a new folder)")
+
+
+def refuse_sweep_file(source: str) -> None:
+    """A sweep file given where a scenario belongs gets one line saying so (rather than
+    ``base: unknown key``): a TOML/JSON file with a ``grid`` or a ``base`` and no ``workers``."""
+    if not source.endswith((".toml", ".json")) or not Path(source).is_file():
+        return
+    from hetsim.scenario.config import read_table  # reads (and checks) the file as the scenario loader would
+
+    raw = read_table(source)
+    if ("grid" in raw or "base" in raw) and "workers" not in raw:
+        raise ConfigError(source, f"this is a sweep file, not a scenario file (use: python -m hetsim sweep {source})")
+
+
+def check_engine_option(name: str | None) -> None:
+    """``--engine`` (when given) names a registered engine or ``auto``: checked first, where
+    argparse checked its choices before (see the module's docstring)."""
+    if name is not None:
+        from hetsim.engines import check_engine
+
+        check_engine(name, "--engine")
+
+
+def sample_every(value: int) -> int:
+    """``--sample-every``, checked (simulate and sweep alike)."""
+    return int(Param("--sample-every", "integer", low=1, high=MAX_COUNT).check(value))
+
+
+def check_sizes(scenario: Scenario, policies: Sequence[str], every: int) -> None:
+    """Every policy's run size for what it keeps (:func:`check_kept_size`), before the first starts."""
+    from hetsim.policies import policy_class
+    from hetsim.run.simulate import check_kept_size
+
+    for name in policies:
+        check_kept_size(scenario, policy_class(name).synchronous, every)
+
+
+def check_out_file(path: Path, kinds: Mapping[str, str], option: str) -> str:
+    """The kind of file ``path`` names by its suffix (one of ``kinds``); refused on ``option`` when
+    unknown or a folder."""
+    kind = kinds.get(path.suffix.lower())
+    if kind is None:
+        raise ConfigError(option, f"{path}: unknown file type {path.suffix!r} (use {', '.join(kinds)})")
+    if path.exists() and path.is_dir():
+        raise ConfigError(option, f"{path} is a folder")
+    return kind

@@ -1,0 +1,101 @@
+"""Command-line wiring of the cost commands: ``profiles`` (the shipped device profiles) and
+``costs`` (every worker's expected compute time at given local batch sizes, so a user can see
+what a fitted, profiled or hand-written cost model says).
+
+Adding the commands to a parser imports nothing heavy: the handlers import the scenario,
+cost-model and report modules (numpy, scipy, pandas) when they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import MAX_COUNT, Param
+
+
+def add_subcommands(sub: Any) -> None:
+    """Add ``profiles`` and ``costs`` to an argparse subparsers object."""
+    prof = sub.add_parser("profiles", help="list the shipped device profiles (measured step time vs batch)")
+    prof.add_argument("--json", action="store_true", help="print a JSON list of profiles")
+
+    costs = sub.add_parser("costs", help="every worker's expected compute time at given local batch sizes")
+    costs.add_argument("scenario", help="built-in name or file")
+    costs.add_argument("--batch", required=True, metavar="B,B,...", help="local batch sizes, e.g. 16,32,64")
+    costs.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
+    costs.add_argument("--json", action="store_true", help="print a JSON list of {worker, name, batch, compute_s}")
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    from hetsim.core.console import text_table
+    from hetsim.model.costs import device_profiles
+
+    profiles = [
+        {"device": device, "workload": workload, "batch": batches.astype(int).tolist(), "step_s": times.tolist()}
+        for (device, workload), (batches, times) in sorted(device_profiles().items())
+    ]
+    if args.json:
+        print(json.dumps(profiles, indent=2))
+        return 0
+    rows = [[p["device"], p["workload"], "  ".join(f"{b}: {1e3 * t:.1f}" for b, t in zip(p["batch"], p["step_s"]))]
+            for p in profiles]  # fmt: skip
+    print(
+        text_table(["device", "workload", "batch: step ms (non-decreasing fit of the measurements)"], rows, {0, 1, 2})
+    )
+    print('use one as a worker\'s cost = { model = "profile", device = "...", workload = "..." }')
+    return 0
+
+
+def parse_batches(text: str) -> list[int]:
+    """``16,32,64`` -> positive integers."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise ConfigError("--batch", "no batch size given")
+    out = []
+    for item in items:
+        try:
+            value: Any = int(item)
+        except ValueError:
+            value = item
+        out.append(int(Param("--batch", "integer", low=1, high=MAX_COUNT).check(value)))
+    return out
+
+
+def cmd_costs(args: argparse.Namespace) -> int:
+    from hetsim.core.console import text_table
+    from hetsim.scenario.config import load_scenario
+
+    scenario = load_scenario(args.scenario, args.set)
+    batches = parse_batches(args.batch)
+    rows = [
+        {"worker": i, "name": w.name, "batch": b, "compute_s": w.expected_compute_s(b),
+         "beyond_max_batch": w.max_batch is not None and b > w.max_batch}
+        for i, w in enumerate(scenario.workers)
+        for b in batches
+    ]  # fmt: skip
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = [
+        [str(i), w.name, *(_cell(w.expected_compute_s(b), w.max_batch is not None and b > w.max_batch)
+                           for b in batches)]
+        for i, w in enumerate(scenario.workers)
+    ]  # fmt: skip
+    print(f"{scenario.name}: expected compute time (ms) of each worker at each local batch size")
+    print(text_table(["worker", "name", *(f"b={b}" for b in batches)], table, {0, 1}))
+    beyond = sorted({f"{w.name} ({w.max_batch})" for w in scenario.workers
+                     if w.max_batch is not None and any(b > w.max_batch for b in batches)})  # fmt: skip
+    if beyond:
+        print(f"* beyond the worker's max_batch, which no policy gives it: extrapolated ({', '.join(beyond)})")
+    return 0
+
+
+def _cell(compute_s: float, beyond: bool) -> str:
+    """A time in ms, starred when the batch is beyond the worker's max_batch (an extrapolation)."""
+    return f"{1e3 * compute_s:.2f}" + ("*" if beyond else " ")
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"profiles": cmd_profiles, "costs": cmd_costs}

@@ -1,0 +1,211 @@
+"""Command-line wiring of ``plan`` (:mod:`hetsim.plan.planner`): the answer for one cluster, as a table,
+as one JSON object (``--json``), or written for a trainer to read (``--out plan.json``).
+
+:func:`add_subcommands` adds it to ``hetsim.cli.main``'s subparsers; :data:`COMMANDS` maps its name
+to the handler. Every input is checked before the plan is made (the scenario, its workers, the
+seed, the objective, ``--batch-range``, then ``--out``), each refusal one line and exit status 2
+with nothing written; the handler imports the planner (numpy, scipy) only when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from hetsim.cli.common import add_scenario_options, check_seed, scenario_policies
+from hetsim.core.errors import ConfigError
+from hetsim.core.files import check_writable, write_json
+from hetsim.core.options import SPEEDUP_METRICS
+
+if TYPE_CHECKING:
+    from hetsim.plan.planner import Plan
+    from hetsim.plan.rows import Estimate, PolicyRow
+
+T = TypeVar("T")
+
+
+def add_subcommands(sub: Any) -> None:
+    """Add ``plan`` to an argparse subparsers object."""
+    pl = sub.add_parser("plan", help="the policy, split and global batch for one cluster, and how fragile they are")
+    add_scenario_options(pl, "print the plan as one JSON object (what --out writes)")
+    pl.add_argument(
+        "--objective",
+        choices=tuple(SPEEDUP_METRICS),
+        default="throughput",
+        help="what the recommendation is best at: throughput (samples per second; the default) or "
+        "time_to_target (needs [workload.efficiency] with target_steps)",
+    )
+    pl.add_argument(
+        "--batch-range",
+        default=None,
+        metavar="LO,HI",
+        help="also choose the global batch: the best on the objective of LO, HI and the powers of two and "
+        "1.5 times them in between (default: the scenario's)",
+    )
+    pl.add_argument("--out", type=Path, default=None, metavar="plan.json", help="write the plan here (atomically)")
+
+
+def parse_batch_range(text: str, option: str = "--batch-range") -> tuple[int, int]:
+    """``LO,HI`` -> two increasing positive integers (the scenario's limits are the planner's)."""
+    parts = [p.strip() for p in text.split(",")]
+    problem = f"expected two increasing positive integers LO,HI, got {text!r}"
+    if len(parts) != 2 or not all(p.isdecimal() and p.isascii() for p in parts):
+        raise ConfigError(option, problem)
+    try:
+        lo, hi = int(parts[0]), int(parts[1])
+    except ValueError:  # more digits than Python converts
+        raise ConfigError(option, problem) from None
+    if not 0 < lo < hi:
+        raise ConfigError(option, problem)
+    return lo, hi
+
+
+def check_out(path: Path) -> None:
+    """``--out`` can be written: not a folder; in a folder that exists, a file can be made there
+    (:func:`~hetsim.core.files.check_writable`); else the nearest existing ancestor is a folder (the
+    missing folders are made only when the plan is written, so a refusal leaves nothing)."""
+    if path.is_dir():
+        raise ConfigError("--out", f"{path} is a folder")
+    if path.parent.is_dir():
+        check_writable(path)
+        return
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(str(path), f"cannot write here: {ancestor} is not a folder")
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from hetsim.core.provenance import provenance
+    from hetsim.plan.planner import check_batch_range, check_cluster, check_objective, plan, runnable
+    from hetsim.scenario.config import load_scenario
+
+    scenario = load_scenario(args.scenario, args.set)
+    check_cluster(scenario)
+    names = scenario_policies(args.policy, scenario) if args.policy is not None else None
+    check_seed(args.seed)
+    check_objective(args.objective, scenario, "--objective")
+    batch_range = None if args.batch_range is None else parse_batch_range(args.batch_range)
+    if batch_range is not None:
+        check_batch_range(batch_range, scenario, "--batch-range")
+    if args.out is not None:
+        check_out(args.out)
+    if names is None:
+        names, skipped = runnable(scenario)
+        for name, why in skipped:
+            print(f"note: {name} left out: {why}", file=sys.stderr)
+    result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed, policies=names)
+    data = {**provenance(), **result.to_dict()}  # the command and the commit beside the plan's own record
+    if args.out is not None:
+        write_json(args.out, data)
+    if args.json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(plan_text(result))
+        if args.out is not None:
+            print(f"wrote {args.out}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def _ms(e: Estimate) -> tuple[str, str]:
+    return f"{e.value * 1e3:.3f}", f"{e.low * 1e3:.3f}-{e.high * 1e3:.3f}"
+
+
+def _sps(e: Estimate) -> tuple[str, str]:
+    return f"{e.value:.1f}", f"{e.low:.1f}-{e.high:.1f}"
+
+
+def _s(e: Estimate | None) -> tuple[str, str]:
+    return ("-", "-") if e is None else (f"{e.value:.2f}", f"{e.low:.2f}-{e.high:.2f}")
+
+
+def policy_table(rows: Sequence[PolicyRow], with_target: bool) -> str:
+    """The rows: how each was predicted, then each figure and its interval ("exact" for a closed form)."""
+    from hetsim.core.console import text_table
+
+    header = ["policy", "how", "step ms", "95% CI", "samples/s", "95% CI"] + (["to target s", "95% CI"] * with_target)
+    body = []
+    for r in rows:
+        cells = [*_ms(r.step_s), *_sps(r.throughput_sps)] + (list(_s(r.time_to_target_s)) if with_target else [])
+        if r.closed_form:
+            cells[1::2] = ["exact" if c != "-" else "-" for c in cells[1::2]]
+        body.append((r.policy, r.how, *cells))
+    return text_table(header, body, left=(0, 1))
+
+
+def runs(names: Sequence[str], values: Sequence[T]) -> list[tuple[str, int, T]]:
+    """Consecutive workers of one kind (the name before ``#``) with the same value, as
+    (``first..last``, how many, value)."""
+    out: list[tuple[str, str, T, int]] = []  # first, last, value, count
+    for name, value in zip(names, values):
+        if out and out[-1][0].split("#")[0] == name.split("#")[0] and out[-1][2] == value:
+            first, _, _, count = out[-1]
+            out[-1] = (first, name, value, count + 1)
+        else:
+            out.append((name, name, value, 1))
+    return [(first if count == 1 else f"{first}..{last}", count, value) for first, last, value, count in out]
+
+
+def _workers(label: str, count: int) -> str:
+    return label if count == 1 else f"{label} ({count})"
+
+
+def _recommended_lines(result: Plan) -> list[str]:
+    rec = result.recommended
+    gain = "" if result.gain_over_equal is None else f": {result.gain_over_equal:.2f}x equal's {result.objective}"
+    lines = [
+        f"recommended: {rec.policy} ({rec.how}) at global batch {result.global_batch}{gain}",
+        f"  predicted step {rec.step_s.value * 1e3:.3f} ms, {rec.throughput_sps.value:.1f} samples/s"
+        + ("" if rec.time_to_target_s is None else f", {rec.time_to_target_s.value:.2f} s to target"),
+        "  split (samples per step):",
+    ]
+    names = [w.name for w in result.scenario.workers]
+    lines += [f"    {_workers(label, count)}: {value}" for label, count, value in runs(names, rec.split)]
+    lines.append(f"  left out: {', '.join(result.left_out_workers) or 'none'}")
+    return lines
+
+
+def _fragility_lines(result: Plan) -> list[str]:
+    if not result.fragility:
+        return ["fragility: not computed (the recommended policy has no closed form: its figures are simulated)"]
+    from hetsim.core.console import text_table
+    from hetsim.plan.fragility import FRAGILITY_MAX
+
+    names = [f.name for f in result.fragility]
+    keyed = [(f.factor, f.holds_to, f.change, f.computed_for) for f in result.fragility]
+    body = []
+    for label, count, (factor, holds, change, _) in runs(names, keyed):
+        at = f"beyond {FRAGILITY_MAX:g}x" if factor is None else f"{factor:.3g}x (holds at {holds:.3g}x)"
+        body.append((_workers(label, count), at, change or "-"))
+    head = f"fragility: the slowdown of one worker (its cost times a factor, bisection in [1, {FRAGILITY_MAX:g}])"
+    table = text_table(("worker", "factor", "change"), body, left=(0, 2))
+    return [f"{head} at which the recommendation changes:", table]
+
+
+def plan_text(result: Plan) -> str:
+    """The plan as text: the policies' table, the recommendation, the fragility, the notes."""
+    s, wl = result.scenario, result.scenario.workload
+    target = wl.efficiency is not None and wl.efficiency.target_steps is not None
+    lines = [
+        f"{s.name}: {s.n_workers} workers, global batch {result.global_batch}, {wl.epochs} epochs, "
+        f"objective {result.objective}, seed {result.seed}",
+        policy_table(result.rows, target),
+    ]
+    if result.batch_range is not None:
+        tried = ", ".join(f"{b}" + ("" if p is None else f" ({p})") for b, p, _ in result.batch_search)
+        lines.append(f"global batches tried in {result.batch_range[0]}..{result.batch_range[1]}: {tried}")
+    lines += _recommended_lines(result) + _fragility_lines(result)
+    lines += [f"{r.policy}: {r.note}" for r in result.rows if r.note]
+    lines += [f"note: {result.extrapolation}"] if result.extrapolation else []
+    return "\n".join(lines)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"plan": cmd_plan}

@@ -1,0 +1,101 @@
+"""What any command line built on hetsim shares (``python -m hetsim``, ``python -m validation``,
+a user's own tool): the one-line error contract (:class:`OneLineParser`, :func:`run_main`), lists
+of policy names, and plain-text tables. It sits below hetsim's command-line and report modules,
+which ``validation`` does not import.
+
+Importing it costs nothing beyond the standard library and hetsim's dependency-free modules: the
+policy registry, whose plug-ins import numpy and scipy, loads them when names are checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from hetsim.core.errors import CellFailed, ConfigError
+from hetsim.core.registry import POLICIES
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as a ConfigError: one line and exit status 2.
+
+    An option's metavar can be left to a function (:meth:`defer_metavar`), called only when
+    this parser's usage or help is shown: names that only a heavy module lists (calibrate's
+    models, beside scipy) then cost nothing to a command line that does not show them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deferred: list[tuple[argparse.Action, Callable[[], str]]] = []
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError("", f"{self.prog}: {message}")
+
+    def defer_metavar(self, action: argparse.Action, metavar: Callable[[], str]) -> None:
+        """Show ``metavar()`` as ``action``'s metavar (which needs one meanwhile: argparse
+        formats it once as the option is added)."""
+        self._deferred.append((action, metavar))
+
+    def format_usage(self) -> str:
+        self._fill_metavars()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._fill_metavars()
+        return super().format_help()
+
+    def _fill_metavars(self) -> None:
+        for action, metavar in self._deferred:
+            action.metavar = metavar()
+        self._deferred.clear()
+
+
+def run_main(prog: str, run: Callable[[], int]) -> int:
+    """Run a command; bad input (and a path that cannot be read or written) ends in one line on
+    stderr, ``<prog>: error: ...``, and exit status 2; a sweep cell that failed otherwise in one
+    line and exit status 1; Ctrl-C in one line and exit status 130."""
+    try:
+        return run()
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted", file=sys.stderr)
+        return 130
+    except ConfigError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+    except CellFailed as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            return 0
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"{prog}: error: {where}{exc.strerror or exc}", file=sys.stderr)
+    return 2
+
+
+def parse_policies(value: object, option: str = "--policy", reserved: Mapping[str, str] | None = None) -> list[str]:
+    """``a,b,c`` (or a list of names) -> names, each checked against the registry and listed
+    once; a name in ``reserved`` is refused with its problem."""
+    if not isinstance(value, (str, list, tuple)):
+        raise ConfigError(option, f"expected a comma-separated string or a list of policy names, got {value!r}")
+    names = [p.strip() for p in value.split(",")] if isinstance(value, str) else [str(p).strip() for p in value]
+    names = [n for n in names if n]
+    if not names:
+        raise ConfigError(option, "no policy given")
+    for name in names:
+        if reserved and name in reserved:
+            raise ConfigError(option, reserved[name])
+        POLICIES.lookup(name, option)  # the registry imports the built-in policies (and scipy) on first use
+    if len(set(names)) != len(names):
+        raise ConfigError(option, "a policy is listed twice")
+    return names
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: Collection[int] = (0,)) -> str:
+    """Columns padded to width, right-aligned but for the ``left`` ones, with a rule under the header."""
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+
+    def line(r: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])

@@ -1,0 +1,178 @@
+"""Writing files so that a reader never sees half of one: a temporary file beside the target,
+flushed to disk, then renamed into place (atomic on POSIX). A killed run leaves either the old
+file or the new one, never a torn one. JSON and tables (CSV or Parquet, by suffix) have their
+writers here; trace files go through :mod:`hetsim.model.trace`, which uses them."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hetsim.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FRAME_FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}  # file suffix -> format
+TMP_SUFFIX = ".tmp"  # a temporary file is ``.<target name>.<random>.tmp``: a killed write leaves one
+LOCK_NAME = ".lock"  # a folder's lock file (see :func:`exclusive`)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file; mkstemp's are 0600
+
+
+def check_writable(target: Path) -> None:
+    """Make sure a file can be written at ``target`` before any work is done for it (the same
+    ConfigError :func:`atomic_write` would raise at the end; its folder is made if missing)."""
+    os.unlink(_temporary_beside(Path(target)))
+
+
+def _temporary_beside(target: Path) -> str:
+    """A new empty temporary file beside ``target`` (its folder made if missing)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TMP_SUFFIX, dir=target.parent)
+    except OSError as exc:
+        raise ConfigError(str(target), f"cannot write here: {exc.strerror or exc}") from None
+    os.close(fd)
+    return tmp
+
+
+def atomic_write(target: Path, write: Callable[[str], object]) -> None:
+    """Call ``write(tmp_path)`` on a temporary file beside ``target``, then rename it into place.
+    A path that cannot be written (a file where a folder should be, no permission) raises
+    :class:`ConfigError` naming it."""
+    target = Path(target)
+    tmp = _temporary_beside(target)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, FILE_MODE)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def check_out_folder(target: Path, option: str = "--out") -> None:
+    """An output folder can be made or written: not a file, its parent made if missing (the
+    ConfigError :func:`atomic_folder` would raise, before any work is done for it)."""
+    target = Path(target)
+    if target.exists() and not target.is_dir():
+        raise ConfigError(option, f"{target} exists and is not a folder")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(option, f"cannot write in {target.parent}: {exc.strerror or exc}") from None
+
+
+@contextmanager
+def atomic_folder(target: Path, option: str) -> Iterator[Path]:
+    """A temporary folder beside ``target`` to write into; when the block ends without an error
+    its files (subfolders' too, as ``plots/speedup.png``) replace their namesakes in ``target``
+    (whose other files are kept), so a failure leaves ``target`` as it was. ``option`` names the
+    argument ``target`` came from in errors."""
+    target = Path(target)
+    check_out_folder(target, option)
+    try:
+        for stale in target.parent.glob(f".{target.name}.*{TMP_SUFFIX}"):  # left by a killed earlier write
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=TMP_SUFFIX, dir=target.parent))
+    except OSError as exc:
+        raise ConfigError(option, f"cannot write in {target.parent}: {exc.strerror or exc}") from None
+    try:
+        yield tmp
+        target.mkdir(exist_ok=True)
+        files = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if not p.is_dir())
+        for name in files:  # check every move before the first, so none or all happen
+            if (target / name).is_dir():
+                raise ConfigError(option, f"cannot write {target / name}: a folder is in the way")
+        for name in files:
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp / name, target / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_stale_temporaries(folder: Path) -> int:
+    """Delete the temporary files and folders that killed writes left below ``folder``; returns
+    how many."""
+    stale = [p for p in Path(folder).rglob(f".*{TMP_SUFFIX}")]
+    for p in stale:
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return len(stale)
+
+
+def write_json(target: Path, data: Any) -> None:
+    """``data`` as indented JSON (anything unknown as its string), atomically."""
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    atomic_write(target, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def frame_format(path: str | Path, field: str | None = None, default: str | None = None) -> str:
+    """``"csv"`` or ``"parquet"`` from a table file's suffix (:data:`FRAME_FORMATS`); an unknown
+    suffix gives ``default``, or without one raises :class:`ConfigError` on ``field`` (the path
+    itself when None)."""
+    suffix = Path(path).suffix
+    kind = FRAME_FORMATS.get(suffix.lower(), default)
+    if kind is None:
+        where = "" if field is None else f"{path}: "
+        raise ConfigError(field or str(path), f"{where}unknown file type {suffix!r} (use {', '.join(FRAME_FORMATS)})")
+    return kind
+
+
+def write_frame(target: str | Path, frame: pd.DataFrame) -> None:
+    """``frame`` (without its index) as CSV or Parquet by the suffix of ``target``, atomically."""
+    target = Path(target)
+    if frame_format(target) == "csv":
+        atomic_write(target, lambda tmp: frame.to_csv(tmp, index=False))
+    else:
+        atomic_write(target, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
+@contextmanager
+def exclusive(folder: Path, option: str) -> Iterator[Path]:
+    """Hold ``folder`` (made if missing) for this process until the block ends: an advisory
+    ``flock`` on its ``.lock`` file, which the kernel releases when the process ends however it
+    ends, so a killed holder never leaves it locked. Another process asking for the same folder
+    gets a ConfigError on ``option`` at once, instead of both writing into it."""
+    folder = Path(folder)
+    made_folder = not folder.exists()
+    made_lock = not (folder / LOCK_NAME).exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / LOCK_NAME, "a+")
+    except OSError as exc:
+        raise ConfigError(option, f"cannot write in {folder}: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            made_lock = False  # another run's
+            raise ConfigError(option, f"{folder} is in use by another run") from None
+        yield folder
+    except ConfigError:  # refused before anything was written: leave the folder as it was found
+        if made_lock:
+            (folder / LOCK_NAME).unlink(missing_ok=True)
+        if made_folder and not any(folder.iterdir()):
+            folder.rmdir()
+        raise
+    finally:
+        handle.close()

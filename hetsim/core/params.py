@@ -1,0 +1,257 @@
+"""Declared parameters: how a plug-in says what it takes, and the one place values are checked.
+
+A plug-in class (a distribution, a network model, an engine, a policy) lists its parameters
+as :class:`Param` objects, with the names they have in scenario files, their kind, bounds and
+defaults. :class:`PlugIn` binds and checks constructor arguments against that list, so a
+plug-in built directly (``Uniform(0.5, 0.1)``) and one built from a file raise the same
+:class:`~hetsim.core.errors.ConfigError`; the config factory only adds the field's path in front
+(``workers.0.noise.high: must be > 0.5, got 0.1``). The same :meth:`Param.check` validates the
+scenario's own fields and the validation runner's options.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hetsim.core.errors import ConfigError
+
+MAX_COUNT = 2**40  # samples, epochs: far beyond any run, and sums of them stay within int64
+MAX_STEP_S = 1e9  # a step over 30 years is a unit mistake
+
+
+class _Required:
+    """The default of a parameter that has none."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED = _Required()
+KINDS = ("number", "integer", "string", "path", "choice", "numbers", "points")
+
+
+def typename(value: Any) -> str:
+    """How an error message names a value of the wrong type."""
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, str):
+        return f"a string ({value!r})"
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    return f"{type(value).__name__} ({value!r})"
+
+
+class FileName(str):
+    """A file named in a scenario: it compares and prints as written, and :attr:`path` is where
+    it is read (a relative name from ``folder``, the scenario file's folder, when known)."""
+
+    folder: Path | None
+
+    def __new__(cls, name: str, folder: Path | None = None) -> FileName:
+        obj = super().__new__(cls, name)
+        obj.folder = folder
+        return obj
+
+    @property
+    def path(self) -> Path:
+        p = Path(str(self))
+        return p if self.folder is None or p.is_absolute() else self.folder / p
+
+
+def _number_text(value: float | None) -> str:
+    """A number in a message: an integer in full, a float in short (``%g``)."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def file_path(name: str) -> Path:
+    """Where a ``path`` parameter's file is read."""
+    return name.path if isinstance(name, FileName) else Path(name)
+
+
+def join(path: str, key: str | int) -> str:
+    """``path.key``: a field's dotted path (``key`` alone at the top, ``path`` alone for the
+    table itself, ``key == ""``)."""
+    if key == "":
+        return path
+    return f"{path}.{key}" if path else str(key)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter. ``kind`` is ``number`` (a finite float), ``integer``, ``string``, ``path``
+    (a string naming a file: the config factory reads a relative one from the scenario file's
+    folder), ``choice`` (one of ``choices``), ``numbers`` (a non-empty list of non-negative
+    numbers, kept as a tuple) or ``points`` (a list of ``[x, y]`` pairs of non-negative
+    numbers). ``low``/``high`` bound a number or integer, inclusive unless
+    ``low_open``/``high_open``; a bound may name another parameter declared before this one
+    (``Param("high", low="low", low_open=True)``). ``default`` is :data:`REQUIRED` for a
+    required parameter; a default of None makes the parameter optional (None stays None).
+    ``attr`` is the attribute that holds the value when the file's name is taken by a method
+    (an exponential's ``mean`` is held as ``mean_s``, beside its method ``mean()``)."""
+
+    name: str
+    kind: str = "number"
+    default: object = REQUIRED
+    low: float | str | None = None
+    low_open: bool = False
+    high: float | str | None = None
+    high_open: bool = False
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+    attr: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Param {self.name!r}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+
+    @property
+    def attribute(self) -> str:
+        return self.attr or self.name
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def check(self, value: Any, others: Mapping[str, Any] | None = None) -> Any:
+        """``value`` converted to its kind, or :class:`ConfigError` on this parameter's name;
+        ``others`` holds the parameters checked before it (for bounds that name one)."""
+        if value is None and self.default is None:
+            return None
+        if self.kind in ("string", "path"):
+            if not isinstance(value, str):
+                raise ConfigError(self.name, f"must be a string, got {typename(value)}")
+            return value
+        if self.kind == "choice":
+            if value not in self.choices:
+                options = (
+                    " or ".join(map(repr, self.choices))
+                    if len(self.choices) == 2
+                    else (f"one of {', '.join(map(repr, self.choices))}")
+                )
+                raise ConfigError(self.name, f"must be {options}, got {value!r}")
+            return value
+        if self.kind == "numbers":
+            return self._numbers(value)
+        if self.kind == "points":
+            return self._points(value)
+        return self._bounded(self._scalar(value), others or {})
+
+    def _scalar(self, value: Any) -> float | int:
+        if self.kind == "integer":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(self.name, f"must be an integer, got {typename(value)}")
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(self.name, f"must be a number, got {typename(value)}")
+        if not math.isfinite(value):
+            raise ConfigError(self.name, f"must be finite, got {value}")
+        return float(value)
+
+    def _bounded(self, value: float | int, others: Mapping[str, Any]) -> float | int:
+        low = others.get(self.low) if isinstance(self.low, str) else self.low
+        high = others.get(self.high) if isinstance(self.high, str) else self.high
+        too_low = low is not None and (value <= low if self.low_open else value < low)
+        too_high = high is not None and (value >= high if self.high_open else value > high)
+        if not (too_low or too_high):
+            return value
+        got = _number_text(value)
+        if low is not None and high is not None:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            interval = f"{left}{_number_text(low)}, {_number_text(high)}{right}"
+            raise ConfigError(self.name, f"must be in {interval}, got {got}")
+        if too_low:
+            raise ConfigError(self.name, f"must be {'>' if self.low_open else '>='} {_number_text(low)}, got {got}")
+        raise ConfigError(self.name, f"must be {'<' if self.high_open else '<='} {_number_text(high)}, got {got}")
+
+    def _points(self, value: Any) -> tuple[tuple[float, float], ...]:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, (list, tuple)) and len(v) == 2 for v in value):
+            raise ConfigError(self.name, f"must be a list of [x, y] pairs, got {typename(value)}")
+        for i, pair in enumerate(value):
+            for v in pair:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                    raise ConfigError(self.name, f"point {i} must be two non-negative numbers, got {list(pair)!r}")
+        return tuple((float(x), float(y)) for x, y in value)
+
+    def _numbers(self, value: Any) -> tuple[float, ...]:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(self.name, f"must be a list of numbers, got {typename(value)}")
+        if not value:
+            raise ConfigError(self.name, "needs at least one value")
+        for i, v in enumerate(value):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ConfigError(self.name, f"value {i} must be a non-negative number, got {v!r}")
+        return tuple(float(v) for v in value)
+
+
+def check_params(params: Sequence[Param], args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Bind positional ``args`` (in declared order) and keyword ``kwargs`` to ``params``, check
+    every value in declared order, fill defaults; unknown or missing names raise ConfigError."""
+    names = [p.name for p in params]
+    if len(args) > len(params):
+        raise ConfigError("", f"takes at most {len(params)} parameter(s) ({', '.join(names)}), got {len(args)}")
+    given = dict(zip(names, args))
+    for key, value in kwargs.items():
+        if key not in names:
+            raise ConfigError(str(key), f"unknown parameter (known: {', '.join(names) or 'none'})")
+        if key in given:
+            raise ConfigError(str(key), "given twice")
+        given[key] = value
+    out: dict[str, Any] = {}
+    for p in params:
+        if p.name not in given:
+            if p.required:
+                raise ConfigError(p.name, "missing (required)")
+            out[p.name] = p.default
+        else:
+            out[p.name] = p.check(given[p.name], out)
+    return out
+
+
+class PlugIn:
+    """Base of every plug-in class: ``name`` (what files and the registry call it) and
+    ``params`` (what it takes). The constructor checks the arguments against ``params`` and sets
+    one attribute per parameter, then calls :meth:`validate` for checks across parameters.
+    Plug-ins with the same class and parameter values compare (and hash) equal."""
+
+    name: ClassVar[str] = ""
+    params: ClassVar[tuple[Param, ...]] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        values = check_params(self.params, args, kwargs)
+        for p in self.params:
+            object.__setattr__(self, p.attribute, values[p.name])
+        self.validate()
+
+    def validate(self) -> None:
+        """Checks across parameters (one that names another as a bound needs none); raise
+        ConfigError on a parameter's name."""
+
+    def param_values(self) -> dict[str, Any]:
+        """The parameters by their names in files."""
+        return {p.name: getattr(self, p.attribute) for p in self.params}
+
+    def _key(self) -> tuple[Any, ...]:
+        return (type(self), *self.param_values().values())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PlugIn) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.param_values().items())})"
+
+
+class FrozenPlugIn(PlugIn):
+    """A plug-in that is a value (a distribution, a network model): no attribute changes after
+    construction, so scenarios holding it can be hashed and shared."""
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable: cannot set {key!r}")

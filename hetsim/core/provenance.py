@@ -1,0 +1,91 @@
+"""Provenance: what every output file records so that a reader can tell what it is and remake it
+(hetsim's version, the git commit of its source, Python, host, date, the command as typed, and,
+for one scenario's results, the scenario and the seed).
+
+This module imports only the standard library and hetsim's version, so the writers of every
+kind of output use it: ``simulate --out``'s summary.json, a sweep's meta.json, ``plan.json``,
+``calibrate``'s scenario, and validation's files (validation may import it; it is neither a
+command line nor a report).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hetsim import __version__
+
+
+def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """What a reader needs to cite or reproduce a result: ``hetsim_version``, ``git_commit``,
+    ``python``, ``platform``, ``host``, ``date`` (UTC) and ``command`` (``argv``, by default this
+    process's command line as typed)."""
+    return {
+        "hetsim_version": __version__,
+        "git_commit": git_commit(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "host": socket.gethostname(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": shlex.join(command_line() if argv is None else argv),
+    }
+
+
+def run_record(
+    name: str, config: Mapping[str, Any], seed: int | None, argv: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """:func:`provenance` plus the scenario (``name`` and ``config``, the scenario-file dict that
+    ``load_scenario`` rebuilds) and the ``seed`` the results were made with."""
+    return {**provenance(argv), "scenario": {"name": name, "config": dict(config)}, "seed": seed}
+
+
+_GIVEN: list[str] | None = None  # the command a caller of hetsim.cli.main.main(argv) ran, set by record_command
+
+
+def record_command(argv: Sequence[str]) -> None:
+    """Record ``argv`` as the command this process runs (``hetsim.cli.main.main(argv)`` called from
+    Python, where ``sys.argv`` is the caller's)."""
+    global _GIVEN
+    _GIVEN = list(argv)
+
+
+COMMAND_ENV = "HETSIM_COMMAND"  # set by a launcher for the processes it starts, whose own argv is not what was typed
+
+
+def command_line() -> list[str]:
+    """The command as typed: :func:`record_command`'s, else the one a launching process left in
+    ``HETSIM_COMMAND`` (a validation rank records ``python -m validation run ...``, not its own
+    ``python -m validation.train``), else ``sys.argv`` with ``python -m hetsim`` rather than the
+    path of ``__main__.py``."""
+    if _GIVEN is not None:
+        return list(_GIVEN)
+    if os.environ.get(COMMAND_ENV):
+        return shlex.split(os.environ[COMMAND_ENV])
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name == "__main__.py":
+        argv[0:1] = ["python", "-m", Path(argv[0]).parent.name]
+    return argv
+
+
+def git_commit() -> str | None:
+    """The commit of the hetsim source tree (with ``+dirty`` if it has changes), or None (an
+    installed copy outside a git checkout, or no git)."""
+    here = Path(__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        if commit.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "."], cwd=here, capture_output=True, text=True, timeout=5
+        )
+        return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -1,0 +1,130 @@
+"""The name registries, one per plug-in kind, all here: what a name in a scenario file, a
+sweep file or on the command line refers to.
+
+Each registry fills itself on first use by importing the module that registers the built-in
+classes, then the modules named in the ``HETSIM_PLUGINS`` environment variable (module names
+or ``.py`` files, separated by ``os.pathsep``), so plug-ins outside the package reach every
+command and every worker process of a sweep. In a program, :meth:`Registry.register` (usable
+as a class decorator) is the public hook::
+
+    from hetsim.core.registry import POLICIES
+
+    @POLICIES.register
+    class MyPolicy(Policy):
+        name = "mine"
+        ...
+
+A registry holds classes for hetsim's kinds (``Registry[type[Policy]]``: a name, then
+parameters bound by the class) and objects where a plug-in takes no parameters
+(``validation.workloads.WORKLOADS``, a ``Registry[Workload]``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from hetsim.core.errors import ConfigError
+
+if TYPE_CHECKING:  # the plug-in base classes import this module to register themselves
+    from hetsim.engines.base import Engine
+    from hetsim.model.costs import CostModel
+    from hetsim.model.distributions import Distribution
+    from hetsim.model.network import NetworkModel
+    from hetsim.policies.base import Policy
+
+PLUGINS_ENV = "HETSIM_PLUGINS"
+V = TypeVar("V")  # what a registry holds: a class (hetsim) or an object
+
+
+class Registry(Mapping[str, V], Generic[V]):
+    """Name -> plug-in for one kind (``kind`` names it in errors, e.g. ``policy``)."""
+
+    def __init__(self, kind: str, builtins: str) -> None:
+        self.kind = kind
+        self._builtins = builtins  # the module whose import registers the built-in plug-ins
+        self._plugins: dict[str, V] = {}
+        self._loaded = False
+
+    def register(self, plugin: V) -> V:
+        """Add ``plugin`` (a class or an object) under its ``name``; returns it (a class decorator).
+        Registering the same plug-in twice is harmless; another under a taken name is an error."""
+        name = getattr(plugin, "name", "")
+        if not isinstance(name, str) or not name:
+            what = "class needs a non-empty class" if isinstance(plugin, type) else "needs a non-empty"
+            raise TypeError(f"a {self.kind} {what} attribute 'name'")
+        taken = self._plugins.get(name)
+        if taken is not None and taken is not plugin:
+            raise ValueError(f"{self.kind} {name!r} is registered already, by {_origin(taken)}")
+        self._plugins[name] = plugin
+        return plugin
+
+    def unregister(self, name: str) -> None:
+        self._plugins.pop(name, None)
+
+    def lookup(self, name: Any, field: str) -> V:
+        """The plug-in registered as ``name``; an unknown name raises ConfigError on ``field``."""
+        if not isinstance(name, str) or name not in self:
+            raise ConfigError(field, f"unknown {self.kind} {name!r} (known: {', '.join(self)})")
+        return self[name]
+
+    def _load(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            importlib.import_module(self._builtins)
+            load_plugins()
+
+    def __getitem__(self, name: str) -> V:
+        self._load()
+        return self._plugins[name]
+
+    def __iter__(self) -> Iterator[str]:
+        self._load()
+        return iter(list(self._plugins))
+
+    def __len__(self) -> int:
+        self._load()
+        return len(self._plugins)
+
+
+def _origin(plugin: object) -> str:
+    """Where a registered plug-in comes from, for an error: a class's qualified name, or an
+    object's class and module."""
+    cls = plugin if isinstance(plugin, type) else type(plugin)
+    return f"{cls.__module__}.{cls.__qualname__}" + ("" if plugin is cls else " object")
+
+
+_imported: set[str] = set()
+
+
+def load_plugins() -> None:
+    """Import every module named in ``HETSIM_PLUGINS`` (once each)."""
+    for item in filter(None, os.environ.get(PLUGINS_ENV, "").split(os.pathsep)):
+        if item in _imported:
+            continue
+        _imported.add(item)
+        try:
+            if item.endswith(".py"):
+                path = Path(item).resolve()
+                spec = importlib.util.spec_from_file_location(f"hetsim_plugin_{path.stem}", path)
+                if spec is None or spec.loader is None or not path.is_file():
+                    raise ImportError("no such file")
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[spec.name] = module
+                spec.loader.exec_module(module)
+            else:
+                importlib.import_module(item)
+        except Exception as exc:  # any error in a plug-in module is reported as bad input
+            raise ConfigError(PLUGINS_ENV, f"cannot import {item!r}: {exc}".splitlines()[0]) from None
+
+
+DISTRIBUTIONS: Registry[type[Distribution]] = Registry("distribution", "hetsim.model.distributions")
+COSTS: Registry[type[CostModel]] = Registry("cost model", "hetsim.model.costs")
+NETWORKS: Registry[type[NetworkModel]] = Registry("network", "hetsim.model.network")
+ENGINES: Registry[type[Engine]] = Registry("engine", "hetsim.engines")
+POLICIES: Registry[type[Policy]] = Registry("policy", "hetsim.policies")

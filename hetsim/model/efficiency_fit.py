@@ -1,0 +1,159 @@
+"""Fitting ``[workload.efficiency]`` to measured steps to a target accuracy at several global batches.
+
+The model is :mod:`hetsim.model.efficiency`'s: a run at a fixed global batch ``B`` reaches the target
+after ``S(B) = steps_to_target(B)`` steps, which at a constant noise scale is McCandlish et al.'s
+(2018) ``S = S_min (1 + B_noise / B)`` written at the base batch ``M0``,
+
+    S(B) = target_steps * (B_noise(B) + B) * M0 / (B * (B_noise(B) + M0)),
+    B_noise(B) = noise_scale * (B / M0) ** batch_exponent,
+
+and, when the run measured the noise scale over training, the same with ``noise_scale`` a schedule
+over progress of the measured shape, scaled as a whole (``shape``: the knots' progress as a
+fraction of the target, and their noise scale relative to the first). The free parameters are
+``ln target_steps``, ``ln noise_scale`` and ``batch_exponent``; how many are fitted follows the
+distinct batches measured (one: the target only, at the given noise scale; two: and the noise
+scale; three or more: and the exponent), as a model with more parameters than batches is not
+identified. :func:`fit` minimises the squared error of ``ln S`` over every run (each seed one
+point; the errors of steps to a target are closer to multiplicative than additive), by
+:func:`scipy.optimize.least_squares`, and takes the parameters' covariance from the Jacobian,
+``s^2 (J^T J)^-1`` with ``s^2`` the residuals' variance (the runs' scatter about the fit);
+:meth:`Fit.predict` gives a prediction with its interval by the delta method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from hetsim.core.errors import ConfigError
+from hetsim.model.efficiency import Efficiency
+
+Shape = tuple[tuple[float, float], ...]  # (progress / target_steps, B_noise / first B_noise) knots
+DEFAULT_NOISE = 1.0  # the starting noise scale when none was measured, in units of the base batch
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fitted efficiency, the covariance of its free parameters (``ln target_steps``, then
+    ``ln noise_scale``, then ``batch_exponent``, as many as were free) and the residuals' sd."""
+
+    efficiency: Efficiency
+    free: tuple[str, ...]
+    covariance: np.ndarray
+    residual_sd: float
+    shape: Shape = ()
+
+    def predict(self, batch: float, z: float = 1.96) -> tuple[float, float, float]:
+        """Steps to the target at ``batch``: the fit's, and the ``z``-sd interval of the fitted
+        parameters' uncertainty (delta method on ``ln S``)."""
+        x = _params_of(self.efficiency, self.free)
+        centre = self.efficiency.steps_to_target(batch)
+        if not self.free or not np.all(np.isfinite(self.covariance)):
+            return centre, float("nan"), float("nan")
+        grad = np.empty(len(x))
+        for i in range(len(x)):  # central differences of ln S in each free parameter
+            h = np.zeros(len(x))
+            h[i] = 1e-5
+            up = _efficiency(x + h, self.free, self.efficiency, self.shape).steps_to_target(batch)
+            down = _efficiency(x - h, self.free, self.efficiency, self.shape).steps_to_target(batch)
+            grad[i] = (np.log(up) - np.log(down)) / 2e-5
+        sd = float(np.sqrt(max(0.0, grad @ self.covariance @ grad)))
+        return centre, centre * float(np.exp(-z * sd)), centre * float(np.exp(z * sd))
+
+
+def _params_of(eff: Efficiency, free: Sequence[str]) -> np.ndarray:
+    values = {"target_steps": np.log(eff.target_steps or 1.0), "noise_scale": np.log(eff.noise_scale),
+              "batch_exponent": eff.batch_exponent}  # fmt: skip
+    return np.array([values[k] for k in free], dtype=float)
+
+
+def _efficiency(x: np.ndarray, free: Sequence[str], start: Efficiency, shape: Shape) -> Efficiency:
+    """``start`` with the free parameters set from ``x`` (the schedule rebuilt from ``shape``)."""
+    values = dict(zip(free, x.tolist()))
+    target = float(np.exp(values["target_steps"])) if "target_steps" in values else start.target_steps
+    noise = float(np.exp(values["noise_scale"])) if "noise_scale" in values else start.noise_scale
+    exponent = float(values.get("batch_exponent", start.batch_exponent))
+    assert target is not None
+    schedule = tuple((f * target, noise * r) for f, r in shape) if shape else ()
+    return replace(start, target_steps=target, noise_scale=noise, batch_exponent=exponent, schedule=schedule)
+
+
+def check_shape(shape: Shape) -> Shape:
+    """A measured shape: starts at progress 0 with ratio 1, progress increasing, ratios > 0."""
+    if not shape:
+        return ()
+    if shape[0] != (0.0, 1.0):
+        raise ConfigError("shape", f"starts at (0, 1), got {shape[0]}")
+    for (p0, _), (p1, r) in zip(shape, shape[1:]):
+        if p1 <= p0 or r <= 0:
+            raise ConfigError("shape", f"progress must increase and ratios be > 0, got ({p1:g}, {r:g}) after {p0:g}")
+    return shape
+
+
+def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise_scale: float | None = None,
+        shape: Shape = (), lr_scaling: str | None = None, exponent: bool = True) -> Fit:  # fmt: skip
+    """Fit the efficiency to runs at ``batches`` that took ``steps`` to the target (see the
+    module's docstring); ``noise_scale`` is the measured one at ``base_batch`` (the starting
+    point, and the value kept when only one batch was run); ``exponent=False`` keeps the batch
+    exponent at 0 whatever the batches."""
+    from scipy.optimize import least_squares
+
+    b, s = np.asarray(batches, dtype=float), np.asarray(steps, dtype=float)
+    if b.size == 0 or b.size != s.size:
+        raise ConfigError("runs", f"need steps for every batch, got {b.size} batches and {s.size} steps")
+    if np.any(b <= 0) or np.any(s <= 0):
+        raise ConfigError("runs", "batches and steps to the target must be > 0")
+    distinct = np.unique(b).size
+    if noise_scale is None and distinct < 2:
+        raise ConfigError("runs", "one batch alone needs a measured noise scale")
+    n_free = 1 if distinct < 2 else 2 if distinct == 2 or not exponent else 3  # no more than the batches identify
+    free = ("target_steps", "noise_scale", "batch_exponent")[:n_free]
+    start_noise = noise_scale if noise_scale is not None else DEFAULT_NOISE * base_batch
+    at_base = s[b == base_batch] if np.any(b == base_batch) else s
+    start = Efficiency(start_noise, int(base_batch), float(np.exp(np.mean(np.log(at_base)))), lr_scaling=lr_scaling,
+                       fit_batches=(float(b.min()), float(b.max())))  # fmt: skip
+    shape = check_shape(shape)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        eff = _efficiency(x, free, start, shape)
+        return np.log(s) - np.log([eff.steps_to_target(v) for v in b])
+
+    x0 = _params_of(_efficiency(_params_of(start, free), free, start, shape), free)
+    bounds = (np.array([-np.inf, -5.0, -4.0])[: len(free)], np.array([np.inf, 25.0, 4.0])[: len(free)])
+    x0 = np.clip(x0, bounds[0] + 1e-9, bounds[1] - 1e-9)
+    result = least_squares(residuals, x0, bounds=bounds, x_scale=1.0)
+    eff = _efficiency(result.x, free, start, shape)
+    dof = b.size - len(free)
+    sd = float(np.sqrt(np.sum(result.fun**2) / dof)) if dof > 0 else float("nan")
+    jtj = result.jac.T @ result.jac
+    cov = (sd**2) * np.linalg.pinv(jtj) if dof > 0 else np.full((len(free), len(free)), np.nan)
+    sds = dict(zip(free, np.sqrt(np.clip(np.diag(cov), 0, None)).tolist()))
+    eff = replace(eff, noise_scale_sd=_finite(sds.get("noise_scale")),
+                  batch_exponent_sd=_finite(sds.get("batch_exponent")),
+                  target_steps_sd=_finite(sds.get("target_steps")))  # fmt: skip
+    return Fit(eff, free, cov, sd, shape)
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or not np.isfinite(value) else float(value)
+
+
+def noise_shape(steps: Sequence[float], grad_sq: Sequence[float], trace: Sequence[float], target_step: float,
+                bins: int = 4) -> tuple[float | None, Shape]:  # fmt: skip
+    """The noise scale over a run to its target, from the estimator's sums of blocks ending at
+    ``steps`` (:mod:`validation.noise_scale`): the ratio of the sums in each of ``bins`` equal
+    spans of progress (``step / target_step``), as ``(the first span's B_noise, the shape
+    relative to it)``; a span whose sums are not both positive is left out (None, (): none was)."""
+    at = np.asarray(steps, dtype=float) / float(target_step)
+    g, t = np.asarray(grad_sq, dtype=float), np.asarray(trace, dtype=float)
+    values = []
+    for k in range(bins):
+        inside = (at > k / bins) & (at <= (k + 1) / bins) if k else at <= 1 / bins
+        if g[inside].sum() > 0 and t[inside].sum() > 0:
+            values.append(((k + 0.5) / bins, float(t[inside].sum() / g[inside].sum())))
+    if not values:
+        return None, ()
+    first = values[0][1]
+    return first, ((0.0, 1.0), *((p, v / first) for p, v in values[1:]))

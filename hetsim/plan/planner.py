@@ -1,0 +1,276 @@
+"""``hetsim plan``: the answer for one cluster. A scenario in, a :class:`Plan` out: every policy
+that can run it with its predicted mean step time, throughput and time to target and their
+confidence intervals (:mod:`hetsim.plan.rows`: the closed form, else a short simulation), the
+recommended policy with its split and global batch, its gain over ``equal``, and how fragile
+the recommendation is (:mod:`hetsim.plan.fragility`).
+
+**The recommendation** is the best row on the objective (``throughput``: samples per second;
+``time_to_target``: the predicted time to ``target_steps``, which needs
+``[workload.efficiency]``). Closed forms are expectations and simulations estimates: a simulated
+policy is recommended only when its whole confidence interval is better than the best closed
+form's value; otherwise the best closed form is, whose split is known rather than one run's.
+Ties go to the policy listed last: the registry lists the simpler policies first, and of two
+equal predictions the later is the more capable (``dynamic-enhanced``'s timing is ``dynamic``'s,
+its gradients weighted; ``proportional``'s split can be ``optimal``'s when a worker drops out).
+The gain over ``equal`` is the ratio of the two rows' values on the objective (``equal``'s time
+over the policy's for time_to_target), at the same global batch.
+
+**The global batch** (``batch_range``): the candidates are ``LO``, ``HI``, and the powers of two
+and one and a half times them in between (:func:`batch_grid`: 64..8192 is 15 candidates); at each
+the closed-form policies a plan uses are predicted and the best kept, and the plan is then made
+at the best candidate. Simulated policies are not simulated at every candidate (a plan with no
+closed form at all is made at the scenario's batch); a candidate whose target is not reached in
+the scenario's epochs (fewer steps at a larger batch) does not count for time_to_target.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
+
+from hetsim import __version__
+from hetsim.core.errors import ConfigError
+from hetsim.plan.fragility import FRAGILITY_MAX, Fragility, fragility
+from hetsim.plan.rows import LEVEL, OBJECTIVES, PolicyRow, better, closed_form_row, policy_row
+from hetsim.policies import POLICIES
+from hetsim.run.metrics import BASELINE
+from hetsim.scenario.config import check_run_size
+from hetsim.scenario.scenario import Scenario
+
+Searched = tuple[tuple[int, str | None, float | None], ...]  # (batch, its best closed form, that one's value)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`plan` answers (``to_dict`` is ``plan --json`` and ``plan.json``)."""
+
+    scenario: Scenario  # as given (the rows are at ``global_batch``)
+    objective: str
+    seed: int
+    global_batch: int
+    rows: tuple[PolicyRow, ...]
+    recommended: PolicyRow
+    gain_over_equal: float | None  # on the objective; None without equal or a value of its
+    fragility: tuple[Fragility, ...]  # per worker; empty when the recommended policy has no closed form
+    left_out: tuple[tuple[str, str], ...] = ()  # (policy, why) for policies that cannot run the scenario
+    batch_search: Searched = ()
+    batch_range: tuple[int, int] | None = None
+    date: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+
+    @property
+    def left_out_workers(self) -> tuple[str, ...]:
+        """The workers the recommended split gives no samples."""
+        names = [w.name for w in self.scenario.workers]
+        return tuple(names[i] for i, b in enumerate(self.recommended.split) if b == 0)
+
+    @property
+    def extrapolation(self) -> str | None:
+        """Why the time to target at the plan's global batch is an extrapolation (outside the
+        batches its ``[workload.efficiency]`` was fitted on), or None."""
+        eff = self.scenario.workload.efficiency
+        if eff is None or eff.fit_batches is None or not eff.extrapolates(self.global_batch):
+            return None
+        lo, hi = eff.fit_batches
+        return (f"time to target extrapolates: global batch {self.global_batch} is outside the batches the "
+                f"efficiency was fitted on ({lo:g}..{hi:g})")  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        """One JSON object: ``recommended`` (``policy``, ``split``, ``global_batch``,
+        ``predicted_step_s`` and the rest), ``policies`` (the rows), ``fragility``, the objective,
+        the scenario (name and dict), hetsim's version, the date and the seed."""
+        rec = self.recommended
+        return {
+            "hetsim_version": __version__,
+            "date": self.date,
+            "seed": self.seed,
+            "objective": self.objective,
+            "confidence_level": LEVEL,
+            "scenario": {"name": self.scenario.name, "config": self.scenario.to_dict()},
+            "recommended": {
+                "policy": rec.policy,
+                "how": rec.how,
+                "global_batch": self.global_batch,
+                "split": list(rec.split),
+                "workers": [w.name for w in self.scenario.workers],
+                "left_out": list(self.left_out_workers),
+                "predicted_step_s": rec.step_s.value,
+                "throughput_sps": rec.throughput_sps.value,
+                "time_to_target_s": None if rec.time_to_target_s is None else rec.time_to_target_s.value,
+                "gain_over_equal": self.gain_over_equal,
+                "extrapolation": self.extrapolation,
+            },
+            "policies": [r.to_dict() for r in self.rows],
+            "left_out_policies": [{"policy": p, "reason": why} for p, why in self.left_out],
+            "batch_search": None
+            if self.batch_range is None
+            else {
+                "range": list(self.batch_range),
+                "candidates": [{"global_batch": b, "policy": p, "value": v} for b, p, v in self.batch_search],
+            },  # fmt: skip
+            "fragility": {
+                "max_factor": FRAGILITY_MAX,
+                "workers": [f.to_dict() for f in self.fragility],
+                "note": None if rec.closed_form else "not computed: the recommended policy has no closed form",
+            },
+        }
+
+
+def check_cluster(scenario: Scenario) -> None:
+    if scenario.n_workers < 2:
+        raise ConfigError("workers", f"plan needs two or more workers, got {scenario.n_workers}")
+
+
+def check_objective(objective: str, scenario: Scenario, option: str = "objective") -> None:
+    """``objective`` is one of :data:`~hetsim.plan.rows.OBJECTIVES` that the scenario can answer."""
+    if objective not in OBJECTIVES:
+        raise ConfigError(option, f"unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
+    efficiency = scenario.workload.efficiency
+    if objective == "time_to_target" and (efficiency is None or efficiency.target_steps is None):
+        raise ConfigError(option, "time_to_target needs [workload.efficiency] with target_steps in the scenario")
+
+
+def check_batch_range(batch_range: tuple[int, int], scenario: Scenario, option: str = "batch_range") -> None:
+    """Two increasing positive integers, within what the workers can take: at least one sample
+    each, at most their caps' sum and the dataset (one step per epoch), and the smallest batch's
+    run within the run size limits."""
+    lo, hi = batch_range
+    if not (isinstance(lo, int) and isinstance(hi, int) and 0 < lo < hi):
+        raise ConfigError(option, f"expected two increasing positive integers LO,HI, got {lo},{hi}")
+    n = scenario.n_workers
+    if lo < n:
+        raise ConfigError(option, f"LO must be at least the number of workers ({n}), got {lo}")
+    capacity = sum(w.cap for w in scenario.workers)
+    if hi > capacity:
+        raise ConfigError(option, f"HI must be at most {capacity:g}, what the workers' max_batch allow, got {hi}")
+    if hi > scenario.workload.dataset_size:
+        raise ConfigError(option, f"HI must be at most workload.dataset_size ({scenario.workload.dataset_size}), "
+                                  f"got {hi}")  # fmt: skip
+    try:
+        check_run_size(with_batch(scenario, lo), keep_trace=False)
+    except ConfigError as exc:
+        raise ConfigError(option, f"LO {lo}: {exc.problem}") from None
+
+
+def batch_grid(lo: int, hi: int) -> tuple[int, ...]:
+    """The candidate global batches: ``lo``, ``hi`` and every ``2^k`` and ``3 * 2^(k-1)`` between."""
+    points = {lo, hi}
+    power = 2
+    while power <= hi:
+        points.update(b for b in (power, 3 * power // 2) if lo <= b <= hi)
+        power *= 2
+    return tuple(sorted(points))
+
+
+def with_batch(scenario: Scenario, global_batch: int) -> Scenario:
+    return replace(scenario, workload=replace(scenario.workload, global_batch=global_batch))
+
+
+def runnable(scenario: Scenario) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+    """Every registered policy that can run ``scenario``, and (policy, why) for those that cannot
+    (as ``simulate`` leaves them out; one that needs statistical efficiency on a scenario without
+    does not apply and is not listed)."""
+    names, skipped = [], []
+    for name, cls in POLICIES.items():
+        if cls.needs_efficiency and scenario.workload.efficiency is None:
+            continue
+        try:
+            scenario.make_policy(name)
+        except ConfigError as exc:
+            skipped.append((name, str(exc)))
+            continue
+        names.append(name)
+    return names, tuple(skipped)
+
+
+def recommend(rows: Sequence[PolicyRow], objective: str) -> PolicyRow | None:
+    """The best row on ``objective`` (module docstring); None when no row has a value."""
+    closed = _best([r for r in rows if r.closed_form], objective)
+    simulated = _best([r for r in rows if not r.closed_form], objective)
+    if simulated is None or (closed is not None and not _surely_better(simulated, closed, objective)):
+        return closed
+    return simulated
+
+
+def _best(rows: Sequence[PolicyRow], objective: str) -> PolicyRow | None:
+    best: PolicyRow | None = None
+    best_value = 0.0
+    for row in rows:
+        value = row.value(objective)
+        if value is not None and (best is None or not better(best_value, value, objective)):
+            best, best_value = row, value  # a tie goes to the later row (module docstring)
+    return best
+
+
+def _surely_better(simulated: PolicyRow, closed: PolicyRow, objective: str) -> bool:
+    """The simulated row's whole interval beats the closed form's value."""
+    field_name, more = OBJECTIVES[objective]
+    estimate = getattr(simulated, field_name)
+    value = closed.value(objective)
+    assert estimate is not None and value is not None
+    return better(estimate.low if more else estimate.high, value, objective)
+
+
+def gain_over_equal(rows: Sequence[PolicyRow], best: PolicyRow, objective: str) -> float | None:
+    """``best``'s value over ``equal``'s (equal's over best's for a time); None without both."""
+    equal = next((r for r in rows if r.policy == BASELINE), None)
+    mine, theirs = best.value(objective), None if equal is None else equal.value(objective)
+    if mine is None or theirs is None or mine <= 0 or theirs <= 0:
+        return None
+    return mine / theirs if OBJECTIVES[objective][1] else theirs / mine
+
+
+def search_batch(scenario: Scenario, names: Sequence[str], objective: str,
+                 batch_range: tuple[int, int]) -> tuple[int, Searched]:  # fmt: skip
+    """The best candidate batch of :func:`batch_grid` on the closed forms, and every candidate's
+    best policy and value (module docstring)."""
+    found = []
+    for batch in batch_grid(*batch_range):
+        candidate = with_batch(scenario, batch)
+        rows = [r for r in (closed_form_row(candidate, n) for n in names) if isinstance(r, PolicyRow)]
+        best = _best(rows, objective)
+        found.append((batch, None if best is None else best.policy, None if best is None else best.value(objective)))
+    scored = [(b, v) for b, _, v in found if v is not None]
+    if not scored:
+        return scenario.workload.global_batch, tuple(found)
+    chosen = scored[0]
+    for b, v in scored[1:]:
+        if better(v, chosen[1], objective):
+            chosen = (b, v)
+    return chosen[0], tuple(found)
+
+
+def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tuple[int, int] | None = None,
+         seed: int | None = None, policies: Sequence[str] | None = None) -> Plan:  # fmt: skip
+    """The plan for ``scenario`` (module docstring): ``policies`` (default: every policy that can
+    run it) predicted at the scenario's global batch, or at the best of ``batch_range``; the
+    simulations seeded with ``seed`` (default: the scenario's)."""
+    check_cluster(scenario)
+    check_objective(objective, scenario)
+    if batch_range is not None:
+        check_batch_range(batch_range, scenario)
+    names, skipped = (list(policies), ()) if policies is not None else runnable(scenario)
+    seed = scenario.seed if seed is None else seed
+    batch, searched = scenario.workload.global_batch, cast(Searched, ())
+    if batch_range is not None:
+        batch, searched = search_batch(scenario, names, objective, batch_range)
+    at_batch = with_batch(scenario, batch)
+    rows = tuple(policy_row(at_batch, name, seed) for name in names)
+    best = recommend(rows, objective)
+    if best is None:
+        epochs = scenario.workload.epochs
+        raise ConfigError("workload.epochs", f"no policy reaches the target in {epochs} epochs at global batch {batch}")
+    return Plan(
+        scenario=scenario,
+        objective=objective,
+        seed=seed,
+        global_batch=batch,
+        rows=rows,
+        recommended=best,
+        gain_over_equal=gain_over_equal(rows, best, objective),
+        fragility=fragility(at_batch, objective, rows, best) if best.closed_form else (),
+        left_out=skipped,
+        batch_search=searched,
+        batch_range=batch_range,
+    )

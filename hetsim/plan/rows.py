@@ -1,0 +1,207 @@
+"""One policy's row of a plan (:mod:`hetsim.plan.planner`): its predicted mean step time, throughput and
+time to target, each with a confidence interval, from its closed form where it has one that a
+planner can afford, else from a short simulation.
+
+* **Closed form**: :func:`hetsim.analysis.analytic.predict`, a point value (its interval has zero width:
+  the prediction is an expectation, not an estimate). The first-k policies (``backup``,
+  ``ksync``: a policy whose ``wait_for()`` is below the cluster's size) have one, but it
+  integrates every worker's busy time and inclusion over a 20,001-point grid with the order
+  statistics of all the others (about 1 s at 6 workers, 8 s at 24): a plan, which evaluates
+  its closed forms again for every slowed worker (:mod:`hetsim.plan.fragility`), simulates them.
+* **Simulated** (no closed form, or the first-k ones): :func:`hetsim.analysis.step_ci.simulated_mean` on
+  the vector engine, over a horizon cut to :data:`SIMULATED_STEPS` steps (:func:`short_run`):
+  whole epochs, as many as fit, or one epoch cut to that many steps: ten runs of 64 steps (a
+  policy that re-splits) at 1,024 workers take about a second. The mean is then the first
+  steps' (a re-splitting policy's transient weighs more than over a full run: ``adaptive`` on
+  mixed-gpus, about 5% slower over 64 steps than over 485). The throughput and time to target
+  carry the step time's interval through, the samples a step keeps and the progress a step makes
+  taken from the run with the plan's seed; the time to target is extrapolated at that run's rate
+  of progress (with a noise-scale schedule, the rate of the first steps, which the schedule then
+  changes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hetsim.analysis.analytic import NoClosedForm, predict
+from hetsim.analysis.prediction import Prediction
+from hetsim.analysis.step_ci import simulated_mean
+from hetsim.core.options import SPEEDUP_METRICS
+from hetsim.engines import AUTO
+from hetsim.policies import Policy, policy_class
+from hetsim.scenario.scenario import Scenario
+
+SIMULATED_STEPS = 64  # the horizon of a simulated row (short_run)
+LEVEL = 0.95  # of every confidence interval
+CLOSED_FORM = "closed form"
+OBJECTIVES = SPEEDUP_METRICS
+"""Objective -> (the row's field, whether more is better): sweep's ``--metric``, the same figures."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A value and its :data:`LEVEL` confidence interval (equal to it for a closed form)."""
+
+    value: float
+    low: float
+    high: float
+
+    @classmethod
+    def exact(cls, value: float) -> Estimate:
+        return cls(value, value, value)
+
+    def to_dict(self) -> dict[str, float | None]:
+        """Plain JSON: a bound that is not finite (a step time's interval reaching 0) as None."""
+        return {k: v if math.isfinite(v) else None for k, v in (("value", self.value), ("low", self.low),
+                                                                 ("high", self.high))}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PolicyRow:
+    """One policy on one scenario: ``how`` it was predicted (:data:`CLOSED_FORM` or a simulation's
+    description), its mean step time, throughput (samples per second, gradients applied) and time
+    to target (None: no ``target_steps``, or not reached in the scenario's epochs), and its final
+    split (samples per worker, in worker order)."""
+
+    policy: str
+    how: str
+    step_s: Estimate
+    throughput_sps: Estimate
+    time_to_target_s: Estimate | None
+    split: tuple[int, ...]
+    note: str | None = None
+
+    @property
+    def closed_form(self) -> bool:
+        return self.how == CLOSED_FORM
+
+    def value(self, objective: str) -> float | None:
+        """The row's figure for ``objective`` (:data:`OBJECTIVES`), None when it has none."""
+        field, _ = OBJECTIVES[objective]
+        estimate: Estimate | None = getattr(self, field)
+        return None if estimate is None else estimate.value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "how": self.how,
+            "step_s": self.step_s.to_dict(),
+            "throughput_sps": self.throughput_sps.to_dict(),
+            "time_to_target_s": None if self.time_to_target_s is None else self.time_to_target_s.to_dict(),
+            "split": list(self.split),
+            "note": self.note,
+        }
+
+
+def better(a: float, b: float, objective: str) -> bool:
+    """Whether ``a`` is strictly better than ``b`` on ``objective``."""
+    return a > b if OBJECTIVES[objective][1] else a < b
+
+
+def waits_for_all(scenario: Scenario, name: str) -> bool:
+    """Whether ``name`` is a barrier policy that waits for every worker, or async (their closed
+    forms are cheap); a policy that keeps the base class's ``wait_for`` is not reset to be asked
+    (resetting ``optimal`` computes its split, which ``predict`` does again)."""
+    cls = policy_class(name)
+    if not cls.synchronous or cls.wait_for is Policy.wait_for:
+        return True
+    policy = scenario.make_policy(name)
+    policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints())
+    return policy.wait_for() >= scenario.n_workers
+
+
+def closed_form_row(scenario: Scenario, name: str) -> PolicyRow | str:
+    """``name``'s row from its closed form, or why it has none a plan uses (module docstring)."""
+    if not policy_class(name).closed_form:
+        return policy_class(name).no_closed_form_reason
+    if not waits_for_all(scenario, name):
+        return "its closed form (every worker's busy time and inclusion) is too slow to plan with"
+    try:
+        prediction = predict(scenario, name)
+    except NoClosedForm as exc:
+        return exc.reason
+    return _predicted(scenario, prediction)
+
+
+def _predicted(scenario: Scenario, p: Prediction) -> PolicyRow:
+    note = _not_reached(scenario) if _has_target(scenario) and p.time_to_target_s is None else None
+    return PolicyRow(
+        policy=p.policy,
+        how=CLOSED_FORM,
+        step_s=Estimate.exact(p.mean_step_s),
+        throughput_sps=Estimate.exact(p.throughput_sps),
+        time_to_target_s=None if p.time_to_target_s is None else Estimate.exact(p.time_to_target_s),
+        split=p.final_batches,
+        note=note,
+    )
+
+
+def short_run(scenario: Scenario, steps: int = SIMULATED_STEPS) -> Scenario:
+    """``scenario`` cut to about ``steps`` steps: whole epochs, as many as fit (at least one), or,
+    when one epoch is longer, one epoch of ``steps`` steps."""
+    wl = scenario.workload
+    if wl.total_steps <= steps:
+        return scenario
+    if wl.steps_per_epoch <= steps:
+        return replace(scenario, workload=replace(wl, epochs=max(1, steps // wl.steps_per_epoch)))
+    return replace(scenario, workload=replace(wl, epochs=1, dataset_size=steps * wl.global_batch))
+
+
+def simulated_row(scenario: Scenario, name: str, seed: int, why: str) -> PolicyRow:
+    """``name``'s row from :func:`~hetsim.analysis.step_ci.simulated_mean` over :func:`short_run`'s horizon
+    (``why``: the reason it has no closed form, kept as the row's note)."""
+    run = short_run(scenario)
+    sim = simulated_mean(run, name, seed, LEVEL, engine=AUTO)
+    summary = sim.summary
+    assert summary is not None  # simulated_mean always keeps the seed's run's
+    low, high = (sim.mean_s, sim.mean_s) if sim.ci is None else (sim.ci.low, sim.ci.high)
+    kept = summary.throughput_sps * summary.mean_step_s  # samples applied per step
+    throughput = Estimate(kept / sim.mean_s, kept / high, kept / low if low > 0 else math.inf)
+    steps = run.workload.total_steps
+    how = f"simulated, {sim.runs} run{'s' if sim.runs > 1 else ''} x {steps} steps ({sim.method})"
+    step_s = Estimate(sim.mean_s, low, high)
+    to_target = _extrapolated(scenario, summary.progress, summary.steps, step_s)
+    notes = [why]
+    if policy_class(name).varies_batch and run.workload.epochs == 1:
+        notes.append("over one epoch it keeps the global batch it starts with (it changes it at epoch ends)")
+    if _has_target(scenario) and to_target is None:
+        notes.append(_not_reached(scenario))
+    return PolicyRow(
+        policy=name,
+        how=how,
+        step_s=step_s,
+        throughput_sps=throughput,
+        time_to_target_s=to_target,
+        split=summary.final_batches,
+        note="; ".join(notes),
+    )
+
+
+def _has_target(scenario: Scenario) -> bool:
+    efficiency = scenario.workload.efficiency
+    return efficiency is not None and efficiency.target_steps is not None
+
+
+def _not_reached(scenario: Scenario) -> str:
+    return f"target not reached in {scenario.workload.epochs} epochs"
+
+
+def _extrapolated(scenario: Scenario, progress: float | None, steps: int, step_s: Estimate) -> Estimate | None:
+    """The time to target at the run's progress per step: the steps it takes, times the step;
+    None beyond the scenario's step budget (as a closed form or a full run would say)."""
+    efficiency = scenario.workload.efficiency
+    if efficiency is None or efficiency.target_steps is None or not progress:
+        return None
+    needed = math.ceil(efficiency.target_steps / (progress / steps))
+    if needed > scenario.workload.total_steps:
+        return None
+    return Estimate(needed * step_s.value, needed * step_s.low, needed * step_s.high)
+
+
+def policy_row(scenario: Scenario, name: str, seed: int) -> PolicyRow:
+    """``name``'s row: its closed form where a plan uses one, else a short simulation."""
+    row = closed_form_row(scenario, name)
+    return row if isinstance(row, PolicyRow) else simulated_row(scenario, name, seed, row)

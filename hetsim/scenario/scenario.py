@@ -1,0 +1,181 @@
+"""What a scenario is: the frozen, validated objects the scenario factory (:mod:`hetsim.scenario.config`)
+builds from a file, and everything else reads: the workload, the worker groups, the network
+model, the policy's name and parameters, and the seed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any
+
+from hetsim.core.errors import ConfigError
+from hetsim.model.efficiency import Efficiency
+from hetsim.model.network import Buckets, NetworkModel, Nodes
+from hetsim.model.workers import WorkerSpec
+from hetsim.policies import Policy, RunHint, WorkerHint, make_policy
+
+DEFAULT_BACKWARD_FRACTION = 2.0 / 3.0  # backward ~ twice the forward pass's time
+
+
+@dataclass(frozen=True)
+class Workload:
+    global_batch: int
+    dataset_size: int
+    epochs: int
+    gradient_mb: float = 0.0
+    backward_fraction: float | None = None  # the backward pass's share of the compute (None: the default)
+    efficiency: Efficiency | None = None  # statistical efficiency (None: throughput only)
+
+    @property
+    def backward_share(self) -> float:
+        """The backward pass's share of every worker's compute: ``backward_fraction``, or
+        :data:`DEFAULT_BACKWARD_FRACTION` (used only when the network overlaps in buckets)."""
+        return DEFAULT_BACKWARD_FRACTION if self.backward_fraction is None else self.backward_fraction
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.dataset_size // self.global_batch
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps_per_epoch * self.epochs
+
+
+@dataclass(frozen=True)
+class WorkerGroup:
+    spec: WorkerSpec
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    name: str = "equal"
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **dict(self.params)}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    seed: int
+    workload: Workload
+    network: NetworkModel
+    groups: tuple[WorkerGroup, ...]
+    policy: PolicySpec = field(default_factory=PolicySpec)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        try:
+            self.network.bucket_sizes(self.workload.gradient_mb)
+        except ConfigError as exc:
+            raise ConfigError(f"network.{exc.field}", exc.problem) from None
+        if self.network.uses_nodes:
+            for i, g in enumerate(self.groups):
+                if g.spec.node is None:
+                    raise ConfigError(
+                        f"workers.{i}.node", f"missing (the {self.network.name} network needs every worker's node)"
+                    )
+
+    @cached_property
+    def workers(self) -> tuple[WorkerSpec, ...]:
+        """One spec per worker, groups expanded in file order (computed once per scenario)."""
+        out = []
+        for g in self.groups:
+            if g.count == 1:
+                out.append(g.spec)
+            else:
+                out.extend(replace(g.spec, name=f"{g.spec.name}#{k}") for k in range(g.count))
+        return tuple(out)
+
+    @property
+    def n_workers(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    @cached_property
+    def nodes(self) -> Nodes | None:
+        """How many workers each node holds, nodes in order of first appearance, when the network
+        ``uses_nodes`` (None otherwise: the layout changes nothing and is not asked for)."""
+        if not self.network.uses_nodes:
+            return None
+        count: dict[str | None, int] = {}
+        for w in self.workers:
+            count[w.node] = count.get(w.node, 0) + 1
+        return tuple(count.values())
+
+    def allreduce_s(self) -> float:
+        """The whole gradient's all-reduce (what follows the barrier without buckets)."""
+        return self.network.allreduce_among(self.n_workers, self.workload.gradient_mb, self.nodes)
+
+    def buckets(self) -> Buckets | None:
+        """The network's overlap of the all-reduce with the backward pass (None: none)."""
+        return self._buckets
+
+    @cached_property
+    def _buckets(self) -> Buckets | None:
+        wl = self.workload
+        return self.network.buckets(self.n_workers, wl.gradient_mb, wl.backward_share, self.nodes)
+
+    def make_policy(self, name: str | Policy | None = None, params: Mapping[str, Any] | None = None) -> Policy:
+        """The policy to run on this scenario. A :class:`Policy` object is used as it is (its
+        parameters are its own: ``params`` with one is an error); a name (default: the scenario's
+        own) builds a fresh one from the ``[policy]`` table's parameters when it is the
+        scenario's own policy, then ``params``. Either is checked against the cluster's size
+        (ConfigError on ``policy.<parameter>``)."""
+        if isinstance(name, Policy):
+            if params:
+                raise ConfigError("params", "given with a policy object: set them when building the object")
+            policy = name
+            try:
+                policy.check_cluster(self.n_workers)
+            except ConfigError as exc:
+                raise ConfigError(f"policy.{exc.field}", exc.problem) from None
+        else:
+            name = self.policy.name if name is None else name
+            own = dict(self.policy.params) if name == self.policy.name else {}
+            policy = make_policy(name, {**own, **dict(params or {})}, n_workers=self.n_workers)
+        name = policy.name
+        if policy.needs_efficiency and self.workload.efficiency is None:
+            raise ConfigError(
+                "workload.efficiency",
+                f"missing: policy {name!r} chooses the global batch by statistical efficiency "
+                "(give noise_scale and base_batch)",
+            )
+        return policy
+
+    def run_hint(self) -> RunHint:
+        """What every policy is told about the run: the all-reduce after the barrier and the
+        workload's statistical efficiency."""
+        return RunHint(self.allreduce_s(), self.workload.efficiency)
+
+    def hints(self) -> tuple[WorkerHint, ...]:
+        """What the cost-aware policies are told: caps and the true expected cost curves (cost
+        model, noise mean, mean delay)."""
+        return self._hints
+
+    @cached_property
+    def _hints(self) -> tuple[WorkerHint, ...]:
+        return tuple(WorkerHint(w.cap, w.cost, w.noise.mean(), w.delay.mean()) for w in self.workers)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The scenario-file form; ``load_scenario(s.to_dict())`` rebuilds an equal scenario."""
+        out: dict[str, Any] = {"name": self.name, "seed": self.seed}
+        if self.description:
+            out["description"] = self.description
+        out["workload"] = {
+            "global_batch": self.workload.global_batch,
+            "dataset_size": self.workload.dataset_size,
+            "epochs": self.workload.epochs,
+            "gradient_mb": self.workload.gradient_mb,
+        }
+        if self.workload.backward_fraction is not None:
+            out["workload"]["backward_fraction"] = self.workload.backward_fraction
+        if self.workload.efficiency is not None:
+            out["workload"]["efficiency"] = self.workload.efficiency.to_dict()
+        out["network"] = self.network.to_dict()
+        out["workers"] = [{**g.spec.to_dict(), "count": g.count} for g in self.groups]
+        out["policy"] = self.policy.to_dict()
+        return out

@@ -1,0 +1,264 @@
+"""Run folders: ``runs/NNNN_<name>/`` with the resolved sweep, provenance, results and summary.
+
+Layout::
+
+    sweep.toml        the resolved sweep (base inlined): --resume reads it back
+    meta.json         hetsim version, git commit, Python, host, date, command line, and what
+                      the plotted cell keeps of its traces (``trace``, ``sample_every``:
+                      --resume and report keep to it)
+    parts/cell-NNNNN.parquet   one file per finished cell, written atomically as it finishes
+    results.parquet   one row per cell and replication (all parts), rebuilt at the end
+    summary.csv       per cell: mean and 95% CI over replications, speedup vs equal
+    traces.parquet    replication 0 of the plotted cell, every policy (for the trace plots):
+                      every step, or (--trace sample) steps 0, K, 2K, ...; none with --trace none
+    plots/*.png
+
+Every file is written to a temporary name and renamed, so a killed sweep never leaves a
+half-written file; the parts present are exactly the cells that finished.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import tomli_w
+
+from hetsim.core.errors import ConfigError
+from hetsim.core.files import atomic_write, remove_stale_temporaries, write_frame, write_json
+from hetsim.core.options import DEFAULT_SAMPLE_EVERY, SPEEDUP_METRICS, TRACE_MODES  # there for hetsim.cli.main's parser
+from hetsim.core.params import MAX_COUNT, Param
+from hetsim.core.provenance import command_line, git_commit, provenance  # noqa: F401 (re-exported: validation.matrix_report)
+from hetsim.model.trace import COLUMNS, Trace, read_trace_table, traces_by_policy, write_trace_table
+from hetsim.run.metrics import BASELINE, mean_ci
+from hetsim.scenario.config import read_table
+from hetsim.sweep.spec import SweepSpec, load_sweep
+
+METRICS = ("mean_step_s", "total_time_s", "throughput_sps", "mean_utilization")
+PART_COLUMNS = ("cell", "replication", "seed", *METRICS)  # what every part holds, at least
+PART = re.compile(r"cell-(\d{5})\.parquet")  # a finished cell; anything else in parts/ is ignored
+
+
+@dataclass(frozen=True)
+class TraceMode:
+    """What a sweep keeps of its plotted cell's traces (``sweep --trace``): ``full`` every step,
+    ``sample`` each ``every``-th, ``none`` nothing (no traces.parquet, no trace plots). The cells
+    keep summaries whatever the mode. It is recorded in meta.json because it decides what
+    ``--resume`` and ``report`` write: a second mode in one folder would mix two kinds of plot."""
+
+    mode: str = "full"
+    every: int = DEFAULT_SAMPLE_EVERY  # read with mode "sample" only
+
+    @property
+    def kept(self) -> int:
+        """The ``every`` of :func:`hetsim.run.simulate.simulate_sampled` and ``check_kept_size``:
+        1 (every step), k (each k-th) or 0 (none)."""
+        return {"full": 1, "sample": self.every, "none": 0}[self.mode]
+
+    def describe(self) -> str:
+        """The options that give this mode."""
+        return f"--trace {self.mode}" + (f" --sample-every {self.every}" if self.mode == "sample" else "")
+
+    def to_meta(self) -> dict[str, Any]:
+        return {"trace": self.mode, **({"sample_every": self.every} if self.mode == "sample" else {})}
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any], where: str) -> TraceMode:
+        """The mode meta.json (``where``) records; ``full`` where it records none (a folder made
+        before ``--trace`` existed)."""
+        try:
+            mode = Param("trace", "choice", choices=TRACE_MODES).check(meta.get("trace", "full"))
+            every = meta.get("sample_every", DEFAULT_SAMPLE_EVERY)
+            every = Param("sample_every", "integer", low=1, high=MAX_COUNT).check(every)
+        except ConfigError as exc:
+            raise ConfigError(where, str(exc)) from None
+        return cls(mode, int(every))
+
+
+class RunFolder:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    @classmethod
+    def create(cls, root: Path, name: str) -> RunFolder:
+        """A new ``root/NNNN_<name>`` numbered after the highest existing one; never reuses a folder."""
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError("--runs", f"cannot make {root}: {exc.strerror or exc}") from None
+        numbers = [int(m.group(1)) for p in root.iterdir() if (m := re.match(r"(\d{4})_", p.name))]
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "sweep"
+        number = max(numbers, default=0) + 1
+        while True:
+            path = root / f"{number:04d}_{safe}"
+            try:
+                path.mkdir()
+                return cls(path)
+            except FileExistsError:
+                number += 1
+
+    @classmethod
+    def start(cls, root: Path, spec: SweepSpec, meta: Mapping[str, Any]) -> RunFolder:
+        """A new folder for ``spec`` with its meta.json (:func:`provenance` and ``meta``) and
+        sweep.toml, in that order: a folder that :meth:`open` accepts has its meta.json, so a
+        resume never falls back to a default that the sweep did not use."""
+        folder = cls.create(root, spec.name)
+        write_json(folder.path / "meta.json", {**provenance(), **meta})
+        folder.write_text("sweep.toml", tomli_w.dumps(spec.to_dict()))
+        return folder
+
+    @classmethod
+    def open(cls, path: Path, option: str = "run_dir") -> RunFolder:
+        """An existing results folder; ``option`` names the argument it came from in errors."""
+        folder = cls(path)
+        if not (folder.path / "sweep.toml").is_file():
+            raise ConfigError(option, f"{path} is not a sweep results folder (no sweep.toml)")
+        return folder
+
+    def spec(self) -> SweepSpec:
+        return load_sweep(self.path / "sweep.toml")
+
+    def trace_mode(self) -> TraceMode:
+        """What the sweep keeps of its plotted cell's traces, as its meta.json records (``full``
+        without a meta.json: a folder not made by ``sweep``)."""
+        path = self.path / "meta.json"
+        return TraceMode.from_meta(read_table(path) if path.exists() else {}, str(path))
+
+    def write_text(self, name: str, text: str) -> None:
+        atomic_write(self.path / name, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+    def write_frame(self, name: str, frame: pd.DataFrame) -> None:
+        """A table in the folder, CSV or Parquet by the suffix of ``name``, atomically."""
+        write_frame(self.path / name, frame)
+
+    def write_traces(self, name: str, traces: Iterable[Trace]) -> None:
+        """Trace files in the folder (e.g. ``traces.parquet``), atomically."""
+        write_trace_table(list(traces), self.path / name)
+
+    def read_traces(self, name: str) -> dict[str, Trace] | None:
+        """The traces of a trace file written by :meth:`write_traces`, one per policy; None if absent."""
+        path = self.path / name
+        return traces_by_policy(read_trace_table(path, COLUMNS)) if path.is_file() else None
+
+    def write_part(self, cell_index: int, rows: Sequence[dict[str, Any]]) -> None:
+        self.write_frame(f"parts/cell-{cell_index:05d}.parquet", pd.DataFrame(list(rows)))
+
+    def done_cells(self) -> set[int]:
+        parts = self.path / "parts"
+        if not parts.is_dir():
+            return set()
+        return {int(m.group(1)) for p in parts.iterdir() if (m := PART.fullmatch(p.name))}
+
+    def heal(self, seeds: Sequence[int]) -> list[str]:
+        """Make the folder trustworthy before a resume or a report: remove the temporary files of
+        killed writes, and every part that cannot be read or does not hold one row per
+        replication of its cell (its cell then counts as not run). Returns one note per part
+        removed (what was wrong with it). A part run with other seeds than ``seeds`` (sweep.toml's seed or replications
+        edited since) is an error: mixing them would be silently wrong."""
+        remove_stale_temporaries(self.path)
+        notes = []
+        for part in sorted((self.path / "parts").glob("cell-*.parquet")):
+            match = PART.fullmatch(part.name)
+            if match is None:
+                continue
+            problem = _part_problem(part, int(match.group(1)), len(seeds))
+            if problem is not None:
+                part.unlink()
+                notes.append(f"{part.relative_to(self.path)} {problem}")
+                continue
+            ran = pd.read_parquet(part, columns=["seed"])["seed"].tolist()
+            if ran != list(seeds):
+                raise ConfigError(
+                    str(self.path / "sweep.toml"),
+                    f"its seed or replications no longer match {part.relative_to(self.path)} (seeds {ran}); "
+                    "restore them or start a new sweep",
+                )
+        return notes
+
+    def results(self) -> pd.DataFrame:
+        """All finished rows, ordered by cell and replication."""
+        parts = sorted(p for p in (self.path / "parts").glob("cell-*.parquet") if PART.fullmatch(p.name))
+        if not parts:
+            raise ConfigError(str(self.path), "no finished cells yet")
+        frame = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+        return frame.sort_values(["cell", "replication"], kind="stable").reset_index(drop=True)
+
+
+def _part_problem(path: Path, cell: int, replications: int) -> str | None:
+    """What is wrong with a finished cell's part, or None."""
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises many kinds for a damaged file
+        return f"cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    missing = [c for c in PART_COLUMNS if c not in frame.columns]
+    if missing:
+        return f"lacks the column {missing[0]!r}"
+    if len(frame) != replications or frame["cell"].tolist() != [cell] * replications:
+        return f"holds {len(frame)} rows, not the {replications} replications of cell {cell}"
+    if frame["replication"].tolist() != list(range(replications)):
+        return "does not hold replications 0.." + str(replications - 1)
+    for column in METRICS:
+        if not pd.api.types.is_numeric_dtype(frame[column]) or pd.api.types.is_bool_dtype(frame[column]):
+            return f"holds a non-numeric value in {column!r}"
+        if not np.isfinite(frame[column].to_numpy(dtype=float)).all():
+            return f"holds a value that is not finite in {column!r}"
+    return None
+
+
+def summarize_cells(results: pd.DataFrame, axes: Sequence[str], metric: str = "throughput") -> pd.DataFrame:
+    """Per cell: replications, mean and 95% CI half-width of each metric, and the speedup vs
+    ``equal`` by ``metric`` (:data:`SPEEDUP_METRICS`: the policy's throughput over equal's, or
+    equal's time to target over the policy's), paired by grid point and replication (see
+    :func:`hetsim.run.metrics.with_speedups`); NaN where either has no value."""
+    keys = list(axes)
+    field, more_is_better = SPEEDUP_METRICS[metric]
+    results = results.assign(**{field: pd.to_numeric(results.get(field), errors="coerce")})
+    equal = results[results["policy"] == BASELINE][[*keys, "replication", field]]
+    merged = results.merge(equal, on=[*keys, "replication"], how="left", suffixes=("", "_equal"))
+    ratio = merged[field] / merged[f"{field}_equal"]
+    merged["speedup_vs_equal"] = ratio if more_is_better else 1.0 / ratio
+    rows = []
+    for (cell, policy), group in merged.groupby(["cell", "policy"], sort=True):
+        row: dict[str, Any] = {
+            "cell": cell,
+            **{k: group[k].iloc[0] for k in keys},
+            "policy": policy,
+            "replications": len(group),
+        }
+        for column in (*METRICS, "speedup_vs_equal"):
+            values = group[column].to_numpy(float)
+            mean = float(values.mean())
+            half = mean_ci(values).half_width if len(values) > 1 and np.isfinite(values).all() else np.nan
+            row[column], row[f"{column}_ci95"] = mean, half
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def markdown_table(summary: pd.DataFrame, axes: Sequence[str], policies: Sequence[str]) -> str:
+    """Speedup vs equal (mean ± 95% CI) per grid point (rows) and policy (columns)."""
+    value = summary.apply(
+        lambda r: (
+            "-"
+            if np.isnan(r["speedup_vs_equal"])
+            else (
+                f"{r['speedup_vs_equal']:.3f}"
+                + ("" if np.isnan(r["speedup_vs_equal_ci95"]) else f" ± {r['speedup_vs_equal_ci95']:.3f}")
+            )
+        ),
+        axis=1,
+    )
+    table = summary.assign(value=value).pivot_table(
+        index=list(axes) or ["cell"], columns="policy", values="value", aggfunc="first", sort=False
+    )
+    table = table[[p for p in policies if p in table.columns]]
+    header = [*(axes or ["cell"]), *table.columns]
+    lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
+    for idx, row in table.iterrows():
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        lines.append("| " + " | ".join([*map(str, idx), *map(str, row.tolist())]) + " |")
+    return "\n".join(lines)

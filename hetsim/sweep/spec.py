@@ -1,0 +1,220 @@
+"""Sweep files -> validated :class:`SweepSpec` objects: the grid axes, the policies, the
+replications and what the plots show. Every grid point is built (and so checked) by the
+scenario factory in :mod:`hetsim.scenario.config` when the file is loaded, so a bad cell is reported
+before anything runs.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import Param, join, typename
+from hetsim.engines import AUTO, check_engine
+from hetsim.policies import policy_class
+from hetsim.run.simulate import check_kept_size
+from hetsim.scenario.config import build_scenario, read_table, resolve_source, set_path
+from hetsim.scenario.raw_tables import Table
+from hetsim.scenario.scenario import Scenario
+
+MAX_REPLICATIONS = 100_000  # seeds per cell: far beyond any confidence interval's need, within memory
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One grid axis: ``labels`` are what the results record; each label sets every path in
+    ``sets`` to its value at the same position (a plain ``"path" = [...]`` axis sets one path)."""
+
+    name: str
+    labels: tuple[Any, ...]
+    sets: tuple[tuple[str, tuple[Any, ...]], ...]
+
+    def overrides(self, k: int) -> tuple[tuple[str, Any], ...]:
+        return tuple((path, values[k]) for path, values in self.sets)
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    x: str | None = None
+    lines: str | None = None
+    cell: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    base: dict[str, Any] = field(hash=False)
+    policies: tuple[str, ...]
+    axes: tuple[Axis, ...]
+    replications: int
+    seed: int
+    plots: PlotSpec = field(default_factory=PlotSpec)
+    base_dir: str | None = None  # where the base's relative file paths (empirical data) are read from
+    engine: str = "auto"  # simpy | vector | auto: how cells are simulated (the same results either way)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved sweep-file form (base inlined), loadable by :func:`load_sweep`."""
+        grid: dict[str, Any] = {}
+        for axis in self.axes:
+            if len(axis.sets) == 1 and axis.sets[0][0] == axis.name:
+                grid[axis.name] = list(axis.labels)
+            else:
+                grid[axis.name] = {"values": list(axis.labels), **{p: list(v) for p, v in axis.sets}}
+        plots: dict[str, Any] = {k: v for k, v in (("x", self.plots.x), ("lines", self.plots.lines)) if v}
+        if self.plots.cell:
+            plots["cell"] = dict(self.plots.cell)
+        out = {
+            "name": self.name,
+            "seed": self.seed,
+            "replications": self.replications,
+            "policies": list(self.policies),
+            "base": copy.deepcopy(self.base),
+            "grid": grid,
+        }
+        if plots:
+            out["plots"] = plots
+        if self.engine != "auto":
+            out["engine"] = self.engine
+        if self.base_dir is not None:  # so a saved sweep still finds the base's relative files
+            out["base_dir"] = self.base_dir
+        return out
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ConfigError(where, f"must be a list, got {typename(value)}")
+    if not value:
+        raise ConfigError(where, "empty axis: give at least one value")
+    return value
+
+
+def _make_axis(name: str, value: Any) -> Axis:
+    where = f"grid.{name}"
+    if not isinstance(value, Mapping):
+        values = tuple(_list(value, where))
+        return Axis(name, values, ((name, values),))
+    labels = tuple(_list(value.get("values"), f"{where}.values"))
+    sets = []
+    for path, vals in value.items():
+        if path == "values":
+            continue
+        vals = _list(vals, f"{where}.{path}")
+        if len(vals) != len(labels):
+            raise ConfigError(f"{where}.{path}", f"has {len(vals)} values for {len(labels)} labels")
+        sets.append((path, tuple(vals)))
+    if not sets:
+        raise ConfigError(where, "a named axis needs at least one dotted path besides 'values'")
+    return Axis(name, labels, tuple(sets))
+
+
+def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
+    """A sweep file (or table) -> :class:`SweepSpec`, every grid point checked to build."""
+    if isinstance(source, Mapping):
+        raw, base_dir = copy.deepcopy(dict(source)), None
+    else:
+        raw, base_dir = read_table(source), Path(source).resolve().parent
+        _refuse_scenario_file(raw, source)
+    top = Table(raw, "", ["name", "base", "base_dir", "policies", "grid", "replications", "seed", "plots", "engine"])
+    if top.has("base_dir"):  # where the base's relative files are (written into a run's sweep.toml)
+        base_dir = Path(top.get(Param("base_dir", "path")))
+    base_ref = top.raw("base")
+    if isinstance(base_ref, str) and base_dir is not None and (base_dir / base_ref).is_file():
+        base_ref = str(base_dir / base_ref)
+    if not isinstance(base_ref, (str, Mapping)):
+        raise ConfigError("base", f"must be a scenario name, a path or a table, got {typename(base_ref)}")
+    try:
+        base, scenario_dir = resolve_source(base_ref)
+        if isinstance(base_ref, Mapping):
+            scenario_dir = base_dir
+        scenario = build_scenario(base, scenario_dir)
+    except ConfigError as exc:
+        raise ConfigError(join("base", exc.field), exc.problem) from None
+    policies = top.raw("policies", [scenario.policy.name])
+    if not isinstance(policies, list) or not policies or not all(isinstance(p, str) for p in policies):
+        raise ConfigError("policies", "must be a non-empty list of policy names")
+    for i, name in enumerate(policies):
+        policy_class(name, f"policies.{i}")
+    grid = top.raw("grid", {})
+    if not isinstance(grid, Mapping):
+        raise ConfigError("grid", f"must be a table, got {typename(grid)}")
+    axes = tuple(_make_axis(name, value) for name, value in grid.items())
+    plots_raw = Table(top.data.get("plots", {}), "plots", ["x", "lines", "cell"])
+    names = [a.name for a in axes]
+    for key in ("x", "lines"):
+        if plots_raw.has(key) and plots_raw.data[key] not in names:
+            raise ConfigError(
+                f"plots.{key}", f"{plots_raw.data[key]!r} is not a grid axis ({', '.join(names) or 'none'})"
+            )
+    cell = plots_raw.data.get("cell", {})
+    if not isinstance(cell, Mapping) or any(k not in names for k in cell):
+        raise ConfigError("plots.cell", f"must map grid axes ({', '.join(names)}) to values")
+    for axis in axes:
+        if axis.name in cell and cell[axis.name] not in axis.labels:
+            raise ConfigError(f"plots.cell.{axis.name}", f"{cell[axis.name]!r} is not one of {list(axis.labels)}")
+    spec = SweepSpec(
+        name=top.get(Param("name", "string", default="sweep")),
+        base=base,
+        policies=tuple(policies),
+        axes=axes,
+        replications=top.get(Param("replications", "integer", default=1, low=1, high=MAX_REPLICATIONS)),
+        seed=top.get(Param("seed", "integer", default=scenario.seed, low=0)),
+        plots=PlotSpec(plots_raw.data.get("x"), plots_raw.data.get("lines"), tuple(cell.items())),
+        base_dir=None if scenario_dir is None else str(scenario_dir),
+        engine=top.get(Param("engine", "string", default=AUTO)),
+    )
+    check_engine(spec.engine)
+    _check_grid(spec)
+    return spec
+
+
+SCENARIO_ONLY_KEYS = ("workload", "workers", "network", "policy")  # a scenario file's tables, never a sweep's
+
+
+def _refuse_scenario_file(raw: Mapping[str, Any], source: str | Path) -> None:
+    """A scenario file given where a sweep file belongs gets one line saying so (rather than the
+    first of its keys a sweep does not allow)."""
+    if "grid" not in raw and "base" not in raw and any(k in raw for k in SCENARIO_ONLY_KEYS):
+        raise ConfigError(
+            str(source),
+            f"this is a scenario file, not a sweep file (use: python -m hetsim simulate {source}; "
+            f'a sweep names it as its base: base = "{source}")',
+        )
+
+
+def grid_points(axes: Sequence[Axis]) -> list[tuple[int, ...]]:
+    """Every combination of label indices, the last axis varying fastest."""
+    return [tuple(int(i) for i in idx) for idx in np.ndindex(*(len(a.labels) for a in axes))]
+
+
+def point_scenario(spec: SweepSpec, point: Sequence[int]) -> Scenario:
+    """The base scenario with every axis set to its ``point`` label."""
+    raw = copy.deepcopy(spec.base)
+    for axis, k in zip(spec.axes, point):
+        for path, value in axis.overrides(k):
+            set_path(raw, path, copy.deepcopy(value))
+    return build_scenario(raw, None if spec.base_dir is None else Path(spec.base_dir))
+
+
+def _check_grid(spec: SweepSpec) -> None:
+    """Every grid point builds, and every policy fits it (its parameters, the cluster's size), so
+    a bad cell is reported before anything is written or started."""
+    for point in grid_points(spec.axes):
+        try:
+            scenario = point_scenario(spec, point)
+            for name in spec.policies:
+                check_kept_size(scenario, scenario.make_policy(name).synchronous, 0)  # cells keep summaries
+        except ConfigError as exc:
+            where = ", ".join(f"{a.name}={a.labels[k]!r}" for a, k in zip(spec.axes, point))
+            raise ConfigError(f"grid.{exc.field}" if exc.field else "grid", f"{exc.problem} (at {where})") from None
+
+
+def default_sweep_text() -> str:
+    """The embedded default sweep file (what ``python -m hetsim sweep`` runs with no argument)."""
+    return resources.files("hetsim.data.sweeps").joinpath("default.toml").read_text(encoding="utf-8")
