@@ -38,6 +38,7 @@ GRID_PER_GAP = 8  # breakpoints tried between two neighbouring sizes before the 
 
 
 def check_model(name: str, field: str = "--model") -> str:
+    """``name`` if it is one of :data:`CHOICES` (a cost model, or ``auto``); else ConfigError on ``field``."""
     if name not in CHOICES:
         raise ConfigError(field, f"unknown model {name!r} (choose {', '.join(CHOICES)})")
     return name

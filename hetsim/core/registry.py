@@ -128,3 +128,5 @@ COSTS: Registry[type[CostModel]] = Registry("cost model", "hetsim.model.costs")
 NETWORKS: Registry[type[NetworkModel]] = Registry("network", "hetsim.model.network")
 ENGINES: Registry[type[Engine]] = Registry("engine", "hetsim.engines")
 POLICIES: Registry[type[Policy]] = Registry("policy", "hetsim.policies")
+
+__all__ = ["COSTS", "DISTRIBUTIONS", "ENGINES", "NETWORKS", "PLUGINS_ENV", "POLICIES", "Registry", "load_plugins"]

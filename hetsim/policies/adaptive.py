@@ -63,6 +63,9 @@ SPECULATE_ELEMENTS = 2**20  # most (steps x workers) computed at once, but never
 
 
 class Adaptive(Policy):
+    """Online affine fit of each worker's cost (forgetting, change detection), then the min-max
+    split of the fitted costs, adopted when predicted ``hysteresis`` faster (module docstring)."""
+
     name = "adaptive"
     weighted_gradients = True
     resplits = True

@@ -16,6 +16,9 @@ from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHi
 
 
 class Dynamic(Policy):
+    """DP-SGD (the paper's rule): at each epoch's end every share is rescaled by the worker's
+    measured speed, ``p_i <- (p_i / t_i) / sum_j (p_j / t_j)``; gradients averaged."""
+
     name = "dynamic"
     resplits = True
     autocorrelated_steps = True

@@ -47,6 +47,9 @@ DEFAULT_RANGE = 8  # without max_batch: up to this many times the workload's glo
 
 
 class Goodput(Adaptive):
+    """The global batch and its split chosen together for the most progress per second
+    (Pollux's goodput with ``adaptive``'s per-worker split inside the step time)."""
+
     name = "goodput"
     needs_efficiency = True
     varies_batch = True

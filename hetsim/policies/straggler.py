@@ -25,6 +25,8 @@ class _FirstK(Policy):
 
 
 class Backup(_FirstK):
+    """Equal split; each step ends at the first ``n - backups`` gradients, the rest are dropped."""
+
     name = "backup"
     params = (Param("backups", "integer", default=1, low=0, doc="gradients not waited for (k = n - backups)"),)
     backups: int
@@ -40,6 +42,8 @@ class Backup(_FirstK):
 
 
 class KSync(_FirstK):
+    """Equal split; each step ends at the first ``k`` gradients (default ``n - 1``), the rest are dropped."""
+
     name = "ksync"
     params = (Param("k", "integer", default=None, low=1, doc="gradients waited for (default n - 1)"),)
     k: int | None
@@ -53,6 +57,8 @@ class KSync(_FirstK):
 
 
 class Async(Policy):
+    """No barrier: each worker pushes its gradient of ``B/n`` samples when done and starts again."""
+
     name = "async"
     synchronous = False
     excludes_failed = False

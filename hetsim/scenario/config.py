@@ -80,6 +80,9 @@ def resolve_source(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, An
 
 
 def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Scenario:
+    """The checked :class:`Scenario` of ``source``: a built-in scenario's name, a TOML or JSON file,
+    or a mapping of raw tables; each ``overrides`` item (``"workload.epochs=3"``, as ``--set``)
+    is applied before the checks. Any problem raises :class:`ConfigError` naming the field."""
     raw, base_dir = resolve_source(source)
     for item in overrides:
         apply_override(raw, item)
