@@ -8,7 +8,8 @@ import pytest
 
 from hetsim.core.errors import ConfigError
 from hetsim.engines import SimPyEngine, VectorEngine
-from hetsim.policies import Dynamic, Equal, KSync, Policy
+from hetsim.policies import Dynamic, DynamicEnhanced, Equal, KSync, Policy
+from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate, simulate_summary
 from hetsim.scenario.config import load_scenario
 
@@ -95,3 +96,31 @@ def test_a_plugin_that_keeps_its_split_gets_the_fast_path(paper) -> None:
         assert policy.steady_steps(info) == steps, policy.name
     same_trace(simulate(paper, _EvenSplit(), engine="vector"), simulate(paper, "equal", engine="simpy"))
     same_trace(simulate(paper, _Watcher(), engine="vector"), simulate(paper, "equal", engine="simpy"))
+
+
+class UnregisteredPlain(DynamicEnhanced):
+    """EDP-SGD's split with the plain mean: ``dynamic`` under another name, registered nowhere."""
+
+    name = "unregistered-plain"
+    weighted_gradients = False
+
+
+@pytest.mark.parametrize("summarised", [False, True])
+def test_the_combine_comes_from_the_policy_object_not_its_name(summarised: bool) -> None:
+    """How gradients are combined is the policy object's trait, recorded by the engine: an
+    unregistered policy averaging its gradients progresses as ``dynamic`` (same split, plain
+    mean), not as ``dynamic-enhanced`` (the weighted combine), whether its run keeps its trace."""
+    sc = load_scenario(
+        "paper",
+        ["workload.epochs=2", "workload.efficiency.base_batch=256", "workload.efficiency.noise_scale=64"],
+    )
+
+    def progress(policy: Policy) -> float:
+        summary = simulate_summary(sc, policy) if summarised else summarize(simulate(sc, policy), sc)
+        assert summary.progress is not None
+        return summary.progress
+
+    plain, weighted = progress(Dynamic()), progress(DynamicEnhanced())
+    assert plain < weighted * (1 - 1e-4)  # the split is uneven: the combine matters
+    assert progress(UnregisteredPlain()) == pytest.approx(plain, rel=1e-12)
+    assert simulate(sc, UnregisteredPlain()).weighted is False

@@ -77,7 +77,7 @@ def run_simpy(scenario: Scenario, policy: Policy, seed: int | None = None) -> Tr
     """Simulate ``scenario`` under ``policy`` (reset here) and return its trace."""
     if not policy.synchronous:
         return run_simpy_async(scenario, policy, *begin(scenario, policy, seed))
-    trace = TraceBuilder(policy.name, scenario.n_workers, scenario.workload.total_steps)
+    trace = TraceBuilder(policy.name, scenario.n_workers, scenario.workload.total_steps, 1, policy.weighted_gradients)
     record_simpy(scenario, policy, trace, seed)
     return trace.finish()
 

@@ -82,7 +82,7 @@ def run_vector(scenario: Scenario, policy: Policy, seed: int | None = None) -> T
     """Simulate ``scenario`` under ``policy`` (reset here); the trace of :func:`run_simpy`."""
     if not policy.synchronous:
         return run_async(scenario, policy, seed)
-    trace = TraceBuilder(policy.name, scenario.n_workers, scenario.workload.total_steps)
+    trace = TraceBuilder(policy.name, scenario.n_workers, scenario.workload.total_steps, 1, policy.weighted_gradients)
     record_vector(scenario, policy, trace, seed)
     return trace.finish()
 

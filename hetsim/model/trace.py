@@ -63,7 +63,13 @@ TRACE_FORMATS = FRAME_FORMATS  # file suffix -> "csv" | "parquet"
 @dataclass(frozen=True, eq=False)
 class Trace:
     """One run's rows as NumPy columns. Two traces are equal when policy, worker count,
-    synchronicity and every column are equal (element-wise)."""
+    synchronicity and every column are equal (element-wise).
+
+    ``weighted`` is how the run combined its workers' gradients, recorded by the engine from the
+    policy object's ``weighted_gradients`` trait: by batch (True) or as a plain mean (False);
+    None where nothing recorded it (a trace read from a file or built by hand), and then the
+    trait of the policy registered under ``policy`` is taken (:func:`hetsim.run.metrics.combines_by_batch`).
+    It is not part of equality: a trace written and read back equals the one run."""
 
     policy: str
     n_workers: int
@@ -79,6 +85,7 @@ class Trace:
     slowdown: np.ndarray | None = None  # None: no episodes (all ones)
     up: np.ndarray | None = None  # None: no failures (all True)
     synchronous: bool = True
+    weighted: bool | None = None
 
     def __post_init__(self) -> None:
         if self.slowdown is None:
@@ -142,10 +149,11 @@ class TraceBuilder:
     """Preallocated (steps x workers) arrays an engine fills in place; :meth:`finish` freezes
     them into a :class:`Trace` (rows step-major)."""
 
-    def __init__(self, policy: str, n_workers: int, n_steps: int, every: int = 1) -> None:
+    def __init__(self, policy: str, n_workers: int, n_steps: int, every: int = 1, weighted: bool | None = None) -> None:
         """Room for ``n_steps`` rows of steps: every step, or (``every`` > 1) each ``every``-th
-        one, the others dropped as they are added (``--trace sample``)."""
-        self.policy, self.n_workers, self.every = policy, n_workers, every
+        one, the others dropped as they are added (``--trace sample``); ``weighted``: the
+        policy's ``weighted_gradients`` trait, recorded in the trace."""
+        self.policy, self.n_workers, self.every, self.weighted = policy, n_workers, every, weighted
         self.n_steps = -(-n_steps // every)
         shape = (self.n_steps, n_workers)
         self.local_batch = np.zeros(shape, dtype=np.int64)
@@ -210,6 +218,7 @@ class TraceBuilder:
             included=self.included[:k].ravel(),
             slowdown=self.slowdown[:k].ravel(),
             up=self.up[:k].ravel(),
+            weighted=self.weighted,
         )
 
 

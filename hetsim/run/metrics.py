@@ -118,6 +118,7 @@ class BarrierTotals:
     a full trace (:func:`barrier_totals`) or summed as the run goes (:mod:`hetsim.run.summary_recorder`)."""
 
     policy: str
+    weighted: bool | None  # the policy's weighted_gradients trait (None: not recorded, see combines_by_batch)
     step_s: np.ndarray  # per step (:func:`step_times`)
     epochs: int
     samples: float  # applied
@@ -145,6 +146,7 @@ def barrier_totals(trace: Trace, hints: Sequence[WorkerHint] | None = None) -> B
     n = trace.n_workers
     return BarrierTotals(
         policy=trace.policy,
+        weighted=trace.weighted,
         step_s=step_times(trace),
         epochs=int(trace.epoch.max()) + 1,
         samples=float((trace.local_batch * trace.included).sum()),
@@ -186,7 +188,7 @@ def summary_of(totals: BarrierTotals, scenario: Scenario | None = None) -> Summa
     """The Summary of a barrier run from its totals."""
     efficiency = scenario.workload.efficiency if scenario is not None else None
     progress = None if efficiency is None else efficiency.progress(
-        totals.applied if weighted_gradients(totals.policy) else totals.plain)  # fmt: skip
+        totals.applied if combines_by_batch(totals.policy, totals.weighted) else totals.plain)  # fmt: skip
     steps, n_steps = totals.step_s, len(totals.step_s)
     return _summary(
         totals.policy, steps, totals.epochs, totals.samples, totals.compute_s, totals.wait_s, totals.final_batches,
@@ -255,12 +257,16 @@ def progress_curve(trace: Trace, efficiency: Efficiency, weighted: bool | None =
     policy's ``weighted_gradients`` trait says; a real run may have weighted every policy's)."""
     if not trace.synchronous:
         return efficiency.progress(trace.local_batch * trace.included, staleness_discount(staleness(trace)))
-    combine = weighted_gradients(trace.policy) if weighted is None else weighted
+    combine = combines_by_batch(trace.policy, trace.weighted) if weighted is None else weighted
     return efficiency.progress(effective_batches(trace.per_step("local_batch"), trace.per_step("included"), combine))
 
 
-def weighted_gradients(policy: str) -> bool:
-    """Whether ``policy``'s gradients are combined by batch (an unregistered name: assumed so)."""
+def combines_by_batch(policy: str, recorded: bool | None) -> bool:
+    """Whether a run's gradients were combined by batch: as its engine ``recorded`` from the
+    policy object's trait; where nothing recorded it (a trace file), as the trait of the policy
+    registered under the name ``policy`` says (a name registered nowhere: by batch)."""
+    if recorded is not None:
+        return recorded
     return policy not in POLICIES or bool(policy_class(policy).weighted_gradients)
 
 

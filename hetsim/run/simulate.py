@@ -78,7 +78,13 @@ def simulate_sampled(
     if not policy_obj.synchronous:
         trace = runner.run(scenario, policy_obj, seed)
         return (trace if every else None), summarize(trace, scenario)
-    summary = SummaryRecorder(policy_obj.name, scenario.n_workers, scenario.hints())
-    sample = TraceBuilder(policy_obj.name, scenario.n_workers, scenario.workload.total_steps, every) if every else None
+    summary = SummaryRecorder(policy_obj.name, scenario.n_workers, scenario.hints(), policy_obj.weighted_gradients)
+    sample = (
+        TraceBuilder(
+            policy_obj.name, scenario.n_workers, scenario.workload.total_steps, every, policy_obj.weighted_gradients
+        )
+        if every
+        else None
+    )
     runner.record(scenario, policy_obj, summary if sample is None else Tee(summary, sample), seed)
     return (None if sample is None else sample.finish()), summary_of(summary.totals(), scenario)

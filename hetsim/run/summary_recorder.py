@@ -25,8 +25,10 @@ from hetsim.run.metrics import BarrierTotals, Recovery, Run, barrier_step_times,
 class SummaryRecorder:
     """Totals of a barrier run, fed block by block (see the module's docstring)."""
 
-    def __init__(self, policy: str, n_workers: int, hints: Sequence[WorkerHint] | None = None) -> None:
-        self.policy = policy
+    def __init__(
+        self, policy: str, n_workers: int, hints: Sequence[WorkerHint] | None = None, weighted: bool | None = None
+    ) -> None:
+        self.policy, self.weighted = policy, weighted  # weighted: the policy's weighted_gradients trait
         self.step_s: list[np.ndarray] = []
         self.applied: list[np.ndarray] = []
         self.plain: list[np.ndarray] = []
@@ -76,6 +78,7 @@ class SummaryRecorder:
             raise ValueError("an empty run has no summary")
         return BarrierTotals(
             policy=self.policy,
+            weighted=self.weighted,
             step_s=np.concatenate(self.step_s),
             epochs=self.epochs,
             samples=self.samples,
