@@ -139,7 +139,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     scenario = load_scenario(args.scenario, args.set)
     notes: list[str] = []
-    policies = scenario_policies(args.policy, scenario, notes)
+    policies = list(scenario_policies(args.policy, scenario, notes))
     check_seed(args.seed)
     check_run_size(scenario)  # before any analysis: its simulations keep their traces
     print(*notes, sep="\n", file=sys.stderr, end="\n" if notes else "")  # once the input has passed

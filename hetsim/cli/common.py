@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +19,7 @@ from hetsim.core.errors import ConfigError
 from hetsim.core.params import MAX_COUNT, Param
 
 if TYPE_CHECKING:
+    from hetsim.policies.base import Policy
     from hetsim.scenario.scenario import Scenario
 
 DEFAULT_SCENARIO = "workstation"
@@ -43,37 +44,34 @@ def add_scenario_options(parser: argparse.ArgumentParser, json_help: str) -> Non
     parser.add_argument("--json", action="store_true", help=json_help)
 
 
-def scenario_policies(text: str | None, scenario: Scenario, notes: list[str] | None = None) -> list[str]:
-    """The policies a command runs: those given with ``--policy`` (each must fit the scenario),
+def scenario_policies(text: str | None, scenario: Scenario, notes: list[str] | None = None) -> dict[str, Policy]:
+    """The policies a command runs, by name, each built (and so checked) once: those given with
+    ``--policy`` (each must fit the scenario),
     or, by default, every registered policy that fits it, with a note on stderr for each left out
     (one that needs statistical efficiency on a scenario without it included), or, given a list of
     ``notes``, appended to it for the caller to print once its other checks have passed (bad input
     gets its one line alone)."""
     if text is not None:
-        names = parse_policies(text)
-        for name in names:
-            scenario.make_policy(name)
-        return names
+        return {name: scenario.make_policy(name) for name in parse_policies(text)}
     from hetsim.policies import POLICIES  # imported here so that the command line starts without scipy
 
-    names, left_out = [], []
+    built: dict[str, Policy] = {}
+    left_out = []
     for name, cls in POLICIES.items():
         if cls.needs_efficiency and scenario.workload.efficiency is None:
             left_out.append(f"note: {name} left out: it needs [workload.efficiency] (the gradient noise scale), "
                             "which the scenario lacks")  # fmt: skip
             continue
         try:
-            scenario.make_policy(name)
+            built[name] = scenario.make_policy(name)
         except ConfigError as exc:
             left_out.append(f"note: {name} left out: {exc}")
-            continue
-        names.append(name)
     if notes is not None:
         notes.extend(left_out)
     else:
         for line in left_out:
             print(line, file=sys.stderr)
-    return names
+    return built
 
 
 def check_seed(seed: int | None) -> None:
@@ -115,13 +113,12 @@ def sample_every(value: int) -> int:
     return int(Param("--sample-every", "integer", low=1, high=MAX_COUNT).check(value))
 
 
-def check_sizes(scenario: Scenario, policies: Sequence[str], every: int) -> None:
+def check_sizes(scenario: Scenario, policies: Iterable[Policy | type[Policy]], every: int) -> None:
     """Every policy's run size for what it keeps (:func:`check_kept_size`), before the first starts."""
-    from hetsim.policies import policy_class
     from hetsim.run.simulate import check_kept_size
 
-    for name in policies:
-        check_kept_size(scenario, policy_class(name).synchronous, every)
+    for policy in policies:
+        check_kept_size(scenario, policy.synchronous, every)
 
 
 def check_out_file(path: Path, kinds: Mapping[str, str], option: str) -> str:

@@ -152,17 +152,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     policies = scenario_policies(args.policy, scenario, notes)
     check_seed(args.seed)
     every = TraceMode(args.trace, sample_every(args.sample_every)).kept
-    check_sizes(scenario, policies, every)
+    check_sizes(scenario, policies.values(), every)
     if args.out is not None:
         check_new_folder(args.out, args.force)
         check_out_folder(args.out)
     print(*notes, sep="\n", file=sys.stderr, end="\n" if notes else "")
     if args.trace != "full":  # summarised as the runs go, keeping no trace or each k-th step's rows
-        runs = [simulate_sampled(scenario, p, every, seed=args.seed, engine=args.engine) for p in policies]
+        runs = [simulate_sampled(scenario, p, every, seed=args.seed, engine=args.engine) for p in policies.values()]
         traces = [t for t, _ in runs if t is not None]
         summaries = with_speedups([s for _, s in runs])
     else:
-        traces = [simulate(scenario, name, seed=args.seed, engine=args.engine) for name in policies]
+        traces = [simulate(scenario, p, seed=args.seed, engine=args.engine) for p in policies.values()]
         summaries = with_speedups([summarize(t, scenario) for t in traces])
     if args.out is not None:
         seed = scenario.seed if args.seed is None else args.seed

@@ -87,7 +87,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     scenario = load_scenario(args.scenario, args.set)
     check_cluster(scenario)
-    names = scenario_policies(args.policy, scenario) if args.policy is not None else None
+    names = list(scenario_policies(args.policy, scenario)) if args.policy is not None else None
     check_seed(args.seed)
     check_objective(args.objective, scenario, "--objective")
     batch_range = None if args.batch_range is None else parse_batch_range(args.batch_range)

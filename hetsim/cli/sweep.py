@@ -99,6 +99,7 @@ def _add_sweep(sw: argparse.ArgumentParser) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from hetsim.policies import policy_class
     from hetsim.report.build import plotted_point, render_report
     from hetsim.sweep.results import RunFolder
     from hetsim.sweep.run import expand, make_executor
@@ -111,7 +112,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     folder, spec, trace = _resumed_or_new(args)
     cells = expand(spec)
     check_metric(args.metric, spec, cells)
-    check_sizes(point_scenario(spec, plotted_point(spec)), spec.policies, trace.kept)  # the plotted cell's traces
+    check_sizes(
+        point_scenario(spec, plotted_point(spec)), map(policy_class, spec.policies), trace.kept
+    )  # the plotted cell's traces
     executor = make_executor(args.jobs, args.scheduler, args.connect_timeout_s)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends the sweep as Ctrl-C does
     try:
