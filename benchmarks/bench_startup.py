@@ -1,14 +1,16 @@
-"""Command-line start-up: the wall time of ``python -m hetsim --help`` (and of
-``python -m validation --help``) against ``python -c "import numpy"``, each a fresh subprocess.
+"""Command-line start-up: the wall time of ``python -m hetsim --help``, ``scenarios`` and
+``show paper`` (and of ``python -m validation --help``) against ``python -c "import numpy"``,
+each a fresh subprocess.
 
-    python benchmarks/bench_startup.py [--runs N] [--warmup W]
+    python benchmarks/bench_startup.py [--runs N] [--warmup W] [--busy]
 
 Each of the N rounds runs every command once, back to back (the order rotated from round to
 round, so none always goes first), and divides each command's time by numpy's of the same round:
 a ratio measured within one round, under the same load, never one command's best run against
 the other's. W rounds before them (default 1) are not counted: they fill the file caches.
 Prints one JSON object: per command the seconds and per ratio the mean, median and 90th
-percentile over the N rounds.
+percentile over the N rounds. ``--busy`` keeps one other process spinning on a core for the
+whole measurement (the project's "beside one busy process" condition), and stops it after.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ BASELINE = "numpy"
 COMMANDS = {
     BASELINE: [sys.executable, "-c", "import numpy"],
     "hetsim": [sys.executable, "-m", "hetsim", "--help"],
+    "hetsim scenarios": [sys.executable, "-m", "hetsim", "scenarios"],
+    "hetsim show paper": [sys.executable, "-m", "hetsim", "show", "paper"],
     "validation": [sys.executable, "-m", "validation", "--help"],
 }
 
@@ -54,13 +58,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="rounds measured (default 10)")
     parser.add_argument("--warmup", type=int, default=1, help="rounds run first and not counted (default 1)")
+    parser.add_argument("--busy", action="store_true", help="measure beside one process that keeps a core busy")
     args = parser.parse_args()
     if args.runs < 1 or args.warmup < 0:
         parser.error("--runs must be >= 1 and --warmup >= 0")
-    rounds(args.warmup)
-    measured = rounds(args.runs)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
+    try:
+        rounds(args.warmup)
+        measured = rounds(args.runs)
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
     result = {
         "runs": args.runs,
+        "busy": args.busy,
         "python": sys.version.split()[0],
         "commands": {name: shlex.join(["python", *argv[1:]]) for name, argv in COMMANDS.items()},
         "seconds": {name: stats([r[name] for r in measured]) for name in COMMANDS},

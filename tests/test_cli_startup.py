@@ -56,6 +56,8 @@ def test_the_check_sees_a_heavy_import():
         "from hetsim.cli.main import main; main(['simulate', '--help'])",
         "from hetsim.cli.main import main; main(['sweep', '--help'])",
         "from hetsim.cli.main import main; main(['plan', '--help'])",
+        "from hetsim.cli.main import main; main(['scenarios'])",
+        "from hetsim.cli.main import main; main(['show', 'paper'])",
         "from hetsim.cli.main import main; main(['frobnicate'])",
         "from hetsim.cli.main import main; main(['simulate', '--bogus'])",
         "import validation.cli",
@@ -66,6 +68,22 @@ def test_the_check_sees_a_heavy_import():
 )
 def test_starting_imports_nothing_heavy(code):
     assert heavy_after(code) == []
+
+
+PLUGIN_MODULES = ("hetsim.policies", "hetsim.model.distributions", "hetsim.model.costs", "hetsim.model.network",
+                  "hetsim.engines")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_import_hetsim_imports_no_plugin_module():
+    """``import hetsim`` (and a look at the registries' object) loads none of the modules whose
+    import registers plug-ins: the registries fill themselves on first use."""
+    code = "import hetsim, json, sys; hetsim.POLICIES; print(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout))
+    assert "hetsim.core.registry" in loaded
+    assert not {m for m in loaded if m.startswith(PLUGIN_MODULES)}
 
 
 def test_calibrate_help_lists_the_models_when_shown(capsys):

@@ -117,21 +117,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
-    from hetsim.scenario.config import builtin_names, load_scenario
+    from hetsim.core.builtins import builtin_description, builtin_names
 
     for name in builtin_names():
-        print(f"{name:<14} {load_scenario(name).description}")
+        print(f"{name:<14} {builtin_description(name)}")
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    import tomli_w
-
-    from hetsim.scenario.config import builtin_names, builtin_text, load_scenario
+    from hetsim.core.builtins import builtin_names, builtin_text
 
     if args.scenario in builtin_names() and not args.set and not Path(args.scenario).exists():
         print(builtin_text(args.scenario), end="")
         return 0
+    import tomli_w
+
+    from hetsim.scenario.config import load_scenario
+
     print(tomli_w.dumps(load_scenario(args.scenario, args.set).to_dict()), end="")
     return 0
 

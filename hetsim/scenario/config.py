@@ -14,10 +14,10 @@ import copy
 import json
 import tomllib
 from collections.abc import Mapping, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hetsim.core.builtins import builtin_names, builtin_text
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import MAX_COUNT, MAX_STEP_S, Param, typename
 from hetsim.core.registry import NETWORKS
@@ -28,18 +28,7 @@ from hetsim.scenario.raw_tables import Table, make_plugin
 from hetsim.scenario.scenario import PolicySpec, Scenario, Workload
 from hetsim.scenario.worker_tables import check_worker_groups, make_worker_group
 
-BUILTIN_PACKAGE = "hetsim.data.scenarios"
-
-
 # ----------------------------------------------------------------------------- reading files
-
-
-def builtin_names() -> list[str]:
-    return sorted(p.name[:-5] for p in resources.files(BUILTIN_PACKAGE).iterdir() if p.name.endswith(".toml"))
-
-
-def builtin_text(name: str) -> str:
-    return resources.files(BUILTIN_PACKAGE).joinpath(f"{name}.toml").read_text(encoding="utf-8")
 
 
 def read_table(path: str | Path) -> dict[str, Any]:
