@@ -17,26 +17,8 @@ import tomli_w
 
 from hetsim.cli.main import main
 from tests.helpers import scenario_dict
-from tests.refusals import (  # noqa: F401  (re-exported: older imports name this module)
-    DEEP,
-    HUGE,
-    ONE,
-    WORKER_KEYS,
-    case,
+from tests.refusals import (
     check_refused,
-    child_pids,
-    copy_results_folder,
-    deep,
-    edit,
-    fill,
-    make_results_folder,
-    overwrite,
-    small_scenario,
-    small_sweep,
-    snapshot,
-    toml,
-    write_files,
-    xfail,
 )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.test_bad_input import check_refused
+from tests.refusals import check_refused
 from validation.batch_sweep_train import EVAL_SPACING, next_eval, scaled_lr
 from validation.cli import main
 

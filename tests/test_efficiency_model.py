@@ -15,7 +15,7 @@ from hetsim.cli.main import main
 from hetsim.model.efficiency import Efficiency
 from hetsim.model.efficiency_fit import fit, noise_shape
 from hetsim.scenario.config import make_efficiency
-from tests.test_bad_input import case, check_refused
+from tests.refusals import case, check_refused
 
 LADDER = [16, 32, 64, 128, 256]
 

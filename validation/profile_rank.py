@@ -42,7 +42,15 @@ import torch.distributed as dist
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import write_json
 from validation import heartbeat
-from validation.backend import RankEnv, comm_device, init_process_group, resolve_device, select_backend, torch_device
+from validation.backend import (
+    RankEnv,
+    comm_device,
+    exit_now,
+    init_process_group,
+    resolve_device,
+    select_backend,
+    torch_device,
+)
 from validation.placement import apply_placement, placement_in_effect
 from validation.profile_config import ProfileConfig
 from validation.profile_grid import BudgetTooSmall, DoesNotFit, GridPlanner, back_off, run_grid, spread_rel
@@ -176,14 +184,6 @@ def _read(path: Path) -> dict[str, Any]:
 
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return data
-
-
-def exit_now(status: int) -> None:
-    """End without the interpreter's teardown, as :func:`validation.train.exit_now` does (gloo's
-    threads can still be joinable when C++ static destructors run, and abort a finished rank)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from hetsim.core.console import OneLineParser
 from hetsim.core.errors import ConfigError
 from validation import heartbeat
-from validation.backend import RankEnv, init_process_group, resolve_device, select_backend, torch_device
+from validation.backend import RankEnv, exit_now, init_process_group, resolve_device, select_backend, torch_device
 from validation.config import RunConfig, build_config
 from validation.options import add_run_options
 from validation.placement import apply_placement, placement_in_effect
@@ -209,16 +209,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"validation: {exc}", file=sys.stderr)
         return OWN_FAILURE if exc.own else 1
     return 0
-
-
-def exit_now(status: int) -> None:
-    """End the rank without the interpreter's teardown: the process group is destroyed and every
-    file written by then, but gloo's threads can still be joinable when C++ static destructors
-    run, and std::terminate then aborts a finished rank ("terminate called without an active
-    exception", status -6), which would fail a run that succeeded."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
 
 
 if __name__ == "__main__":
