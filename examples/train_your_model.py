@@ -2,7 +2,7 @@
 across the ranks with validation.uneven (validation/README.md, "Using the trainer in your own script")::
 
     python -m validation profile --workload examples/train_your_model.py:WORKLOAD --threads 2,1 --out prof
-    python -m hetsim plan prof/scenario.toml --out plan.json
+    python -m hetsim plan prof/scenario.toml --wait-for-all --out plan.json
     torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py \\
         --plan plan.json --threads 2,1 --out run
     python -m validation compare run

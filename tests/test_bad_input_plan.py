@@ -48,6 +48,8 @@ CASES = [
          "--batch-range: HI must be at most workload.dataset_size (50000), got 60000"),
     case("range-huge", ["paper", "--batch-range", f"8,{HUGE}"],
          f"--batch-range: HI must be at most workload.dataset_size (50000), got {HUGE}"),
+    case("wait-for-all-and-ksync", ["paper", "--policy", "equal,ksync", "--wait-for-all"],
+         "--policy: ksync does not wait for every worker each step, which --wait-for-all asks"),
     # --out
     case("out-a-folder", ["paper", "--out", "{tmp}"], "--out: {tmp} is a folder"),
     case("out-under-a-file", ["paper", "--out", "{tmp}/afile/plan.json"],

@@ -15,6 +15,8 @@ from hetsim.model.costs import Affine, Profile
 from hetsim.plan.fragility import SlowerCost, barrier_bound, slowed, slower_cost
 from hetsim.plan.planner import batch_grid, plan, recommend, with_batch
 from hetsim.plan.rows import Estimate, PolicyRow, short_run
+from hetsim.policies import POLICIES
+from hetsim.policies.base import waits_for_every_worker
 from hetsim.scenario.config import build_scenario, load_scenario
 from tests.helpers import scenario_dict
 
@@ -213,6 +215,19 @@ def test_the_table_names_the_recommendation_and_what_it_leaves_out(capsys, tmp_p
     assert "recommended: optimal (closed form) at global batch 96" in text
     assert "  left out: slow" in text and "fast#0..fast#2 (3): 32" in text
     assert "ksync: its closed form (every worker's busy time and inclusion) is too slow to plan with" in text
+
+
+def test_wait_for_all_plans_over_the_policies_a_ddp_trainer_runs(capsys, tmp_path):
+    """``--wait-for-all`` keeps the policies whose every step waits for every worker (the trait
+    validation's trainer checks a plan against) and says which it left out."""
+    assert {n for n, cls in POLICIES.items() if not waits_for_every_worker(cls)} == {"async", "backup", "ksync"}
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(cluster()), encoding="utf-8")
+    assert main(["plan", str(path), "--wait-for-all", "--json"]) == 0
+    out, err = capsys.readouterr()
+    rows = {r["policy"] for r in json.loads(out)["policies"]}
+    assert rows == {"equal", "proportional", "dynamic", "dynamic-enhanced", "optimal", "adaptive"}
+    assert err.count("does not wait") == 0 and err.count("do not wait for every worker (--wait-for-all)") == 3
 
 
 def row(policy: str, value: float, low: float, high: float, how: str = "simulated, 1 run x 9 steps") -> PolicyRow:

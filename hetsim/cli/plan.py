@@ -46,6 +46,12 @@ def add_subcommands(sub: Any) -> None:
         help="also choose the global batch: the best on the objective of LO, HI and the powers of two and "
         "1.5 times them in between (default: the scenario's)",
     )
+    pl.add_argument(
+        "--wait-for-all",
+        action="store_true",
+        help="plan only over the policies whose every step waits for every worker, as a DDP trainer "
+        "(validation.uneven) does: async, backup and ksync left out",
+    )
     pl.add_argument("--out", type=Path, default=None, metavar="plan.json", help="write the plan here (atomically)")
 
 
@@ -62,6 +68,23 @@ def parse_batch_range(text: str, option: str = "--batch-range") -> tuple[int, in
     if not 0 < lo < hi:
         raise ConfigError(option, problem)
     return lo, hi
+
+
+def waiting_for_all(names: list[str], notes: bool) -> list[str]:
+    """The policies of ``names`` whose steps wait for every worker (``--wait-for-all``): the
+    others are left out with a note (the default list) or refused (named with ``--policy``)."""
+    from hetsim.policies import policy_class
+    from hetsim.policies.base import waits_for_every_worker
+
+    kept = []
+    for name in names:
+        if waits_for_every_worker(policy_class(name)):
+            kept.append(name)
+        elif notes:
+            print(f"note: {name} left out: its steps do not wait for every worker (--wait-for-all)", file=sys.stderr)
+        else:
+            raise ConfigError("--policy", f"{name} does not wait for every worker each step, which --wait-for-all asks")
+    return kept
 
 
 def check_out(path: Path) -> None:
@@ -88,6 +111,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set)
     check_cluster(scenario)
     names = list(scenario_policies(args.policy, scenario)) if args.policy is not None else None
+    if names is not None and args.wait_for_all:
+        waiting_for_all(names, notes=False)
     check_seed(args.seed)
     check_objective(args.objective, scenario, "--objective")
     batch_range = None if args.batch_range is None else parse_batch_range(args.batch_range)
@@ -99,6 +124,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         names, skipped = runnable(scenario)
         for name, why in skipped:
             print(f"note: {name} left out: {why}", file=sys.stderr)
+        if args.wait_for_all:
+            names = waiting_for_all(names, notes=True)
     result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed, policies=names)
     data = {**provenance(), **result.to_dict()}  # the command and the commit beside the plan's own record
     if args.out is not None:

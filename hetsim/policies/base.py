@@ -269,3 +269,10 @@ _SPLIT_HOOKS = ("split", "partition", "wait_for", "observe", "observe_steps")
 def _keeps_its_split(cls: type[Policy]) -> bool:
     """Whether ``cls`` overrides none of the methods through which a split changes during a run."""
     return all(getattr(cls, hook) is getattr(Policy, hook) for hook in _SPLIT_HOOKS)
+
+
+def waits_for_every_worker(cls: type[Policy]) -> bool:
+    """Whether each step of policy class ``cls`` waits for every worker's gradient, as a DDP
+    trainer does (``validation.uneven`` among them): it keeps a barrier and does not end a step
+    early (``async``, ``backup`` and ``ksync`` do not; ``plan --wait-for-all`` plans without them)."""
+    return cls.synchronous and cls.wait_for is Policy.wait_for

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from hetsim.core.errors import ConfigError
-from hetsim.policies import POLICIES, Policy, make_policy, policy_class
+from hetsim.policies import Policy, make_policy, policy_class
+from hetsim.policies.base import waits_for_every_worker
 
 
 class PlanError(ConfigError):
@@ -87,7 +88,7 @@ def load_plan(path: str | Path, world_size: int) -> PlanChoice:
     if not runs_here(cls):  # async, backup, ksync: hetsim simulates them, this trainer does not run them
         how = "has no barrier" if not cls.synchronous else "leaves the slowest gradients out"
         raise PlanError(f"{where}:recommended.policy", f"{policy!r} {how}, and this trainer waits for every rank "
-                        f"each step: plan with --policy {','.join(trainer_policies())}")  # fmt: skip
+                        "each step: plan with --wait-for-all")  # fmt: skip
     if (
         not isinstance(split, list)
         or not _ints(split)
@@ -113,10 +114,6 @@ def _ints(value: list[Any]) -> bool:
 
 
 def runs_here(cls: type[Policy]) -> bool:
-    """Whether the trainer runs policy class ``cls``: it keeps a barrier and waits for every rank."""
-    return cls.synchronous and cls.wait_for is Policy.wait_for
-
-
-def trainer_policies() -> list[str]:
-    """The registered policies the trainer runs (what to give ``hetsim plan --policy``)."""
-    return [name for name, cls in POLICIES.items() if runs_here(cls)]
+    """Whether the trainer runs policy class ``cls``: it keeps a barrier and waits for every rank
+    (what ``hetsim plan --wait-for-all`` plans over)."""
+    return waits_for_every_worker(cls)
