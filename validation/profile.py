@@ -93,5 +93,8 @@ def summary_lines(info: dict[str, Any], out: Path) -> list[str]:
         f"gradient {info['gradient_mb']:.3f} MB; all-reduce {1e3 * a['at_gradient_measured_s']:.2f} ms measured, "
         f"{1e3 * a['at_gradient_fitted_s']:.2f} ms fitted"
     )
-    lines.append(f"wrote {out}/scenario.toml, profile.csv, meta.json; next: python -m hetsim plan {out}/scenario.toml --wait-for-all")
+    lines.append(
+        f"wrote {out}/scenario.toml, profile.csv, meta.json; "
+        f"next: python -m hetsim plan {out}/scenario.toml --wait-for-all"
+    )
     return lines
