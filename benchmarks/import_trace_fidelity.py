@@ -2,9 +2,12 @@
 
 Each repetition runs ``python -m validation run --policies equal --epochs 1 --probe-repeats 1
 --profile STEPS`` (a subprocess, seed = the repetition's index) in each configuration: flat
-all-reduce and DDP, 2 and 3 CPU ranks under gloo, rank 1 slowed by a noisy neighbour
-(``--contention 1=DUTY``, ranks pinned with ``--cpus``, validation's default injected delay
-removed). Then, in this process, ``import-trace --format torch-profiler`` of
+all-reduce and DDP, 2 and 3 CPU ranks under gloo, rank 1 slowed by noisy neighbours
+(``--contention 1=LOAD``, ranks pinned with ``--cpus``, validation's default injected delay
+removed). The load makes rank 1 the slowest by a margin: with 2 ranks (one CPU each) one
+always-busy neighbour leaves it half of its CPU; with 3 ranks, ranks 0 and 2 share CPU 0 (half
+each), so rank 1 gets two neighbours and a third of CPU 1 (``--load`` scales both).
+Then, in this process, ``import-trace --format torch-profiler`` of
 RUN/profiler/equal-rank*.json.gz (:func:`hetsim.traces.torch_profiler.import_traces`) and, per run:
 
 * ``compute_error``: the median over the profiled steps and ranks of |imported compute_s / the
@@ -23,7 +26,7 @@ RUN/profiler/equal-rank*.json.gz (:func:`hetsim.traces.torch_profiler.import_tra
 Summaries are mean, median and 90th percentile over the repetitions and configurations; the
 machine's load average is recorded (it is shared).
 
-    .venv/bin/python benchmarks/import_trace_fidelity.py [--repetitions 3] [--steps 10] [--duty 1]
+    .venv/bin/python benchmarks/import_trace_fidelity.py [--repetitions 3] [--steps 10] [--load 1]
         [--configs flat-2,ddp-2,flat-3,ddp-3] [--out DIR]
 """
 
@@ -49,15 +52,17 @@ from hetsim.traces.torch_profiler import import_traces
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 900
 SLOW_RANK = 1
-CPUS = {2: "0=0,1=1", 3: "0=0,1=1,2=0"}  # rank 1 alone on CPU 1, beside its neighbour
+CPUS = {2: "0=0,1=1", 3: "0=0,1=1,2=0"}  # rank 1 alone on CPU 1, beside its neighbours
+NEIGHBOUR_CORES = {2: 1.0, 3: 2.0}  # rank 1's --contention at --load 1 (see the module docstring)
 
 
-def record(out: Path, comm: str, world: int, seed: int, steps: int, duty: float) -> None:
+def record(out: Path, comm: str, world: int, seed: int, steps: int, load: float) -> None:
     """One profiled validation run into ``out``."""
     command = [sys.executable, "-m", "validation", "run", "--policies", "equal", "--epochs", "1",
                "--probe-repeats", "1", "--world-size", str(world), "--comm", comm, "--seed", str(seed),
                "--delay", "1=0", "--per-sample-delay", "1=0", "--cpus", CPUS[world],
-               "--contention", f"{SLOW_RANK}={duty}", "--profile", str(steps), "--out", str(out)]  # fmt: skip
+               "--contention", f"{SLOW_RANK}={load * NEIGHBOUR_CORES[world]}", "--profile", str(steps),
+               "--out", str(out)]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
     if done.returncode != 0:
         tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-2:]
@@ -97,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10, help="profiled steps of the policy (default 10, at most 10)")
     parser.add_argument(
-        "--duty", type=float, default=1.0, help="rank 1's neighbour's duty cycle (default 1: always busy)"
+        "--load", type=float, default=1.0, help="scales rank 1's neighbours' load (default 1: see the docstring)"
     )
     parser.add_argument("--configs", default="flat-2,ddp-2,flat-3,ddp-3", help="COMM-RANKS,... (default: all four)")
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
@@ -109,11 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     for rep in range(args.repetitions):
         for comm, world in configs:
             run = base / f"{comm}-{world}-rep{rep}"
-            record(run, comm, world, rep, args.steps, args.duty)
+            record(run, comm, world, rep, args.steps, args.load)
             rows.append({"comm": comm, "ranks": world, "repetition": rep, **compare(run)})
     result = {
         "what": "torch.profiler traces of validation runs, imported, against the runs' own traces",
-        "repetitions": args.repetitions, "profiled_steps": args.steps, "duty": args.duty,
+        "repetitions": args.repetitions, "profiled_steps": args.steps, "load": args.load,
         "compute_error": stats([r["compute_error"] for r in rows]),
         "slow_rank_largest": stats([r["slow_rank_largest"] for r in rows]),
         "own_slow_rank_largest": stats([r["own_slow_rank_largest"] for r in rows]),

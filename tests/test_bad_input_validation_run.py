@@ -198,8 +198,8 @@ CASES = [
     case("cpus-negative", ["--cpus", "0=-1"], "--cpus: expected CPU ids like 0, 0-3 or 0+2, got '-1'"),
     case("cpus-missing", ["--cpus", "0=99999"], "--cpus: CPU 99999 does not exist here (this machine's CPUs: {cpus})"),
     case("contention-without-rank", ["--contention", "1"], "--contention: expected RANK=VALUE, got '1'"),
-    case("contention-above-one", ["--contention", "0=2"], "--contention: must be in (0, 1], got 2"),
-    case("contention-zero", ["--contention", "0=0"], "--contention: must be in (0, 1], got 0"),
+    case("contention-above-eight", ["--contention", "0=9"], "--contention: must be in (0, 8], got 9"),
+    case("contention-zero", ["--contention", "0=0"], "--contention: must be in (0, 8], got 0"),
     case("contention-nan", ["--contention", "0=nan"], "--contention: must be finite, got nan"),
     # --out
     case("out-in-a-file", ["--out", "{tmp}/file/run"], "--out: cannot write in {tmp}/file/run: Not a directory",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from validation.cli import main
-from validation.contention import Neighbours
+from validation.contention import Neighbours, duties
 from validation.launch import child_pids
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +87,7 @@ def start_run(out: Path, *options: str) -> subprocess.Popen[str]:
 @pytest.mark.skipif(not TWO_CPUS, reason="needs CPUs 0 and 1")
 def test_the_neighbour_is_busy_for_its_duty_pinned_and_stopped():
     with Neighbours({1: 0.5}, {1: (1,)}) as neighbours:
-        pid = neighbours.procs[1].pid
+        pid = neighbours.procs[1][0].pid
         time.sleep(0.2)  # its start-up
         wanted, used, t0 = runnable_seconds(pid), cpu_seconds(pid), time.monotonic()
         time.sleep(1.0)
@@ -99,6 +99,19 @@ def test_the_neighbour_is_busy_for_its_duty_pinned_and_stopped():
 
 
 @pytest.mark.multiprocess
+@pytest.mark.parametrize("load, expected", [(0.5, [0.5]), (1.0, [1.0]), (2.0, [1.0, 1.0]), (2.5, [2.5 / 3] * 3)])
+def test_a_load_above_one_core_is_shared_by_several_neighbours(load, expected):
+    assert duties(load) == pytest.approx(expected) and sum(duties(load)) == pytest.approx(load)
+
+
+@pytest.mark.multiprocess
+def test_two_cores_of_load_start_two_neighbours_and_stop_both():
+    with Neighbours({0: 2.0}, {}) as neighbours:
+        procs = neighbours.procs[0]
+        assert len(procs) == 2 and all(p.poll() is None for p in procs)
+    assert all(p.returncode is not None for p in procs)
+
+
 def test_a_neighbour_whose_parent_is_already_gone_ends_at_once():
     neighbour = subprocess.run(
         [sys.executable, "-m", "validation.contention", "--duty", "1", "--parent", "1"], cwd=ROOT, timeout=10

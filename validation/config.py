@@ -303,8 +303,11 @@ def _injection(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int
     }
 
 
+MAX_NEIGHBOUR_CORES = 8.0  # --contention: at most 8 always-busy neighbours beside one rank
+
+
 def _placement(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int) -> dict[str, Any]:
-    """Real heterogeneity: each rank's CPU threads, CPU affinity and noisy neighbour's duty cycle."""
+    """Real heterogeneity: each rank's CPU threads, CPU affinity and noisy neighbours' load."""
     tables = {key: _rank_map(raw.get(key), getattr(args, key), f"--{key}") for key in ("threads", "cpus", "contention")}
     for key, table in tables.items():
         for rank in table:
@@ -316,8 +319,8 @@ def _placement(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int
     for rank, n in threads.items():
         if n > n_cpus:
             raise ConfigError("--threads", f"rank {rank} asks for {n} threads but this machine has {n_cpus} CPUs")
-    duty = Param("--contention", low=0.0, low_open=True, high=1.0, doc="a duty cycle")
-    contention = {r: float(duty.check(_parsed(v, float))) for r, v in sorted(tables["contention"].items())}
+    load = Param("--contention", low=0.0, low_open=True, high=MAX_NEIGHBOUR_CORES, doc="CPU cores of load")
+    contention = {r: float(load.check(_parsed(v, float))) for r, v in sorted(tables["contention"].items())}
     return {"threads": threads, "cpus": cpus, "contention": contention}
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import math
 import os
 import signal
 import subprocess
@@ -90,9 +91,18 @@ def neighbour_command(duty: float, cpus: Sequence[int] | None, period_s: float =
     return command
 
 
+def duties(load: float) -> list[float]:
+    """The neighbours of a rank whose ``--contention`` is ``load``, the CPU time they add in cores:
+    up to 1, one neighbour busy ``load`` of the time; above, ``ceil(load)`` neighbours sharing it
+    evenly (2: two always-busy neighbours, so a rank alone on one CPU gets a third of it)."""
+    count = max(1, math.ceil(load))
+    return [load / count] * count
+
+
 class Neighbours:
-    """One noisy neighbour per ``contention`` entry (rank -> duty), each on that rank's ``cpus``
-    when it has some. A context manager: :meth:`stop` runs on the way out, whatever happened."""
+    """The noisy neighbours of each ``contention`` entry (rank -> load in cores, :func:`duties`),
+    each on that rank's ``cpus`` when it has some. A context manager: :meth:`stop` runs on the way
+    out, whatever happened."""
 
     def __init__(
         self,
@@ -103,14 +113,15 @@ class Neighbours:
         self.contention = dict(contention)
         self.cpus = dict(cpus or {})
         self.period_s = period_s
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.procs: dict[int, list[subprocess.Popen[bytes]]] = {}
 
     def start(self) -> Neighbours:
         """Start every neighbour (stopping those already started when one fails to start)."""
         try:
-            for rank, duty in sorted(self.contention.items()):
-                command = neighbour_command(duty, self.cpus.get(rank), self.period_s)
-                self.procs[rank] = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+            for rank, load in sorted(self.contention.items()):
+                for duty in duties(load):
+                    command = neighbour_command(duty, self.cpus.get(rank), self.period_s)
+                    self.procs.setdefault(rank, []).append(subprocess.Popen(command, stdin=subprocess.DEVNULL))
         except BaseException:
             self.stop()
             raise
@@ -118,11 +129,12 @@ class Neighbours:
 
     def stop(self, timeout_s: float = 1.0) -> None:
         """End every neighbour: SIGTERM, then SIGKILL after ``timeout_s``; each one is reaped."""
-        for proc in self.procs.values():
+        procs = [p for group in self.procs.values() for p in group]
+        for proc in procs:
             if proc.poll() is None:
                 proc.terminate()
         deadline = time.monotonic() + timeout_s
-        for proc in self.procs.values():
+        for proc in procs:
             try:
                 proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:

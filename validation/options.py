@@ -123,6 +123,7 @@ def add_heterogeneity_options(parser: argparse.ArgumentParser) -> None:
         "--contention",
         action="append",
         default=[],
-        metavar="RANK=DUTY,...",
-        help="a noisy neighbour: a busy process on that rank's CPUs for DUTY (0, 1] of the time",
+        metavar="RANK=LOAD,...",
+        help="noisy neighbours: busy processes on that rank's CPUs adding LOAD cores of work, in (0, 8]: "
+        "0.5 is one neighbour busy half the time, 2 two always-busy ones",
     )
