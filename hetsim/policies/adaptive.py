@@ -19,7 +19,7 @@ re-split at every step on the noise of its fits). Unlike the
 1/t rule it models per-step fixed costs, so it gets near the optimum in a few re-splits
 instead of creeping towards it. It does not land on it: a split predicted within
 ``hysteresis`` (and the margin) of the optimum of the *fitted* costs is kept, so with the default
-1% it may stop up to 1% short of that on deterministic workers (0.98% measured), more on noisy
+1% it may stop up to 1% short of that on deterministic workers, more on noisy
 ones, and while a worker's slope is
 not yet identified (its batch has hardly moved) the fitted optimum itself can differ from the
 true one by more.
