@@ -1,7 +1,7 @@
 """Predicted vs measured time to a target accuracy in real runs, repeated.
 
-    python benchmarks/time_to_target.py --workload digits-cnn --repeats 5 --out runs/ttt-digits
-    python benchmarks/time_to_target.py --workload transformer --repeats 3 --epochs 3 --target 0.285 \\
+    python benchmarks/time_to_target_runs.py --workload digits-cnn --repeats 5 --out runs/ttt-digits
+    python benchmarks/time_to_target_runs.py --workload transformer --repeats 3 --epochs 3 --target 0.285 \\
         --out runs/ttt-transformer -- --per-sample-delay 1=0.002
 
 Each repeat is one ``python -m validation run --noise-scale --target-accuracy A`` (seed = the
