@@ -193,6 +193,21 @@ def test_the_network_fit_recovers_a_ring(latency_s, bandwidth_gbps, world):
     assert fitted["bandwidth_gbps"] == pytest.approx(bandwidth_gbps, rel=1e-4)
 
 
+def test_the_network_is_the_communication_of_the_trainers_steps():
+    """The median over steps and ranks of the trainer's communication time is a constant network,
+    and the all-reduce's own fit is the fallback without such steps."""
+    results = [
+        {"in_step": {"batch": 32, "comm_s": [0.011, 0.030, 0.012]}, "allreduce": {"1": [0.002] * 3}},
+        {"in_step": {"batch": 32, "comm_s": [0.015, 0.013, 0.014]}, "allreduce": {"1": [0.002] * 3}},
+    ]
+    assert profile_output.exposed_comm_s(results) == pytest.approx(0.0135)
+    assert profile_output.network_table(results, 0.16) == {"kind": "constant", "time_s": 0.0135}
+    for r in results:
+        r["in_step"] = {"batch": 0, "comm_s": []}
+    assert profile_output.exposed_comm_s(results) is None
+    assert profile_output.network_table(results, 0.16) == {"kind": "constant", "time_s": 0.002}
+
+
 def test_a_flat_all_reduce_is_a_constant_network():
     fitted = profile_output.fit_network({"1": [0.002] * 3, "40000": [0.002] * 3}, 2, 0.16)
     assert fitted == {"kind": "constant", "time_s": 0.002}

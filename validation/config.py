@@ -21,6 +21,7 @@ from hetsim.model.efficiency import Efficiency
 from hetsim.policies import RunHint, WorkerHint, make_policy, policy_class
 from hetsim.scenario.config import read_table
 from validation.backend import check_one_rank_per_gpu, parse_devices
+from validation.contention import MAX_NEIGHBOUR_CORES
 from validation.inject import parse_delay_spec
 from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES  # there for the parser
 from validation.placement import available_cpus, parse_cpu_list
@@ -301,9 +302,6 @@ def _injection(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int
         "per_sample_delay": {r: s for r, s in per_sample.items() if s > 0},
         "slowdown": {r: f for r, f in slowdown.items() if f > 1.0},
     }
-
-
-MAX_NEIGHBOUR_CORES = 8.0  # --contention: at most 8 always-busy neighbours beside one rank
 
 
 def _placement(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 
 PERIOD_S = 0.1
+MAX_NEIGHBOUR_CORES = 8.0  # --contention: at most this many cores of load (8 always-busy neighbours) beside a rank
 PR_SET_PDEATHSIG = 1
 
 

@@ -92,7 +92,15 @@ def summary_lines(info: dict[str, Any], out: Path) -> list[str]:
     lines.append(
         f"gradient {info['gradient_mb']:.3f} MB; all-reduce {1e3 * a['at_gradient_measured_s']:.2f} ms measured, "
         f"{1e3 * a['at_gradient_fitted_s']:.2f} ms fitted"
+        + ("" if a["in_step_s"] is None else f", {1e3 * a['in_step_s']:.2f} ms in the trainer's steps")
     )
+    ratios = [r for r in info["trainer_compute_over_table"] if r is not None]
+    if ratios:
+        lines.append(
+            "trainer's steps: compute "
+            + ", ".join(f"{r:.2f}x" for r in info["trainer_compute_over_table"] if r)
+            + " the profiled table at their batch (rank order; the scenario keeps the table)"
+        )
     lines.append(
         f"wrote {out}/scenario.toml, profile.csv, meta.json; "
         f"next: python -m hetsim plan {out}/scenario.toml --wait-for-all"

@@ -20,6 +20,7 @@ from typing import Any
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param
 from validation.backend import parse_devices
+from validation.contention import MAX_NEIGHBOUR_CORES
 from validation.placement import available_cpus, parse_cpu_list
 from validation.workloads import BUILTIN_WORKLOADS
 
@@ -45,6 +46,7 @@ class ProfileConfig:
     warmup: int = 2
     repeats: int = 7
     batches: tuple[int, ...] = ()  # fixed batch sizes instead of the adaptive grid (benchmarks/profile_agreement.py)
+    comm: str = "ddp"  # how the synchronous steps exchange gradients: as the trainer to be planned for
     out: Path = Path("runs/profile")
 
     @property
@@ -88,8 +90,14 @@ def add_profile_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", default=None, metavar="N,...", help="CPU threads per rank: 2,1 or 0=2,1=1")
     parser.add_argument("--cpus", default=None, metavar="CPUS,...", help="pin ranks to CPUs: 0,1 or 0=0-1,1=1")
     parser.add_argument(
-        "--contention", default=None, metavar="DUTY,...", help="a noisy neighbour per rank: 0,0.5 or 1=0.5"
-    )
+        "--contention", default=None, metavar="LOAD,...",
+        help="noisy neighbours per rank, in cores of load as validation run's: 0,0.5 or 1=2",
+    )  # fmt: skip
+    parser.add_argument(
+        "--comm", choices=("ddp", "flat"), default="ddp",
+        help="how the trainer you plan for exchanges gradients (the synchronous steps measured at the end run "
+        "it): ddp (DistributedDataParallel, the default) or flat (validation run's default)",
+    )  # fmt: skip
     parser.add_argument(
         "--budget-s", type=float, default=DEFAULT_BUDGET_S, metavar="S",
         help=f"seconds each rank spends measuring step times (default {DEFAULT_BUDGET_S:g})",
@@ -127,8 +135,8 @@ def build_profile_config(args: argparse.Namespace) -> ProfileConfig:
         raise ConfigError("--out", f"{out} exists and is not a folder")
     threads = {r: int(Param("--threads", "integer", low=1, high=len(available_cpus())).check(_int(v)))
                for r, v in per_rank(args.threads, world, "--threads").items()}  # fmt: skip
-    duty = Param("--contention", low=0.0, high=1.0, doc="a duty cycle")
-    contention = {r: float(duty.check(_float(v))) for r, v in per_rank(args.contention, world, "--contention").items()}
+    load = Param("--contention", low=0.0, high=MAX_NEIGHBOUR_CORES, doc="CPU cores of load")
+    contention = {r: float(load.check(_float(v))) for r, v in per_rank(args.contention, world, "--contention").items()}
     return ProfileConfig(
         workload=str(args.workload),
         devices=devices,
@@ -142,6 +150,7 @@ def build_profile_config(args: argparse.Namespace) -> ProfileConfig:
         seed=int(Param("--seed", "integer", low=0, high=MAX_SEED).check(args.seed)),
         repeats=int(Param("--repeats", "integer", low=3, high=1000).check(args.repeats)),
         batches=_batches(args.batches, min(max_batch)),
+        comm=str(args.comm),
         out=out,
     )
 

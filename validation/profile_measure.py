@@ -6,7 +6,8 @@ shard gathered from the training set (``rng``'s random samples), forward, backwa
 optimizer's update (SGD with the run's momentum), between two device synchronisations
 (``torch.cuda.synchronize`` on a GPU: its kernels run asynchronously). The all-reduce is timed
 on its own (:func:`time_allreduce`), not inside the step, so that the scenario can give it to
-the network model.
+the network model; and then inside the trainer's own steps
+(:func:`validation.profile_rank.trainer_steps`), where it competes with compute for the cores.
 
 **Out of memory.** A step that runs out of memory (``torch.cuda.OutOfMemoryError``, or the CPU
 allocator's "can't allocate memory") is caught; its tensors are freed (after the ``except``

@@ -7,8 +7,10 @@ measurement and the meta data, checked by hetsim and written atomically.
   not fall), the rank's ``max_batch``, and a mean-1 lognormal ``noise`` whose ``sigma`` is the
   spread of the repeats around their medians (1.4826 x the median absolute deviation of the log
   times, robust to the odd pause); ``[workload]`` with the workload's training-set size, the
-  global batch and the measured ``gradient_mb``; ``[network]`` fitted to the all-reduce timing.
-* ``profile.csv``: one row per timed step (``kind`` fit, warmup or step) and all-reduce.
+  global batch and the measured ``gradient_mb``; ``[network]``: the communication of the
+  trainer's own steps, else the fit to the all-reduce timing (below).
+* ``profile.csv``: one row per timed step (``kind`` fit, warmup or step), all-reduce, and
+  trainer step (``trainer_comm``: its communication time, as the trainer records it).
 * ``meta.json``: the configuration, each rank's curve with its confidence intervals, the
   network's fit against its measurement at the gradient's size, versions, commit and date.
 
@@ -18,6 +20,16 @@ medians at each size by non-negative least squares on relative errors (the one-e
 all-reduce pins the latency, the gradient-sized ones the bandwidth). When the fit finds no
 bandwidth term (``beta`` adds under 1% at the largest size: the times do not grow with it), the network is ``constant``
 at the median time at the gradient's size.
+
+What a step pays for the all-reduce is not always what the all-reduce costs alone: on a shared
+machine it competes with the ranks' compute threads for the cores, and gloo's threads with both.
+And the trainer that will run the plan exchanges more than the gradient (the split's broadcast,
+the barrier that shares the ranks' times). So the ranks also run a few of that trainer's steps
+at the equal split (``in_step``, :func:`validation.profile_rank.trainer_steps`, with
+``--comm``); the median of their communication time as the trainer records it (over steps and
+ranks) is the scenario's network, ``constant`` (the cluster's ranks are the ones measured). The
+fit to the all-reduce alone stays in ``meta.json`` beside it. Without those steps (one rank),
+the fit is the network.
 
 The scenario is built by ``hetsim.scenario.config.build_scenario`` before anything is written, so a
 scenario that hetsim would refuse is never written.
@@ -79,6 +91,35 @@ def fit_network(allreduce: dict[str, list[float]], world: int, gradient_mb: floa
     }
 
 
+def exposed_comm_s(results: list[dict[str, Any]]) -> float | None:
+    """The median communication time of the trainer's steps over steps and ranks (see the
+    module's docstring); None without such steps."""
+    times = [t for r in results for t in (r.get("in_step") or {}).get("comm_s", [])]
+    if len(results) < 2 or not times:
+        return None
+    return max(0.0, statistics.median(times))
+
+
+def trainer_compute_ratio(result: dict[str, Any]) -> float | None:
+    """A rank's median compute in the trainer's steps over its table's time at that batch (how
+    far the back-to-back steps of the profile are from training's; said, not corrected)."""
+    in_step = result.get("in_step") or {}
+    if not in_step.get("compute_s"):
+        return None
+    points = table_points(curve(result["samples"]))
+    table_s = float(np.interp(in_step["batch"], [b for b, _ in points], [t for _, t in points]))
+    return statistics.median(in_step["compute_s"]) / table_s if table_s > 0 else None
+
+
+def network_table(results: list[dict[str, Any]], gradient_mb: float) -> dict[str, Any]:
+    """The scenario's ``[network]``: the exposed all-reduce of the synchronous steps when measured,
+    else the fit to the all-reduce alone."""
+    exposed = exposed_comm_s(results)
+    if exposed is not None:
+        return {"kind": "constant", "time_s": float(f"{exposed:.6g}")}
+    return fit_network(merged_allreduce(results), len(results), gradient_mb)
+
+
 def merged_allreduce(results: list[dict[str, Any]]) -> dict[str, list[float]]:
     """Per size, each repetition's slowest rank (an all-reduce ends when the last rank has it)."""
     sizes = results[0]["allreduce"]
@@ -110,7 +151,7 @@ def build(config: ProfileConfig, results: list[dict[str, Any]], workload_name: s
             "epochs": EPOCHS,
             "gradient_mb": gradient_mb,
         },
-        "network": fit_network(merged_allreduce(results), len(results), gradient_mb),
+        "network": network_table(results, gradient_mb),
         "workers": workers,
     }
 
@@ -124,6 +165,10 @@ def rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out += [{"rank": r["rank"], "device": r["device"], "kind": "allreduce", "batch": 0,
                      "size_mb": 4 * int(size) / 1e6, "repeat": k, "seconds": t, "fits": True}
                     for k, t in enumerate(times)]  # fmt: skip
+        in_step = r.get("in_step") or {}
+        out += [{"rank": r["rank"], "device": r["device"], "kind": "trainer_comm", "batch": in_step["batch"],
+                 "size_mb": float("nan"), "repeat": k, "seconds": t, "fits": True}
+                for k, t in enumerate(in_step.get("comm_s", []))]  # fmt: skip
     return out
 
 
@@ -138,8 +183,8 @@ def meta(
     from hetsim.sweep.results import provenance
 
     allreduce = merged_allreduce(results)
-    network, gradient_mb, world = scenario["network"], scenario["workload"]["gradient_mb"], len(results)
-    model = make_plugin(NETWORKS, network, "network", "kind")
+    gradient_mb, world = scenario["workload"]["gradient_mb"], len(results)
+    bare = make_plugin(NETWORKS, fit_network(allreduce, world, gradient_mb), "network", "kind")
     largest = max(allreduce, key=int) if allreduce else None
     return {
         "config": config.to_dict(),
@@ -163,8 +208,11 @@ def meta(
         "allreduce": {
             "measured_s": {str(4 * int(k) / 1e6): statistics.median(v) for k, v in allreduce.items()},
             "at_gradient_measured_s": statistics.median(allreduce[largest]) if largest else 0.0,
-            "at_gradient_fitted_s": float(model.allreduce_s(world, gradient_mb)),
+            "at_gradient_fitted_s": float(bare.allreduce_s(world, gradient_mb)),
+            "in_step_s": exposed_comm_s(results),
+            "in_step_batches": [(r.get("in_step") or {}).get("batch", 0) for r in results],
         },
+        "trainer_compute_over_table": [trainer_compute_ratio(r) for r in results],
     }
 
 

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -54,7 +55,7 @@ from validation.backend import (
 from validation.placement import apply_placement, placement_in_effect
 from validation.profile_config import ProfileConfig
 from validation.profile_grid import BudgetTooSmall, DoesNotFit, GridPlanner, back_off, run_grid, spread_rel
-from validation.profile_measure import Stepper, allreduce_sizes, time_allreduce
+from validation.profile_measure import LR, MOMENTUM, Stepper, allreduce_sizes, time_allreduce
 from validation.workloads import load_workload
 
 MAX_SAMPLES_FACTOR = 10  # extra repeats stop at this many times --repeats per batch
@@ -103,6 +104,7 @@ class Rank:
         self.sync()
         sizes = allreduce_sizes(stepper.parameters) if self.env.world_size > 1 else []
         allreduce = time_allreduce(sizes, comm_device(self.backend, self.device))
+        in_step = self.synchronous_steps(stepper, cap)
         return {
             "rank": rank,
             "device": config.devices[rank],
@@ -111,9 +113,21 @@ class Rank:
             "gradient_mb": stepper.parameters * 4 / 1e6,  # float32, as the trainer all-reduces it
             "samples": {str(b): times for b, times in sorted(self.samples.items())},
             "allreduce": {str(size): times for size, times in allreduce.items()},
+            "in_step": in_step,
             "rows": stepper.rows,
             "placement": placement_in_effect(),
         }
+
+    def synchronous_steps(self, stepper: Stepper, cap: int) -> dict[str, Any]:
+        """The trainer's own steps, every rank at the equal split (:func:`trainer_steps`)."""
+        if self.env.world_size < 2:
+            return {"batch": 0, "comm_s": []}
+        self.doing = "timing the trainer's steps"
+        self.sync()
+        comm = comm_device(self.backend, self.device)
+        batch = torch.tensor([min(cap, self.config.global_batch // self.env.world_size)], device=comm)
+        dist.all_reduce(batch, op=dist.ReduceOp.MIN)  # every rank the same local batch, within every cap
+        return trainer_steps(stepper, self.config, self.device, comm, max(1, int(batch.item())))
 
     def measure(self, stepper: Stepper, planner: GridPlanner, batch: int) -> tuple[float, float]:
         """Warm-up and repeats at a new batch: (median step time, time taken); the planner's
@@ -135,6 +149,38 @@ class Rank:
                 return
             self.samples[batch] += stepper.measure(batch, 1, repeats)
             planner.record(batch, statistics.median(self.samples[batch]))
+
+
+def trainer_steps(
+    stepper: Stepper, config: ProfileConfig, device: torch.device, comm: torch.device, batch: int
+) -> dict[str, Any]:
+    """``config.warmup + config.repeats`` steps of the trainer that runs plans
+    (:class:`validation.uneven.UnevenStep` with ``config.comm``, a fixed equal split of ``batch``
+    samples a rank) on a fresh copy of the model: each timed step's communication as the trainer
+    records it (the split's broadcast, the gradients' exchange, the barrier; without the compute
+    and the waiting for the slowest rank) and this rank's compute, the warm-up steps left out."""
+    from validation.uneven import Controller, UnevenStep, run_steps
+
+    workload, data = stepper.workload, stepper.data
+    model = workload.make_model(config.seed, device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    step = UnevenStep(model, optimizer, device, comm=config.comm, comm_device=comm)
+    world = dist.get_world_size()
+    split = (batch,) * world
+    ctrl = Controller("profile", None, batch * world, comm_device=comm)
+    perm = np.resize(stepper.rng.permutation(data.n_train), batch * world)  # one step's samples, reused
+
+    def loss_of(net: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
+        return workload.loss(net(data.train_x[idx]), data.train_y[idx])
+
+    n = config.warmup + config.repeats
+    results = run_steps(ctrl, step, 0, n, lambda k: (perm, 0), loss_of, fixed=[split] * n)
+    timed = results[config.warmup :]
+    return {
+        "batch": batch,
+        "comm_s": [r.timing.comm_s for r in timed],
+        "compute_s": [r.timing.compute_s for r in timed],
+    }
 
 
 def run_rank(config: ProfileConfig, env: RankEnv, folder: Path) -> None:
