@@ -1,6 +1,5 @@
-"""A policy plug-in, the worked example of "Extending hetsim" (docs/architecture.md): a file of
-your own, named in ``HETSIM_PLUGINS``, that every command then takes by name, with no edit to
-hetsim::
+r"""A policy plug-in, the worked example of docs/guide/extending.md: a file of your own, named in
+``HETSIM_PLUGINS``, that every command then takes by name, with no edit to hetsim::
 
     HETSIM_PLUGINS=examples/my_policies.py python -m hetsim simulate mixed-gpus --policy equal,optimal,drop-slowest
 
@@ -8,7 +7,13 @@ hetsim::
 equal split, as ``proportional`` measures it) and splits the global batch over the others in
 proportion to that throughput, within their ``max_batch``. It is static (one split for the whole
 run), so it needs the workers' expected costs, which the simulator knows; a scenario sets its
-parameter in ``[policy]``: ``name = "drop-slowest"``, ``leave_out = 2``.
+parameter in ``[policy]``: ``name = "drop-slowest"``, ``leave_out = 2``. Being static, it also
+has a closed form (``analyze`` predicts it: E[max] of the compute times of its one split), and
+the vector engine computes its whole run in blocks (it overrides none of the hooks through
+which a split changes, so ``steady_steps`` says "until the end" by itself)::
+
+    HETSIM_PLUGINS=examples/my_policies.py python -m hetsim analyze mixed-gpus --policy equal,drop-slowest \
+        --set workload.epochs=1
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ class DropSlowest(Policy):
     name = "drop-slowest"
     needs_costs = True  # reset receives every worker's expected cost curve in its hints
     weighted_gradients = True  # a trainer combines the uneven split's gradients by their batches
+    closed_form = True  # analyze's barrier model applies: its split is fixed by the expected costs
     params = (Param("leave_out", "integer", default=1, low=0, doc="how many of the slowest workers get no samples"),)
     leave_out: int
 
