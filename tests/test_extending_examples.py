@@ -40,17 +40,17 @@ from tests.helpers import scenario_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 PLOTS = {"speedup.png", "gantt.png", "split.png", "step_cdf.png", "utilization.png"}
-EXAMPLES = {  # file -> (registry, the name it registers)
-    "my_policies.py": (POLICIES, "drop-slowest"),
-    "my_distribution.py": (DISTRIBUTIONS, "lomax"),
-    "my_cost_model.py": (COSTS, "power"),
-    "my_network.py": (NETWORKS, "tree"),
+EXAMPLES = {  # file -> what it registers
+    "my_policies.py": ((POLICIES, "drop-slowest"), (POLICIES, "shift")),
+    "my_distribution.py": ((DISTRIBUTIONS, "lomax"),),
+    "my_cost_model.py": ((COSTS, "power"),),
+    "my_network.py": ((NETWORKS, "tree"),),
 }
 
 
 @pytest.fixture(scope="module")
 def examples() -> Iterator[dict[str, ModuleType]]:
-    """Each example imported in this process (which registers its plug-in), unregistered after."""
+    """Each example imported in this process (which registers its plug-ins), unregistered after."""
     modules = {}
     for file in EXAMPLES:
         spec = importlib.util.spec_from_file_location(f"example_{Path(file).stem}", ROOT / "examples" / file)
@@ -59,7 +59,7 @@ def examples() -> Iterator[dict[str, ModuleType]]:
         spec.loader.exec_module(module)
         modules[file] = module
     yield modules
-    for registry, name in EXAMPLES.values():
+    for registry, name in (entry for entries in EXAMPLES.values() for entry in entries):
         registry.unregister(name)
 
 
@@ -302,34 +302,58 @@ def test_the_policy_example_splits_over_all_but_the_slowest(examples):
     assert POLICIES["drop-slowest"].closed_form and not POLICIES["drop-slowest"].resplits
 
 
+def test_the_re_splitting_policy_example_moves_samples_each_epoch_on_both_engines(examples):
+    from hetsim.run.metrics import summarize
+    from hetsim.run.simulate import simulate
+    from hetsim.scenario.config import load_scenario
+
+    raw = scenario_dict([{"per_sample_s": 0.001}, {"per_sample_s": 0.003}], global_batch=100, steps_per_epoch=5,
+                        epochs=4, network={"kind": "constant", "time_s": 0.01})  # fmt: skip
+    trace = simulate(load_scenario(raw), "shift", params={"samples": 5}, engine="simpy")
+    # 50/50, then 5 samples a epoch from the 3 ms worker to the 1 ms one: 55/45, 60/40, 65/35
+    assert trace.per_step("local_batch")[::5, 0].tolist() == [50, 55, 60, 65]
+    assert summarize(trace).mean_step_s == pytest.approx((0.15 + 0.135 + 0.12 + 0.105) / 4 + 0.01, rel=1e-12)
+    assert simulate(load_scenario(raw), "shift", params={"samples": 5}, engine="vector") == trace
+    noisy = load_scenario({**raw, "workers": [{**w, "noise": {"dist": "lognormal", "sigma": 0.3}} for w in THREE]})
+    assert simulate(noisy, "shift", engine="vector") == simulate(noisy, "shift", engine="simpy")  # to the last bit
+
+
 @pytest.mark.slow
-def test_the_policy_example_through_simulate_analyze_sweep_and_plots(tmp_path):
+def test_the_policy_examples_through_simulate_analyze_sweep_and_plots(tmp_path):
     plugin = "examples/my_policies.py"
     raw = {**scenario_dict(THREE, global_batch=120, steps_per_epoch=100, epochs=2,
                            network={"kind": "constant", "time_s": 0.01}),
            "policy": {"name": "drop-slowest", "leave_out": 1}}  # fmt: skip
     scenario = write(tmp_path / "three.toml", raw)
+    policies = "equal,drop-slowest,shift"
 
-    equal, mine = json.loads(hetsim(plugin, "simulate", scenario, "--policy", "equal,drop-slowest", "--json"))
+    equal, drop, shift = json.loads(hetsim(plugin, "simulate", scenario, "--policy", policies, "--json"))
     assert equal["mean_step_s"] == pytest.approx(0.16 + 0.01, rel=1e-12)  # the slowest: 40 samples at 4 ms
-    assert mine["final_batches"] == [80, 40, 0] and mine["mean_step_s"] == pytest.approx(0.08 + 0.01, rel=1e-12)
-    assert mine["speedup_vs_equal"] == pytest.approx(0.17 / 0.09, rel=1e-12)
+    assert drop["final_batches"] == [80, 40, 0] and drop["mean_step_s"] == pytest.approx(0.08 + 0.01, rel=1e-12)
+    assert drop["speedup_vs_equal"] == pytest.approx(0.17 / 0.09, rel=1e-12)
+    # shift: 40/40/40 in epoch 0 (160 ms), then 4 samples from the slowest to the quickest: 44/40/36 (144 ms)
+    assert shift["final_batches"] == [44, 40, 36] and shift["mean_step_s"] == pytest.approx(0.162, rel=1e-12)
 
     sigma = 0.2
-    rows = json.loads(hetsim(plugin, "analyze", scenario, "--policy", "equal,drop-slowest", "--json",
-                             *lognormal_noise(sigma, 3)))  # fmt: skip
-    assert [agrees(r) for r in rows] == [True, True]
+    rows = json.loads(hetsim(plugin, "analyze", scenario, "--policy", policies, "--json", *lognormal_noise(sigma, 3)))
+    assert [agrees(r) for r in rows] == [True, True, True]
+    assert rows[2]["runs"] == 10  # shift resplits: its interval is over seeded replications
     # two workers of 80 ms each (the third sits out), each times a mean-1 lognormal factor:
     # E[max(X1, X2)] = 2 Phi(sigma / sqrt 2)
     assert rows[1]["predicted_step_s"] == pytest.approx(0.08 * 2 * special.ndtr(sigma / math.sqrt(2)) + 0.01, rel=1e-7)
 
-    spec = {"name": "drop", "base": "three.toml", "policies": ["equal", "drop-slowest"],
+    spec = {"name": "drop", "base": "three.toml", "policies": policies.split(","),
             "grid": {"policy.leave_out": [1, 2]}, "replications": 1}  # fmt: skip
     out, run, cells = sweep(plugin, tmp_path, spec)
-    assert "| 1 | 1.000 | 1.889 |" in out and "| 2 | 1.000 | 1.308 |" in out  # 0.17/0.09 and 0.17/0.13
+    assert (
+        "| 1 | 1.000 | 1.889 | 1.049 |" in out and "| 2 | 1.000 | 1.308 | 1.049 |" in out
+    )  # 0.17 / (0.09, 0.13, 0.162)
     steps = {(c["policy.leave_out"], c["policy"]): float(c["mean_step_s"]) for c in cells}
-    assert steps == {("1", "equal"): pytest.approx(0.17), ("1", "drop-slowest"): pytest.approx(0.09),
-                     ("2", "equal"): pytest.approx(0.17), ("2", "drop-slowest"): pytest.approx(0.13)}  # fmt: skip
+    assert steps == {
+        (leave_out, policy): pytest.approx(step_s)
+        for leave_out, drop_s in (("1", 0.09), ("2", 0.13))
+        for policy, step_s in (("equal", 0.17), ("drop-slowest", drop_s), ("shift", 0.162))
+    }
     check_plots(run)
 
 
