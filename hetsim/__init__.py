@@ -3,7 +3,7 @@ way of splitting the work wins it back.
 
 The public entry points: :func:`load_scenario` (config), :func:`simulate` (one run -> Trace),
 :func:`summarize` (Trace -> Summary), and the plug-in registries (``POLICIES.register`` and the
-others: see :mod:`hetsim.core.registry` and docs/architecture.md, "Extending hetsim").
+others: see :mod:`hetsim.core.registry` and docs/guide/extending.md, "Your own plug-ins").
 
 They are loaded on first use (PEP 562 ``__getattr__``), not by ``import hetsim``: importing any
 ``hetsim.*`` module runs this file first, and the simulator's modules import numpy, scipy and

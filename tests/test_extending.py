@@ -1,6 +1,7 @@
 """Extending hetsim: a policy and a distribution defined here, outside the package, registered
-through the public hook, work through every command with no other edit (docs/architecture.md,
-"Extending hetsim"). Plug-ins built directly with a bad parameter raise the config's error."""
+through the public hook, work through every command with no other edit (docs/guide/extending.md;
+its example files, run as a user runs them: tests/test_extending_examples.py). Plug-ins built
+directly with a bad parameter raise the config's error."""
 
 from __future__ import annotations
 
