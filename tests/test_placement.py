@@ -174,7 +174,7 @@ TOO_MANY = len(os.sched_getaffinity(0)) + 1
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("--threads", f"0={TOO_MANY}"), ("--cpus", f"0={MISSING_CPU}"), ("--contention", "1=0"), ("--contention", "1=2")],
+    [("--threads", f"0={TOO_MANY}"), ("--cpus", f"0={MISSING_CPU}"), ("--contention", "1=0"), ("--contention", "1=9")],
 )
 def test_bad_placement_is_refused_in_one_line(option, value, tmp_path, capsys):
     before = set(child_pids(os.getpid()))

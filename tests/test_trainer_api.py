@@ -188,7 +188,7 @@ def test_a_plan_for_another_cluster_is_refused_in_one_line(tmp_path):
         (
             '{"recommended": {"policy": "async", "split": [1, 1], "global_batch": 2}}',
             ":recommended.policy: 'async' has no barrier, and this trainer waits for every rank each step: plan with "
-            "--policy equal,proportional,dynamic,dynamic-enhanced,optimal,adaptive,goodput",
+            "--wait-for-all",
         ),
         (
             '{"recommended": {"policy": "backup", "split": [1, 1], "global_batch": 2}}',
