@@ -42,10 +42,10 @@ def rotated(names: Sequence[str], round_index: int) -> list[str]:
 @dataclass
 class Rounds:
     """What :func:`time_rounds` measured: each method's seconds, one single run per round, in
-    round order; and each method's result from the last round."""
+    round order; and the kept methods' results from the first round (to check them)."""
 
     seconds: dict[str, list[float]]
-    last: dict[str, object] = field(default_factory=dict)
+    first: dict[str, object] = field(default_factory=dict)
 
     def rates(self, name: str, work: float) -> list[float]:
         """Round by round, ``work`` per second of ``name``'s single run."""
@@ -58,27 +58,39 @@ class Rounds:
         return [(work_num / sn) / (work_den / sd) for sn, sd in zip(self.seconds[num], self.seconds[den], strict=True)]
 
 
+def chosen(names: Sequence[str], which: bool | Collection[str]) -> list[str]:
+    """The ``names`` that ``which`` picks: all (``True``), none (``False``) or those it lists."""
+    return list(names) if which is True else [] if which is False else [n for n in names if n in which]
+
+
 def time_rounds(
     methods: Mapping[str, Callable[[], object]],
     rounds: int,
     warmup: bool | Collection[str] = True,
     budget_s: float = 0.0,
     max_rounds: int = MAX_ROUNDS,
+    keep: bool | Collection[str] = True,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Rounds:
     """Time rounds in which every method runs once (a single run, timed on its own, never the
     best of several), the order rotated from round to round (:func:`rotated`) so that none always
     runs first (on a fresh cache, or right after the slowest). ``rounds`` rounds, and more while
     the timed runs so far took under ``budget_s`` seconds, at most ``max_rounds`` (where a round
-    takes milliseconds, a hundred of them cost little and steady the median). With ``warmup``,
-    one untimed run of each first (or of the methods it names): a method's first call pays for
-    imports, caches and the operating system mapping new memory, which is not its speed."""
+    takes milliseconds, a hundred of them cost little and steady the median).
+
+    With ``warmup``, one untimed run of each first (or of the methods it names): a method's first
+    call pays for imports, caches and the operating system mapping new memory, which is not its
+    speed. Each result is let go as soon as its run is timed (outside the timed span), but the
+    first round's of the methods ``keep`` names: results held from round to round and replaced
+    one at a time would leave the allocator in a different state for each method (a run that
+    followed the release of a result of its size reused that memory, at twice the speed of one
+    that did not)."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     names = list(methods)
-    warm = names if warmup is True else [] if warmup is False else [n for n in names if n in warmup]
-    for name in warm:
+    for name in chosen(names, warmup):
         methods[name]()
+    kept = set(chosen(names, keep))
     out = Rounds({name: [] for name in names})
     spent, r = 0.0, 0
     while r < rounds or (spent < budget_s and r < max_rounds):
@@ -87,7 +99,9 @@ def time_rounds(
             result = methods[name]()
             elapsed = clock() - start
             out.seconds[name].append(elapsed)
-            out.last[name] = result
+            if r == 0 and name in kept:
+                out.first[name] = result
+            del result  # released here, outside the timed span
             spent += elapsed
         r += 1
     return out

@@ -157,8 +157,9 @@ def measure(n: int, steps: int, policy: str, min_rounds: int, budget_s: float, f
         "numpy_draws": lambda: numpy_draws(worker_steps),
         "numpy_streams": lambda: numpy_streams(s),
     }
-    timed = time_rounds(methods, min_rounds, True if first else NUMPY_METHODS, budget_s)
-    simpy_trace, vector_trace = timed.last["simpy"], timed.last["vector"]
+    warmup = True if first else NUMPY_METHODS
+    timed = time_rounds(methods, min_rounds, warmup, budget_s, keep=("simpy", "vector"))
+    simpy_trace, vector_trace = timed.first["simpy"], timed.first["vector"]
     if not (
         isinstance(simpy_trace, Trace) and isinstance(vector_trace, Trace) and same_trace(simpy_trace, vector_trace)
     ):

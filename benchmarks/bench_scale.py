@@ -1,6 +1,6 @@
 """The targets of the issue "Scale", as ratios measured side by side in one run, repeated.
 
-    cd benchmarks && python bench_scale.py [--rounds 10] [--memory-runs 3] [--memory-steps 100000]
+    cd benchmarks && python bench_scale.py [--rounds 10] [--memory-runs 1] [--memory-steps 100000]
 
 On the scenario of ``bench_engines.py`` (a quarter of the workers 2x slower, lognormal noise, an
 exponential delay, 100 steps per epoch), on the vector engine unless named, it times seven runs
@@ -14,13 +14,16 @@ seven once, a single timed run, in an order rotated from round to round so that 
 goes first (``bench_common.time_rounds``). The targets' ratios are taken within each round,
 where both runs saw the same load:
 
-* ``adaptive`` over ``dynamic`` worker-steps per second, at 1024 and at 10,000 workers;
-* ``async``, the vector engine's over the SimPy engine's, at 256 workers;
-* ``dynamic`` at 100,000 workers over ``dynamic`` at 1024 workers (the same round's run).
+* ``adaptive`` over ``dynamic`` worker-steps per second, at 1024 and at 10,000 workers
+  (target: at least 1/3);
+* ``async``, the vector engine's over the SimPy engine's, at 256 workers (target: at least 30x);
+* ``dynamic`` at 100,000 workers over ``dynamic`` at 1024 workers, the same round's run
+  (target: at least 0.5).
 
 Then ``--memory-runs`` times, in a fresh process each (``trace_none_memory.py``), the peak
 resident memory of a 10,000-worker x ``--memory-steps`` ``dynamic`` run summarised as it goes
-(``--trace none``).
+(``--trace none``; target: under 2 GB): half a minute a run on a quiet machine, three on a busy one, and its peak
+varies by a few percent from run to run (192-209 MB in six runs), so one run by default.
 
 Prints one JSON object: each round's figures; each run's rate (mean, median and 90th percentile
 of its single runs, M worker-steps per second); and for each target its value per round (per
@@ -78,17 +81,11 @@ def work(name: str) -> int:
     return workers * steps
 
 
-def run_of(n: int, steps: int, policy: str, simpy: bool = False, keep: bool = False) -> Callable[[], Trace | None]:
-    """One run of ``policy`` at ``n`` workers; its trace kept only with ``keep`` (the large ones
-    would otherwise stay in memory, several at a time, between rounds)."""
+def run_of(n: int, steps: int, policy: str, simpy: bool = False) -> Callable[[], Trace]:
+    """One run of ``policy`` at ``n`` workers, on the vector engine or the SimPy one."""
     s = scenario(n, steps, policy)
     engine = run_simpy if simpy else run_vector
-
-    def run() -> Trace | None:
-        trace = engine(s, make_policy(policy))
-        return trace if keep else None
-
-    return run
+    return lambda: engine(s, make_policy(policy))
 
 
 def peak_memory_mb(workers: int, steps: int) -> dict[str, float]:
@@ -107,7 +104,7 @@ def paired(n: int, steps: int, policies: Sequence[str], pairs: int) -> tuple[dic
     each later policy's rate over the first's in each of ``pairs`` rounds: after a warm-up run of
     each, a round runs every policy once (``bench_common.time_rounds``: the order rotated from
     round to round), so that all see the same machine the same number of times."""
-    timed = time_rounds({p: run_of(n, steps, p) for p in policies}, pairs)
+    timed = time_rounds({p: run_of(n, steps, p) for p in policies}, pairs, keep=False)
     rates = {p: n * steps / statistics.median(timed.seconds[p]) for p in policies}
     return rates, {p: timed.ratios(p, policies[0]) for p in policies[1:]}
 
@@ -124,9 +121,9 @@ def rounds_figures(timed: Rounds) -> list[dict[str, float]]:
 
 def measure_speed(rounds: int) -> tuple[list[dict[str, float]], dict[str, dict[str, float]]]:
     """The rounds' figures, and each run's rate (M worker-steps per second) over the rounds."""
-    methods = {name: run_of(*spec, keep=name.startswith("async")) for name, spec in RUNS.items()}
-    timed = time_rounds(methods, rounds)
-    simpy_trace, vector_trace = timed.last["async SimPy at 256"], timed.last["async vector at 256"]
+    checked = ("async SimPy at 256", "async vector at 256")  # the large traces are let go round by round
+    timed = time_rounds({name: run_of(*spec) for name, spec in RUNS.items()}, rounds, keep=checked)
+    simpy_trace, vector_trace = (timed.first[name] for name in checked)
     if not (
         isinstance(simpy_trace, Trace) and isinstance(vector_trace, Trace) and same_trace(simpy_trace, vector_trace)
     ):
@@ -137,7 +134,9 @@ def measure_speed(rounds: int) -> tuple[list[dict[str, float]], dict[str, dict[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10, help="rounds of single runs (default: 10)")
-    parser.add_argument("--memory-runs", type=int, default=3, help="--trace none runs, each in a fresh process")
+    parser.add_argument(
+        "--memory-runs", type=int, default=1, help="--trace none runs, each in a fresh process (default: 1)"
+    )
     parser.add_argument("--memory-steps", type=int, default=100_000, help="steps of the --trace none run")
     args = parser.parse_args()
     rounds, rates = measure_speed(args.rounds)

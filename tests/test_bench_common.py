@@ -50,7 +50,9 @@ def test_time_rounds_times_each_method_once_per_round_in_rotated_order_after_a_w
     assert warmup == ["slow", "fast", "mid"]
     assert rounds == ["slow", "fast", "mid", "fast", "mid", "slow", "mid", "slow", "fast"]
     assert timed.seconds == {"slow": [2.0] * 3, "fast": [0.5] * 3, "mid": [1.0] * 3}  # single runs, warm-up left out
-    assert timed.last == {"slow": "slow-11", "fast": "fast-12", "mid": "mid-10"}  # the last round's results
+    assert timed.first == {"slow": "slow-4", "fast": "fast-5", "mid": "mid-6"}  # the first timed round's results
+    kept = time_rounds(methods, 2, warmup=False, keep=("mid",), clock=clock)
+    assert kept.first == {"mid": "mid-15"}
 
 
 def test_time_rounds_without_warmup_and_with_no_rounds():
