@@ -1,8 +1,11 @@
-"""What the benchmark scripts share: how repeated measurements are summarised.
+"""What the benchmark scripts share: how runs are timed, and how repeated measurements are summarised.
 
 Every figure a benchmark prints is summarised over repetitions as the README and
 docs/benchmarks.md report it: mean, median and 90th percentile of single runs (never the best
-run). Standard library only, so that a start-up benchmark can import it without importing numpy.
+run). Speeds that are compared are timed by :func:`time_rounds`: rounds in which each method
+runs once, in an order rotated from round to round, so that a ratio is taken within a round (both
+runs saw the same load) and then summarised over the rounds. Standard library only, so that a
+start-up benchmark can import it without importing numpy.
 Run a benchmark from the repository root as ``python benchmarks/NAME.py``: its folder is then on
 ``sys.path`` and ``from bench_common import stats`` finds this module.
 """
@@ -10,7 +13,11 @@ Run a benchmark from the repository root as ``python benchmarks/NAME.py``: its f
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+MAX_ROUNDS = 100  # time_rounds: at most this many rounds where more fit in its budget
 
 
 def stats(values: Iterable[float]) -> dict[str, float]:
@@ -21,3 +28,80 @@ def stats(values: Iterable[float]) -> dict[str, float]:
         raise ValueError("no measurements to summarise")
     p90 = statistics.quantiles(x, n=10, method="inclusive")[8] if len(x) > 1 else x[0]
     return {"mean": statistics.fmean(x), "median": statistics.median(x), "p90": p90}
+
+
+def rotated(names: Sequence[str], round_index: int) -> list[str]:
+    """``names`` in the order round ``round_index`` runs them: rotated left by the round's index,
+    so that in any ``len(names)`` consecutive rounds each name runs first once."""
+    if not names:
+        return []
+    k = round_index % len(names)
+    return [*names[k:], *names[:k]]
+
+
+@dataclass
+class Rounds:
+    """What :func:`time_rounds` measured: each method's seconds, one single run per round, in
+    round order; and the kept methods' results from the first round (to check them)."""
+
+    seconds: dict[str, list[float]]
+    first: dict[str, object] = field(default_factory=dict)
+
+    def rates(self, name: str, work: float) -> list[float]:
+        """Round by round, ``work`` per second of ``name``'s single run."""
+        return [work / s for s in self.seconds[name]]
+
+    def ratios(self, num: str, den: str, work_num: float = 1.0, work_den: float = 1.0) -> list[float]:
+        """Round by round, the rate of ``num`` (``work_num`` per run) over the rate of ``den``
+        (``work_den`` per run), both from that round's single runs: the figure to read on a
+        shared machine, as both saw the same load."""
+        return [(work_num / sn) / (work_den / sd) for sn, sd in zip(self.seconds[num], self.seconds[den], strict=True)]
+
+
+def chosen(names: Sequence[str], which: bool | Collection[str]) -> list[str]:
+    """The ``names`` that ``which`` picks: all (``True``), none (``False``) or those it lists."""
+    return list(names) if which is True else [] if which is False else [n for n in names if n in which]
+
+
+def time_rounds(
+    methods: Mapping[str, Callable[[], object]],
+    rounds: int,
+    warmup: bool | Collection[str] = True,
+    budget_s: float = 0.0,
+    max_rounds: int = MAX_ROUNDS,
+    keep: bool | Collection[str] = True,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Rounds:
+    """Time rounds in which every method runs once (a single run, timed on its own, never the
+    best of several), the order rotated from round to round (:func:`rotated`) so that none always
+    runs first (on a fresh cache, or right after the slowest). ``rounds`` rounds, and more while
+    the timed runs so far took under ``budget_s`` seconds, at most ``max_rounds`` (where a round
+    takes milliseconds, a hundred of them cost little and steady the median).
+
+    With ``warmup``, one untimed run of each first (or of the methods it names): a method's first
+    call pays for imports, caches and the operating system mapping new memory, which is not its
+    speed. Each result is let go as soon as its run is timed (outside the timed span), but the
+    first round's of the methods ``keep`` names: results held from round to round and replaced
+    one at a time would leave the allocator in a different state for each method (a run that
+    followed the release of a result of its size reused that memory, at twice the speed of one
+    that did not)."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    names = list(methods)
+    for name in chosen(names, warmup):
+        methods[name]()
+    kept = set(chosen(names, keep))
+    out = Rounds({name: [] for name in names})
+    spent, r = 0.0, 0
+    while r < rounds or (spent < budget_s and r < max_rounds):
+        for name in rotated(names, r):
+            start = clock()
+            result = methods[name]()
+            elapsed = clock() - start
+            out.seconds[name].append(elapsed)
+            if r == 0 and name in kept:
+                out.first[name] = result
+            del result  # released here, outside the timed span
+            spent += elapsed
+        r += 1
+    return out

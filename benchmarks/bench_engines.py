@@ -1,6 +1,6 @@
 """Engine throughput: worker-steps per second of four ways to do the same work, in one process.
 
-    python benchmarks/bench_engines.py [--json] [--workers 8,64,256,1024] [--steps 1000] [--rounds 2]
+    python benchmarks/bench_engines.py [--json] [--workers 8,64,256,1024] [--steps 1000] [--rounds 3] [--budget-s 20]
 
 For each cluster size the same scenario (a quarter of the workers 2x slower, lognormal noise,
 an exponential injected delay, the paper's ``dynamic`` policy, 100 steps per epoch) is run by
@@ -17,11 +17,21 @@ For reference it also reports ``numpy_streams`` (not one of the four): the model
 the run (:class:`hetsim.model.draws.StepDraws`: counter-based tiles, every law by inversion), the
 floor of any engine that reproduces the model's random numbers.
 
-Each rate is worker-steps per second, whole runs (an engine's setup included), the best over
-``--rounds`` rounds that measure the four in turn (the machine may be shared: ratios within one
-run are what to read). Prints the rates and the target ratios; ``--json`` prints
-``{"workers": {"8": {"simpy": ..., "vector": ..., "bare_simpy": ..., "numpy_draws": ...}, ...},
-"ratios": {...}, "targets_met": ..., ...}``.
+Each figure is timed on single runs (an engine's setup included): after a warm-up run (of each
+method at the first size; of the NumPy ones, which map new memory at each size, after it),
+every round runs each of the five once, in an order rotated from round to round so that none
+always goes first (``bench_common.time_rounds``). A cluster size runs ``--rounds`` rounds, and
+more while its timed runs took under ``--budget-s`` seconds, at most 100 (at 8 workers a round
+takes milliseconds, and one run is noisy). The ratios (``vector/simpy``, ``simpy/bare_simpy``,
+``vector/numpy_draws``, ``vector/numpy_streams``) are taken within each round, where both runs
+saw the same load (the machine may be shared: the ratios are what to read), then summarised
+over the rounds: mean, median and 90th percentile; never the best run. The targets (vector >=
+50x SimPy at 256 workers; SimPy >= 0.5x the bare loop at every size; vector >= 0.25x the raw
+NumPy draws at 256 and 1024 workers) are each judged on the ratio's median over the rounds.
+
+Prints a table; ``--json`` prints ``{"workers": {"8": {"rounds": ..., "rates": {"simpy": {"mean":
+..., "median": ..., "p90": ...}, ...}, "ratios": {"vector/simpy": {"mean": ..., ...}, ...}}, ...},
+"targets_met": {...}, ...}`` (rates in worker-steps per second, each round's single run).
 """
 
 from __future__ import annotations
@@ -29,11 +39,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
+from typing import TypedDict
 
 import numpy as np
 import simpy
+from bench_common import stats, time_rounds
 from simpy.events import Condition
 
 from hetsim.engines import run_simpy, run_vector
@@ -45,7 +56,13 @@ from hetsim.scenario.scenario import Scenario
 
 STEPS_PER_EPOCH = 100
 SIGMA, DELAY_MEAN_S = 0.05, 0.002
-MIN_TIME_S = 1.0  # within a round a method repeats until it has run this long (at least once)
+NUMPY_METHODS = ("vector", "numpy_draws", "numpy_streams")
+RATIOS = {  # name: (the method whose rate is over, the method whose rate is under)
+    "vector/simpy": ("vector", "simpy"),
+    "simpy/bare_simpy": ("simpy", "bare_simpy"),
+    "vector/numpy_draws": ("vector", "numpy_draws"),
+    "vector/numpy_streams": ("vector", "numpy_streams"),
+}
 
 
 def scenario(n_workers: int, steps: int, policy: str) -> Scenario:
@@ -108,17 +125,6 @@ def numpy_streams(s: Scenario) -> None:
     StepDraws(s.seed, s.workers).take(0, s.workload.total_steps)
 
 
-def timed(fn: Callable[[], object], min_time_s: float) -> tuple[float, object]:
-    """Best seconds per call of ``fn``, repeating until ``min_time_s`` has passed; and its last result."""
-    best, spent, result = float("inf"), 0.0, None
-    while spent < min_time_s or best == float("inf"):
-        t0 = time.perf_counter()
-        result = fn()
-        elapsed = time.perf_counter() - t0
-        best, spent = min(best, elapsed), spent + elapsed
-    return best, result
-
-
 def same_trace(a: Trace, b: Trace) -> bool:
     floats = ("start_s", "compute_s", "wait_s", "comm_s", "slowdown")
     exact = ("epoch", "step", "worker", "local_batch", "included", "up")
@@ -127,7 +133,20 @@ def same_trace(a: Trace, b: Trace) -> bool:
     )
 
 
-def measure(n: int, steps: int, policy: str, rounds: int) -> dict[str, float]:
+class Size(TypedDict):
+    """What one cluster size measured: its rounds, each method's rate and each ratio (mean,
+    median and p90 over the rounds)."""
+
+    rounds: int
+    rates: dict[str, dict[str, float]]
+    ratios: dict[str, dict[str, float]]
+
+
+def measure(n: int, steps: int, policy: str, min_rounds: int, budget_s: float, first: bool = True) -> Size:
+    """Each method's rate and each ratio at ``n`` workers, over rounds of single runs. A warm-up
+    run of each method first, or, after the ``first`` size, of the NumPy ones only: their first
+    run at a size pays the operating system for mapping its arrays' memory, while a SimPy run
+    (at 1024 workers, tens of seconds) has nothing left to warm."""
     s = scenario(n, steps, policy)
     worker_steps = n * s.workload.total_steps
     durations = np.random.default_rng(1).exponential(0.05, (s.workload.total_steps, n)).tolist()
@@ -138,44 +157,49 @@ def measure(n: int, steps: int, policy: str, rounds: int) -> dict[str, float]:
         "numpy_draws": lambda: numpy_draws(worker_steps),
         "numpy_streams": lambda: numpy_streams(s),
     }
-    best = dict.fromkeys(methods, float("inf"))
-    traces = {}
-    for _ in range(rounds):
-        for name, fn in methods.items():
-            seconds, result = timed(fn, MIN_TIME_S)
-            best[name] = min(best[name], seconds)
-            traces[name] = result
-    simpy_trace, vector_trace = traces["simpy"], traces["vector"]
+    warmup = True if first else NUMPY_METHODS
+    timed = time_rounds(methods, min_rounds, warmup, budget_s, keep=("simpy", "vector"))
+    simpy_trace, vector_trace = timed.first["simpy"], timed.first["vector"]
     if not (
         isinstance(simpy_trace, Trace) and isinstance(vector_trace, Trace) and same_trace(simpy_trace, vector_trace)
     ):
         raise SystemExit(f"the engines disagree at {n} workers")
-    return {name: worker_steps / seconds for name, seconds in best.items()}
-
-
-def ratios(rates: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     return {
-        n: {
-            "vector/simpy": r["vector"] / r["simpy"],
-            "simpy/bare_simpy": r["simpy"] / r["bare_simpy"],
-            "vector/numpy_draws": r["vector"] / r["numpy_draws"],
-            "vector/numpy_streams": r["vector"] / r["numpy_streams"],
-        }
-        for n, r in rates.items()
+        "rounds": len(timed.seconds["simpy"]),
+        "rates": {name: stats(timed.rates(name, worker_steps)) for name in methods},
+        "ratios": {key: stats(timed.ratios(num, den)) for key, (num, den) in RATIOS.items()},
     }
 
 
-def targets(rates: dict[str, dict[str, float]]) -> dict[str, bool]:
-    """The issue's targets, where this run measured the sizes they name."""
-    q = ratios(rates)
+def targets(sizes: dict[str, Size]) -> dict[str, bool]:
+    """The issue's targets, where this run measured the sizes they name, each judged on the
+    median over the rounds of its ratio."""
+
+    def median(n: str, ratio: str) -> float:
+        return sizes[n]["ratios"][ratio]["median"]
+
     out = {}
-    if "256" in q:
-        out["vector >= 50x simpy at 256"] = q["256"]["vector/simpy"] >= 50
-    out["simpy >= 0.5x bare_simpy"] = all(r["simpy/bare_simpy"] >= 0.5 for r in q.values())
+    if "256" in sizes:
+        out["vector >= 50x simpy at 256"] = median("256", "vector/simpy") >= 50
+    out["simpy >= 0.5x bare_simpy"] = all(median(n, "simpy/bare_simpy") >= 0.5 for n in sizes)
     for n in ("256", "1024"):
-        if n in q:
-            out[f"vector >= 0.25x numpy_draws at {n}"] = q[n]["vector/numpy_draws"] >= 0.25
+        if n in sizes:
+            out[f"vector >= 0.25x numpy_draws at {n}"] = median(n, "vector/numpy_draws") >= 0.25
     return out
+
+
+def print_table(sizes: dict[str, Size], met: dict[str, bool], steps: int, policy: str) -> None:
+    print(
+        f"{steps} steps, policy {policy}; rates: median M worker-steps/s of single runs;"
+        " ratios within each round: median (mean / p90)"
+    )
+    print(f"{'workers':>8} {'rounds':>6} {'simpy':>7} {'vector':>7} " + " ".join(f"{k:>26}" for k in RATIOS))
+    for n, size in sizes.items():
+        rates = " ".join(f"{size['rates'][m]['median'] / 1e6:>7.3g}" for m in ("simpy", "vector"))
+        cells = " ".join(f"{'{median:.3g} ({mean:.3g} / {p90:.3g})'.format(**size['ratios'][k]):>26}" for k in RATIOS)
+        print(f"{n:>8} {size['rounds']:>6} {rates} {cells}")
+    for target, ok in met.items():
+        print(f"{'met' if ok else 'NOT met':>8}: {target}")
 
 
 def main() -> int:
@@ -183,36 +207,31 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--workers", default="8,64,256,1024", help="comma-separated cluster sizes")
     parser.add_argument("--steps", type=int, default=1000, help="steps per run (default: 1000, a default-sweep cell)")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of the four measurements; the best counts")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds at each size, at least (default: 3)")
+    parser.add_argument(
+        "--budget-s", type=float, default=20.0, help="more rounds while a size's runs took under this (default: 20)"
+    )
     parser.add_argument("--policy", default="dynamic", help="a barrier policy (default: dynamic)")
     args = parser.parse_args()
     sizes = [int(x) for x in args.workers.split(",")]
-    rates = {str(n): measure(n, args.steps, args.policy, args.rounds) for n in sizes}
+    measured = {
+        str(n): measure(n, args.steps, args.policy, args.rounds, args.budget_s, first=i == 0)
+        for i, n in enumerate(sizes)
+    }
+    met = targets(measured)
     result = {
-        "workers": rates,
-        "ratios": ratios(rates),
-        "targets_met": targets(rates),
+        "command": " ".join(sys.argv),
+        "workers": measured,
+        "targets_met": met,
         "steps": args.steps,
         "policy": args.policy,
-        "rounds": args.rounds,
+        "min_rounds": args.rounds,
+        "budget_s": args.budget_s,
     }
     if args.json:
         print(json.dumps(result))
-        return 0
-    print(f"worker-steps/s ({args.steps} steps, policy {args.policy}, best of {args.rounds} rounds)")
-    print(
-        f"{'workers':>8} {'simpy':>10} {'vector':>10} {'bare_simpy':>10} {'numpy_draws':>11} {'np_streams':>10}"
-        f" {'vec/simpy':>9} {'simpy/bare':>10} {'vec/numpy':>9} {'vec/np_str':>10}"
-    )
-    for n, r in rates.items():
-        q = result["ratios"][n]
-        print(
-            f"{n:>8} {r['simpy']:>10.4g} {r['vector']:>10.4g} {r['bare_simpy']:>10.4g} {r['numpy_draws']:>11.4g}"
-            f" {r['numpy_streams']:>10.4g} {q['vector/simpy']:>9.1f} {q['simpy/bare_simpy']:>10.2f}"
-            f" {q['vector/numpy_draws']:>9.2f} {q['vector/numpy_streams']:>10.2f}"
-        )
-    for target, met in result["targets_met"].items():
-        print(f"{'met' if met else 'NOT met':>8}: {target}")
+    else:
+        print_table(measured, met, args.steps, args.policy)
     return 0
 
 

@@ -6,10 +6,11 @@ The plug-in is the "Extending" page's kind of static policy: a ``Policy`` subcla
 and an ``initial_split`` (here the equal split written out), declaring no engine hints. The
 vector engine's fast path (one block of steps per split) follows from what a class overrides
 (:meth:`hetsim.policies.Policy.steady_steps`), so it should run at the built-in ``equal``'s
-speed and give its trace. Each round times both on the vector engine, in turn, in one process
-(whole runs, setup included); the ratio plug-in / built-in is taken within the round. Prints
-JSON: the ratio's mean, median and 90th percentile over rounds, each one's seconds, and whether
-the traces are equal.
+speed and give its trace. After a warm-up run of each, each round times one run of each on the
+vector engine, in one process (whole runs, setup included), in an order rotated from round to
+round (``bench_common.time_rounds``); the ratio plug-in / built-in seconds is taken within the
+round. Prints JSON: the ratio's mean, median and 90th percentile over rounds, each one's
+seconds, and whether the traces (of the first round) are equal.
 """
 
 from __future__ import annotations
@@ -17,13 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import stats
+from bench_common import stats, time_rounds
 
 from hetsim.model.partition import split_by_shares
 from hetsim.policies import Equal, Policy
@@ -41,12 +41,6 @@ class EvenSplit(Policy):
         return split_by_shares([1.0] * self.n_workers, self.global_batch, self.caps)
 
 
-def timed(run) -> tuple[float, object]:
-    start = time.perf_counter()
-    out = run()
-    return time.perf_counter() - start, out
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=64)
@@ -56,14 +50,17 @@ def main(argv: list[str] | None = None) -> int:
     scenario = load_scenario(
         "paper", [f"workers.0.count={args.workers - 1}", "workload.global_batch=1024", f"workload.epochs={args.epochs}"]
     )
-    ratios, plugin_s, builtin_s, same = [], [], [], True
-    for _ in range(args.rounds):
-        tb, ref = timed(lambda: simulate(scenario, Equal(), engine="vector"))
-        tp, got = timed(lambda: simulate(scenario, EvenSplit(), engine="vector"))
-        same &= all(np.array_equal(getattr(ref, c), getattr(got, c)) for c in ("local_batch", "compute_s", "wait_s"))
-        ratios.append(tp / tb)
-        plugin_s.append(tp)
-        builtin_s.append(tb)
+    timed = time_rounds(
+        {
+            "builtin": lambda: simulate(scenario, Equal(), engine="vector"),
+            "plugin": lambda: simulate(scenario, EvenSplit(), engine="vector"),
+        },
+        args.rounds,
+    )
+    ref, got = timed.first["builtin"], timed.first["plugin"]
+    same = all(np.array_equal(getattr(ref, c), getattr(got, c)) for c in ("local_batch", "compute_s", "wait_s"))
+    plugin_s, builtin_s = timed.seconds["plugin"], timed.seconds["builtin"]
+    ratios = timed.ratios("builtin", "plugin")  # the built-in's rate over the plug-in's: plug-in s / built-in s
     out = {
         "workers": scenario.n_workers,
         "steps": scenario.workload.total_steps,
