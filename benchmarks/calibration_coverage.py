@@ -26,7 +26,10 @@ seeds' fits gave no standard error (a hinge whose kink those rows do not show), 
 others; and the reported shared noise (its
 truth: 0 except equal-shared, whose truth is the correlation tau^2 / sigma^2). Each of these is
 measured in ``--rounds`` rounds on fresh seeds and printed as its mean, median and 90th
-percentile over the rounds (``--json`` adds every round's per-parameter rows). Prints JSON.
+percentile over the rounds (``--json`` adds every round's per-parameter rows). ``pooled``: each
+parameter over every round's seeds at once (:func:`pooled`), whose spread the rounds together
+know better than any one round does (300 seeds: about 4%); a ratio one round of 100 seeds reads
+outside 0.8-1.2 is that round's spread where the pooled one is well inside. Prints JSON.
 """
 
 from __future__ import annotations
@@ -197,7 +200,7 @@ def one_case(name: str, model: str, seeds: range, steps: int) -> dict[str, Any]:
             "truth": true, "mean": float(est.mean()), "sd": sd, "se": mean_se,
             "bias_se": float((est.mean() - true) / mean_se),
             "z_mean": float((est.mean() - true) / (sd / math.sqrt(est.size))),
-            "se_ratio": mean_se / sd, "se_ratio_ci": _ratio_interval(est, se, rng),
+            "se_ratio": mean_se / sd, "se_ratio_ci": _ratio_interval(est, se, rng), "seeds": int(est.size),
         }  # fmt: skip
     z = np.array(z_all)
     return {
@@ -238,6 +241,24 @@ def _summary(case: dict[str, Any]) -> dict[str, float]:
     }  # fmt: skip
 
 
+def pooled(per_round: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each parameter over all rounds' seeds: ``se_ratio`` = the mean reported se over the
+    within-round spread pooled (sum of (seeds - 1) sd^2 over sum of (seeds - 1)), ``bias_se`` =
+    (mean - truth) / se; ``within_20pct`` the share of parameters with se_ratio in 0.8-1.2 and
+    ``outside`` those without."""
+    rows: dict[str, dict[str, float]] = {}
+    for name in sorted({name for case in per_round for name in case["params"]}):
+        found = [case["params"][name] for case in per_round if name in case["params"]]
+        seeds = sum(r["seeds"] for r in found)
+        sd = math.sqrt(sum((r["seeds"] - 1) * r["sd"] ** 2 for r in found) / sum(r["seeds"] - 1 for r in found))
+        se = sum(r["seeds"] * r["se"] for r in found) / seeds
+        mean = sum(r["seeds"] * r["mean"] for r in found) / seeds
+        rows[name] = {"seeds": seeds, "se_ratio": se / sd, "bias_se": (mean - found[0]["truth"]) / se}
+    outside = {name: r["se_ratio"] for name, r in rows.items() if not 0.8 <= r["se_ratio"] <= 1.2}
+    share = float(np.mean([0.8 <= r["se_ratio"] <= 1.2 for r in rows.values()]))
+    return {"within_20pct": share, "outside": outside, "params": rows}
+
+
 def _stats(values: list[float]) -> dict[str, float]:
     return {"mean": float(np.mean(values)), "median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
 
@@ -257,8 +278,11 @@ def run(seeds: int, steps: int, rounds: int, jobs: int) -> dict[str, Any]:
             "over_rounds": {key: _stats([s[key] for s in summaries]) for key in SUMMARY},
             "idle_workers": per_round[0]["idle_workers"],
             "not_identified": [c["not_identified"] for c in per_round],
+            "pooled": pooled(per_round),
             "rounds": per_round,
         }
+    rows = [r for c in out["cases"].values() for r in c["pooled"]["params"].values()]
+    out["pooled_within_20pct"] = {"within": sum(0.8 <= r["se_ratio"] <= 1.2 for r in rows), "params": len(rows)}
     return out
 
 
@@ -272,8 +296,10 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="everything (default: the summaries over rounds)")
     args = parser.parse_args()
     result = run(5, 200, 1, args.jobs) if args.quick else run(args.seeds, args.steps, args.rounds, args.jobs)
-    if not args.json:
-        result["cases"] = {name: {k: v for k, v in c.items() if k != "rounds"} for name, c in result["cases"].items()}
+    if not args.json:  # the summaries, and of the pooled rows the parameters outside 0.8-1.2
+        for c in result["cases"].values():
+            del c["rounds"]
+            del c["pooled"]["params"]
     print(json.dumps(result, indent=2))
     return 0
 

@@ -4,11 +4,16 @@ measured by ``benchmarks/calibration_coverage.py``)."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from hetsim.calibrate import calibrate, fit_worker
+from hetsim.calibrate.censored import fit_mle
+from hetsim.calibrate.models import Curve
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
 from hetsim.run.simulate import simulate
@@ -16,6 +21,7 @@ from hetsim.scenario.config import load_scenario
 from tests.helpers import scenario_dict
 
 LOGNORMAL = {"dist": "lognormal", "sigma": 0.2}
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("policy", ["ksync", "backup"])
@@ -172,3 +178,69 @@ def test_standard_errors_of_the_most_cut_worker_match_the_spread_over_seeds():
     # 120 seeds know a spread to about 6.5%: the issue's 20% is three of those either side of 1
     assert np.all((ratio > 0.8) & (ratio < 1.2)), ratio
     assert np.all(np.abs(z.mean(axis=0)) < 3 / np.sqrt(seeds)), z.mean(axis=0)
+
+
+def _first_k(costs: np.ndarray, b: np.ndarray, sigma: float, k: int, rng: np.random.Generator):
+    """Hinge workers (rows of ``costs``: floor, overhead, per-sample) at batches ``b`` (steps x
+    workers); each step keeps the first ``k`` finishers and cuts the rest at the k-th finish."""
+    mean = np.maximum(costs[:, 0], costs[:, 1] + costs[:, 2] * b)
+    y = mean * np.exp(sigma * rng.standard_normal(b.shape) - sigma**2 / 2)
+    kth = np.sort(y, axis=1)[:, k - 1 : k]
+    kept = y <= kth
+    return np.where(kept, y, kth), kept
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("design", ["random-batch backup", "ksync"])
+def test_standard_errors_of_a_cut_hinge_match_the_spread_over_seeds(design):
+    # calibration_coverage's backup-random/hinge (the slowest of 3 cut at the second finish, each
+    # step's batches drawn from 50-200; 78% of its steps cut) and ksync/hinge (k = 2 of 4, fixed
+    # splits 16-64; the slow worker 97% cut). Over its seeds 0-99 the benchmark read se / sd 1.24
+    # (the floor) and 1.22 (per-sample cost); the observed information is right: over 1500-2000
+    # seeds of these designs se / sd was 0.96-1.05 for every parameter, and on the benchmark's own
+    # later seeds, 100-200 at a time, 0.95-1.11 (the floor, seeds 100-499) and 1.02-1.08 (the
+    # per-sample cost, seeds 100-749). fit_mle is what fit_worker(model="hinge") reports wherever
+    # the kink is shown (within 5e-6 of a standard error over 1000 seeds of each design).
+    if design == "ksync":
+        costs = np.array([(0.036, 0.010, 0.0010), (0.0424, 0.006, 0.0014), (0.0408, 0.020, 0.0008),
+                          (0.06084, 0.0169, 0.00169)])  # fmt: skip
+        sigma, worker, batches = 0.2, 3, np.repeat([16.0, 32.0, 48.0, 64.0], 500)[:, None] * np.ones(4)
+    else:
+        costs = np.array([(0.1, 0.02, 0.001), (0.1, 0.02, 0.001), (0.2, 0.04, 0.002)])
+        sigma, worker, batches = 0.3, 2, None
+    seeds, bounds = 120, [(0.0, np.inf), (0.0, np.inf), (1e-12, np.inf)]
+    est, se = [], []
+    for seed in range(seeds):
+        rng = np.random.default_rng([seed, 23])
+        b = rng.choice([50.0, 100.0, 150.0, 200.0], size=(1500, 3)) if batches is None else batches
+        y, kept = _first_k(costs, b, sigma, 2, rng)
+        fit = fit_mle(Curve("hinge", costs[worker].copy()), bounds, b[:, worker], y[:, worker], ~kept[:, worker])
+        est.append(fit.curve.values)
+        se.append(np.sqrt(np.diag(fit.cov)))
+    est_a, se_a = np.array(est), np.array(se)
+    assert 0.75 < 1 - np.mean(kept[:, worker]) < 0.99  # the last seed's share of cut steps
+    sd = est_a.std(axis=0, ddof=1)
+    ratio = se_a.mean(axis=0) / sd
+    # 120 seeds know a spread to about 6.5% (these estimates' kurtosis is 0.2-0.5): the issue's
+    # 20% is three of those either side of 1. The mean's bound is 4 of its standard errors: six
+    # correlated means of an unbiased fit pass 3 only about 98% of the time.
+    assert np.all((ratio > 0.8) & (ratio < 1.2)), ratio
+    assert np.all(np.abs(est_a.mean(axis=0) - costs[worker]) < 4 * sd / np.sqrt(seeds)), est_a.mean(axis=0)
+
+
+def test_the_coverage_benchmark_pools_each_parameter_over_its_rounds():
+    # the within-round spreads pooled by their degrees of freedom; the errors by their seeds
+    spec = importlib.util.spec_from_file_location("calibration_coverage", ROOT / "benchmarks/calibration_coverage.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rounds = [
+        {"params": {"w0.x": {"truth": 1.0, "mean": 1.1, "sd": 1.0, "se": 1.5, "seeds": 10}}},
+        {"params": {"w0.x": {"truth": 1.0, "mean": 0.8, "sd": 2.0, "se": 3.0, "seeds": 20}}},
+    ]
+    found = module.pooled(rounds)
+    se = (10 * 1.5 + 20 * 3.0) / 30
+    assert found["params"]["w0.x"]["se_ratio"] == pytest.approx(se / np.sqrt((9 * 1.0 + 19 * 4.0) / 28))
+    assert found["params"]["w0.x"]["bias_se"] == pytest.approx(((10 * 1.1 + 20 * 0.8) / 30 - 1.0) / se)
+    assert found["params"]["w0.x"]["seeds"] == 30
+    assert found["within_20pct"] == 0.0 and set(found["outside"]) == {"w0.x"}
