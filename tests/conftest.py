@@ -1,5 +1,5 @@
-"""pytest configuration: the hypothesis profiles, the shared finished sweep, and slow marks for
-files whose owners are still editing them.
+"""pytest configuration: the hypothesis profiles, the shared finished sweep, slow marks for
+files whose owners are still editing them, and the order tests run in (files with long tests first).
 
 The ``ci`` profile (derandomized, so a CI run is reproducible) is loaded when the ``CI``
 environment variable is set (``.ci/run`` exports CI=1); otherwise ``dev``. Shared helpers
@@ -41,6 +41,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if getattr(item, "originalname", item.name) in SLOW_ELSEWHERE.get(item.path.name, ()):
             item.add_marker(pytest.mark.slow)
+    # Long files first: make test's parallel lane hands the tests to its two workers one at a time
+    # (--maxschedchunk 1), so the multi-process and slow tests start early and short ones fill the
+    # end. A file's tests stay together, in their order (its module fixtures are made once).
+    rank = {item.path: 2 for item in items}
+    for item in items:
+        mark = item.get_closest_marker
+        here = 0 if mark("multiprocess") and not mark("serial") else 1 if mark("slow") else 2
+        rank[item.path] = min(rank[item.path], here)
+    items.sort(key=lambda item: rank[item.path])
 
 
 @pytest.fixture(scope="session")
