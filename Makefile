@@ -5,6 +5,11 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # Extra pytest arguments, e.g. make test-fast PYTEST_ARGS="-x -k engine"
 PYTEST_ARGS ?=
+# Python writes its bytecode caches (__pycache__/, ignored by git) here even where the environment
+# sets PYTHONDONTWRITEBYTECODE: without them each pytest process rewrites every test module's
+# asserts again (about 4 s of CPU per process here, twice per make test-fast) and each process a
+# test starts recompiles the hetsim and validation modules it imports.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install run lint test test-fast bench docs clean
 
