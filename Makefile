@@ -5,6 +5,11 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # Extra pytest arguments, e.g. make test-fast PYTEST_ARGS="-x -k engine"
 PYTEST_ARGS ?=
+# Python writes its bytecode caches (__pycache__/, ignored by git) here even where the environment
+# sets PYTHONDONTWRITEBYTECODE: without them each pytest process rewrites every test module's
+# asserts again (about 4 s of CPU per process here, twice per make test-fast) and each process a
+# test starts recompiles the hetsim and validation modules it imports.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install run lint test test-fast bench docs clean
 
@@ -27,17 +32,20 @@ lint: install
 
 # Tests. pytest's exit status is make's: any failure, an error, or no test collected (status 5)
 # fails the target. Never prefix these recipes with `-` or append `|| true`.
-# test: the whole suite, slow and multi-process tests included (what CI runs, with CI=1).
-# The tests that start no processes of their own run on both cores (pytest-xdist); the
-# multi-process ones (real process groups, launchers, Dask) after them, one at a time: each
-# already starts two or three CPU-bound processes (Python and torch start-up, gloo ranks), so two
-# at a time on 2 cores would gain little, and several check wall-clock bounds that another test's
-# ranks would eat into (a stopped rank named within heartbeat.STALE_S + 5 s, a signalled sweep
-# gone within 10 s, the split broadcast timed apart from compute, measured against predicted
-# time to target, the neighbour's duty cycle).
+# test: the whole suite, slow and multi-process tests included (what CI runs, with CI=1), in two lanes.
+# 1. Every test but the `serial` ones, on both cores (pytest-xdist), the multi-process ones among
+#    them: those check results, exit statuses and messages, not times. One at a time they left
+#    part of the 2 cores idle (ranks waiting on each other, on start-up or on an injected delay);
+#    here the other worker's tests fill it. Tests go out one at a time (--maxschedchunk 1), files
+#    with multi-process and slow tests first (tests/conftest.py), so no long test is left for the
+#    end on one worker.
+# 2. The `serial` tests, one at a time: each compares measured wall-clock times with a bound that
+#    another test's processes would eat into (a stopped rank named within heartbeat.STALE_S + 5 s,
+#    a signalled sweep gone within 10 s, the split broadcast timed apart from compute, measured
+#    against predicted step times, the neighbour's duty cycle, a profile's time budget).
 test: install lint
-	$(PY) -m pytest -m "not multiprocess" -n 2 $(PYTEST_ARGS)
-	$(PY) -m pytest -m multiprocess $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not serial" -n 2 --maxschedchunk 1 $(PYTEST_ARGS)
+	$(PY) -m pytest -m serial $(PYTEST_ARGS)
 
 # test-fast: the quick lane for the edit-test loop, on both cores; skips tests marked
 # slow (over ~0.4 s of CPU each here) or multiprocess (see the markers in pyproject.toml).

@@ -1,5 +1,5 @@
-"""pytest configuration: the hypothesis profiles, the shared finished sweep, and slow marks for
-files whose owners are still editing them.
+"""pytest configuration: the hypothesis profiles, the shared finished sweep, slow marks for
+files whose owners are still editing them, and the order tests run in (files with long tests first).
 
 The ``ci`` profile (derandomized, so a CI run is reproducible) is loaded when the ``CI``
 environment variable is set (``.ci/run`` exports CI=1); otherwise ``dev``. Shared helpers
@@ -34,6 +34,20 @@ SLOW_ELSEWHERE = {
         "test_cut_rows_with_a_batch_that_varies_are_unbiased",
     },
     "test_calibrate_models.py": {"test_a_split_that_follows_persistent_noise_is_a_warning"},
+    # measured beside the suite's other tests, 2026-12 (CPU seconds of the test, its fixtures included)
+    "test_gpu_check.py": {"test_the_command_refuses_in_a_fresh_interpreter"},  # a fresh interpreter: 2.8 s
+    "test_plots.py": {  # each grid and cell figure drawn to measure its text (1.5 s per module fixture)
+        "test_time_to_target_grid_names_its_metric_and_leaves_no_empty_panel",
+        "test_the_grid_wraps_into_rows_of_at_most_four_panels",
+        "test_lines_differ_in_dash_or_marker_and_the_legend_is_outside_every_panel",
+        "test_every_cell_plot_names_its_cell_and_keeps_its_text_inside",
+        "test_workers_are_named_not_numbered",
+        "test_cdf_lines_differ_in_dash_or_marker_and_legends_sit_outside_the_data",
+        "test_gantt_panels_share_one_time_scale_from_zero",
+        "test_matrix_plot_log_tick_labels_never_overlap_and_its_diagonal_is_at_45_degrees",  # 0.4-0.55 s
+    },
+    "test_validation_profile.py": {"test_the_adaptive_grid_beats_a_log_spaced_one_of_as_many_points"},  # 1.0 s
+    "test_calibrate_flat.py": {"test_the_affine_terms_of_a_flat_curve_keep_its_fixed_cost_in_every_seed"},  # 0.6 s
 }
 
 
@@ -41,6 +55,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if getattr(item, "originalname", item.name) in SLOW_ELSEWHERE.get(item.path.name, ()):
             item.add_marker(pytest.mark.slow)
+    # Long files first: make test's parallel lane hands the tests to its two workers one at a time
+    # (--maxschedchunk 1), so the multi-process and slow tests start early and short ones fill the
+    # end. A file's tests stay together, in their order (its module fixtures are made once).
+    rank = {item.path: 2 for item in items}
+    for item in items:
+        mark = item.get_closest_marker
+        here = 0 if mark("multiprocess") and not mark("serial") else 1 if mark("slow") else 2
+        rank[item.path] = min(rank[item.path], here)
+    items.sort(key=lambda item: rank[item.path])
 
 
 @pytest.fixture(scope="session")

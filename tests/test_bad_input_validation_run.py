@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from hetsim.core.provenance import COMMAND_ENV
 from tests.refusals import HUGE, case, check_refused, deep, write_files
 from validation.cli import main
 
@@ -247,6 +248,20 @@ def test_run_refuses_bad_input_before_any_rank_starts(argv, line, files, tmp_pat
     write_files(tmp_path, files)
     monkeypatch.chdir(tmp_path)  # the default run folder, runs/validation-<time>, would be made here
     check_refused(main, ["run", *argv], machine(line), tmp_path, capsys, prog="validation")
+
+
+@pytest.mark.parametrize("before", [None, "python -m validation run --typed-by-a-launcher"])
+def test_main_leaves_the_command_variable_as_it_found_it(before, tmp_path, capsys, monkeypatch):
+    """main sets HETSIM_COMMAND for the ranks it starts; called in-process it puts the variable
+    back, so that a run this process starts later records its own command, not this one."""
+    if before is None:
+        monkeypatch.delenv(COMMAND_ENV, raising=False)
+    else:
+        monkeypatch.setenv(COMMAND_ENV, before)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--epochs", "0"]) == 2
+    assert capsys.readouterr().err.startswith("validation: error: --epochs")
+    assert os.environ.get(COMMAND_ENV) == before
 
 
 @pytest.mark.multiprocess

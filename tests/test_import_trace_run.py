@@ -20,7 +20,7 @@ from hetsim.cli.main import main
 ROOT = Path(__file__).resolve().parent.parent
 PROFILED = 4
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow, pytest.mark.serial]  # compute within 10% of the run's own
 
 
 def test_profiled_run_imports_as_its_own_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -84,6 +84,7 @@ def start_run(out: Path, *options: str) -> subprocess.Popen[str]:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.serial  # its duty cycle measured over 1 s of wall time
 @pytest.mark.skipif(not TWO_CPUS, reason="needs CPUs 0 and 1")
 def test_the_neighbour_is_busy_for_its_duty_pinned_and_stopped():
     with Neighbours({1: 0.5}, {1: (1,)}) as neighbours:
@@ -147,6 +148,7 @@ def test_the_neighbour_is_stopped_when_a_rank_crashes(tmp_path):
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
+@pytest.mark.serial  # every process gone within 2 s of the launcher
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_killing_the_launcher_leaves_no_neighbour_and_no_rank(how, tmp_path):
     out = tmp_path / "run"

@@ -67,6 +67,7 @@ def test_written_files_get_the_umasks_mode(tmp_path, capsys):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.serial  # the sweep gone within 10 s of the signal
 @pytest.mark.parametrize(
     ("signum", "whole_group"), [(signal.SIGTERM, False), (signal.SIGINT, True)], ids=["term", "ctrl-c"]
 )

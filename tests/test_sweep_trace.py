@@ -182,8 +182,8 @@ def test_a_conflicting_trace_on_resume_is_refused_in_one_line(started, resumed, 
     check_refused(main, ["sweep", "--resume", str(run), "--jobs", "1", *resumed], line, tmp_path, capsys)
 
 
-def test_a_damaged_trace_record_is_refused_by_report_too(full, tmp_path, capsys):
-    run = shutil.copytree(full, tmp_path / "run")
+def test_a_damaged_trace_record_is_refused_by_report_too(finished, tmp_path, capsys):
+    run = shutil.copytree(finished, tmp_path / "run")  # the shared sweep (conftest.py): its meta.json says full
     meta = json.loads((run / "meta.json").read_text())
     (run / "meta.json").write_text(json.dumps({**meta, "trace": "sample", "sample_every": 0}))
     line = f"{run}/meta.json: sample_every: must be in [1, 1099511627776], got 0"

@@ -247,6 +247,7 @@ W = Workload.from_parts("one-off", lambda: nn.Sequential(nn.Linear(12, 32), nn.T
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
+@pytest.mark.serial  # no step's measured compute near the one-off cost: another test's ranks would add to it
 @pytest.mark.parametrize("comm", ["ddp"])  # the warming is the stepper's, before either path (flat: same code)
 def test_a_new_local_batch_sizes_one_off_cost_is_outside_the_step(tmp_path, comm):
     workload = tmp_path / "one_off.py"

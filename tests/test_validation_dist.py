@@ -178,6 +178,7 @@ def test_a_dead_rank_fails_the_run_fast_and_keeps_the_trace(tmp_path):
     assert meta["status"] == "failed" and meta["failure"].startswith("rank 1 failed first (exit status 17)")
 
 
+@pytest.mark.serial  # a wall-clock bound: named within heartbeat.STALE_S + 5 s
 def test_a_stopped_rank_is_named_and_the_run_fails_within_seconds(tmp_path):
     out = tmp_path / "run"
     command = [sys.executable, "-m", "validation", "run", "--epochs", "50", "--policies", "equal", "--probe-repeats",
@@ -249,6 +250,7 @@ class SlowToDecide(Policy):
 """
 
 
+@pytest.mark.serial  # measured compute under 40 ms: another test's ranks would add to it
 @pytest.mark.parametrize("comm", ["flat", "ddp"])
 def test_the_split_broadcast_is_not_compute(tmp_path, comm):
     """Rank 0's policy takes 50 ms to decide every split: every rank waits for it in the
@@ -308,6 +310,7 @@ def test_the_folder_lock_is_released_by_a_killed_holder(tmp_path):
         assert folder == tmp_path
 
 
+@pytest.mark.serial  # measured against predicted time (within 30%): load that changes mid-run moves it
 def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
     out = tmp_path / "run"
     run = _validation("run", "--epochs", "6", "--probe-repeats", "2", "--policies", "equal,adaptive",

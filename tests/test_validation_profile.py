@@ -326,6 +326,7 @@ def test_ranks_that_find_bad_input_end_in_one_line(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+@pytest.mark.serial  # --budget-s 1.5 must hold two measured batch sizes (refused under load)
 def test_a_real_profile_of_two_cpu_ranks(tmp_path, capsys):
     out = tmp_path / "profile"
     argv = ["profile", "--devices", "cpu,cpu", "--budget-s", "1.5", "--max-batch", "16,32", "--global-batch", "32",

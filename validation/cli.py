@@ -254,4 +254,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[COMMAND_ENV] = shlex.join(typed)  # what every rank's meta.json records as the command
         return COMMANDS[args.command](args)
 
-    return run_main("validation", run)
+    before = os.environ.get(COMMAND_ENV)
+    try:
+        return run_main("validation", run)
+    finally:  # called in-process, it leaves the environment as it was: a later run records its own command
+        if before is None:
+            os.environ.pop(COMMAND_ENV, None)
+        else:
+            os.environ[COMMAND_ENV] = before
