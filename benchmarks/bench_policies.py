@@ -5,7 +5,8 @@
 The scenario of ``benchmarks/bench_engines.py`` (a quarter of the workers 2x slower, lognormal
 noise, an exponential injected delay, 100 steps per epoch) under each policy of ``--policies``
 (default ``dynamic,adaptive``), on the vector engine: after a warm-up run of each, ``--rounds``
-turns that run every policy once, back to back (``bench_scale.paired``). A policy that chooses
+turns that run every policy once, back to back, the order rotated from turn to turn
+(``bench_scale.paired``). A policy that chooses
 the global batch by statistical efficiency (``goodput``) runs on the same scenario with a
 ``[workload.efficiency]`` (gradient noise scale 4x the global batch, base batch the global
 batch: :data:`EFFICIENCY`), which the others run without. Prints one JSON

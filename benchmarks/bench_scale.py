@@ -23,7 +23,7 @@ where both runs saw the same load:
 Then ``--memory-runs`` times, in a fresh process each (``trace_none_memory.py``), the peak
 resident memory of a 10,000-worker x ``--memory-steps`` ``dynamic`` run summarised as it goes
 (``--trace none``; target: under 2 GB): half a minute a run on a quiet machine, three on a busy one, and its peak
-varies by a few percent from run to run (192-209 MB in six runs), so one run by default.
+varies by a few percent from run to run (192-209 MB in nine runs), so one run by default.
 
 Prints one JSON object: each round's figures; each run's rate (mean, median and 90th percentile
 of its single runs, M worker-steps per second); and for each target its value per round (per
