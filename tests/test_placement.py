@@ -187,9 +187,14 @@ def test_bad_placement_is_refused_in_one_line(option, value, tmp_path, capsys):
 
 
 def test_a_crashed_rank_is_named_before_the_peer_that_saw_it_die(tmp_path):
+    from validation.heartbeat import Watch
     from validation.launch import _first_failure
 
-    assert _first_failure([1, 17], tmp_path) == ((1, 17), "exit status 17")  # both ended since the last look
-    assert _first_failure([1, -9], tmp_path)[0] == (1, -9)
-    assert _first_failure([1, 1], tmp_path)[0] == (0, 1)
-    assert _first_failure([None, 0], tmp_path) == (None, "")
+    procs = [subprocess.Popen(["true"]) for _ in range(2)]
+    for p in procs:
+        p.wait()
+    watch = Watch(tmp_path)
+    assert _first_failure([1, 17], procs, watch) == ((1, 17), "exit status 17")  # both ended since the last look
+    assert _first_failure([1, -9], procs, watch)[0] == (1, -9)
+    assert _first_failure([1, 1], procs, watch)[0] == (0, 1)
+    assert _first_failure([None, 0], procs, watch) == (None, "")

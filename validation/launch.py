@@ -146,10 +146,11 @@ def _supervise(
     """Wait for the ranks; the first failure and how it showed (see :func:`launch`)."""
     first_failure: tuple[int, int | None] | None = None
     reason, deadline = "", None
+    watch = heartbeat.Watch(beats)
     while True:
         codes = [p.poll() for p in procs]
         if first_failure is None:
-            first_failure, reason = _first_failure(codes, beats)
+            first_failure, reason = _first_failure(codes, procs, watch)
             if first_failure is not None:
                 if first_failure[1] is None:  # a stopped rank never ends by itself; its peers would abort in gloo
                     _stop(procs, hard=True)
@@ -181,7 +182,9 @@ def _sigterm_as_exit() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _first_failure(codes: Sequence[int | None], beats: Path) -> tuple[tuple[int, int | None] | None, str]:
+def _first_failure(
+    codes: Sequence[int | None], procs: Sequence[subprocess.Popen[bytes]], watch: heartbeat.Watch
+) -> tuple[tuple[int, int | None] | None, str]:
     """The first rank that failed: exited non-zero, or stopped beating (status None: still alive).
     When several exited since the last look, one that failed by itself comes before one that
     only saw a peer die (:data:`PEER_FAILED`): a crash makes its peers fail within milliseconds."""
@@ -190,7 +193,7 @@ def _first_failure(codes: Sequence[int | None], beats: Path) -> tuple[tuple[int,
         first, status = min(exited, key=lambda e: e[1] == PEER_FAILED)  # stable: the lowest such rank
         return (first, status), f"exit status {status}"
     for rank, code in enumerate(codes):
-        doing = heartbeat.stopped(beats, rank) if code is None else None
+        doing = watch.stopped(rank, procs[rank].pid) if code is None else None
         if doing is not None:
             return (rank, None), f"stopped responding (no heartbeat for {heartbeat.STALE_S:g} s) during {doing}"
     return None, ""
