@@ -110,3 +110,18 @@ def test_lazy_names_are_the_modules_objects():
     assert set(hetsim.__all__) <= set(dir(hetsim))
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         hetsim.nothing  # noqa: B018
+
+
+@pytest.mark.slow
+def test_a_simulation_imports_no_plotting_and_no_scipy_stats_or_optimize():
+    """``simulate`` without ``--out`` draws no figure and needs no confidence interval or fit:
+    matplotlib, scipy.stats and scipy.optimize (together about 2 s of start-up here) stay out."""
+    code = "from hetsim.cli.main import main; main(['simulate', 'paper', '--policy', 'equal,dynamic'])"
+    script = (
+        "import contextlib, io, json, sys\n"
+        f"with contextlib.redirect_stdout(io.StringIO()):\n    {code}\n"
+        "print(json.dumps(sorted(m for m in ('matplotlib', 'scipy.stats', 'scipy.optimize') if m in sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []

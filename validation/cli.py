@@ -95,7 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hetsim.core.console import text_table
     from validation.config import build_config
     from validation.launch import launch
-    from validation.train import default_out
+    from validation.options import default_out
 
     config = build_config(args)
     check_local_devices(config.devices)

@@ -10,6 +10,7 @@ the parser (``python -m validation --help``) should not wait for.
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 from validation.workloads import BUILTIN_WORKLOADS
@@ -17,6 +18,12 @@ from validation.workloads import BUILTIN_WORKLOADS
 DEFAULT_POLICIES = ("equal", "dynamic", "dynamic-enhanced", "adaptive")  # --policies
 COMBINE_MODES = ("weighted", "policy")  # --combine
 COMM_MODES = ("flat", "ddp")  # --comm
+
+
+def default_out() -> Path:
+    """``runs/validation-YYYYMMDD-HHMMSS``: the run folder when ``--out`` is not given (here, not
+    in :mod:`validation.train`, so that the launcher does not import torch to name it)."""
+    return Path("runs") / time.strftime("validation-%Y%m%d-%H%M%S")
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

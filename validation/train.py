@@ -28,11 +28,11 @@ from hetsim.core.errors import ConfigError
 from validation import heartbeat
 from validation.backend import RankEnv, exit_now, init_process_group, resolve_device, select_backend, torch_device
 from validation.config import RunConfig, build_config
-from validation.options import add_run_options
+from validation.options import add_run_options, default_out
 from validation.placement import apply_placement, placement_in_effect
 from validation.trainer import InjectedCrash, RankTrainer
 
-__all__ = ["CRASH_STATUS", "OWN_FAILURE", "RankFailure", "build_parser", "default_out", "main", "run_rank"]
+__all__ = ["CRASH_STATUS", "OWN_FAILURE", "RankFailure", "build_parser", "main", "run_rank"]
 
 CRASH_STATUS = 17
 
@@ -83,11 +83,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_run_options(parser)
     return parser
-
-
-def default_out() -> Path:
-    """``runs/validation-YYYYMMDD-HHMMSS``: the run folder when ``--out`` is not given."""
-    return Path("runs") / time.strftime("validation-%Y%m%d-%H%M%S")
 
 
 def rank_env() -> RankEnv:

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy.optimize import isotonic_regression
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import FrozenPlugIn, Param, file_path
@@ -211,6 +210,8 @@ def device_profiles() -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
     for row in csv.DictReader(text.splitlines()):
         point = (float(row["batch_size"]), 1.0 / float(row["steps_per_s"]))
         rows.setdefault((row["gpu"], row["model"]), []).append(point)
+    from scipy.optimize import isotonic_regression  # here: scipy.optimize takes a second to import
+
     out = {}
     for key, pairs in rows.items():
         batches, times = (np.array(c) for c in zip(*sorted(pairs)))

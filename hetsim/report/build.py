@@ -13,7 +13,7 @@ import dataclasses
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import pandas as pd
 
@@ -21,13 +21,15 @@ from hetsim.core.console import text_table
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import atomic_folder, write_frame, write_json
 from hetsim.model.trace import Trace, write_trace_table
-from hetsim.plots import CellPlots, render_run
 from hetsim.policies import policy_class
 from hetsim.run.metrics import BASELINE, Summary, summarize
 from hetsim.run.simulate import simulate, simulate_sampled
 from hetsim.sweep.results import RunFolder, TraceMode, markdown_table, summarize_cells
 from hetsim.sweep.run import Progress, expand, replication_seeds
 from hetsim.sweep.spec import SweepSpec, point_scenario
+
+if TYPE_CHECKING:  # hetsim.plots (matplotlib: over a second) is imported only where a figure is drawn
+    from hetsim.plots import CellPlots
 
 TRACES_FILE = "traces.parquet"  # replication 0 of the plotted cell, every policy
 
@@ -145,6 +147,8 @@ def render_report(
         write_frame(tmp / "results.parquet", results)
         write_frame(tmp / "summary.csv", summary)
         (tmp / "plots").mkdir()
+        from hetsim.plots import render_run
+
         plots = render_run(tmp / "plots", summary, axes, spec.plots.x, spec.plots.lines, cell, metric)
     for note in notes:
         print(f"hetsim: note: {note}", file=sys.stderr)
@@ -263,6 +267,8 @@ def cell_plots(traces: Mapping[str, Trace], baseline: str = BASELINE) -> CellPlo
     split = [synchronous[p] for p in moving] or list(synchronous.values())[:1]
     best = max(synchronous, key=lambda p: summaries[p].throughput_sps, default=None)
     shown = [p for p in dict.fromkeys([baseline, *moving[:1], best]) if p in synchronous]
+    from hetsim.plots import CellPlots
+
     return CellPlots(
         traces=traces,
         utilization={p: s.utilization for p, s in summaries.items()},
