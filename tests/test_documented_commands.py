@@ -32,7 +32,7 @@ DOCUMENTS = [
     "README.md",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "guide").glob("*.md")),
-    "validation/README.md",
+    "validation/README.md",  # VALIDATION_README
 ]
 LINKED = ("examples", "hetsim", "validation")  # what the docs' paths start with, from the repository root
 TIMEOUT_S = 300  # one command, on a loaded 2-core machine
@@ -163,11 +163,22 @@ def _runnable(document: str) -> list[str]:
     return [c for c, why in plan(document) if why is None]
 
 
+OWN_JOB_DOC = "docs/guide/own-job.md"
+VALIDATION_README = "validation/README.md"
+# document -> the test that runs its commands (with this module's run_document, so as written or as
+# the tables above say) and also checks what they write: run there, not again here
+RUN_ELSEWHERE = {
+    OWN_JOB_DOC: "tests/test_trainer_api.py::test_your_own_job_profile_plan_train_compare",
+    VALIDATION_README: "tests/test_validation_dist.py::test_the_readme_runs_write_what_they_say_and_compare_reads_them",
+}
 PROCESSES = ("python -m validation run", "python -m validation profile", "torchrun")  # a multiprocess document's
-VALIDATION_DOCS = [d for d in DOCUMENTS if any(p in c for p in PROCESSES for c in _runnable(d))]
+VALIDATION_DOCS = [
+    d for d in DOCUMENTS if d not in RUN_ELSEWHERE and any(p in c for p in PROCESSES for c in _runnable(d))
+]
 HETSIM_DOCS = [  # a document whose commands repeat an earlier one's, in order (docs/guide/using.md: the README's), once
     d for i, d in enumerate(DOCUMENTS)
-    if d not in VALIDATION_DOCS and _runnable(d) and all(_runnable(e) != _runnable(d) for e in DOCUMENTS[:i])
+    if d not in VALIDATION_DOCS and d not in RUN_ELSEWHERE and _runnable(d)
+    and all(_runnable(e) != _runnable(d) for e in DOCUMENTS[:i])
 ]  # fmt: skip
 
 
@@ -183,6 +194,10 @@ def test_every_documented_command_runs_as_written(document, tmp_path):
 @pytest.mark.parametrize("document", VALIDATION_DOCS)
 def test_every_documented_validation_command_runs_as_written(document, tmp_path):
     assert run_document(document, tmp_path) == []
+
+
+def test_the_documents_run_elsewhere_exist_and_have_commands():
+    assert all(d in DOCUMENTS and _runnable(d) for d in RUN_ELSEWHERE)
 
 
 def test_the_tables_name_commands_the_docs_still_have():

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 
 from hetsim.core.errors import ConfigError
 from hetsim.policies import StepInfo, StepRecord, make_policy
+from tests.test_documented_commands import OWN_JOB_DOC, run_document
 from validation.backend import free_port
 from validation.launch import rank_environment
 from validation.uneven import PlanError, load_plan, planned_policy
@@ -270,42 +272,27 @@ def test_a_new_local_batch_sizes_one_off_cost_is_outside_the_step(tmp_path, comm
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_your_own_job_profile_plan_train_compare(tmp_path):
-    """The whole own-job path on CPU ranks of different speed (2 threads and 1), with the model
-    defined in examples/train_your_model.py: ``validation profile`` of that model, ``hetsim plan``
-    of the profile's scenario, the example under torchrun with the plan (a complete run folder,
-    the plan's policy and, for a fixed split, its split), and ``validation compare`` of the run; a
-    plan for 4 workers is refused by every rank before anything is written, one line, status 2."""
-    torchrun = Path(sys.executable).with_name("torchrun")
-    if not torchrun.exists():
+    """The whole own-job path as docs/guide/own-job.md gives it (run here for that document:
+    :data:`tests.test_documented_commands.RUN_ELSEWHERE`), on CPU ranks of different speed (2
+    threads and 1), with the model defined in examples/train_your_model.py: ``validation profile``
+    of that model, ``hetsim plan`` of the profile's scenario, the example under torchrun with the
+    plan (a complete run folder, the plan's policy and, for a fixed split, its split), and
+    ``validation compare`` of the run; a plan for 4 workers is refused by every rank before
+    anything is written, one line, status 2."""
+    if not Path(sys.executable).with_name("torchrun").exists():
         pytest.skip("torchrun not installed")
-    prof, plan, out = tmp_path / "prof", tmp_path / "plan.json", tmp_path / "run"
-    for argv in (
-        ["-m", "validation", "profile", "--workload", "examples/train_your_model.py:WORKLOAD", "--threads", "2,1",
-         "--budget-s", "3", "--repeats", "3", "--global-batch", "128", "--out", str(prof)],
-        ["-m", "hetsim", "plan", str(prof / "scenario.toml"), "--out", str(plan), "--wait-for-all"],
-    ):  # fmt: skip
-        done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=240, cwd=ROOT)
-        assert done.returncode == 0, done.stderr
+    assert run_document(OWN_JOB_DOC, tmp_path) == []
+    prof, plan, out = (tmp_path / "runs" / name for name in ("own-prof", "own-plan.json", "own-run"))
+    global_batch = tomllib.loads((prof / "scenario.toml").read_text())["workload"]["global_batch"]
     recommended = json.loads(plan.read_text())["recommended"]
-    assert sum(recommended["split"]) == recommended["global_batch"] == 128 and len(recommended["split"]) == 2
-    run = subprocess.run(
-        [str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-         "examples/train_your_model.py", "--plan", str(plan), "--threads", "2,1", "--epochs", "1",
-         "--probe-rounds", "1", "--out", str(out)],
-        capture_output=True, text=True, timeout=240, cwd=ROOT,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
+    assert sum(recommended["split"]) == recommended["global_batch"] == global_batch
+    assert len(recommended["split"]) == 2
     assert json.loads((out / "meta.json").read_text())["status"] == "complete"
     trace = pd.read_parquet(out / "trace.parquet")
     assert set(trace["policy"]) == {"probe", recommended["policy"]}
     if recommended["policy"] in ("equal", "proportional", "optimal"):  # a fixed split runs as planned
         ranks = trace[trace["policy"] == recommended["policy"]].groupby("worker")["local_batch"].unique()
         assert [list(v) for v in ranks] == [[b] for b in recommended["split"]]
-    compare = subprocess.run(
-        [sys.executable, "-m", "validation", "compare", str(out), "--json"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )  # fmt: skip
-    assert compare.returncode == 0, compare.stderr
     other = _plan(tmp_path, [40, 40, 24, 24], ["a", "b", "c", "d"])
     refused = subprocess.run(
         [sys.executable, "examples/train_your_model.py", "--plan", str(other), "--out", str(tmp_path / "no")],

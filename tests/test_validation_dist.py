@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from hetsim.model.trace import COLUMNS
+from tests.test_documented_commands import SUBSTITUTE, VALIDATION_README, run_document
 from validation import heartbeat
 from validation.backend import free_port
 from validation.cli import main
@@ -107,30 +108,30 @@ def _validation(*args: str, timeout: float = 120) -> subprocess.CompletedProcess
     )
 
 
-def test_short_default_run_and_compare_complete(tmp_path, capsys):
-    out = tmp_path / "run"
-    run = _validation("run", "--epochs", "2", "--probe-repeats", "2", "--out", str(out))
-    assert run.returncode == 0, run.stderr
-    assert "compare with" in run.stdout
+def test_the_readme_runs_write_what_they_say_and_compare_reads_them(tmp_path, capsys):
+    """validation/README.md's commands as tests/test_documented_commands.py runs them (that
+    module leaves the document to this test: RUN_ELSEWHERE): a short run of two policies and its
+    comparison, and the "Adding a workload" example by file and by plug-in name; then what the
+    run folders hold, and ``compare``'s options on the first."""
+    assert run_document(VALIDATION_README, tmp_path) == []
+    out = tmp_path / "runs" / "validation-doc"
     trace = pd.read_parquet(out / "trace.parquet")
     assert tuple(trace.columns) == COLUMNS
     meta = json.loads((out / "meta.json").read_text())
     assert meta["status"] == "complete" and meta["backend"] == "gloo"
     # what the run is: the command as typed (not a rank's own), version, commit, seed in its config
-    assert meta["command"] == f"python -m validation run --epochs 2 --probe-repeats 2 --out {out}"
+    assert meta["command"] == SUBSTITUTE["python -m validation run"]
     assert meta["hetsim_version"] and "git_commit" in meta and meta["config"]["seed"] == 0
     policies = meta["policies"]
-    assert list(dict.fromkeys(trace["policy"])) == ["probe", *policies]
-    steps = meta["steps_per_epoch"] * 2
+    assert policies == ["equal", "dynamic"] and list(dict.fromkeys(trace["policy"])) == ["probe", *policies]
     for name in policies:
         rows = trace[trace["policy"] == name]
-        assert len(rows) == 2 * steps
+        assert len(rows) == 2 * meta["steps_per_epoch"]  # one epoch on two ranks
         per_step = rows.groupby("step")["local_batch"].sum()
         assert (per_step == meta["global_batch"]).all()  # the split never drops a sample
         wall = rows["compute_s"] + rows["wait_s"] + rows["comm_s"]
         assert (wall > 0).all() and (rows["wait_s"] >= 0).all()
-    epochs = pd.read_csv(out / "epochs.csv")
-    assert len(epochs) == 2 * len(policies)
+    assert len(pd.read_csv(out / "epochs.csv")) == len(policies)
 
     capsys.readouterr()
     assert main(["compare", str(out), "--json"]) == 0
@@ -144,6 +145,15 @@ def test_short_default_run_and_compare_complete(tmp_path, capsys):
     assert "median |error|" in capsys.readouterr().out
     assert main(["compare", str(out), "--calibrate-on", "nope"]) == 2
     assert capsys.readouterr().err.startswith("validation: error: --calibrate-on")
+
+    example = "examples/my_workload.py:WORKLOAD"  # the breast-cancer MLP, by file and by plug-in name
+    for folder, workload in (("mine-file", example), ("mine-plugin", "breast-cancer-mlp")):
+        meta = json.loads((tmp_path / "runs" / folder / "meta.json").read_text())
+        assert (meta["status"], meta["workload"], meta["world_size"]) == ("complete", workload, 2)
+        assert (meta["n_train"], meta["n_test"], meta["steps_per_epoch"], meta["parameters"]) == (455, 114, 7, 2242)
+        (equal,) = json.loads((tmp_path / "runs" / folder / "summary.json").read_text())["policies"]
+        assert (equal["policy"], equal["steps"], equal["final_batches"]) == ("equal", 7, [32, 32])
+        assert equal["final_test_accuracy"] > 0.8
 
 
 def test_a_dead_rank_fails_the_run_fast_and_keeps_the_trace(tmp_path):
