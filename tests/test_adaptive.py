@@ -64,6 +64,7 @@ def _state(policy):
 @pytest.mark.parametrize(
     "caps", [None, [40.0 if i % 3 == 0 else np.inf for i in range(12)], [36.0 + i for i in range(12)]]
 )
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_blocks_and_single_steps_give_the_same_splits_and_fits(caps):
     """observe_steps does what one observe per step does, on the same measurements (fed one
     block per step here, so both see the same draws), including its caches of the batches."""

@@ -87,6 +87,7 @@ def test_compute_time_with_constant_delay_is_a_shift():
     assert ct.var() == pytest.approx(0.04)
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_compute_time_with_random_delay_is_the_convolution():
     # scale * Exp(1) + Exp(m): hypoexponential, F = 1 - (l2 e^{-l1 t} - l1 e^{-l2 t}) / (l2 - l1)
     scale, m = 0.2, 0.05
@@ -196,6 +197,7 @@ def test_policies_without_a_closed_form_say_why():
         predict(slowed, "equal")
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_first_k_is_the_order_statistic_and_async_the_renewal_rate():
     workers = [{"overhead_s": 0.0, "per_sample_s": 0.01, "noise": {"dist": "exponential", "mean": 1.0}}] * 4
     scenario = load_scenario(scenario_dict(workers, global_batch=40, network={"kind": "constant", "time_s": 0.002}))
@@ -349,6 +351,7 @@ def test_first_k_progress_and_time_to_target_by_hand(global_batch, policy, param
     assert s.time_to_target_s == pytest.approx(time_s, rel=1e-12)
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_first_k_expected_gain_of_exponential_workers_by_hand():
     """Exponential times of means 11, 20 and 40 ms (rates a, b, c); backup drops the last.
     Worker 0 is last with probability b/(a+b+c) * c/(a+c) + c/(a+b+c) * b/(a+b): then 10 + 10

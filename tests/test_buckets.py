@@ -198,6 +198,7 @@ def test_the_prediction_is_exact_on_deterministic_workers(policy, params):
 
 
 @pytest.mark.parametrize("policy,params", [("equal", {}), ("dynamic", {}), ("ksync", {"k": 2}), ("backup", {})])
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_the_prediction_agrees_with_long_noisy_runs(policy, params):
     s = load_scenario(
         "paper", [*PAPER_BUCKETS, "workload.epochs=100", "workers.0.noise.sigma=0.1", "network.bandwidth_gbps=2"]

@@ -287,6 +287,7 @@ def test_a_backup_trace_recovers_the_slow_workers_cost_within_its_standard_error
         assert truth - wrong > 10 * slow.se["per_sample_s"]
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_a_worker_whose_every_compute_was_cut_is_kept_at_a_lower_bound():
     frame = _backup_trace(2.0)
     cal = calibrate(frame)

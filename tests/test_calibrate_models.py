@@ -180,6 +180,7 @@ def _correlated(shared: float, persist: float, steps: int = 4000, workers: int =
 
 
 @pytest.mark.parametrize(("shared", "persist"), [(0.0, 0.0), (0.5, 0.0), (0.0, 0.6)])
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_shared_and_persistent_noise_are_measured(shared, persist):
     cal = calibrate(_correlated(shared, persist))
     assert cal.noise.shared == pytest.approx(shared, abs=0.05)
@@ -314,6 +315,7 @@ def _shared_persistent(policy: str) -> dict:
     return raw
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_simulated_shared_and_persistent_noise_is_measured():
     cal = calibrate(simulate(load_scenario(_shared_persistent("equal"))))
     assert cal.noise.shared == pytest.approx(0.4, abs=0.05)

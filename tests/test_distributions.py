@@ -24,6 +24,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("dist", CASES, ids=lambda d: d.name)
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_moments_match_a_large_sample(dist):
     x = dist.sample(np.random.default_rng(1), 400_000)
     sd = math.sqrt(dist.var())

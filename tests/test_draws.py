@@ -87,6 +87,7 @@ def test_every_law_draws_its_distribution_across_a_large_cluster():
         assert stats.kstest(row, stats.gamma(a=4.0, scale=0.25).cdf).pvalue > 1e-3
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_a_persistent_factor_is_stationary_from_step_0_and_correlated_across_tiles():
     sigma, rho, n = 0.3, 0.7, 20_000
     noise = cluster([{"dist": "lognormal", "sigma": sigma, "persistence": rho}], count=n).take(0, 2 * TILE_STEPS)[0]

@@ -143,6 +143,7 @@ def test_a_schedule_interpolates_over_progress_and_holds_beyond_its_last_point()
 
 
 @given(batches=st.lists(st.floats(0.0, 4096.0), min_size=1, max_size=60), stale=st.booleans())
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_progress_under_a_schedule_is_the_recurrence_at_the_noise_of_the_progress_before(batches, stale):
     eff = Efficiency(64.0, 32, None, ((0.0, 64.0), (20.0, 512.0), (50.0, 2048.0)))
     discount = np.linspace(1.0, 0.2, len(batches)) if stale else None

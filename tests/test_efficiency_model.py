@@ -23,6 +23,7 @@ LADDER = [16, 32, 64, 128, 256]
 @settings(max_examples=200, deadline=None)
 @given(noise=st.floats(0.5, 1e5), m0=st.integers(1, 4096), batch=st.floats(0.0, 1e5),
        measured=st.integers(1, 4096), rule=st.sampled_from(["sqrt", "linear", "none"]))  # fmt: skip
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_no_batch_dependence_is_exactly_todays_gain(
     noise: float, m0: int, batch: float, measured: int, rule: str
 ) -> None:
@@ -44,6 +45,7 @@ def test_batch_dependence_is_the_noise_scale_at_the_batch(noise: float, m0: int,
     assert eff.gain(0.0) == 0.0
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_steps_to_target_under_a_schedule_is_the_step_by_step_recurrence() -> None:
     eff = Efficiency(20.0, 16, 2000.0, schedule=((0.0, 20.0), (1000.0, 200.0), (2000.0, 400.0)))
     for batch in (16, 64, 256):

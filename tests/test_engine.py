@@ -160,6 +160,7 @@ def random_scenarios(draw):
 
 @settings(max_examples=60)
 @given(random_scenarios(), st.sampled_from(POLICY_NAMES))
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_every_split_is_non_negative_within_caps_and_sums_to_the_global_batch(scenario, policy):
     batches = simulate(scenario, policy).per_step("local_batch")
     caps = np.array([w.cap for w in scenario.workers])

@@ -358,6 +358,7 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys, prepare, ar
 @given(
     st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), min_size=1, max_size=30),
 )
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_no_overlap_shifts_each_slice_the_least_that_keeps_the_track_in_order(slices):
     start = np.cumsum([s for s, _ in slices]).astype(np.int64) - 2 * 10**5 * np.arange(len(slices))
     dur = np.array([d for _, d in slices], dtype=np.int64)

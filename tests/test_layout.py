@@ -39,6 +39,7 @@ def test_modules_and_functions_are_short(path):
     assert not long
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_layers_point_one_way():
     for path in (ROOT / "hetsim").rglob("*.py"):
         assert not imported_modules(path) & {"torch", "validation"}, path
@@ -89,6 +90,7 @@ def test_ls_hetsim_shows_the_layers():
     assert packages == set(LAYER) - {"__init__", "__main__"}
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_every_hetsim_module_imports_only_from_its_layer_or_below():
     for path in (ROOT / "hetsim").rglob("*.py"):
         parts = path.relative_to(ROOT / "hetsim").with_suffix("").parts
@@ -100,6 +102,7 @@ def test_every_hetsim_module_imports_only_from_its_layer_or_below():
 CLI_AND_REPORTS = {"cli", "report", "__main__"}  # plots' style is shared
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_validation_imports_no_command_line_or_report_of_hetsim():
     """validation uses hetsim's model, policies, calibration and console, never its CLI or reports
     (what it shares with hetsim's command line lives in hetsim.core.console)."""

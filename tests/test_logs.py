@@ -109,6 +109,7 @@ def test_bad_run_folders(tmp_path):
         read_run(run)
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_vgg16_dp_calibrated_at_10ms_predicts_the_20ms_run():
     """Calibrate on the DP run with a 0.01 s delay, add 0.01 s to the delayed worker's overhead,
     simulate dynamic, and compare with the logged steady state of the DP run with 0.02 s."""

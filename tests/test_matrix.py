@@ -29,6 +29,7 @@ def config_of(run: MatrixRun):
     return build_config(parser.parse_args(list(run.argv)))
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_every_configuration_is_a_valid_run():
     for run in RUNS:
         config = config_of(run)
@@ -88,8 +89,7 @@ TINY = ("--epochs", "1", "--probe-repeats", "2", "--policies", "equal,dynamic", 
 
 
 @pytest.mark.slow
-@pytest.mark.multiprocess
-@pytest.mark.serial  # predicted within 0.5-2x of measured step times
+@pytest.mark.multiprocess  # not serial: predicted within 0.5-2x of measured step times holds beside other tests' load
 def test_a_tiny_matrix_writes_its_results_and_resumes(tmp_path):
     runs = [
         MatrixRun("tiny", (*TINY, "--delay", "1=0.004"), "one"),

@@ -166,6 +166,7 @@ def host(noise: dict, shared: dict, delay: dict | None = None, mixed: dict | Non
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_analyze_under_a_shared_factor_agrees_with_a_long_simulation_and_independence_overpredicts():
     predicted, simulated, half = agreement(host(lognormal(0.05), {"group": "h", **lognormal(0.25)}))
     assert abs(predicted - simulated) < 3 * half

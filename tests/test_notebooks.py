@@ -126,9 +126,11 @@ def test_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     _execute(name, tmp_path, monkeypatch)
 
 
+# Not serial: their checks on measured against predicted times are loose (median |error| under
+# 0.5; the time-to-target error within 0.2 of the step error, which load moves together), and held
+# when these ran beside a load of 9-11 on the 2 cores.
 @pytest.mark.slow
 @pytest.mark.multiprocess
-@pytest.mark.serial  # their checks hold measured step times to predicted ones
 @pytest.mark.parametrize("name", REAL_RUNS)
 def test_real_run_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")

@@ -36,6 +36,7 @@ def split_problems(draw):
 
 
 @given(split_problems())
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_split_by_shares_is_a_valid_split(problem):
     shares, total, caps = problem
     b = split_by_shares(shares, total, caps)

@@ -118,6 +118,7 @@ def test_fragility_slowing_a_worker_past_its_factor_changes_the_policy():
 
 
 @pytest.mark.parametrize("name", ["mixed-gpus", "paper"])
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_the_bound_that_prunes_challengers_is_never_beaten_by_their_prediction(name):
     efficiency = ["workload.efficiency={noise_scale=2000, base_batch=256, target_steps=200}"]
     scenario = slowed(load_scenario(name, efficiency), 1, 3.0)
@@ -144,6 +145,7 @@ def test_slowing_a_worker_multiplies_its_cost_alone():
     assert wrapped.batch_within(float(wrapped.time_s(100))) == pytest.approx(100)
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_the_global_batch_is_the_best_of_the_grid():
     assert batch_grid(64, 8192) == (64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
     assert batch_grid(100, 1000) == (100, 128, 192, 256, 384, 512, 768, 1000)
@@ -159,6 +161,7 @@ def test_the_global_batch_is_the_best_of_the_grid():
     assert values[128] == result.recommended.throughput_sps.value == best
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_time_to_target_objective_and_its_batch():
     efficiency = {"noise_scale": 200, "base_batch": 96, "target_steps": 10}
     raw = cluster()

@@ -118,6 +118,7 @@ def test_the_stall_guard_ends_a_rank_that_makes_no_progress(capsys):
     assert line.startswith("validation: rank 2: failed during policy equal, epoch 1, step 7: no progress for 0.05 s")
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_the_stall_guard_leaves_a_rank_that_progresses():
     steps = iter(range(10**6))
     ended = []

@@ -104,6 +104,7 @@ def test_points_stay_in_bounds_and_the_budget_holds(high, kink_at, overhead_s, b
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(256, 4096), st.floats(0.05, 0.25), st.integers(8, 20))
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_points_gather_where_the_curve_bends(high, kink_share, n_points):
     """On a hinge, refining narrows the coarse grid's interval around the kink first (with two
     points more, it is narrower), and it never interpolates the curve worse than the coarse grid."""
@@ -182,6 +183,7 @@ def test_back_off_finds_the_largest_batch_that_fits(cap, limit):
 
 
 @given(st.floats(1e-6, 1e-3), st.floats(0.5, 400.0), st.integers(2, 8))
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_the_network_fit_recovers_a_ring(latency_s, bandwidth_gbps, world):
     assume(0.16 * 8e-3 / bandwidth_gbps > 0.05 * 2 * latency_s)  # a size term of some weight (else: constant)
     ring = Ring(latency_s=latency_s, bandwidth_gbps=bandwidth_gbps)
