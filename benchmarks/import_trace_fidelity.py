@@ -27,7 +27,11 @@ Summaries are mean, median and 90th percentile over the repetitions and configur
 machine's load average is recorded (it is shared).
 
     .venv/bin/python benchmarks/import_trace_fidelity.py [--repetitions 3] [--steps 10] [--load 1]
-        [--configs flat-2,ddp-2,flat-3,ddp-3] [--out DIR]
+        [--configs flat-2,ddp-2,flat-3,ddp-3] [--out DIR] [--run-options '--global-batch 512 --epochs 5']
+
+``--run-options``: longer steps make the slowed rank slow in every step. A neighbour that shares
+rank 1's CPU takes it in scheduler slices of a few milliseconds, so a step of a few milliseconds
+(digits at the default batch) can fall between two slices and run at full speed.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -56,13 +61,15 @@ CPUS = {2: "0=0,1=1", 3: "0=0,1=1,2=0"}  # rank 1 alone on CPU 1, beside its nei
 NEIGHBOUR_CORES = {2: 1.0, 3: 2.0}  # rank 1's --contention at --load 1 (see the module docstring)
 
 
-def record(out: Path, comm: str, world: int, seed: int, steps: int, load: float) -> None:
-    """One profiled validation run into ``out``."""
-    command = [sys.executable, "-m", "validation", "run", "--policies", "equal", "--epochs", "1",
+def record(out: Path, comm: str, world: int, seed: int, steps: int, load: float, more: list[str]) -> None:
+    """One profiled validation run into ``out`` (``more``: further options of ``validation run``)."""
+    command = [sys.executable, "-m", "validation", "run", "--policies", "equal", *more,
                "--probe-repeats", "1", "--world-size", str(world), "--comm", comm, "--seed", str(seed),
                "--delay", "1=0", "--per-sample-delay", "1=0", "--cpus", CPUS[world],
                "--contention", f"{SLOW_RANK}={load * NEIGHBOUR_CORES[world]}", "--profile", str(steps),
                "--out", str(out)]  # fmt: skip
+    if "--epochs" not in more:
+        command += ["--epochs", "1"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
     if done.returncode != 0:
         tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-2:]
@@ -106,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--configs", default="flat-2,ddp-2,flat-3,ddp-3", help="COMM-RANKS,... (default: all four)")
     parser.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
+    parser.add_argument(
+        "--run-options", default="", help="more options of every validation run, e.g. '--global-batch 512 --epochs 5'"
+    )
     args = parser.parse_args(argv)
+    more = shlex.split(args.run_options)
     configs = [(c.split("-")[0], int(c.split("-")[1])) for c in args.configs.split(",")]
     base = args.out or Path(tempfile.mkdtemp(prefix="import-trace-"))
     rows = []
@@ -114,11 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     for rep in range(args.repetitions):
         for comm, world in configs:
             run = base / f"{comm}-{world}-rep{rep}"
-            record(run, comm, world, rep, args.steps, args.load)
+            record(run, comm, world, rep, args.steps, args.load, more)
             rows.append({"comm": comm, "ranks": world, "repetition": rep, **compare(run)})
     result = {
         "what": "torch.profiler traces of validation runs, imported, against the runs' own traces",
         "repetitions": args.repetitions, "profiled_steps": args.steps, "load": args.load,
+        "run_options": more,
         "compute_error": stats([r["compute_error"] for r in rows]),
         "slow_rank_largest": stats([r["slow_rank_largest"] for r in rows]),
         "own_slow_rank_largest": stats([r["own_slow_rank_largest"] for r in rows]),

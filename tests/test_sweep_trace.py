@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import hetsim.plots
 import hetsim.report.build
 import hetsim.scenario.config
 from hetsim.cli.main import main
@@ -90,13 +91,13 @@ def test_sample_keeps_steps_0_k_2k_bit_for_bit(every, drawn, full, tmp_path, cap
 @pytest.mark.slow
 def test_sampled_utilization_is_the_whole_runs(full, tmp_path, monkeypatch):
     shown = []
-    real = hetsim.report.build.render_run
+    real = hetsim.plots.render_run  # the report imports it from hetsim.plots when it draws
 
     def capture(directory, summary, axes, x, lines, cell=None, metric="throughput"):
         shown.append(cell)
         return real(directory, summary, axes, x, lines, cell, metric)
 
-    monkeypatch.setattr(hetsim.report.build, "render_run", capture)
+    monkeypatch.setattr(hetsim.plots, "render_run", capture)
     run = run_sweep(tmp_path, "runs", "--trace", "sample", "--sample-every", "7")
     whole = RunFolder.open(full).read_traces(TRACES_FILE)
     assert whole is not None and shown[0] is not None
