@@ -165,11 +165,13 @@ def _runnable(document: str) -> list[str]:
 
 OWN_JOB_DOC = "docs/guide/own-job.md"
 VALIDATION_README = "validation/README.md"
+PROFILER_DOC = "docs/guide/profiler-traces.md"
 # document -> the test that runs its commands (with this module's run_document, so as written or as
 # the tables above say) and also checks what they write: run there, not again here
 RUN_ELSEWHERE = {
     OWN_JOB_DOC: "tests/test_trainer_api.py::test_your_own_job_profile_plan_train_compare",
     VALIDATION_README: "tests/test_validation_dist.py::test_the_readme_runs_write_what_they_say_and_compare_reads_them",
+    PROFILER_DOC: "tests/test_import_trace_run.py::test_profiled_run_imports_as_its_own_trace",
 }
 PROCESSES = ("python -m validation run", "python -m validation profile", "torchrun")  # a multiprocess document's
 VALIDATION_DOCS = [

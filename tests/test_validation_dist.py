@@ -282,25 +282,6 @@ def test_the_split_broadcast_is_not_compute(tmp_path, comm):
     assert (slow["compute_s"] + slow["wait_s"] + slow["comm_s"]).min() >= 0.04  # each rank's wall time
 
 
-def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path, capsys):
-    out = tmp_path / "run"
-    first = subprocess.Popen(
-        [sys.executable, "-m", "validation", "run", "--epochs", "30", "--policies", "equal", "--probe-repeats", "1",
-         "--out", str(out)],
-        stderr=subprocess.DEVNULL, cwd=ROOT,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (out / "meta.json").exists():
-            time.sleep(0.05)
-        assert main(["run", "--epochs", "1", "--out", str(out)]) == 2
-        assert capsys.readouterr().err.strip() == f"validation: error: --out: {out.resolve()} is in use by another run"
-        assert first.poll() is None  # the first run goes on, alone
-    finally:
-        first.terminate()
-        first.wait(timeout=30)
-
-
 def test_the_folder_lock_is_released_by_a_killed_holder(tmp_path):
     from hetsim.core.errors import ConfigError
     from hetsim.core.files import exclusive

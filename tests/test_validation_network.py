@@ -18,6 +18,7 @@ import pytest
 
 from hetsim.core.errors import ConfigError
 from validation.backend import LOOPBACK, STORE_FD_ENV, RankEnv, listen_loopback, local_store, loopback_interface
+from validation.cli import main
 from validation.launch import child_pids, rank_environment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,25 +120,34 @@ def test_rank_0s_store_serves_on_the_launchers_loopback_socket():
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads /proc (Linux)")
-def test_a_local_run_listens_on_loopback_only(tmp_path):
-    command = [sys.executable, "-m", "validation", "run", "--epochs", "1", "--probe-repeats", "1"]
+def test_a_running_run_listens_on_loopback_only_and_keeps_its_folder_to_itself(tmp_path, capsys):
+    """A run of many epochs, watched from its start until it trains: every socket its launcher
+    and ranks listen on is on loopback (the rendezvous store's while the ranks start, then
+    gloo's, of both ranks); and a second run into its folder is refused in one line while the
+    first goes on, alone."""
+    out = tmp_path / "run"
     run = subprocess.Popen(
-        [*command, "--policies", "equal", "--out", str(tmp_path / "run")],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+        [sys.executable, "-m", "validation", "run", "--epochs", "30", "--policies", "equal", "--probe-repeats", "1",
+         "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
     seen: set[tuple[int, str, int]] = set()
-    deadline = time.monotonic() + 120
     try:
+        deadline, training = time.monotonic() + 120, None
         while run.poll() is None and time.monotonic() < deadline:
             seen.update(listening(descendants(run.pid)))
+            if training is None and (out / "meta.json").exists():
+                training = time.monotonic()  # rank 0 wrote the run's meta: the ranks are up
+            if training is not None and time.monotonic() > training + 1.0:
+                break
             time.sleep(0.02)
+        assert run.poll() is None, run.communicate()[1].decode(errors="replace")
+        assert main(["run", "--epochs", "1", "--out", str(out)]) == 2
+        assert capsys.readouterr().err.strip() == f"validation: error: --out: {out.resolve()} is in use by another run"
+        assert run.poll() is None  # the first run goes on, alone
     finally:
-        if run.poll() is None:
-            run.kill()  # its ranks end themselves when the launcher is gone
-    out = run.communicate()[0].decode(errors="replace")
-    assert run.returncode == 0, out
+        run.terminate()
+        run.wait(timeout=30)
     assert seen, "saw no listening socket of the run (the rendezvous store listens while the ranks start)"
     exposed = sorted(s for s in seen if not is_loopback(s[1]))
     assert not exposed, f"listening beyond loopback (pid, address, port): {exposed}"
