@@ -25,8 +25,9 @@ from validation.uneven import PlanError, load_plan, planned_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# One rank: a small MLP on seeded random data; for each split, a fresh model stepped once by
-# UnevenStep (SGD with lr 0, so the parameters stay and .grad keeps the combined gradient).
+# One rank: a small MLP on seeded random data; for each comm mode and split, a fresh model stepped
+# once by UnevenStep (SGD with lr 0, so the parameters stay and .grad keeps the combined gradient);
+# both modes in one process group (one start-up of the ranks).
 GRADIENT_SCRIPT = textwrap.dedent(
     """
     import os, sys
@@ -34,7 +35,7 @@ GRADIENT_SCRIPT = textwrap.dedent(
     from hetsim.policies import StepInfo
     from validation.uneven import Controller, UnevenStep, rank_samples
     torch.set_num_threads(1)
-    out, comm = sys.argv[2], sys.argv[3]
+    out, comms = sys.argv[2], sys.argv[3].split(",")
     splits = [tuple(int(b) for b in s.split(",")) for s in sys.argv[1].split(";")]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -43,7 +44,7 @@ GRADIENT_SCRIPT = textwrap.dedent(
         x, y = torch.randn(64, 12, generator=g), torch.randint(0, 3, (64,), generator=g)
         loss_of = lambda net, idx: torch.nn.functional.cross_entropy(net(x[idx]), y[idx])
         perm = np.arange(64)
-        for k, split in enumerate(splits):
+        for comm, (k, split) in ((c, e) for c in comms for e in enumerate(splits)):
             torch.manual_seed(0)
             model = torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
             stepper = UnevenStep(model, torch.optim.SGD(model.parameters(), lr=0.0), torch.device("cpu"), comm=comm)
@@ -56,7 +57,7 @@ GRADIENT_SCRIPT = textwrap.dedent(
                 np.save(f"{out}/rebuilt-rank{rank}.npy", np.array(rebuilt))
             ctrl.step_with(stepper, StepInfo(0, 0, 0, 1), lambda s: rank_samples(perm, 0, s, rank), loss_of, split)
             grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-            np.save(f"{out}/split{k}-rank{rank}.npy", grad.numpy())
+            np.save(f"{out}/{comm}-split{k}-rank{rank}.npy", grad.numpy())
     finally:
         dist.destroy_process_group()
     os._exit(0)
@@ -82,12 +83,11 @@ def _ranks(script: str, args: list[str], world: int, timeout: float = 90) -> Non
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-@pytest.mark.parametrize("comm", ["flat", "ddp"])
-def test_the_combined_gradient_is_the_gradient_of_the_union(tmp_path, comm):
+def test_the_combined_gradient_is_the_gradient_of_the_union(tmp_path):
     import torch
 
     arg = ";".join(",".join(map(str, s)) for s in SPLITS)
-    _ranks(GRADIENT_SCRIPT, [arg, str(tmp_path), comm], world=3)
+    _ranks(GRADIENT_SCRIPT, [arg, str(tmp_path), "flat,ddp"], world=3)
     g = torch.Generator().manual_seed(7)
     x, y = torch.randn(64, 12, generator=g), torch.randint(0, 3, (64,), generator=g)
     for k, split in enumerate(SPLITS):
@@ -96,16 +96,19 @@ def test_the_combined_gradient_is_the_gradient_of_the_union(tmp_path, comm):
         total = sum(split)
         torch.nn.functional.cross_entropy(model(x[:total]), y[:total]).backward()
         expected = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()
-        for rank in range(3):
-            got = np.load(tmp_path / f"split{k}-rank{rank}.npy")
-            np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5, err_msg=f"split {split}, rank {rank}")
-    if comm == "ddp":  # issue 25 item 5: two primed passes rebuild DDP's buckets (one, as before, does not)
-        for rank in range(3):
-            assert list(np.load(tmp_path / f"rebuilt-rank{rank}.npy")) == [True, False]
+        for comm in ("flat", "ddp"):
+            for rank in range(3):
+                got = np.load(tmp_path / f"{comm}-split{k}-rank{rank}.npy")
+                np.testing.assert_allclose(
+                    got, expected, rtol=0, atol=1e-5, err_msg=f"{comm}, split {split}, rank {rank}"
+                )
+    for rank in range(3):  # issue 25 item 5: two primed passes rebuild DDP's buckets (one, as before, does not)
+        assert list(np.load(tmp_path / f"rebuilt-rank{rank}.npy")) == [True, False]
 
 
-# Two ranks under a policy through the Controller, rank 1 slower by an injected delay; rank 0
-# saves every step's split and every rank's compute time as the controller measured them.
+# Two ranks under each policy in turn through the Controller (one process group), rank 1 slower
+# by an injected delay; rank 0 saves every step's split and every rank's compute time as the
+# controller measured them, in a folder per policy.
 CONTROLLER_SCRIPT = textwrap.dedent(
     """
     import json, os, sys, time
@@ -113,27 +116,29 @@ CONTROLLER_SCRIPT = textwrap.dedent(
     from hetsim.policies import make_policy
     from validation import uneven
     torch.set_num_threads(1)
-    out, name = sys.argv[1], sys.argv[2]
+    names = sys.argv[2].split(",")
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     try:
         g = torch.Generator().manual_seed(3)
         x, y = torch.randn(256, 12, generator=g), torch.randint(0, 3, (256,), generator=g)
         loss_of = lambda net, idx: torch.nn.functional.cross_entropy(net(x[idx]), y[idx])
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.Tanh(), torch.nn.Linear(32, 3))
-        delay = (lambda b, s: time.sleep(0.002 + 4e-5 * b)) if rank == 1 else None
-        stepper = uneven.UnevenStep(model, torch.optim.SGD(model.parameters(), lr=0.01), torch.device("cpu"),
-                                    comm="ddp", delay=delay)
-        writer = uneven.open_run(out, {"policies": [name]})
-        ctrl = uneven.Controller(name, make_policy(name), 64, writer)
-        seen = []
-        for epoch in range(3):
-            results = uneven.train_epoch(ctrl, stepper, loss_of, seed=0, epoch=epoch, n_samples=256)
-            seen += [[list(r.split), list(r.all_compute_s)] for r in results]
-        writer.flush()
-        if rank == 0:
-            (__import__("pathlib").Path(out) / "seen.json").write_text(json.dumps(seen))
+        for name in names:
+            out = f"{sys.argv[1]}/{name}"
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.Tanh(), torch.nn.Linear(32, 3))
+            delay = (lambda b, s: time.sleep(0.002 + 4e-5 * b)) if rank == 1 else None
+            stepper = uneven.UnevenStep(model, torch.optim.SGD(model.parameters(), lr=0.01), torch.device("cpu"),
+                                        comm="ddp", delay=delay)
+            writer = uneven.open_run(out, {"policies": [name]})
+            ctrl = uneven.Controller(name, make_policy(name), 64, writer)
+            seen = []
+            for epoch in range(3):
+                results = uneven.train_epoch(ctrl, stepper, loss_of, seed=0, epoch=epoch, n_samples=256)
+                seen += [[list(r.split), list(r.all_compute_s)] for r in results]
+            writer.flush()
+            if rank == 0:
+                (__import__("pathlib").Path(out) / "seen.json").write_text(json.dumps(seen))
     finally:
         dist.destroy_process_group()
     os._exit(0)
@@ -143,20 +148,21 @@ CONTROLLER_SCRIPT = textwrap.dedent(
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["dynamic", "adaptive"])
-def test_the_controller_splits_as_hetsims_policy_fed_the_same_times(tmp_path, name):
-    _ranks(CONTROLLER_SCRIPT, [str(tmp_path), name], world=2)
-    seen = json.loads((tmp_path / "seen.json").read_text())
-    policy = make_policy(name)
-    policy.reset(2, 64)
-    for step, (split, times) in enumerate(seen):
-        info = StepInfo(step, step // 4, step % 4, 4)
-        assert list(policy.partition(info)) == split, f"step {step}"
-        policy.observe(StepRecord(info, tuple(split), tuple(times), tuple(b > 0 for b in split)))
-    assert len({tuple(s) for s, _ in seen}) > 1  # the policy did re-split: the times reached it
-    trace = pd.read_parquet(tmp_path / "trace.parquet")
-    assert list(trace["local_batch"]) == [b for split, _ in seen for b in split]
-    np.testing.assert_array_equal(trace["compute_s"], [t for _, times in seen for t in times])
+def test_the_controller_splits_as_hetsims_policy_fed_the_same_times(tmp_path):
+    names = ("dynamic", "adaptive")
+    _ranks(CONTROLLER_SCRIPT, [str(tmp_path), ",".join(names)], world=2)
+    for name in names:
+        seen = json.loads((tmp_path / name / "seen.json").read_text())
+        policy = make_policy(name)
+        policy.reset(2, 64)
+        for step, (split, times) in enumerate(seen):
+            info = StepInfo(step, step // 4, step % 4, 4)
+            assert list(policy.partition(info)) == split, f"{name}, step {step}"
+            policy.observe(StepRecord(info, tuple(split), tuple(times), tuple(b > 0 for b in split)))
+        assert len({tuple(s) for s, _ in seen}) > 1, name  # the policy did re-split: the times reached it
+        trace = pd.read_parquet(tmp_path / name / "trace.parquet")
+        assert list(trace["local_batch"]) == [b for split, _ in seen for b in split]
+        np.testing.assert_array_equal(trace["compute_s"], [t for _, times in seen for t in times])
 
 
 def _plan(tmp_path: Path, split: list[int], workers: list[str] | None = None, **rec: object) -> Path:

@@ -26,9 +26,9 @@ pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# One rank: its uneven local batch of the digits, combined by the flat weighted all-reduce or by
+# One rank: its uneven local batch of the digits, combined by the flat weighted all-reduce and by
 # DDP with the trainer's loss scaling (a rank without samples runs one sample at weight zero),
-# the combined gradient saved.
+# each combined gradient saved (both modes in one process group: one start-up of the ranks).
 RANK_SCRIPT = textwrap.dedent(
     """
     import os, sys
@@ -38,13 +38,13 @@ RANK_SCRIPT = textwrap.dedent(
     from validation.workloads import load_workload
     workload = load_workload("digits-cnn")
     torch.set_num_threads(1)
-    rank, out, mode = int(os.environ["RANK"]), sys.argv[2], sys.argv[3]
+    rank, out, modes = int(os.environ["RANK"]), sys.argv[2], sys.argv[3].split(",")
     cpu = torch.device("cpu")
     splits = [tuple(int(b) for b in s.split(",")) for s in sys.argv[1].split(";")]
     dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
     try:
         data = workload.load(0, cpu)
-        for k, split in enumerate(splits):
+        for mode, (k, split) in ((m, e) for m in modes for e in enumerate(splits)):
             model = workload.make_model(0, cpu)
             start = sum(split[:rank]); b = split[rank]
             weights = gradient_weights(split, True)
@@ -62,7 +62,7 @@ RANK_SCRIPT = textwrap.dedent(
                 flat = combine(pack(model.parameters(), weights[rank], cpu), sum(weights))
                 unpack(flat, model.parameters())
             grad = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-            np.save(f"{out}/split{k}-rank{rank}.npy", grad.numpy())
+            np.save(f"{out}/{mode}-split{k}-rank{rank}.npy", grad.numpy())
     finally:
         dist.destroy_process_group()
     os._exit(0)  # as validation.train ends a rank: gloo's threads can abort the interpreter's teardown
@@ -73,8 +73,7 @@ RANK_SCRIPT = textwrap.dedent(
 SPLITS = [(5, 13), (17, 1), (0, 18), (40, 88)]
 
 
-@pytest.mark.parametrize("mode", ["flat", "ddp"])
-def test_weighted_allreduce_equals_the_gradient_over_the_union(tmp_path, mode):
+def test_weighted_allreduce_equals_the_gradient_over_the_union(tmp_path):
     import torch
 
     from validation.workloads import load_workload
@@ -85,7 +84,9 @@ def test_weighted_allreduce_equals_the_gradient_over_the_union(tmp_path, mode):
     arg = ";".join(",".join(map(str, s)) for s in SPLITS)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", RANK_SCRIPT, arg, str(tmp_path), mode], env=rank_environment(r, 2, port), cwd=ROOT
+            [sys.executable, "-c", RANK_SCRIPT, arg, str(tmp_path), "flat,ddp"],
+            env=rank_environment(r, 2, port),
+            cwd=ROOT,
         )
         for r in range(2)
     ]
@@ -97,9 +98,10 @@ def test_weighted_allreduce_equals_the_gradient_over_the_union(tmp_path, mode):
         total = sum(split)
         workload.loss(model(data.train_x[:total]), data.train_y[:total]).backward()
         expected = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()
-        for rank in range(2):
-            got = np.load(tmp_path / f"split{k}-rank{rank}.npy")
-            np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+        for mode in ("flat", "ddp"):
+            for rank in range(2):
+                got = np.load(tmp_path / f"{mode}-split{k}-rank{rank}.npy")
+                np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5, err_msg=mode)
 
 
 def _validation(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
