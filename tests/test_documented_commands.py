@@ -173,28 +173,17 @@ RUN_ELSEWHERE = {
     VALIDATION_README: "tests/test_validation_dist.py::test_the_readme_runs_write_what_they_say_and_compare_reads_them",
     PROFILER_DOC: "tests/test_import_trace_run.py::test_profiled_run_imports_as_its_own_trace",
 }
-PROCESSES = ("python -m validation run", "python -m validation profile", "torchrun")  # a multiprocess document's
-VALIDATION_DOCS = [
-    d for d in DOCUMENTS if d not in RUN_ELSEWHERE and any(p in c for p in PROCESSES for c in _runnable(d))
-]
-HETSIM_DOCS = [  # a document whose commands repeat an earlier one's, in order (docs/guide/using.md: the README's), once
+RUN_HERE = [  # a document whose commands repeat an earlier one's, in order (docs/guide/using.md: the README's), once
     d for i, d in enumerate(DOCUMENTS)
-    if d not in VALIDATION_DOCS and d not in RUN_ELSEWHERE and _runnable(d)
-    and all(_runnable(e) != _runnable(d) for e in DOCUMENTS[:i])
+    if d not in RUN_ELSEWHERE and _runnable(d) and all(_runnable(e) != _runnable(d) for e in DOCUMENTS[:i])
 ]  # fmt: skip
 
 
+# Not marked multiprocess although a document's commands may start ranks: it checks exit statuses
+# only (no timing, no processes of its own), so it runs beside other tests on make test's parallel lane.
 @pytest.mark.slow
-@pytest.mark.parametrize("document", HETSIM_DOCS)
+@pytest.mark.parametrize("document", RUN_HERE)
 def test_every_documented_command_runs_as_written(document, tmp_path):
-    assert run_document(document, tmp_path) == []
-
-
-# Not marked multiprocess although its commands start ranks: it checks exit statuses only (no
-# timing, no processes of its own), so it runs beside other tests on the parallel lane of make test.
-@pytest.mark.slow
-@pytest.mark.parametrize("document", VALIDATION_DOCS)
-def test_every_documented_validation_command_runs_as_written(document, tmp_path):
     assert run_document(document, tmp_path) == []
 
 
