@@ -113,14 +113,16 @@ def test_lazy_names_are_the_modules_objects():
 
 
 @pytest.mark.slow
-def test_a_simulation_imports_no_plotting_and_no_scipy_stats_or_optimize():
-    """``simulate`` without ``--out`` draws no figure and needs no confidence interval or fit:
-    matplotlib, scipy.stats and scipy.optimize (together about 2 s of start-up here) stay out."""
+def test_a_simulation_imports_no_plotting_no_pandas_and_no_scipy_stats_or_optimize():
+    """``simulate`` without ``--out`` draws no figure, writes no table and needs no confidence
+    interval or fit: matplotlib, pandas, scipy.stats and scipy.optimize (together about 3 s of
+    start-up here) stay out."""
     code = "from hetsim.cli.main import main; main(['simulate', 'paper', '--policy', 'equal,dynamic'])"
     script = (
         "import contextlib, io, json, sys\n"
         f"with contextlib.redirect_stdout(io.StringIO()):\n    {code}\n"
-        "print(json.dumps(sorted(m for m in ('matplotlib', 'scipy.stats', 'scipy.optimize') if m in sys.modules)))"
+        "heavy = ('matplotlib', 'pandas', 'scipy.stats', 'scipy.optimize')\n"
+        "print(json.dumps(sorted(m for m in heavy if m in sys.modules)))"
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -140,12 +140,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from hetsim.core.files import check_out_folder
+    from hetsim.core.options import TraceMode
     from hetsim.core.provenance import run_record
-    from hetsim.report.build import format_table, write_outputs
+    from hetsim.report.run_table import format_table, write_outputs
     from hetsim.run.metrics import summarize, with_speedups
     from hetsim.run.simulate import simulate, simulate_sampled
     from hetsim.scenario.config import load_scenario
-    from hetsim.sweep.results import TraceMode
 
     check_engine_option(args.engine)
     refuse_sweep_file(args.scenario)

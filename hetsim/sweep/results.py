@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,7 @@ import tomli_w
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import atomic_write, remove_stale_temporaries, write_frame, write_json
-from hetsim.core.options import DEFAULT_SAMPLE_EVERY, SPEEDUP_METRICS, TRACE_MODES  # there for hetsim.cli.main's parser
-from hetsim.core.params import MAX_COUNT, Param
+from hetsim.core.options import DEFAULT_SAMPLE_EVERY, SPEEDUP_METRICS, TRACE_MODES, TraceMode  # noqa: F401 (TraceMode re-exported)
 from hetsim.core.provenance import command_line, git_commit, provenance  # noqa: F401 (re-exported: validation.matrix_report)
 from hetsim.model.trace import COLUMNS, Trace, read_trace_table, traces_by_policy, write_trace_table
 from hetsim.run.metrics import BASELINE, mean_ci
@@ -42,42 +40,6 @@ from hetsim.sweep.spec import SweepSpec, load_sweep
 METRICS = ("mean_step_s", "total_time_s", "throughput_sps", "mean_utilization")
 PART_COLUMNS = ("cell", "replication", "seed", *METRICS)  # what every part holds, at least
 PART = re.compile(r"cell-(\d{5})\.parquet")  # a finished cell; anything else in parts/ is ignored
-
-
-@dataclass(frozen=True)
-class TraceMode:
-    """What a sweep keeps of its plotted cell's traces (``sweep --trace``): ``full`` every step,
-    ``sample`` each ``every``-th, ``none`` nothing (no traces.parquet, no trace plots). The cells
-    keep summaries whatever the mode. It is recorded in meta.json because it decides what
-    ``--resume`` and ``report`` write: a second mode in one folder would mix two kinds of plot."""
-
-    mode: str = "full"
-    every: int = DEFAULT_SAMPLE_EVERY  # read with mode "sample" only
-
-    @property
-    def kept(self) -> int:
-        """The ``every`` of :func:`hetsim.run.simulate.simulate_sampled` and ``check_kept_size``:
-        1 (every step), k (each k-th) or 0 (none)."""
-        return {"full": 1, "sample": self.every, "none": 0}[self.mode]
-
-    def describe(self) -> str:
-        """The options that give this mode."""
-        return f"--trace {self.mode}" + (f" --sample-every {self.every}" if self.mode == "sample" else "")
-
-    def to_meta(self) -> dict[str, Any]:
-        return {"trace": self.mode, **({"sample_every": self.every} if self.mode == "sample" else {})}
-
-    @classmethod
-    def from_meta(cls, meta: Mapping[str, Any], where: str) -> TraceMode:
-        """The mode meta.json (``where``) records; ``full`` where it records none (a folder made
-        before ``--trace`` existed)."""
-        try:
-            mode = Param("trace", "choice", choices=TRACE_MODES).check(meta.get("trace", "full"))
-            every = meta.get("sample_every", DEFAULT_SAMPLE_EVERY)
-            every = Param("sample_every", "integer", low=1, high=MAX_COUNT).check(every)
-        except ConfigError as exc:
-            raise ConfigError(where, str(exc)) from None
-        return cls(mode, int(every))
 
 
 class RunFolder:
