@@ -29,9 +29,10 @@ machine's load average is recorded (it is shared).
     .venv/bin/python benchmarks/import_trace_fidelity.py [--repetitions 3] [--steps 10] [--load 1]
         [--configs flat-2,ddp-2,flat-3,ddp-3] [--out DIR] [--run-options '--global-batch 512 --epochs 5']
 
-``--run-options``: longer steps make the slowed rank slow in every step. A neighbour that shares
-rank 1's CPU takes it in scheduler slices of a few milliseconds, so a step of a few milliseconds
-(digits at the default batch) can fall between two slices and run at full speed.
+``--run-options "--workload transformer"`` (steps of a few hundred milliseconds) is the setting
+the docs report: a neighbour that shares rank 1's CPU takes it in scheduler slices of a few
+milliseconds, so a step of a few milliseconds (digits, the default) can fall between two slices
+and run at full speed, and rank 1 is then not the slowest in that step.
 """
 
 from __future__ import annotations
