@@ -323,12 +323,7 @@ def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
     assert equal["predicted_time_to_target_s"] is not None
     assert abs(equal["time_to_target_error"]) < 0.3  # equal's own epochs, at predicted step times
     assert main(["compare", str(out), "--time-to-target", "--calibrate-on", "nope"]) == 2
-    plain = tmp_path / "plain"
-    assert _validation("run", "--epochs", "1", "--probe-repeats", "1", "--policies", "equal", "--out",
-                       str(plain)).returncode == 0  # fmt: skip
-    capsys.readouterr()
-    assert main(["compare", str(plain), "--time-to-target"]) == 2
-    assert capsys.readouterr().err.strip().endswith("was run without --target-accuracy")
+    # a run without --target-accuracy: tests/test_bad_input_validation_compare.py
 
 
 def test_goodput_runs_epochs_of_its_own_batch_and_compare_predicts_it(tmp_path, capsys):
