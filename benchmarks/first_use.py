@@ -6,8 +6,11 @@
 Each repetition is one ``python -m validation run --comm ddp`` of ``equal``, ``dynamic`` and
 ``adaptive`` (seed = the repetition's index; arguments after ``--`` are passed on). From its
 trace: for every (policy, rank, local batch) run at least 3 times, the first use's compute time
-over that size's median (``first_use_ratio``), and for every policy its first step's slowest
-compute over the median of its steps' (``first_step_ratio``). Prints one JSON object: per
+over that size's median (``first_use_ratio``), and for every policy the largest, over the
+ranks, of a rank's compute in the policy's first step over its median at the same local batch
+in that policy (``first_step_ratio``; a rank whose first size runs fewer than 3 times is left
+out). Not the first step's slowest compute over the policy's median step: a re-splitting
+policy's first step runs the initial split, which its later steps improve on by design. Prints one JSON object: per
 repetition the median, 90th percentile and maximum of the first-use ratios and each policy's
 first-step ratio; pooled over repetitions, the mean, median and 90th percentile of both.
 """
@@ -38,9 +41,15 @@ def ratios(trace: pd.DataFrame) -> tuple[list[float], dict[str, float]]:
         if len(rows) >= 3
     ]
     first_step = {}
-    for policy, rows in trace[trace["policy"] != "probe"].groupby("policy"):
-        per_step = rows.groupby("step")["compute_s"].max()
-        first_step[str(policy)] = float(per_step.iloc[0] / per_step.median())
+    for policy, rows in worked[worked["policy"] != "probe"].groupby("policy"):
+        first = rows[rows["step"] == rows["step"].min()]
+        same_size = [  # each rank's first-step compute over its median at that local batch in this policy
+            float(row.compute_s / alike["compute_s"].median())
+            for row in first.itertuples()
+            if len(alike := rows[(rows["worker"] == row.worker) & (rows["local_batch"] == row.local_batch)]) >= 3
+        ]
+        if same_size:
+            first_step[str(policy)] = max(same_size)
     return first_use, first_step
 
 
