@@ -13,12 +13,10 @@ unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install run lint test test-fast bench docs clean
 
-# Re-installs only when the project or its pins change. --no-compile: pip would byte-compile every
-# module of every package (torch's thousands), half of a fresh install's time here (123 s against
-# 59 s); Python compiles, and caches, only the modules a command imports, the first time it does.
+# Re-installs only when the project or its pins change.
 $(STAMP): pyproject.toml constraints-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints-dev.txt -e ".[validation,distributed,dev,docs]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-dev.txt -e ".[validation,distributed,dev,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
