@@ -63,14 +63,13 @@ NEIGHBOUR_CORES = {2: 1.0, 3: 2.0}  # rank 1's --contention at --load 1 (see the
 
 
 def record(out: Path, comm: str, world: int, seed: int, steps: int, load: float, more: list[str]) -> None:
-    """One profiled validation run into ``out`` (``more``: further options of ``validation run``)."""
-    command = [sys.executable, "-m", "validation", "run", "--policies", "equal", *more,
+    """One profiled validation run into ``out`` (``more``: further options of ``validation run``,
+    last, so that an option it repeats wins)."""
+    command = [sys.executable, "-m", "validation", "run", "--policies", "equal", "--epochs", "1",
                "--probe-repeats", "1", "--world-size", str(world), "--comm", comm, "--seed", str(seed),
                "--delay", "1=0", "--per-sample-delay", "1=0", "--cpus", CPUS[world],
                "--contention", f"{SLOW_RANK}={load * NEIGHBOUR_CORES[world]}", "--profile", str(steps),
-               "--out", str(out)]  # fmt: skip
-    if "--epochs" not in more:
-        command += ["--epochs", "1"]
+               "--out", str(out), *more]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
     if done.returncode != 0:
         tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-2:]

@@ -98,7 +98,7 @@ def summary_lines(info: dict[str, Any], out: Path) -> list[str]:
     if ratios:
         lines.append(
             "trainer's steps: compute "
-            + ", ".join(f"{r:.2f}x" for r in info["trainer_compute_over_table"] if r)
+            + ", ".join(f"{r:.2f}x" for r in ratios)
             + " the profiled table at their batch (rank order; the scenario keeps the table)"
         )
     lines.append(

@@ -19,7 +19,8 @@ from hetsim.core.errors import ConfigError
 from hetsim.core.options import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_SAMPLE_EVERY, SPEEDUP_METRICS, TRACE_MODES
 
 if TYPE_CHECKING:
-    from hetsim.sweep.results import RunFolder, TraceMode
+    from hetsim.core.options import TraceMode
+    from hetsim.sweep.results import RunFolder
     from hetsim.sweep.run import Cell, DaskExecutor, LocalExecutor
     from hetsim.sweep.spec import SweepSpec
 
@@ -190,7 +191,7 @@ def _trace_mode(args: argparse.Namespace, folder: RunFolder | None) -> TraceMode
     """``--trace`` and ``--sample-every`` (checked as ``simulate`` checks them) for a new sweep;
     for a resumed one, the mode its meta.json records, which options given must not contradict
     (unlike ``--engine``, the mode changes what the folder holds: traces.parquet and the plots)."""
-    from hetsim.sweep.results import TraceMode
+    from hetsim.core.options import TraceMode
 
     if args.sample_every is not None:
         sample_every(args.sample_every)

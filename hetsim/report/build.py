@@ -18,11 +18,12 @@ import pandas as pd
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import atomic_folder, write_frame
+from hetsim.core.options import TraceMode
 from hetsim.model.trace import Trace
 from hetsim.policies import policy_class
 from hetsim.run.metrics import BASELINE, summarize
 from hetsim.run.simulate import simulate, simulate_sampled
-from hetsim.sweep.results import RunFolder, TraceMode, markdown_table, summarize_cells
+from hetsim.sweep.results import RunFolder, markdown_table, summarize_cells
 from hetsim.sweep.run import Progress, expand, replication_seeds
 from hetsim.sweep.spec import SweepSpec, point_scenario
 

@@ -30,7 +30,7 @@ import tomli_w
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import atomic_write, remove_stale_temporaries, write_frame, write_json
-from hetsim.core.options import DEFAULT_SAMPLE_EVERY, SPEEDUP_METRICS, TRACE_MODES, TraceMode  # noqa: F401 (TraceMode re-exported)
+from hetsim.core.options import SPEEDUP_METRICS, TraceMode
 from hetsim.core.provenance import command_line, git_commit, provenance  # noqa: F401 (re-exported: validation.matrix_report)
 from hetsim.model.trace import COLUMNS, Trace, read_trace_table, traces_by_policy, write_trace_table
 from hetsim.run.metrics import BASELINE, mean_ci

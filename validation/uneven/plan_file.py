@@ -85,7 +85,7 @@ def load_plan(path: str | Path, world_size: int) -> PlanChoice:
         cls = policy_class(policy, "recommended.policy")
     except ConfigError as exc:
         raise PlanError(f"{where}:{exc.field}", exc.problem) from None
-    if not runs_here(cls):  # async, backup, ksync: hetsim simulates them, this trainer does not run them
+    if not waits_for_every_worker(cls):  # async, backup, ksync: hetsim simulates them, this trainer does not run them
         how = "has no barrier" if not cls.synchronous else "leaves the slowest gradients out"
         raise PlanError(f"{where}:recommended.policy", f"{policy!r} {how}, and this trainer waits for every rank "
                         "each step: plan with --wait-for-all")  # fmt: skip
@@ -111,9 +111,3 @@ def load_plan(path: str | Path, world_size: int) -> PlanChoice:
 
 def _ints(value: list[Any]) -> bool:
     return bool(value) and all(isinstance(b, int) and b >= 0 for b in value)
-
-
-def runs_here(cls: type[Policy]) -> bool:
-    """Whether the trainer runs policy class ``cls``: it keeps a barrier and waits for every rank
-    (what ``hetsim plan --wait-for-all`` plans over)."""
-    return waits_for_every_worker(cls)
