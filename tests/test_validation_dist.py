@@ -304,7 +304,7 @@ def test_the_folder_lock_is_released_by_a_killed_holder(tmp_path):
         assert folder == tmp_path
 
 
-@pytest.mark.serial  # measured against predicted time (within 30%): load that changes mid-run moves it
+@pytest.mark.serial  # measured against predicted time (within 50%): load that changes mid-run moves it
 def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
     out = tmp_path / "run"
     run = _validation("run", "--epochs", "6", "--probe-repeats", "2", "--policies", "equal,adaptive",
@@ -312,17 +312,25 @@ def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
     assert run.returncode == 0, run.stderr
     summary = json.loads((out / "summary.json").read_text())
     epochs = pd.read_csv(out / "epochs.csv")
+    reached: dict[str, int] = {}  # policy -> the epoch that reached the target
     for entry in summary["policies"]:
         assert entry["noise_scale"] is not None and entry["noise_scale"] > 0
         rows = epochs[epochs["policy"] == entry["policy"]]
         first = rows[rows["test_accuracy"] >= 0.5].iloc[0]
         assert entry["time_to_target_s"] == pytest.approx(first["elapsed_s"])
+        reached[entry["policy"]] = int(first["epoch"])
     assert main(["compare", str(out), "--time-to-target", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     equal = next(r for r in rows if r["policy"] == "equal")
     assert equal["measured_time_to_target_s"] == pytest.approx(summary["policies"][0]["time_to_target_s"])
     assert equal["predicted_time_to_target_s"] is not None
-    assert abs(equal["time_to_target_error"]) < 0.3  # equal's own epochs, at predicted step times
+    # the model, its noise scale fitted to equal's own epochs, reaches the target in the epoch the
+    # run did: the prediction is that many steps at the predicted step time (the simulation's
+    # noise moves it a little). Its error is then the step time's and the first epochs' against
+    # the run's mean: -11% to +23% in these short digits runs on a quiet machine, once 38%
+    steps = json.loads((out / "meta.json").read_text())["steps_per_epoch"] * (reached["equal"] + 1)
+    assert equal["predicted_time_to_target_s"] == pytest.approx(steps * equal["predicted_step_s"], rel=0.05)
+    assert abs(equal["time_to_target_error"]) < 0.5
     assert main(["compare", str(out), "--time-to-target", "--calibrate-on", "nope"]) == 2
     # a run without --target-accuracy: tests/test_bad_input_validation_compare.py
 
