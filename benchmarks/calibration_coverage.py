@@ -225,8 +225,15 @@ def _ratio_interval(est: np.ndarray, se: np.ndarray, rng: np.random.Generator) -
 
 
 BOOTSTRAP = 2000  # resamples of the seeds for each ratio's interval
+HONEST = (0.8, 1.2)  # a reported se over the spread of the estimates within 20% of 1
+
+
 SUMMARY = ("worst_bias_se", "se_ratio_min", "se_ratio_max", "within_20pct", "ci_holds_1", "pooled_z_sd", "shared_mean",
            "shared_max")  # fmt: skip
+
+
+def honest(ratio: float) -> bool:
+    return HONEST[0] <= ratio <= HONEST[1]
 
 
 def _summary(case: dict[str, Any]) -> dict[str, float]:
@@ -234,7 +241,7 @@ def _summary(case: dict[str, Any]) -> dict[str, float]:
     intervals = [r["se_ratio_ci"] for r in case["params"].values()]
     return {
         "worst_bias_se": case["worst_bias_se"], "se_ratio_min": min(ratios), "se_ratio_max": max(ratios),
-        "within_20pct": float(np.mean([0.8 <= r <= 1.2 for r in ratios])),
+        "within_20pct": float(np.mean([honest(r) for r in ratios])),
         "ci_holds_1": float(np.mean([lo <= 1.0 <= hi for lo, hi in intervals])),
         "pooled_z_sd": case["pooled_z_sd"],
         "shared_mean": case["shared"]["mean"], "shared_max": case["shared"]["max"],
@@ -254,9 +261,8 @@ def pooled(per_round: list[dict[str, Any]]) -> dict[str, Any]:
         se = sum(r["seeds"] * r["se"] for r in found) / seeds
         mean = sum(r["seeds"] * r["mean"] for r in found) / seeds
         rows[name] = {"seeds": seeds, "se_ratio": se / sd, "bias_se": (mean - found[0]["truth"]) / se}
-    outside = {name: r["se_ratio"] for name, r in rows.items() if not 0.8 <= r["se_ratio"] <= 1.2}
-    share = float(np.mean([0.8 <= r["se_ratio"] <= 1.2 for r in rows.values()]))
-    return {"within_20pct": share, "outside": outside, "params": rows}
+    outside = {name: r["se_ratio"] for name, r in rows.items() if not honest(r["se_ratio"])}
+    return {"within_20pct": 1.0 - len(outside) / len(rows), "outside": outside, "params": rows}
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -281,8 +287,9 @@ def run(seeds: int, steps: int, rounds: int, jobs: int) -> dict[str, Any]:
             "pooled": pooled(per_round),
             "rounds": per_round,
         }
-    rows = [r for c in out["cases"].values() for r in c["pooled"]["params"].values()]
-    out["pooled_within_20pct"] = {"within": sum(0.8 <= r["se_ratio"] <= 1.2 for r in rows), "params": len(rows)}
+    params = sum(len(c["pooled"]["params"]) for c in out["cases"].values())
+    outside = sum(len(c["pooled"]["outside"]) for c in out["cases"].values())
+    out["pooled_within_20pct"] = {"within": params - outside, "params": params}
     return out
 
 

@@ -29,28 +29,22 @@ import numpy as np
 import pandas as pd
 from bench_common import stats
 
+from validation.trace_check import first_uses
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def ratios(trace: pd.DataFrame) -> tuple[list[float], dict[str, float]]:
-    """The trace's first-use ratios (per policy, rank and size) and each policy's first-step ratio."""
-    worked = trace[trace["included"]]
-    first_use = [
-        float(rows.sort_values("step")["compute_s"].iloc[0] / rows["compute_s"].median())
-        for _, rows in worked.groupby(["policy", "worker", "local_batch"])
-        if len(rows) >= 3
-    ]
-    first_step = {}
-    for policy, rows in worked[worked["policy"] != "probe"].groupby("policy"):
-        first = rows[rows["step"] == rows["step"].min()]
-        same_size = [  # each rank's first-step compute over its median at that local batch in this policy
-            float(row.compute_s / alike["compute_s"].median())
-            for row in first.itertuples()
-            if len(alike := rows[(rows["worker"] == row.worker) & (rows["local_batch"] == row.local_batch)]) >= 3
-        ]
-        if same_size:
-            first_step[str(policy)] = max(same_size)
-    return first_use, first_step
+    """The trace's first-use ratios (per policy, rank and size: :func:`validation.trace_check.first_uses`,
+    what ``gpu-check`` judges) and each policy's first-step ratio, the largest of its sizes' whose
+    first use is the policy's first step."""
+    uses = first_uses(trace)
+    starts = trace.groupby("policy")["step"].min()
+    first_step: dict[str, float] = {}
+    for u in uses:
+        if u.policy != "probe" and u.step == starts[u.policy]:
+            first_step[u.policy] = max(first_step.get(u.policy, 0.0), u.ratio)
+    return [u.ratio for u in uses], first_step
 
 
 def run_once(seed: int, out: Path, extra: list[str]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -59,24 +60,44 @@ def negative_times(trace: pd.DataFrame) -> list[str]:
     return problems
 
 
-def first_use_spikes(trace: pd.DataFrame, ratio: float = FIRST_USE_RATIO) -> list[str]:
-    """Each (policy, rank, local batch)'s first row above ``ratio`` times the median of that size's
-    rows (sizes with at least :data:`MIN_ROWS` rows). Every trace segment starts at step 0, so a
-    policy's first step is the first use of its sizes in its segment and is judged here too."""
-    problems = []
+class FirstUse(NamedTuple):
+    """A (policy, rank, local batch)'s first row in its segment against that size's median."""
+
+    policy: str
+    worker: int
+    batch: int
+    step: int  # the first row's step: a policy's first step (0) is the first use of its sizes there
+    ratio: float  # the first row's compute over the median of the size's rows
+    median_s: float
+
+
+def first_uses(trace: pd.DataFrame) -> list[FirstUse]:
+    """Every (policy, rank, local batch) with at least :data:`MIN_ROWS` rows (and a positive
+    median): its first row's compute over the median of its rows. Every trace segment starts at
+    step 0, so a policy's first step is the first use of its sizes in its segment."""
+    out = []
     working = trace[trace["local_batch"] > 0]
     for (policy, worker, batch), rows in working.groupby(["policy", "worker", "local_batch"], sort=False):
         if len(rows) < MIN_ROWS:
             continue
         ordered = rows.sort_values(["epoch", "step"])
         median = float(ordered["compute_s"].median())
-        first = ordered.iloc[0]  # a policy's step 0 is the first use of its size in the segment
-        if median > 0 and float(first["compute_s"]) > ratio * median:
-            problems.append(
-                f"{policy}, rank {worker}: first use of local batch {batch} (step {first['step']}) took "
-                f"{float(first['compute_s']) / median:.2f}x its median ({1e3 * median:.2f} ms)"
-            )
-    return problems
+        first = ordered.iloc[0]
+        if median > 0:
+            out.append(FirstUse(str(policy), int(worker), int(batch), int(first["step"]),
+                                float(first["compute_s"]) / median, median))  # fmt: skip
+    return out
+
+
+def first_use_spikes(trace: pd.DataFrame, ratio: float = FIRST_USE_RATIO) -> list[str]:
+    """Each (policy, rank, local batch)'s first row above ``ratio`` times the median of that size's
+    rows (:func:`first_uses`); a policy's first step is judged here too."""
+    return [
+        f"{u.policy}, rank {u.worker}: first use of local batch {u.batch} (step {u.step}) took "
+        f"{u.ratio:.2f}x its median ({1e3 * u.median_s:.2f} ms)"
+        for u in first_uses(trace)
+        if u.ratio > ratio
+    ]
 
 
 def memory_growth(samples_mb: Sequence[float]) -> list[str]:
