@@ -23,13 +23,14 @@ kind of knowledge; ``compare`` tells its simulated policies exactly these costs
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from hetsim.calibrate import calibrate
 from hetsim.core.errors import ConfigError
 from hetsim.model.partition import split_by_shares
 from hetsim.policies import WorkerHint
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PROBE = "probe"  # the probe's segment name in the trace
 SMALL_SIZES = (1, 2)  # local batches every round includes besides its fractions (the module's docstring)
@@ -83,6 +84,8 @@ def fit_probe(frame: pd.DataFrame, world: int) -> tuple[WorkerHint, ...] | None:
     frame = frame[frame["policy"] == PROBE]
     if frame.empty:
         return None
+    from hetsim.calibrate import calibrate  # scipy's fits: about 1 s to import, paid by rank 0 alone
+
     calibration = calibrate(frame.drop(columns=["policy"]), name=PROBE, model=MODEL)
     fits = {f.worker: f for f in calibration.workers}
     missing = [r for r in range(world) if r not in fits]

@@ -18,10 +18,9 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import torch
 
 from hetsim.core.files import write_frame, write_json
@@ -30,6 +29,9 @@ from hetsim.model.trace import COLUMNS, Trace, write_trace_table
 from hetsim.run.metrics import summarize
 from validation.config import RunConfig
 from validation.workloads.base import Dataset
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: rank 0's writer; a rank's start-up skips it
+    import pandas as pd
 
 EPOCH_COLUMNS = ("policy", "epoch", "train_loss", "test_loss", "test_accuracy", "elapsed_s", "split", "global_batch",
                  "noise_scale")  # fmt: skip
@@ -181,6 +183,8 @@ class RunWriter:
         self.epochs.append({c: values[c] for c in EPOCH_COLUMNS})
 
     def trace_frame(self) -> pd.DataFrame:
+        import pandas as pd
+
         frame = pd.DataFrame(self.rows, columns=list(COLUMNS))
         return frame.astype(
             {"epoch": np.int64, "step": np.int64, "worker": np.int64, "local_batch": np.int64, "included": np.bool_}
@@ -188,11 +192,15 @@ class RunWriter:
 
     def flush(self) -> None:
         """Rewrite trace.parquet, trace.csv and epochs.csv with everything so far."""
+        import pandas as pd
+
         write_trace_table(self.trace_frame(), self.out / "trace.parquet", self.out / "trace.csv")
         write_frame(self.out / "epochs.csv", pd.DataFrame(self.epochs, columns=list(EPOCH_COLUMNS)))
 
     def finish(self, policies: Sequence[str]) -> dict[str, Any]:
         """Write summary.json and mark the run complete; returns the summary."""
+        import pandas as pd
+
         frame = self.trace_frame()
         epochs = pd.DataFrame(self.epochs, columns=list(EPOCH_COLUMNS))
         summary: dict[str, Any] = {"policies": []}
@@ -240,6 +248,8 @@ class NullWriter:
 
     def trace_frame(self) -> pd.DataFrame:
         """An empty trace with the trace's columns."""
+        import pandas as pd
+
         return pd.DataFrame(columns=list(COLUMNS))
 
     def flush(self) -> None:

@@ -212,6 +212,8 @@ class RankTrainer:
         rank's cost curve as ``compare`` fits it (:func:`~validation.probe.fit_probe`), the
         median all-reduce and the noise scale (or, without an estimate, the global batch as a
         first guess, until a policy's first epoch measures one)."""
+        if self.rank != 0:  # only rank 0's policy decides; the others' writers keep no trace (nor import pandas)
+            return
         frame, batch = self.writer.trace_frame(), self.config.global_batch
         self.probe_hints = fit_probe(frame, self.world)
         noise = self.probe_noise if self.probe_noise is not None else float(batch)

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy import special  # not scipy.stats: over half a second to import, for two closed-form CDFs
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import FrozenPlugIn, Param, file_path
@@ -157,6 +156,8 @@ class Gamma(Distribution):
     scale: float
 
     def ppf(self, u: np.ndarray) -> np.ndarray:
+        from scipy import special  # imported where drawn (a third of a second): config alone needs none
+
         return special.gammaincinv(self.shape, u) * self.scale
 
     def mean(self) -> float:
@@ -166,6 +167,8 @@ class Gamma(Distribution):
         return self.shape * self.scale**2
 
     def cdf(self, t: Any) -> Any:
+        from scipy import special  # not scipy.stats: over half a second to import, for two closed-form CDFs
+
         x = np.asarray(t, dtype=float) / self.scale
         below = np.where(np.isnan(x), np.nan, 0.0)  # the CDF is 0 at and below 0 (gammainc is nan there)
         return np.where(x > 0, special.gammainc(self.shape, np.maximum(x, 0.0)), below)[()]
@@ -182,6 +185,8 @@ class LogNormal(Distribution):
     def ppf(self, u: np.ndarray) -> np.ndarray:
         if self.sigma == 0:  # exactly 1 (sigma * ndtri(0) would be 0 * -inf)
             return np.ones(np.shape(u))
+        from scipy import special
+
         x = special.ndtri(u)
         x *= self.sigma
         x -= 0.5 * self.sigma**2
@@ -198,6 +203,8 @@ class LogNormal(Distribution):
             return np.where(np.asarray(t) >= 1.0, 1.0, 0.0)
         # scipy.stats.lognorm.cdf's own arithmetic (ndtr(log(t / scale) / sigma), 0 for t <= 0),
         # without its argument checks, which cost 30x the sum in the analysis's quadratures
+        from scipy import special
+
         x = np.asarray(t, dtype=float) / math.exp(-0.5 * self.sigma**2)
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(x > 0, special.ndtr(np.log(x) / self.sigma), np.where(np.isnan(x), np.nan, 0.0))[()]
