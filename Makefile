@@ -41,13 +41,13 @@ run: install
 
 # lint: ruff (rules and their reasons in pyproject.toml) and mypy (hetsim, validation,
 # benchmarks); either finding anything fails the target, and so make test.
+LINT = $(VENV)/bin/ruff check . && $(VENV)/bin/mypy
 lint: install
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy
+	$(LINT)
 
 # Tests. pytest's exit status is make's: any failure, an error, or no test collected (status 5)
 # fails the target. Never prefix these recipes with `-` or append `|| true`.
-# test: the whole suite, slow and multi-process tests included (what CI runs, with CI=1), in two lanes.
+# test: lint and the whole suite, slow and multi-process tests included (what CI runs, with CI=1), in two lanes.
 # 1. Every test but the `serial` ones, on both cores (pytest-xdist), the multi-process ones among
 #    them: those check results, exit statuses and messages, not times. One at a time they left
 #    part of the 2 cores idle (ranks waiting on each other, on start-up or on an injected delay);
@@ -60,8 +60,14 @@ lint: install
 #    new batch size's one-off cost outside the step, time to target within 30% of its prediction,
 #    the neighbour's duty cycle, a profile's time budget). A test whose bound holds with a wide
 #    margin beside other tests' load stays on lane 1 (its marks say why).
-test: install lint
-	$(PY) -m pytest -m "not serial" -n 2 --maxschedchunk 1 $(PYTEST_ARGS)
+# Lint (the lint target's commands) runs beside lane 1, its output held until lane 1 ends: mypy
+# on a clean clone takes about 35 s of one core, which lane 1's waiting ranks leave idle now and
+# then. Either failing fails the target (the serial lane is then not run).
+test: install
+	($(LINT)) > $(VENV)/lint.log 2>&1 & lint=$$!; \
+	$(PY) -m pytest -m "not serial" -n 2 --maxschedchunk 1 $(PYTEST_ARGS); tests=$$?; \
+	wait $$lint; linted=$$?; cat $(VENV)/lint.log; \
+	test $$tests -eq 0 -a $$linted -eq 0
 	$(PY) -m pytest -m serial $(PYTEST_ARGS)
 
 # test-fast: the quick lane for the edit-test loop, on both cores; skips tests marked
