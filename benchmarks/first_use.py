@@ -12,7 +12,10 @@ in that policy (``first_step_ratio``; a rank whose first size runs fewer than 3 
 out). Not the first step's slowest compute over the policy's median step: a re-splitting
 policy's first step runs the initial split, which its later steps improve on by design. Prints one JSON object: per
 repetition the median, 90th percentile and maximum of the first-use ratios and each policy's
-first-step ratio; pooled over repetitions, the mean, median and 90th percentile of both.
+first-step ratio; pooled over repetitions, the mean, median and 90th percentile of both; and,
+as the noise floor, the share of first, second and third uses above 1.2x their size's median
+(``uses_above_1_2``, pooled; the probe left out): a one-off cost shows as the first use's share
+above the later ones'.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import numpy as np
 import pandas as pd
 from bench_common import stats
 
-from validation.trace_check import first_uses
+from validation.trace_check import MIN_ROWS, first_uses
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,13 +50,33 @@ def ratios(trace: pd.DataFrame) -> tuple[list[float], dict[str, float]]:
     return [u.ratio for u in uses], first_step
 
 
+def later_uses(trace: pd.DataFrame, uses: int = MIN_ROWS) -> dict[int, list[float]]:
+    """Per use k (0 = the first) of every (policy, rank, local batch) run at least ``uses`` times
+    (the probe left out), its compute over that size's median: the noise floor against which a
+    first use is judged. A one-off cost shows as use 0 above uses 1, 2, ...; step-to-step noise
+    puts every use above 1.2x now and then."""
+    out: dict[int, list[float]] = {k: [] for k in range(uses)}
+    working = trace[(trace["local_batch"] > 0) & (trace["policy"] != "probe")]
+    for _, rows in working.groupby(["policy", "worker", "local_batch"], sort=False):
+        if len(rows) >= uses:
+            compute = rows.sort_values(["epoch", "step"])["compute_s"].to_numpy()
+            for k in range(uses):
+                out[k].append(float(compute[k] / np.median(compute)))
+    return out
+
+
+def share_above(values: list[float], ratio: float = 1.2) -> float:
+    return float(np.mean(np.asarray(values) > ratio)) if values else float("nan")
+
+
 def run_once(seed: int, out: Path, extra: list[str]) -> dict[str, Any]:
     command = [sys.executable, "-m", "validation", "run", "--comm", "ddp", "--epochs", "2", "--probe-repeats", "1",
                "--policies", "equal,dynamic,adaptive", "--seed", str(seed), "--out", str(out), *extra]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"first_use: run {seed} failed: {done.stderr.strip().splitlines()[-1:]}")
-    first_use, first_step = ratios(pd.read_parquet(out / "trace.parquet"))
+    trace = pd.read_parquet(out / "trace.parquet")
+    first_use, first_step = ratios(trace)
     return {
         "seed": seed,
         "first_use_ratio": {
@@ -63,6 +86,7 @@ def run_once(seed: int, out: Path, extra: list[str]) -> dict[str, Any]:
             "sizes": len(first_use),
         },  # fmt: skip
         "first_step_ratio": first_step,
+        "use_ratios": later_uses(trace),
     }
 
 
@@ -79,6 +103,9 @@ def main() -> None:
         "first_use_ratio_median": stats([rep["first_use_ratio"]["median"] for rep in reps]),
         "first_use_ratio_max": stats([rep["first_use_ratio"]["max"] for rep in reps]),
         "first_step_ratio": stats(steps),
+        "uses_above_1_2": {  # pooled: the share of each use k above 1.2x its size's median
+            str(k): share_above([v for rep in reps for v in rep["use_ratios"][k]]) for k in range(MIN_ROWS)
+        },
         "load_average": os.getloadavg()[0],
     }, indent=2))  # fmt: skip
 
