@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from bench_common import stats
 
-from validation.trace_check import MIN_ROWS, first_uses
+from validation.trace_check import MIN_ROWS, first_uses, size_uses
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,18 +50,16 @@ def ratios(trace: pd.DataFrame) -> tuple[list[float], dict[str, float]]:
     return [u.ratio for u in uses], first_step
 
 
-def later_uses(trace: pd.DataFrame, uses: int = MIN_ROWS) -> dict[int, list[float]]:
-    """Per use k (0 = the first) of every (policy, rank, local batch) run at least ``uses`` times
-    (the probe left out), its compute over that size's median: the noise floor against which a
-    first use is judged. A one-off cost shows as use 0 above uses 1, 2, ...; step-to-step noise
-    puts every use above 1.2x now and then."""
-    out: dict[int, list[float]] = {k: [] for k in range(uses)}
-    working = trace[(trace["local_batch"] > 0) & (trace["policy"] != "probe")]
-    for _, rows in working.groupby(["policy", "worker", "local_batch"], sort=False):
-        if len(rows) >= uses:
-            compute = rows.sort_values(["epoch", "step"])["compute_s"].to_numpy()
-            for k in range(uses):
-                out[k].append(float(compute[k] / np.median(compute)))
+def later_uses(trace: pd.DataFrame) -> dict[int, list[float]]:
+    """Per use k (0 = the first) of every size :func:`validation.trace_check.size_uses` judges (the
+    probe left out), its compute over that size's median: the noise floor against which a first
+    use is judged. A one-off cost shows as use 0 above uses 1, 2, ...; step-to-step noise puts
+    every use above 1.2x now and then."""
+    out: dict[int, list[float]] = {k: [] for k in range(MIN_ROWS)}
+    for policy, _, _, _, compute in size_uses(trace):
+        if policy != "probe":
+            for k, ratio in enumerate(compute[:MIN_ROWS] / np.median(compute)):
+                out[k].append(float(ratio))
     return out
 
 

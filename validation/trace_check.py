@@ -18,7 +18,7 @@ Each check returns the problems it found as lines (empty: passed).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -71,21 +71,25 @@ class FirstUse(NamedTuple):
     median_s: float
 
 
-def first_uses(trace: pd.DataFrame) -> list[FirstUse]:
-    """Every (policy, rank, local batch) with at least :data:`MIN_ROWS` rows (and a positive
-    median): its first row's compute over the median of its rows. Every trace segment starts at
-    step 0, so a policy's first step is the first use of its sizes in its segment."""
-    out = []
+def size_uses(trace: pd.DataFrame) -> Iterator[tuple[str, int, int, np.ndarray, np.ndarray]]:
+    """Every (policy, rank, local batch) with at least :data:`MIN_ROWS` rows: ``(policy, worker,
+    batch, steps, compute_s)``, its rows in the order they ran (the uses of that size)."""
     working = trace[trace["local_batch"] > 0]
     for (policy, worker, batch), rows in working.groupby(["policy", "worker", "local_batch"], sort=False):
-        if len(rows) < MIN_ROWS:
-            continue
-        ordered = rows.sort_values(["epoch", "step"])
-        median = float(ordered["compute_s"].median())
-        first = ordered.iloc[0]
+        if len(rows) >= MIN_ROWS:
+            ordered = rows.sort_values(["epoch", "step"])
+            yield str(policy), int(worker), int(batch), ordered["step"].to_numpy(), ordered["compute_s"].to_numpy()
+
+
+def first_uses(trace: pd.DataFrame) -> list[FirstUse]:
+    """Every size of :func:`size_uses` with a positive median: its first row's compute over the
+    median of its rows. Every trace segment starts at step 0, so a policy's first step is the
+    first use of its sizes in its segment."""
+    out = []
+    for policy, worker, batch, steps, compute in size_uses(trace):
+        median = float(np.median(compute))
         if median > 0:
-            out.append(FirstUse(str(policy), int(worker), int(batch), int(first["step"]),
-                                float(first["compute_s"]) / median, median))  # fmt: skip
+            out.append(FirstUse(policy, worker, batch, int(steps[0]), float(compute[0]) / median, median))
     return out
 
 
