@@ -33,6 +33,7 @@ def test_a_short_sweep_records_steps_to_target_within_five_percent(tmp_path: Pat
     assert main(argv) == 0
     data = json.loads((out / "results.json").read_text())
     assert data["batches"] == [16, 32] and data["provenance"]["command"]
+    assert (data["optimizer"], data["lr"], data["lr_scaling"]) == ("sgd", 0.05, "sqrt")  # the workload's defaults
     curve = pd.read_csv(out / "curve.csv")
     for point in data["points"]:
         mine = curve[(curve["batch"] == point["batch"]) & (curve["seed"] == point["seed"])]
@@ -53,6 +54,8 @@ def test_a_short_sweep_records_steps_to_target_within_five_percent(tmp_path: Pat
         (["batch-sweep", "--batches", "1,x"], "--batches: expected whole numbers separated by commas, got '1,x'"),
         (["batch-sweep", "--seeds", "0"], "--seeds: must be in [1, 100], got 0"),
         (["batch-sweep", "--target", "1.5"], "--target: must be in [0, 1], got 1.5"),
+        (["batch-sweep", "--optimizer", "lbfgs"],
+         "validation batch-sweep: argument --optimizer: invalid choice: 'lbfgs' (choose from 'sgd', 'adam')"),
     ],
 )
 def test_bad_sweep_options_are_refused(argv: list[str], line: str, tmp_path: Path,

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hetsim.calibrate.efficiency_runs import load_sweeps
 from hetsim.cli.main import main
 from hetsim.model.efficiency import Efficiency
 from hetsim.model.efficiency_fit import fit, noise_shape
@@ -161,3 +162,15 @@ def test_calibrate_efficiency_writes_the_table_it_fitted(tmp_path: Path, capsys:
     assert eff.noise_scale == pytest.approx(100.0, rel=1e-4) and eff.batch_exponent == pytest.approx(0.25, abs=1e-4)
     assert eff.lr_scaling == "sqrt" and eff.fit_batches == (16.0, 256.0)
     assert "[workload.efficiency]" in capsys.readouterr().out
+
+
+def test_sweeps_of_two_optimizers_are_not_fitted_together(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    points = [{"batch": 16, "seed": 0, "steps_to_target": 100.0, "noise_scale": 40.0}]
+    common = {"workload": "w", "base_batch": 16, "lr_scaling": "sqrt", "target_accuracy": 0.9, "points": points}
+    for name, extra in (("old", {}), ("adam", {"optimizer": "adam"})):  # "old": written before the key: SGD's
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps({**common, **extra}))
+    assert load_sweeps([tmp_path / "old"]).optimizer == "sgd"
+    line = f"RUN: {tmp_path / 'adam'}: optimizer 'adam' differs from the first's ('sgd')"
+    check_refused(main, ["calibrate-efficiency", str(tmp_path / "old"), str(tmp_path / "adam")], line, tmp_path, capsys)

@@ -23,7 +23,7 @@ import numpy as np
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param
-from validation.batch_sweep_cli import DEFAULTS, QUICK_MAX_STEPS
+from validation.batch_sweep_cli import DEFAULTS
 
 
 @dataclass(frozen=True)
@@ -31,8 +31,8 @@ class SweepConfig:
     workload: str
     multiples: tuple[int, ...]
     base_batch: int
+    optimizer: str  # a key of validation.batch_sweep_train.OPTIMIZERS
     lr: float
-    momentum: float
     lr_scaling: str
     seeds: int
     target: float
@@ -42,7 +42,7 @@ class SweepConfig:
 
 
 def build_config(args: argparse.Namespace) -> SweepConfig:
-    base, lr, target, most = DEFAULTS[args.workload]
+    given = DEFAULTS[args.workload]
     try:
         multiples = tuple(int(v) for v in args.batches.split(","))
     except ValueError:
@@ -52,13 +52,15 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
     if 1 not in multiples:
         raise ConfigError("--batches", "must include 1 (the base batch the models are fitted at)")
     out = args.out or Path("runs") / time.strftime("batch-sweep-%Y%m%d-%H%M%S")
+    pick = lambda value, default: default if value is None else value  # noqa: E731
     return SweepConfig(
         args.workload, tuple(sorted(multiples)),
-        int(Param("--base-batch", "integer", low=1).check(args.base_batch if args.base_batch is not None else base)),
-        float(Param("--lr", low=0.0, low_open=True).check(args.lr if args.lr is not None else lr)),
-        0.9, args.lr_scaling, int(Param("--seeds", "integer", low=1, high=100).check(args.seeds)),
-        float(Param("--target", low=0.0, high=1.0).check(args.target if args.target is not None else target)),
-        QUICK_MAX_STEPS[args.workload] if args.quick else most, 5 if args.workload == "transformer" else 1, out,
+        int(Param("--base-batch", "integer", low=1).check(pick(args.base_batch, given.base_batch))),
+        pick(args.optimizer, given.optimizer),
+        float(Param("--lr", low=0.0, low_open=True).check(pick(args.lr, given.lr))),
+        args.lr_scaling, int(Param("--seeds", "integer", low=1, high=100).check(args.seeds)),
+        float(Param("--target", low=0.0, high=1.0).check(pick(args.target, given.target))),
+        given.quick_max_steps if args.quick else given.max_steps, given.eval_gap, out,
     )  # fmt: skip
 
 
@@ -82,7 +84,7 @@ def run_sweep(
     """Every (batch, seed) run: the results' entries, the curve rows and the noise rows."""
     import torch
 
-    from validation.batch_sweep_train import scaled_lr, train_to_target
+    from validation.batch_sweep_train import OPTIMIZERS, scaled_lr, train_to_target
     from validation.workloads import resolve_workload
 
     torch.set_num_threads(1)  # one core a run: the time per step is the step's, not the machine's
@@ -93,7 +95,7 @@ def run_sweep(
         for k in config.multiples:
             batch = k * config.base_batch
             lr = scaled_lr(config.lr, batch, config.base_batch, config.lr_scaling)
-            r = train_to_target(workload, data, seed, batch, lr, config.momentum, config.target,
+            r = train_to_target(workload, data, seed, batch, lr, OPTIMIZERS[config.optimizer], config.target,
                                 config.max_steps, config.eval_gap)  # fmt: skip
             points.append(point_entry(r, r.noise))
             curve += [{"batch": batch, "seed": seed, **row} for row in r.curve]
@@ -114,7 +116,7 @@ def write_results(config: SweepConfig, points: list[dict[str, Any]], curve: list
 
     data = {
         "provenance": provenance(), "workload": config.workload, "base_batch": config.base_batch,
-        "batches": [k * config.base_batch for k in config.multiples], "lr": config.lr, "momentum": config.momentum,
+        "batches": [k * config.base_batch for k in config.multiples], "optimizer": config.optimizer, "lr": config.lr,
         "lr_scaling": config.lr_scaling, "seeds": config.seeds, "target_accuracy": config.target,
         "max_steps": config.max_steps, "points": points,
     }  # fmt: skip

@@ -11,7 +11,9 @@ Owns the training loop of a sweep point (:func:`train_to_target`) and what it re
 * the gradient noise scale over training, from the two halves of every step's batch
   (:mod:`validation.noise_scale`'s pair estimator, with the halves as two "ranks": each half's
   mean gradient against the whole batch's), summed over the blocks between evaluations;
-* the learning rate of the batch by the named rule (:func:`scaled_lr`).
+* the learning rate of the batch by the named rule (:func:`scaled_lr`), for the optimizer named
+  (:data:`OPTIMIZERS`: SGD with momentum 0.9, or Adam, whose square-root rule is Malladi et al.
+  2022's).
 
 The samples come from the shared epoch permutation (:func:`validation.sharding.epoch_permutation`,
 seeded by the run's seed), taken in order, a batch never straddling two epochs.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +35,13 @@ from validation.workloads.base import Dataset, Workload
 
 EVAL_SPACING = 0.04  # the next evaluation is at most this fraction of the steps so far after the last
 LR_RULES = ("sqrt", "linear", "none")
+MOMENTUM = 0.9  # SGD's, as in validation run
+
+MakeOptimizer = Callable[[Iterable[torch.nn.Parameter], float], torch.optim.Optimizer]
+OPTIMIZERS: dict[str, MakeOptimizer] = {  # the command line's names; the training loop takes the factory
+    "sgd": lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=MOMENTUM),
+    "adam": lambda params, lr: torch.optim.Adam(params, lr=lr),
+}
 
 
 def scaled_lr(lr: float, batch: int, base_batch: int, rule: str) -> float:
@@ -90,12 +100,13 @@ def _step(workload: Workload, model: torch.nn.Module, optimizer: torch.optim.Opt
     return [part[1] for part in parts], [len(h) for h in halves], sq
 
 
-def train_to_target(workload: Workload, data: Dataset, seed: int, batch: int, lr: float, momentum: float,
-                    target: float, max_steps: int, min_gap: int = 1) -> PointResult:  # fmt: skip
-    """Train a fresh model (``seed``'s weights) at ``batch`` with SGD(``lr``, ``momentum``) until
-    an evaluation reaches ``target`` or ``max_steps`` steps."""
+def train_to_target(workload: Workload, data: Dataset, seed: int, batch: int, lr: float,
+                    make_optimizer: MakeOptimizer, target: float, max_steps: int,
+                    min_gap: int = 1) -> PointResult:  # fmt: skip
+    """Train a fresh model (``seed``'s weights) at ``batch`` with ``make_optimizer(parameters,
+    lr)`` until an evaluation reaches ``target`` or ``max_steps`` steps."""
     model = workload.make_model(seed, torch.device("cpu"))
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    optimizer = make_optimizer(model.parameters(), lr)
     out = PointResult(batch, seed, lr)
     n = data.n_train
     per_epoch = max(1, n // batch)

@@ -3,7 +3,7 @@
 ``benchmarks/batch_scaling.py`` share.
 
 A results file holds one workload's runs to a target accuracy at several global batches and
-seeds, under one learning-rate rule: per run (``points``) the batch, the seed, the steps to the
+seeds, under one optimizer and learning-rate rule: per run (``points``) the batch, the seed, the steps to the
 target (None: not reached, left out of fits) and the estimator's noise scale over training
 (``noise_first`` and ``noise_shape``, :func:`hetsim.model.efficiency_fit.noise_shape`). Two models are
 fitted from the runs at chosen batches: the plain one (today's: one noise scale, the median of
@@ -46,6 +46,7 @@ class Sweep:
     lr_scaling: str
     target: float
     points: tuple[Point, ...]
+    optimizer: str = "sgd"  # results written before the sweep named its optimizer were all SGD's
 
 
 def _point(entry: Any, where: str) -> Point:
@@ -82,16 +83,17 @@ def load_sweeps(paths: Sequence[Path]) -> Sweep:
             Param(f"{file}:lr_scaling", "choice", choices=LR_RULES).check(data.get("lr_scaling")),
             float(Param(f"{file}:target_accuracy").check(data.get("target_accuracy"))),
             tuple(_point(e, f"{file}:points.{i}") for i, e in enumerate(data["points"])),
+            str(Param(f"{file}:optimizer", "choice", choices=("sgd", "adam")).check(data.get("optimizer", "sgd"))),
         ))  # fmt: skip
     first = sweeps[0]
     for other, path in zip(sweeps[1:], paths[1:]):
-        for key in ("workload", "base_batch", "lr_scaling", "target"):
+        for key in ("workload", "base_batch", "lr_scaling", "target", "optimizer"):
             if getattr(other, key) != getattr(first, key):
                 raise ConfigError(
                     "RUN", f"{path}: {key} {getattr(other, key)!r} differs from the first's ({getattr(first, key)!r})"
                 )
     return Sweep(first.workload, first.base_batch, first.lr_scaling, first.target,
-                 tuple(p for s in sweeps for p in s.points))  # fmt: skip
+                 tuple(p for s in sweeps for p in s.points), first.optimizer)  # fmt: skip
 
 
 def reached(sweep: Sweep, batches: Sequence[int] | None = None) -> list[Point]:

@@ -92,11 +92,12 @@ class Workload(ABC):
         """Mean loss and accuracy (of the arg-max prediction, per sample or per token) on the held-out split."""
         model.eval()
         loss_sum, correct, count, n = 0.0, 0.0, 0, int(data.test_y.shape[0])
-        for start in range(0, n, chunk):
-            x, y = data.test_x[start : start + chunk], data.test_y[start : start + chunk]
-            logits = model(x)
-            loss_sum += float(self.loss(logits, y)) * int(y.shape[0])
-            correct += float((logits.argmax(dim=-1) == y).float().mean()) * int(y.shape[0])
-            count += int(y.shape[0])
+        with torch.no_grad():  # no graph to build: the same numbers, sooner
+            for start in range(0, n, chunk):
+                x, y = data.test_x[start : start + chunk], data.test_y[start : start + chunk]
+                logits = model(x)
+                loss_sum += float(self.loss(logits, y)) * int(y.shape[0])
+                correct += float((logits.argmax(dim=-1) == y).float().mean()) * int(y.shape[0])
+                count += int(y.shape[0])
         model.train()
         return loss_sum / count, correct / count

@@ -1,0 +1,110 @@
+"""Does ``goodput`` reach a target accuracy as soon as the best fixed global batch? Real runs:
+issue 28's second target.
+
+    python benchmarks/goodput_runs.py --seeds 3 --out runs/goodput-runs
+    python benchmarks/goodput_runs.py --seeds 3 --out runs/goodput-runs -- --delay 1=0.02
+
+For each seed, ``python -m validation run`` of ``adaptive`` and ``goodput`` at the base global
+batch ``B`` (goodput free to choose up to ``8B``), then ``adaptive`` alone at ``2B``, ``4B`` and
+``8B``, each with the learning rate the square-root rule gives its batch (the rule goodput's
+batches get in the trainer), every run with ``--target-accuracy`` and the options after ``--``
+(by default rank 1 pays a fixed delay every step, a slow device's fixed cost that a larger batch
+spreads over more samples). A seed's runs share its data split, shuffles and initial weights.
+
+The time to the target is each run's own (``summary.json``'s ``time_to_target_s``: the step
+time elapsed at the end of the first epoch whose held-out accuracy reached the target). Per
+seed: goodput's time against the fastest fixed batch of the ladder and against ``adaptive`` at
+``B``. Prints one JSON object with every run's time, the ratios per seed and their mean, median
+and p90. A run folder that already holds a finished run is reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+LADDER = (1, 2, 4, 8)
+
+
+def run_once(out: Path, common: list[str], policies: str, batch: int, lr: float, extra: list[str]) -> dict[str, Any]:
+    """One real run into ``out`` (reused when it finished before); its summary's policies by name."""
+    summary = out / "summary.json"
+    meta = out / "meta.json"
+    if not (meta.is_file() and json.loads(meta.read_text(encoding="utf-8")).get("status") == "complete"):
+        shutil.rmtree(out, ignore_errors=True)
+        command = [sys.executable, "-m", "validation", "run", *common, "--policies", policies,
+                   "--global-batch", str(batch), "--lr", f"{lr:.6g}", "--out", str(out), *extra]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"run {out} failed: {done.stderr.strip().splitlines()[-1:]}")
+    entries = json.loads(summary.read_text(encoding="utf-8"))["policies"]
+    return {e["policy"]: e for e in entries}
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    a = np.asarray(values, dtype=float)
+    return {"mean": float(a.mean()), "median": float(np.median(a)), "p90": float(np.percentile(a, 90))}
+
+
+def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    common = ["--workload", args.workload, "--epochs", str(args.epochs), "--target-accuracy", str(args.target),
+              "--seed", str(seed), "--noise-scale"]  # fmt: skip
+    folder = args.out / f"seed-{seed}"
+    base = run_once(folder / "base", common, "adaptive,goodput", args.base_batch, args.lr,
+                    ["--max-batch", str(LADDER[-1] * args.base_batch), *args.extra])  # fmt: skip
+    times = {f"adaptive@{args.base_batch}": base["adaptive"]["time_to_target_s"]}
+    for k in LADDER[1:]:
+        batch = k * args.base_batch
+        got = run_once(folder / f"x{k}", common, "adaptive", batch, args.lr * math.sqrt(k), args.extra)
+        times[f"adaptive@{batch}"] = got["adaptive"]["time_to_target_s"]
+    fixed = {name: t for name, t in times.items() if t is not None}
+    goodput = base["goodput"]["time_to_target_s"]
+    best = min(fixed, key=lambda name: fixed[name]) if fixed else None
+    row: dict[str, Any] = {"seed": seed, "goodput_s": goodput, "fixed_s": times, "best_fixed": best,
+                           "goodput_final_batch": sum(base["goodput"].get("final_batches") or [])}  # fmt: skip
+    if goodput is not None and best is not None:
+        row["vs_best_fixed"] = goodput / fixed[best]
+    if goodput is not None and times[f"adaptive@{args.base_batch}"] is not None:
+        row["vs_adaptive_base"] = goodput / times[f"adaptive@{args.base_batch}"]
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="digits-cnn")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--base-batch", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=0.05, help="learning rate at the base batch")
+    parser.add_argument("--target", type=float, default=0.95)
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--out", type=Path, required=True, help="folder for the runs (reused: a rerun resumes)")
+    parser.add_argument("extra", nargs="*", help="more options for validation run (after --)")
+    args = parser.parse_args()
+    args.extra = args.extra or ["--delay", "1=0.01"]
+    rows = [one_seed(args, seed) for seed in range(args.seeds)]
+    versus_best = [r["vs_best_fixed"] for r in rows if "vs_best_fixed" in r]
+    versus_adaptive = [r["vs_adaptive_base"] for r in rows if "vs_adaptive_base" in r]
+    result = {
+        "command": " ".join(sys.argv), "workload": args.workload, "base_batch": args.base_batch,
+        "target_accuracy": args.target, "options": args.extra, "seeds": rows,
+        "goodput_over_best_fixed": stats(versus_best) if versus_best else None,
+        "goodput_over_adaptive_base": stats(versus_adaptive) if versus_adaptive else None,
+        "met": {"within_5pct_of_best_fixed": bool(versus_best) and float(np.median(versus_best)) <= 1.05,
+                "no_later_than_adaptive_base": bool(versus_adaptive) and float(np.median(versus_adaptive)) <= 1.0},
+    }  # fmt: skip
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
