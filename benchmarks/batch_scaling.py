@@ -1,11 +1,11 @@
 """Steps to a target accuracy at 2x, 4x and 8x the base global batch, predicted from runs at the
 base batch (and 2x), against real runs: issue 28's benchmark.
 
-    python benchmarks/batch_scaling.py --quick --out runs/batch-scaling
+    python benchmarks/batch_scaling.py --quick --jobs 2 --out runs/batch-scaling
     python benchmarks/batch_scaling.py --reuse runs/batch-scaling   # the sweeps already there
 
 For each workload (digits-cnn, transformer) one ``python -m validation batch-sweep --batches
-1,2,4,8 --seeds 3`` (a folder that already holds results.json is reused, not run again). Every
+1,2,4,8 --seeds 3`` (or ``--seeds``; a folder that already holds results.json is reused). Every
 run that reached the target at 2x, 4x or 8x is one prediction per model, each model fitted on
 the other seeds' runs at the base batch (and 2x) alone (leave-one-seed-out, so a seed's own
 noise never predicts itself):
@@ -80,12 +80,14 @@ def predictions(sweep: Sweep) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def sweep_folder(workload: str, out: Path, quick: bool) -> Path:
-    folder = out / workload
+def sweep_folder(workload: str, args: argparse.Namespace) -> Path:
+    """``args.out/WORKLOAD``, its sweep run first unless it holds one."""
+    folder = args.out / workload
     if not (folder / "results.json").exists():
         command = [sys.executable, "-m", "validation", "batch-sweep", "--workload", workload, "--batches",
-                   ",".join(map(str, MULTIPLES)), "--seeds", "3", "--out", str(folder)]  # fmt: skip
-        command += ["--quick"] if quick else []
+                   ",".join(map(str, MULTIPLES)), "--seeds", str(args.seeds), "--jobs", str(args.jobs),
+                   "--out", str(folder)]  # fmt: skip
+        command += ["--quick"] if args.quick else []
         subprocess.run(command, check=True)
     return folder
 
@@ -96,11 +98,13 @@ def main() -> None:
     parser.add_argument("--reuse", type=Path, default=None, help="a folder of sweeps already run (WORKLOAD/)")
     parser.add_argument("--quick", action="store_true", help="the sweeps' --quick")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--jobs", type=int, default=1, help="the sweeps' --jobs (runs at once)")
+    parser.add_argument("--seeds", type=int, default=3, help="the sweeps' --seeds")
     args = parser.parse_args()
     result: dict[str, Any] = {"models": {}}
     pooled: dict[str, list[dict[str, Any]]] = {}
     for workload in args.workloads.split(","):
-        folder = (args.reuse / workload) if args.reuse else sweep_folder(workload, args.out, args.quick)
+        folder = (args.reuse / workload) if args.reuse else sweep_folder(workload, args)
         sweep = load_sweeps([folder])
         unreached = [f"{p.batch}/{p.seed}" for p in sweep.points if p.steps is None]
         for name, rows in predictions(sweep).items():

@@ -26,7 +26,7 @@ def test_the_learning_rate_rules_and_the_evaluation_grid() -> None:
 
 
 @pytest.mark.slow
-def test_a_short_sweep_records_steps_to_target_within_five_percent(tmp_path: Path) -> None:
+def test_a_short_sweep_records_steps_to_target_within_five_percent_and_as_much_two_at_a_time(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     argv = ["batch-sweep", "--workload", "digits-cnn", "--batches", "1,2", "--seeds", "1", "--target", "0.6",
             "--quick", "--out", str(out)]  # fmt: skip
@@ -45,6 +45,13 @@ def test_a_short_sweep_records_steps_to_target_within_five_percent(tmp_path: Pat
         last = int(before["step"].max()) if not before.empty else 0
         assert reached - last <= max(1, 0.05 * reached)
     assert (out / "steps_to_target.png").stat().st_size > 0
+    # the same runs two at a time, each in its own process: the same steps and curves
+    assert main([*argv[:-1], str(tmp_path / "jobs"), "--jobs", "2"]) == 0
+    again = json.loads((tmp_path / "jobs" / "results.json").read_text())
+    kept = ("batch", "seed", "lr", "steps_to_target", "steps_run", "noise_scale")
+    assert [{k: p[k] for k in kept} for p in again["points"]] == [{k: p[k] for k in kept} for p in data["points"]]
+    columns = ["batch", "seed", "step", "test_loss", "test_accuracy"]
+    assert pd.read_csv(tmp_path / "jobs" / "curve.csv")[columns].equals(curve[columns])
 
 
 @pytest.mark.parametrize(
@@ -54,8 +61,11 @@ def test_a_short_sweep_records_steps_to_target_within_five_percent(tmp_path: Pat
         (["batch-sweep", "--batches", "1,x"], "--batches: expected whole numbers separated by commas, got '1,x'"),
         (["batch-sweep", "--seeds", "0"], "--seeds: must be in [1, 100], got 0"),
         (["batch-sweep", "--target", "1.5"], "--target: must be in [0, 1], got 1.5"),
-        (["batch-sweep", "--optimizer", "lbfgs"],
-         "validation batch-sweep: argument --optimizer: invalid choice: 'lbfgs' (choose from 'sgd', 'adam')"),
+        (["batch-sweep", "--jobs", "0"], "--jobs: must be in [1, 64], got 0"),
+        (
+            ["batch-sweep", "--optimizer", "lbfgs"],
+            "validation batch-sweep: argument --optimizer: invalid choice: 'lbfgs' (choose from 'sgd', 'adam')",
+        ),
     ],
 )
 def test_bad_sweep_options_are_refused(argv: list[str], line: str, tmp_path: Path,

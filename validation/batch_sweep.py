@@ -3,12 +3,14 @@ global batches (multiples of a base), under a named learning-rate rule, over see
 measurement that tests :mod:`hetsim.model.efficiency`'s model of how steps to a target change with the
 batch (issue 28).
 
-Each (batch, seed) run is :func:`validation.batch_sweep_train.train_to_target`, one after
-another in this process. The results folder, written atomically (:func:`hetsim.core.files.atomic_folder`):
-``results.json`` (the settings, provenance, one entry per run: steps and time to the target, the
-noise scale over training), ``curve.csv`` (the held-out curves), ``noise.csv`` (the estimator's
-block sums) and ``steps_to_target.png`` (measured steps against the batch, with the plain model's
-prediction from the base runs and the model fitted on every batch, :mod:`hetsim.calibrate.efficiency_runs`).
+Each (batch, seed) run is :func:`validation.batch_sweep_train.train_to_target` on one thread,
+one after another in this process, or ``--jobs`` at once in as many processes (each run's
+recorded times then share the machine; its steps do not depend on it). The results folder,
+written atomically (:func:`hetsim.core.files.atomic_folder`): ``results.json`` (the settings,
+provenance, one entry per run: steps and time to the target, the noise scale over training),
+``curve.csv`` (the held-out curves), ``noise.csv`` (the estimator's block sums) and
+``steps_to_target.png`` (measured steps against the batch, with the plain model's prediction
+from the base runs and the model fitted on every batch, :mod:`hetsim.calibrate.efficiency_runs`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class SweepConfig:
     max_steps: int
     eval_gap: int
     out: Path
+    jobs: int = 1  # runs at once, each in its own process
 
 
 def build_config(args: argparse.Namespace) -> SweepConfig:
@@ -61,6 +64,7 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
         args.lr_scaling, int(Param("--seeds", "integer", low=1, high=100).check(args.seeds)),
         float(Param("--target", low=0.0, high=1.0).check(pick(args.target, given.target))),
         given.quick_max_steps if args.quick else given.max_steps, given.eval_gap, out,
+        int(Param("--jobs", "integer", low=1, high=64).check(args.jobs)),
     )  # fmt: skip
 
 
@@ -78,10 +82,9 @@ def point_entry(result: Any, noise_rows: list[dict[str, float]]) -> dict[str, An
     return {**result.to_dict(), "noise_scale": whole, "noise_first": first, "noise_shape": [list(k) for k in shape]}
 
 
-def run_sweep(
-    config: SweepConfig, echo: Any
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every (batch, seed) run: the results' entries, the curve rows and the noise rows."""
+def run_point(config: SweepConfig, seed: int, multiple: int) -> Any:
+    """One (seed, batch) run in this process, on one thread: its
+    :class:`~validation.batch_sweep_train.PointResult`."""
     import torch
 
     from validation.batch_sweep_train import OPTIMIZERS, scaled_lr, train_to_target
@@ -89,19 +92,44 @@ def run_sweep(
 
     torch.set_num_threads(1)  # one core a run: the time per step is the step's, not the machine's
     workload = resolve_workload(config.workload)
+    batch = multiple * config.base_batch
+    lr = scaled_lr(config.lr, batch, config.base_batch, config.lr_scaling)
+    data = workload.load(seed, torch.device("cpu"))
+    return train_to_target(workload, data, seed, batch, lr, OPTIMIZERS[config.optimizer], config.target,
+                           config.max_steps, config.eval_gap)  # fmt: skip
+
+
+def run_sweep(
+    config: SweepConfig, echo: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every (batch, seed) run, ``config.jobs`` at once (each in its own process when more than
+    one): the results' entries, the curve rows and the noise rows, in (seed, batch) order."""
+    tasks = [(seed, k) for seed in range(config.seeds) for k in config.multiples]
+    results: dict[tuple[int, int], Any] = {}
+
+    def done(task: tuple[int, int], r: Any) -> None:
+        results[task] = r
+        echo(f"{config.workload} batch {r.batch} seed {r.seed}: {r.steps_to_target or 'not reached'} steps"
+             f" ({r.mean_step_s * 1e3:.1f} ms a step)")  # fmt: skip
+
+    if config.jobs == 1:
+        for task in tasks:
+            done(task, run_point(config, *task))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # spawn: a fresh interpreter per worker, not a fork of one that may hold torch's threads
+        with ProcessPoolExecutor(config.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(run_point, config, *task): task for task in tasks}
+            for future in as_completed(futures):
+                done(futures[future], future.result())
     points, curve, noise = [], [], []
-    for seed in range(config.seeds):
-        data = workload.load(seed, torch.device("cpu"))
-        for k in config.multiples:
-            batch = k * config.base_batch
-            lr = scaled_lr(config.lr, batch, config.base_batch, config.lr_scaling)
-            r = train_to_target(workload, data, seed, batch, lr, OPTIMIZERS[config.optimizer], config.target,
-                                config.max_steps, config.eval_gap)  # fmt: skip
-            points.append(point_entry(r, r.noise))
-            curve += [{"batch": batch, "seed": seed, **row} for row in r.curve]
-            noise += [{"batch": batch, "seed": seed, **row} for row in r.noise]
-            echo(f"{config.workload} batch {batch} seed {seed}: {r.steps_to_target or 'not reached'} steps"
-                 f" ({r.mean_step_s * 1e3:.1f} ms a step)")  # fmt: skip
+    for task in tasks:
+        r = results[task]
+        points.append(point_entry(r, r.noise))
+        curve += [{"batch": r.batch, "seed": r.seed, **row} for row in r.curve]
+        noise += [{"batch": r.batch, "seed": r.seed, **row} for row in r.noise]
     return points, curve, noise
 
 
@@ -113,12 +141,14 @@ def write_results(config: SweepConfig, points: list[dict[str, Any]], curve: list
     from hetsim.core.files import atomic_folder, write_json
     from hetsim.core.provenance import provenance
     from validation.batch_sweep_plot import plot
+    from validation.batch_sweep_train import MOMENTUM
 
     data = {
         "provenance": provenance(), "workload": config.workload, "base_batch": config.base_batch,
-        "batches": [k * config.base_batch for k in config.multiples], "optimizer": config.optimizer, "lr": config.lr,
+        "batches": [k * config.base_batch for k in config.multiples], "optimizer": config.optimizer,
+        "momentum": MOMENTUM if config.optimizer == "sgd" else None, "lr": config.lr,
         "lr_scaling": config.lr_scaling, "seeds": config.seeds, "target_accuracy": config.target,
-        "max_steps": config.max_steps, "points": points,
+        "max_steps": config.max_steps, "jobs": config.jobs, "points": points,
     }  # fmt: skip
     with atomic_folder(config.out, "--out") as tmp:
         write_json(tmp / "results.json", data)

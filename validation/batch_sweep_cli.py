@@ -42,6 +42,9 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 at every batch")
     parser.add_argument("--target", type=float, default=None, metavar="ACC", help="held-out accuracy to reach")
     parser.add_argument("--quick", action="store_true", help="fewer steps at most per run")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs at once, one process and one core each (default 1: the recorded times have the "
+                             "machine to themselves; the steps to the target do not depend on it)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="results folder")
 
 
