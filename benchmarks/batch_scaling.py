@@ -14,7 +14,9 @@ noise never predicts itself):
 * ``schedule``: the measured noise scale over progress (its shape over the base runs), one run's
   information, no other batch;
 * ``fit_1x_2x``: ``hetsim.model.efficiency_fit.fit`` on the base and 2x runs (target steps and noise
-  scale free; its 2x predictions are of a batch it was fitted on, reported apart).
+  scale free; its 2x predictions are of a batch it was fitted on, reported apart);
+* ``same_batch``: not a model but the noise floor, the median of the other seeds' measured steps
+  at the run's own batch.
 
 Prints one JSON object: per model and workload, every prediction's relative error
 ``(predicted - measured) / measured``, and the mean, median and p90 of ``|error|``, overall and
@@ -63,17 +65,22 @@ def models(train: Sweep) -> dict[str, Efficiency]:
 
 
 def predictions(sweep: Sweep) -> dict[str, list[dict[str, Any]]]:
-    """Every model's prediction of every run at 2x, 4x, 8x, leaving the run's seed out of the fit."""
-    out: dict[str, list[dict[str, Any]]] = {"plain": [], "schedule": [], "fit_1x_2x": []}
+    """Every model's prediction of every run at 2x, 4x, 8x, leaving the run's seed out of the fit;
+    and the noise floor, ``same_batch``: the median of the other seeds' steps at the run's own batch
+    (what no model of the batch can beat, one run being one draw of the seed-to-seed scatter)."""
+    out: dict[str, list[dict[str, Any]]] = {"plain": [], "schedule": [], "fit_1x_2x": [], "same_batch": []}
     for seed in sorted({p.seed for p in sweep.points}):
         train = replace(sweep, points=tuple(p for p in sweep.points if p.seed != seed))
         fitted = models(train)
         for point in reached(sweep, [k * sweep.base_batch for k in MULTIPLES[1:]]):
             if point.seed != seed:
                 continue
-            for name, eff in fitted.items():
-                predicted = eff.steps_to_target(point.batch)
-                measured = float(point.steps or 0)
+            measured = float(point.steps or 0)
+            guesses = {name: eff.steps_to_target(point.batch) for name, eff in fitted.items()}
+            others = [float(p.steps or 0) for p in reached(train, [point.batch])]
+            if others:
+                guesses["same_batch"] = float(np.median(others))
+            for name, predicted in guesses.items():
                 out[name].append({"batch": point.batch, "multiple": point.batch // sweep.base_batch, "seed": seed,
                                   "measured": measured, "predicted": predicted,
                                   "error": (predicted - measured) / measured})  # fmt: skip
