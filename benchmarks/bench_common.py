@@ -12,10 +12,15 @@ Run a benchmark from the repository root as ``python benchmarks/NAME.py``: its f
 
 from __future__ import annotations
 
+import os
+import shutil
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 MAX_ROUNDS = 100  # time_rounds: at most this many rounds where more fit in its budget
 
@@ -105,3 +110,22 @@ def time_rounds(
             spent += elapsed
         r += 1
     return out
+
+
+def validation_run(out: Path, argv: Sequence[str], cwd: Path) -> None:
+    """``python -m validation run ARGV --out OUT`` (one OpenMP thread a rank), unless ``out``
+    already holds a complete run (:func:`validation.matrix.is_complete`): a rerun of a benchmark
+    resumes, and an unfinished folder of an interrupted one is run again. A failed run ends the
+    benchmark with the run's last line."""
+    from validation.matrix import is_complete  # only the benchmarks that run validation need it
+
+    if is_complete(out):
+        return
+    if out.exists():
+        print(f"{out}: unfinished, running it again", file=sys.stderr)
+        shutil.rmtree(out)
+    command = [sys.executable, "-m", "validation", "run", *argv, "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"run {out} failed: {done.stderr.strip().splitlines()[-1:]}")

@@ -57,8 +57,9 @@ def later_uses(trace: pd.DataFrame) -> dict[int, list[float]]:
     every use above 1.2x now and then."""
     out: dict[int, list[float]] = {k: [] for k in range(MIN_ROWS)}
     for policy, _, _, _, compute in size_uses(trace):
-        if policy != "probe":
-            for k, ratio in enumerate(compute[:MIN_ROWS] / np.median(compute)):
+        median = float(np.median(compute))
+        if policy != "probe" and median > 0:  # as first_uses: a size that took no time has no ratio
+            for k, ratio in enumerate(compute[:MIN_ROWS] / median):
                 out[k].append(float(ratio))
     return out
 

@@ -23,14 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_common import stats, validation_run
 
 ROOT = Path(__file__).resolve().parent.parent
 LADDER = (1, 2, 4, 8)
@@ -38,23 +36,10 @@ LADDER = (1, 2, 4, 8)
 
 def run_once(out: Path, common: list[str], policies: str, batch: int, lr: float, extra: list[str]) -> dict[str, Any]:
     """One real run into ``out`` (reused when it finished before); its summary's policies by name."""
-    summary = out / "summary.json"
-    meta = out / "meta.json"
-    if not (meta.is_file() and json.loads(meta.read_text(encoding="utf-8")).get("status") == "complete"):
-        shutil.rmtree(out, ignore_errors=True)
-        command = [sys.executable, "-m", "validation", "run", *common, "--policies", policies,
-                   "--global-batch", str(batch), "--lr", f"{lr:.6g}", "--out", str(out), *extra]  # fmt: skip
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise SystemExit(f"run {out} failed: {done.stderr.strip().splitlines()[-1:]}")
-    entries = json.loads(summary.read_text(encoding="utf-8"))["policies"]
+    validation_run(out, [*common, "--policies", policies, "--global-batch", str(batch), "--lr", f"{lr:.6g}", *extra],
+                   ROOT)  # fmt: skip
+    entries = json.loads((out / "summary.json").read_text(encoding="utf-8"))["policies"]
     return {e["policy"]: e for e in entries}
-
-
-def stats(values: list[float]) -> dict[str, float]:
-    a = np.asarray(values, dtype=float)
-    return {"mean": float(a.mean()), "median": float(np.median(a)), "p90": float(np.percentile(a, 90))}
 
 
 def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:

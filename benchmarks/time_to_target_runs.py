@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_common import stats, validation_run
 
 from validation.compare import calibrate_run, load_run
 from validation.time_to_target import predict_time_to_target
@@ -36,24 +34,9 @@ POLICIES = "equal,dynamic,dynamic-enhanced,adaptive,goodput"
 
 def run_once(args: argparse.Namespace, seed: int, out: Path) -> None:
     """One real run into ``out`` (skipped when ``out`` holds a finished one)."""
-    meta = out / "meta.json"
-    if meta.is_file() and json.loads(meta.read_text(encoding="utf-8")).get("status") == "finished":
-        return
-    if out.exists():  # an unfinished repeat of an earlier, interrupted run of this script: again
-        print(f"{out}: unfinished, running it again", file=sys.stderr)
-        shutil.rmtree(out)
-    command = [sys.executable, "-m", "validation", "run", "--workload", args.workload, "--epochs", str(args.epochs),
-               "--policies", args.policies, "--noise-scale", "--target-accuracy", str(args.target),
-               "--seed", str(seed), "--out", str(out), *args.extra]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"run {out} failed: {done.stderr.strip().splitlines()[-1:]}")
-
-
-def summarise(errors: list[float]) -> dict[str, float]:
-    values = np.abs(np.asarray(errors, dtype=float))
-    return {"mean": float(values.mean()), "median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
+    validation_run(out, ["--workload", args.workload, "--epochs", str(args.epochs), "--policies", args.policies,
+                         "--noise-scale", "--target-accuracy", str(args.target), "--seed", str(seed), *args.extra],
+                   ROOT)  # fmt: skip
 
 
 def main() -> None:
@@ -83,7 +66,7 @@ def main() -> None:
         "workload": args.workload,
         "repeats": repeats,
         "per_repeat_median": [r["median_abs_error"] for r in repeats],
-        "pooled_abs_error": summarise(pooled) if pooled else None,
+        "pooled_abs_error": stats(abs(e) for e in pooled) if pooled else None,
         "predictions": len(pooled),
     }
     print(json.dumps(result, indent=2))
