@@ -92,6 +92,7 @@ class LocalExecutor:
     def __init__(self, jobs: int) -> None:
         self.jobs = jobs
         self.description = f"{jobs} local process{'es' if jobs > 1 else ''}"
+        self._pool: ProcessPoolExecutor | None = None
 
     def run(self, spec: SweepSpec, cells: Iterable[Cell]) -> Iterator[tuple[Cell, list[dict[str, Any]]]]:
         cells = list(cells)
@@ -99,7 +100,7 @@ class LocalExecutor:
             for cell in cells:
                 yield run_cell(spec, cell)
             return
-        pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=_ignore_interrupts)
+        self._pool = pool = ProcessPoolExecutor(max_workers=self.jobs, initializer=_ignore_interrupts)
         try:
             pending = {pool.submit(run_cell, spec, cell) for cell in cells}
             while pending:
@@ -107,14 +108,22 @@ class LocalExecutor:
                 for future in done:
                     yield future.result()
         except BaseException:  # interrupted, or a cell failed: stop the cells in flight too
-            pool.shutdown(wait=False, cancel_futures=True)
-            for child in multiprocessing.active_children():
-                child.terminate()
+            self.close()
             raise
         pool.shutdown()
+        self._pool = None
 
     def close(self) -> None:
-        pass
+        """Stop the cells in flight and drop the rest, if a pool is still running. The command
+        calls this whatever ended the sweep: an interrupt that lands in the caller, between two
+        cells, never reaches :meth:`run`'s handler, and the interpreter's exit would otherwise
+        wait for every queued cell."""
+        if self._pool is None:
+            return
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = None
+        for child in multiprocessing.active_children():
+            child.terminate()
 
 
 class DaskExecutor:
