@@ -58,7 +58,8 @@ lint: install
 #    another test's processes would eat into (a stopped rank named within heartbeat.STALE_S + 5 s,
 #    a signalled sweep gone within 10 s, the processes gone within 2 s of a killed launcher, a
 #    new batch size's one-off cost outside the step, time to target within 30% of its prediction,
-#    the neighbour's duty cycle, a profile's time budget). A test whose bound holds with a wide
+#    the neighbour's duty cycle, a profile's time budget, the real-run notebooks' predictions
+#    against their measured times). A test whose bound holds with a wide
 #    margin beside other tests' load stays on lane 1 (its marks say why).
 # Lint (the lint target's commands) runs beside lane 1, its output held until lane 1 ends: mypy
 # on a clean clone takes about 35 s of one core, which lane 1's waiting ranks leave idle now and

@@ -126,11 +126,13 @@ def test_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     _execute(name, tmp_path, monkeypatch)
 
 
-# Not serial: their checks on measured against predicted times are loose (median |error| under
-# 0.5; the time-to-target error within 0.2 of the step error, which load moves together), and held
-# when these ran beside a load of 9-11 on the 2 cores.
+# Serial: their checks hold measured times to predicted ones (median |error| under 0.5), and a
+# prediction rests on a probe taken minutes before the runs. Beside the other lane, the load
+# changes between the two: in 2 of 3 clean-clone runs on lane 1 one of them failed (notebook 4's
+# predictions 1.85-2.47x its measured times, its probe taken under load and its runs not).
 @pytest.mark.slow
 @pytest.mark.multiprocess
+@pytest.mark.serial
 @pytest.mark.parametrize("name", REAL_RUNS)
 def test_real_run_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torch")
