@@ -128,7 +128,7 @@ def test_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 # Serial: their checks hold measured times to predicted ones (median |error| under 0.5), and a
 # prediction rests on a probe taken minutes before the runs. Beside the other lane, the load
-# changes between the two: in 2 of 3 clean-clone runs on lane 1 one of them failed (notebook 4's
+# changes between the two: in 2 of 4 clean-clone runs on lane 1 one of them failed (notebook 4's
 # predictions 1.85-2.47x its measured times, its probe taken under load and its runs not).
 @pytest.mark.slow
 @pytest.mark.multiprocess
