@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 from dataclasses import replace
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_common import stats
 
 from hetsim.calibrate.efficiency_runs import Sweep, fitted_model, load_sweeps, plain_model, reached
 from hetsim.model.efficiency import Efficiency
@@ -42,16 +44,11 @@ WORKLOADS = ("digits-cnn", "transformer")
 MULTIPLES = (1, 2, 4, 8)
 
 
-def stats(errors: list[float]) -> dict[str, float | int]:
-    a = np.abs(np.asarray(errors, dtype=float))
-    if a.size == 0:
-        return {"n": 0, "mean": float("nan"), "median": float("nan"), "p90": float("nan")}
-    return {
-        "n": int(a.size),
-        "mean": float(a.mean()),
-        "median": float(np.median(a)),
-        "p90": float(np.percentile(a, 90)),
-    }
+def error_stats(errors: list[float]) -> dict[str, float | int]:
+    """How many ``errors``, and the mean, median and p90 of their absolute values (nan when none)."""
+    if not errors:
+        return {"n": 0, "mean": math.nan, "median": math.nan, "p90": math.nan}
+    return {"n": len(errors), **stats(abs(e) for e in errors)}
 
 
 def models(train: Sweep) -> dict[str, Efficiency]:
@@ -117,12 +114,12 @@ def main() -> None:
         for name, rows in predictions(sweep).items():
             entry = result["models"].setdefault(name, {})
             far = [r["error"] for r in rows if r["multiple"] >= 4]
-            entry[workload] = {"predictions": rows, "all": stats([r["error"] for r in rows]),
-                               "extrapolated_4x_8x": stats(far)}  # fmt: skip
+            entry[workload] = {"predictions": rows, "all": error_stats([r["error"] for r in rows]),
+                               "extrapolated_4x_8x": error_stats(far)}  # fmt: skip
             pooled.setdefault(name, []).extend(rows)
         result.setdefault("not_reached", {})[workload] = unreached
-    result["pooled"] = {name: {"all": stats([r["error"] for r in rows]),
-                               "extrapolated_4x_8x": stats([r["error"] for r in rows if r["multiple"] >= 4])}
+    result["pooled"] = {name: {"all": error_stats([r["error"] for r in rows]),
+                               "extrapolated_4x_8x": error_stats([r["error"] for r in rows if r["multiple"] >= 4])}
                         for name, rows in pooled.items()}  # fmt: skip
     print(json.dumps(result, indent=2))
 
