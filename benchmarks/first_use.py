@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from bench_common import stats
 
-from validation.trace_check import MIN_ROWS, first_uses, size_uses
+from validation.trace_check import MIN_ROWS, first_uses, use_ratios
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,15 +51,14 @@ def ratios(trace: pd.DataFrame) -> tuple[list[float], dict[str, float]]:
 
 
 def later_uses(trace: pd.DataFrame) -> dict[int, list[float]]:
-    """Per use k (0 = the first) of every size :func:`validation.trace_check.size_uses` judges (the
-    probe left out), its compute over that size's median: the noise floor against which a first
-    use is judged. A one-off cost shows as use 0 above uses 1, 2, ...; step-to-step noise puts
-    every use above 1.2x now and then."""
+    """Per use k (0 = the first) of every size :func:`validation.trace_check.use_ratios` judges
+    (the probe left out), its compute over that size's median: the noise floor against which a
+    first use is judged. A one-off cost shows as use 0 above uses 1, 2, ...; step-to-step noise
+    puts every use above 1.2x now and then."""
     out: dict[int, list[float]] = {k: [] for k in range(MIN_ROWS)}
-    for policy, _, _, _, compute in size_uses(trace):
-        median = float(np.median(compute))
-        if policy != "probe" and median > 0:  # as first_uses: a size that took no time has no ratio
-            for k, ratio in enumerate(compute[:MIN_ROWS] / median):
+    for policy, _, _, _, ratios, _ in use_ratios(trace):
+        if policy != "probe":
+            for k, ratio in enumerate(ratios[:MIN_ROWS]):
                 out[k].append(float(ratio))
     return out
 

@@ -9,8 +9,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from hetsim.model.efficiency import LR_RULES, OPTIMIZERS
 from tests.refusals import check_refused
+from validation.batch_sweep_cli import LR_RULE_NAMES, OPTIMIZER_NAMES
 from validation.batch_sweep_train import EVAL_SPACING, next_eval, scaled_lr
+from validation.batch_sweep_train import OPTIMIZERS as TRAIN_OPTIMIZERS
 from validation.cli import main
 
 
@@ -18,6 +21,10 @@ def test_the_learning_rate_rules_and_the_evaluation_grid() -> None:
     assert scaled_lr(0.1, 64, 16, "sqrt") == pytest.approx(0.2)
     assert scaled_lr(0.1, 64, 16, "linear") == pytest.approx(0.4)
     assert scaled_lr(0.1, 64, 16, "none") == 0.1
+    # the names the command line offers are those the efficiency table accepts and the loop trains with
+    assert LR_RULE_NAMES == LR_RULES and OPTIMIZER_NAMES == OPTIMIZERS == tuple(TRAIN_OPTIMIZERS)
+    for rule in LR_RULES:
+        assert scaled_lr(0.1, 16, 16, rule) == 0.1  # every rule leaves the base batch's rate alone
     step = 1
     while step < 5000:  # every gap between evaluations is within 5% of the steps so far (or one step)
         following = next_eval(step)

@@ -14,7 +14,7 @@ import torch
 from hetsim.model.trace import write_trace_table
 from validation import gpu_check
 from validation.cli import main as cli_main
-from validation.trace_check import check_folder, first_use_spikes, memory_growth, negative_times
+from validation.trace_check import check_folder, first_use_spikes, memory_growth, negative_times, use_ratios
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,6 +81,14 @@ def test_every_policys_first_step_is_judged_on_its_own():
 def test_sizes_with_too_few_rows_and_idle_ranks_are_not_judged():
     rows = [("equal", 0, 0, 8, 0.05), ("equal", 1, 0, 8, 0.005), ("equal", 0, 1, 0, 0.0), ("equal", 1, 1, 0, 0.0)]
     assert first_use_spikes(trace(rows)) == []
+
+
+def test_each_use_is_over_its_sizes_median_and_a_size_that_took_no_time_has_none():
+    timed = [("equal", k, 0, 64, t) for k, t in enumerate((0.008, 0.004, 0.005, 0.006))]  # median 0.0055
+    untimed = [("equal", k, 1, 64, 0.0) for k in range(4)]  # a rank whose clock read 0 every time
+    ((policy, worker, batch, steps, ratios, median),) = use_ratios(trace(timed + untimed))
+    assert (policy, worker, batch, steps.tolist(), median) == ("equal", 0, 64, [0, 1, 2, 3], 0.0055)
+    assert ratios.tolist() == [0.008 / 0.0055, 0.004 / 0.0055, 0.005 / 0.0055, 0.006 / 0.0055]
 
 
 def test_memory_that_grows_is_flagged_and_flat_memory_is_not():

@@ -21,6 +21,11 @@ class Defaults(NamedTuple):
     eval_gap: int  # the fewest steps between held-out evaluations (an evaluation can cost tens of steps)
 
 
+# hetsim.model.efficiency's OPTIMIZERS and LR_RULES (and the keys of batch_sweep_train.OPTIMIZERS),
+# written out so that adding the options imports neither numpy nor torch; a test keeps them equal.
+OPTIMIZER_NAMES = ("sgd", "adam")
+LR_RULE_NAMES = ("sqrt", "linear", "none")
+
 # The transformer trains with Adam: under SGD (momentum 0.9) it sits at the most frequent byte's
 # accuracy for hundreds of steps and its larger batches diverge at any learning rate that moves it.
 DEFAULTS = {
@@ -35,10 +40,10 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--workload", default="digits-cnn", choices=sorted(DEFAULTS))
     parser.add_argument("--batches", default="1,2,4,8", metavar="K,...", help="multiples of the base batch")
     parser.add_argument("--base-batch", type=int, default=None, help="the base global batch (default per workload)")
-    parser.add_argument("--optimizer", default=None, choices=("sgd", "adam"),
+    parser.add_argument("--optimizer", default=None, choices=OPTIMIZER_NAMES,
                         help="SGD (momentum 0.9) or Adam (default: digits-cnn sgd, transformer adam)")  # fmt: skip
     parser.add_argument("--lr", type=float, default=None, help="learning rate at the base batch (default per workload)")
-    parser.add_argument("--lr-scaling", default="sqrt", choices=("sqrt", "linear", "none"))
+    parser.add_argument("--lr-scaling", default="sqrt", choices=LR_RULE_NAMES)
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 at every batch")
     parser.add_argument("--target", type=float, default=None, metavar="ACC", help="held-out accuracy to reach")
     parser.add_argument("--quick", action="store_true", help="fewer steps at most per run")

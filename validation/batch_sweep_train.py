@@ -34,7 +34,6 @@ from validation.sharding import epoch_permutation
 from validation.workloads.base import Dataset, Workload
 
 EVAL_SPACING = 0.04  # the next evaluation is at most this fraction of the steps so far after the last
-LR_RULES = ("sqrt", "linear", "none")
 MOMENTUM = 0.9  # SGD's, as in validation run
 
 MakeOptimizer = Callable[[Iterable[torch.nn.Parameter], float], torch.optim.Optimizer]

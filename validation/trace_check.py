@@ -81,16 +81,21 @@ def size_uses(trace: pd.DataFrame) -> Iterator[tuple[str, int, int, np.ndarray, 
             yield str(policy), int(worker), int(batch), ordered["step"].to_numpy(), ordered["compute_s"].to_numpy()
 
 
-def first_uses(trace: pd.DataFrame) -> list[FirstUse]:
-    """Every size of :func:`size_uses` with a positive median: its first row's compute over the
-    median of its rows. Every trace segment starts at step 0, so a policy's first step is the
-    first use of its sizes in its segment."""
-    out = []
+def use_ratios(trace: pd.DataFrame) -> Iterator[tuple[str, int, int, np.ndarray, np.ndarray, float]]:
+    """Every size of :func:`size_uses` with a positive median (a size that took no time has no
+    ratio): ``(policy, worker, batch, steps, each use's compute over the median, the median)``."""
     for policy, worker, batch, steps, compute in size_uses(trace):
         median = float(np.median(compute))
         if median > 0:
-            out.append(FirstUse(policy, worker, batch, int(steps[0]), float(compute[0]) / median, median))
-    return out
+            yield policy, worker, batch, steps, compute / median, median
+
+
+def first_uses(trace: pd.DataFrame) -> list[FirstUse]:
+    """Every size of :func:`use_ratios`: its first row's compute over the median of its rows.
+    Every trace segment starts at step 0, so a policy's first step is the first use of its sizes
+    in its segment."""
+    return [FirstUse(policy, worker, batch, int(steps[0]), float(ratios[0]), median)
+            for policy, worker, batch, steps, ratios, median in use_ratios(trace)]  # fmt: skip
 
 
 def first_use_spikes(trace: pd.DataFrame, ratio: float = FIRST_USE_RATIO) -> list[str]:

@@ -23,7 +23,7 @@ import numpy as np
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param, typename
-from hetsim.model.efficiency import LR_RULES, Efficiency
+from hetsim.model.efficiency import LR_RULES, OPTIMIZERS, Efficiency
 from hetsim.model.efficiency_fit import Fit, Shape, fit
 
 RESULTS = "results.json"
@@ -83,7 +83,7 @@ def load_sweeps(paths: Sequence[Path]) -> Sweep:
             Param(f"{file}:lr_scaling", "choice", choices=LR_RULES).check(data.get("lr_scaling")),
             float(Param(f"{file}:target_accuracy").check(data.get("target_accuracy"))),
             tuple(_point(e, f"{file}:points.{i}") for i, e in enumerate(data["points"])),
-            str(Param(f"{file}:optimizer", "choice", choices=("sgd", "adam")).check(data.get("optimizer", "sgd"))),
+            str(Param(f"{file}:optimizer", "choice", choices=OPTIMIZERS).check(data.get("optimizer", "sgd"))),
         ))  # fmt: skip
     first = sweeps[0]
     for other, path in zip(sweeps[1:], paths[1:]):

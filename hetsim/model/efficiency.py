@@ -60,6 +60,7 @@ from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param
 
 LR_RULES = ("sqrt", "linear", "none")  # how a trainer scales its learning rate with the batch
+OPTIMIZERS = ("sgd", "adam")  # the optimizers a fitted table may come from (validation batch-sweep trains with them)
 
 EFFICIENCY_PARAMS = (
     Param("noise_scale", default=None, low=0.0, low_open=True,
