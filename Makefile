@@ -39,9 +39,9 @@ install: $(STAMP)
 run: install
 	$(PY) -m hetsim sweep
 
-# lint: ruff (rules and their reasons in pyproject.toml) and mypy (hetsim, validation,
-# benchmarks); either finding anything fails the target, and so make test.
-LINT = $(VENV)/bin/ruff check . && $(VENV)/bin/mypy
+# lint: ruff (rules and their reasons in pyproject.toml; the format too) and mypy (hetsim,
+# validation, benchmarks); any of them finding anything fails the target, and so make test.
+LINT = $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check --quiet . && $(VENV)/bin/mypy
 lint: install
 	$(LINT)
 

@@ -70,5 +70,5 @@ class Lomax(Distribution):
     def expected_max_of_two(self) -> float:
         """E[max(D1, D2)] of two independent delays: ``int_0^inf 1 - F(t)^2 dt =
         2 lam/(a-1) - lam/(2a-1)``. Not part of the interface: the exact answer that
-docs/guide/extending.md and the tests hold ``analyze`` to."""
+        docs/guide/extending.md and the tests hold ``analyze`` to."""
         return 2.0 * self.scale / (self.shape - 1.0) - self.scale / (2.0 * self.shape - 1.0)
