@@ -35,6 +35,7 @@ from validation.profile_grid import (
     coarse_grid,
     interpolate,
     median_ci,
+    next_fill,
     run_grid,
 )
 
@@ -140,6 +141,40 @@ def test_refinement_stops_at_the_noise_tolerance():
     tight, _ = grid_on(curve, 1, 1024, 1e9, tolerance_rel=0.01)
     assert sorted(loose.points) == sorted(coarse_grid(1, 1024, 5))
     assert len(tight.points) > len(loose.points) + 3
+
+
+def test_the_rest_of_the_budget_goes_round_robin_within_the_cap_and_the_deadline():
+    samples = {1: [1.0] * 14, 8: [2.0] * 7, 64: [3.0, 3.3] * 4}
+    assert next_fill(samples, 70, lambda b: True) == 8  # the fewest samples first
+    samples[8].append(2.0)  # 8 and 64 now have 8 each: the wider interval (64's) first
+    assert next_fill(samples, 70, lambda b: True) == 64
+    assert next_fill(samples, 70, lambda b: b != 64) == 8  # a chunk that would overrun the deadline waits
+    assert next_fill(samples, 8, lambda b: True) is None and next_fill(samples, 70, lambda b: False) is None
+
+
+def test_a_drifting_machine_measured_round_robin_keeps_a_straight_line_straight():
+    """A straight line measured on a machine that slows by a third over the budget: the grid's
+    one chunk of each batch, then the rest of the budget by :func:`next_fill`. Chunks round robin
+    give every batch the same mix of the machine's states; the same samples in one burst per
+    batch put the drift between the batches, as bends the line does not have."""
+    line = {b: 0.001 + 1e-4 * b for b in coarse_grid(1, 256, 5)}
+    chunk, cap = 7, 70
+    total = cap * len(line)
+    samples: dict[int, list[float]] = {}
+    order: list[int] = []
+
+    def take(b: int) -> None:
+        samples.setdefault(b, []).extend(line[b] * (1 + (len(order) + k) / (3 * total)) for k in range(chunk))
+        order.extend([b] * chunk)
+
+    for b in line:
+        take(b)
+    while (b := next_fill(samples, cap, lambda b: True)) is not None:
+        take(b)
+    assert len(order) == total and all(len(s) == cap for s in samples.values())
+    robin = bends({b: float(np.median(s)) for b, s in samples.items()})
+    burst = bends({b: line[b] * (1 + (k + 0.5) / (3 * len(line))) for k, b in enumerate(line)})
+    assert max(robin.values()) < 0.02 < 0.05 < max(burst.values())
 
 
 def test_a_budget_for_one_batch_is_refused_before_the_second():

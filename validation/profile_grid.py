@@ -23,6 +23,12 @@ times the step time predicted at the new batch (interpolated from what is known,
 estimates included). When the first two batches cannot both be measured within it,
 :class:`BudgetTooSmall` says so before anything else is spent.
 
+**The rest of the budget.** :func:`next_fill` spends it on more repeats, a chunk at a time, to
+the measured batch with the fewest samples (round robin): a CPU's step time drifts over
+seconds (its frequency, a neighbour's load, the host's), so samples taken in one burst per batch
+would put that drift between the batches, as a bend the curve does not have; spread evenly over
+the budget, every batch sees the same mix of the machine's states.
+
 **Summaries.** :func:`median_ci`: the sample median and a distribution-free confidence interval
 for the median from order statistics (the binomial, no normality assumed; step times are
 skewed).
@@ -172,6 +178,16 @@ def run_grid(
         planner.record(batch, time_s)
         spent += took_s
         stepped += time_s
+
+
+def next_fill(samples: Mapping[int, Sequence[float]], cap: int, fits: Callable[[int], bool]) -> int | None:
+    """The batch to give the next chunk of repeats: of those with fewer than ``cap`` samples whose
+    chunk ``fits`` in what is left of the budget, the one with the fewest samples (ties: the widest
+    confidence interval, then the smallest batch); None when there is none."""
+    open_ = [b for b, s in samples.items() if len(s) < cap and fits(b)]
+    if not open_:
+        return None
+    return min(open_, key=lambda b: (len(samples[b]), -spread_rel(samples[b]), b))
 
 
 def median_ci(samples: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:

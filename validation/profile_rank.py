@@ -6,8 +6,8 @@ A rank, in order: takes its threads and CPUs; joins the process group; finds the
 batch its device holds (:func:`~validation.profile_grid.back_off`; on a CPU that is its
 ``--max-batch``); waits for the others; measures its step-time curve on the adaptive grid
 (:func:`~validation.profile_grid.run_grid`) until the shared deadline, ``--budget-s`` after
-that common start, spending what the grid leaves on more repeats where the confidence interval
-is widest; waits for the others again; times the all-reduce at several sizes up to the
+that common start, spending what the grid leaves on more repeats, round robin over the batches
+measured; waits for the others again; times the all-reduce at several sizes up to the
 gradient's; and sends its results to rank 0, which writes ``FOLDER/result.json``.
 
 **All ranks at once.** The devices are profiled concurrently, each rank running its own grid
@@ -54,11 +54,11 @@ from validation.backend import (
 )
 from validation.placement import apply_placement, placement_in_effect
 from validation.profile_config import ProfileConfig
-from validation.profile_grid import BudgetTooSmall, DoesNotFit, GridPlanner, back_off, run_grid, spread_rel
+from validation.profile_grid import BudgetTooSmall, DoesNotFit, GridPlanner, back_off, next_fill, run_grid, spread_rel
 from validation.profile_measure import LR, MOMENTUM, Stepper, allreduce_sizes, time_allreduce
 from validation.workloads import load_workload
 
-MAX_SAMPLES_FACTOR = 10  # extra repeats stop at this many times --repeats per batch
+MAX_SAMPLES_FACTOR = 100  # extra repeats stop at this many times --repeats per batch (bounds profile.csv)
 SLACK = 1.2  # a measurement is predicted to take this much more than its steps
 
 
@@ -138,15 +138,14 @@ class Rank:
         return statistics.median(self.samples[batch]), time.perf_counter() - t0
 
     def fill(self, stepper: Stepper, planner: GridPlanner, deadline: float) -> None:
-        """Until the deadline: more repeats (after one warm-up step) where the CI is widest."""
+        """Until the deadline: more repeats (after one warm-up step), round robin over the batches
+        measured (:func:`~validation.profile_grid.next_fill`)."""
         repeats = self.config.repeats
-        while True:
-            open_ = [b for b, s in self.samples.items() if len(s) < MAX_SAMPLES_FACTOR * repeats]
-            if not open_:
-                return
-            batch = max(open_, key=lambda b: (spread_rel(self.samples[b]), -len(self.samples[b])))
-            if time.perf_counter() + SLACK * (1 + repeats) * statistics.median(self.samples[batch]) > deadline:
-                return
+
+        def fits(batch: int) -> bool:
+            return time.perf_counter() + SLACK * (1 + repeats) * statistics.median(self.samples[batch]) <= deadline
+
+        while (batch := next_fill(self.samples, MAX_SAMPLES_FACTOR * repeats, fits)) is not None:
             self.samples[batch] += stepper.measure(batch, 1, repeats)
             planner.record(batch, statistics.median(self.samples[batch]))
 
