@@ -59,8 +59,8 @@ lint: install
 #    a signalled sweep gone within 10 s, the processes gone within 2 s of a killed launcher, a
 #    new batch size's one-off cost outside the step, time to target within 30% of its prediction,
 #    the neighbour's duty cycle, a profile's time budget, the real-run notebooks' predictions
-#    against their measured times). A test whose bound holds with a wide
-#    margin beside other tests' load stays on lane 1 (its marks say why).
+#    against their measured times, a profiler trace's slowest rank against the run's own). A test
+#    whose bound holds with a wide margin beside other tests' load stays on lane 1 (its marks say why).
 # Lint (the lint target's commands) runs beside lane 1, its output held until lane 1 ends: mypy
 # on a clean clone takes about 35 s of one core, which lane 1's waiting ranks leave idle now and
 # then. Either failing fails the target (the serial lane is then not run).
