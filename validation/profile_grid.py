@@ -183,11 +183,14 @@ def run_grid(
 def next_fill(samples: Mapping[int, Sequence[float]], cap: int, fits: Callable[[int], bool]) -> int | None:
     """The batch to give the next chunk of repeats: of those with fewer than ``cap`` samples whose
     chunk ``fits`` in what is left of the budget, the one with the fewest samples (ties: the widest
-    confidence interval, then the smallest batch); None when there is none."""
-    open_ = [b for b, s in samples.items() if len(s) < cap and fits(b)]
-    if not open_:
-        return None
-    return min(open_, key=lambda b: (len(samples[b]), -spread_rel(samples[b]), b))
+    confidence interval, then the smallest batch); None when there is none. Between two chunks of
+    steps: ``fits`` is asked, and intervals are computed, only as far as the order needs them."""
+    for count in sorted({len(s) for s in samples.values() if len(s) < cap}):
+        level = [b for b, s in samples.items() if len(s) == count]
+        for b in sorted(level, key=lambda b: (-spread_rel(samples[b]), b)):
+            if fits(b):
+                return b
+    return None
 
 
 def median_ci(samples: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
