@@ -142,7 +142,7 @@ def test_an_overhead_pushed_to_its_bound_leaves_the_slope_its_full_uncertainty()
     assert fit.se["overhead_s"] == pytest.approx(theory[0], rel=0.15)
 
 
-def test_a_forced_hinge_on_a_line_is_the_line_and_its_floor_unknown():
+def test_a_forced_hinge_on_a_line_leaves_its_floor_unknown():
     rng = np.random.default_rng(12)
     b = rng.choice([34, 35, 36, 37], size=2000).astype(float)  # all above the kink at 26
     y = (0.010 + 0.001 * b) * np.exp(0.15 * rng.standard_normal(b.size) - 0.15**2 / 2)

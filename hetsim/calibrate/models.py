@@ -147,7 +147,7 @@ def _affine(s: Sizes) -> Curve | None:
     return Curve("affine", np.array([overhead, slope])) if slope > 0 else None
 
 
-def _hinge_sse(s: Sizes, c: np.ndarray, through_origin: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def hinge_sse(s: Sizes, c: np.ndarray, through_origin: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each breakpoint in ``c``: (sse, floor, slope) of the best hinge bending there, inf
     where infeasible. ``through_origin``: the family with ``overhead_s = 0``, ``slope * max(c, b)``."""
     w, u, y = s.count, s.batch, s.mean
@@ -170,18 +170,23 @@ def _hinge_sse(s: Sizes, c: np.ndarray, through_origin: bool) -> tuple[np.ndarra
     return sse, floor, slope
 
 
-def _hinge(s: Sizes) -> Curve | None:
+def kink_grid(s: Sizes) -> np.ndarray:
+    """Breakpoints between the smallest and largest size, :data:`GRID_PER_GAP` in each gap."""
     u = s.batch
-    grid = np.concatenate([np.linspace(a, b, GRID_PER_GAP, endpoint=False) for a, b in zip(u[:-1], u[1:])])
+    return np.concatenate([np.linspace(a, b, GRID_PER_GAP, endpoint=False) for a, b in zip(u[:-1], u[1:])])
+
+
+def _hinge(s: Sizes) -> Curve | None:
+    grid = kink_grid(s)
     best: tuple[float, float, bool] | None = None  # (sse, breakpoint, through_origin)
     penalty = 1e3 * float((s.count * s.mean**2).sum())  # stands for "infeasible" in the 1-d search
 
     def sse_at(c: float, origin: bool) -> float:
-        value = float(_hinge_sse(s, np.array([c]), origin)[0][0])
+        value = float(hinge_sse(s, np.array([c]), origin)[0][0])
         return value if np.isfinite(value) else penalty
 
     for origin in (False, True):
-        sse = _hinge_sse(s, grid, origin)[0]
+        sse = hinge_sse(s, grid, origin)[0]
         i = int(np.argmin(sse))
         if np.isfinite(sse[i]):
             lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
@@ -192,7 +197,7 @@ def _hinge(s: Sizes) -> Curve | None:
     if best is None:
         return None
     _, c, origin = best
-    _, floor, slope = (float(a[0]) for a in _hinge_sse(s, np.array([c]), origin))
+    _, floor, slope = (float(a[0]) for a in hinge_sse(s, np.array([c]), origin))
     overhead = 0.0 if origin else max(floor - slope * c, 0.0)
     return Curve("hinge", np.array([floor, overhead, slope]))
 

@@ -23,6 +23,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from hetsim.calibrate.censored import CurveFit, fit_mle
+from hetsim.calibrate.hinge import KINK_P, hinge_starts, kink_shown, least_squares_kinks, likelihood_kinks, widened
 from hetsim.calibrate.lsq import fit_lsq
 from hetsim.calibrate.models import (
     MIN_SIZES,
@@ -37,7 +38,6 @@ from hetsim.calibrate.models import (
 from hetsim.core.errors import ConfigError
 
 MIN_COMPLETE = 2  # complete computes a worker's fit needs
-KINK_P = 0.01  # a hinge's kink is kept when the F test against a line has a p-value below this
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,7 @@ def _curve_fit(
             raise ConfigError("--model", f"worker {worker}: no {name} curve with a positive slope fits its times")
         return None
     if name == "hinge":
-        return _hinge_fit(worker, start, sizes, b, y, cut, line)
+        return _hinge_fit(worker, start, sizes, b, y, cut, line, forced=model == "hinge")
     found = _refine(start, b, y, cut)
     if name == "table" and np.any(np.diff(found.curve.values) < 0):  # cut rows can bend it: non-decreasing again
         weights = 1.0 / np.maximum(np.diag(found.cov), 1e-300)
@@ -241,56 +241,47 @@ def _curve_fit(
 
 
 def _hinge_fit(
-    worker: int, start: Curve, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np.ndarray, line: CurveFit
+    worker: int, start: Curve, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np.ndarray, line: CurveFit, forced: bool
 ) -> tuple[CurveFit, list[str]]:
-    """The hinge, or ``line`` (the affine fit) where the rows show no kink: by the F test of the
-    least-squares fits over the complete rows (:func:`kink_shown`), or where rows were cut by
-    the likelihood ratio of the censored fits (two parameters more: the floor and the kink)."""
+    """A hinge asked for (``forced``): the best hinge, with the errors of every kink the rows
+    allow (:func:`~hetsim.calibrate.hinge.widened`), said in a warning where the rows do not
+    show the kink. Under auto: the hinge where they show it, else ``line`` (the affine fit), its
+    floor fixed at the line's time at the smallest size (a bound). The kink is shown by the F
+    test of the least-squares fits over the complete rows
+    (:func:`~hetsim.calibrate.hinge.kink_shown`), or where rows were cut by the likelihood ratio
+    of the censored fits (two parameters more: the floor and the kink)."""
+    tries: list[CurveFit] = []
     if cut.any():  # the likelihood cannot move the kink past a batch size: try it on each side of every one
-        tries = [_refine(s, b, y, cut) for s in [start, *_hinge_starts(sizes)]]
+        tries = [_refine(s, b, y, cut) for s in [start, *hinge_starts(sizes)]]
         found = min(tries, key=lambda f: f.nll if np.isfinite(f.nll) else np.inf)
         p_value = float(stats.chi2.sf(max(2.0 * (line.nll - found.nll), 0.0), 2))
     else:
         found = _refine(start, b, y, cut)
         p_value = kink_shown(sizes, b, y, line.curve.values, start)
+    shown = f"worker {worker}: its times show no kink (a hinge is no better than a line, p = {p_value:.2g})"
+    if forced:
+        if cut.any():
+            kinks = likelihood_kinks(tries, line, _level(b, y, cut))
+        else:
+            kinks = least_squares_kinks(sizes, b, y, line)
+        note = (
+            f"{shown}; kept the hinge asked for, with the errors of every kink the rows allow (none where one "
+            "leaves a parameter unknown: the floor where a line fits, the slope where a flat curve does)"
+        )
+        return widened(found, kinks), [note] if p_value >= KINK_P else []
     if p_value < KINK_P:
         return found, []
     overhead, per_sample = (float(v) for v in line.curve.values)
     bent = Curve("hinge", np.array([overhead + per_sample * sizes.batch[0], overhead, per_sample]))
-    note = (
-        f"worker {worker}: its times show no kink (a hinge is no better than a line, p = {p_value:.2g}); fitted "
-        f"the line, with floor_s only known to be at most its time at batch {int(sizes.batch[0])}"
-    )
+    note = f"{shown}; fitted the line, with floor_s only known to be at most its time at batch {int(sizes.batch[0])}"
     return _refine(bent, b, y, cut, fixed=np.array([True, False, False])), [note]
 
 
-def kink_shown(sizes: Sizes, b: np.ndarray, y: np.ndarray, line: np.ndarray, hinge: Curve) -> float:
-    """The p-value of the F test of the least-squares ``hinge`` against the ``line`` over the
-    complete rows ``b``, ``y`` (two parameters more: the floor and where the kink is): 1 where
-    the line fits exactly, 0 (kept) where the hinge does or too few rows leave nothing to test."""
-    within = float(((y - sizes.mean[np.searchsorted(sizes.batch, b)]) ** 2).sum())
-    sse_line = within + float((sizes.count * (sizes.mean - line[0] - line[1] * sizes.batch) ** 2).sum())
-    sse_hinge = within + float((sizes.count * (sizes.mean - hinge.time_s(sizes.batch)) ** 2).sum())
-    dof = y.size - 4
-    if sse_line <= 0:
-        return 1.0
-    if dof < 1 or sse_hinge <= 0:
-        return 0.0
-    return float(stats.f.sf(max(sse_line - sse_hinge, 0.0) / 2 / (sse_hinge / dof), 2, dof))
-
-
-def _hinge_starts(sizes: Sizes) -> list[Curve]:
-    """A hinge bending after each size with two or more sizes above it: the flat part the mean
-    of the sizes below, the line least squares through those above."""
-    out = []
-    for i in range(1, sizes.batch.size - 1):
-        w, u, t = sizes.count[i:], sizes.batch[i:], sizes.mean[i:]
-        line = np.polyfit(u, t, 1, w=np.sqrt(w))
-        if line[0] <= 0:
-            continue
-        floor = float(np.average(sizes.mean[:i], weights=sizes.count[:i]))
-        out.append(Curve("hinge", np.array([floor, max(float(line[1]), 0.0), float(line[0])])))
-    return out
+def _level(b: np.ndarray, y: np.ndarray, cut: np.ndarray) -> CurveFit:
+    """A flat curve by maximum likelihood of complete and cut rows: an affine fit whose slope is
+    held at its least positive value."""
+    tiny = _bounds(Curve("affine", np.zeros(2)), b, y)[1][0]
+    return _refine(Curve("affine", np.array([float(y[~cut].mean()), tiny])), b, y, cut, fixed=np.array([False, True]))
 
 
 def worker_table(fits: Sequence[WorkerFit]) -> list[dict[str, Any]]:

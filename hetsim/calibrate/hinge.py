@@ -1,0 +1,154 @@
+"""Where a hinge's kink may lie, and the standard errors that follow (:func:`widened`).
+
+A hinge's own standard errors hold its kink where the fit put it: which rows lie on the flat
+part and which on the slope. Where the rows show the kink sharply, that is right. Where they do
+not, kinks elsewhere fit about as well, among them a kink below every row (the line: the floor
+unknown) and one above every row (flat: the slope unknown), and from seed to seed the estimate
+jumps between them: held at one kink, a bent curve's overhead landed dozens of its own errors
+from the truth. So each parameter's variance is its own plus the spread of its values over the
+kinks the rows allow (those the kink test would not tell from the best: their deviance below
+the chi-square quantile of :data:`KINK_P` with two degrees of freedom, the floor and where the
+kink lies), weighted by their likelihoods; a parameter that an allowed kink
+leaves unknown has no error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy import optimize, stats
+
+from hetsim.calibrate.censored import CurveFit
+from hetsim.calibrate.lsq import fit_lsq
+from hetsim.calibrate.models import Curve, Sizes, hinge_sse, kink_grid
+
+KINK_P = 0.01  # a kink is shown where the test against a line has a p-value below this
+ALLOWED = float(stats.chi2.isf(KINK_P, 2))  # the deviance over the best up to which a kink is allowed
+
+
+@dataclass(frozen=True)
+class Kink:
+    """One place for the kink: the hinge's (floor, overhead, per-sample) there (nan: unknown
+    there), their standard errors and its deviance over the best kink (chi-square units)."""
+
+    values: np.ndarray
+    se: Sequence[float | None]
+    deviance: float
+
+
+def widened(found: CurveFit, kinks: Sequence[Kink]) -> CurveFit:
+    """``found`` (the best hinge) with each parameter's variance its own plus the spread of the
+    allowed kinks' values about it, each kink weighted by its likelihood ``exp(-deviance / 2)``
+    (the law of total variance, each kink's own variance taken as the best one's: a kink that
+    leaves few rows on one side is allowed because it fits as well, not because its values
+    spread as far as its own errors say). None where an allowed kink leaves the parameter
+    unknown. Only the diagonal of the covariance is kept (a mixture's correlations are not its
+    members')."""
+    allowed = [k for k in kinks if k.deviance <= ALLOWED]
+    weight = np.array([math.exp(-k.deviance / 2) for k in allowed])
+    variance = np.array([math.inf if se is None else float(se) ** 2 for se in found.se()])
+    for w, kink in zip(weight / max(weight.sum(), 1e-300), allowed):
+        for j, (value, se) in enumerate(zip(kink.values, kink.se)):
+            far = se is None or not math.isfinite(value)
+            variance[j] += math.inf if far else w * (value - found.curve.values[j]) ** 2
+    known = np.isfinite(variance) & found.free
+    return replace(found, cov=np.diag(variance[known]), free=known)
+
+
+def least_squares_kinks(sizes: Sizes, b: np.ndarray, y: np.ndarray, line: CurveFit) -> list[Kink]:
+    """The best kink in each gap between two sizes (the same rows on each side: within a gap the
+    hinge's own errors already move its kink), the line and the flat curve, by least squares
+    over rows ``b``, ``y`` in step order (none cut). The deviance is the sum of squares over the
+    best one's, in units of the best one's residual variance; errors only where it is allowed."""
+    within = float(((y - sizes.mean[np.searchsorted(sizes.batch, b)]) ** 2).sum())
+    grid = kink_grid(sizes)
+    sse = hinge_sse(sizes, grid, through_origin=False)[0]
+    level = float(np.average(sizes.mean, weights=sizes.count))
+    overhead, per_sample = (float(v) for v in line.curve.values)
+    sse_line = float((sizes.count * (sizes.mean - overhead - per_sample * sizes.batch) ** 2).sum())
+    sse_flat = float((sizes.count * (sizes.mean - level) ** 2).sum())
+    unit = (within + min(float(sse.min()), sse_line, sse_flat)) / max(y.size - 4, 1)
+    if unit <= 0:  # a noise-free curve: only the best kink is allowed
+        return []
+    threshold = ALLOWED * unit
+    gap = np.searchsorted(sizes.batch, grid, side="right")
+    bests = [_best_in(sizes, grid, sse, gap == g) for g in np.unique(gap[sse <= min(sse.min(), sse_line) + threshold])]
+    best = min([sse_line, sse_flat, *(fitted for fitted, _ in bests)])
+    kinks = []
+    for fitted, at in bests:
+        if fitted <= best + threshold:
+            se = fit_lsq(at, b, y, np.ones(3, dtype=bool), np.zeros(3, dtype=bool)).se()
+            kinks.append(Kink(at.values, se, (fitted - best) / unit))
+    if sse_line <= best + threshold:
+        kinks.append(Kink(np.array([math.nan, overhead, per_sample]), [None, *line.se()], (sse_line - best) / unit))
+    if sse_flat <= best + threshold:
+        flat = fit_lsq(Curve("affine", np.array([level, 0.0])), b, y, np.array([True, False]), np.zeros(2, dtype=bool))
+        kinks.append(Kink(np.array([level, math.nan, math.nan]), [flat.se()[0], None, None], (sse_flat - best) / unit))
+    return kinks
+
+
+def _best_in(sizes: Sizes, grid: np.ndarray, sse: np.ndarray, gap: np.ndarray) -> tuple[float, Curve]:
+    """The least sum of squares over the size means of a hinge bending in one gap (``gap``: its
+    points of ``grid``, with their ``sse``), searched between the gap's sizes, and that hinge."""
+
+    def sse_at(c: float) -> float:
+        value = float(hinge_sse(sizes, np.array([c]), through_origin=False)[0][0])
+        return value if math.isfinite(value) else penalty
+
+    penalty = 1e3 * float((sizes.count * sizes.mean**2).sum())  # "infeasible" in the 1-d search
+
+    i = np.flatnonzero(gap)[int(np.argmin(sse[gap]))]
+    low, high = float(grid[gap][0]), float(sizes.batch[np.searchsorted(sizes.batch, grid[i], side="right")])
+    search = optimize.minimize_scalar(sse_at, bounds=(low, high), method="bounded")
+    c = float(search.x) if search.fun < sse[i] else float(grid[i])
+    fitted, floor, slope = (float(v[0]) for v in hinge_sse(sizes, np.array([c]), through_origin=False))
+    return fitted, Curve("hinge", np.array([floor, floor - slope * c, slope]))
+
+
+def likelihood_kinks(tries: Sequence[CurveFit], line: CurveFit, flat: CurveFit) -> list[Kink]:
+    """Kinks from maximum-likelihood fits of complete and cut rows: ``tries`` (a hinge started
+    on each side of every size, which the likelihood cannot move past one), ``line`` (the
+    affine fit) and ``flat`` (a level: an affine fit with its slope held); the deviance is twice
+    the negative log-likelihood over the best one's."""
+    fits = [f for f in (*tries, line, flat) if math.isfinite(f.nll)]
+    best = min((f.nll for f in fits), default=math.nan)
+    overhead, per_sample = (float(v) for v in line.curve.values)
+    kinks = [Kink(f.curve.values, f.se(), 2.0 * (f.nll - best)) for f in tries if math.isfinite(f.nll)]
+    if math.isfinite(line.nll):
+        kinks.append(Kink(np.array([math.nan, overhead, per_sample]), [None, *line.se()], 2.0 * (line.nll - best)))
+    if math.isfinite(flat.nll):
+        level = float(flat.curve.values[0])
+        kinks.append(Kink(np.array([level, math.nan, math.nan]), [flat.se()[0], None, None], 2.0 * (flat.nll - best)))
+    return kinks
+
+
+def kink_shown(sizes: Sizes, b: np.ndarray, y: np.ndarray, line: np.ndarray, hinge: Curve) -> float:
+    """The p-value of the F test of the least-squares ``hinge`` against the ``line`` over the
+    complete rows ``b``, ``y`` (two parameters more: the floor and where the kink is): 1 where
+    the line fits exactly, 0 (kept) where the hinge does or too few rows leave nothing to test."""
+    within = float(((y - sizes.mean[np.searchsorted(sizes.batch, b)]) ** 2).sum())
+    sse_line = within + float((sizes.count * (sizes.mean - line[0] - line[1] * sizes.batch) ** 2).sum())
+    sse_hinge = within + float((sizes.count * (sizes.mean - hinge.time_s(sizes.batch)) ** 2).sum())
+    dof = y.size - 4
+    if sse_line <= 0:
+        return 1.0
+    if dof < 1 or sse_hinge <= 0:
+        return 0.0
+    return float(stats.f.sf(max(sse_line - sse_hinge, 0.0) / 2 / (sse_hinge / dof), 2, dof))
+
+
+def hinge_starts(sizes: Sizes) -> list[Curve]:
+    """A hinge bending after each size with two or more sizes above it: the flat part the mean
+    of the sizes below, the line least squares through those above."""
+    out = []
+    for i in range(1, sizes.batch.size - 1):
+        w, u, t = sizes.count[i:], sizes.batch[i:], sizes.mean[i:]
+        line = np.polyfit(u, t, 1, w=np.sqrt(w))
+        if line[0] <= 0:
+            continue
+        floor = float(np.average(sizes.mean[:i], weights=sizes.count[:i]))
+        out.append(Curve("hinge", np.array([floor, max(float(line[1]), 0.0), float(line[0])])))
+    return out
