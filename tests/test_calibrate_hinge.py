@@ -57,14 +57,14 @@ def _found(se: tuple[float, float, float]) -> CurveFit:
 
 def test_one_kink_allowed_keeps_the_hinges_own_errors():
     found = _found((1e-3, 2e-3, 1e-5))
-    far = Kink(np.array([0.04, 0.0, 0.002]), [1e-3, 1e-3, 1e-5], ALLOWED + 0.1)  # not allowed
+    far = Kink(np.array([0.04, 0.0, 0.002]), ALLOWED + 0.1)  # not allowed
     assert widened(found, [far]).se() == pytest.approx([1e-3, 2e-3, 1e-5])
 
 
 def test_allowed_kinks_add_their_spread_weighted_by_likelihood():
     found = _found((1e-3, 2e-3, 1e-5))
-    best = Kink(found.curve.values, found.se(), 0.0)
-    other = Kink(np.array([0.053, 0.004, 0.0012]), [5e-3, 5e-3, 5e-5], 2.0)  # its own errors do not count
+    best = Kink(found.curve.values, 0.0)
+    other = Kink(np.array([0.053, 0.004, 0.0012]), 2.0)
     w = math.exp(-1.0) / (1.0 + math.exp(-1.0))
     expected = [math.sqrt(s**2 + w * d**2) for s, d in zip((1e-3, 2e-3, 1e-5), (0.003, 0.006, 0.0002))]
     assert widened(found, [best, other]).se() == pytest.approx(expected)
@@ -72,7 +72,7 @@ def test_allowed_kinks_add_their_spread_weighted_by_likelihood():
 
 def test_an_allowed_line_leaves_the_floor_unknown_and_a_flat_curve_the_slope():
     found = _found((1e-3, 2e-3, 1e-5))
-    line = Kink(np.array([math.nan, 0.012, 0.001]), [None, 1e-3, 1e-5], 1.0)
-    flat = Kink(np.array([0.05, math.nan, math.nan]), [1e-3, None, None], 1.0)
+    line = Kink(np.array([math.nan, 0.012, 0.001]), 1.0)
+    flat = Kink(np.array([0.05, math.nan, math.nan]), 1.0)
     assert widened(found, [line]).se()[0] is None and widened(found, [line]).se()[1] is not None
     assert widened(found, [flat]).se() == [pytest.approx(1e-3), None, None]

@@ -31,12 +31,16 @@ ALLOWED = float(stats.chi2.isf(KINK_P, 2))  # the deviance over the best up to w
 
 @dataclass(frozen=True)
 class Kink:
-    """One place for the kink: the hinge's (floor, overhead, per-sample) there (nan: unknown
-    there), their standard errors and its deviance over the best kink (chi-square units)."""
+    """One place for the kink: the hinge's (floor, overhead, per-sample) there, nan where the
+    rows leave a parameter unknown there, and its deviance over the best kink (chi-square units)."""
 
     values: np.ndarray
-    se: Sequence[float | None]
     deviance: float
+
+    @classmethod
+    def of(cls, fit: CurveFit, deviance: float) -> Kink:
+        """A fitted hinge's values, nan where the fit gave no standard error (not identified)."""
+        return cls(np.array([math.nan if se is None else v for v, se in zip(fit.curve.values, fit.se())]), deviance)
 
 
 def widened(found: CurveFit, kinks: Sequence[Kink]) -> CurveFit:
@@ -51,9 +55,7 @@ def widened(found: CurveFit, kinks: Sequence[Kink]) -> CurveFit:
     weight = np.array([math.exp(-k.deviance / 2) for k in allowed])
     variance = np.array([math.inf if se is None else float(se) ** 2 for se in found.se()])
     for w, kink in zip(weight / max(weight.sum(), 1e-300), allowed):
-        for j, (value, se) in enumerate(zip(kink.values, kink.se)):
-            far = se is None or not math.isfinite(value)
-            variance[j] += math.inf if far else w * (value - found.curve.values[j]) ** 2
+        variance += np.where(np.isnan(kink.values), math.inf, w * (kink.values - found.curve.values) ** 2)
     known = np.isfinite(variance) & found.free
     return replace(found, cov=np.diag(variance[known]), free=known)
 
@@ -79,14 +81,13 @@ def least_squares_kinks(sizes: Sizes, b: np.ndarray, y: np.ndarray, line: CurveF
     best = min([sse_line, sse_flat, *(fitted for fitted, _ in bests)])
     kinks = []
     for fitted, at in bests:
-        if fitted <= best + threshold:
-            se = fit_lsq(at, b, y, np.ones(3, dtype=bool), np.zeros(3, dtype=bool)).se()
-            kinks.append(Kink(at.values, se, (fitted - best) / unit))
+        if fitted <= best + threshold:  # its errors say whether the rows tell each parameter there
+            free = np.ones(3, dtype=bool)
+            kinks.append(Kink.of(fit_lsq(at, b, y, free, ~free), (fitted - best) / unit))
     if sse_line <= best + threshold:
-        kinks.append(Kink(np.array([math.nan, overhead, per_sample]), [None, *line.se()], (sse_line - best) / unit))
+        kinks.append(Kink(np.array([math.nan, overhead, per_sample]), (sse_line - best) / unit))
     if sse_flat <= best + threshold:
-        flat = fit_lsq(Curve("affine", np.array([level, 0.0])), b, y, np.array([True, False]), np.zeros(2, dtype=bool))
-        kinks.append(Kink(np.array([level, math.nan, math.nan]), [flat.se()[0], None, None], (sse_flat - best) / unit))
+        kinks.append(Kink(np.array([level, math.nan, math.nan]), (sse_flat - best) / unit))
     return kinks
 
 
@@ -94,11 +95,11 @@ def _best_in(sizes: Sizes, grid: np.ndarray, sse: np.ndarray, gap: np.ndarray) -
     """The least sum of squares over the size means of a hinge bending in one gap (``gap``: its
     points of ``grid``, with their ``sse``), searched between the gap's sizes, and that hinge."""
 
+    penalty = 1e3 * float((sizes.count * sizes.mean**2).sum())  # "infeasible" in the 1-d search
+
     def sse_at(c: float) -> float:
         value = float(hinge_sse(sizes, np.array([c]), through_origin=False)[0][0])
         return value if math.isfinite(value) else penalty
-
-    penalty = 1e3 * float((sizes.count * sizes.mean**2).sum())  # "infeasible" in the 1-d search
 
     i = np.flatnonzero(gap)[int(np.argmin(sse[gap]))]
     low, high = float(grid[gap][0]), float(sizes.batch[np.searchsorted(sizes.batch, grid[i], side="right")])
@@ -113,15 +114,12 @@ def likelihood_kinks(tries: Sequence[CurveFit], line: CurveFit, flat: CurveFit) 
     on each side of every size, which the likelihood cannot move past one), ``line`` (the
     affine fit) and ``flat`` (a level: an affine fit with its slope held); the deviance is twice
     the negative log-likelihood over the best one's."""
-    fits = [f for f in (*tries, line, flat) if math.isfinite(f.nll)]
-    best = min((f.nll for f in fits), default=math.nan)
-    overhead, per_sample = (float(v) for v in line.curve.values)
-    kinks = [Kink(f.curve.values, f.se(), 2.0 * (f.nll - best)) for f in tries if math.isfinite(f.nll)]
+    best = min((f.nll for f in (*tries, line, flat) if math.isfinite(f.nll)), default=math.nan)
+    kinks = [Kink.of(f, 2.0 * (f.nll - best)) for f in tries if math.isfinite(f.nll)]
     if math.isfinite(line.nll):
-        kinks.append(Kink(np.array([math.nan, overhead, per_sample]), [None, *line.se()], 2.0 * (line.nll - best)))
+        kinks.append(Kink(np.array([math.nan, *line.curve.values]), 2.0 * (line.nll - best)))
     if math.isfinite(flat.nll):
-        level = float(flat.curve.values[0])
-        kinks.append(Kink(np.array([level, math.nan, math.nan]), [flat.se()[0], None, None], 2.0 * (flat.nll - best)))
+        kinks.append(Kink(np.array([flat.curve.values[0], math.nan, math.nan]), 2.0 * (flat.nll - best)))
     return kinks
 
 
