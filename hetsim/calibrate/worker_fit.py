@@ -258,22 +258,24 @@ def _hinge_fit(
     else:
         found = _refine(start, b, y, cut)
         p_value = kink_shown(sizes, b, y, line.curve.values, start)
-    shown = f"worker {worker}: its times show no kink (a hinge is no better than a line, p = {p_value:.2g})"
+    no_kink = f"worker {worker}: its times show no kink (a hinge is no better than a line, p = {p_value:.2g})"
     if forced:
         if cut.any():
             kinks = likelihood_kinks(tries, line, _level(b, y, cut))
         else:
             kinks = least_squares_kinks(sizes, b, y, line)
+        if p_value < KINK_P:
+            return widened(found, kinks), []
         note = (
-            f"{shown}; kept the hinge asked for, with the errors of every kink the rows allow (none where one "
+            f"{no_kink}; kept the hinge asked for, with the errors of every kink the rows allow (none where one "
             "leaves a parameter unknown: the floor where a line fits, the slope where a flat curve does)"
         )
-        return widened(found, kinks), [note] if p_value >= KINK_P else []
+        return widened(found, kinks), [note]
     if p_value < KINK_P:
         return found, []
     overhead, per_sample = (float(v) for v in line.curve.values)
     bent = Curve("hinge", np.array([overhead + per_sample * sizes.batch[0], overhead, per_sample]))
-    note = f"{shown}; fitted the line, with floor_s only known to be at most its time at batch {int(sizes.batch[0])}"
+    note = f"{no_kink}; fitted the line, with floor_s only known to be at most its time at batch {int(sizes.batch[0])}"
     return _refine(bent, b, y, cut, fixed=np.array([True, False, False])), [note]
 
 
