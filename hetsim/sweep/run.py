@@ -120,10 +120,14 @@ class LocalExecutor:
         wait for every queued cell."""
         if self._pool is None:
             return
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._pool = None
+        pool, self._pool = self._pool, None
         for child in multiprocessing.active_children():
             child.terminate()
+        # Then joined: the pool's manager thread sees its processes gone, closes its wake-up pipe
+        # and ends. Left running, it raced the interpreter's exit hook, which writes to that pipe
+        # without the pool's lock in CPython 3.11 (later ones lock it: CPython gh-125451), and a
+        # failed cell's one line was followed by "OSError: [Errno 9] Bad file descriptor" now and then.
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class DaskExecutor:
