@@ -11,6 +11,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -118,10 +119,15 @@ def test_closing_the_executor_between_cells_stops_the_pool(tmp_path):
         load_sweep(write_sweep(tmp_path, steps_per_epoch=250, epochs=40, replications=3)), engine="simpy"
     )
     executor = LocalExecutor(2)
+    before = set(threading.enumerate())
     cells = executor.run(spec, expand(spec))
     next(cells)  # the first cell done; the pool is busy with the next ones
     assert multiprocessing.active_children()
     executor.close()
+    # the pool's manager thread is joined, not left to end on its own: CPython 3.11's exit hook
+    # writes to its wake-up pipe unlocked, and raced its closing ("Bad file descriptor" after a
+    # failed cell's one line)
+    assert not [t for t in set(threading.enumerate()) - before if t.is_alive()]
     deadline = time.monotonic() + 5
     while multiprocessing.active_children() and time.monotonic() < deadline:
         time.sleep(0.05)
