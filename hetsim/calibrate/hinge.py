@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import stats
 
 from hetsim.calibrate.censored import CurveFit
 from hetsim.calibrate.lsq import fit_lsq
-from hetsim.calibrate.models import Curve, Sizes, hinge_sse, kink_grid
+from hetsim.calibrate.models import Curve, Sizes, hinge_sse, kink_grid, refine_kink
 
 KINK_P = 0.01  # a kink is shown where the test against a line has a p-value below this
 ALLOWED = float(stats.chi2.isf(KINK_P, 2))  # the deviance over the best up to which a kink is allowed
@@ -65,7 +65,7 @@ def least_squares_kinks(sizes: Sizes, b: np.ndarray, y: np.ndarray, line: CurveF
     hinge's own errors already move its kink), the line and the flat curve, by least squares
     over rows ``b``, ``y`` in step order (none cut). The deviance is the sum of squares over the
     best one's, in units of the best one's residual variance; errors only where it is allowed."""
-    within = float(((y - sizes.mean[np.searchsorted(sizes.batch, b)]) ** 2).sum())
+    within = _within(sizes, b, y)
     grid = kink_grid(sizes)
     sse = hinge_sse(sizes, grid, through_origin=False)[0]
     level = float(np.average(sizes.mean, weights=sizes.count))
@@ -94,17 +94,9 @@ def least_squares_kinks(sizes: Sizes, b: np.ndarray, y: np.ndarray, line: CurveF
 def _best_in(sizes: Sizes, grid: np.ndarray, sse: np.ndarray, gap: np.ndarray) -> tuple[float, Curve]:
     """The least sum of squares over the size means of a hinge bending in one gap (``gap``: its
     points of ``grid``, with their ``sse``), searched between the gap's sizes, and that hinge."""
-
-    penalty = 1e3 * float((sizes.count * sizes.mean**2).sum())  # "infeasible" in the 1-d search
-
-    def sse_at(c: float) -> float:
-        value = float(hinge_sse(sizes, np.array([c]), through_origin=False)[0][0])
-        return value if math.isfinite(value) else penalty
-
     i = np.flatnonzero(gap)[int(np.argmin(sse[gap]))]
-    low, high = float(grid[gap][0]), float(sizes.batch[np.searchsorted(sizes.batch, grid[i], side="right")])
-    search = optimize.minimize_scalar(sse_at, bounds=(low, high), method="bounded")
-    c = float(search.x) if search.fun < sse[i] else float(grid[i])
+    high = float(sizes.batch[np.searchsorted(sizes.batch, grid[i], side="right")])
+    c, _ = refine_kink(sizes, float(grid[gap][0]), high, float(grid[i]), float(sse[i]), origin=False)
     fitted, floor, slope = (float(v[0]) for v in hinge_sse(sizes, np.array([c]), through_origin=False))
     return fitted, Curve("hinge", np.array([floor, floor - slope * c, slope]))
 
@@ -127,7 +119,7 @@ def kink_shown(sizes: Sizes, b: np.ndarray, y: np.ndarray, line: np.ndarray, hin
     """The p-value of the F test of the least-squares ``hinge`` against the ``line`` over the
     complete rows ``b``, ``y`` (two parameters more: the floor and where the kink is): 1 where
     the line fits exactly, 0 (kept) where the hinge does or too few rows leave nothing to test."""
-    within = float(((y - sizes.mean[np.searchsorted(sizes.batch, b)]) ** 2).sum())
+    within = _within(sizes, b, y)
     sse_line = within + float((sizes.count * (sizes.mean - line[0] - line[1] * sizes.batch) ** 2).sum())
     sse_hinge = within + float((sizes.count * (sizes.mean - hinge.time_s(sizes.batch)) ** 2).sum())
     dof = y.size - 4
@@ -136,6 +128,11 @@ def kink_shown(sizes: Sizes, b: np.ndarray, y: np.ndarray, line: np.ndarray, hin
     if dof < 1 or sse_hinge <= 0:
         return 0.0
     return float(stats.f.sf(max(sse_line - sse_hinge, 0.0) / 2 / (sse_hinge / dof), 2, dof))
+
+
+def _within(sizes: Sizes, b: np.ndarray, y: np.ndarray) -> float:
+    """The rows' sum of squares about their own size's mean (what no curve of the sizes removes)."""
+    return float(((y - sizes.mean[np.searchsorted(sizes.batch, b)]) ** 2).sum())
 
 
 def hinge_starts(sizes: Sizes) -> list[Curve]:

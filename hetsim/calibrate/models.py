@@ -176,22 +176,28 @@ def kink_grid(s: Sizes) -> np.ndarray:
     return np.concatenate([np.linspace(a, b, GRID_PER_GAP, endpoint=False) for a, b in zip(u[:-1], u[1:])])
 
 
-def _hinge(s: Sizes) -> Curve | None:
-    grid = kink_grid(s)
-    best: tuple[float, float, bool] | None = None  # (sse, breakpoint, through_origin)
+def refine_kink(s: Sizes, low: float, high: float, start: float, start_sse: float, origin: bool) -> tuple[float, float]:
+    """(breakpoint, sse): the bounded 1-d search of a hinge's sum of squares over ``[low, high]``,
+    or the grid point ``start`` (with its ``start_sse``) where the search finds nothing better."""
     penalty = 1e3 * float((s.count * s.mean**2).sum())  # stands for "infeasible" in the 1-d search
 
-    def sse_at(c: float, origin: bool) -> float:
+    def sse_at(c: float) -> float:
         value = float(hinge_sse(s, np.array([c]), origin)[0][0])
         return value if np.isfinite(value) else penalty
 
+    found = optimize.minimize_scalar(sse_at, bounds=(low, high), method="bounded")
+    return (float(found.x), float(found.fun)) if found.fun < start_sse else (float(start), float(start_sse))
+
+
+def _hinge(s: Sizes) -> Curve | None:
+    grid = kink_grid(s)
+    best: tuple[float, float, bool] | None = None  # (sse, breakpoint, through_origin)
     for origin in (False, True):
         sse = hinge_sse(s, grid, origin)[0]
         i = int(np.argmin(sse))
         if np.isfinite(sse[i]):
             lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
-            found = optimize.minimize_scalar(sse_at, bounds=(lo, hi), args=(origin,), method="bounded")
-            c, value = (float(found.x), float(found.fun)) if found.fun < sse[i] else (float(grid[i]), float(sse[i]))
+            c, value = refine_kink(s, float(lo), float(hi), float(grid[i]), float(sse[i]), origin)
             if best is None or value < best[0]:
                 best = (value, c, origin)
     if best is None:
