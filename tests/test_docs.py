@@ -8,8 +8,8 @@ from pathlib import Path
 from hetsim.core.registry import COSTS, DISTRIBUTIONS, ENGINES, NETWORKS, POLICIES
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
-TRAITS = ("synchronous", "excludes_failed", "needs_costs", "weighted_gradients", "resplits", "autocorrelated_steps",
-          "closed_form", "needs_efficiency", "varies_batch")  # fmt: skip
+TRAITS = ("synchronous", "excludes_failed", "needs_costs", "uses_costs", "weighted_gradients", "resplits",
+          "autocorrelated_steps", "closed_form", "needs_efficiency", "varies_batch")  # fmt: skip
 
 
 def table_rows(header_start: str) -> list[list[str]]:

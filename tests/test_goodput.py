@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
+from hetsim.model.costs import Table
 from hetsim.model.efficiency import Efficiency
-from hetsim.model.partition import max_time, water_fill
+from hetsim.model.partition import max_time, min_max_split, slowest_expected_s, water_fill
 from hetsim.policies import Goodput, RunHint, StepInfo, StepRecord, WorkerHint
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate
@@ -165,3 +167,68 @@ def test_without_min_batch_a_max_batch_below_the_workloads_batch_is_the_range():
     policy = Goodput(max_batch=100)
     policy.reset(3, 128, [WorkerHint()] * 3, RunHint(OVERHEAD_S, Efficiency(40.0, 64)))
     assert (policy.lowest_batch, policy.highest_batch, policy.global_batch) == (100, 100, 100)
+
+
+# A worker whose time grows ever more slowly with the batch (a CPU or GPU used better by larger
+# batches) and one that pays 10 ms more every step: the line fitted on small local batches
+# over-predicts large ones, so only the measured curve sees that a larger batch pays.
+CONCAVE = ((1, 0.0024), (4, 0.0030), (16, 0.0053), (64, 0.0079), (128, 0.0128), (256, 0.0240))
+CURVES = (WorkerHint(cost=Table(points=CONCAVE)), WorkerHint(cost=Table(points=CONCAVE), delay_s=0.010))
+COMM_S = 0.006
+
+
+def curve_goodput(batch: int, efficiency: Efficiency, noise: float, curves=CURVES) -> float:
+    split = min_max_split(curves, batch, [np.inf] * len(curves))
+    return efficiency.gain(batch, noise) / (slowest_expected_s(curves, split) + COMM_S)
+
+
+def feed_curves(policy: Goodput, steps: int, curves=CURVES, per_epoch: int = 5) -> list[int]:
+    """Run ``policy`` on workers whose times are ``curves``, deterministic; every step's global batch."""
+    out = []
+    for k in range(steps):
+        info = StepInfo(k, k // per_epoch, k % per_epoch, per_epoch)
+        batches = policy.partition(info)
+        out.append(sum(batches))
+        times = tuple(float(c.expected_s(b)) if b else 0.0 for c, b in zip(curves, batches))
+        policy.observe(StepRecord(info, tuple(batches), times, (True,) * len(curves)))
+    return out
+
+
+@pytest.mark.parametrize("noise", [8.0, 30.0, 200.0])
+def test_with_the_workers_curves_it_starts_at_the_best_batch_and_stays(noise):
+    efficiency = Efficiency(noise, 16)
+    policy = Goodput(max_batch=256)
+    policy.reset(2, 16, CURVES, RunHint(COMM_S, efficiency))
+    best = max(curve_goodput(b, efficiency, noise) for b in range(16, 257))
+    assert curve_goodput(policy.global_batch, efficiency, noise) >= 0.99 * best  # before any step
+    assert policy.partition(StepInfo(0, 0, 0, 5)) == min_max_split(CURVES, policy.global_batch, [np.inf] * 2)
+    assert set(feed_curves(policy, 30)) == {policy.global_batch}
+
+
+def test_without_the_curves_it_creeps_up_on_lines_fitted_to_small_batches_with_them_it_starts_there():
+    efficiency = Efficiency(30.0, 16)
+    best = max(curve_goodput(b, efficiency, 30.0) for b in range(16, 257))
+    told = Goodput(max_batch=256)
+    told.reset(2, 16, CURVES, RunHint(COMM_S, efficiency))
+    blind = Goodput(max_batch=256)
+    blind.reset(2, 16, [WorkerHint()] * 2, RunHint(COMM_S, efficiency))
+    assert min(curve_goodput(b, efficiency, 30.0) for b in feed_curves(told, 30)) >= 0.99 * best
+    crept = feed_curves(blind, 30)  # epochs of 5 steps: the first at 16, the next judged by a line fitted to 16 or less
+    below = [curve_goodput(b, efficiency, 30.0) < 0.95 * best for b in crept[::5]]
+    assert below == [True, True, False, False, False, False]
+
+
+def test_a_slowdown_the_fit_has_seen_scales_the_curve_it_judges_batches_by():
+    efficiency = Efficiency(30.0, 16)
+    policy = Goodput(max_batch=256, batch_hysteresis=0.0)  # (the default 5% would keep a batch within 5% of the best)
+    policy.reset(2, 16, CURVES, RunHint(COMM_S, efficiency))
+    slowed = (replace(CURVES[0], noise_mean=3.0), CURVES[1])  # the fast worker, three times slower from now on
+    batches = feed_curves(policy, 30, slowed)
+    assert min(policy._batches) > 0  # both workers run, so both ratios are measured
+    costs = policy.step_costs(*policy._estimates(None))
+    assert costs.curves is not None
+    sizes = np.arange(1, 257)
+    for scaled, truth in zip(costs.curves, slowed):  # the scaled curve is the slowed one at every batch
+        np.testing.assert_allclose(scaled.expected_s(sizes), truth.expected_s(sizes), rtol=0.01)
+    best = max(curve_goodput(n, efficiency, 30.0, slowed) for n in range(16, 257))
+    assert curve_goodput(batches[-1], efficiency, 30.0, slowed) >= 0.99 * best

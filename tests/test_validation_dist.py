@@ -350,6 +350,8 @@ def test_goodput_runs_epochs_of_its_own_batch_and_compare_predicts_it(tmp_path, 
         assert len(steps) == n_train // row.global_batch
         assert (steps.sum() == row.global_batch).all()
     assert set(epochs.loc[epochs["policy"] == "equal", "global_batch"]) == {128}
+    probe = trace[trace["policy"] == "probe"].groupby("step")["local_batch"]
+    assert set(probe.sum()) == {128, 359}  # goodput is told costs measured up to the batches it may choose
     assert main(["compare", str(out), "--time-to-target", "--json"]) == 0
     rows = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["goodput"]["predicted_step_s"] > 0

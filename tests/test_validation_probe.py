@@ -54,6 +54,20 @@ def test_the_probe_sizes_at_the_default_fractions():
     assert probe_round(128, 3, FRACTIONS)[:3] == [(1, 64, 63), (64, 1, 63), (64, 63, 1)]
 
 
+@settings(max_examples=40)
+@given(batch=st.integers(2, 256), times=st.integers(2, 8), world=st.integers(2, 5))
+def test_with_a_larger_batch_to_choose_each_round_measures_its_fractions_too(batch, times, world):
+    largest = batch * times
+    base = probe_round(batch, world, FRACTIONS)
+    plan = probe_round(batch, world, FRACTIONS, largest)
+    assert plan[: len(base)] == base  # the global batch's round first, as without
+    extra = plan[len(base) :]
+    assert all(sum(split) == largest and min(split) >= 0 for split in extra)
+    for rank in range(world):
+        assert {split[rank] for split in extra[rank::world]} == {max(1, round(f * largest)) for f in FRACTIONS}
+    assert probe_round(batch, world, FRACTIONS, batch) == base  # nothing larger to choose
+
+
 def test_the_first_rounds_run_before_any_policy_and_the_rest_are_spread():
     assert probe_schedule(10, 12, START_ROUNDS) == [3, 1, 0, 1, 1, 0, 1, 0, 1, 1, 0, 1, 0]
     assert probe_schedule(2, 5, 3) == [2, 0, 0, 0, 0, 0]  # fewer rounds than asked for at the start

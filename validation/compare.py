@@ -8,9 +8,10 @@ hetsim, and sets predicted against measured mean step time, total time and final
 Errors are relative: ``(predicted - measured) / measured``. No torch here.
 
 A prediction reproduces what the real run did, so a simulated policy is told what the real one
-was told: a policy that needs costs (``proportional``, ``optimal``) gets the costs the real
-policy got from the probe's first rounds (:func:`~validation.probe.first_block_hints`, the same
-fit), not the calibrated scenario's curves (every probe round: what it never knew); where those
+was told: a policy that needs or uses costs (``proportional``, ``optimal``, ``goodput``) gets
+the costs the real policy got from the probe's first rounds
+(:func:`~validation.probe.first_block_hints`, the same fit), not the calibrated scenario's
+curves (every probe round: what it never knew); where those
 are off (a noisy rank at the margin of being left out), the simulation makes the real split and
 predicts its step time. The other policies are told no costs in a real run and use none in
 hetsim's (``dynamic`` only for the analysis). A cross-run prediction (:func:`compare_across`)
@@ -277,15 +278,15 @@ def first_epochs(trace: Trace, epochs: int) -> Trace:
 
 def compare_run(run: RunData, calibrate_on: str = PROBE) -> tuple[list[Comparison], Calibration]:
     """Predicted vs measured for every policy of the run (the probe itself is not compared); the
-    policies that need costs told the real ones' (the module's docstring)."""
+    policies that need or use costs told the real ones' (the module's docstring)."""
     calibration = calibrate_run(run, calibrate_on)
     return predict_run(run, calibration, hints=told_hints(run)), calibration
 
 
 def told_hints(run: RunData) -> tuple[WorkerHint, ...] | None:
     """The costs ``run``'s cost-aware policies were told (:func:`~validation.probe.first_block_hints`);
-    None without probe rows or a policy that needs them."""
-    if not any(policy_class(p).needs_costs for p in run.policies):
+    None without probe rows or a policy that needs or uses them."""
+    if not any(policy_class(p).needs_costs or policy_class(p).uses_costs for p in run.policies):
         return None
     return first_block_hints(run.trace, run.meta["world_size"])
 
@@ -311,7 +312,7 @@ def predict_run(
 ) -> list[Comparison]:
     """Every policy of ``run``, measured and simulated on ``calibration``'s scenario with the
     run's workload (and ``workers`` in place of the calibrated ones when given); a policy that
-    needs costs is told ``hints`` when given (:func:`told`), else the scenario's."""
+    needs or uses costs is told ``hints`` when given (:func:`told`), else the scenario's."""
     out = []
     for policy in run.policies:
         rows = run.trace[run.trace["policy"] == policy]
@@ -322,7 +323,7 @@ def predict_run(
             scenario["workers"] = list(workers)
         loaded = load_scenario(scenario)
         obj = loaded.make_policy(policy)
-        if hints is not None and obj.needs_costs:
+        if hints is not None and (obj.needs_costs or obj.uses_costs):
             obj = told(obj, hints)
         simulated = simulate(loaded, obj)
         if policy_class(policy).varies_batch:

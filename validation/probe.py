@@ -5,7 +5,10 @@ share the rest: every rank sees several local batch sizes (so its overhead and p
 are identifiable) while every step processes one global batch, as the policies' steps do. The
 sizes are the given fractions of the global batch and, always, :data:`SMALL_SIZES` (1 and 2
 samples): whether a slow rank is worth keeping at all (``optimal`` leaving it out) turns on its
-cost at the few samples it would be left, which a fit from 8 samples up only extrapolates.
+cost at the few samples it would be left, which a fit from 8 samples up only extrapolates. When
+a policy may choose a larger global batch (``goodput``), every round also runs its fractions of
+that largest batch: a cost fitted on local batches up to the global batch, extrapolated to
+several times that, can be far off (a CPU or GPU does a larger batch at a lower cost a sample).
 
 The rounds are spread evenly over the run, so the calibration sees the same drift in machine
 load as the policies do; the first :data:`START_ROUNDS` run at the start, before any policy,
@@ -48,10 +51,24 @@ def probe_sizes(global_batch: int, world: int, fractions: Sequence[float]) -> li
     return [b for b in SMALL_SIZES if b < global_batch and b not in sized] + sized
 
 
-def probe_round(global_batch: int, world: int, fractions: Sequence[float]) -> list[tuple[int, ...]]:
-    """One round's splits (see the module's docstring)."""
+def probe_round(
+    global_batch: int, world: int, fractions: Sequence[float], largest: int | None = None
+) -> list[tuple[int, ...]]:
+    """One round's splits (see the module's docstring); with ``largest`` above the global batch
+    (the largest a policy that varies the batch may choose), the fractions once more as steps of
+    ``largest`` samples, so that the costs told to that policy are measured up to the local
+    batches it may give rather than extrapolated from the global batch's."""
+    plan = _round_at(global_batch, world, probe_sizes(global_batch, world, fractions))
+    if largest is not None and largest > global_batch and world > 1:
+        plan += _round_at(largest, world, [max(1, int(round(f * largest))) for f in fractions])
+    return plan
+
+
+def _round_at(global_batch: int, world: int, sizes: Sequence[int]) -> list[tuple[int, ...]]:
+    """For each size and each rank, the step of ``global_batch`` samples in which that rank has
+    that size and the others share the rest."""
     plan: list[tuple[int, ...]] = []
-    for b in probe_sizes(global_batch, world, fractions):
+    for b in sizes:
         rest = list(split_by_shares([1.0] * (world - 1), global_batch - b)) if world > 1 else []
         plan.extend(tuple(rest[:focus] + [b] + rest[focus:]) for focus in range(world))
     return plan

@@ -157,6 +157,7 @@ class RankTrainer:
         results = probe_rounds(
             seg.ctrl, seg.stepper, self.loss_of, seed=config.seed, epoch=epoch, n_samples=self.data.n_train,
             rounds=rounds, fractions=config.probe_fractions, before_step=self.before_step("the probe"),
+            largest=self.probe_largest(),
         )  # fmt: skip
         if self.probe_noise is None:  # the first rounds' estimate: goodput's noise scale until its own
             self.probe_noise = estimate((r.local_sq, r.split, r.global_sq) for r in results)
@@ -219,6 +220,11 @@ class RankTrainer:
         noise = self.probe_noise if self.probe_noise is not None else float(batch)
         self.probe_run = RunHint(float(frame["comm_s"].median()) if not frame.empty else 0.0, Efficiency(noise, batch))
 
+    def probe_largest(self) -> int | None:
+        """The largest global batch a policy of the run may choose (``--max-batch``; None when
+        none varies the batch), whose fractions the probe measures too."""
+        return self.config.max_batch if any(policy_class(p).varies_batch for p in self.config.policies) else None
+
     def epoch_batch(self, seg: Segment) -> int:
         """The global batch of ``seg``'s next epoch, from rank 0's policy (which has observed the
         last epoch); for a policy that varies it, every rank's learning rate follows it by the
@@ -235,7 +241,8 @@ class RankTrainer:
         probe's splits, then ``warmup_steps`` on an equal split. (Each local batch size's first
         use is warmed by the stepper anyway, outside the step: :meth:`UnevenStep.warm`.)"""
         config = self.config
-        plan = probe_round(config.global_batch, self.world, config.probe_fractions) if config.probe_repeats else []
+        plan = (probe_round(config.global_batch, self.world, config.probe_fractions, self.probe_largest())
+                if config.probe_repeats else [])  # fmt: skip
         plan += [split_by_shares([1.0] * self.world, config.global_batch)] * config.warmup_steps
         before = self.before_step("warm-up")
         for k, split in enumerate(plan):

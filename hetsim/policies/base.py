@@ -139,6 +139,7 @@ class Policy(PlugIn):
 
     weighted_gradients: ClassVar[bool] = False  # a real trainer combines gradients as sum_i (b_i/B) g_i
     needs_costs: ClassVar[bool] = False  # reset needs every worker's expected costs in the hints
+    uses_costs: ClassVar[bool] = False  # reset uses them when the hints carry them (a real run: the probe's)
     excludes_failed: ClassVar[bool] = True  # partition moves the work of workers that are down
     synchronous: ClassVar[bool] = True  # False: no barrier (the engines run it as async updates)
     resplits: ClassVar[bool] = False  # the split can change during a run (plots show its trajectory)

@@ -8,10 +8,19 @@ noise scale (:mod:`hetsim.model.efficiency`). This policy maximises their produc
     goodput(B) = gain(B; B_noise) / (T(B) + overhead_s)     (steps at base_batch per second)
 
 over global batches ``B`` in ``[min_batch, max_batch]``, where ``T(B)`` is the compute phase of
-the min-max split of ``B`` on the workers' fitted costs (``adaptive``'s online affine fit, change
-detector and water-filling, which it inherits) and ``overhead_s`` the run's expected time outside
-compute (:class:`~hetsim.policies.base.RunHint`). It is Pollux's goodput (Qiao et al., OSDI 2021)
-with the per-worker split of a heterogeneous cluster inside ``T``.
+the min-max split of ``B`` on the workers' costs and ``overhead_s`` the run's expected time
+outside compute (:class:`~hetsim.policies.base.RunHint`). It is Pollux's goodput (Qiao et al.,
+OSDI 2021) with the per-worker split of a heterogeneous cluster inside ``T``.
+
+The costs ``T`` is judged by: when the hints carry every worker's cost curve (the simulator's,
+or a real run's probe, which measures up to the largest batch this policy may choose), those
+curves, each scaled by the ratio of the worker's online fit to its curve at the local batch it
+runs now (so a slowdown the fit has seen counts, while the curve's shape, measured over the
+whole range, says how the time grows with the batch); the first batch is then chosen at
+:meth:`reset`, before any step. Without them, ``adaptive``'s online affine fit (with its change
+detector, which this policy inherits): a line fitted on the local batches run so far, which
+may extrapolate far off at batches several times larger. The split between batch changes is
+``adaptive``'s either way.
 
 ``B_noise`` is the last measured noise scale when a trainer reports one
 (:meth:`~hetsim.policies.base.Policy.observe_noise_scale`: ``validation``'s online estimate),
@@ -32,18 +41,45 @@ changed batch is the trainer's business (``validation`` scales it by the square-
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param
 from hetsim.model.efficiency import effective_batch
-from hetsim.model.partition import max_time, water_fill
+from hetsim.model.partition import max_time, min_max_split, slowest_expected_s, water_fill
 from hetsim.policies.adaptive import Adaptive
 from hetsim.policies.base import RunHint, StepInfo, WorkerHint
 
 CANDIDATES = 24  # global batches tried per update, geometrically spaced over [min_batch, max_batch]
 DEFAULT_RANGE = 8  # without max_batch: up to this many times the workload's global batch
+
+
+class StepCosts:
+    """The compute phase goodput expects at a global batch, and its split: the min-max split
+    of the workers' hinted curves, each scaled by ``ratios`` (the module's docstring), or, without
+    curves, the water-filling of the fitted lines."""
+
+    def __init__(self, fixed_s: np.ndarray, per_sample_s: np.ndarray, caps: np.ndarray,
+                 curves: Sequence[WorkerHint] | None = None, ratios: np.ndarray | None = None) -> None:  # fmt: skip
+        self.fixed_s, self.per_sample_s, self.caps = fixed_s, per_sample_s, caps
+        # A ratio of exactly 1 keeps the curve object, so equal curves stay one kind for min_max_split.
+        if curves is not None and ratios is not None:
+            curves = [h if r == 1.0 else replace(h, noise_mean=h.noise_mean * r, delay_s=h.delay_s * r)
+                      for h, r in zip(curves, ratios.tolist())]  # fmt: skip
+        self.curves = None if curves is None else tuple(curves)
+
+    def split(self, batch: int) -> tuple[int, ...]:
+        if self.curves is None:
+            return water_fill(self.fixed_s, self.per_sample_s, batch, self.caps)
+        return min_max_split(self.curves, batch, self.caps)
+
+    def step_s(self, batch: int) -> float:
+        split = self.split(batch)
+        if self.curves is None:
+            return max_time(self.fixed_s, self.per_sample_s, split)
+        return slowest_expected_s(self.curves, split)
 
 
 class Goodput(Adaptive):
@@ -52,6 +88,7 @@ class Goodput(Adaptive):
 
     name = "goodput"
     needs_efficiency = True
+    uses_costs = True
     varies_batch = True
     no_closed_form_reason = "its batch and split follow online estimates of the measured times and the progress made"
     params = (
@@ -82,6 +119,11 @@ class Goodput(Adaptive):
         self.progress = 0.0  # steps at base_batch, counted from the observed steps
         self.measured_noise: float | None = None
         self._rebatch = False  # the next update may change the batch (at epoch ends)
+        self._curves = self.hints if self.costs_known else None
+        if self._curves is not None:  # the first batch from the curves, before any step (nothing to hold it back)
+            costs = StepCosts(self.fixed_s, self.per_sample_s, self.cap_array, self._curves)
+            self.global_batch = self._best_batch(costs, hysteresis=0.0)
+            self._batches = costs.split(self.global_batch)
 
     def steady_steps(self, info: StepInfo) -> int:
         """Never past the epoch's end: the next epoch's batch, and so its length, may differ."""
@@ -113,27 +155,46 @@ class Goodput(Adaptive):
         if estimates is None:
             return
         rebatch, self._rebatch = self._rebatch, False
-        batch = self._best_batch(*estimates) if rebatch and estimates[2].sum() >= 1 else self.global_batch
+        if not (rebatch and estimates[2].sum() >= 1):
+            if estimates[2].sum() >= self.global_batch:
+                self._resplit(*estimates)
+            return
+        costs = self.step_costs(*estimates)
+        batch = self._best_batch(costs, self.batch_hysteresis)
         if batch != self.global_batch:
             self.global_batch = batch
-            self._batches = water_fill(estimates[0], estimates[1], batch, estimates[2])
+            self._batches = costs.split(batch)
         elif estimates[2].sum() >= self.global_batch:
             self._resplit(*estimates)
 
-    def goodput(self, batch: int, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> float:
+    def step_costs(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> StepCosts:
+        """What batches are judged by now: the hinted curves scaled by each worker's ratio of its
+        fitted time to its curve's at its current local batch (1 where it runs none or is not
+        fitted), or without curves the fitted lines."""
+        if self._curves is None:
+            return StepCosts(fixed, per_sample, caps)
+        b = np.asarray(self._batches, dtype=float)
+        ratios = np.ones(self.n_workers)
+        for i in np.flatnonzero((b > 0) & self._known).tolist():
+            hinted = float(self._curves[i].expected_s(b[i]))
+            fitted = float(fixed[i] + per_sample[i] * b[i])
+            if hinted > 0 and fitted > 0 and np.isfinite(fitted):
+                ratios[i] = fitted / hinted
+        return StepCosts(fixed, per_sample, caps, self._curves, ratios)
+
+    def goodput(self, batch: int, costs: StepCosts) -> float:
         """Predicted progress per second at global batch ``batch`` with its min-max split."""
         assert self.run.efficiency is not None
-        step_s = max_time(fixed, per_sample, water_fill(fixed, per_sample, batch, caps)) + self.run.overhead_s
-        return float(self.run.efficiency.gain(batch, self.noise_scale())) / step_s
+        return float(self.run.efficiency.gain(batch, self.noise_scale())) / (costs.step_s(batch) + self.run.overhead_s)
 
-    def _best_batch(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> int:
-        """The candidate of highest goodput if it beats the current batch's by the hysteresis."""
-        highest = int(min(self.highest_batch, caps.sum()))
+    def _best_batch(self, costs: StepCosts, hysteresis: float) -> int:
+        """The candidate of highest goodput if it beats the current batch's by ``hysteresis``."""
+        highest = int(min(self.highest_batch, costs.caps.sum()))
         lowest = min(self.lowest_batch, highest)
         sizes = np.unique(np.round(np.geomspace(lowest, highest, CANDIDATES)).astype(np.int64))
-        rates = [self.goodput(int(b), fixed, per_sample, caps) for b in sizes]
+        rates = [self.goodput(int(b), costs) for b in sizes]
         best = int(sizes[int(np.argmax(rates))])
         if self.global_batch > highest:  # the workers up cannot hold the current batch
             return best
-        current = self.goodput(self.global_batch, fixed, per_sample, caps)
-        return best if max(rates) >= (1 + self.batch_hysteresis) * current else self.global_batch
+        current = self.goodput(self.global_batch, costs)
+        return best if max(rates) >= (1 + hysteresis) * current else self.global_batch

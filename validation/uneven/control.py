@@ -8,8 +8,9 @@ gathered (one ``all_gather_object`` per block, outside every step's time) and ra
 gets the trace rows (:func:`~validation.record.step_rows`), so a run folder of a user's own
 script has the same trace as ``validation run``'s.
 
-A policy that ``needs_costs`` (``proportional``, ``optimal``) gets each rank's affine cost
-fitted from the probe's rows (:func:`~validation.probe.fit_probe`): run the probe first.
+A policy that ``needs_costs`` (``proportional``, ``optimal``) gets each rank's cost curve
+fitted from the probe's rows (:func:`~validation.probe.fit_probe`): run the probe first. One
+that ``uses_costs`` (``goodput``) gets them when the probe has run, and does without otherwise.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class Controller:
         if not self._needs_reset:
             return
         assert self.policy is not None
-        hints = self._hints() if self.policy.needs_costs else None
+        hints = self._hints() if self.policy.needs_costs or self.policy.uses_costs else None
         if self.policy.needs_costs and hints is None:
             raise ValueError(f"policy {self.policy.name!r} needs each rank's costs: run the probe before it")
         self.policy.reset(self.world, self.global_batch, hints, self._run_hint())

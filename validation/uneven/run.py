@@ -93,12 +93,15 @@ def probe_rounds(
     rounds: int = 1,
     fractions: Sequence[float] = PROBE_FRACTIONS,
     before_step: Callable[[StepInfo], object] = lambda info: None,
+    largest: int | None = None,
 ) -> list[StepResult]:
     """``rounds`` rounds of the probe's splits in ``ctrl``'s segment (name it ``"probe"``), each
-    step on its own permutation of the probe's stream of the training set."""
+    step on its own permutation of the probe's stream of the training set; ``largest``: the
+    largest global batch a policy may choose, whose fractions each round runs too
+    (:func:`~validation.probe.probe_round`)."""
     if rounds <= 0:
         return []
-    plan = [s for _ in range(rounds) for s in probe_round(ctrl.global_batch, ctrl.world, fractions)]
+    plan = [s for _ in range(rounds) for s in probe_round(ctrl.global_batch, ctrl.world, fractions, largest)]
     first = ctrl.step
 
     def window(k: int) -> tuple[np.ndarray, int]:
