@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
@@ -14,6 +16,7 @@ from hetsim.model.costs import Table
 from hetsim.model.efficiency import Efficiency
 from hetsim.model.partition import max_time, min_max_split, slowest_expected_s, water_fill
 from hetsim.policies import Goodput, RunHint, StepInfo, StepRecord, WorkerHint
+from hetsim.policies.goodput import StepCosts
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario, load_scenario
@@ -232,3 +235,21 @@ def test_a_slowdown_the_fit_has_seen_scales_the_curve_it_judges_batches_by():
         np.testing.assert_allclose(scaled.expected_s(sizes), truth.expected_s(sizes), rtol=0.01)
     best = max(curve_goodput(n, efficiency, 30.0, slowed) for n in range(16, 257))
     assert curve_goodput(batches[-1], efficiency, 30.0, slowed) >= 0.99 * best
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    points=st.lists(st.tuples(st.floats(0.1, 5.0), st.floats(0.0, 2.0), st.floats(0.0, 2.0)), min_size=1, max_size=5),
+    batch=st.integers(1, 400),
+)
+def test_a_batchs_judged_time_on_curves_is_the_exact_min_max_within_a_sample_and_the_grid(points, batch):
+    """StepCosts' tabulated balanced time against the exact integer min-max split's time."""
+    curves = [
+        WorkerHint(cost=Table(points=((1, a), (32, a + b), (128, a + b + c)))) for a, b, c in points
+    ]  # non-decreasing tables: concave, convex or straight between their points
+    caps = np.full(len(curves), np.inf)
+    judged = StepCosts(np.zeros(len(curves)), np.zeros(len(curves)), caps, curves, largest=400).step_s(batch)
+    split = min_max_split(curves, batch, caps)
+    exact = slowest_expected_s(curves, split)
+    one_sample = max(float(c.expected_s(b) - c.expected_s(max(b - 1, 1))) for c, b in zip(curves, split) if b > 0)
+    assert exact - one_sample - 1e-9 <= judged <= exact * 1.02 + 1e-9

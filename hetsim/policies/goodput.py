@@ -48,7 +48,7 @@ import numpy as np
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param
 from hetsim.model.efficiency import effective_batch
-from hetsim.model.partition import max_time, min_max_split, slowest_expected_s, water_fill
+from hetsim.model.partition import max_time, min_max_split, water_fill
 from hetsim.policies.adaptive import Adaptive
 from hetsim.policies.base import RunHint, StepInfo, WorkerHint
 
@@ -56,19 +56,36 @@ CANDIDATES = 24  # global batches tried per update, geometrically spaced over [m
 DEFAULT_RANGE = 8  # without max_batch: up to this many times the workload's global batch
 
 
+GRID_POINTS = 64  # local batches per worker, geometrically spaced, on which a curve's time is tabulated
+BISECTIONS = 60  # halvings of the time bracket for a batch's balanced time (to about 1e-18 of it)
+
+
 class StepCosts:
-    """The compute phase goodput expects at a global batch, and its split: the min-max split
-    of the workers' hinted curves, each scaled by ``ratios`` (the module's docstring), or, without
-    curves, the water-filling of the fitted lines."""
+    """The compute phase goodput expects at a global batch, and its split: on the workers'
+    hinted curves, each scaled by ``ratios`` (the module's docstring), or, without curves, on
+    the fitted lines. Lines (fitted, or affine curves) take the exact water-filling. Other curves
+    take the balanced time of the continuous split, on each curve tabulated once at
+    :data:`GRID_POINTS` local batches: a few array operations a candidate batch however many
+    workers there are (the exact integer split, :func:`min_max_split`, calls each curve's
+    Python methods hundreds of times, seconds for a thousand distinct curves), and within a
+    sample's time of the integer optimum. The split adopted is the exact one."""
 
     def __init__(self, fixed_s: np.ndarray, per_sample_s: np.ndarray, caps: np.ndarray,
-                 curves: Sequence[WorkerHint] | None = None, ratios: np.ndarray | None = None) -> None:  # fmt: skip
-        self.fixed_s, self.per_sample_s, self.caps = fixed_s, per_sample_s, caps
+                 curves: Sequence[WorkerHint] | None = None, ratios: np.ndarray | None = None,
+                 largest: int = 1) -> None:  # fmt: skip
+        self.fixed_s, self.per_sample_s, self.caps, self.largest = fixed_s, per_sample_s, caps, largest
         # A ratio of exactly 1 keeps the curve object, so equal curves stay one kind for min_max_split.
         if curves is not None and ratios is not None:
             curves = [h if r == 1.0 else replace(h, noise_mean=h.noise_mean * r, delay_s=h.delay_s * r)
                       for h, r in zip(curves, ratios.tolist())]  # fmt: skip
         self.curves = None if curves is None else tuple(curves)
+        affine = None if self.curves is None else [h.affine() for h in self.curves]
+        if affine is not None and all(a is not None for a in affine):
+            self.fixed_s = np.array([a[0] for a in affine if a is not None])
+            self.per_sample_s = np.array([a[1] for a in affine if a is not None])
+            self.curves = None  # (the water-filling is the same optimum, exact and vectorised)
+        self._grid: tuple[np.ndarray, np.ndarray] | None = None
+        self._upto = 0  # the batch the grid reaches
 
     def split(self, batch: int) -> tuple[int, ...]:
         if self.curves is None:
@@ -76,10 +93,42 @@ class StepCosts:
         return min_max_split(self.curves, batch, self.caps)
 
     def step_s(self, batch: int) -> float:
-        split = self.split(batch)
         if self.curves is None:
-            return max_time(self.fixed_s, self.per_sample_s, split)
-        return slowest_expected_s(self.curves, split)
+            return max_time(
+                self.fixed_s, self.per_sample_s, water_fill(self.fixed_s, self.per_sample_s, batch, self.caps)
+            )
+        b, t = self._tabulated(batch)
+        lo, hi = 0.0, float(np.max(t[:, -1], where=np.isfinite(t[:, -1]), initial=0.0))
+        for _ in range(BISECTIONS):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if _samples_within(b, t, mid) < batch else (lo, mid)
+        return hi
+
+    def _tabulated(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each curve's local batches (a row each, up to its cap and the batch) and times there,
+        tabulated once up to ``largest`` (again when a larger batch is asked for)."""
+        if self._grid is None or batch > self._upto:
+            assert self.curves is not None
+            self._upto = max(batch, self.largest)
+            limits = np.minimum(self.caps, float(self._upto))
+            b = np.geomspace(1.0, np.maximum(limits, 1.0), GRID_POINTS, axis=1)
+            t = np.array([np.asarray(h.expected_s(row), dtype=float) for h, row in zip(self.curves, b)])
+            t[limits < 1] = np.inf  # a worker that can take no sample (down, or capped at 0)
+            self._grid = b, np.maximum.accumulate(t, axis=1)
+        return self._grid
+
+
+def _samples_within(b: np.ndarray, t: np.ndarray, time_s: float) -> float:
+    """How many samples the workers do within ``time_s``: each row's batch at that time, linear
+    between its tabulated points (none below the first point's time, the last point's above)."""
+    k = (t <= time_s).sum(axis=1)
+    inner = (k > 0) & (k < t.shape[1])
+    j = np.clip(k, 1, t.shape[1] - 1)
+    rows = np.arange(len(t))
+    t0, t1, b0, b1 = t[rows, j - 1], t[rows, j], b[rows, j - 1], b[rows, j]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        between = b0 + (b1 - b0) * np.where(t1 > t0, (time_s - t0) / (t1 - t0), 1.0)
+    return float(np.where(inner, between, np.where(k == 0, 0.0, b[:, -1])).sum())
 
 
 class Goodput(Adaptive):
@@ -121,7 +170,7 @@ class Goodput(Adaptive):
         self._rebatch = False  # the next update may change the batch (at epoch ends)
         self._curves = self.hints if self.costs_known else None
         if self._curves is not None:  # the first batch from the curves, before any step (nothing to hold it back)
-            costs = StepCosts(self.fixed_s, self.per_sample_s, self.cap_array, self._curves)
+            costs = StepCosts(self.fixed_s, self.per_sample_s, self.cap_array, self._curves, largest=self.highest_batch)
             self.global_batch = self._best_batch(costs, hysteresis=0.0)
             self._batches = costs.split(self.global_batch)
 
@@ -180,7 +229,7 @@ class Goodput(Adaptive):
             fitted = float(fixed[i] + per_sample[i] * b[i])
             if hinted > 0 and fitted > 0 and np.isfinite(fitted):
                 ratios[i] = fitted / hinted
-        return StepCosts(fixed, per_sample, caps, self._curves, ratios)
+        return StepCosts(fixed, per_sample, caps, self._curves, ratios, self.highest_batch)
 
     def goodput(self, batch: int, costs: StepCosts) -> float:
         """Predicted progress per second at global batch ``batch`` with its min-max split."""
