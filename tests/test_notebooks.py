@@ -74,20 +74,20 @@ assert 0.5 < m.loc["dynamic", EFF] < 0.7
 assert np.allclose(m.loc[["optimal", "adaptive"], EFF], 1)
 assert (m.loc["optimal", TPR] < m.loc["adaptive", TPR]) == (m.loc["optimal", TTR] < m.loc["adaptive", TTR])
 assert sorted(s.loc[["backup", "ksync"], TPR]) == [3, 4]
-assert s["time_to_target_s"].idxmin() == "ksync"
-assert set(s["time_to_target_s"].nsmallest(3).index) == {"backup", "ksync", "goodput"}
+assert s["time_to_target_s"].nsmallest(3).index.tolist() == ["goodput", "ksync", "backup"]
 assert (s.loc[["backup", "ksync"], EFF] > 1).all()
 assert np.allclose(s.loc[["backup", "ksync"], "dropped_share"], [1 / 8, 1 / 2])
 assert (m.loc[["backup", "ksync"], TPR] == len(m) - 1).all() and (m.loc[["backup", "ksync"], TTR] == len(m) - 2).all()
-assert m.loc["goodput", [TPR, TTR]].tolist() == [1, 1] and s.loc["goodput", TPR] == 2
+assert m.loc["goodput", [TPR, TTR]].tolist() == [1, 1] and s.loc["goodput", [TPR, TTR]].tolist() == [1, 1]
 assert 0.7 < s.loc["goodput", EFF] < 0.9
 near = s.loc[["equal", "proportional", "optimal", "dynamic", "dynamic-enhanced", "adaptive"]]
 assert np.ptp(near["throughput_sps"]) < 0.03 * s.loc["equal", "throughput_sps"]
 assert np.ptp(near["time_to_target_s"]) < 0.03 * s.loc["equal", "time_to_target_s"]
-# section 3: an interior best fixed batch; goodput near it and ahead of the workload's 512, after one change
+# section 3: an interior best fixed batch; goodput near it and ahead of the workload's 512: a first batch
+# below 512 chosen before the first step, then one change up, near the best fixed batch
 assert min(FIXED_BATCHES) < best_batch < max(FIXED_BATCHES) and best_batch != 512
 assert goodput.time_to_target_s < 1.02 * best_fixed and goodput.time_to_target_s < fixed[512].time_to_target_s
-assert len(changes) == 1 and 640 <= batch_per_step[-1] <= 768
+assert len(changes) == 1 and batch_per_step[0] < 512 and 640 <= batch_per_step[-1] <= 800
 assert fixed[1280].throughput_sps < 0.5 * fixed[1024].throughput_sps
 # section 4: the same accuracy per epoch under every policy, and the errors follow the step errors
 accuracy = epochs.pivot(index="epoch", columns="policy", values="test_accuracy")

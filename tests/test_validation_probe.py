@@ -64,7 +64,9 @@ def test_with_a_larger_batch_to_choose_each_round_measures_its_fractions_too(bat
     extra = plan[len(base) :]
     assert all(sum(split) == largest and min(split) >= 0 for split in extra)
     for rank in range(world):
-        assert {split[rank] for split in extra[rank::world]} == {max(1, round(f * largest)) for f in FRACTIONS}
+        assert {split[rank] for split in extra[rank::world]} == {max(1, round(f * largest)) for f in FRACTIONS} | {
+            largest
+        }
     assert probe_round(batch, world, FRACTIONS, batch) == base  # nothing larger to choose
 
 
@@ -186,3 +188,12 @@ def test_first_block_hints_fit_only_the_lowest_epoch():
     assert both is not None and alone is not None
     for a, b in zip(both, alone):
         assert float(a.expected_s(17)) == float(b.expected_s(17))
+
+
+def test_a_run_without_probe_rows_tells_a_simulated_goodput_no_costs_as_the_real_one_was_told():
+    from types import SimpleNamespace
+
+    trace = pd.DataFrame({"policy": ["goodput"] * 2, "epoch": [0, 0], "rank": [0, 1]})
+    run = SimpleNamespace(policies=["goodput"], trace=trace, meta={"world_size": 2})
+    assert told_hints(run) == (WorkerHint(), WorkerHint())  # not the calibrated curves it never had
+    assert told_hints(SimpleNamespace(policies=["adaptive"], trace=trace, meta={"world_size": 2})) is None

@@ -285,10 +285,13 @@ def compare_run(run: RunData, calibrate_on: str = PROBE) -> tuple[list[Compariso
 
 def told_hints(run: RunData) -> tuple[WorkerHint, ...] | None:
     """The costs ``run``'s cost-aware policies were told (:func:`~validation.probe.first_block_hints`);
-    None without probe rows or a policy that needs or uses them."""
+    None without a policy that needs or uses them; without probe rows (then no policy of the run
+    needs costs: ``validation run`` refuses it), hints without costs, as the real ones were told."""
     if not any(policy_class(p).needs_costs or policy_class(p).uses_costs for p in run.policies):
         return None
-    return first_block_hints(run.trace, run.meta["world_size"])
+    world = run.meta["world_size"]
+    hints = first_block_hints(run.trace, world)
+    return hints if hints is not None else (WorkerHint(),) * world
 
 
 def told(policy: Policy, hints: Sequence[WorkerHint]) -> Policy:

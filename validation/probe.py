@@ -7,13 +7,14 @@ sizes are the given fractions of the global batch and, always, :data:`SMALL_SIZE
 samples): whether a slow rank is worth keeping at all (``optimal`` leaving it out) turns on its
 cost at the few samples it would be left, which a fit from 8 samples up only extrapolates. When
 a policy may choose a larger global batch (``goodput``), every round also runs its fractions of
-that largest batch: a cost fitted on local batches up to the global batch, extrapolated to
-several times that, can be far off (a CPU or GPU does a larger batch at a lower cost a sample).
+that largest batch and the whole of it (one rank alone, as when a slow one is left out): a cost
+fitted on local batches up to the global batch, extrapolated to several times that, can be far
+off (a CPU or GPU does a larger batch at a lower cost a sample).
 
 The rounds are spread evenly over the run, so the calibration sees the same drift in machine
 load as the policies do; the first :data:`START_ROUNDS` run at the start, before any policy,
-because the policies that need costs (``proportional``, ``optimal``) are told the costs fitted
-on those (:func:`fit_probe`), and one round is one noisy time per size (on a rank beside a busy
+because the policies that need or use costs (``proportional``, ``optimal``, ``goodput``) are
+told the costs fitted on those (:func:`fit_probe`), and one round is one noisy time per size (on a rank beside a busy
 neighbour its times need not even grow with the batch).
 
 :func:`fit_probe` fits as ``validation compare`` and ``hetsim calibrate --model auto`` do
@@ -55,12 +56,13 @@ def probe_round(
     global_batch: int, world: int, fractions: Sequence[float], largest: int | None = None
 ) -> list[tuple[int, ...]]:
     """One round's splits (see the module's docstring); with ``largest`` above the global batch
-    (the largest a policy that varies the batch may choose), the fractions once more as steps of
-    ``largest`` samples, so that the costs told to that policy are measured up to the local
-    batches it may give rather than extrapolated from the global batch's."""
+    (the largest a policy that varies the batch may choose), the fractions and the whole once
+    more as steps of ``largest`` samples, so that the costs told to that policy are measured up
+    to the local batches it may give rather than extrapolated from the global batch's."""
     plan = _round_at(global_batch, world, probe_sizes(global_batch, world, fractions))
     if largest is not None and largest > global_batch and world > 1:
-        plan += _round_at(largest, world, [max(1, int(round(f * largest))) for f in fractions])
+        sizes = dict.fromkeys([*(max(1, int(round(f * largest))) for f in fractions), largest])
+        plan += _round_at(largest, world, list(sizes))
     return plan
 
 
