@@ -268,16 +268,3 @@ def test_a_worker_the_curves_leave_out_stays_out_though_it_was_never_measured():
         times = tuple(float(c.expected_s(n)) if n else 0.0 for c, n in zip(curves, b))
         policy.observe(StepRecord(info, tuple(b), times, (True,) * 3))
     assert splits[0][2] == 0 and all(b[2] == 0 for b in splits)  # (before, adaptive took it for an average worker)
-
-
-def test_a_slowed_worker_left_out_keeps_its_measured_slowdown():
-    policy = Goodput(max_batch=256)
-    policy.reset(2, 16, CURVES, RunHint(COMM_S, Efficiency(30.0, 16)))
-    policy._batches = (8, 8)  # both run, the second three times slower than its curve, for one step
-    slowed = (CURVES[0], replace(CURVES[1], noise_mean=3.0, delay_s=3 * CURVES[1].delay_s))  # all three times
-    info = StepInfo(0, 0, 0, 5)
-    policy.observe(StepRecord(info, (8, 8), tuple(float(c.expected_s(8)) for c in slowed), (True, True)))
-    policy._batches = (16, 0)  # now left out: the ratio comes from the batches it was measured at
-    costs = policy.step_costs(*policy._estimates(None))
-    assert costs.curves is not None
-    np.testing.assert_allclose(costs.curves[1].expected_s(np.arange(1, 257)), slowed[1].expected_s(np.arange(1, 257)))

@@ -220,15 +220,18 @@ class Goodput(Adaptive):
 
     def step_costs(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> StepCosts:
         """What batches are judged by now: the hinted curves scaled by each worker's ratio of its
-        fitted time to its curve's at the mean local batch of its fit (the batches it was measured
-        at, kept while it runs none; 1 where it was never measured), or without curves the fitted
-        lines."""
+        fitted time to its curve's at its current local batch, or without curves the fitted lines.
+        A worker that runs no samples keeps its curve (ratio 1): the ratio of a fit it stopped
+        adding to is stale, and under heavy noise a few steps' ratio misleads more than the curve
+        (``benchmarks/goodput.py``'s straggler cluster was slower with it kept); if the worker is
+        slower than its curve, the first step that gives it samples shows it, and ``adaptive``'s
+        re-split moves them."""
         if self._curves is None:
             return StepCosts(fixed, per_sample, caps)
+        b = np.asarray(self._batches, dtype=float)
         ratios = np.ones(self.n_workers)
-        for i in np.flatnonzero(self._known & (self._stats[0] > 0)).tolist():
-            b = float(self._stats[1, i] / self._stats[0, i])
-            hinted, fitted = float(self._curves[i].expected_s(b)), float(fixed[i] + per_sample[i] * b)
+        for i in np.flatnonzero((b > 0) & self._known).tolist():
+            hinted, fitted = float(self._curves[i].expected_s(b[i])), float(fixed[i] + per_sample[i] * b[i])
             if hinted > 0 and fitted > 0 and np.isfinite(fitted):
                 ratios[i] = fitted / hinted
         return StepCosts(fixed, per_sample, caps, self._curves, ratios, self.highest_batch)
