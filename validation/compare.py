@@ -9,11 +9,10 @@ Errors are relative: ``(predicted - measured) / measured``. No torch here.
 
 A prediction reproduces what the real run did, so a simulated policy is told what the real one
 was told: a policy that needs or uses costs (``proportional``, ``optimal``, ``goodput``) gets
-the costs the real policy got from the probe's first rounds
-(:func:`~validation.probe.first_block_hints`, the same fit), not the calibrated scenario's
-curves (every probe round: what it never knew); where those
-are off (a noisy rank at the margin of being left out), the simulation makes the real split and
-predicts its step time. The other policies are told no costs in a real run and use none in
+the costs the real policy got from the probe's first rounds (:func:`~validation.probe.first_block_hints`,
+the same fit), not the calibrated scenario's curves (every probe round: what it never knew);
+where those are off (a noisy rank at the margin of being left out), the simulation makes the
+real split and predicts its step time. The other policies are told no costs in a real run and use none in
 hetsim's (``dynamic`` only for the analysis). A cross-run prediction (:func:`compare_across`)
 tells them the calibrated (re-injected) curves: it predicts without the target run's probe.
 """
@@ -285,13 +284,12 @@ def compare_run(run: RunData, calibrate_on: str = PROBE) -> tuple[list[Compariso
 
 def told_hints(run: RunData) -> tuple[WorkerHint, ...] | None:
     """The costs ``run``'s cost-aware policies were told (:func:`~validation.probe.first_block_hints`);
-    None without a policy that needs or uses them; without probe rows (then no policy of the run
-    needs costs: ``validation run`` refuses it), hints without costs, as the real ones were told."""
+    None without a policy that needs or uses them; without probe rows (then none needs them),
+    hints without costs, as the real ones were told."""
     if not any(policy_class(p).needs_costs or policy_class(p).uses_costs for p in run.policies):
         return None
-    world = run.meta["world_size"]
-    hints = first_block_hints(run.trace, world)
-    return hints if hints is not None else (WorkerHint(),) * world
+    hints = first_block_hints(run.trace, run.meta["world_size"])
+    return hints if hints is not None else (WorkerHint(),) * run.meta["world_size"]
 
 
 def told(policy: Policy, hints: Sequence[WorkerHint]) -> Policy:
