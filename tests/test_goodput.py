@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import replace
 
@@ -181,8 +182,13 @@ COMM_S = 0.006
 
 
 def curve_goodput(batch: int, efficiency: Efficiency, noise: float, curves=CURVES) -> float:
-    split = min_max_split(curves, batch, [np.inf] * len(curves))
-    return efficiency.gain(batch, noise) / (slowest_expected_s(curves, split) + COMM_S)
+    return efficiency.gain(batch, noise) / (_curve_step_s(int(batch), curves) + COMM_S)
+
+
+@functools.cache
+def _curve_step_s(batch: int, curves: tuple[WorkerHint, ...]) -> float:
+    """The exact min-max compute time on ``curves`` (cached: the tests try every batch up to 256)."""
+    return slowest_expected_s(curves, min_max_split(curves, batch, [np.inf] * len(curves)))
 
 
 def feed_curves(policy: Goodput, steps: int, curves=CURVES, per_epoch: int = 5) -> list[int]:
@@ -197,6 +203,7 @@ def feed_curves(policy: Goodput, steps: int, curves=CURVES, per_epoch: int = 5) 
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("noise", [8.0, 30.0, 200.0])
 def test_with_the_workers_curves_it_starts_at_the_best_batch_and_stays(noise):
     efficiency = Efficiency(noise, 16)
@@ -208,6 +215,7 @@ def test_with_the_workers_curves_it_starts_at_the_best_batch_and_stays(noise):
     assert set(feed_curves(policy, 30)) == {policy.global_batch}
 
 
+@pytest.mark.slow
 def test_without_the_curves_it_creeps_up_on_lines_fitted_to_small_batches_with_them_it_starts_there():
     efficiency = Efficiency(30.0, 16)
     best = max(curve_goodput(b, efficiency, 30.0) for b in range(16, 257))
@@ -221,6 +229,7 @@ def test_without_the_curves_it_creeps_up_on_lines_fitted_to_small_batches_with_t
     assert below == [True, True, False, False, False, False]
 
 
+@pytest.mark.slow
 def test_a_slowdown_the_fit_has_seen_scales_the_curve_it_judges_batches_by():
     efficiency = Efficiency(30.0, 16)
     policy = Goodput(max_batch=256, batch_hysteresis=0.0)  # (the default 5% would keep a batch within 5% of the best)
@@ -237,6 +246,7 @@ def test_a_slowdown_the_fit_has_seen_scales_the_curve_it_judges_batches_by():
     assert curve_goodput(batches[-1], efficiency, 30.0, slowed) >= 0.99 * best
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     points=st.lists(st.tuples(st.floats(0.1, 5.0), st.floats(0.0, 2.0), st.floats(0.0, 2.0)), min_size=1, max_size=5),
@@ -255,6 +265,7 @@ def test_a_batchs_judged_time_on_curves_is_the_exact_min_max_within_a_sample_and
     assert exact - one_sample - 1e-9 <= judged <= exact * 1.02 + 1e-9
 
 
+@pytest.mark.slow
 def test_a_worker_the_curves_leave_out_stays_out_though_it_was_never_measured():
     curves = (*CURVES[:1], CURVES[0], WorkerHint(cost=Table(points=CONCAVE), delay_s=0.05))  # the third far slower
     efficiency = Efficiency(30.0, 16)
