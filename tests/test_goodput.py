@@ -137,6 +137,13 @@ def test_bad_goodput_input_gets_one_line_and_exit_2(args, message, capsys):
     assert err.startswith(message) and err.count("\n") == 1
 
 
+def test_caps_that_hold_no_sample_are_refused_naming_the_field():
+    with pytest.raises(ConfigError, match="workers.max_batch"):
+        Goodput().reset(
+            2, 16, [WorkerHint(max_batch=0, cost=Table(points=CONCAVE))] * 2, RunHint(0.0, Efficiency(30.0, 16))
+        )
+
+
 def test_min_batch_beyond_the_caps_is_refused():
     raw = scenario_dict([{"count": 2, "per_sample_s": 0.001, "max_batch": 64}], global_batch=64)
     raw["workload"]["efficiency"] = {"noise_scale": 100, "base_batch": 64}

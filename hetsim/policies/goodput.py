@@ -158,6 +158,8 @@ class Goodput(Adaptive):
         self, n_workers: int, global_batch: int, hints: Sequence[WorkerHint] | None = None, run: RunHint | None = None
     ) -> None:
         capacity = sum(h.max_batch for h in hints) if hints is not None else np.inf
+        if capacity < 1:
+            raise ConfigError("workers.max_batch", "the workers' caps hold no sample: there is no batch to choose")
         if self.min_batch is not None and self.min_batch > capacity:
             raise ConfigError(
                 "policy.min_batch", f"{self.min_batch} is more than the workers' caps hold ({capacity:g})"
