@@ -33,16 +33,22 @@ def true_goodput(batch: int, efficiency: Efficiency, noise: float) -> float:
     return efficiency.gain(batch, noise) / (max_time(FIXED_S, PER_SAMPLE_S, split) + OVERHEAD_S)
 
 
-def feed(policy: Goodput, steps: int, per_epoch: int = 5) -> list[int]:
-    """Run ``policy`` on the deterministic workers; the global batch of every step."""
+def run(policy: Goodput, steps: int, time_s, per_epoch: int = 5) -> list[int]:
+    """Run ``policy`` for ``steps`` deterministic steps, a worker's time ``time_s(i, b)`` at ``b``
+    samples; the global batch of every step."""
     out = []
     for k in range(steps):
         info = StepInfo(k, k // per_epoch, k % per_epoch, per_epoch)
         batches = policy.partition(info)
         out.append(sum(batches))
-        times = tuple(float(FIXED_S[i] + PER_SAMPLE_S[i] * b) if b else 0.0 for i, b in enumerate(batches))
-        policy.observe(StepRecord(info, tuple(batches), times, (True,) * 3))
+        times = tuple(float(time_s(i, b)) if b else 0.0 for i, b in enumerate(batches))
+        policy.observe(StepRecord(info, tuple(batches), times, (True,) * len(batches)))
     return out
+
+
+def feed(policy: Goodput, steps: int, per_epoch: int = 5) -> list[int]:
+    """Run ``policy`` on the deterministic affine workers."""
+    return run(policy, steps, lambda i, b: FIXED_S[i] + PER_SAMPLE_S[i] * b, per_epoch)
 
 
 @pytest.mark.slow
@@ -199,15 +205,8 @@ def _curve_step_s(batch: int, curves: tuple[WorkerHint, ...]) -> float:
 
 
 def feed_curves(policy: Goodput, steps: int, curves=CURVES, per_epoch: int = 5) -> list[int]:
-    """Run ``policy`` on workers whose times are ``curves``, deterministic; every step's global batch."""
-    out = []
-    for k in range(steps):
-        info = StepInfo(k, k // per_epoch, k % per_epoch, per_epoch)
-        batches = policy.partition(info)
-        out.append(sum(batches))
-        times = tuple(float(c.expected_s(b)) if b else 0.0 for c, b in zip(curves, batches))
-        policy.observe(StepRecord(info, tuple(batches), times, (True,) * len(curves)))
-    return out
+    """Run ``policy`` on workers whose times are ``curves``, deterministic."""
+    return run(policy, steps, lambda i, b: curves[i].expected_s(b), per_epoch)
 
 
 @pytest.mark.slow

@@ -48,8 +48,13 @@ def probe_sizes(global_batch: int, world: int, fractions: Sequence[float]) -> li
     rank takes the whole batch at every fraction."""
     if world <= 1:
         return [global_batch] * len(fractions)
-    sized = [min(global_batch, max(1, int(round(f * global_batch)))) for f in fractions]
+    sized = fraction_sizes(global_batch, fractions)
     return [b for b in SMALL_SIZES if b < global_batch and b not in sized] + sized
+
+
+def fraction_sizes(global_batch: int, fractions: Sequence[float]) -> list[int]:
+    """Each fraction of ``global_batch`` as a local batch: rounded, at least 1, at most all of it."""
+    return [min(global_batch, max(1, int(round(f * global_batch)))) for f in fractions]
 
 
 def probe_round(
@@ -61,8 +66,7 @@ def probe_round(
     to the local batches it may give rather than extrapolated from the global batch's."""
     plan = _round_at(global_batch, world, probe_sizes(global_batch, world, fractions))
     if largest is not None and largest > global_batch and world > 1:
-        sizes = dict.fromkeys([*(max(1, int(round(f * largest))) for f in fractions), largest])
-        plan += _round_at(largest, world, list(sizes))
+        plan += _round_at(largest, world, list(dict.fromkeys([*fraction_sizes(largest, fractions), largest])))
     return plan
 
 

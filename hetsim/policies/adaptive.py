@@ -283,15 +283,19 @@ class Adaptive(Policy):
         """Refit; the fitted ``(fixed_s, per_sample_s, caps)`` (caps 0 for the workers down), or
         None while no worker has been measured."""
         self._fit()
+        if self._known.all():
+            return self.fixed_s, self.per_sample_s, self._caps_up(available)
+        assumed = self._unmeasured_costs()
+        return None if assumed is None else (*assumed, self._caps_up(available))
+
+    def _unmeasured_costs(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(fixed_s, per_sample_s)`` with the workers never measured (down since the start)
+        assumed average until they are measured; None while no worker has been."""
         known = self._known
-        if known.all():
-            fixed, per_sample = self.fixed_s, self.per_sample_s
-        elif not known.any():
+        if not known.any():
             return None
-        else:  # A worker never measured (down since the start) is assumed average until it is measured.
-            fixed = np.where(known, self.fixed_s, self.fixed_s[known].mean())
-            per_sample = np.where(known, self.per_sample_s, self.per_sample_s[known].mean())
-        return fixed, per_sample, self._caps_up(available)
+        fixed = np.where(known, self.fixed_s, self.fixed_s[known].mean())
+        return fixed, np.where(known, self.per_sample_s, self.per_sample_s[known].mean())
 
     def _caps_up(self, available: tuple[bool, ...] | None) -> np.ndarray:
         """The caps, 0 for the workers down."""

@@ -208,16 +208,13 @@ class Goodput(Adaptive):
         if estimates is None:
             return
         rebatch, self._rebatch = self._rebatch, False
-        if not (rebatch and estimates[2].sum() >= 1):
-            if estimates[2].sum() >= self.global_batch:
-                self._resplit(*estimates)
-            return
-        costs = self.step_costs(*estimates)
-        batch = self._best_batch(costs, self.batch_hysteresis)
-        if batch != self.global_batch:
-            self.global_batch = batch
-            self._batches = costs.split(batch)
-        elif estimates[2].sum() >= self.global_batch:
+        if rebatch and estimates[2].sum() >= 1:
+            costs = self.step_costs(*estimates)
+            batch = self._best_batch(costs, self.batch_hysteresis)
+            if batch != self.global_batch:
+                self.global_batch, self._batches = batch, costs.split(batch)
+                return
+        if estimates[2].sum() >= self.global_batch:
             self._resplit(*estimates)
 
     def step_costs(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> StepCosts:
@@ -238,14 +235,13 @@ class Goodput(Adaptive):
                 ratios[i] = fitted / hinted
         return StepCosts(fixed, per_sample, caps, self._curves, ratios, self.highest_batch)
 
-    def _estimates(self, available: tuple[bool, ...] | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    def _unmeasured_costs(self) -> tuple[np.ndarray, np.ndarray] | None:
         """``adaptive``'s, except that with curves a worker not measured yet (one the curves'
-        split left out) takes the line through its curve at 1 sample and at the global
-        batch rather than the measured workers' mean: else the first re-split would load a slow
-        worker that the curves rightly left out."""
+        split left out) takes the line through its curve at 1 sample and at the global batch
+        rather than the measured workers' mean: else the first re-split would load a slow worker
+        that the curves rightly left out."""
         if self._curves is None:
-            return super()._estimates(available)
-        self._fit()
+            return super()._unmeasured_costs()
         fixed, per_sample = self.fixed_s.copy(), self.per_sample_s.copy()
         far = float(max(2, self.global_batch))
         for i in np.flatnonzero(~self._known).tolist():
@@ -254,7 +250,7 @@ class Goodput(Adaptive):
                 (at_far - one) / (far - 1.0), 1e-12
             )  # (a flat curve: a tiny slope, as a line needs one)
             fixed[i] = one - per_sample[i]
-        return fixed, per_sample, self._caps_up(available)
+        return fixed, per_sample
 
     def goodput(self, batch: int, costs: StepCosts) -> float:
         """Predicted progress per second at global batch ``batch`` (its step time: ``costs.step_s``)."""
