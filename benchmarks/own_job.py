@@ -2,7 +2,8 @@
 is the policy it recommends the one to run? Prints JSON.
 
 Each repetition does what docs/guide/own-job.md walks through, as a user would (each command in
-a subprocess), on two CPU ranks made different (``--threads 2,1`` by default):
+a subprocess), on two CPU ranks made different (``--slowdown 1,2`` by default: rank 1 emulates a
+device twice as slow; each rank one thread):
 
 1. ``python -m validation profile --workload examples/train_your_model.py:WORKLOAD`` (a fresh
    profile, seed = the repetition's index);
@@ -24,7 +25,7 @@ beside the plan's: the profile's table at the plan's local batches and its all-r
 are mean, median and 90th percentile over the repetitions; the load average is recorded before
 and after each repetition (the machine is shared).
 
-    .venv/bin/python benchmarks/own_job.py [--repetitions 3] [--threads 2,1] [--budget-s 10]
+    .venv/bin/python benchmarks/own_job.py [--repetitions 3] [--slowdown 1,2] [--budget-s 10]
         [--global-batch 128] [--epochs 3] [--policies equal,optimal,dynamic,adaptive] [--out DIR]
 """
 
@@ -62,9 +63,9 @@ def call(command: list[str], what: str) -> str:
 def profile_and_plan(folder: Path, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """A fresh profile of the two ranks and the plan of its scenario (the plan.json object)."""
     prof, plan = folder / "prof", folder / "plan.json"
-    call([sys.executable, "-m", "validation", "profile", "--workload", f"{EXAMPLE}:WORKLOAD", "--threads", args.threads,
-          "--budget-s", str(args.budget_s), "--global-batch", str(args.global_batch), "--seed", str(seed),
-          "--out", str(prof)], "profile")  # fmt: skip
+    call([sys.executable, "-m", "validation", "profile", "--workload", f"{EXAMPLE}:WORKLOAD",
+          "--slowdown", args.slowdown, "--budget-s", str(args.budget_s), "--global-batch", str(args.global_batch),
+          "--seed", str(seed), "--out", str(prof)], "profile")  # fmt: skip
     call([sys.executable, "-m", "hetsim", "plan", str(prof / "scenario.toml"), "--policy", args.plan_policies,
           "--out", str(plan)], "plan")  # fmt: skip
     return dict(json.loads(plan.read_text(encoding="utf-8")))
@@ -77,7 +78,7 @@ def train(folder: Path, how: list[str], seed: int, args: argparse.Namespace) -> 
 
     torchrun = str(Path(sys.executable).with_name("torchrun"))
     call([torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-          EXAMPLE, *how, "--threads", args.threads, "--epochs", str(args.epochs), "--global-batch",
+          EXAMPLE, *how, "--slowdown", args.slowdown, "--epochs", str(args.epochs), "--global-batch",
           str(args.global_batch), "--seed", str(seed), "--out", str(folder)],
          "the example with " + " ".join(how))  # fmt: skip
     entry = json.loads((folder / "summary.json").read_text(encoding="utf-8"))["policies"][0]
@@ -160,7 +161,7 @@ def summary(reps: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=3)
-    parser.add_argument("--threads", default="2,1", help="CPU threads of rank 0 and rank 1 (default 2,1)")
+    parser.add_argument("--slowdown", default="1,2", help="emulated slowness of rank 0 and rank 1 (default 1,2)")
     parser.add_argument("--budget-s", type=float, default=10.0, help="the profile's budget per rank (default 10)")
     parser.add_argument("--global-batch", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=3, help="epochs of each run (default 3: 33 steps)")

@@ -1,10 +1,10 @@
 """Your own model trained with uneven local batches under torchrun, hetsim's plan (or a policy) applied
 across the ranks with validation.uneven (validation/README.md, "Using the trainer in your own script")::
 
-    python -m validation profile --workload examples/train_your_model.py:WORKLOAD --threads 2,1 --out prof
+    python -m validation profile --workload examples/train_your_model.py:WORKLOAD --slowdown 1,2 --out prof
     python -m hetsim plan prof/scenario.toml --wait-for-all --out plan.json
     torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py \\
-        --plan plan.json --threads 2,1 --out run
+        --plan plan.json --slowdown 1,2 --out run
     python -m validation compare run
 """
 
@@ -23,27 +23,27 @@ from validation.backend import loopback_environment
 from validation.workloads.base import Workload
 
 
-def make_model() -> nn.Module:  # your model
-    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+def make_model() -> nn.Module:  # your model: a small CNN on 8x8 images (no BatchNorm: it would depend on the split)
+    convs = nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU()
+    return nn.Sequential(nn.Unflatten(1, (1, 8, 8)), *convs, nn.Flatten(), nn.Linear(64 * 8 * 8, 10))
 
 
 X, Y = (torch.tensor(a) for a in load_digits(return_X_y=True))  # scikit-learn's 8x8 digits: shipped, no download
 ORDER = torch.randperm(len(Y), generator=torch.Generator().manual_seed(0))  # 1437 to train, 360 held out
 (X, TEST_X), (Y, TEST_Y) = (X[ORDER] / 16.0).float().split([1437, 360]), Y[ORDER].split([1437, 360])
-# your model and data, also for `validation profile --workload examples/train_your_model.py:WORKLOAD`
-WORKLOAD = Workload.from_parts("your-mlp", make_model, (X, Y), (TEST_X, TEST_Y), nn.functional.cross_entropy)
+WORKLOAD = Workload.from_parts("your-cnn", make_model, (X, Y), (TEST_X, TEST_Y), nn.functional.cross_entropy)
 
 
 def train(args: argparse.Namespace) -> int:
     world = dist.get_world_size()
     plan = uneven.load_plan(args.plan, world) if args.plan else None  # refused here: nothing written yet
-    name = plan.policy if plan else args.policy
-    batch = plan.global_batch if plan else args.global_batch
+    name, batch = (plan.policy, plan.global_batch) if plan else (args.policy, args.global_batch)
     policy = plan.make() if plan else make_policy(name)
     torch.manual_seed(args.seed)  # the same weights on every rank (DDP broadcasts rank 0's anyway)
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    stepper = uneven.UnevenStep(model, optimizer, torch.device("cpu"), comm="ddp")
+    delay = uneven.slowdown_delay(args.slowdown)  # an emulated slower device (None at 1: nothing to emulate)
+    stepper = uneven.UnevenStep(model, optimizer, torch.device("cpu"), comm="ddp", delay=delay)
     meta = uneven.script_meta(world_size=world, global_batch=batch, epochs=args.epochs, policies=[name], model=model,
         steps_per_epoch=uneven.steps_per_epoch(len(Y), batch), n_train=len(Y), n_test=len(TEST_Y), seed=args.seed,
         backend="gloo", devices=["cpu"] * world, workload=__file__, comm="ddp")  # fmt: skip
@@ -53,8 +53,7 @@ def train(args: argparse.Namespace) -> int:
         return nn.functional.cross_entropy(net(X[idx]), Y[idx])  # the mean over this rank's samples
 
     def evaluate() -> tuple[float, float]:
-        with torch.no_grad():
-            out = model(TEST_X)
+        out = model(TEST_X).detach()
         return float(nn.functional.cross_entropy(out, TEST_Y)), float((out.argmax(1) == TEST_Y).float().mean())
 
     probe = uneven.Controller(uneven.PROBE, None, batch, writer)  # every rank at several batches: the calibration
@@ -64,14 +63,17 @@ def train(args: argparse.Namespace) -> int:
         results = uneven.train_epoch(ctrl, stepper, loss_of, seed=args.seed, epoch=epoch, n_samples=len(Y))
         writer.add_epoch(uneven.epoch_row(ctrl, epoch, results, evaluate))
         writer.flush()
-    for entry in writer.finish([name])["policies"]:  # rank 0's summary (empty elsewhere)
+    for entry in writer.finish([name])["policies"]:  # rank 0's summary (empty elsewhere); flushed: os._exit below
         print(f"{name}: {entry['steps']} steps, mean {1e3 * entry['mean_step_s']:.2f} ms, final split "
               f"{'/'.join(map(str, entry['final_batches']))}, accuracy {entry['final_test_accuracy']:.3f}",
-              flush=True)  # os._exit below does not flush  # fmt: skip
+              flush=True)  # fmt: skip
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    def mine(values: str) -> float:  # this rank's value of a list of one for all ranks or one each (the R-th)
+        return float((items := values.split(","))[int(os.environ.get("RANK", "0")) % len(items)])
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", help="plan.json from `python -m hetsim plan SCENARIO --out plan.json`")
     parser.add_argument("--policy", default="dynamic", help="a hetsim policy, without --plan (default dynamic)")
@@ -79,12 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=3), parser.add_argument("--probe-rounds", type=int, default=2)
     parser.add_argument("--lr", type=float, default=0.05), parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="the run folder (rank 0 writes it)")
-    parser.add_argument("--threads", default="1", help="CPU threads per rank, one for all or one each: 2,1")
+    parser.add_argument("--slowdown", type=mine, default="1", help="an emulated slower device per rank: 1,2 or 1")
     args = parser.parse_args(argv)
     if os.environ.get("LOCAL_WORLD_SIZE", "1") == os.environ.get("WORLD_SIZE", "1"):  # one machine: gloo on loopback
         os.environ.update({k: v for k, v in loopback_environment().items() if k not in os.environ})
-    threads = [int(t) for t in args.threads.split(",")]  # rank R takes the R-th (or the only) count
-    torch.set_num_threads(threads[int(os.environ.get("RANK", "0")) % len(threads)])
     dist.init_process_group("gloo")  # env://: torchrun's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
     try:
         return train(args)

@@ -54,13 +54,13 @@ SUBSTITUTE: dict[str, str] = {
         "HETSIM_PLUGINS=examples/my_workload.py python -m validation run --workload breast-cancer-mlp "
         f"--global-batch 64 {_LOADS} --out runs/mine-plugin",
     # docs/guide/own-job.md: a profile of a minute and a run of 3 epochs -> the smallest that still profile and train
-    "python -m validation profile --workload examples/train_your_model.py:WORKLOAD --threads 2,1 --out runs/own-prof":
-        "python -m validation profile --workload examples/train_your_model.py:WORKLOAD --threads 2,1 --budget-s 3 "
+    "python -m validation profile --workload examples/train_your_model.py:WORKLOAD --slowdown 1,2 --out runs/own-prof":
+        "python -m validation profile --workload examples/train_your_model.py:WORKLOAD --slowdown 1,2 --budget-s 3 "
         "--repeats 3 --out runs/own-prof",
     "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan runs/own-plan.json "
-    "--threads 2,1 --out runs/own-run":
+    "--slowdown 1,2 --out runs/own-run":
         "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan runs/own-plan.json "
-        "--threads 2,1 --epochs 1 --probe-rounds 1 --out runs/own-run",
+        "--slowdown 1,2 --epochs 1 --probe-rounds 1 --out runs/own-run",
 }  # fmt: skip
 # command (or its first words) -> why it is not run here
 SKIP: dict[str, str] = {

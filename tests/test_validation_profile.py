@@ -231,18 +231,87 @@ def test_the_network_fit_recovers_a_ring(latency_s, bandwidth_gbps, world):
 
 
 def test_the_network_is_the_communication_of_the_trainers_steps():
-    """The median over steps and ranks of the trainer's communication time is a constant network,
-    and the all-reduce's own fit is the fallback without such steps."""
+    """The mean over steps and ranks of the trainer's communication time (its slow step counted:
+    the scenario predicts a mean step) is a constant network, and the all-reduce's own fit is the
+    fallback without such steps."""
     results = [
         {"in_step": {"batch": 32, "comm_s": [0.011, 0.030, 0.012]}, "allreduce": {"1": [0.002] * 3}},
         {"in_step": {"batch": 32, "comm_s": [0.015, 0.013, 0.014]}, "allreduce": {"1": [0.002] * 3}},
     ]
-    assert profile_output.exposed_comm_s(results) == pytest.approx(0.0135)
-    assert profile_output.network_table(results, 0.16) == {"kind": "constant", "time_s": 0.0135}
+    assert profile_output.exposed_comm_s(results) == pytest.approx(0.095 / 6)
+    assert profile_output.network_table(results, 0.16) == {"kind": "constant", "time_s": float(f"{0.095 / 6:.6g}")}
     for r in results:
         r["in_step"] = {"batch": 0, "comm_s": []}
     assert profile_output.exposed_comm_s(results) is None
     assert profile_output.network_table(results, 0.16) == {"kind": "constant", "time_s": 0.002}
+
+
+def test_the_trainers_steps_run_at_the_split_that_balances_the_tables():
+    """Two ranks of 1 and 2 s a sample (and a third whose cap is its table's end): the split of
+    90 evens out the slowest time, 60/30; a cap binds; a rank whose one sample costs more than
+    the others' whole share is left out."""
+    one, two = [[1, 1.0], [100, 100.0]], [[1, 2.0], [100, 200.0]]
+    assert profile_output.balanced_split([one, two], 90, [100, 100]) == (60, 30)
+    assert profile_output.balanced_split([one, two], 90, [50, 100]) == (50, 40)
+    slow = [[1, 500.0], [100, 600.0]]
+    assert profile_output.balanced_split([one, two, slow], 90, [100, 100, 100]) == (60, 30, 0)
+
+
+def test_a_ranks_noise_is_its_compute_in_the_trainers_steps_when_it_ran_enough_of_them():
+    """The trainer's steps at the rank's local batch set its noise (their spread is the run's);
+    with too few of them, or none at a batch of 0, the repeats of every batch pooled do."""
+    rng = np.random.default_rng(3)
+    samples = {str(b): list(np.exp(rng.normal(0, 0.3, 40)) * b * 1e-3) for b in (1, 8, 64)}
+    in_step = list(np.exp(rng.normal(0, 0.05, 40)) * 0.05)
+    pooled = profile_output.noise_sigma(samples)
+    assert pooled == pytest.approx(0.3, rel=0.2)
+    result = {"samples": samples, "in_step": {"batch": 50, "compute_s": in_step}}
+    assert profile_output.rank_noise_sigma(result) == profile_output.noise_sigma({"50": in_step})
+    assert profile_output.rank_noise_sigma(result) == pytest.approx(0.05, rel=0.3)
+    few = {"samples": samples, "in_step": {"batch": 50, "compute_s": in_step[: profile_output.MIN_IN_STEP - 1]}}
+    idle = {"samples": samples, "in_step": {"batch": 0, "compute_s": in_step}}
+    assert profile_output.rank_noise_sigma(few) == profile_output.rank_noise_sigma(idle) == pooled
+
+
+def test_the_trainers_steps_take_a_share_of_the_budget_within_bounds():
+    from validation.profile_rank import MAX_TRAINER_STEPS, TRAINER_SHARE, trainer_step_count
+
+    config = ProfileConfig(budget_s=10.0, repeats=7)
+    assert trainer_step_count(config, 0.020) == min(MAX_TRAINER_STEPS, int(TRAINER_SHARE * 10.0 / 0.020))
+    assert trainer_step_count(config, 1e-6) == MAX_TRAINER_STEPS
+    assert trainer_step_count(config, 5.0) == 7  # never fewer than --repeats
+
+
+def test_an_emulated_slower_device_sleeps_its_factor_less_one_times_the_step(monkeypatch):
+    """``--slowdown`` in the profile's step, and the trainer's ``slowdown_delay``: a factor f
+    sleeps (f - 1) x what was measured; 1 emulates nothing; below 1 is refused."""
+    import time
+
+    import torch
+    from torch import nn
+
+    from validation.profile_measure import Stepper
+    from validation.uneven import slowdown_delay
+    from validation.workloads.base import Workload
+
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    assert slowdown_delay(1.0) is None
+    delay = slowdown_delay(3.0)
+    assert delay is not None
+    delay(16, 0.25)
+    assert slept == [0.5]
+    with pytest.raises(ValueError, match="slowdown: must be at least 1"):
+        slowdown_delay(0.5)
+    g = torch.Generator().manual_seed(0)
+    data = (torch.randn(40, 4, generator=g), torch.randint(0, 3, (40,), generator=g))
+    workload = Workload.from_parts("tiny", lambda: nn.Linear(4, 3), data, data, nn.functional.cross_entropy)
+    slept.clear()
+    step_s = Stepper(workload, 0, torch.device("cpu"), 0, slowdown=2.5).step_s(8)
+    assert len(slept) == 1 and 0 < slept[0] <= 1.5 * step_s  # 1.5 x the step before it (sleep() recorded, not slept)
+    slept.clear()
+    Stepper(workload, 0, torch.device("cpu"), 0).step_s(8)
+    assert slept == []
 
 
 def test_a_flat_all_reduce_is_a_constant_network():
@@ -305,6 +374,8 @@ BAD = [
     (["--threads", "2,1,1"], "--threads: 3 values for 2 ranks (one per rank, or RANK=VALUE items)"),
     (["--max-batch", "1"], "--max-batch: must be in [2, 1438], got 1"),
     (["--max-batch", "40,40"], "--max-batch: the ranks hold at most 80 samples, less than the global batch 128"),
+    (["--slowdown", "1,0.5"], "--slowdown: must be in [1, 1000], got 0.5"),
+    (["--slowdown", "1=fast"], "--slowdown: must be a number, got a string ('fast')"),
 ]
 
 

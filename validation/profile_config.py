@@ -38,6 +38,7 @@ class ProfileConfig:
     threads: dict[int, int] = field(default_factory=dict)
     cpus: dict[int, tuple[int, ...]] = field(default_factory=dict)
     contention: dict[int, float] = field(default_factory=dict)
+    slowdown: dict[int, float] = field(default_factory=dict)  # an emulated slower device, as validation run's
     budget_s: float = DEFAULT_BUDGET_S
     max_batch: tuple[int, ...] = ()  # per rank: the most a CPU rank is given, where a GPU's back-off starts
     global_batch: int = DEFAULT_GLOBAL_BATCH
@@ -55,7 +56,7 @@ class ProfileConfig:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        for key in ("threads", "contention"):
+        for key in ("threads", "contention", "slowdown"):
             out[key] = {str(k): v for k, v in getattr(self, key).items()}
         out["cpus"] = {str(k): list(v) for k, v in self.cpus.items()}
         out["devices"], out["max_batch"], out["out"] = list(self.devices), list(self.max_batch), str(self.out)
@@ -65,12 +66,13 @@ class ProfileConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ProfileConfig:
         """The inverse of :meth:`to_dict` (how a rank reads its launcher's configuration)."""
-        mapped = {"threads", "cpus", "contention", "devices", "max_batch", "batches", "out"}
+        mapped = {"threads", "cpus", "contention", "slowdown", "devices", "max_batch", "batches", "out"}
         return cls(
             **{k: v for k, v in data.items() if k not in mapped},
             threads={int(k): int(v) for k, v in data["threads"].items()},
             cpus={int(k): tuple(v) for k, v in data["cpus"].items()},
             contention={int(k): float(v) for k, v in data["contention"].items()},
+            slowdown={int(k): float(v) for k, v in data.get("slowdown", {}).items()},
             devices=tuple(data["devices"]),
             max_batch=tuple(data["max_batch"]),
             batches=tuple(data["batches"]),
@@ -92,6 +94,11 @@ def add_profile_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--contention", default=None, metavar="LOAD,...",
         help="noisy neighbours per rank, in cores of load as validation run's: 0,0.5 or 1=2",
+    )  # fmt: skip
+    parser.add_argument(
+        "--slowdown", default=None, metavar="FACTOR,...",
+        help="emulate slower devices as validation run's --slowdown does: after each step a rank sleeps (FACTOR - 1) "
+        "x its measured time: 1,2 or 1=2",
     )  # fmt: skip
     parser.add_argument(
         "--comm", choices=("ddp", "flat"), default="ddp",
@@ -137,12 +144,15 @@ def build_profile_config(args: argparse.Namespace) -> ProfileConfig:
                for r, v in per_rank(args.threads, world, "--threads").items()}  # fmt: skip
     load = Param("--contention", low=0.0, high=MAX_NEIGHBOUR_CORES, doc="CPU cores of load")
     contention = {r: float(load.check(_float(v))) for r, v in per_rank(args.contention, world, "--contention").items()}
+    factor = Param("--slowdown", low=1.0, high=1000.0, doc="times the measured time")
+    slowdown = {r: float(factor.check(_float(v))) for r, v in per_rank(args.slowdown, world, "--slowdown").items()}
     return ProfileConfig(
         workload=str(args.workload),
         devices=devices,
         threads=threads,
         cpus={r: parse_cpu_list(v, "--cpus") for r, v in per_rank(args.cpus, world, "--cpus").items()},
         contention={r: d for r, d in contention.items() if d > 0},
+        slowdown={r: f for r, f in slowdown.items() if f > 1.0},
         budget_s=float(Param("--budget-s", low=0.0, low_open=True, high=86400.0).check(args.budget_s)),
         max_batch=max_batch,
         global_batch=global_batch,

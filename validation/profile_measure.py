@@ -1,10 +1,13 @@
 """One rank's measurements for ``validation profile``: its step time at a local batch, the
 largest local batch its device holds, and the all-reduce between the ranks.
 
-**A step** is what a rank of a real run computes per step, on the workload's real data: the
-shard gathered from the training set (``rng``'s random samples), forward, backward and the
-optimizer's update (SGD with the run's momentum), between two device synchronisations
-(``torch.cuda.synchronize`` on a GPU: its kernels run asynchronously). The all-reduce is timed
+**A step** is what a rank of a real run computes per step before the exchange, on the
+workload's real data: the shard gathered from the training set (``rng``'s random samples),
+forward and backward, between two device synchronisations (``torch.cuda.synchronize`` on a GPU:
+its kernels run asynchronously); the trainer's ``compute_s`` times the same. The optimizer's
+update (SGD with the run's momentum) follows, untimed: in the trainer it comes after the
+exchange, and the communication time of the trainer's steps, the scenario's network, counts
+it (timed in both, a step would pay for it twice). The all-reduce is timed
 on its own (:func:`time_allreduce`), not inside the step, so that the scenario can give it to
 the network model; and then inside the trainer's own steps
 (:func:`validation.profile_rank.trainer_steps`), where it competes with compute for the cores.
@@ -44,8 +47,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
 class Stepper:
     """A model, its optimizer and the workload's data on one device, and every timing taken."""
 
-    def __init__(self, workload: Workload, seed: int, device: torch.device, rank: int) -> None:
-        self.workload, self.device, self.rank = workload, device, rank
+    def __init__(self, workload: Workload, seed: int, device: torch.device, rank: int, slowdown: float = 1.0) -> None:
+        self.workload, self.device, self.rank, self.slowdown = workload, device, rank, slowdown
         self.data = workload.load(seed, device)
         self.model = workload.make_model(seed, device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=LR, momentum=MOMENTUM)
@@ -60,14 +63,17 @@ class Stepper:
         """One timed step of ``batch`` random training samples (see the module's docstring)."""
         n = self.data.n_train
         idx = torch.from_numpy(self.rng.choice(n, size=batch, replace=batch > n)).to(self.device)
+        self.optimizer.zero_grad(set_to_none=True)
         synchronize(self.device)
         t0 = time.perf_counter()
-        self.optimizer.zero_grad(set_to_none=True)
         loss = self.workload.loss(self.model(self.data.train_x[idx]), self.data.train_y[idx])
         loss.backward()
-        self.optimizer.step()
         synchronize(self.device)
-        return time.perf_counter() - t0
+        if self.slowdown > 1.0:  # an emulated slower device: validation run's --slowdown
+            time.sleep((self.slowdown - 1.0) * (time.perf_counter() - t0))
+        elapsed_s = time.perf_counter() - t0
+        self.optimizer.step()  # after the exchange in the trainer, whose communication time counts it
+        return elapsed_s
 
     def fits(self, batch: int) -> float | None:
         """One step's time at ``batch``, or None when the device ran out of memory."""

@@ -5,8 +5,9 @@ measurement and the meta data, checked by hetsim and written atomically.
   cost through the median step time at each measured batch (made non-decreasing by isotonic
   regression weighted by the samples, as hetsim's ``profile`` costs are: a table's times must
   not fall), the rank's ``max_batch``, and a mean-1 lognormal ``noise`` whose ``sigma`` is the
-  spread of the repeats around their medians (1.4826 x the median absolute deviation of the log
-  times, robust to the odd pause); ``[workload]`` with the workload's training-set size, the
+  spread of its compute in the trainer's steps (below; else of the repeats around their
+  medians), 1.4826 x the median absolute deviation of the log times, robust to the odd pause
+  (:func:`rank_noise_sigma`); ``[workload]`` with the workload's training-set size, the
   global batch and the measured ``gradient_mb``; ``[network]``: the communication of the
   trainer's own steps, else the fit to the all-reduce timing (below).
 * ``profile.csv``: one row per timed step (``kind`` fit, warmup or step), all-reduce, and
@@ -24,12 +25,17 @@ at the median time at the gradient's size.
 What a step pays for the all-reduce is not always what the all-reduce costs alone: on a shared
 machine it competes with the ranks' compute threads for the cores, and gloo's threads with both.
 And the trainer that will run the plan exchanges more than the gradient (the split's broadcast,
-the barrier that shares the ranks' times). So the ranks also run a few of that trainer's steps
-at the equal split (``in_step``, :func:`validation.profile_rank.trainer_steps`, with
-``--comm``); the median of their communication time as the trainer records it (over steps and
-ranks) is the scenario's network, ``constant`` (the cluster's ranks are the ones measured). The
-fit to the all-reduce alone stays in ``meta.json`` beside it. Without those steps (one rank),
-the fit is the network.
+the barrier that shares the ranks' times). So the ranks also run some of that trainer's steps
+(``in_step``, :func:`validation.profile_rank.trainer_steps`, with ``--comm``; as many as a tenth
+of the budget holds, 60 at most) at the split that balances the ranks' tables
+(:func:`balanced_split`): what a step exposes of the exchange depends on how the ranks arrive
+at it (at an uneven split the fast rank's side of it overlaps its wait), and the balanced split
+is the one a throughput plan runs. The mean of their communication time as the trainer records
+it (over steps and ranks) is the scenario's network, ``constant`` (the cluster's ranks are the
+ones measured); the mean, not the median: the scenario predicts a mean step, and an exchange's
+odd slow step (a thread of gloo that the scheduler runs late) is part of it. The fit to the
+all-reduce alone stays in ``meta.json`` beside it. Without those steps (one rank), the fit is
+the network.
 
 The scenario is built by ``hetsim.scenario.config.build_scenario`` before anything is written, so a
 scenario that hetsim would refuse is never written.
@@ -45,11 +51,15 @@ from typing import Any
 import numpy as np
 from scipy.optimize import isotonic_regression, nnls
 
+from hetsim.model.costs import Table
+from hetsim.model.partition import min_max_split
+from hetsim.policies import WorkerHint
 from validation.profile_config import ProfileConfig
 from validation.profile_grid import median_ci
 
 EPOCHS = 10  # validation run's default
 MIN_SIGMA = 1e-4  # below this the noise is left out
+MIN_IN_STEP = 5  # the trainer's steps a rank needs for its noise to be read from them
 
 
 def curve(samples: dict[str, list[float]]) -> list[dict[str, Any]]:
@@ -68,10 +78,32 @@ def table_points(points: list[dict[str, Any]]) -> list[list[float]]:
     return [[int(p["batch"]), float(f"{t:.6g}")] for p, t in zip(points, fitted)]
 
 
+def balanced_split(tables: list[list[list[float]]], total: int, caps: list[int]) -> tuple[int, ...]:
+    """The split of ``total`` samples that minimises the slowest rank's time on the ranks' tables
+    (``table_points``; hetsim's ``min_max_split``): the split a throughput plan runs, where the
+    ranks finish their compute together."""
+    hints = [WorkerHint(max_batch=cap, cost=Table(points=[(int(b), float(t)) for b, t in table]))
+             for table, cap in zip(tables, caps, strict=True)]  # fmt: skip
+    return min_max_split(hints, total, caps)
+
+
 def noise_sigma(samples: dict[str, list[float]]) -> float:
     """The lognormal sigma of the repeats around their batch's median (robust: 1.4826 MAD)."""
     residuals = [math.log(t / statistics.median(ts)) for ts in samples.values() for t in ts if len(ts) >= 3]
     return 1.4826 * statistics.median(abs(r) for r in residuals) if residuals else 0.0
+
+
+def rank_noise_sigma(result: dict[str, Any]) -> float:
+    """A rank's noise: that of its compute in the trainer's steps (at its local batch of the
+    balanced split, in the trainer's own conditions) when it ran at least ``MIN_IN_STEP`` of
+    them with samples, else that of every batch's repeats pooled. Relative noise shrinks as the
+    batch grows (a fixed jitter over a longer step), so the pooled repeats, half of them at small
+    batches, overstate it where a plan runs, and with it the expected slowest of the ranks."""
+    in_step = result.get("in_step") or {}
+    compute = in_step.get("compute_s") or []
+    if in_step.get("batch") and len(compute) >= MIN_IN_STEP:
+        return noise_sigma({"in_step": compute})
+    return noise_sigma(result["samples"])
 
 
 def fit_network(allreduce: dict[str, list[float]], world: int, gradient_mb: float) -> dict[str, Any]:
@@ -92,19 +124,19 @@ def fit_network(allreduce: dict[str, list[float]], world: int, gradient_mb: floa
 
 
 def exposed_comm_s(results: list[dict[str, Any]]) -> float | None:
-    """The median communication time of the trainer's steps over steps and ranks (see the
-    module's docstring); None without such steps."""
+    """The mean communication time of the trainer's steps over steps and ranks (see the module's
+    docstring); None without such steps."""
     times = [t for r in results for t in (r.get("in_step") or {}).get("comm_s", [])]
     if len(results) < 2 or not times:
         return None
-    return max(0.0, statistics.median(times))
+    return max(0.0, statistics.fmean(times))
 
 
 def trainer_compute_ratio(result: dict[str, Any]) -> float | None:
     """A rank's median compute in the trainer's steps over its table's time at that batch (how
     far the back-to-back steps of the profile are from training's; said, not corrected)."""
     in_step = result.get("in_step") or {}
-    if not in_step.get("compute_s"):
+    if not in_step.get("compute_s") or not in_step.get("batch"):
         return None
     points = table_points(curve(result["samples"]))
     table_s = float(np.interp(in_step["batch"], [b for b, _ in points], [t for _, t in points]))
@@ -136,7 +168,7 @@ def build(config: ProfileConfig, results: list[dict[str, Any]], workload_name: s
             "cost": {"model": "table", "points": table_points(curve(r["samples"]))},
             "max_batch": int(r["max_batch"]),
         }
-        sigma = noise_sigma(r["samples"])
+        sigma = rank_noise_sigma(r)
         if sigma > MIN_SIGMA:
             worker["noise"] = {"dist": "lognormal", "sigma": round(sigma, 6)}
         workers.append(worker)
@@ -200,7 +232,8 @@ def meta(
                 "device": r["device"],
                 "max_batch": r["max_batch"],
                 "placement": r["placement"],
-                "noise_sigma": noise_sigma(r["samples"]),
+                "noise_sigma": rank_noise_sigma(r),
+                "noise_sigma_repeats": noise_sigma(r["samples"]),
                 "curve": curve(r["samples"]),
             }
             for r in results

@@ -8,7 +8,10 @@ batch its device holds (:func:`~validation.profile_grid.back_off`; on a CPU that
 (:func:`~validation.profile_grid.run_grid`) until the shared deadline, ``--budget-s`` after
 that common start, spending what the grid leaves on more repeats, round robin over the batches
 measured; waits for the others again; times the all-reduce at several sizes up to the
-gradient's; and sends its results to rank 0, which writes ``FOLDER/result.json``.
+gradient's; runs the trainer's own steps at the split that balances every rank's table
+(:meth:`Rank.synchronous_steps`); and sends its results to rank 0, which writes
+``FOLDER/result.json``. With ``--slowdown`` a rank emulates a slower device: each step sleeps
+(factor - 1) times what it measured, as ``validation run --slowdown`` does.
 
 **All ranks at once.** The devices are profiled concurrently, each rank running its own grid
 until the same deadline, rather than one at a time: in a real run every rank computes at the
@@ -56,10 +59,12 @@ from validation.placement import apply_placement, placement_in_effect
 from validation.profile_config import ProfileConfig
 from validation.profile_grid import BudgetTooSmall, DoesNotFit, GridPlanner, back_off, next_fill, run_grid, spread_rel
 from validation.profile_measure import LR, MOMENTUM, Stepper, allreduce_sizes, time_allreduce
+from validation.profile_output import balanced_split, curve, table_points
 from validation.workloads import load_workload
 
 MAX_SAMPLES_FACTOR = 100  # extra repeats stop at this many times --repeats per batch (bounds profile.csv)
 SLACK = 1.2  # a measurement is predicted to take this much more than its steps
+TRAINER_SHARE, MAX_TRAINER_STEPS = 0.1, 60  # the trainer's steps after the budget: at most this share of it, and count
 
 
 class Rank:
@@ -76,7 +81,9 @@ class Rank:
 
     def run(self) -> dict[str, Any]:
         config, rank = self.config, self.env.rank
-        stepper = Stepper(load_workload(config.workload), config.seed, self.device, rank)
+        stepper = Stepper(
+            load_workload(config.workload), config.seed, self.device, rank, config.slowdown.get(rank, 1.0)
+        )
         self.doing = "finding the largest local batch"
         try:
             cap, rough_s = back_off(stepper.fits, config.max_batch[rank])
@@ -119,15 +126,23 @@ class Rank:
         }
 
     def synchronous_steps(self, stepper: Stepper, cap: int) -> dict[str, Any]:
-        """The trainer's own steps, every rank at the equal split (:func:`trainer_steps`)."""
+        """The trainer's own steps (:func:`trainer_steps`) at the split that balances the ranks'
+        measured tables (:func:`~validation.profile_output.balanced_split`): the exchange a step
+        exposes depends on how the ranks arrive at it (at an uneven split the fast rank's side of
+        it overlaps its wait), and the balanced split is the one a throughput plan runs."""
         if self.env.world_size < 2:
             return {"batch": 0, "comm_s": []}
         self.doing = "timing the trainer's steps"
         self.sync()
+        table = table_points(curve({str(b): t for b, t in self.samples.items()}))
+        gathered: list[Any] = [None] * self.env.world_size
+        dist.all_gather_object(gathered, (table, cap))  # every rank computes the same split from the same tables
+        caps = [c for _, c in gathered]  # a GPU's back-off may leave them short of the global batch
+        split = balanced_split([t for t, _ in gathered], min(self.config.global_batch, sum(caps)), caps)
+        slowest_s = max(float(np.interp(b, *np.transpose(t))) for (t, _), b in zip(gathered, split) if b > 0)
+        steps = trainer_step_count(self.config, slowest_s)
         comm = comm_device(self.backend, self.device)
-        batch = torch.tensor([min(cap, self.config.global_batch // self.env.world_size)], device=comm)
-        dist.all_reduce(batch, op=dist.ReduceOp.MIN)  # every rank the same local batch, within every cap
-        return trainer_steps(stepper, self.config, self.device, comm, max(1, int(batch.item())))
+        return trainer_steps(stepper, self.config, self.device, comm, split, steps)
 
     def measure(self, stepper: Stepper, planner: GridPlanner, batch: int) -> tuple[float, float]:
         """Warm-up and repeats at a new batch: (median step time, time taken); the planner's
@@ -150,33 +165,48 @@ class Rank:
             planner.record(batch, statistics.median(self.samples[batch]))
 
 
+def trainer_step_count(config: ProfileConfig, step_s: float) -> int:
+    """How many of the trainer's steps to time: as many as fit in ``TRAINER_SHARE`` of the budget
+    at the slowest rank's step time (the scenario's network is their mean communication, and an
+    exchange's time is spread: a few steps leave it to chance), between ``config.repeats`` and
+    ``MAX_TRAINER_STEPS``."""
+    fit = int(TRAINER_SHARE * config.budget_s / max(step_s, 1e-9))
+    return max(config.repeats, min(MAX_TRAINER_STEPS, fit))
+
+
 def trainer_steps(
-    stepper: Stepper, config: ProfileConfig, device: torch.device, comm: torch.device, batch: int
+    stepper: Stepper,
+    config: ProfileConfig,
+    device: torch.device,
+    comm: torch.device,
+    split: tuple[int, ...],
+    steps: int,
 ) -> dict[str, Any]:
-    """``config.warmup + config.repeats`` steps of the trainer that runs plans
-    (:class:`validation.uneven.UnevenStep` with ``config.comm``, a fixed equal split of ``batch``
-    samples a rank) on a fresh copy of the model: each timed step's communication as the trainer
-    records it (the split's broadcast, the gradients' exchange, the barrier; without the compute
+    """``config.warmup + steps`` steps of the trainer that runs plans
+    (:class:`validation.uneven.UnevenStep` with ``config.comm``, the fixed ``split``) on a fresh
+    copy of the model: each timed step's communication as the trainer records it (the split's
+    broadcast, the gradients' exchange, the barrier, the optimizer's update; without the compute
     and the waiting for the slowest rank) and this rank's compute, the warm-up steps left out."""
-    from validation.uneven import Controller, UnevenStep, run_steps
+    from validation.uneven import Controller, UnevenStep, run_steps, slowdown_delay
 
     workload, data = stepper.workload, stepper.data
     model = workload.make_model(config.seed, device)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    step = UnevenStep(model, optimizer, device, comm=config.comm, comm_device=comm)
-    world = dist.get_world_size()
-    split = (batch,) * world
-    ctrl = Controller("profile", None, batch * world, comm_device=comm)
-    perm = np.resize(stepper.rng.permutation(data.n_train), batch * world)  # one step's samples, reused
+    delay = slowdown_delay(stepper.slowdown)
+    step = UnevenStep(model, optimizer, device, comm=config.comm, comm_device=comm, delay=delay)
+    total = sum(split)
+    ctrl = Controller("profile", None, total, comm_device=comm)
+    perm = np.resize(stepper.rng.permutation(data.n_train), total)  # one step's samples, reused
 
     def loss_of(net: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
         return workload.loss(net(data.train_x[idx]), data.train_y[idx])
 
-    n = config.warmup + config.repeats
+    n = config.warmup + steps
     results = run_steps(ctrl, step, 0, n, lambda k: (perm, 0), loss_of, fixed=[split] * n)
     timed = results[config.warmup :]
     return {
-        "batch": batch,
+        "batch": split[dist.get_rank()],
+        "split": list(split),
         "comm_s": [r.timing.comm_s for r in timed],
         "compute_s": [r.timing.compute_s for r in timed],
     }

@@ -13,6 +13,7 @@ torchrun script (validation/README.md, "Using the trainer in your own script";
   across the ranks: rank 0 decides and broadcasts the split and feeds the policy every rank's
   measured times; the trace goes to the run folder (:func:`open_run`, :func:`script_meta`),
   which ``python -m validation compare`` and ``python -m hetsim calibrate`` read;
+* :func:`slowdown_delay`: a rank that emulates a slower device (testing plans on one machine);
 * :func:`train_epoch`, :func:`probe_rounds`, :func:`epoch_row`: an epoch, the calibration
   probe, the epoch's row;
 * :class:`StepProfiler`: ``torch.profiler`` traces of a block's first steps (``profiler=`` of
@@ -30,7 +31,7 @@ from validation.uneven.control import Controller
 from validation.uneven.plan_file import PlanChoice, PlanError, load_plan, planned_policy
 from validation.uneven.profiling import StepProfiler
 from validation.uneven.run import epoch_row, open_run, probe_hints, probe_rounds, run_steps, train_epoch
-from validation.uneven.step import UnevenStep, weighted_loss
+from validation.uneven.step import UnevenStep, slowdown_delay, weighted_loss
 
 __all__ = [
     "PROBE",
@@ -49,6 +50,7 @@ __all__ = [
     "rank_samples",
     "run_steps",
     "script_meta",
+    "slowdown_delay",
     "steps_per_epoch",
     "train_epoch",
     "weighted_loss",

@@ -39,6 +39,16 @@ LossOf = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]  # (net, sample
 Delay = Callable[[int, float], object]  # (local batch, seconds computed so far): an injected sleep
 
 
+def slowdown_delay(factor: float) -> Delay | None:
+    """The ``delay`` of a rank that emulates a device ``factor`` times slower: after its forward
+    and backward it sleeps ``factor - 1`` times their time, as ``validation run --slowdown`` and
+    ``validation profile --slowdown`` do (None at a factor of 1: nothing to emulate)."""
+    if not factor >= 1.0:
+        raise ValueError(f"slowdown: must be at least 1, got {factor!r}")
+    slow = float(factor) - 1.0
+    return (lambda local_batch, computed_s: time.sleep(slow * computed_s)) if slow > 0 else None
+
+
 def weighted_loss(loss: torch.Tensor, split: Sequence[int], rank: int, weighted: bool = True) -> torch.Tensor:
     """The loss to call ``backward`` on under DDP: ``loss`` (the mean over the rank's samples)
     scaled by ``W b_i / B``, so that DDP's average over the ``W`` ranks is ``sum_i (b_i / B) g_i``
