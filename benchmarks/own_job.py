@@ -21,12 +21,13 @@ Per repetition: (a) the plan's ``predicted_step_s`` against the plan run's measu
 the plan run's step over ``equal``'s (target at most 1) and over the fastest run's of the
 repetition (target at most 1.03); and, to say where an error
 comes from, each run's mean slowest compute and mean communication per step (from its trace)
-beside the plan's: the profile's table at the plan's local batches and its all-reduce. Summaries
+beside the plan's: the profile's table at the plan's local batches, its all-reduce and its
+network. Summaries
 are mean, median and 90th percentile over the repetitions; the load average is recorded before
 and after each repetition (the machine is shared).
 
     .venv/bin/python benchmarks/own_job.py [--repetitions 3] [--slowdown 1,2] [--budget-s 10]
-        [--global-batch 128] [--epochs 3] [--policies equal,optimal,dynamic,adaptive] [--out DIR]
+        [--global-batch 128] [--epochs 10] [--policies equal,optimal,dynamic,adaptive] [--out DIR]
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def train(folder: Path, how: list[str], seed: int, args: argparse.Namespace) -> 
 
 def predicted_parts(plan: dict[str, Any], prof: Path) -> dict[str, Any]:
     """The plan's recommended split read off the profile: each rank's table cost at its local
-    batch (0: left out), the slowest, and the profiled all-reduce at the gradient's size."""
+    batch (0: left out), the slowest, the profiled all-reduce at the gradient's size and the
+    scenario's network (the communication of the profile's trainer steps)."""
     scenario = tomllib.loads((prof / "scenario.toml").read_text(encoding="utf-8"))
     meta = json.loads((prof / "meta.json").read_text(encoding="utf-8"))
     split = plan["recommended"]["split"]
@@ -109,6 +111,7 @@ def predicted_parts(plan: dict[str, Any], prof: Path) -> dict[str, Any]:
         "table_compute_s": compute,
         "slowest_table_compute_s": max(compute),
         "allreduce_s": float(meta["allreduce"]["at_gradient_measured_s"]),
+        "network_s": meta["allreduce"].get("in_step_s"),  # the scenario's: the trainer's steps' communication
     }
 
 
@@ -164,7 +167,7 @@ def main() -> None:
     parser.add_argument("--slowdown", default="1,2", help="emulated slowness of rank 0 and rank 1 (default 1,2)")
     parser.add_argument("--budget-s", type=float, default=10.0, help="the profile's budget per rank (default 10)")
     parser.add_argument("--global-batch", type=int, default=128)
-    parser.add_argument("--epochs", type=int, default=3, help="epochs of each run (default 3: 33 steps)")
+    parser.add_argument("--epochs", type=int, default=10, help="epochs of each run (default 10: 110 steps)")
     parser.add_argument("--policies", default="equal,optimal,dynamic,adaptive", help="runs beside the plan's")
     parser.add_argument("--plan-policies", default="equal,proportional,dynamic,dynamic-enhanced,optimal,adaptive")
     parser.add_argument("--out", type=Path, default=None, help="keep the folders here (default: a temporary one)")

@@ -6,8 +6,8 @@ measurement and the meta data, checked by hetsim and written atomically.
   regression weighted by the samples, as hetsim's ``profile`` costs are: a table's times must
   not fall), the rank's ``max_batch``, and a mean-1 lognormal ``noise`` whose ``sigma`` is the
   spread of its compute in the trainer's steps (below; else of the repeats around their
-  medians), 1.4826 x the median absolute deviation of the log times, robust to the odd pause
-  (:func:`rank_noise_sigma`); ``[workload]`` with the workload's training-set size, the
+  medians), 1.4826 x the median absolute deviation of the log times, robust to the odd
+  pause (:func:`rank_noise_sigma`); ``[workload]`` with the workload's training-set size, the
   global batch and the measured ``gradient_mb``; ``[network]``: the communication of the
   trainer's own steps, else the fit to the all-reduce timing (below).
 * ``profile.csv``: one row per timed step (``kind`` fit, warmup or step), all-reduce, and
@@ -133,8 +133,11 @@ def exposed_comm_s(results: list[dict[str, Any]]) -> float | None:
 
 
 def trainer_compute_ratio(result: dict[str, Any]) -> float | None:
-    """A rank's median compute in the trainer's steps over its table's time at that batch (how
-    far the back-to-back steps of the profile are from training's; said, not corrected)."""
+    """A rank's median compute in the trainer's steps over its table's time at that batch: how far
+    the profile's back-to-back steps of the bare model are from the trainer's (DDP's hooks and
+    bucket copies inside the backward, a machine busier in training). Said, not corrected: the
+    trainer's steps are a second or two, and a table scaled by them carried every disturbance of
+    those seconds into the plan (``benchmarks/own_job.py``: a worse prediction, not a better one)."""
     in_step = result.get("in_step") or {}
     if not in_step.get("compute_s") or not in_step.get("batch"):
         return None
