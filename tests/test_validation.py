@@ -159,6 +159,19 @@ def test_step_rows_add_up_to_rank_0s_step_with_the_barrier_latency_as_comm():
     assert all(set(r) == set(COLUMNS) for r in rows)
 
 
+def test_a_step_rank_0_timed_from_after_a_peer_started_has_no_negative_part():
+    """Rank 0 left a warm-up's meeting 5 ms after rank 1, which then computed 30 ms: rank 0's wall
+    (27 ms) is shorter than the slowest compute, and DDP's wait makes its communication -3 ms.
+    The step is the slowest compute and the barrier's latency; no part is negative."""
+    timings = [RankTiming(0.010, 0.020, -0.003), RankTiming(0.030, 0.0004, 0.004)]
+    rows = step_rows("probe", 0, 3, 0.0, (32, 96), timings)
+    assert [r["comm_s"] for r in rows] == pytest.approx([0.0004, 0.0004])
+    assert [r["wait_s"] for r in rows] == pytest.approx([0.020, 0.0])
+    for r in rows:
+        assert min(r["compute_s"], r["wait_s"], r["comm_s"]) >= 0
+        assert r["compute_s"] + r["wait_s"] + r["comm_s"] == pytest.approx(0.0304)
+
+
 def test_run_writer_writes_the_trace_schema(tmp_path):
     writer = RunWriter(tmp_path, {"global_batch": 8})
     for step in range(3):

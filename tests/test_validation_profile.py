@@ -284,7 +284,8 @@ def test_the_trainers_steps_take_a_share_of_the_budget_within_bounds():
 
 def test_an_emulated_slower_device_sleeps_its_factor_less_one_times_the_step(monkeypatch):
     """``--slowdown`` in the profile's step, and the trainer's ``slowdown_delay``: a factor f
-    sleeps (f - 1) x what was measured; 1 emulates nothing; below 1 is refused."""
+    sleeps (f - 1) x what was measured, and nothing at a local batch of 0; 1 emulates nothing;
+    below 1 is refused."""
     import time
 
     import torch
@@ -300,6 +301,7 @@ def test_an_emulated_slower_device_sleeps_its_factor_less_one_times_the_step(mon
     delay = slowdown_delay(3.0)
     assert delay is not None
     delay(16, 0.25)
+    delay(0, 0.25)  # a rank with no samples: nothing to slow down
     assert slept == [0.5]
     with pytest.raises(ValueError, match="slowdown: must be at least 1"):
         slowdown_delay(0.5)

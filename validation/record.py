@@ -54,10 +54,18 @@ def step_rows(
     broadcasts it), and every row's ``comm_s`` is the step's exposed communication as rank 0
     saw it, the barrier's own latency included (the least time any rank spent in it: the last
     to arrive waited for nobody). A rank's ``wait_s`` is the rest: its idle time in the step.
-    (The ranks' own wall times differ by when each received the split; rank 0's is the step's.)"""
+    (The ranks' own wall times differ by when each received the split; rank 0's is the step's.)
+    Rank 0's clock can start after a peer began computing (after a new size's warm-up, each rank
+    restarts its clock when it leaves the meeting, and rank 0 may leave it last): its wall is
+    then shorter than the slowest compute and its communication negative. The step then lasts
+    the slowest compute and the barrier's latency, its communication beyond that unknown and
+    counted as none: no row has a negative part."""
     latency_s = min(t.wait_s for t in timings)
-    comm_s = timings[0].comm_s + latency_s
-    step_s = timings[0].compute_s + timings[0].wait_s + timings[0].comm_s
+    comm_s = max(0.0, timings[0].comm_s) + latency_s
+    step_s = max(
+        timings[0].compute_s + timings[0].wait_s + timings[0].comm_s,
+        max(t.compute_s for t in timings) + comm_s,
+    )
     return [
         {
             "policy": policy,

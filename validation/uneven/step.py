@@ -46,7 +46,12 @@ def slowdown_delay(factor: float) -> Delay | None:
     if not factor >= 1.0:
         raise ValueError(f"slowdown: must be at least 1, got {factor!r}")
     slow = float(factor) - 1.0
-    return (lambda local_batch, computed_s: time.sleep(slow * computed_s)) if slow > 0 else None
+
+    def delay(local_batch: int, computed_s: float) -> None:
+        if local_batch > 0:  # a rank with no samples computes nothing to slow down (as validation run's)
+            time.sleep(slow * computed_s)
+
+    return delay if slow > 0 else None
 
 
 def weighted_loss(loss: torch.Tensor, split: Sequence[int], rank: int, weighted: bool = True) -> torch.Tensor:
