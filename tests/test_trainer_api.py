@@ -279,8 +279,8 @@ def test_a_new_local_batch_sizes_one_off_cost_is_outside_the_step(tmp_path, comm
 @pytest.mark.slow
 def test_your_own_job_profile_plan_train_compare(tmp_path):
     """The whole own-job path as docs/guide/own-job.md gives it (run here for that document:
-    :data:`tests.test_documented_commands.RUN_ELSEWHERE`), on CPU ranks of different speed (2
-    threads and 1), with the model defined in examples/train_your_model.py: ``validation profile``
+    :data:`tests.test_documented_commands.RUN_ELSEWHERE`), on CPU ranks of different speed (rank 1
+    emulating a device twice as slow), with the model defined in examples/train_your_model.py: ``validation profile``
     of that model, ``hetsim plan`` of the profile's scenario, the example under torchrun with the
     plan (a complete run folder, the plan's policy and, for a fixed split, its split), and
     ``validation compare`` of the run; a plan for 4 workers is refused by every rank before
