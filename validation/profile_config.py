@@ -72,7 +72,7 @@ class ProfileConfig:
             threads={int(k): int(v) for k, v in data["threads"].items()},
             cpus={int(k): tuple(v) for k, v in data["cpus"].items()},
             contention={int(k): float(v) for k, v in data["contention"].items()},
-            slowdown={int(k): float(v) for k, v in data.get("slowdown", {}).items()},
+            slowdown={int(k): float(v) for k, v in data["slowdown"].items()},
             devices=tuple(data["devices"]),
             max_batch=tuple(data["max_batch"]),
             batches=tuple(data["batches"]),

@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from validation.backend import synchronize
+from validation.uneven.step import slowdown_delay
 from validation.workloads.base import Workload
 
 OOM_TEXT = ("out of memory", "can't allocate memory", "not enough memory")
@@ -48,7 +49,8 @@ class Stepper:
     """A model, its optimizer and the workload's data on one device, and every timing taken."""
 
     def __init__(self, workload: Workload, seed: int, device: torch.device, rank: int, slowdown: float = 1.0) -> None:
-        self.workload, self.device, self.rank, self.slowdown = workload, device, rank, slowdown
+        self.workload, self.device, self.rank = workload, device, rank
+        self.delay = slowdown_delay(slowdown)  # an emulated slower device: validation run's --slowdown
         self.data = workload.load(seed, device)
         self.model = workload.make_model(seed, device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=LR, momentum=MOMENTUM)
@@ -69,8 +71,8 @@ class Stepper:
         loss = self.workload.loss(self.model(self.data.train_x[idx]), self.data.train_y[idx])
         loss.backward()
         synchronize(self.device)
-        if self.slowdown > 1.0:  # an emulated slower device: validation run's --slowdown
-            time.sleep((self.slowdown - 1.0) * (time.perf_counter() - t0))
+        if self.delay is not None:
+            self.delay(batch, time.perf_counter() - t0)
         elapsed_s = time.perf_counter() - t0
         self.optimizer.step()  # after the exchange in the trainer, whose communication time counts it
         return elapsed_s

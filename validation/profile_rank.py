@@ -187,13 +187,12 @@ def trainer_steps(
     copy of the model: each timed step's communication as the trainer records it (the split's
     broadcast, the gradients' exchange, the barrier, the optimizer's update; without the compute
     and the waiting for the slowest rank) and this rank's compute, the warm-up steps left out."""
-    from validation.uneven import Controller, UnevenStep, run_steps, slowdown_delay
+    from validation.uneven import Controller, UnevenStep, run_steps
 
     workload, data = stepper.workload, stepper.data
     model = workload.make_model(config.seed, device)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    delay = slowdown_delay(stepper.slowdown)
-    step = UnevenStep(model, optimizer, device, comm=config.comm, comm_device=comm, delay=delay)
+    step = UnevenStep(model, optimizer, device, comm=config.comm, comm_device=comm, delay=stepper.delay)
     total = sum(split)
     ctrl = Controller("profile", None, total, comm_device=comm)
     perm = np.resize(stepper.rng.permutation(data.n_train), total)  # one step's samples, reused

@@ -246,9 +246,8 @@ class Goodput(Adaptive):
         far = float(max(2, self.global_batch))
         for i in np.flatnonzero(~self._known).tolist():
             one, at_far = (float(self._curves[i].expected_s(b)) for b in (1.0, far))
-            per_sample[i] = max(
-                (at_far - one) / (far - 1.0), 1e-12
-            )  # (a flat curve: a tiny slope, as a line needs one)
+            slope = (at_far - one) / (far - 1.0)
+            per_sample[i] = max(slope, 1e-12)  # a flat curve: a tiny slope, as a line needs one
             fixed[i] = one - per_sample[i]
         return fixed, per_sample
 
