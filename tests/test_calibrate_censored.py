@@ -229,7 +229,7 @@ def test_standard_errors_of_a_cut_hinge_match_the_spread_over_seeds(design):
 
 
 def test_the_coverage_benchmark_pools_each_parameter_over_its_rounds():
-    # the within-round spreads pooled by their degrees of freedom; the errors by their seeds
+    # the within-round spreads pooled by their degrees of freedom; the errors' mean squares by their seeds
     spec = importlib.util.spec_from_file_location("calibration_coverage", ROOT / "benchmarks/calibration_coverage.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -239,8 +239,10 @@ def test_the_coverage_benchmark_pools_each_parameter_over_its_rounds():
         {"params": {"w0.x": {"truth": 1.0, "mean": 0.8, "sd": 2.0, "se": 3.0, "seeds": 20}}},
     ]
     found = module.pooled(rounds)
-    se = (10 * 1.5 + 20 * 3.0) / 30
+    se = np.sqrt((10 * 1.5**2 + 20 * 3.0**2) / 30)
     assert found["params"]["w0.x"]["se_ratio"] == pytest.approx(se / np.sqrt((9 * 1.0 + 19 * 4.0) / 28))
     assert found["params"]["w0.x"]["bias_se"] == pytest.approx(((10 * 1.1 + 20 * 0.8) / 30 - 1.0) / se)
     assert found["params"]["w0.x"]["seeds"] == 30
     assert found["within_20pct"] == 0.0 and set(found["outside"]) == {"w0.x"}
+    # the root mean square of errors that differ between seeds, not their mean: 1 and 7 -> 5
+    assert module._rms(np.array([1.0, 7.0])) == pytest.approx(5.0)

@@ -76,3 +76,35 @@ def test_an_allowed_line_leaves_the_floor_unknown_and_a_flat_curve_the_slope():
     flat = Kink(np.array([0.05, math.nan, math.nan]), 1.0)
     assert widened(found, [line]).se()[0] is None and widened(found, [line]).se()[1] is not None
     assert widened(found, [flat]).se() == [pytest.approx(1e-3), None, None]
+
+
+STEEP = {"floor_s": 0.02, "overhead_s": -0.004, "per_sample_s": 0.001}  # bent at 24 samples, its line below 0 at 0
+
+
+def _steep(seed: int, cut: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """600 rows at 8-64 samples on a hinge whose line runs below the origin, lognormal sigma 0.15;
+    with ``cut``, each row cut at an independent time about the curve's at 40 samples."""
+    rng = np.random.default_rng(seed)
+    b = rng.integers(8, 65, 600).astype(float)
+    y = np.maximum(0.02, -0.004 + 0.001 * b) * np.exp(0.15 * rng.standard_normal(b.size) - 0.15**2 / 2)
+    limit = 0.036 * np.exp(0.2 * rng.standard_normal(b.size)) if cut else np.full(b.size, np.inf)
+    return b, np.minimum(y, limit), y <= limit
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_a_hinge_whose_line_runs_below_the_origin_is_fitted_without_bias_and_honest_errors(cut):
+    # bounded at 0, the intercept could not reach the truth: every seed's estimate at or above 0
+    # (14 of 40 at the bound), and the slope biased low with errors wider than its spread
+    est, z = [], []
+    for seed in range(40):
+        fit, _ = fit_worker(0, *_steep(seed, cut), model="hinge")
+        params = fit.cost_curve().params()
+        est.append([params[k] for k in STEEP])
+        z.append([(params[k] - STEEP[k]) / (fit.se[k] or math.nan) for k in STEEP])
+    est_a, z_a = np.array(est), np.array(z)
+    assert np.isfinite(z_a).all()
+    truth = np.array(list(STEEP.values()))
+    # each mean within 3 of its standard errors (the spread over seeds / sqrt(40)) of the truth
+    assert np.all(np.abs(est_a.mean(axis=0) - truth) < 3 * est_a.std(axis=0, ddof=1) / math.sqrt(40))
+    # the errors match the spread: sd of z about 1 (40 seeds know it to about 11%)
+    assert np.all((z_a.std(axis=0, ddof=1) > 0.75) & (z_a.std(axis=0, ddof=1) < 1.3))

@@ -25,6 +25,10 @@ GAVEL_V100_RESNET18 = {16: 32.3534, 32: 29.9472, 64: 24.0932, 128: 17.9949, 256:
 def test_each_model_gives_its_formula():
     assert Affine(0.01, 0.002).time_s(10) == pytest.approx(0.03)
     assert Hinge(0.05, 0.01, 0.002).time_s([1, 20, 25, 30]).tolist() == pytest.approx([0.05, 0.05, 0.06, 0.07])
+    # a line steeper than proportional: its intercept below 0, the floor holding the small batches
+    steep = Hinge(0.02, -0.02, 0.002)
+    assert steep.time_s([1, 10, 20, 30]).tolist() == pytest.approx([0.02, 0.02, 0.02, 0.04])
+    assert steep.batch_within(0.04) == pytest.approx(30) and steep.batch_within(0.01) == 0
     table = Table(points=[[4, 0.01], [8, 0.01], [16, 0.03]])
     # flat below the first point, linear between points, the last slope beyond the last
     assert table.time_s([1, 4, 6, 12, 16, 20]).tolist() == pytest.approx([0.01, 0.01, 0.01, 0.02, 0.03, 0.04])
@@ -104,6 +108,8 @@ BAD = [
      "Transformer)"),
     ({"cost": {"model": "quadratic"}},
      "workers.0.cost.model: unknown cost model 'quadratic' (known: affine, hinge, table, profile)"),
+    ({"cost": {"model": "hinge", "floor_s": 0.0, "overhead_s": -0.01, "per_sample_s": 0.001}},
+     "workers.0.cost.floor_s: must be > 0 where overhead_s is below 0 (-0.01), got 0"),
     ({"cost": {"model": "hinge", "floor_s": 0.1, "per_sample_s": 0.0}},
      "workers.0.cost.per_sample_s: must be > 0, got 0"),
     ({"cost": {"model": "affine", "per_sample_s": 0.1}, "overhead_s": 0.1},

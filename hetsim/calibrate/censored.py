@@ -71,6 +71,17 @@ class _Likelihood:
         typical = np.abs(start.jacobian(b)).mean(axis=0)
         floor = 0.01 * float(y.mean()) / np.where(typical > 0, typical, 1.0)
         self.scale = np.maximum(np.abs(start.values), floor)[free]
+        self.design: np.ndarray | None = None  # each row's d time / d values, held (see frozen)
+
+    def frozen(self, x: np.ndarray) -> _Likelihood:
+        """This likelihood with each row on the side of a hinge's kink it lies at scaled values
+        ``x``: smooth, so that its Hessian by differences is the information. A hinge's maximum
+        often lies where a size's rows sit at the kink, and across it the gradient jumps (the
+        differences then read a negative variance). Affine and table curves are linear already."""
+        held = _Likelihood.__new__(_Likelihood)
+        held.__dict__.update(self.__dict__)
+        held.design = self.curve(x).jacobian(self.b)
+        return held
 
     def curve(self, x: np.ndarray) -> Curve:
         values = self.start.values.copy()
@@ -81,7 +92,8 @@ class _Likelihood:
         x, s = p[:-1], float(p[-1])
         sigma = math.exp(s)
         curve = self.curve(x)
-        c = np.maximum(curve.time_s(self.b), 1e-300)
+        design = curve.jacobian(self.b) if self.design is None else self.design
+        c = np.maximum(design @ curve.values, 1e-300)
         z = (self.log_y - np.log(c) + 0.5 * sigma * sigma) / sigma
         zc, zx = z[~self.cut], z[self.cut]
         log_sf = special.log_ndtr(-zx)
@@ -89,7 +101,7 @@ class _Likelihood:
         nll = float(zc.size * s + 0.5 * (zc * zc).sum() - log_sf.sum())
         d_logc = np.empty_like(z)  # d nll / d log c, per row
         d_logc[~self.cut], d_logc[self.cut] = -zc / sigma, -hazard / sigma
-        jac = curve.jacobian(self.b)[:, self.free] / c[:, None]
+        jac = design[:, self.free] / c[:, None]
         grad_x = (d_logc @ jac) * self.scale
         grad_s = float((1.0 + zc * (sigma - zc)).sum() + (hazard * (sigma - zx)).sum())
         return nll, np.append(grad_x, grad_s)
@@ -114,8 +126,8 @@ def fit_mle(start: Curve, bounds: list[tuple[float, float]], b: np.ndarray, y: n
     x, s = found.x[:-1], float(found.x[-1])
     curve, sigma = like.curve(x), math.exp(s)
     at_bound = np.zeros_like(free)
-    at_bound[free] = [v <= lo + 1e-9 * max(1.0, abs(lo)) for v, (lo, _) in zip(x, scaled)]
-    cov = _covariance(like, found.x) * np.outer(like.scale, like.scale)
+    at_bound[free] = [math.isfinite(lo) and v <= lo + 1e-9 * max(1.0, abs(lo)) for v, (lo, _) in zip(x, scaled)]
+    cov = _covariance(like.frozen(x), found.x) * np.outer(like.scale, like.scale)
     keep = np.flatnonzero(free)
     z = (like.log_y - np.log(curve.time_s(b)) + 0.5 * sigma * sigma) / sigma
     z[cut] = _hazard(z[cut], special.log_ndtr(-z[cut]))  # E[z | z > cut]

@@ -63,32 +63,38 @@ def widened(found: CurveFit, kinks: Sequence[Kink]) -> CurveFit:
 def least_squares_kinks(sizes: Sizes, b: np.ndarray, y: np.ndarray, line: CurveFit) -> list[Kink]:
     """The best kink in each gap between two sizes (the same rows on each side: within a gap the
     hinge's own errors already move its kink), the line and the flat curve, by least squares
-    over rows ``b``, ``y`` in step order (none cut). The deviance is the sum of squares over the
-    best one's, in units of the best one's residual variance; errors only where it is allowed."""
-    within = _within(sizes, b, y)
+    over rows ``b``, ``y`` in step order (none cut). The deviance is the sum of squared relative
+    residuals (each row over the best curve's time) over the best one's, in units of the best
+    one's residual variance: the noise is multiplicative, and an absolute sum of squares counted
+    the floor's rows for less than their spread says, so it allowed kinks that moved them too
+    readily (a floor the rows show sharply read 40% wider than it spread). Errors only where
+    it is allowed."""
     grid = kink_grid(sizes)
     sse = hinge_sse(sizes, grid, through_origin=False)[0]
+    gap = np.searchsorted(sizes.batch, grid, side="right")
+    bent = [_best_in(sizes, grid, sse, gap == g) for g in np.unique(gap[np.isfinite(sse)])]
     level = float(np.average(sizes.mean, weights=sizes.count))
-    overhead, per_sample = (float(v) for v in line.curve.values)
-    sse_line = float((sizes.count * (sizes.mean - overhead - per_sample * sizes.batch) ** 2).sum())
-    sse_flat = float((sizes.count * (sizes.mean - level) ** 2).sum())
-    unit = (within + min(float(sse.min()), sse_line, sse_flat)) / max(y.size - 4, 1)
+    flat = Curve("affine", np.array([level, 0.0]))
+    candidates = [at for _, at in bent] + [line.curve, flat]
+    reference = candidates[int(np.argmin([fitted for fitted, _ in bent] + [_sse(line.curve, b, y), _sse(flat, b, y)]))]
+    scale = reference.time_s(b)
+    relative = np.array([_sse(c, b, y, scale) for c in candidates])
+    unit = float(relative.min()) / max(y.size - 4, 1)
     if unit <= 0:  # a noise-free curve: only the best kink is allowed
         return []
-    threshold = ALLOWED * unit
-    gap = np.searchsorted(sizes.batch, grid, side="right")
-    bests = [_best_in(sizes, grid, sse, gap == g) for g in np.unique(gap[sse <= min(sse.min(), sse_line) + threshold])]
-    best = min([sse_line, sse_flat, *(fitted for fitted, _ in bests)])
-    kinks = []
-    for fitted, at in bests:
-        if fitted <= best + threshold:  # its errors say whether the rows tell each parameter there
-            free = np.ones(3, dtype=bool)
-            kinks.append(Kink.of(fit_lsq(at, b, y, free, ~free), (fitted - best) / unit))
-    if sse_line <= best + threshold:
-        kinks.append(Kink(np.array([math.nan, overhead, per_sample]), (sse_line - best) / unit))
-    if sse_flat <= best + threshold:
-        kinks.append(Kink(np.array([level, math.nan, math.nan]), (sse_flat - best) / unit))
+    deviance = (relative - relative.min()) / unit
+    free = np.ones(3, dtype=bool)
+    kinks = [Kink.of(fit_lsq(at, b, y, free, ~free), d) for at, d in zip(candidates[:-2], deviance) if d <= ALLOWED]
+    overhead, per_sample = (float(v) for v in line.curve.values)
+    kinks.append(Kink(np.array([math.nan, overhead, per_sample]), float(deviance[-2])))
+    kinks.append(Kink(np.array([level, math.nan, math.nan]), float(deviance[-1])))
     return kinks
+
+
+def _sse(curve: Curve, b: np.ndarray, y: np.ndarray, scale: np.ndarray | None = None) -> float:
+    """The rows' sum of squares about ``curve``, each residual over ``scale`` where given."""
+    r = y - curve.time_s(b)
+    return float(((r if scale is None else r / scale) ** 2).sum())
 
 
 def _best_in(sizes: Sizes, grid: np.ndarray, sse: np.ndarray, gap: np.ndarray) -> tuple[float, Curve]:
@@ -145,5 +151,5 @@ def hinge_starts(sizes: Sizes) -> list[Curve]:
         if line[0] <= 0:
             continue
         floor = float(np.average(sizes.mean[:i], weights=sizes.count[:i]))
-        out.append(Curve("hinge", np.array([floor, max(float(line[1]), 0.0), float(line[0])])))
+        out.append(Curve("hinge", np.array([floor, float(line[1]), float(line[0])])))
     return out

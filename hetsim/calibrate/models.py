@@ -165,7 +165,7 @@ def hinge_sse(s: Sizes, c: np.ndarray, through_origin: bool) -> tuple[np.ndarray
         slope = np.where(sxx > 0, (w * (x - xm[:, None]) * (y - ym)).sum(1) / np.where(sxx > 0, sxx, 1.0), 0.0)
         floor = ym - slope * xm
         fitted = floor[:, None] + slope[:, None] * x
-        ok = (sxx > 0) & (slope > 0) & (floor - slope * c >= 0) & (floor >= 0)
+        ok = (sxx > 0) & (slope > 0) & (floor > 0)
     sse = np.where(ok, (w * (y - fitted) ** 2).sum(1), np.inf)
     return sse, floor, slope
 
@@ -204,7 +204,7 @@ def _hinge(s: Sizes) -> Curve | None:
         return None
     _, c, origin = best
     _, floor, slope = (float(a[0]) for a in hinge_sse(s, np.array([c]), origin))
-    overhead = 0.0 if origin else max(floor - slope * c, 0.0)
+    overhead = 0.0 if origin else floor - slope * c
     return Curve("hinge", np.array([floor, overhead, slope]))
 
 

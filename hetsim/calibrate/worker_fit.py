@@ -146,14 +146,19 @@ def _complete(worker: int, b: np.ndarray, y: np.ndarray, included: np.ndarray | 
 
 
 def _bounds(curve: Curve, b: np.ndarray, y: np.ndarray) -> list[tuple[float, float]]:
-    """Every parameter at least 0; a slope at least a negligible positive value (the cost
-    models need one), so a flat curve keeps its level in the overhead, not in a slope through 0."""
+    """Every parameter at least 0, a hinge's intercept excepted (its floor then a negligible
+    positive value: the cost model needs one); a slope at least a negligible positive value (the
+    cost models need one), so a flat curve keeps its level in the overhead, not in a slope
+    through 0. A hinge's intercept is free because bounding it at 0 clipped the estimates of a
+    line through the origin (the steep side of many devices) and left them less spread than
+    their errors said."""
     tiny = 1e-9 * float(y.mean()) / float(b.max())
+    least = 1e-9 * float(y.mean())
     if curve.model == "affine":
         return [(0.0, math.inf), (tiny, math.inf)]
     if curve.model == "hinge":
-        return [(0.0, math.inf), (0.0, math.inf), (tiny, math.inf)]
-    return [(1e-9 * float(y.mean()), math.inf)] * curve.values.size
+        return [(least, math.inf), (-math.inf, math.inf), (tiny, math.inf)]
+    return [(least, math.inf)] * curve.values.size
 
 
 def _refine(start: Curve, b: np.ndarray, y: np.ndarray, cut: np.ndarray, fixed: np.ndarray | None = None) -> CurveFit:

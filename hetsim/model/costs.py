@@ -8,7 +8,8 @@ min-max split (:func:`hetsim.model.partition.min_max_split`) needs to be the exa
 
 * ``affine``: ``overhead_s + per_sample_s * b``;
 * ``hinge``: ``max(floor_s, overhead_s + per_sample_s * b)``: flat at small batches (a GPU
-  that is not yet busy), linear at large ones;
+  that is not yet busy), linear at large ones (the line's intercept ``overhead_s`` may be below 0
+  where the floor is above 0);
 * ``table``: piecewise linear through measured ``(batch, seconds)`` points, given inline or in a
   CSV file of two columns; below the first point the first point's time (flat), beyond the last
   the last segment's slope;
@@ -87,12 +88,20 @@ class Hinge(CostModel):
     name: ClassVar[str] = "hinge"
     params = (
         Param("floor_s", low=0.0, doc="the least a step with samples takes"),
-        Param("overhead_s", default=0.0, low=0.0, doc="the linear part's intercept"),
+        Param("overhead_s", default=0.0, doc="the linear part's intercept (below 0 where the line is steep)"),
         Param("per_sample_s", low=0.0, low_open=True, doc="the linear part's slope"),
     )
     floor_s: float
     overhead_s: float
     per_sample_s: float
+
+    def validate(self) -> None:
+        # The line only counts above the kink, so its intercept may be below 0 (a device whose
+        # time is flat and then grows faster than in proportion); the floor then keeps every
+        # step's time above 0.
+        if self.overhead_s < 0 and self.floor_s <= 0:
+            below = f"must be > 0 where overhead_s is below 0 ({self.overhead_s:g})"
+            raise ConfigError("floor_s", f"{below}, got {self.floor_s:g}")
 
     def time_s(self, batch: Any) -> Any:
         return np.maximum(self.floor_s, self.overhead_s + self.per_sample_s * np.asarray(batch, dtype=float))
