@@ -15,9 +15,10 @@ truth's) over ``--seeds`` seeds:
 * ``equal-shared``: ``equal`` on 3 workers whose noise has a shared factor that persists
   (own sigma 0.08, shared sigma 0.06 with persistence 0.5), pooled over four global batches.
 
-Per fitted parameter: the truth, the mean estimate, the spread over seeds (sd), the mean
-reported standard error (se), ``bias_se`` = (mean - truth) / se, ``z_mean`` = (mean - truth)
-/ (sd / sqrt(seeds)), ``se_ratio`` = se / sd (1 is honest; with 30 seeds sd itself is known
+Per fitted parameter: the truth, the mean estimate, the spread over seeds (sd), the root mean
+square of the reported standard errors (se; :func:`_rms`; their mean is ``se_mean``),
+``bias_se`` = (mean - truth) / se, ``z_mean`` = (mean - truth) / (sd / sqrt(seeds)),
+``se_ratio`` = se / sd (1 is honest; with 30 seeds sd itself is known
 to about 13%, with 100 to about 7%) and ``se_ratio_ci``, its 95% bootstrap interval over the
 seeds. Each case runs on its own streams (:func:`case_seed`). Per case: ``ci_holds_1``, the
 share of parameters whose interval holds 1; ``pooled_z_sd``, the spread of (estimate - truth) / its own se over all
@@ -194,13 +195,13 @@ def one_case(name: str, model: str, seeds: range, steps: int) -> dict[str, Any]:
             continue
         est, se = np.array(values)[known], np.array(errors[name])[known]
         sd = float(est.std(ddof=1))
-        mean_se = float(se.mean())
+        rms_se = _rms(se)
         z_all.extend(((est - true) / se).tolist())
         rows[name] = {
-            "truth": true, "mean": float(est.mean()), "sd": sd, "se": mean_se,
-            "bias_se": float((est.mean() - true) / mean_se),
+            "truth": true, "mean": float(est.mean()), "sd": sd, "se": rms_se, "se_mean": float(se.mean()),
+            "bias_se": float((est.mean() - true) / rms_se),
             "z_mean": float((est.mean() - true) / (sd / math.sqrt(est.size))),
-            "se_ratio": mean_se / sd, "se_ratio_ci": _ratio_interval(est, se, rng), "seeds": int(est.size),
+            "se_ratio": rms_se / sd, "se_ratio_ci": _ratio_interval(est, se, rng), "seeds": int(est.size),
         }  # fmt: skip
     z = np.array(z_all)
     return {
@@ -214,13 +215,21 @@ def one_case(name: str, model: str, seeds: range, steps: int) -> dict[str, Any]:
     }
 
 
+def _rms(se: np.ndarray, axis: int | None = None) -> Any:
+    """The root mean square of the reported errors: what the spread of the estimates is, by
+    the law of total variance, where each seed's error is its own estimate's sd. Their plain
+    mean is smaller wherever the errors differ between seeds (a run whose design tells a
+    parameter less reports a wider error, rightly), and read an honest spread as narrow."""
+    return np.sqrt(np.mean(np.square(se), axis=axis))
+
+
 def _ratio_interval(est: np.ndarray, se: np.ndarray, rng: np.random.Generator) -> list[float]:
     """The 95% bootstrap interval (percentiles over seeds resampled) of se / sd: how well these
     seeds know the ratio. Over 100 seeds it spans about 0.88-1.15 for an honest 1.0, so one
     parameter of 83 outside 0.8-1.2 is no sign of a wrong error by itself."""
     pick = rng.integers(0, est.size, size=(BOOTSTRAP, est.size))
     spread = est[pick].std(axis=1, ddof=1)
-    ratios = se[pick].mean(axis=1)[spread > 0] / spread[spread > 0]  # a resample of one seed repeated: none
+    ratios = _rms(se[pick], axis=1)[spread > 0] / spread[spread > 0]  # a resample of one seed repeated: none
     return [float(v) for v in np.percentile(ratios, [2.5, 97.5])] if ratios.size else [math.nan, math.nan]
 
 
@@ -249,7 +258,7 @@ def _summary(case: dict[str, Any]) -> dict[str, float]:
 
 
 def pooled(per_round: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each parameter over all rounds' seeds: ``se_ratio`` = the mean reported se over the
+    """Each parameter over all rounds' seeds: ``se_ratio`` = the rms reported se over the
     within-round spread pooled (sum of (seeds - 1) sd^2 over sum of (seeds - 1)), ``bias_se`` =
     (mean - truth) / se; ``within_20pct`` the share of parameters with se_ratio in 0.8-1.2 and
     ``outside`` those without."""
@@ -258,7 +267,7 @@ def pooled(per_round: list[dict[str, Any]]) -> dict[str, Any]:
         found = [case["params"][name] for case in per_round if name in case["params"]]
         seeds = sum(r["seeds"] for r in found)
         sd = math.sqrt(sum((r["seeds"] - 1) * r["sd"] ** 2 for r in found) / sum(r["seeds"] - 1 for r in found))
-        se = sum(r["seeds"] * r["se"] for r in found) / seeds
+        se = math.sqrt(sum(r["seeds"] * r["se"] ** 2 for r in found) / seeds)
         mean = sum(r["seeds"] * r["mean"] for r in found) / seeds
         rows[name] = {"seeds": seeds, "se_ratio": se / sd, "bias_se": (mean - found[0]["truth"]) / se}
     outside = {name: r["se_ratio"] for name, r in rows.items() if not honest(r["se_ratio"])}
