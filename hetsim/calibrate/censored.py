@@ -24,6 +24,7 @@ in the logs).
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -78,8 +79,7 @@ class _Likelihood:
         ``x``: smooth, so that its Hessian by differences is the information. A hinge's maximum
         often lies where a size's rows sit at the kink, and across it the gradient jumps (the
         differences then read a negative variance). Affine and table curves are linear already."""
-        held = _Likelihood.__new__(_Likelihood)
-        held.__dict__.update(self.__dict__)
+        held = copy.copy(self)
         held.design = self.curve(x).jacobian(self.b)
         return held
 
