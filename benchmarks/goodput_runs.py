@@ -3,6 +3,10 @@ issue 28's second target.
 
     python benchmarks/goodput_runs.py --seeds 3 --out runs/goodput-runs
     python benchmarks/goodput_runs.py --seeds 3 --out runs/goodput-runs -- --delay 1=0.02
+    python benchmarks/goodput_runs.py --seeds 5 --out runs/goodput-fitted -- --delay 1=0.01 --efficiency EFF.toml
+
+(the last: goodput told the efficiency that ``hetsim calibrate-efficiency`` fitted to a
+``batch-sweep`` at 1x and 2x the base batch, instead of the run's own noise-scale estimate)
 
 For each seed, ``python -m validation run`` of ``adaptive`` and ``goodput`` at the base global
 batch ``B`` (goodput free to choose up to ``8B``), then ``adaptive`` alone at ``2B``, ``4B`` and

@@ -18,7 +18,8 @@ from tests.refusals import HUGE, case, check_refused, deep, write_files
 from validation.cli import main
 
 KNOWN_DISTRIBUTIONS = "(known: {distributions})"
-RUN_KEYS = ("combine, comm, contention, cpus, delay, devices, epochs, global_batch, lr, max_batch, momentum, "
+RUN_KEYS = ("combine, comm, contention, cpus, delay, devices, efficiency, epochs, global_batch, lr, max_batch, "
+            "momentum, "
             "noise_scale, per_sample_delay, policies, probe_fractions, probe_repeats, profile, seed, slowdown, "
             "target_accuracy, "
             "threads, timeout_s, warmup_steps, workload, world_size")  # fmt: skip
@@ -90,9 +91,21 @@ CASES = [
     case("no-policy", ["--policies", ""], "--policies: no policy given"),
     case("policy-twice", ["--policies", "equal,equal"], "--policies: a policy is listed twice"),
     case("goodput-without-noise-scale", ["--policies", "goodput"],
-         "--policies: goodput picks the batch by the measured noise scale: it needs --noise-scale and --comm flat"),
+         "--policies: goodput picks the batch by the noise scale: it needs --noise-scale (or --efficiency FILE) and "
+         "--comm flat"),
     case("goodput-with-ddp", ["--policies", "goodput", "--noise-scale", "--comm", "ddp"],
-         "--policies: goodput picks the batch by the measured noise scale: it needs --noise-scale and --comm flat"),
+         "--policies: goodput picks the batch by the noise scale: it needs --noise-scale (or --efficiency FILE) and "
+         "--comm flat"),
+    case("efficiency-missing", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml"],
+         "--efficiency: no such file: {tmp}/e.toml"),
+    case("efficiency-without-table", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml"],
+         "--efficiency: {tmp}/e.toml has no [workload.efficiency] table", {"e.toml": "[workload]\nname = 'x'\n"}),
+    case("efficiency-bad-noise", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml"],
+         "--efficiency: workload.efficiency.noise_scale: must be > 0, got -3",
+         {"e.toml": "[workload.efficiency]\nnoise_scale = -3\nbase_batch = 16\n"}),
+    case("efficiency-with-ddp", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml", "--comm", "ddp"],
+         "--policies: goodput picks the batch by the noise scale: it needs --noise-scale (or --efficiency FILE) and "
+         "--comm flat", {"e.toml": "[workload.efficiency]\nnoise_scale = 30\nbase_batch = 16\n"}),
     case("max-batch-below", ["--max-batch", "64"], "--max-batch: must be in [128, 1438], got 64"),
     case("max-batch-below-global", ["--noise-scale", "--max-batch", "200", "--global-batch", "256"],
          "--max-batch: must be in [256, 1438], got 200"),

@@ -335,6 +335,23 @@ def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
     # a run without --target-accuracy: tests/test_bad_input_validation_compare.py
 
 
+def test_goodput_given_an_efficiency_table_chooses_by_it(tmp_path):
+    # a noise scale far above every batch: each sample counts in full, so the largest batch (the
+    # delay of rank 1's step spread over the most samples) wins; far below: a larger batch gains
+    # nothing, so the smallest. The run's own estimate (no --noise-scale here) plays no part.
+    chosen = {}
+    for name, noise in (("large", 1e7), ("small", 1e-3)):
+        table = tmp_path / f"{name}.toml"
+        table.write_text(f"[workload.efficiency]\nnoise_scale = {noise}\nbase_batch = 128\n")
+        out = tmp_path / name
+        run = _validation("run", "--epochs", "1", "--probe-repeats", "2", "--policies", "goodput", "--efficiency",
+                          str(table), "--max-batch", "359", "--out", str(out))  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        chosen[name] = set(pd.read_csv(out / "epochs.csv")["global_batch"])
+        assert json.loads((out / "meta.json").read_text())["config"]["efficiency"]["noise_scale"] == noise
+    assert min(chosen["large"]) > 300 and chosen["small"] == {128}
+
+
 def test_goodput_runs_epochs_of_its_own_batch_and_compare_predicts_it(tmp_path, capsys):
     out = tmp_path / "run"
     run = _validation("run", "--epochs", "4", "--probe-repeats", "2", "--policies", "equal,goodput", "--noise-scale",

@@ -19,7 +19,7 @@ from hetsim.core.params import Param
 from hetsim.model.costs import Affine
 from hetsim.model.efficiency import Efficiency
 from hetsim.policies import RunHint, WorkerHint, make_policy, policy_class
-from hetsim.scenario.config import read_table
+from hetsim.scenario.config import make_efficiency, read_table
 from validation.backend import check_one_rank_per_gpu, parse_devices
 from validation.contention import MAX_NEIGHBOUR_CORES
 from validation.inject import parse_delay_spec
@@ -63,6 +63,7 @@ class RunConfig:
     contention: Mapping[int, float] = field(default_factory=dict)
     target_accuracy: float | None = None
     noise_scale: bool = False
+    efficiency: Mapping[str, Any] | None = None  # goodput's [workload.efficiency] table (None: measured in the run)
     max_batch: int | None = None  # the largest global batch a policy that varies_batch may choose (None: default)
     profile: int = 0  # steps of each policy recorded with torch.profiler on every rank (0: none)
     out: Path | None = None
@@ -160,8 +161,33 @@ def _check_barrier_policies(policies: Sequence[str], world_size: int, global_bat
             )
 
 
+def _efficiency(value: Any) -> dict[str, Any] | None:
+    """``--efficiency FILE`` (or a run file's ``efficiency``, a path or the table itself): the
+    ``[workload.efficiency]`` table of FILE (TOML or JSON), checked as hetsim checks a scenario's."""
+    if value is None or isinstance(value, dict):
+        table = value
+    else:
+        path = Path(str(value))
+        if not path.is_file():
+            raise ConfigError("--efficiency", f"no such file: {path}")
+        try:
+            table = read_table(path).get("workload", {}).get("efficiency")
+        except (ConfigError, AttributeError) as exc:
+            raise ConfigError("--efficiency", f"{path}: {exc}") from None
+        if not isinstance(table, dict):
+            raise ConfigError("--efficiency", f"{path} has no [workload.efficiency] table")
+    if table is None:
+        return None
+    try:
+        make_efficiency(table)
+    except ConfigError as exc:
+        raise ConfigError("--efficiency", str(exc)) from None
+    return dict(table)
+
+
 def _check_policy_needs(policies: Sequence[str], probe_repeats: int, noise_scale: bool, comm: str) -> None:
-    """What the policies need of the run: the probe for their costs, the noise scale for the batch."""
+    """What the policies need of the run: the probe for their costs, the noise scale for the batch
+    (measured, or given as an efficiency table: ``noise_scale`` then true)."""
     costly = [p for p in policies if policy_class(p).needs_costs]
     if costly and probe_repeats == 0:
         raise ConfigError(
@@ -169,7 +195,7 @@ def _check_policy_needs(policies: Sequence[str], probe_repeats: int, noise_scale
         )
     batching = [p for p in policies if policy_class(p).needs_efficiency]
     if batching and (not noise_scale or comm != "flat"):
-        problem = "picks the batch by the measured noise scale: it needs --noise-scale and --comm flat"
+        problem = "picks the batch by the noise scale: it needs --noise-scale (or --efficiency FILE) and --comm flat"
         raise ConfigError("--policies", f"{batching[0]} {problem}")
 
 
@@ -203,8 +229,9 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
     combine = _mode(pick("combine", args.combine), "--combine", COMBINE_MODES)
     comm = _mode(pick("comm", args.comm), "--comm", COMM_MODES)
     noise_scale = bool(pick("noise_scale", args.noise_scale))
+    efficiency = _efficiency(pick("efficiency", getattr(args, "efficiency", None)))
     _check_barrier_policies(policies, world_size, global_batch)
-    _check_policy_needs(policies, probe_repeats, noise_scale, comm)
+    _check_policy_needs(policies, probe_repeats, noise_scale or efficiency is not None, comm)
     if comm == "ddp" and len({d.partition(":")[0] for d in devices}) > 1:
         raise ConfigError("--comm", "ddp needs every rank on one kind of device; use --comm flat for mixed devices")
     return replace(
@@ -228,6 +255,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
         **_placement(raw, args, world_size),
         target_accuracy=_target(pick("target_accuracy", args.target_accuracy)),
         noise_scale=noise_scale,
+        efficiency=efficiency,
         max_batch=_max_batch(pick("max_batch", args.max_batch), global_batch, n_train),
         profile=_profile(pick("profile", getattr(args, "profile", None)), n_train // global_batch),
         out=args.out,

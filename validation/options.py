@@ -77,6 +77,12 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-accuracy", type=float, metavar="A", help="held-out accuracy: time to reach it")
     parser.add_argument("--noise-scale", action="store_true", default=None, help="estimate the gradient noise scale")
     parser.add_argument(
+        "--efficiency", default=None, metavar="FILE",
+        help="goodput's statistical efficiency: the [workload.efficiency] table of FILE (as hetsim "
+        "calibrate-efficiency writes it: a noise scale that may depend on the batch and on progress) "
+        "instead of the run's own noise-scale estimate",
+    )  # fmt: skip
+    parser.add_argument(
         "--max-batch", default=None, metavar="N",
         help="largest global batch goodput may choose (default 4x --global-batch, within a quarter of the data)",
     )  # fmt: skip

@@ -50,6 +50,7 @@ import torch.distributed as dist
 from hetsim.model.efficiency import Efficiency
 from hetsim.model.partition import split_by_shares
 from hetsim.policies import Policy, RunHint, StepInfo, WorkerHint, make_policy, policy_class
+from hetsim.scenario.config import make_efficiency
 from validation.backend import RankEnv, comm_device, resolve_device, select_backend, torch_device
 from validation.config import RunConfig
 from validation.inject import Injector
@@ -181,8 +182,8 @@ class RankTrainer:
         seg.noise.decay(EPOCH_DECAY)
         seg.noise.merge(sums)
         running = seg.noise.value()
-        if seg.policy is not None and running is not None:
-            seg.policy.observe_noise_scale(running)
+        if seg.policy is not None and running is not None and self.config.efficiency is None:
+            seg.policy.observe_noise_scale(running)  # with a table given, the policy keeps the table's
 
         def row() -> dict[str, Any]:
             test_loss, accuracy = self.workload.evaluate(seg.model, self.data)
@@ -218,7 +219,9 @@ class RankTrainer:
         frame, batch = self.writer.trace_frame(), self.config.global_batch
         self.probe_hints = fit_probe(frame, self.world)
         noise = self.probe_noise if self.probe_noise is not None else float(batch)
-        self.probe_run = RunHint(float(frame["comm_s"].median()) if not frame.empty else 0.0, Efficiency(noise, batch))
+        given = make_efficiency(self.config.efficiency) if self.config.efficiency is not None else None
+        efficiency = given if given is not None else Efficiency(noise, batch)
+        self.probe_run = RunHint(float(frame["comm_s"].median()) if not frame.empty else 0.0, efficiency)
 
     def probe_largest(self) -> int | None:
         """The largest global batch a policy of the run may choose (``--max-batch``; None when
