@@ -23,7 +23,8 @@ The best fixed batch is one batch of the ladder, chosen in hindsight over the se
 the target counting as never reaching it. Per seed: goodput's time against that batch's run of
 the same seed, and against ``adaptive`` at ``B``. Also reported: against each seed's fastest
 fixed run, the minimum of four noisy runs, which no single run matches on average. Prints one
-JSON object with every run's time, the ratios per seed and their mean, median and p90. A run
+JSON object with every run's time, the ratios per seed and their mean, median and p90 (a
+goodput run that missed the target counts as never reaching it: it raises the median). A run
 folder that already holds a finished run is reused.
 """
 
@@ -67,11 +68,29 @@ def one_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     best = min(fixed, key=lambda name: fixed[name]) if fixed else None
     row: dict[str, Any] = {"seed": seed, "goodput_s": goodput, "fixed_s": times, "fastest_fixed_run": best,
                            "goodput_final_batch": sum(base["goodput"].get("final_batches") or [])}  # fmt: skip
-    if goodput is not None and best is not None:
-        row["vs_fastest_fixed_run"] = goodput / fixed[best]
-    if goodput is not None and times[f"adaptive@{args.base_batch}"] is not None:
-        row["vs_adaptive_base"] = goodput / times[f"adaptive@{args.base_batch}"]
+    if best is not None:
+        row["vs_fastest_fixed_run"] = _ratio(goodput, fixed[best])
+    if times[f"adaptive@{args.base_batch}"] is not None:
+        row["vs_adaptive_base"] = _ratio(goodput, times[f"adaptive@{args.base_batch}"])
     return row
+
+
+def _ratio(goodput_s: float | None, other_s: float) -> float:
+    """goodput's time over another run's; a goodput run that missed the target never reached it."""
+    return math.inf if goodput_s is None else goodput_s / other_s
+
+
+def summary(ratios: list[float]) -> dict[str, Any] | None:
+    """Mean, median and p90 of ``ratios``, a run that missed the target counted as never reaching
+    it (infinite: None where a figure is; JSON has no infinity), and how many missed."""
+    if not ratios:
+        return None
+    out: dict[str, Any] = {k: (v if math.isfinite(v) else None) for k, v in stats(ratios).items()}
+    return {**out, "runs": len(ratios), "missed_target": sum(not math.isfinite(r) for r in ratios)}
+
+
+def _finite_or_none(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
 
 def best_batch(rows: list[dict[str, Any]]) -> str:
@@ -97,17 +116,18 @@ def main() -> None:
     rows = [one_seed(args, seed) for seed in range(args.seeds)]
     best = best_batch(rows)
     for r in rows:
-        if r["goodput_s"] is not None and r["fixed_s"][best] is not None:
-            r["vs_best_fixed"] = r["goodput_s"] / r["fixed_s"][best]
+        if r["fixed_s"][best] is not None:
+            r["vs_best_fixed"] = _ratio(r["goodput_s"], r["fixed_s"][best])
     versus_best = [r["vs_best_fixed"] for r in rows if "vs_best_fixed" in r]
     versus_fastest = [r["vs_fastest_fixed_run"] for r in rows if "vs_fastest_fixed_run" in r]
     versus_adaptive = [r["vs_adaptive_base"] for r in rows if "vs_adaptive_base" in r]
     result = {
         "command": " ".join(sys.argv), "workload": args.workload, "base_batch": args.base_batch,
-        "target_accuracy": args.target, "options": args.extra, "seeds": rows, "best_fixed": best,
-        "goodput_over_best_fixed": stats(versus_best) if versus_best else None,
-        "goodput_over_fastest_fixed_run": stats(versus_fastest) if versus_fastest else None,
-        "goodput_over_adaptive_base": stats(versus_adaptive) if versus_adaptive else None,
+        "target_accuracy": args.target, "options": args.extra, "seeds": [_finite_or_none(r) for r in rows],
+        "best_fixed": best,
+        "goodput_over_best_fixed": summary(versus_best),
+        "goodput_over_fastest_fixed_run": summary(versus_fastest),
+        "goodput_over_adaptive_base": summary(versus_adaptive),
         "met": {"within_5pct_of_best_fixed": bool(versus_best) and float(np.median(versus_best)) <= 1.05,
                 "no_later_than_adaptive_base": bool(versus_adaptive) and float(np.median(versus_adaptive)) <= 1.0},
     }  # fmt: skip

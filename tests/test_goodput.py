@@ -285,3 +285,38 @@ def test_a_worker_the_curves_leave_out_stays_out_though_it_was_never_measured():
         times = tuple(float(c.expected_s(n)) if n else 0.0 for c, n in zip(curves, b))
         policy.observe(StepRecord(info, tuple(b), times, (True,) * 3))
     assert splits[0][2] == 0 and all(b[2] == 0 for b in splits)  # (before, adaptive took it for an average worker)
+
+
+def _expected_time_goodput(batch: int, efficiency: Efficiency, sd: float, draws: np.ndarray, step_s: float) -> float:
+    """One over the Monte Carlo mean seconds per step of progress, the noise scale lognormal about
+    the estimate with ``sd`` of its log (``draws``: standard normals), steps of ``step_s``."""
+    per_progress = float(np.mean(1.0 / efficiency.gain(batch, efficiency.noise_scale * np.exp(sd * draws))))
+    return 1.0 / (per_progress * step_s)
+
+
+@pytest.mark.parametrize("sd", [0.3, 0.8, 1.5])
+def test_an_uncertain_noise_scale_is_judged_by_the_expected_time_to_the_target(sd):
+    # a fitted table's noise scale known to sd (of its log): each batch by one over its expected
+    # seconds per step of progress over the noise scales the fit allows (Monte Carlo, 400k draws)
+    efficiency = replace(Efficiency(100.0, 16), noise_scale_sd=sd)
+    policy = Goodput(max_batch=256)
+    policy.reset(2, 16, CURVES, RunHint(COMM_S, efficiency))
+    costs = StepCosts(policy.fixed_s, policy.per_sample_s, policy.cap_array, CURVES, largest=256)
+    draws = np.random.default_rng(0).standard_normal(400_000)
+    for batch in (16, 64, 128, 256):
+        exact = _expected_time_goodput(batch, efficiency, sd, draws, costs.step_s(batch) + COMM_S)
+        assert policy.goodput(batch, costs) == pytest.approx(exact, rel=2e-3 * (1 + sd))
+
+
+def test_without_its_uncertainty_or_with_a_measured_noise_scale_it_is_the_gain_at_the_estimate():
+    efficiency = Efficiency(100.0, 16)
+    sure, unsure = Goodput(max_batch=256), Goodput(max_batch=256)
+    sure.reset(2, 16, CURVES, RunHint(COMM_S, efficiency))
+    unsure.reset(2, 16, CURVES, RunHint(COMM_S, replace(efficiency, noise_scale_sd=1.0)))
+    costs = StepCosts(sure.fixed_s, sure.per_sample_s, sure.cap_array, CURVES, largest=256)
+    for batch in (16, 64, 256):
+        assert sure.goodput(batch, costs) == float(efficiency.gain(batch, 100.0)) / (costs.step_s(batch) + COMM_S)
+    # the uncertain table's choice is the smaller batch: the large one's gain rests on a large noise scale
+    assert unsure.global_batch < sure.global_batch
+    unsure.observe_noise_scale(100.0)  # a measured noise scale states no uncertainty: the estimate alone
+    assert unsure.goodput(64, costs) == sure.goodput(64, costs)

@@ -53,6 +53,8 @@ from hetsim.policies.adaptive import Adaptive
 from hetsim.policies.base import RunHint, StepInfo, WorkerHint
 
 CANDIDATES = 24  # global batches tried per update, geometrically spaced over [min_batch, max_batch]
+_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(9)
+UNCERTAIN_NODES = (_NODES, _WEIGHTS / _WEIGHTS.sum())  # a standard normal's quadrature: E[f(Z)] = weights @ f(nodes)
 DEFAULT_RANGE = 8  # without max_batch: up to this many times the workload's global batch
 
 
@@ -252,9 +254,23 @@ class Goodput(Adaptive):
         return fixed, per_sample
 
     def goodput(self, batch: int, costs: StepCosts) -> float:
-        """Predicted progress per second at global batch ``batch`` (its step time: ``costs.step_s``)."""
-        assert self.run.efficiency is not None
-        return float(self.run.efficiency.gain(batch, self.noise_scale())) / (costs.step_s(batch) + self.run.overhead_s)
+        """Predicted progress per second at global batch ``batch`` (its step time: ``costs.step_s``):
+        one over the expected seconds a step of progress takes. Where the efficiency table states
+        how well its noise scale is known (``noise_scale_sd``, of its log, from the fit) and no
+        measured noise scale replaced it, the expectation runs over the noise scales the fit
+        allows (Gauss-Hermite, :data:`UNCERTAIN_NODES` nodes): a large batch's gain rests on a
+        large noise scale, and across the ones allowed the time to the target is dominated by
+        the small. Without the sd (a run's measured noise scale states none) it is the gain at
+        the estimate, exactly."""
+        efficiency = self.run.efficiency
+        assert efficiency is not None
+        step_s = costs.step_s(batch) + self.run.overhead_s
+        sd = efficiency.noise_scale_sd if self.measured_noise is None else None
+        if not sd:
+            return float(efficiency.gain(batch, self.noise_scale())) / step_s
+        nodes, weights = UNCERTAIN_NODES
+        per_progress = float(weights @ (1.0 / efficiency.gain(batch, self.noise_scale() * np.exp(sd * nodes))))
+        return 1.0 / (per_progress * step_s)
 
     def _best_batch(self, costs: StepCosts, hysteresis: float) -> int:
         """The candidate of highest goodput if it beats the current batch's by ``hysteresis``."""
