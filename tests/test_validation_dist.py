@@ -335,7 +335,7 @@ def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
     # a run without --target-accuracy: tests/test_bad_input_validation_compare.py
 
 
-def test_goodput_given_an_efficiency_table_chooses_by_it(tmp_path):
+def test_goodput_given_an_efficiency_table_chooses_by_it(tmp_path, capsys):
     # a noise scale far above every batch: each sample counts in full, so the largest batch (the
     # delay of rank 1's step spread over the most samples) wins; far below: a larger batch gains
     # nothing, so the smallest. The run's own estimate (no --noise-scale here) plays no part.
@@ -350,6 +350,10 @@ def test_goodput_given_an_efficiency_table_chooses_by_it(tmp_path):
         chosen[name] = set(pd.read_csv(out / "epochs.csv")["global_batch"])
         assert json.loads((out / "meta.json").read_text())["config"]["efficiency"]["noise_scale"] == noise
     assert min(chosen["large"]) > 300 and chosen["small"] == {128}
+    # compare's simulated goodput is told the same table (the run measured no noise scale)
+    assert main(["compare", str(tmp_path / "large"), "--json"]) == 0
+    rows = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
+    assert sum(rows["goodput"]["predicted_final_split"]) > 300
 
 
 def test_goodput_runs_epochs_of_its_own_batch_and_compare_predicts_it(tmp_path, capsys):

@@ -9,13 +9,12 @@ Errors are relative: ``(predicted - measured) / measured``. No torch here.
 
 A prediction reproduces what the real run did, so a simulated policy is told what the real one
 was told: a policy that needs or uses costs (``proportional``, ``optimal``, ``goodput``) gets
-the costs the real policy got from the probe's first rounds (:func:`~validation.probe.first_block_hints`,
-the same fit), not the calibrated scenario's curves (every probe round: what it never knew);
-where those are off (a noisy rank at the margin of being left out), the simulation makes the
-real split and predicts its step time. The other policies are told no costs in a real run and use none in
-hetsim's (``dynamic`` only for the analysis). A cross-run prediction (:func:`compare_across`)
-tells them the calibrated (re-injected) curves: it predicts without the target run's probe.
-"""
+the costs the real policy got from the probe's first rounds (the same fit,
+:func:`~validation.probe.first_block_hints`), not the calibrated scenario's curves (every probe
+round: what it never knew); where those are off (a noisy rank at the margin of being left out),
+the simulation makes the real split and predicts its step time. The other policies are told no
+costs in a real run and use none in hetsim's (``dynamic`` only for the analysis). A cross-run
+prediction (:func:`compare_across`) tells them the calibrated (re-injected) curves."""
 
 from __future__ import annotations
 
@@ -221,8 +220,8 @@ def calibrate_run(run: RunData, calibrate_on: str = PROBE) -> Calibration:
 
 def scenario_for(run: RunData, calibration: Calibration, policy: str, epochs: int) -> dict[str, Any]:
     """The calibrated scenario with the run's workload and ``policy``; for a policy that varies
-    its batch, the run's ``--max-batch`` and, as its workload's efficiency, the run's measured
-    noise scale (:func:`measured_noise_scale`) at the run's global batch."""
+    its batch, the run's ``--max-batch`` and, as its workload's efficiency, the table the run was
+    given (``--efficiency``), else its measured noise scale (:func:`measured_noise_scale`)."""
     scenario = dict(calibration.scenario)
     global_batch = run.meta["global_batch"]
     scenario["workload"] = {
@@ -233,11 +232,12 @@ def scenario_for(run: RunData, calibration: Calibration, policy: str, epochs: in
     }
     scenario["seed"] = run.meta["config"]["seed"]
     scenario["policy"] = {"name": policy}
+    given = run.meta["config"].get("efficiency")
     if policy_class(policy).needs_efficiency:
-        noise = measured_noise_scale(run)
-        if noise is None:
+        noise = measured_noise_scale(run) if given is None else None
+        if given is None and noise is None:
             raise ConfigError("run_dir", f"{run.path} has no noise scale estimate, which {policy} needs")
-        scenario["workload"]["efficiency"] = {"noise_scale": noise, "base_batch": global_batch}
+        scenario["workload"]["efficiency"] = given or {"noise_scale": noise, "base_batch": global_batch}
     if policy_class(policy).varies_batch and run.meta["config"]["max_batch"] is not None:
         scenario["policy"]["max_batch"] = run.meta["config"]["max_batch"]
     return scenario

@@ -185,6 +185,16 @@ def _efficiency(value: Any) -> dict[str, Any] | None:
     return dict(table)
 
 
+def _check_across(policies: Sequence[str], world_size: int, global_batch: int, probe_repeats: int, noise_scale: bool,
+                  comm: str, devices: Sequence[str]) -> None:  # fmt: skip
+    """The checks across options: barrier policies only, what the policies need (``noise_scale``:
+    a noise scale measured or given), DDP on one kind of device."""
+    _check_barrier_policies(policies, world_size, global_batch)
+    _check_policy_needs(policies, probe_repeats, noise_scale, comm)
+    if comm == "ddp" and len({d.partition(":")[0] for d in devices}) > 1:
+        raise ConfigError("--comm", "ddp needs every rank on one kind of device; use --comm flat for mixed devices")
+
+
 def _check_policy_needs(policies: Sequence[str], probe_repeats: int, noise_scale: bool, comm: str) -> None:
     """What the policies need of the run: the probe for their costs, the noise scale for the batch
     (measured, or given as an efficiency table: ``noise_scale`` then true)."""
@@ -230,10 +240,8 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
     comm = _mode(pick("comm", args.comm), "--comm", COMM_MODES)
     noise_scale = bool(pick("noise_scale", args.noise_scale))
     efficiency = _efficiency(pick("efficiency", getattr(args, "efficiency", None)))
-    _check_barrier_policies(policies, world_size, global_batch)
-    _check_policy_needs(policies, probe_repeats, noise_scale or efficiency is not None, comm)
-    if comm == "ddp" and len({d.partition(":")[0] for d in devices}) > 1:
-        raise ConfigError("--comm", "ddp needs every rank on one kind of device; use --comm flat for mixed devices")
+    known_noise = noise_scale or efficiency is not None  # measured in the run, or given as a table
+    _check_across(policies, world_size, global_batch, probe_repeats, known_noise, comm, devices)
     return replace(
         base,
         world_size=world_size,

@@ -75,6 +75,16 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "(bucketed, overlapped with backward)",
     )
     parser.add_argument("--target-accuracy", type=float, metavar="A", help="held-out accuracy: time to reach it")
+    add_batch_options(parser)
+    parser.add_argument(
+        "--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)"
+    )
+    add_profile_option(parser)
+    parser.add_argument("--crash-at", default=None, help=argparse.SUPPRESS)
+
+
+def add_batch_options(parser: argparse.ArgumentParser) -> None:
+    """The noise scale, and what goodput's choice of the global batch reads."""
     parser.add_argument("--noise-scale", action="store_true", default=None, help="estimate the gradient noise scale")
     parser.add_argument(
         "--efficiency", default=None, metavar="FILE",
@@ -86,11 +96,6 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "--max-batch", default=None, metavar="N",
         help="largest global batch goodput may choose (default 4x --global-batch, within a quarter of the data)",
     )  # fmt: skip
-    parser.add_argument(
-        "--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)"
-    )
-    add_profile_option(parser)
-    parser.add_argument("--crash-at", default=None, help=argparse.SUPPRESS)
 
 
 def add_profile_option(parser: argparse.ArgumentParser) -> None:
