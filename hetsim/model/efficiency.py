@@ -109,7 +109,7 @@ class Efficiency:
         at, value = zip(*self.schedule)
         return float(np.interp(progress, at, value))
 
-    def gain(self, effective_batch: float | np.ndarray, noise_scale: float | None = None) -> Any:
+    def gain(self, effective_batch: float | np.ndarray, noise_scale: float | np.ndarray | None = None) -> Any:
         """Progress, in steps at ``base_batch``, of a step of ``effective_batch`` samples (0 for 0)
         at ``noise_scale`` (default: the noise scale at the start)."""
         b = np.asarray(effective_batch, dtype=float)
