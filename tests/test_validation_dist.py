@@ -337,21 +337,17 @@ def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
 
 def test_goodput_given_an_efficiency_table_chooses_by_it(tmp_path, capsys):
     # a noise scale far above every batch: each sample counts in full, so the largest batch (the
-    # delay of rank 1's step spread over the most samples) wins; far below: a larger batch gains
-    # nothing, so the smallest. The run's own estimate (no --noise-scale here) plays no part.
-    chosen = {}
-    for name, noise in (("large", 1e7), ("small", 1e-3)):
-        table = tmp_path / f"{name}.toml"
-        table.write_text(f"[workload.efficiency]\nnoise_scale = {noise}\nbase_batch = 128\n")
-        out = tmp_path / name
-        run = _validation("run", "--epochs", "1", "--probe-repeats", "2", "--policies", "goodput", "--efficiency",
-                          str(table), "--max-batch", "359", "--out", str(out))  # fmt: skip
-        assert run.returncode == 0, run.stderr
-        chosen[name] = set(pd.read_csv(out / "epochs.csv")["global_batch"])
-        assert json.loads((out / "meta.json").read_text())["config"]["efficiency"]["noise_scale"] == noise
-    assert min(chosen["large"]) > 300 and chosen["small"] == {128}
-    # compare's simulated goodput is told the same table (the run measured no noise scale)
-    assert main(["compare", str(tmp_path / "large"), "--json"]) == 0
+    # delay of rank 1's step spread over the most samples) wins; the run's own stand-in (no
+    # --noise-scale here: the global batch) chose 128-200. compare's twin is told the same table.
+    table = tmp_path / "efficiency.toml"
+    table.write_text("[workload.efficiency]\nnoise_scale = 1e7\nbase_batch = 128\n")
+    out = tmp_path / "run"
+    run = _validation("run", "--epochs", "1", "--probe-repeats", "2", "--policies", "goodput", "--efficiency",
+                      str(table), "--max-batch", "359", "--out", str(out))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert min(pd.read_csv(out / "epochs.csv")["global_batch"]) > 300
+    assert json.loads((out / "meta.json").read_text())["config"]["efficiency"]["noise_scale"] == 1e7
+    assert main(["compare", str(out), "--json"]) == 0  # without the table: no noise scale estimate, status 2
     rows = {r["policy"]: r for r in json.loads(capsys.readouterr().out)}
     assert sum(rows["goodput"]["predicted_final_split"]) > 300
 
