@@ -92,7 +92,7 @@ def _steep(seed: int, cut: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return b, np.minimum(y, limit), y <= limit
 
 
-@pytest.mark.parametrize("cut", [False, True])
+@pytest.mark.parametrize("cut", [False, pytest.param(True, marks=pytest.mark.slow)])  # cut: 40 censored fits
 def test_a_hinge_whose_line_runs_below_the_origin_is_fitted_without_bias_and_honest_errors(cut):
     # bounded at 0, the intercept could not reach the truth: every seed's estimate at or above 0
     # (14 of 40 at the bound), and the slope biased low with errors wider than its spread
