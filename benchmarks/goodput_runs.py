@@ -85,11 +85,12 @@ def summary(ratios: list[float]) -> dict[str, Any] | None:
     it (infinite: None where a figure is; JSON has no infinity), and how many missed."""
     if not ratios:
         return None
-    out: dict[str, Any] = {k: (v if math.isfinite(v) else None) for k, v in stats(ratios).items()}
+    out = _finite_or_none(stats(ratios))
     return {**out, "runs": len(ratios), "missed_target": sum(not math.isfinite(r) for r in ratios)}
 
 
 def _finite_or_none(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with each infinite or nan number as None (JSON has neither)."""
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
 

@@ -232,8 +232,8 @@ def scenario_for(run: RunData, calibration: Calibration, policy: str, epochs: in
     }
     scenario["seed"] = run.meta["config"]["seed"]
     scenario["policy"] = {"name": policy}
-    given = run.meta["config"].get("efficiency")
     if policy_class(policy).needs_efficiency:
+        given = run.meta["config"].get("efficiency")
         noise = measured_noise_scale(run) if given is None else None
         if given is None and noise is None:
             raise ConfigError("run_dir", f"{run.path} has no noise scale estimate, which {policy} needs")

@@ -219,8 +219,8 @@ class RankTrainer:
         frame, batch = self.writer.trace_frame(), self.config.global_batch
         self.probe_hints = fit_probe(frame, self.world)
         noise = self.probe_noise if self.probe_noise is not None else float(batch)
-        given = make_efficiency(self.config.efficiency) if self.config.efficiency is not None else None
-        efficiency = given if given is not None else Efficiency(noise, batch)
+        given = self.config.efficiency
+        efficiency = make_efficiency(given) if given is not None else Efficiency(noise, batch)
         self.probe_run = RunHint(float(frame["comm_s"].median()) if not frame.empty else 0.0, efficiency)
 
     def probe_largest(self) -> int | None:
