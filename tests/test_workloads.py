@@ -148,3 +148,18 @@ def test_transformer_is_causal():
     assert before.shape == (2, T, VOCAB)
     assert torch.allclose(before[:, :t], after[:, :t], atol=1e-6, rtol=0)
     assert not torch.allclose(before[:, t:], after[:, t:], atol=1e-4, rtol=0)
+
+
+@pytest.mark.slow  # imports scikit-learn (about 2 s)
+def test_digits_are_read_from_scikit_learns_file_exactly_as_load_digits_gives_them(monkeypatch):
+    from sklearn.datasets import load_digits
+
+    from validation.workloads import digits
+
+    shipped = load_digits()
+    for how in ("file", "load_digits"):
+        if how == "load_digits":  # a scikit-learn that keeps its digits elsewhere
+            monkeypatch.setattr(digits.importlib.util, "find_spec", lambda name: None)
+        flat, target = digits._digits()
+        assert flat.tolist() == shipped.data.tolist() and target.tolist() == shipped.target.tolist(), how
+    assert digits.digits_split(0)[0].shape == (digits.N_DIGITS - digits.N_TEST, 8, 8)

@@ -286,7 +286,7 @@ def told_hints(run: RunData) -> tuple[WorkerHint, ...] | None:
     """The costs ``run``'s cost-aware policies were told (:func:`~validation.probe.first_block_hints`);
     None without a policy that needs or uses them; without probe rows (then none needs them),
     hints without costs, as the real ones were told."""
-    if not any(policy_class(p).needs_costs or policy_class(p).uses_costs for p in run.policies):
+    if not any(policy_class(p).reads_costs() for p in run.policies):
         return None
     hints = first_block_hints(run.trace, run.meta["world_size"])
     return hints if hints is not None else (WorkerHint(),) * run.meta["world_size"]
@@ -324,7 +324,7 @@ def predict_run(
             scenario["workers"] = list(workers)
         loaded = load_scenario(scenario)
         obj = loaded.make_policy(policy)
-        if hints is not None and (obj.needs_costs or obj.uses_costs):
+        if hints is not None and obj.reads_costs():
             obj = told(obj, hints)
         simulated = simulate(loaded, obj)
         if policy_class(policy).varies_batch:

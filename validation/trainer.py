@@ -211,13 +211,16 @@ class RankTrainer:
 
     def learn_from_probe(self) -> None:
         """From the probe's first rounds (:data:`~validation.probe.START_ROUNDS` of them): each
-        rank's cost curve as ``compare`` fits it (:func:`~validation.probe.fit_probe`), the
-        median all-reduce and the noise scale (or, without an estimate, the global batch as a
-        first guess, until a policy's first epoch measures one)."""
+        rank's cost curve as ``compare`` fits it (:func:`~validation.probe.fit_probe`), where a
+        policy of the run reads costs (the fit and scipy's import are about 1.5 s of rank 0's
+        start, which the other ranks wait out); the median all-reduce; and the noise scale (or,
+        without an estimate, the global batch as a first guess, until a policy's first epoch
+        measures one)."""
         if self.rank != 0:  # only rank 0's policy decides; the others' writers keep no trace (nor import pandas)
             return
         frame, batch = self.writer.trace_frame(), self.config.global_batch
-        self.probe_hints = fit_probe(frame, self.world)
+        if any(policy_class(p).reads_costs() for p in self.config.policies):  # scipy's fits: not for equal or dynamic
+            self.probe_hints = fit_probe(frame, self.world)
         noise = self.probe_noise if self.probe_noise is not None else float(batch)
         given = self.config.efficiency
         efficiency = make_efficiency(given) if given is not None else Efficiency(noise, batch)

@@ -149,6 +149,12 @@ class Policy(PlugIn):
     varies_batch: ClassVar[bool] = False  # the global batch can change during a run
     no_closed_form_reason: ClassVar[str] = "it does not declare a closed form (Policy.closed_form)"
 
+    @classmethod
+    def reads_costs(cls) -> bool:
+        """Whether :meth:`reset` reads the workers' costs from the hints (it needs or uses them):
+        a real run fits its probe, and ``compare`` tells its twin the costs, only for such a policy."""
+        return cls.needs_costs or cls.uses_costs
+
     __eq__ = object.__eq__  # a policy is stateful: two are the same only if they are one object
     __hash__ = object.__hash__
 

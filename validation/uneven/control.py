@@ -66,7 +66,7 @@ class Controller:
         if not self._needs_reset:
             return
         assert self.policy is not None
-        hints = self._hints() if self.policy.needs_costs or self.policy.uses_costs else None
+        hints = self._hints() if self.policy.reads_costs() else None
         if self.policy.needs_costs and hints is None:
             raise ValueError(f"policy {self.policy.name!r} needs each rank's costs: run the probe before it")
         self.policy.reset(self.world, self.global_batch, hints, self._run_hint())
