@@ -212,7 +212,7 @@ class RankTrainer:
     def learn_from_probe(self) -> None:
         """From the probe's first rounds (:data:`~validation.probe.START_ROUNDS` of them): each
         rank's cost curve as ``compare`` fits it (:func:`~validation.probe.fit_probe`), where a
-        policy of the run reads costs (the fit and scipy's import are about 1.5 s of rank 0's
+        policy of the run reads costs (the fit and scipy's import are a large part of rank 0's
         start, which the other ranks wait out); the median all-reduce; and the noise scale (or,
         without an estimate, the global batch as a first guess, until a policy's first epoch
         measures one)."""
