@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hetsim.cli.main import main
@@ -258,6 +258,7 @@ def test_a_slowdown_the_fit_has_seen_scales_the_curve_it_judges_batches_by():
     points=st.lists(st.tuples(st.floats(0.1, 5.0), st.floats(0.0, 2.0), st.floats(0.0, 2.0)), min_size=1, max_size=5),
     batch=st.integers(1, 400),
 )
+@example(points=[(1.0, 1.0, 0.0)], batch=33)
 def test_a_batchs_judged_time_on_curves_is_the_exact_min_max_within_a_sample_and_the_grid(points, batch):
     """StepCosts' tabulated balanced time against the exact integer min-max split's time."""
     curves = [
@@ -268,7 +269,9 @@ def test_a_batchs_judged_time_on_curves_is_the_exact_min_max_within_a_sample_and
     split = min_max_split(curves, batch, caps)
     exact = slowest_expected_s(curves, split)
     one_sample = max(float(c.expected_s(b) - c.expected_s(max(b - 1, 1))) for c, b in zip(curves, split) if b > 0)
-    assert exact - one_sample - 1e-9 <= judged <= exact * 1.02 + 1e-9
+    # A chord between grid points lies under a curve where it bends down (the pinned example: flat
+    # after 32, the chord across 32 reads 1.99 at 33 where the table says 2): 2% either way.
+    assert exact / 1.02 - one_sample - 1e-9 <= judged <= exact * 1.02 + 1e-9
 
 
 @pytest.mark.slow
