@@ -75,8 +75,8 @@ def least_squares_kinks(sizes: Sizes, b: np.ndarray, y: np.ndarray, line: CurveF
     bent = [_best_in(sizes, grid, sse, gap == g) for g in np.unique(gap[np.isfinite(sse)])]
     level = float(np.average(sizes.mean, weights=sizes.count))
     flat = Curve("affine", np.array([level, 0.0]))
-    candidates = [at for _, at in bent] + [line.curve, flat]
-    reference = candidates[int(np.argmin([fitted for fitted, _ in bent] + [_sse(line.curve, b, y), _sse(flat, b, y)]))]
+    candidates = [*bent, line.curve, flat]
+    reference = candidates[int(np.argmin([_sse(c, b, y) for c in candidates]))]  # the rows' best: its times scale
     scale = reference.time_s(b)
     relative = np.array([_sse(c, b, y, scale) for c in candidates])
     unit = float(relative.min()) / max(y.size - 4, 1)
@@ -97,14 +97,14 @@ def _sse(curve: Curve, b: np.ndarray, y: np.ndarray, scale: np.ndarray | None = 
     return float(((r if scale is None else r / scale) ** 2).sum())
 
 
-def _best_in(sizes: Sizes, grid: np.ndarray, sse: np.ndarray, gap: np.ndarray) -> tuple[float, Curve]:
-    """The least sum of squares over the size means of a hinge bending in one gap (``gap``: its
-    points of ``grid``, with their ``sse``), searched between the gap's sizes, and that hinge."""
+def _best_in(sizes: Sizes, grid: np.ndarray, sse: np.ndarray, gap: np.ndarray) -> Curve:
+    """The hinge of least sum of squares over the size means bending in one gap (``gap``: its
+    points of ``grid``, with their ``sse``), searched between the gap's sizes."""
     i = np.flatnonzero(gap)[int(np.argmin(sse[gap]))]
     high = float(sizes.batch[np.searchsorted(sizes.batch, grid[i], side="right")])
     c, _ = refine_kink(sizes, float(grid[gap][0]), high, float(grid[i]), float(sse[i]), origin=False)
-    fitted, floor, slope = (float(v[0]) for v in hinge_sse(sizes, np.array([c]), through_origin=False))
-    return fitted, Curve("hinge", np.array([floor, floor - slope * c, slope]))
+    _, floor, slope = (float(v[0]) for v in hinge_sse(sizes, np.array([c]), through_origin=False))
+    return Curve("hinge", np.array([floor, floor - slope * c, slope]))
 
 
 def likelihood_kinks(tries: Sequence[CurveFit], line: CurveFit, flat: CurveFit) -> list[Kink]:
