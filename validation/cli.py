@@ -192,17 +192,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_matrix(args: argparse.Namespace) -> int:
     import time
 
-    from validation import matrix_report
-    from validation.contention import Neighbours
+    busy = int(Param("--busy", "integer", low=0, high=64).check(args.busy))
     from validation.matrix import run_matrix, select
 
-    busy = int(Param("--busy", "integer", low=0, high=64).check(args.busy))
     runs, cross = select(args.quick, cuda_devices() if args.gpu else 0)
     if args.gpu and not any(r.gpus for r in runs):
         raise ConfigError("--gpu", "no CUDA device on this machine")
     out = (args.out or Path("runs") / time.strftime("matrix-%Y%m%d-%H%M%S")).resolve()
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", f"{out} exists and is not a folder")
+    from validation import matrix_report  # its plots: imported once the input is known good
+    from validation.contention import Neighbours
 
     def echo(line: str) -> None:
         print(f"validation: {line}", file=sys.stderr, flush=True)

@@ -24,12 +24,14 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hetsim.calibrate import Calibration
-from validation.compare import Comparison, compare_across, compare_run, load_run
 from validation.contention import die_with_parent
 from validation.machine_load import LoadSampler
+
+if TYPE_CHECKING:  # compare brings scipy and pandas: imported when the runs are predicted, not to check the input
+    from hetsim.calibrate import Calibration
+    from validation.compare import Comparison
 
 Echo = Callable[[str], None]
 
@@ -274,6 +276,8 @@ class Prediction:
 
 def predictions(runs: Sequence[MatrixRun], cross: Sequence[CrossRun], runs_dir: Path) -> list[Prediction]:
     """Every same-run prediction of the runs that finished, then every cross-run one."""
+    from validation.compare import compare_across, compare_run, load_run
+
     done = {r.name: load_run(runs_dir / r.name) for r in runs if is_complete(runs_dir / r.name)}
     out: list[Prediction] = []
     calibrations: dict[str, Calibration] = {}
