@@ -71,8 +71,8 @@ class StepCosts:
     workers there are (the exact integer split, :func:`min_max_split`, calls each curve's
     Python methods hundreds of times, seconds for a thousand distinct curves). It approximates
     the integer optimum: the continuous split is up to a sample's time faster, and a chord
-    between grid points misses a curve's bends, either way (within 2% on the tables of the tests; more on a
-    table with short, steep segments). The split adopted is the exact one."""
+    between grid points misses a curve's bends, either way (within 2% on the tables of the
+    tests; more on a table with short, steep segments). The split adopted is the exact one."""
 
     def __init__(self, fixed_s: np.ndarray, per_sample_s: np.ndarray, caps: np.ndarray,
                  curves: Sequence[WorkerHint] | None = None, ratios: np.ndarray | None = None,

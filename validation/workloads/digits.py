@@ -33,8 +33,8 @@ def digits_split(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
 def _digits() -> tuple[np.ndarray, np.ndarray]:
     """The digits' 64 pixels and labels, read from the file scikit-learn ships them in, as its
     ``load_digits`` reads it, without importing scikit-learn: its import (scipy's statistics
-    among it) was the largest part of each rank's start after torch's. A
-    scikit-learn that keeps them elsewhere is asked through ``load_digits``."""
+    among it) was the largest part of each rank's start after torch's. A scikit-learn that
+    keeps them elsewhere is asked through ``load_digits``."""
     package = importlib.util.find_spec("sklearn")
     locations = list(package.submodule_search_locations or ()) if package is not None else []
     shipped = [Path(p) / "datasets" / "data" / "digits.csv.gz" for p in locations]
