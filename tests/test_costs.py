@@ -150,3 +150,10 @@ def test_the_profiles_command_lists_every_device_and_workload(capsys):
     v100 = next(p for p in profiles if (p["device"], p["workload"]) == ("v100", "ResNet-18"))
     assert v100["batch"] == list(GAVEL_V100_RESNET18)
     assert v100["step_s"] == pytest.approx([1 / v for v in GAVEL_V100_RESNET18.values()], rel=1e-12)
+
+
+def test_bends_are_where_the_slope_changes():
+    assert Hinge(floor_s=0.02, overhead_s=-0.004, per_sample_s=0.001).bends() == pytest.approx((24.0,))
+    assert Hinge(floor_s=0.0, overhead_s=0.01, per_sample_s=0.001).bends() == ()  # the floor never binds
+    assert Table(points=((1, 0.01), (32, 0.02), (128, 0.05))).bends() == (1.0, 32.0, 128.0)
+    assert Affine(overhead_s=0.01, per_sample_s=0.001).bends() == ()

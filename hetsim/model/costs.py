@@ -59,6 +59,12 @@ class CostModel(FrozenPlugIn):
         """The most samples the model knows the device can take (None: no limit known)."""
         return None
 
+    def bends(self) -> tuple[float, ...]:
+        """The batches where ``time_s`` changes slope, for a model linear between them: what a
+        tabulation of the curve must keep (goodput's), since a chord across a bend misses it.
+        None declared (the default): a tabulation's chords approximate the curve."""
+        return ()
+
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.name, **self.param_values()}
 
@@ -111,6 +117,10 @@ class Hinge(CostModel):
             return 0.0
         return max((time_s - self.overhead_s) / self.per_sample_s, 0.0)
 
+    def bends(self) -> tuple[float, ...]:
+        kink = (self.floor_s - self.overhead_s) / self.per_sample_s
+        return (kink,) if kink > 0 else ()
+
 
 class _PiecewiseLinear(CostModel):
     """Shared by ``table`` and ``profile``: linear between points, flat before the first, the
@@ -141,6 +151,9 @@ class _PiecewiseLinear(CostModel):
 
     def points(self) -> list[list[float]]:
         return [[float(b), float(t)] for b, t in zip(self._b, self._t)]
+
+    def bends(self) -> tuple[float, ...]:
+        return tuple(float(b) for b in self._b)
 
 
 @COSTS.register

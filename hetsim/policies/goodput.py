@@ -70,9 +70,10 @@ class StepCosts:
     :data:`GRID_POINTS` local batches: a few array operations a candidate batch however many
     workers there are (the exact integer split, :func:`min_max_split`, calls each curve's
     Python methods hundreds of times, seconds for a thousand distinct curves). It approximates
-    the integer optimum: the continuous split is up to a sample's time faster, and a chord
-    between grid points misses a curve's bends, either way (within 2% on the tables of the
-    tests; more on a table with short, steep segments). The split adopted is the exact one."""
+    the integer optimum: the continuous split is up to a sample's time faster. The grid keeps
+    each curve's declared bends (``CostModel.bends``: a table's points, a hinge's kink), so a
+    piecewise-linear curve is tabulated exactly; a chord between grid points misses the bends of
+    a curve that declares none, either way. The split adopted is the exact one."""
 
     def __init__(self, fixed_s: np.ndarray, per_sample_s: np.ndarray, caps: np.ndarray,
                  curves: Sequence[WorkerHint] | None = None, ratios: np.ndarray | None = None,
@@ -115,11 +116,23 @@ class StepCosts:
             assert self.curves is not None
             self._upto = max(batch, self.largest)
             limits = np.minimum(self.caps, float(self._upto))
-            b = np.geomspace(1.0, np.maximum(limits, 1.0), GRID_POINTS, axis=1)
+            b = _with_bends(np.geomspace(1.0, np.maximum(limits, 1.0), GRID_POINTS, axis=1), self.curves)
             t = np.array([np.asarray(h.expected_s(row), dtype=float) for h, row in zip(self.curves, b)])
             t[limits < 1] = np.inf  # a worker that can take no sample (down, or capped at 0)
             self._grid = b, np.maximum.accumulate(t, axis=1)
         return self._grid
+
+
+def _with_bends(grid: np.ndarray, curves: Sequence[WorkerHint]) -> np.ndarray:
+    """Each row of ``grid`` with its curve's bends inside it added (``CostModel.bends``), so
+    that a chord never crosses one: a curve linear between its bends is then exact between the
+    points. Rows are padded with their last point to one width (a repeated point adds nothing)."""
+    rows = []
+    for row, hint in zip(grid, curves):
+        bends = np.asarray(hint.cost.bends() if hint.cost is not None else (), dtype=float)
+        rows.append(np.union1d(row, bends[(bends > row[0]) & (bends < row[-1])]))
+    width = max(len(r) for r in rows)
+    return np.array([np.pad(r, (0, width - len(r)), mode="edge") for r in rows])
 
 
 def _samples_within(b: np.ndarray, t: np.ndarray, time_s: float) -> float:
