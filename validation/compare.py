@@ -38,7 +38,7 @@ from hetsim.scenario.config import MAX_COUNT, load_scenario, read_table
 from validation.calibrated_noise import noise_scenario
 from validation.config import COMBINE_MODES
 from validation.inject import parse_delay_spec
-from validation.probe import PROBE, first_block_hints
+from validation.probe import PROBE, first_block_hints, told_costs
 from validation.reinject import reinjected
 
 
@@ -221,7 +221,7 @@ def calibrate_run(run: RunData, calibrate_on: str = PROBE) -> Calibration:
 def scenario_for(run: RunData, calibration: Calibration, policy: str, epochs: int) -> dict[str, Any]:
     """The calibrated scenario with the run's workload and ``policy``; for a policy that varies
     its batch, the run's ``--max-batch`` and, as its workload's efficiency, the table the run was
-    given (``--efficiency``), else its measured noise scale (:func:`measured_noise_scale`)."""
+    given (``--efficiency``), else its measured noise scale (:func:`noise_scale_of`)."""
     scenario = dict(calibration.scenario)
     global_batch = run.meta["global_batch"]
     scenario["workload"] = {
@@ -233,19 +233,16 @@ def scenario_for(run: RunData, calibration: Calibration, policy: str, epochs: in
     scenario["seed"] = run.meta["config"]["seed"]
     scenario["policy"] = {"name": policy}
     if policy_class(policy).needs_efficiency:
-        given = run.meta["config"].get("efficiency")
-        noise = measured_noise_scale(run) if given is None else None
-        if given is None and noise is None:
-            raise ConfigError("run_dir", f"{run.path} has no noise scale estimate, which {policy} needs")
-        scenario["workload"]["efficiency"] = given or {"noise_scale": noise, "base_batch": global_batch}
+        efficiency = run.meta["config"].get("efficiency")
+        if efficiency is None:
+            noise = noise_scale_of(read_epochs(run))  # the median of its epochs' estimates
+            if noise is None:
+                raise ConfigError("run_dir", f"{run.path} has no noise scale estimate, which {policy} needs")
+            efficiency = {"noise_scale": noise, "base_batch": global_batch}
+        scenario["workload"]["efficiency"] = efficiency
     if policy_class(policy).varies_batch and run.meta["config"]["max_batch"] is not None:
         scenario["policy"]["max_batch"] = run.meta["config"]["max_batch"]
     return scenario
-
-
-def measured_noise_scale(run: RunData) -> float | None:
-    """The median of the run's per-epoch noise-scale estimates (``epochs.csv``; None without)."""
-    return noise_scale_of(read_epochs(run))
 
 
 def noise_scale_of(epochs: pd.DataFrame | None) -> float | None:
@@ -286,7 +283,7 @@ def told_hints(run: RunData) -> tuple[WorkerHint, ...] | None:
     """The costs ``run``'s cost-aware policies were told (:func:`~validation.probe.first_block_hints`);
     None without a policy that needs or uses them; without probe rows (then none needs them),
     hints without costs, as the real ones were told."""
-    if not any(policy_class(p).reads_costs() for p in run.policies):
+    if not told_costs(run.policies):
         return None
     hints = first_block_hints(run.trace, run.meta["world_size"])
     return hints if hints is not None else (WorkerHint(),) * run.meta["world_size"]

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from hetsim.core.errors import ConfigError
 from hetsim.model.partition import split_by_shares
-from hetsim.policies import WorkerHint
+from hetsim.policies import WorkerHint, policy_class
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -96,6 +96,13 @@ def probe_schedule(rounds: int, blocks: int, first: int = 1) -> list[int]:
         out[((j % slots) * (blocks + 1)) // slots] += 1
     out[0] += extra
     return out
+
+
+def told_costs(policies: Sequence[str]) -> bool:
+    """Whether a run of ``policies`` tells them the probe's costs (:func:`fit_probe`): one of them
+    reads costs (``Policy.reads_costs``). The trainer fits only then, and ``compare`` tells its
+    twins only then."""
+    return any(policy_class(p).reads_costs() for p in policies)
 
 
 def fit_probe(frame: pd.DataFrame, world: int) -> tuple[WorkerHint, ...] | None:

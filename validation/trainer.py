@@ -56,7 +56,7 @@ from validation.config import RunConfig
 from validation.inject import Injector
 from validation.noise_scale import EPOCH_DECAY, block_sums, estimate
 from validation.placement import placement_in_effect
-from validation.probe import PROBE, START_ROUNDS, fit_probe, probe_round, probe_schedule
+from validation.probe import PROBE, START_ROUNDS, fit_probe, probe_round, probe_schedule, told_costs
 from validation.record import NullWriter, RunWriter, Writer, run_meta
 from validation.segment import Segment
 from validation.sharding import WARMUP, epoch_permutation, local_indices, steps_per_epoch
@@ -219,7 +219,7 @@ class RankTrainer:
         if self.rank != 0:  # only rank 0's policy decides; the others' writers keep no trace (nor import pandas)
             return
         frame, batch = self.writer.trace_frame(), self.config.global_batch
-        if any(policy_class(p).reads_costs() for p in self.config.policies):  # scipy's fits: not for equal or dynamic
+        if told_costs(self.config.policies):  # scipy's fits: not for equal or dynamic
             self.probe_hints = fit_probe(frame, self.world)
         noise = self.probe_noise if self.probe_noise is not None else float(batch)
         given = self.config.efficiency
