@@ -16,7 +16,8 @@ batches get in the trainer), every run with ``--target-accuracy`` and the option
 spreads over more samples). A seed's runs share its data split, shuffles and initial weights.
 
 The time to the target is each run's own (``summary.json``'s ``time_to_target_s``: the step
-time elapsed at the end of the first epoch whose held-out accuracy reached the target).
+time elapsed at the first held-out evaluation that reached the target: an epoch's end, or with
+``-- --eval-every K`` after every K steps of an epoch too).
 
 The best fixed batch is one batch of the ladder, chosen in hindsight over the seeds (as
 ``benchmarks/goodput.py`` chooses it in simulation): the lowest mean time, a run that missed
@@ -106,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="digits-cnn")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
     parser.add_argument("--base-batch", type=int, default=16)
     parser.add_argument("--lr", type=float, default=0.05, help="learning rate at the base batch")
     parser.add_argument("--target", type=float, default=0.95)
@@ -114,7 +116,7 @@ def main() -> None:
     parser.add_argument("extra", nargs="*", help="more options for validation run (after --)")
     args = parser.parse_args()
     args.extra = args.extra or ["--delay", "1=0.01"]
-    rows = [one_seed(args, seed) for seed in range(args.seeds)]
+    rows = [one_seed(args, seed) for seed in range(args.first_seed, args.first_seed + args.seeds)]
     best = best_batch(rows)
     for r in rows:
         if r["fixed_s"][best] is not None:

@@ -33,7 +33,7 @@ def fake_run(path: Path, finished: bool = True, config: dict[str, Any] | None = 
             writer.add_steps(step_rows("equal", 0, step, 0.1 + 0.01 * step, (4, 4), timings))
         writer.add_epoch(lambda: {"policy": "equal", "epoch": 0, "train_loss": 1.0, "test_loss": 1.1,
                                   "test_accuracy": 0.5, "elapsed_s": 0.03, "split": "4/4", "global_batch": 8,
-                                  "noise_scale": None})  # fmt: skip
+                                  "noise_scale": None, "step": 2})  # fmt: skip
     writer.flush()
     if finished:
         writer.finish(["equal"])
@@ -73,12 +73,20 @@ def remove(*names: str) -> Damage:
 
 def epochs(**columns: Any) -> Damage:
     """epochs.csv with ``columns`` set."""
+    return table("epochs.csv", **columns)
 
+
+def evals(**columns: Any) -> Damage:
+    """evals.csv with ``columns`` set."""
+    return table("evals.csv", **columns)
+
+
+def table(name: str, **columns: Any) -> Damage:
     def damage(run: Path) -> None:
-        frame = pd.read_csv(run / "epochs.csv")
+        frame = pd.read_csv(run / name)
         for column, value in columns.items():
             frame[column] = value
-        frame.to_csv(run / "epochs.csv", index=False)
+        frame.to_csv(run / name, index=False)
 
     return damage
 
@@ -176,8 +184,18 @@ CASES = [
                  "run_dir: {run} has no noise scale estimate (run it with --noise-scale)", config=TARGET),
     compare_case("time-to-target-noise-scale-text", epochs(noise_scale="x"), ["{run}", "--time-to-target"],
                  "run_dir: {run} has no noise scale estimate (run it with --noise-scale)", config=TARGET),
-    compare_case("time-to-target-not-reached", then(NOISY, epochs(test_accuracy=0.1)), ["{run}", "--time-to-target"],
+    compare_case("time-to-target-not-reached", then(NOISY, evals(test_accuracy=0.1)), ["{run}", "--time-to-target"],
                  "run_dir: equal never reached accuracy 0.4: no target to calibrate on", config=TARGET),
+    compare_case("time-to-target-not-reached-by-an-epoch", then(NOISY, epochs(test_accuracy=0.1), remove("evals.csv")),
+                 ["{run}", "--time-to-target"], "run_dir: equal never reached accuracy 0.4: no target to calibrate on",
+                 config=TARGET),  # a run folder from before evals.csv: the epochs' ends
+    compare_case("time-to-target-evals-no-step", then(NOISY, write("evals.csv", "policy,test_accuracy\nequal,0.5\n")),
+                 ["{run}", "--time-to-target"], "{run}/evals.csv:step: missing column", config=TARGET),
+    compare_case("time-to-target-eval-step-text", then(NOISY, evals(step="late")), ["{run}", "--time-to-target"],
+                 "{run}/evals.csv:step: must be a whole number >= 0, got 'late' (equal's row 1)", config=TARGET),
+    compare_case("time-to-target-evals-garbage", then(NOISY, write("evals.csv", b"\x00\xff garbage")),
+                 ["{run}", "--time-to-target"], "{run}/evals.csv: not a readable CSV table: 'utf-8' codec can't "
+                 "decode byte 0xff in position 1: invalid start byte", config=TARGET),
     compare_case("time-to-target-no-summary", then(NOISY, remove("summary.json")), ["{run}", "--time-to-target"],
                  "{run}/summary.json: no such file", config=TARGET),
     compare_case("time-to-target-summary-list", then(NOISY, write("summary.json", "[1]")),
@@ -205,9 +223,11 @@ CASES = [
                  ["{run}", "--time-to-target"],
                  "{run}/epochs.csv: not a readable CSV table: Error tokenizing data. C error: Expected 2 fields in "
                  "line 3, saw 4", config=TARGET),
-    compare_case("time-to-target-epochs-no-accuracy", write("epochs.csv", "policy,epoch,noise_scale\nequal,0,5\n"),
+    compare_case("time-to-target-epochs-no-accuracy", then(write("epochs.csv", "policy,epoch,noise_scale\nequal,0,5\n"),
+                                                            remove("evals.csv")),
                  ["{run}", "--time-to-target"], "{run}/epochs.csv:test_accuracy: missing column", config=TARGET),
-    compare_case("time-to-target-epoch-text", then(NOISY, epochs(epoch="first")), ["{run}", "--time-to-target"],
+    compare_case("time-to-target-epoch-text", then(NOISY, epochs(epoch="first"), remove("evals.csv")),
+                 ["{run}", "--time-to-target"],
                  "{run}/epochs.csv:epoch: must be a whole number >= 0, got 'first' (equal's row 1)", config=TARGET),
 ]  # fmt: skip
 

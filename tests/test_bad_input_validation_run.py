@@ -18,7 +18,8 @@ from tests.refusals import HUGE, case, check_refused, deep, write_files
 from validation.cli import main
 
 KNOWN_DISTRIBUTIONS = "(known: {distributions})"
-RUN_KEYS = ("combine, comm, contention, cpus, delay, devices, efficiency, epochs, global_batch, lr, max_batch, "
+RUN_KEYS = ("combine, comm, contention, cpus, delay, devices, efficiency, epochs, eval_every, global_batch, lr, "
+            "max_batch, "
             "momentum, "
             "noise_scale, per_sample_delay, policies, probe_fractions, probe_repeats, profile, seed, slowdown, "
             "target_accuracy, "
@@ -83,6 +84,8 @@ CASES = [
     case("timeout-nan", ["--timeout-s", "nan"], "--timeout-s: must be finite, got nan"),
     case("timeout-inf", ["--timeout-s", "inf"], "--timeout-s: must be finite, got inf"),
     case("probe-repeats-negative", ["--probe-repeats", "-1"], "--probe-repeats: must be in [0, 1000000], got -1"),
+    case("eval-every-negative", ["--eval-every", "-3"], "--eval-every: must be in [0, 1000000], got -3"),
+    case("eval-every-text", ["--eval-every", "often"], "--eval-every: must be an integer, got a string ('often')"),
     case("optimal-without-probe", ["--policies", "optimal", "--probe-repeats", "0"],
          "--probe-repeats: optimal needs the ranks' costs, which come from the probe: use at least 1"),
     # policies, workloads, devices, communication

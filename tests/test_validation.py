@@ -307,14 +307,31 @@ def test_a_one_rank_run_is_possible_from_the_command_line():
     assert config.world_size == 1 and dict(config.delay) == {} and dict(config.per_sample_delay) == {}
 
 
-def test_time_to_accuracy_is_the_elapsed_time_of_the_first_epoch_that_reached_it():
+def test_time_to_accuracy_is_the_elapsed_time_of_the_first_evaluation_that_reached_it():
     from validation.record import time_to_accuracy
 
-    epochs = pd.DataFrame({"test_accuracy": [0.4, 0.75, 0.7, 0.9], "elapsed_s": [1.0, 2.0, 3.0, 4.0]})
-    assert time_to_accuracy(epochs, 0.7) == 2.0  # not the later epoch that dipped back to 0.7
-    assert time_to_accuracy(epochs, 0.9) == 4.0
-    assert time_to_accuracy(epochs, 0.95) is None
-    assert time_to_accuracy(epochs, None) is None
+    evals = pd.DataFrame({"test_accuracy": [0.4, 0.75, 0.7, 0.9], "elapsed_s": [1.0, 2.0, 3.0, 4.0]})
+    assert time_to_accuracy(evals, 0.7) == 2.0  # not the later evaluation that dipped back to 0.7
+    assert time_to_accuracy(evals, 0.9) == 4.0
+    assert time_to_accuracy(evals, 0.95) is None
+    assert time_to_accuracy(evals, None) is None
+
+
+@pytest.mark.parametrize(
+    ("lengths", "every", "expected"),
+    [
+        ((10, 10), 0, [9, 19]),  # the epochs' ends only
+        ((10, 10), 3, [2, 5, 8, 9, 12, 15, 18, 19]),  # every third step of each epoch, and its end
+        ((4, 7), 3, [2, 3, 6, 9, 10]),  # epochs of different lengths (goodput's): each counts from its start
+        ((6,), 2, [1, 3, 5]),  # an end that is also a multiple
+        ((5,), 9, [4]),  # every > an epoch: its end alone
+    ],
+)
+def test_the_predicted_time_to_target_is_read_where_the_run_evaluates(lengths, every, expected):
+    from validation.time_to_target import evaluated_steps
+
+    epochs = np.repeat(np.arange(len(lengths)), lengths)
+    assert np.flatnonzero(evaluated_steps(epochs, every)).tolist() == expected
 
 
 def test_the_noise_scale_estimator_recovers_a_known_one_from_uneven_batches():

@@ -307,28 +307,39 @@ def test_the_folder_lock_is_released_by_a_killed_holder(tmp_path):
 @pytest.mark.serial  # measured against predicted time (within 50%): load that changes mid-run moves it
 def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
     out = tmp_path / "run"
-    run = _validation("run", "--epochs", "6", "--probe-repeats", "2", "--policies", "equal,adaptive",
-                      "--noise-scale", "--target-accuracy", "0.5", "--out", str(out))  # fmt: skip
+    run = _validation("run", "--epochs", "6", "--probe-repeats", "2", "--policies", "equal,adaptive", "--eval-every",
+                      "3", "--noise-scale", "--target-accuracy", "0.5", "--out", str(out))  # fmt: skip
     assert run.returncode == 0, run.stderr
     summary = json.loads((out / "summary.json").read_text())
-    epochs = pd.read_csv(out / "epochs.csv")
-    reached: dict[str, int] = {}  # policy -> the epoch that reached the target
+    epochs, evals = pd.read_csv(out / "epochs.csv"), pd.read_csv(out / "evals.csv")
+    trace = pd.read_parquet(out / "trace.parquet")
+    per_epoch = json.loads((out / "meta.json").read_text())["steps_per_epoch"]  # 11: evaluated after 3, 6, 9, 11
+    reached: dict[str, int] = {}  # policy -> its steps to the first evaluation that reached the target
     for entry in summary["policies"]:
         assert entry["noise_scale"] is not None and entry["noise_scale"] > 0
-        rows = epochs[epochs["policy"] == entry["policy"]]
+        rows = evals[evals["policy"] == entry["policy"]]
+        within = [s for s in (3, 6, 9) if s < per_epoch] + [per_epoch]
+        assert rows["step"].tolist() == [e * per_epoch + s for e in range(6) for s in within]
+        ends = rows[rows["step"] % per_epoch == 0]  # the epochs' own evaluations, in both tables
+        ours = epochs[epochs["policy"] == entry["policy"]]
+        assert ends["test_accuracy"].tolist() == ours["test_accuracy"].tolist()
+        assert ends["elapsed_s"].tolist() == ours["elapsed_s"].tolist()
+        assert rows["elapsed_s"].is_monotonic_increasing  # measured step time only: the evaluations are outside
+        steps = trace[(trace["policy"] == entry["policy"]) & (trace["worker"] == 0)]["step"]
+        assert steps.tolist() == list(range(6 * per_epoch))  # blocks between evaluations lose no step
         first = rows[rows["test_accuracy"] >= 0.5].iloc[0]
         assert entry["time_to_target_s"] == pytest.approx(first["elapsed_s"])
-        reached[entry["policy"]] = int(first["epoch"])
+        reached[entry["policy"]] = int(first["step"])
     assert main(["compare", str(out), "--time-to-target", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     equal = next(r for r in rows if r["policy"] == "equal")
     assert equal["measured_time_to_target_s"] == pytest.approx(summary["policies"][0]["time_to_target_s"])
     assert equal["predicted_time_to_target_s"] is not None
-    # the model, its noise scale fitted to equal's own epochs, reaches the target in the epoch the
-    # run did: the prediction is that many steps at the predicted step time (the simulation's
-    # noise moves it a little). Its error is then the step time's and the first epochs' against
-    # the run's mean: -11% to +23% in these short digits runs on a quiet machine, once 38%
-    steps = json.loads((out / "meta.json").read_text())["steps_per_epoch"] * (reached["equal"] + 1)
+    # the model, its target fitted to equal's own steps, reaches it at the evaluation the run did:
+    # the prediction is that many steps at the predicted step time (the simulation's noise moves
+    # it a little). Its error is then the step time's and the first steps' against the run's
+    # mean: -11% to +23% in these short digits runs on a quiet machine, once 38%
+    steps = reached["equal"]
     assert equal["predicted_time_to_target_s"] == pytest.approx(steps * equal["predicted_step_s"], rel=0.05)
     assert abs(equal["time_to_target_error"]) < 0.5
     assert main(["compare", str(out), "--time-to-target", "--calibrate-on", "nope"]) == 2

@@ -254,10 +254,12 @@ def noise_scale_of(epochs: pd.DataFrame | None) -> float | None:
 
 
 def read_epochs(run: RunData) -> pd.DataFrame | None:
-    """The run's ``epochs.csv`` (None without one); one that cannot be read is a ConfigError naming it."""
-    path = run.path / "epochs.csv"
-    if not path.is_file():
-        return None
+    """The run's ``epochs.csv`` (None without one)."""
+    return read_csv(run.path / "epochs.csv") if (run.path / "epochs.csv").is_file() else None
+
+
+def read_csv(path: Path) -> pd.DataFrame:
+    """A run folder's CSV table; one that cannot be read is a ConfigError naming it."""
     try:
         return pd.read_csv(path)
     except ValueError as exc:  # pandas' ParserError and EmptyDataError, and UnicodeDecodeError, are ValueErrors

@@ -66,6 +66,7 @@ class RunConfig:
     efficiency: Mapping[str, Any] | None = None  # goodput's [workload.efficiency] table (None: measured in the run)
     max_batch: int | None = None  # the largest global batch a policy that varies_batch may choose (None: default)
     profile: int = 0  # steps of each policy recorded with torch.profiler on every rank (0: none)
+    eval_every: int = 0  # a held-out evaluation every this many steps of an epoch too (0: at epoch ends only)
     out: Path | None = None
     crash_at: tuple[int, int] | None = None
 
@@ -235,7 +236,6 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
     injection = _injection(raw, args, world_size)
     devices = _devices(pick("devices", args.devices), world_size, local)  # local: ranks per machine (torchrun)
     probe_repeats = _integer(pick("probe_repeats", args.probe_repeats), "--probe-repeats", maximum=MAX_STEPS)
-    timeout_s = _number(pick("timeout_s", args.timeout_s), "--timeout-s", minimum=1.0)
     combine = _mode(pick("combine", args.combine), "--combine", COMBINE_MODES)
     comm = _mode(pick("comm", args.comm), "--comm", COMM_MODES)
     noise_scale = bool(pick("noise_scale", args.noise_scale))
@@ -256,7 +256,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
         probe_fractions=_fractions(raw.get("probe_fractions", base.probe_fractions)),
         probe_repeats=probe_repeats,
         warmup_steps=_integer(raw.get("warmup_steps", base.warmup_steps), "warmup_steps", maximum=MAX_STEPS),
-        timeout_s=timeout_s,
+        timeout_s=_number(pick("timeout_s", args.timeout_s), "--timeout-s", minimum=1.0),
         combine=combine,
         workload=workload_spec,
         comm=comm,
@@ -266,6 +266,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
         efficiency=efficiency,
         max_batch=_max_batch(pick("max_batch", args.max_batch), global_batch, n_train),
         profile=_profile(pick("profile", getattr(args, "profile", None)), n_train // global_batch),
+        eval_every=_integer(pick("eval_every", getattr(args, "eval_every", None)), "--eval-every", maximum=MAX_STEPS),
         out=args.out,
         crash_at=_crash_at(args.crash_at, world_size),
     )

@@ -75,6 +75,11 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "(bucketed, overlapped with backward)",
     )
     parser.add_argument("--target-accuracy", type=float, metavar="A", help="held-out accuracy: time to reach it")
+    parser.add_argument(
+        "--eval-every", default=None, metavar="STEPS",
+        help="evaluate the held-out set every STEPS steps of an epoch too, not only at its end (RUN/evals.csv; "
+        "the time to --target-accuracy is then read at the first evaluation reaching it; default 0: epoch ends)",
+    )  # fmt: skip
     add_batch_options(parser)
     parser.add_argument(
         "--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)"

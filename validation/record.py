@@ -6,9 +6,11 @@
                    from 0 in every segment and ``start_s`` is the segment's own elapsed step
                    time, as in a simulated run of that policy alone
     epochs.csv     per policy and epoch: training loss, held-out loss and accuracy, elapsed step time
+    evals.csv      every held-out evaluation: each epoch's end, and with ``--eval-every K`` every K
+                   steps of an epoch too (policy, epoch, the policy's steps so far, elapsed step time)
     summary.json   per policy: hetsim's Summary of the measured trace and the final accuracy
 
-The trace and the epoch table are rewritten after every epoch (and after the probe), so a run
+The trace and the epoch and evaluation tables are rewritten after every epoch (and after the probe), so a run
 that dies keeps everything up to its last finished epoch.
 """
 
@@ -35,6 +37,7 @@ if TYPE_CHECKING:  # pandas is imported where a frame is made: rank 0's writer; 
 
 EPOCH_COLUMNS = ("policy", "epoch", "train_loss", "test_loss", "test_accuracy", "elapsed_s", "split", "global_batch",
                  "noise_scale")  # fmt: skip
+EVAL_COLUMNS = ("policy", "epoch", "step", "elapsed_s", "test_loss", "test_accuracy")
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,7 @@ class RunWriter:
         self.meta = dict(meta)
         self.rows: list[dict[str, Any]] = []
         self.epochs: list[dict[str, Any]] = []
+        self.evals: list[dict[str, Any]] = []
         self.out.mkdir(parents=True, exist_ok=True)
         self.write_meta("running")
 
@@ -186,9 +190,16 @@ class RunWriter:
         self.rows.extend(rows)
 
     def add_epoch(self, row: Callable[[], dict[str, Any]]) -> None:
-        """Add the epoch's row, made by ``row()`` (which evaluates the model: only this writer calls it)."""
+        """Add the epoch's row, made by ``row()`` (which evaluates the model: only this writer calls
+        it), and its evaluation's (``step``, where the row has it: the policy's steps so far)."""
         values = row()
         self.epochs.append({c: values[c] for c in EPOCH_COLUMNS})
+        self.evals.append({c: values.get(c) for c in EVAL_COLUMNS})
+
+    def add_eval(self, row: Callable[[], dict[str, Any]]) -> None:
+        """Add a held-out evaluation within an epoch, made by ``row()`` (only this writer calls it)."""
+        values = row()
+        self.evals.append({c: values[c] for c in EVAL_COLUMNS})
 
     def trace_frame(self) -> pd.DataFrame:
         import pandas as pd
@@ -199,11 +210,12 @@ class RunWriter:
         )
 
     def flush(self) -> None:
-        """Rewrite trace.parquet, trace.csv and epochs.csv with everything so far."""
+        """Rewrite trace.parquet, trace.csv, epochs.csv and evals.csv with everything so far."""
         import pandas as pd
 
         write_trace_table(self.trace_frame(), self.out / "trace.parquet", self.out / "trace.csv")
         write_frame(self.out / "epochs.csv", pd.DataFrame(self.epochs, columns=list(EPOCH_COLUMNS)))
+        write_frame(self.out / "evals.csv", pd.DataFrame(self.evals, columns=list(EVAL_COLUMNS)))
 
     def finish(self, policies: Sequence[str]) -> dict[str, Any]:
         """Write summary.json and mark the run complete; returns the summary."""
@@ -211,6 +223,7 @@ class RunWriter:
 
         frame = self.trace_frame()
         epochs = pd.DataFrame(self.epochs, columns=list(EPOCH_COLUMNS))
+        evals = pd.DataFrame(self.evals, columns=list(EVAL_COLUMNS))
         summary: dict[str, Any] = {"policies": []}
         for name in policies:
             rows = frame[frame["policy"] == name]
@@ -222,7 +235,7 @@ class RunWriter:
             entry["final_test_loss"] = float(last["test_loss"].iloc[0]) if not last.empty else None
             target = self.meta.get("config", {}).get("target_accuracy")
             entry["target_accuracy"] = target
-            entry["time_to_target_s"] = time_to_accuracy(epochs[epochs["policy"] == name], target)
+            entry["time_to_target_s"] = time_to_accuracy(evals[evals["policy"] == name], target)
             scales = pd.to_numeric(epochs.loc[epochs["policy"] == name, "noise_scale"], errors="coerce").dropna()
             entry["noise_scale"] = float(scales.median()) if not scales.empty else None
             summary["policies"].append(entry)
@@ -231,13 +244,13 @@ class RunWriter:
         return summary
 
 
-def time_to_accuracy(epochs: pd.DataFrame, target: float | None) -> float | None:
-    """The policy's elapsed step time at the end of its first epoch whose held-out accuracy
-    reached ``target`` (None without a target, or when no epoch reached it). Accuracy is only
-    evaluated between epochs, so this is the time to the end of that epoch."""
+def time_to_accuracy(evals: pd.DataFrame, target: float | None) -> float | None:
+    """The policy's elapsed step time at its first held-out evaluation (``evals``, in the order
+    made) that reached ``target`` (None without a target, or when none reached it): the end of an
+    epoch, or with ``--eval-every`` the step after which it was evaluated."""
     if target is None:
         return None
-    reached = epochs[epochs["test_accuracy"] >= target]
+    reached = evals[evals["test_accuracy"] >= target]
     return float(reached["elapsed_s"].iloc[0]) if not reached.empty else None
 
 
@@ -252,6 +265,9 @@ class NullWriter:
         """The rows are dropped."""
 
     def add_epoch(self, row: Callable[[], dict[str, Any]]) -> None:
+        """The row is never made (so the model is not evaluated)."""
+
+    def add_eval(self, row: Callable[[], dict[str, Any]]) -> None:
         """The row is never made (so the model is not evaluated)."""
 
     def trace_frame(self) -> pd.DataFrame:

@@ -4,10 +4,11 @@
 The calibrated scenario (:func:`validation.compare.calibrate_run`) gets the workload's
 statistical efficiency (:mod:`hetsim.model.efficiency`): the run's measured gradient noise scale (the
 median of its per-epoch estimates), ``base_batch`` the run's global batch, and ``target_steps``
-from ``equal``'s measurement: the steps of the epochs ``equal`` needed to reach the accuracy
-(its batches are equal, so every step is worth one step at the base batch). Each policy is then
-simulated and its time to target read where its progress reaches ``target_steps``, rounded up
-to the end of that epoch, as the real run can only see the accuracy between epochs. With the
+from ``equal``'s measurement: its steps to the first held-out evaluation that reached the
+accuracy (its batches are equal, so every step is worth one step at the base batch). Each policy
+is then simulated and its time to target read where its progress reaches ``target_steps``,
+rounded up to the next step after which the real run evaluates (the end of an epoch, or with
+``--eval-every K`` every K steps of an epoch too), as it sees the accuracy only there. With the
 weighted combine every policy's update is the union's gradient and the prediction is mostly the
 step times'; with ``--combine policy`` the plain mean of uneven batches learns less per step,
 which the effective batch accounts for. ``goodput`` changes its batch, so its epochs hold fewer
@@ -31,7 +32,7 @@ from hetsim.model.trace import Trace
 from hetsim.run.metrics import progress_curve, reaching_step, step_times
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario, read_table
-from validation.compare import RunData, noise_scale_of, read_epochs, scenario_for
+from validation.compare import RunData, noise_scale_of, read_csv, read_epochs, scenario_for
 
 REFERENCE = "equal"
 
@@ -51,7 +52,8 @@ class TargetComparison:
 
 def run_targets(run: RunData) -> tuple[float, float, int]:
     """The run's target accuracy, measured noise scale (:func:`~validation.compare.noise_scale_of`)
-    and ``equal``'s epochs to the target."""
+    and ``equal``'s steps to its first evaluation that reached the target: from ``evals.csv``
+    (every evaluation), or in a folder written before it, from ``epochs.csv`` (the epochs' ends)."""
     target = run.meta["config"]["target_accuracy"]
     if target is None:
         raise ConfigError("run_dir", f"{run.path} was run without --target-accuracy")
@@ -59,28 +61,33 @@ def run_targets(run: RunData) -> tuple[float, float, int]:
     noise_scale = noise_scale_of(epochs)
     if epochs is None or noise_scale is None:
         raise ConfigError("run_dir", f"{run.path} has no noise scale estimate (run it with --noise-scale)")
-    reached = _epochs_reaching(epochs, target, f"{run.path / 'epochs.csv'}:")
+    evals = run.path / "evals.csv"
+    if evals.is_file():
+        reached = _first_reaching(read_csv(evals), target, f"{evals}:", "step")
+    else:
+        epoch = _first_reaching(epochs, target, f"{run.path / 'epochs.csv'}:", "epoch")
+        reached = None if epoch is None else (epoch + 1) * run.meta["steps_per_epoch"]
     if reached is None:
         raise ConfigError("run_dir", f"{REFERENCE} never reached accuracy {target:g}: no target to calibrate on")
     return float(target), noise_scale, reached
 
 
-def _epochs_reaching(epochs: pd.DataFrame, target: float, where: str) -> int | None:
-    """The epochs ``equal`` ran until its held-out accuracy first reached ``target`` (None: never);
-    errors name the column after ``where``."""
-    missing = [c for c in ("policy", "epoch", "test_accuracy") if c not in epochs.columns]
+def _first_reaching(table: pd.DataFrame, target: float, where: str, column: str) -> int | None:
+    """``column`` (``epoch`` or ``step``) of ``equal``'s first row whose held-out accuracy reached
+    ``target`` (None: never); errors name the column after ``where``."""
+    missing = [c for c in ("policy", column, "test_accuracy") if c not in table.columns]
     if missing:
         raise ConfigError(f"{where}{missing[0]}", "missing column")
-    ours = epochs[epochs["policy"].astype(str) == REFERENCE]
+    ours = table[table["policy"].astype(str) == REFERENCE]
     accuracy = pd.to_numeric(ours["test_accuracy"], errors="coerce")  # not a number: not reached
-    epoch = pd.to_numeric(ours["epoch"], errors="coerce")
-    bad = epoch.isna() | (epoch < 0) | (epoch % 1 != 0)
+    value = pd.to_numeric(ours[column], errors="coerce")
+    bad = value.isna() | (value < 0) | (value % 1 != 0)
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        value = ours["epoch"].iloc[row]
-        raise ConfigError(f"{where}epoch", f"must be a whole number >= 0, got {value!r} ({REFERENCE}'s row {row + 1})")
-    reached = epoch[accuracy >= target]
-    return int(reached.min()) + 1 if not reached.empty else None
+        got = ours[column].iloc[row]
+        raise ConfigError(f"{where}{column}", f"must be a whole number >= 0, got {got!r} ({REFERENCE}'s row {row + 1})")
+    reached = value[accuracy >= target]
+    return int(reached.min()) if not reached.empty else None
 
 
 def measured_times(run: RunData) -> dict[str, float | None]:
@@ -105,28 +112,38 @@ def measured_times(run: RunData) -> dict[str, float | None]:
 def predict_time_to_target(run: RunData, calibration: Calibration) -> list[TargetComparison]:
     """Every policy's measured and predicted time to the run's target accuracy."""
     measured = measured_times(run)
-    _, noise_scale, reference_epochs = run_targets(run)
-    efficiency = Efficiency(
-        noise_scale, run.meta["global_batch"], float(reference_epochs * run.meta["steps_per_epoch"])
-    )
+    _, noise_scale, reference_steps = run_targets(run)
+    efficiency = Efficiency(noise_scale, run.meta["global_batch"], float(reference_steps))
     every_weighted = run.meta["config"]["combine"] == "weighted"
+    every = int(run.meta["config"].get("eval_every") or 0)  # 0 in runs from before --eval-every
     out = []
     for policy in run.policies:
         trace = simulate(load_scenario(scenario_for(run, calibration, policy, run.meta["epochs"])), policy)
-        out.append(
-            TargetComparison(policy, measured.get(policy), _epoch_end_reaching(trace, efficiency, every_weighted))
-        )
+        predicted = _evaluation_reaching(trace, efficiency, every_weighted, every)
+        out.append(TargetComparison(policy, measured.get(policy), predicted))
     return out
 
 
-def _epoch_end_reaching(trace: Trace, efficiency: Efficiency, every_weighted: bool) -> float | None:
-    """When the epoch in which the progress reaches the target ends (the real run sees the
-    accuracy only between epochs); progress with the run's combine (``every_weighted``: the
-    weighted one for every policy, whatever its trait)."""
+def _evaluation_reaching(trace: Trace, efficiency: Efficiency, every_weighted: bool, every: int) -> float | None:
+    """When the first evaluation at or after the step whose progress reaches the target comes
+    (the real run sees the accuracy only there: after an epoch's last step, and after every
+    ``every``-th step of an epoch where ``every`` is not 0); progress with the run's combine
+    (``every_weighted``: the weighted one for every policy, whatever its trait)."""
     assert efficiency.target_steps is not None
     step = reaching_step(progress_curve(trace, efficiency, True if every_weighted else None), efficiency.target_steps)
     if step is None:
         return None
-    epochs = trace.per_step("epoch")[:, 0]
-    last = int(np.flatnonzero(epochs == epochs[step])[-1])
+    evaluated = evaluated_steps(trace.per_step("epoch")[:, 0], every)
+    last = step + int(np.argmax(evaluated[step:]))
     return float(np.cumsum(step_times(trace))[last])
+
+
+def evaluated_steps(epochs: np.ndarray, every: int) -> np.ndarray:
+    """Per step of a run whose steps lie in ``epochs`` (never going back), whether the held-out
+    set is evaluated after it: an epoch's last step, and with ``every`` (``--eval-every``; 0:
+    none) every ``every``-th step of an epoch."""
+    evaluated = np.append(epochs[1:] != epochs[:-1], True)
+    if every:
+        in_epoch = np.arange(epochs.size) - np.searchsorted(epochs, epochs, side="left")
+        evaluated |= (in_epoch + 1) % every == 0
+    return evaluated

@@ -58,7 +58,7 @@ from validation.noise_scale import EPOCH_DECAY, block_sums, estimate
 from validation.placement import placement_in_effect
 from validation.probe import PROBE, START_ROUNDS, fit_probe, probe_round, probe_schedule, told_costs
 from validation.record import NullWriter, RunWriter, Writer, run_meta
-from validation.segment import Segment
+from validation.segment import Segment, StepResult
 from validation.sharding import WARMUP, epoch_permutation, local_indices, steps_per_epoch
 from validation.uneven.control import Controller
 from validation.uneven.profiling import StepProfiler, segment_profilers
@@ -170,10 +170,16 @@ class RankTrainer:
         perm = epoch_permutation(self.config.seed, epoch, self.data.n_train)
         batch = self.epoch_batch(seg)
         profiler = self.profilers.pop(seg.name, None)
-        results = run_steps(
-            seg.ctrl, seg.stepper, epoch, self.data.n_train // batch, lambda k: (perm, k), self.loss_of,
-            before_step=self.before_step(f"policy {seg.name}"), profiler=profiler,
-        )  # fmt: skip
+        n = self.data.n_train // batch
+        every = self.config.eval_every or n
+        results: list[StepResult] = []
+        for first in range(0, n, every):  # blocks of --eval-every steps, each but the last evaluated after
+            results += run_steps(
+                seg.ctrl, seg.stepper, epoch, min(every, n - first), lambda k: (perm, k), self.loss_of,
+                before_step=self.before_step(f"policy {seg.name}"), profiler=profiler, first=first, per_epoch=n,
+            )  # fmt: skip
+            if first + every < n:
+                self.writer.add_eval(self.eval_row(seg, epoch))
         if profiler is not None:
             profiler.close()  # within one epoch: the evaluation and the probe's rounds are no step
         self.where = f"{seg.name}, end of epoch {epoch}"
@@ -197,11 +203,25 @@ class RankTrainer:
                 "split": "/".join(str(b) for b in results[-1].split),
                 "global_batch": batch,
                 "noise_scale": noise,
+                "step": seg.ctrl.step,  # for evals.csv
             }
 
         self.writer.add_epoch(row)  # rank 0's writer evaluates the model; the others' never call row
         self.writer.flush()
         self.sync_ranks()
+
+    def eval_row(self, seg: Segment, epoch: int) -> Callable[[], dict[str, Any]]:
+        """A held-out evaluation within an epoch (``--eval-every``), made by rank 0's writer alone,
+        between two steps: the next step's clock starts after it on rank 0, whose clock is the
+        step's (:func:`~validation.record.step_rows`; the other ranks wait for it in the split's
+        broadcast)."""
+
+        def row() -> dict[str, Any]:
+            test_loss, accuracy = self.workload.evaluate(seg.model, self.data)
+            return {"policy": seg.name, "epoch": epoch, "step": seg.ctrl.step, "elapsed_s": seg.ctrl.elapsed_s,
+                    "test_loss": test_loss, "test_accuracy": accuracy}  # fmt: skip
+
+        return row
 
     def make_policy(self, name: str) -> Policy:
         """Rank 0: a fresh policy (its controller resets it at its first step, with the probe's

@@ -52,13 +52,19 @@ def run_steps(
     fixed: Sequence[tuple[int, ...]] | None = None,
     before_step: Callable[[StepInfo], object] = lambda info: None,
     profiler: StepProfiler | None = None,
+    first: int = 0,
+    per_epoch: int | None = None,
 ) -> list[StepResult]:
     """``n_steps`` timed steps of ``ctrl``'s segment (splits from its policy, or ``fixed``), then
     the ranks' times gathered and the rows written (:meth:`Controller.end_block`). With a
-    ``profiler``, each step runs inside :meth:`StepProfiler.step` (``torch.profiler`` traces)."""
+    ``profiler``, each step runs inside :meth:`StepProfiler.step` (``torch.profiler`` traces).
+    A block may be part of an epoch of ``per_epoch`` steps (default ``n_steps``) that starts at its
+    step ``first``: the policy sees where each step stands in the whole epoch, and ``window``
+    gets the step's index in the epoch."""
     rank = dist.get_rank()
-    for k in range(n_steps):
-        info = StepInfo(ctrl.step + k, epoch, k, n_steps)
+    total = n_steps if per_epoch is None else per_epoch
+    for k in range(first, first + n_steps):
+        info = StepInfo(ctrl.step + k - first, epoch, k, total)
         before_step(info)
         perm, step_in_epoch = window(k)
 
@@ -66,7 +72,7 @@ def run_steps(
             return local_indices(perm, at, split, rank)
 
         with nullcontext() if profiler is None else profiler.step():
-            ctrl.step_with(stepper, info, samples, loss_of, None if fixed is None else fixed[k])
+            ctrl.step_with(stepper, info, samples, loss_of, None if fixed is None else fixed[k - first])
     return ctrl.end_block()
 
 
@@ -118,8 +124,9 @@ def probe_hints(writer: Writer) -> tuple[WorkerHint, ...] | None:
 def epoch_row(
     ctrl: Controller, epoch: int, results: Sequence[StepResult], evaluate: Callable[[], tuple[float, float]]
 ) -> Callable[[], dict[str, Any]]:
-    """The epoch's row of epochs.csv, made when rank 0's writer asks (``evaluate()``: held-out
-    loss and accuracy; the other ranks' writers never call it, so only rank 0 evaluates)."""
+    """The epoch's row of epochs.csv (and its evaluation's of evals.csv), made when rank 0's
+    writer asks (``evaluate()``: held-out loss and accuracy; the other ranks' writers never call
+    it, so only rank 0 evaluates)."""
 
     def row() -> dict[str, Any]:
         test_loss, accuracy = evaluate()
@@ -133,6 +140,7 @@ def epoch_row(
             "split": "/".join(str(b) for b in results[-1].split) if results else "",
             "global_batch": int(sum(results[-1].split)) if results else ctrl.global_batch,
             "noise_scale": None,
+            "step": ctrl.step,  # the evaluation's, in evals.csv
         }
 
     return row
