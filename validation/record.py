@@ -10,8 +10,8 @@
                    steps of an epoch too (policy, epoch, the policy's steps so far, elapsed step time)
     summary.json   per policy: hetsim's Summary of the measured trace and the final accuracy
 
-The trace and the epoch and evaluation tables are rewritten after every epoch (and after the probe), so a run
-that dies keeps everything up to its last finished epoch.
+The trace and the epoch and evaluation tables are rewritten after every epoch (and after the
+probe), so a run that dies keeps everything up to its last finished epoch.
 """
 
 from __future__ import annotations
