@@ -33,7 +33,7 @@ def fake_run(path: Path, finished: bool = True, config: dict[str, Any] | None = 
             writer.add_steps(step_rows("equal", 0, step, 0.1 + 0.01 * step, (4, 4), timings))
         writer.add_epoch(lambda: {"policy": "equal", "epoch": 0, "train_loss": 1.0, "test_loss": 1.1,
                                   "test_accuracy": 0.5, "elapsed_s": 0.03, "split": "4/4", "global_batch": 8,
-                                  "noise_scale": None, "step": 2})  # fmt: skip
+                                  "noise_scale": None})  # fmt: skip
     writer.flush()
     if finished:
         writer.finish(["equal"])

@@ -86,6 +86,9 @@ CASES = [
     case("probe-repeats-negative", ["--probe-repeats", "-1"], "--probe-repeats: must be in [0, 1000000], got -1"),
     case("eval-every-negative", ["--eval-every", "-3"], "--eval-every: must be in [0, 1000000], got -3"),
     case("eval-every-text", ["--eval-every", "often"], "--eval-every: must be an integer, got a string ('often')"),
+    case("eval-every-within-profiled-steps", ["--profile", "3", "--eval-every", "4"],
+         "--eval-every: 4 would evaluate within the 4 steps --profile records (its warm-up step included): use "
+         "more than 4"),
     case("optimal-without-probe", ["--policies", "optimal", "--probe-repeats", "0"],
          "--probe-repeats: optimal needs the ranks' costs, which come from the probe: use at least 1"),
     # policies, workloads, devices, communication

@@ -317,6 +317,34 @@ def test_time_to_accuracy_is_the_elapsed_time_of_the_first_evaluation_that_reach
     assert time_to_accuracy(evals, None) is None
 
 
+def test_a_block_of_steps_within_an_epoch_sees_the_whole_epoch(monkeypatch):
+    # --eval-every runs an epoch as blocks: the policy must still see each step's place in the whole
+    # epoch (where it ends: adaptive and goodput re-decide there) and take that step's samples
+    import validation.uneven.run as uneven_run
+    from hetsim.policies import StepInfo
+
+    monkeypatch.setattr(uneven_run.dist, "get_rank", lambda: 0)
+
+    class Recorder:  # the Controller's part that run_steps drives
+        step = 5  # steps of the segment written before this block
+
+        def __init__(self) -> None:
+            self.seen: list[tuple[StepInfo, list[int], tuple[int, ...]]] = []
+
+        def step_with(self, stepper, info, samples, loss_of, fixed):
+            self.seen.append((info, samples(fixed).tolist(), fixed))
+
+        def end_block(self):
+            return []
+
+    ctrl, perm = Recorder(), np.arange(100, 140)
+    uneven_run.run_steps(ctrl, None, 3, 2, lambda k: (perm, k), None, fixed=[(2, 2), (3, 1)], first=4, per_epoch=10)
+    assert ctrl.seen == [
+        (StepInfo(5, 3, 4, 10), [116, 117], (2, 2)),  # step 4 of the epoch: samples 16-19, rank 0's half
+        (StepInfo(6, 3, 5, 10), [120, 121, 122], (3, 1)),
+    ]
+
+
 @pytest.mark.parametrize(
     ("lengths", "every", "expected"),
     [

@@ -306,6 +306,9 @@ def test_the_folder_lock_is_released_by_a_killed_holder(tmp_path):
 
 @pytest.mark.serial  # measured against predicted time (within 50%): load that changes mid-run moves it
 def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
+    from validation.compare import load_run
+    from validation.time_to_target import evaluated_steps, run_targets
+
     out = tmp_path / "run"
     run = _validation("run", "--epochs", "6", "--probe-repeats", "2", "--policies", "equal,adaptive", "--eval-every",
                       "3", "--noise-scale", "--target-accuracy", "0.5", "--out", str(out))  # fmt: skip
@@ -320,6 +323,8 @@ def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
         rows = evals[evals["policy"] == entry["policy"]]
         within = [s for s in (3, 6, 9) if s < per_epoch] + [per_epoch]
         assert rows["step"].tolist() == [e * per_epoch + s for e in range(6) for s in within]
+        flagged = evaluated_steps(np.repeat(np.arange(6), per_epoch), 3)  # where compare's prediction reads
+        assert (np.flatnonzero(flagged) + 1).tolist() == rows["step"].tolist()
         ends = rows[rows["step"] % per_epoch == 0]  # the epochs' own evaluations, in both tables
         ours = epochs[epochs["policy"] == entry["policy"]]
         assert ends["test_accuracy"].tolist() == ours["test_accuracy"].tolist()
@@ -340,6 +345,7 @@ def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
     # it a little). Its error is then the step time's and the first steps' against the run's
     # mean: -11% to +23% in these short digits runs on a quiet machine, once 38%
     steps = reached["equal"]
+    assert run_targets(load_run(out))[2] == steps  # the target's steps: equal's, to its evaluation, exactly
     assert equal["predicted_time_to_target_s"] == pytest.approx(steps * equal["predicted_step_s"], rel=0.05)
     assert abs(equal["time_to_target_error"]) < 0.5
     assert main(["compare", str(out), "--time-to-target", "--calibrate-on", "nope"]) == 2

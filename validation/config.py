@@ -265,21 +265,28 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
         noise_scale=noise_scale,
         efficiency=efficiency,
         max_batch=_max_batch(pick("max_batch", args.max_batch), global_batch, n_train),
-        profile=_profile(pick("profile", getattr(args, "profile", None)), n_train // global_batch),
-        eval_every=_integer(pick("eval_every", getattr(args, "eval_every", None)), "--eval-every", maximum=MAX_STEPS),
+        **_observing(raw, args, n_train // global_batch),
         out=args.out,
         crash_at=_crash_at(args.crash_at, world_size),
     )
 
 
-def _profile(value: Any, epoch_steps: int) -> int:
+def _observing(raw: Mapping[str, Any], args: argparse.Namespace, epoch_steps: int) -> dict[str, Any]:
     """``--profile STEPS``: the profiler's warm-up step and STEPS recorded ones, all in each policy's
-    first epoch (between epochs come the evaluation and the probe's rounds, which are no step)."""
-    steps = _integer(value, "--profile", maximum=MAX_PROFILED)
+    first epoch (between epochs come the evaluation and the probe's rounds, which are no step);
+    ``--eval-every K``: an evaluation after every K steps of an epoch, none of them among the
+    profiled steps (a profiled step would time it)."""
+    values = {key: getattr(args, key, None) for key in ("profile", "eval_every")}
+    values = {key: raw.get(key, 0) if value is None else value for key, value in values.items()}
+    steps = _integer(values["profile"], "--profile", maximum=MAX_PROFILED)
     if steps and steps + 1 > epoch_steps:
         raise ConfigError("--profile", f"{steps} steps and the profiler's warm-up step are more than an epoch's "
                                        f"{epoch_steps} steps (each policy is profiled in its first epoch)")  # fmt: skip
-    return steps
+    every = _integer(values["eval_every"], "--eval-every", maximum=MAX_STEPS)
+    if steps and 0 < every <= steps + 1:
+        raise ConfigError("--eval-every", f"{every} would evaluate within the {steps + 1} steps --profile records "
+                                          f"(its warm-up step included): use more than {steps + 1}")  # fmt: skip
+    return {"profile": steps, "eval_every": every}
 
 
 def _target(value: Any) -> float | None:

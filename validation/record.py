@@ -179,6 +179,7 @@ class RunWriter:
         self.rows: list[dict[str, Any]] = []
         self.epochs: list[dict[str, Any]] = []
         self.evals: list[dict[str, Any]] = []
+        self.steps: dict[str, int] = {}  # per segment, the steps written so far (evals.csv's step)
         self.out.mkdir(parents=True, exist_ok=True)
         self.write_meta("running")
 
@@ -188,18 +189,24 @@ class RunWriter:
 
     def add_steps(self, rows: Sequence[dict[str, Any]]) -> None:
         self.rows.extend(rows)
+        for row in rows:
+            self.steps[row["policy"]] = max(self.steps.get(row["policy"], 0), int(row["step"]) + 1)
 
     def add_epoch(self, row: Callable[[], dict[str, Any]]) -> None:
         """Add the epoch's row, made by ``row()`` (which evaluates the model: only this writer calls
-        it), and its evaluation's (``step``, where the row has it: the policy's steps so far)."""
+        it), and its evaluation's."""
         values = row()
         self.epochs.append({c: values[c] for c in EPOCH_COLUMNS})
-        self.evals.append({c: values.get(c) for c in EVAL_COLUMNS})
+        self._add_eval(values)
 
     def add_eval(self, row: Callable[[], dict[str, Any]]) -> None:
-        """Add a held-out evaluation within an epoch, made by ``row()`` (only this writer calls it)."""
-        values = row()
-        self.evals.append({c: values[c] for c in EVAL_COLUMNS})
+        """Add a held-out evaluation within an epoch, made by ``row()`` (only this writer calls it):
+        ``policy``, ``epoch``, ``elapsed_s``, ``test_loss`` and ``test_accuracy``."""
+        self._add_eval(row())
+
+    def _add_eval(self, values: dict[str, Any]) -> None:
+        """evals.csv's row, at the steps the policy's trace rows count so far."""
+        self.evals.append({**{c: values.get(c) for c in EVAL_COLUMNS}, "step": self.steps.get(values["policy"], 0)})
 
     def trace_frame(self) -> pd.DataFrame:
         import pandas as pd

@@ -179,6 +179,7 @@ class RankTrainer:
                 before_step=self.before_step(f"policy {seg.name}"), profiler=profiler, first=first, per_epoch=n,
             )  # fmt: skip
             if first + every < n:
+                self.where = f"{seg.name}, epoch {epoch}, the evaluation after step {seg.ctrl.step - 1}"
                 self.writer.add_eval(self.eval_row(seg, epoch))
         if profiler is not None:
             profiler.close()  # within one epoch: the evaluation and the probe's rounds are no step
@@ -203,7 +204,6 @@ class RankTrainer:
                 "split": "/".join(str(b) for b in results[-1].split),
                 "global_batch": batch,
                 "noise_scale": noise,
-                "step": seg.ctrl.step,  # for evals.csv
             }
 
         self.writer.add_epoch(row)  # rank 0's writer evaluates the model; the others' never call row
@@ -218,8 +218,8 @@ class RankTrainer:
 
         def row() -> dict[str, Any]:
             test_loss, accuracy = self.workload.evaluate(seg.model, self.data)
-            return {"policy": seg.name, "epoch": epoch, "step": seg.ctrl.step, "elapsed_s": seg.ctrl.elapsed_s,
-                    "test_loss": test_loss, "test_accuracy": accuracy}  # fmt: skip
+            return {"policy": seg.name, "epoch": epoch, "elapsed_s": seg.ctrl.elapsed_s, "test_loss": test_loss,
+                    "test_accuracy": accuracy}  # fmt: skip
 
         return row
 

@@ -124,9 +124,8 @@ def probe_hints(writer: Writer) -> tuple[WorkerHint, ...] | None:
 def epoch_row(
     ctrl: Controller, epoch: int, results: Sequence[StepResult], evaluate: Callable[[], tuple[float, float]]
 ) -> Callable[[], dict[str, Any]]:
-    """The epoch's row of epochs.csv (and its evaluation's of evals.csv), made when rank 0's
-    writer asks (``evaluate()``: held-out loss and accuracy; the other ranks' writers never call
-    it, so only rank 0 evaluates)."""
+    """The epoch's row of epochs.csv, made when rank 0's writer asks (``evaluate()``: held-out
+    loss and accuracy; the other ranks' writers never call it, so only rank 0 evaluates)."""
 
     def row() -> dict[str, Any]:
         test_loss, accuracy = evaluate()
@@ -140,7 +139,6 @@ def epoch_row(
             "split": "/".join(str(b) for b in results[-1].split) if results else "",
             "global_batch": int(sum(results[-1].split)) if results else ctrl.global_batch,
             "noise_scale": None,
-            "step": ctrl.step,  # the evaluation's, in evals.csv
         }
 
     return row
