@@ -16,7 +16,7 @@ truth's) over ``--seeds`` seeds:
   (own sigma 0.08, shared sigma 0.06 with persistence 0.5), pooled over four global batches.
 
 Per fitted parameter: the truth, the mean estimate, the spread over seeds (sd), the root mean
-square of the reported standard errors (se; :func:`_rms`; their mean is ``se_mean``),
+square of the reported standard errors (se; :func:`rms`; their mean is ``se_mean``),
 ``bias_se`` = (mean - truth) / se, ``z_mean`` = (mean - truth) / (sd / sqrt(seeds)),
 ``se_ratio`` = se / sd (1 is honest; with 30 seeds sd itself is known
 to about 13%, with 100 to about 7%) and ``se_ratio_ci``, its 95% bootstrap interval over the
@@ -195,13 +195,13 @@ def one_case(name: str, model: str, seeds: range, steps: int) -> dict[str, Any]:
             continue
         est, se = np.array(values)[known], np.array(errors[name])[known]
         sd = float(est.std(ddof=1))
-        rms_se = _rms(se)
+        rms_se = rms(se)
         z_all.extend(((est - true) / se).tolist())
         rows[name] = {
             "truth": true, "mean": float(est.mean()), "sd": sd, "se": rms_se, "se_mean": float(se.mean()),
             "bias_se": float((est.mean() - true) / rms_se),
             "z_mean": float((est.mean() - true) / (sd / math.sqrt(est.size))),
-            "se_ratio": rms_se / sd, "se_ratio_ci": _ratio_interval(est, se, rng), "seeds": int(est.size),
+            "se_ratio": rms_se / sd, "se_ratio_ci": ratio_interval(est, se, rng), "seeds": int(est.size),
         }  # fmt: skip
     z = np.array(z_all)
     return {
@@ -215,7 +215,7 @@ def one_case(name: str, model: str, seeds: range, steps: int) -> dict[str, Any]:
     }
 
 
-def _rms(se: np.ndarray, axis: int | None = None) -> Any:
+def rms(se: np.ndarray, axis: int | None = None) -> Any:
     """The root mean square of the reported errors: what the spread of the estimates is, by
     the law of total variance, where each seed's error is its own estimate's sd. Their plain
     mean is smaller wherever the errors differ between seeds (a run whose design tells a
@@ -223,13 +223,14 @@ def _rms(se: np.ndarray, axis: int | None = None) -> Any:
     return np.sqrt(np.mean(np.square(se), axis=axis))
 
 
-def _ratio_interval(est: np.ndarray, se: np.ndarray, rng: np.random.Generator) -> list[float]:
+def ratio_interval(est: np.ndarray, se: np.ndarray, rng: np.random.Generator, resamples: int = 0) -> list[float]:
     """The 95% bootstrap interval (percentiles over seeds resampled) of se / sd: how well these
     seeds know the ratio. Over 100 seeds it spans about 0.88-1.15 for an honest 1.0, so one
-    parameter of 83 outside 0.8-1.2 is no sign of a wrong error by itself."""
-    pick = rng.integers(0, est.size, size=(BOOTSTRAP, est.size))
+    parameter of 83 outside 0.8-1.2 is no sign of a wrong error by itself. ``resamples``: how
+    many (0: :data:`BOOTSTRAP`)."""
+    pick = rng.integers(0, est.size, size=(resamples or BOOTSTRAP, est.size))
     spread = est[pick].std(axis=1, ddof=1)
-    ratios = _rms(se[pick], axis=1)[spread > 0] / spread[spread > 0]  # a resample of one seed repeated: none
+    ratios = rms(se[pick], axis=1)[spread > 0] / spread[spread > 0]  # a resample of one seed repeated: none
     return [float(v) for v in np.percentile(ratios, [2.5, 97.5])] if ratios.size else [math.nan, math.nan]
 
 

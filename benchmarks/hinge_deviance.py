@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 from bench_common import stats
-from calibration_coverage import case_seed, cases
+from calibration_coverage import case_seed, cases, ratio_interval, rms
 
 from hetsim.calibrate import calibrate
 from hetsim.calibrate.models import Curve
@@ -67,21 +67,14 @@ def param_summary(rows: list[tuple[float, float, float]], rng: np.random.Generat
     """``rows`` (estimate, se, truth) of the seeds that report the parameter: see the docstring."""
     est, se = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
     truth = rows[0][2]
-
-    def ratio(e: np.ndarray, s: np.ndarray) -> np.ndarray:
-        return np.sqrt(np.mean(s**2, axis=-1)) / e.std(axis=-1, ddof=1)
-
-    observed = float(ratio(est, se))
-    pick = rng.integers(0, est.size, size=(RESAMPLES, est.size))
-    spread = est[pick].std(axis=1, ddof=1)
-    some = spread > 0  # a resample of one seed repeated has no spread
-    boot = np.sqrt(np.mean(se[pick][some] ** 2, axis=1)) / spread[some]
-    honest = ratio(truth + se * rng.standard_normal((RESAMPLES, est.size)), se)
+    observed = float(rms(se) / est.std(ddof=1))
+    interval = ratio_interval(est, se, rng, RESAMPLES)
+    honest = truth + se * rng.standard_normal((RESAMPLES, est.size))  # each estimate drawn with its own error
     far = abs(math.log(observed))
     return {
         "seeds": int(est.size), "truth": truth, "mean": float(est.mean()), "se_ratio": observed,
-        "se_ratio_ci": [float(v) for v in np.percentile(boot, [2.5, 97.5])],
-        "p_if_honest": float(np.mean(np.abs(np.log(honest)) >= far)),
+        "se_ratio_ci": interval,
+        "p_if_honest": float(np.mean(np.abs(np.log(rms(se) / honest.std(axis=1, ddof=1))) >= far)),
         "z_sd": float(((est - truth) / se).std(ddof=1)),
     }  # fmt: skip
 

@@ -245,4 +245,4 @@ def test_the_coverage_benchmark_pools_each_parameter_over_its_rounds():
     assert found["params"]["w0.x"]["seeds"] == 30
     assert found["within_20pct"] == 0.0 and set(found["outside"]) == {"w0.x"}
     # the root mean square of errors that differ between seeds, not their mean: 1 and 7 -> 5
-    assert module._rms(np.array([1.0, 7.0])) == pytest.approx(5.0)
+    assert module.rms(np.array([1.0, 7.0])) == pytest.approx(5.0)

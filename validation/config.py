@@ -8,7 +8,7 @@ option.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -265,24 +265,22 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
         noise_scale=noise_scale,
         efficiency=efficiency,
         max_batch=_max_batch(pick("max_batch", args.max_batch), global_batch, n_train),
-        **_observing(raw, args, n_train // global_batch),
+        **_observing(lambda key: pick(key, getattr(args, key, None)), n_train // global_batch),
         out=args.out,
         crash_at=_crash_at(args.crash_at, world_size),
     )
 
 
-def _observing(raw: Mapping[str, Any], args: argparse.Namespace, epoch_steps: int) -> dict[str, Any]:
+def _observing(option: Callable[[str], Any], epoch_steps: int) -> dict[str, Any]:
     """``--profile STEPS``: the profiler's warm-up step and STEPS recorded ones, all in each policy's
     first epoch (between epochs come the evaluation and the probe's rounds, which are no step);
     ``--eval-every K``: an evaluation after every K steps of an epoch, none of them among the
-    profiled steps (a profiled step would time it)."""
-    values = {key: getattr(args, key, None) for key in ("profile", "eval_every")}
-    values = {key: raw.get(key, 0) if value is None else value for key, value in values.items()}
-    steps = _integer(values["profile"], "--profile", maximum=MAX_PROFILED)
+    profiled steps (a profiled step would time it). ``option(key)``: the option's value as given."""
+    steps = _integer(option("profile"), "--profile", maximum=MAX_PROFILED)
     if steps and steps + 1 > epoch_steps:
         raise ConfigError("--profile", f"{steps} steps and the profiler's warm-up step are more than an epoch's "
                                        f"{epoch_steps} steps (each policy is profiled in its first epoch)")  # fmt: skip
-    every = _integer(values["eval_every"], "--eval-every", maximum=MAX_STEPS)
+    every = _integer(option("eval_every"), "--eval-every", maximum=MAX_STEPS)
     if steps and 0 < every <= steps + 1:
         raise ConfigError("--eval-every", f"{every} would evaluate within the {steps + 1} steps --profile records "
                                           f"(its warm-up step included): use more than {steps + 1}")  # fmt: skip

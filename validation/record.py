@@ -179,7 +179,6 @@ class RunWriter:
         self.rows: list[dict[str, Any]] = []
         self.epochs: list[dict[str, Any]] = []
         self.evals: list[dict[str, Any]] = []
-        self.steps: dict[str, int] = {}  # per segment, the steps written so far (evals.csv's step)
         self.out.mkdir(parents=True, exist_ok=True)
         self.write_meta("running")
 
@@ -189,8 +188,6 @@ class RunWriter:
 
     def add_steps(self, rows: Sequence[dict[str, Any]]) -> None:
         self.rows.extend(rows)
-        for row in rows:
-            self.steps[row["policy"]] = max(self.steps.get(row["policy"], 0), int(row["step"]) + 1)
 
     def add_epoch(self, row: Callable[[], dict[str, Any]]) -> None:
         """Add the epoch's row, made by ``row()`` (which evaluates the model: only this writer calls
@@ -205,8 +202,10 @@ class RunWriter:
         self._add_eval(row())
 
     def _add_eval(self, values: dict[str, Any]) -> None:
-        """evals.csv's row, at the steps the policy's trace rows count so far."""
-        self.evals.append({**{c: values.get(c) for c in EVAL_COLUMNS}, "step": self.steps.get(values["policy"], 0)})
+        """evals.csv's row, at the steps the policy's trace rows count so far (its last row is
+        almost always the trace's last: an evaluation follows the policy's steps)."""
+        last = next((r["step"] for r in reversed(self.rows) if r["policy"] == values["policy"]), -1)
+        self.evals.append({**{c: values.get(c) for c in EVAL_COLUMNS}, "step": int(last) + 1})
 
     def trace_frame(self) -> pd.DataFrame:
         import pandas as pd

@@ -193,14 +193,9 @@ class RankTrainer:
             seg.policy.observe_noise_scale(running)  # with a table given, the policy keeps the table's
 
         def row() -> dict[str, Any]:
-            test_loss, accuracy = self.workload.evaluate(seg.model, self.data)
             return {
-                "policy": seg.name,
-                "epoch": epoch,
+                **self.eval_row(seg, epoch)(),
                 "train_loss": float(np.mean([r.loss for r in results])),
-                "test_loss": test_loss,
-                "test_accuracy": accuracy,
-                "elapsed_s": seg.ctrl.elapsed_s,
                 "split": "/".join(str(b) for b in results[-1].split),
                 "global_batch": batch,
                 "noise_scale": noise,
@@ -211,10 +206,10 @@ class RankTrainer:
         self.sync_ranks()
 
     def eval_row(self, seg: Segment, epoch: int) -> Callable[[], dict[str, Any]]:
-        """A held-out evaluation within an epoch (``--eval-every``), made by rank 0's writer alone,
-        between two steps: the next step's clock starts after it on rank 0, whose clock is the
-        step's (:func:`~validation.record.step_rows`; the other ranks wait for it in the split's
-        broadcast)."""
+        """A held-out evaluation (the epoch's row starts from it; within an epoch, ``--eval-every``'s),
+        made by rank 0's writer alone, between two steps: the next step's clock starts after it
+        on rank 0, whose clock is the step's (:func:`~validation.record.step_rows`; the other
+        ranks wait for it in the split's broadcast)."""
 
         def row() -> dict[str, Any]:
             test_loss, accuracy = self.workload.evaluate(seg.model, self.data)

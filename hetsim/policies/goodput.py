@@ -129,7 +129,8 @@ def _with_bends(grid: np.ndarray, curves: Sequence[WorkerHint]) -> np.ndarray:
     points. Rows are padded with their last point to one width (a repeated point adds nothing)."""
     rows = []
     for row, hint in zip(grid, curves):
-        bends = np.asarray(hint.cost.bends() if hint.cost is not None else (), dtype=float)
+        assert hint.cost is not None  # StepCosts is given curves only where every cost is known
+        bends = np.asarray(hint.cost.bends(), dtype=float)
         rows.append(np.union1d(row, bends[(bends > row[0]) & (bends < row[-1])]))
     width = max(len(r) for r in rows)
     return np.array([np.pad(r, (0, width - len(r)), mode="edge") for r in rows])
