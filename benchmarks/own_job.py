@@ -26,8 +26,12 @@ network. Summaries
 are mean, median and 90th percentile over the repetitions; the load average is recorded before
 and after each repetition (the machine is shared).
 
-    .venv/bin/python benchmarks/own_job.py [--repetitions 3] [--slowdown 1,2] [--budget-s 10]
-        [--global-batch 128] [--epochs 10] [--policies equal,optimal,dynamic,adaptive] [--out DIR]
+    .venv/bin/python benchmarks/own_job.py [--repetitions 3] [--slowdown 1,2] [--budget-s 30]
+        [--global-batch 128] [--epochs 60] [--policies equal,optimal,dynamic,adaptive] [--out DIR]
+
+Runs of 60 epochs (660 steps, about 20 s each here) by default: at 10 epochs two runs of one plan
+differed by 6% at the median and 26% at the 90th percentile, more than the 5% the prediction is
+held to.
 """
 
 from __future__ import annotations
@@ -165,9 +169,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--slowdown", default="1,2", help="emulated slowness of rank 0 and rank 1 (default 1,2)")
-    parser.add_argument("--budget-s", type=float, default=10.0, help="the profile's budget per rank (default 10)")
+    parser.add_argument("--budget-s", type=float, default=30.0, help="the profile's budget per rank (default 30)")
     parser.add_argument("--global-batch", type=int, default=128)
-    parser.add_argument("--epochs", type=int, default=10, help="epochs of each run (default 10: 110 steps)")
+    parser.add_argument("--epochs", type=int, default=60, help="epochs of each run (default 60: 660 steps)")
     parser.add_argument("--policies", default="equal,optimal,dynamic,adaptive", help="runs beside the plan's")
     parser.add_argument("--plan-policies", default="equal,proportional,dynamic,dynamic-enhanced,optimal,adaptive")
     parser.add_argument("--out", type=Path, default=None, help="keep the folders here (default: a temporary one)")
