@@ -354,7 +354,7 @@ def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
 
 def test_goodput_given_an_efficiency_table_chooses_by_it(tmp_path, capsys):
     # a noise scale far above every batch: each sample counts in full, so the largest batches (the
-    # delay of rank 1's step spread over the most samples) win; the run's own stand-in (no
+    # delay each step pays spread over the most samples) win; the run's own stand-in (no
     # --noise-scale here: the global batch) chose 128-200. compare's twin is told the same table.
     # both ranks pay 30 ms a step (with the default's 2 ms on rank 1, 192 and 359 were a few percent
     # of throughput apart, and a clean clone on a busy machine chose 192; a delay on rank 1 alone is
