@@ -1,6 +1,7 @@
 """A workload of your own for ``python -m validation run``: a small MLP on scikit-learn's breast
 cancer data (569 tumours, 30 measurements each, benign or malignant; the data ships with
-scikit-learn, no download). See "Adding a workload" in validation/README.md.
+scikit-learn, no download, and is read from its file without importing scikit-learn). See
+"Adding a workload" in validation/README.md.
 
 By file and attribute::
 
@@ -14,11 +15,11 @@ or by name, once ``HETSIM_PLUGINS`` names this file (it registers the workload):
 from __future__ import annotations
 
 import torch
-from sklearn.datasets import load_breast_cancer
 from torch import nn
 
 from validation.workloads import WORKLOADS
 from validation.workloads.base import Workload
+from validation.workloads.sklearn_data import load_breast_cancer
 
 N_TEST = 114  # held out: 20% of the 569 samples
 Pair = tuple[torch.Tensor, torch.Tensor]
@@ -27,9 +28,9 @@ Pair = tuple[torch.Tensor, torch.Tensor]
 def split() -> tuple[Pair, Pair]:
     """(inputs, labels) to train on and to hold out: float32 measurements standardised with the
     training set's mean and standard deviation, int64 labels; one fixed shuffle."""
-    data = load_breast_cancer()
-    x = torch.tensor(data.data, dtype=torch.float32)
-    y = torch.tensor(data.target, dtype=torch.int64)
+    measurements, labels = load_breast_cancer()  # scikit-learn's file, read without importing it
+    x = torch.tensor(measurements, dtype=torch.float32)
+    y = torch.tensor(labels, dtype=torch.int64)
     order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
     train, test = order[:-N_TEST], order[-N_TEST:]
     mean, std = x[train].mean(dim=0), x[train].std(dim=0)

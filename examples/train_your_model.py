@@ -14,13 +14,13 @@ import sys
 
 import torch
 import torch.distributed as dist
-from sklearn.datasets import load_digits
 from torch import nn
 
 from hetsim.policies import make_policy
 from validation import uneven
 from validation.backend import loopback_environment
 from validation.workloads.base import Workload
+from validation.workloads.sklearn_data import load_digits
 
 
 def make_model() -> nn.Module:  # your model: a small CNN on 8x8 images (no BatchNorm: it would depend on the split)
@@ -28,7 +28,7 @@ def make_model() -> nn.Module:  # your model: a small CNN on 8x8 images (no Batc
     return nn.Sequential(nn.Unflatten(1, (1, 8, 8)), *convs, nn.Flatten(), nn.Linear(64 * 8 * 8, 10))
 
 
-X, Y = (torch.tensor(a) for a in load_digits(return_X_y=True))  # scikit-learn's 8x8 digits: shipped, no download
+X, Y = (torch.tensor(a) for a in load_digits())  # scikit-learn's 8x8 digits: shipped, no download
 ORDER = torch.randperm(len(Y), generator=torch.Generator().manual_seed(0))  # 1437 to train, 360 held out
 (X, TEST_X), (Y, TEST_Y) = (X[ORDER] / 16.0).float().split([1437, 360]), Y[ORDER].split([1437, 360])
 WORKLOAD = Workload.from_parts("your-cnn", make_model, (X, Y), (TEST_X, TEST_Y), nn.functional.cross_entropy)

@@ -14,6 +14,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+# One BLAS and OpenMP thread per process: make test runs two test processes on two cores (and
+# many tests start more), so a second thread per library only spins against the other lane:
+# OpenBLAS's idle threads cost a hinge-fitting test 55% more CPU for no less wall time. Set
+# before numpy or torch loads (no plugin has imported them yet) and inherited by the processes the
+# tests start; a value already in the environment wins. validation's ranks set their own threads.
+for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
+
 settings.register_profile("ci", deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI", "").lower() not in ("", "0", "false") else "dev")

@@ -151,15 +151,17 @@ def test_transformer_is_causal():
 
 
 @pytest.mark.slow  # imports scikit-learn (about 2 s)
-def test_digits_are_read_from_scikit_learns_file_exactly_as_load_digits_gives_them(monkeypatch):
-    from sklearn.datasets import load_digits
+@pytest.mark.parametrize("name", ["load_digits", "load_breast_cancer"])
+def test_shipped_datasets_are_read_from_scikit_learns_files_exactly_as_it_loads_them(monkeypatch, name):
+    import sklearn.datasets
 
-    from validation.workloads import digits
+    from validation.workloads import digits, sklearn_data
 
-    shipped = load_digits()
-    for how in ("file", "load_digits"):
-        if how == "load_digits":  # a scikit-learn that keeps its digits elsewhere
-            monkeypatch.setattr(digits.importlib.util, "find_spec", lambda name: None)
-        flat, target = digits._digits()
-        assert flat.tolist() == shipped.data.tolist() and target.tolist() == shipped.target.tolist(), how
+    shipped_x, shipped_y = getattr(sklearn.datasets, name)(return_X_y=True)
+    for how in ("file", "scikit-learn's loader"):
+        if how != "file":  # a scikit-learn that keeps its data elsewhere
+            monkeypatch.setattr(sklearn_data.importlib.util, "find_spec", lambda name: None)
+        x, y = getattr(sklearn_data, name)()
+        assert x.dtype == shipped_x.dtype and y.dtype == shipped_y.dtype, how
+        assert x.tolist() == shipped_x.tolist() and y.tolist() == shipped_y.tolist(), how
     assert digits.digits_split(0)[0].shape == (digits.N_DIGITS - digits.N_TEST, 8, 8)

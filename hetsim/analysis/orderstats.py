@@ -316,10 +316,11 @@ def _cdf_matrix(dists: Sequence[TimeDistribution], t: np.ndarray) -> np.ndarray:
     """Row i: F_i(t), clipped to [0, 1]. A distribution object listed several times (the
     interned time of identical workers, :meth:`ComputeTime.of`) is evaluated once: at a thousand
     workers of a few kinds the CDF calls, not the products, were the cost."""
-    ids = np.fromiter(map(id, dists), dtype=np.int64, count=len(dists))
-    _, first, which = np.unique(ids, return_index=True, return_inverse=True)
-    rows = np.stack([np.clip(np.asarray(dists[i].cdf(t), dtype=float), 0.0, 1.0) for i in first])
-    return rows if first.size == ids.size and (first == np.arange(ids.size)).all() else rows[which]
+    index: dict[int, int] = {}  # a dict, not np.unique: this runs once per point a quadrature asks for
+    which = [index.setdefault(id(d), len(index)) for d in dists]
+    firsts = {i: d for d, i in zip(dists, which)}.values()
+    rows = np.stack([np.clip(np.asarray(d.cdf(t), dtype=float), 0.0, 1.0) for d in firsts])
+    return rows if len(index) == len(dists) else rows[which]
 
 
 def max_cdf(dists: Sequence[TimeDistribution], t: Any) -> Any:

@@ -3,14 +3,12 @@ package, no download) and a small CNN (about 38k parameters): the fast default."
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import torch
 from torch import nn
 
 from validation.workloads.base import Dataset, Workload
+from validation.workloads.sklearn_data import load_digits
 
 N_DIGITS = 1797  # samples in scikit-learn's digits (checked on load)
 N_TEST = 359  # the held-out 20%
@@ -20,7 +18,7 @@ N_CLASSES = 10
 def digits_split(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The 1797 digits as float32 images N x 8 x 8 in [0, 1] and int64 labels, shuffled once with
     ``seed``; the last 20% (359) held out. Returns train images, train labels, test images, test labels."""
-    flat, target = _digits()
+    flat, target = load_digits()
     if len(target) != N_DIGITS:
         raise RuntimeError(f"scikit-learn's digits have {len(target)} samples, expected {N_DIGITS}")
     images = np.asarray(flat, dtype=np.float32).reshape(-1, 8, 8) / 16.0
@@ -28,23 +26,6 @@ def digits_split(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     order = np.random.default_rng(seed).permutation(labels.size)
     train, test = order[:-N_TEST], order[-N_TEST:]
     return images[train], labels[train], images[test], labels[test]
-
-
-def _digits() -> tuple[np.ndarray, np.ndarray]:
-    """The digits' 64 pixels and labels, read from the file scikit-learn ships them in, as its
-    ``load_digits`` reads it, without importing scikit-learn: its import (scipy's statistics
-    among it) was the largest part of each rank's start after torch's. A scikit-learn that
-    keeps them elsewhere is asked through ``load_digits``."""
-    package = importlib.util.find_spec("sklearn")
-    locations = list(package.submodule_search_locations or ()) if package is not None else []
-    shipped = [Path(p) / "datasets" / "data" / "digits.csv.gz" for p in locations]
-    if shipped and shipped[0].is_file():
-        data = np.loadtxt(shipped[0], delimiter=",")
-        return data[:, :-1], data[:, -1]
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    return digits.data, digits.target
 
 
 class SmallCNN(nn.Module):
