@@ -325,3 +325,34 @@ def test_without_its_uncertainty_or_with_a_measured_noise_scale_it_is_the_gain_a
     assert unsure.global_batch < sure.global_batch
     unsure.observe_noise_scale(100.0)  # a measured noise scale states no uncertainty: the estimate alone
     assert unsure.goodput(64, costs) == sure.goodput(64, costs)
+
+
+@st.composite
+def _tabulated(draw):
+    """Rows of tabulated (local batch, time) points as StepCosts keeps them: times non-decreasing
+    along a row (flat stretches and a row that starts where another ends included), some rows
+    unable to take a sample (infinite times)."""
+    rows, width = draw(st.integers(1, 5)), draw(st.integers(2, 8))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    b = np.sort(rng.uniform(1.0, 100.0, (rows, width)), axis=1)
+    t = np.round(np.sort(rng.uniform(0.0, 1.0, (rows, width)), axis=1), draw(st.sampled_from([1, 2, 12])))
+    t[rng.random(rows) < 0.2] = np.inf
+    return b, np.maximum.accumulate(t, axis=1)
+
+
+@settings(max_examples=50)
+@given(_tabulated(), st.floats(0.5, 600.0))
+def test_the_time_for_a_batch_is_the_least_time_the_workers_do_it_by(table, batch):
+    from hetsim.policies.goodput import _samples_within, _time_for
+
+    b, t = table
+    times = np.unique(t[np.isfinite(t)])
+    time_s = _time_for(b, t, batch, times, _samples_within(b, t, times))
+    if times.size == 0:  # no worker can take a sample
+        assert time_s == 0.0
+        return
+    done = _samples_within(b, t, np.array([time_s, time_s * (1 - 1e-9) - 1e-12]))
+    if done[0] < batch * (1 - 1e-12):  # more than they can do: the last tabulated time
+        assert time_s == times[-1] and _samples_within(b, t, times[-1:])[0] == pytest.approx(done[0])
+    else:
+        assert done[1] < batch  # and not a moment earlier

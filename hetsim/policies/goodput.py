@@ -59,7 +59,6 @@ DEFAULT_RANGE = 8  # without max_batch: up to this many times the workload's glo
 
 
 GRID_POINTS = 64  # local batches per worker, geometrically spaced, on which a curve's time is tabulated
-BISECTIONS = 60  # halvings of the time bracket for a batch's balanced time (to about 1e-18 of it)
 
 
 class StepCosts:
@@ -90,6 +89,7 @@ class StepCosts:
             self.per_sample_s = np.array([a[1] for a in affine if a is not None])
             self.curves = None  # (the water-filling is the same optimum, exact and vectorised)
         self._grid: tuple[np.ndarray, np.ndarray] | None = None
+        self._knots: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))
         self._upto = 0  # the batch the grid reaches
 
     def split(self, batch: int) -> tuple[int, ...]:
@@ -103,15 +103,12 @@ class StepCosts:
                 self.fixed_s, self.per_sample_s, water_fill(self.fixed_s, self.per_sample_s, batch, self.caps)
             )
         b, t = self._tabulated(batch)
-        lo, hi = 0.0, float(np.max(t[:, -1], where=np.isfinite(t[:, -1]), initial=0.0))
-        for _ in range(BISECTIONS):
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if _samples_within(b, t, mid) < batch else (lo, mid)
-        return hi
+        return _time_for(b, t, batch, *self._knots)
 
     def _tabulated(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
         """Each curve's local batches (a row each, up to its cap and the batch) and times there,
-        tabulated once up to ``largest`` (again when a larger batch is asked for)."""
+        tabulated once up to ``largest`` (again when a larger batch is asked for), and the
+        samples all workers do by each tabulated time (:attr:`_knots`)."""
         if self._grid is None or batch > self._upto:
             assert self.curves is not None
             self._upto = max(batch, self.largest)
@@ -120,6 +117,8 @@ class StepCosts:
             t = np.array([np.asarray(h.expected_s(row), dtype=float) for h, row in zip(self.curves, b)])
             t[limits < 1] = np.inf  # a worker that can take no sample (down, or capped at 0)
             self._grid = b, np.maximum.accumulate(t, axis=1)
+            times = np.unique(self._grid[1][np.isfinite(self._grid[1])])
+            self._knots = times, _samples_within(*self._grid, times)
         return self._grid
 
 
@@ -136,17 +135,39 @@ def _with_bends(grid: np.ndarray, curves: Sequence[WorkerHint]) -> np.ndarray:
     return np.array([np.pad(r, (0, width - len(r)), mode="edge") for r in rows])
 
 
-def _samples_within(b: np.ndarray, t: np.ndarray, time_s: float) -> float:
-    """How many samples the workers do within ``time_s``: each row's batch at that time, linear
-    between its tabulated points (none below the first point's time, the last point's above)."""
-    k = (t <= time_s).sum(axis=1)
-    inner = (k > 0) & (k < t.shape[1])
-    j = np.clip(k, 1, t.shape[1] - 1)
-    rows = np.arange(len(t))
+def _samples_within(b: np.ndarray, t: np.ndarray, times_s: np.ndarray) -> np.ndarray:
+    """How many samples the workers do within each of ``times_s``: each row's batch at that
+    time, linear between its tabulated points (none below the first point's time, the last
+    point's above), summed over the rows."""
+    width = t.shape[1]
+    k = np.stack([np.searchsorted(row, times_s, side="right") for row in t])  # (rows, times): points by then
+    j = np.clip(k, 1, width - 1)
+    rows = np.arange(len(t))[:, None]
     t0, t1, b0, b1 = t[rows, j - 1], t[rows, j], b[rows, j - 1], b[rows, j]
     with np.errstate(invalid="ignore", divide="ignore"):
-        between = b0 + (b1 - b0) * np.where(t1 > t0, (time_s - t0) / (t1 - t0), 1.0)
-    return float(np.where(inner, between, np.where(k == 0, 0.0, b[:, -1])).sum())
+        between = b0 + (b1 - b0) * np.where(t1 > t0, (times_s - t0) / (t1 - t0), 1.0)
+    inner = (k > 0) & (k < width)
+    return np.asarray(np.where(inner, between, np.where(k == 0, 0.0, b[:, -1:])).sum(axis=0))
+
+
+def _time_for(b: np.ndarray, t: np.ndarray, batch: int, times_s: np.ndarray, done: np.ndarray) -> float:
+    """The least time by which the workers do ``batch`` samples between them (the last tabulated
+    time if they cannot), exactly: ``done`` (the samples by each of the sorted tabulated
+    ``times_s``) brackets it between two of them, and no row bends between two, so the count is
+    linear there; its slope is read at the middle (a row starting or flat at the bracket's top
+    jumps there, and the time is then the top)."""
+    if times_s.size == 0:
+        return 0.0
+    reached = done >= batch
+    if not reached.any():
+        return float(times_s[-1])
+    i = int(np.argmax(reached))
+    if i == 0:
+        return float(times_s[0])
+    lo, hi, before = float(times_s[i - 1]), float(times_s[i]), float(done[i - 1])
+    middle = 0.5 * (lo + hi)
+    slope = (float(_samples_within(b, t, np.array([middle]))[0]) - before) / (middle - lo)
+    return hi if slope <= 0 else min(hi, lo + (batch - before) / slope)
 
 
 class Goodput(Adaptive):
