@@ -14,24 +14,29 @@ unexport PYTHONDONTWRITEBYTECODE
 .PHONY: install run lint test test-fast bench docs clean
 
 # Re-installs only when the project or its pins change. The packages go in with uv (pinned in
-# constraints-dev.txt, itself put in by pip): it fetches, unpacks and byte-compiles in parallel,
-# 40 s for a fresh install here against pip's 123-146 s (about a quarter of a clean clone's
-# make test). Bytecode is compiled at install (--compile-bytecode): a shell that sets
-# PYTHONDONTWRITEBYTECODE (this machine's does) would otherwise compile torch's modules anew in
-# every command typed by hand. uv reads no pip configuration, so the sources pip is configured
-# with (find-links, extra indexes: here the local CPU torch wheel and mirrors) are passed on, and
-# every index is searched for the best match, as pip does. Should uv fail, pip installs the same pins.
+# constraints-dev.txt, itself put in by pip): it fetches and unpacks in parallel, seconds here
+# against pip's two minutes. uv reads no pip configuration, so the sources pip is configured with
+# (find-links, extra indexes: here the local CPU torch wheel and mirrors) are passed on, and every
+# index is searched for the best match, as pip does. Should uv fail, pip installs the same pins.
+# Bytecode: uv's --compile-bytecode compiles every module of every package (torch's thousands:
+# 40 of a clean install's 45 s here); instead two processes import what hetsim, validation and
+# the tests use, which writes the bytecode of those (12 s), so that a shell that sets
+# PYTHONDONTWRITEBYTECODE (this machine's does) does not compile torch anew in every command typed
+# by hand. Making the first optimizer imports torch._dynamo, as every rank does.
 PIP_CONFIG = $(shell $(PYTHON) -m pip config get global.$(1) 2>/dev/null)
 UV_SOURCES = $(addprefix --find-links=,$(sort $(call PIP_CONFIG,find-links) $(PIP_FIND_LINKS))) \
 	$(addprefix --index-url=,$(firstword $(call PIP_CONFIG,index-url) $(PIP_INDEX_URL))) \
 	$(addprefix --extra-index-url=,$(call PIP_CONFIG,extra-index-url) $(PIP_EXTRA_INDEX_URL))
 EXTRAS := -c constraints-dev.txt -e ".[validation,distributed,dev,docs]"
+WARM_TORCH := import torch, torch.distributed, torch.nn.parallel; torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+WARM_REST := import pandas, pyarrow.parquet, scipy.integrate, scipy.optimize, scipy.stats, matplotlib.pyplot, \
+	dask.distributed, hypothesis, nbclient, mkdocs.commands.build, hetsim.cli.main
 $(STAMP): pyproject.toml constraints-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-dev.txt uv
-	$(VENV)/bin/uv pip install --quiet --python $(PY) --compile-bytecode --index-strategy unsafe-best-match \
-		$(UV_SOURCES) $(EXTRAS) \
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --index-strategy unsafe-best-match $(UV_SOURCES) $(EXTRAS) \
 	|| $(PY) -m pip install --quiet --disable-pip-version-check $(EXTRAS)
+	$(PY) -c "$(WARM_TORCH)" & torch=$$!; $(PY) -c "$(WARM_REST)"; rest=$$?; wait $$torch && test $$rest -eq 0
 	touch $(STAMP)
 
 install: $(STAMP)
