@@ -29,9 +29,8 @@ and after each repetition (the machine is shared).
     .venv/bin/python benchmarks/own_job.py [--repetitions 3] [--slowdown 1,2] [--budget-s 30]
         [--global-batch 128] [--epochs 60] [--policies equal,optimal,dynamic,adaptive] [--out DIR]
 
-Runs of 60 epochs (660 steps, about 20 s each here) by default: at 10 epochs two runs of one plan
-differed by 6% at the median and 26% at the 90th percentile, more than the 5% the prediction is
-held to.
+Runs of 60 epochs (660 steps) by default: at 10 epochs two runs of one plan differed by more
+than the 5% the prediction is held to (the figures: docs/guide/own-job.md).
 """
 
 from __future__ import annotations

@@ -347,7 +347,7 @@ def test_the_time_for_a_batch_is_the_least_time_the_workers_do_it_by(table, batc
 
     b, t = table
     times = np.unique(t[np.isfinite(t)])
-    time_s = _time_for(b, t, batch, times, _samples_within(b, t, times))
+    time_s = _time_for(b, t, times, _samples_within(b, t, times), batch)
     if times.size == 0:  # no worker can take a sample
         assert time_s == 0.0
         return

@@ -316,11 +316,12 @@ def _cdf_matrix(dists: Sequence[TimeDistribution], t: np.ndarray) -> np.ndarray:
     """Row i: F_i(t), clipped to [0, 1]. A distribution object listed several times (the
     interned time of identical workers, :meth:`ComputeTime.of`) is evaluated once: at a thousand
     workers of a few kinds the CDF calls, not the products, were the cost."""
-    index: dict[int, int] = {}  # a dict, not np.unique: this runs once per point a quadrature asks for
-    which = [index.setdefault(id(d), len(index)) for d in dists]
-    firsts = {i: d for d, i in zip(dists, which)}.values()
-    rows = np.stack([np.clip(np.asarray(d.cdf(t), dtype=float), 0.0, 1.0) for d in firsts])
-    return rows if len(index) == len(dists) else rows[which]
+    unique = {id(d): d for d in dists}  # first appearances, in order (not np.unique: runs at every quadrature point)
+    rows = np.stack([np.clip(np.asarray(d.cdf(t), dtype=float), 0.0, 1.0) for d in unique.values()])
+    if len(unique) == len(dists):
+        return rows
+    slot = {key: i for i, key in enumerate(unique)}
+    return rows[[slot[id(d)] for d in dists]]
 
 
 def max_cdf(dists: Sequence[TimeDistribution], t: Any) -> Any:

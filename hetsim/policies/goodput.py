@@ -88,8 +88,7 @@ class StepCosts:
             self.fixed_s = np.array([a[0] for a in affine if a is not None])
             self.per_sample_s = np.array([a[1] for a in affine if a is not None])
             self.curves = None  # (the water-filling is the same optimum, exact and vectorised)
-        self._grid: tuple[np.ndarray, np.ndarray] | None = None
-        self._knots: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))
+        self._grid: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._upto = 0  # the batch the grid reaches
 
     def split(self, batch: int) -> tuple[int, ...]:
@@ -102,13 +101,12 @@ class StepCosts:
             return max_time(
                 self.fixed_s, self.per_sample_s, water_fill(self.fixed_s, self.per_sample_s, batch, self.caps)
             )
-        b, t = self._tabulated(batch)
-        return _time_for(b, t, batch, *self._knots)
+        return _time_for(*self._tabulated(batch), batch)
 
-    def _tabulated(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    def _tabulated(self, batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Each curve's local batches (a row each, up to its cap and the batch) and times there,
-        tabulated once up to ``largest`` (again when a larger batch is asked for), and the
-        samples all workers do by each tabulated time (:attr:`_knots`)."""
+        then every distinct finite time and the samples all workers do by it: tabulated once up
+        to ``largest`` (again when a larger batch is asked for)."""
         if self._grid is None or batch > self._upto:
             assert self.curves is not None
             self._upto = max(batch, self.largest)
@@ -116,9 +114,9 @@ class StepCosts:
             b = _with_bends(np.geomspace(1.0, np.maximum(limits, 1.0), GRID_POINTS, axis=1), self.curves)
             t = np.array([np.asarray(h.expected_s(row), dtype=float) for h, row in zip(self.curves, b)])
             t[limits < 1] = np.inf  # a worker that can take no sample (down, or capped at 0)
-            self._grid = b, np.maximum.accumulate(t, axis=1)
-            times = np.unique(self._grid[1][np.isfinite(self._grid[1])])
-            self._knots = times, _samples_within(*self._grid, times)
+            t = np.maximum.accumulate(t, axis=1)
+            times = np.unique(t[np.isfinite(t)])
+            self._grid = b, t, times, _samples_within(b, t, times)
         return self._grid
 
 
@@ -150,7 +148,7 @@ def _samples_within(b: np.ndarray, t: np.ndarray, times_s: np.ndarray) -> np.nda
     return np.asarray(np.where(inner, between, np.where(k == 0, 0.0, b[:, -1:])).sum(axis=0))
 
 
-def _time_for(b: np.ndarray, t: np.ndarray, batch: int, times_s: np.ndarray, done: np.ndarray) -> float:
+def _time_for(b: np.ndarray, t: np.ndarray, times_s: np.ndarray, done: np.ndarray, batch: float) -> float:
     """The least time by which the workers do ``batch`` samples between them (the last tabulated
     time if they cannot), exactly: ``done`` (the samples by each of the sorted tabulated
     ``times_s``) brackets it between two of them, and no row bends between two, so the count is

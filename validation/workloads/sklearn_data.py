@@ -28,22 +28,22 @@ def shipped_file(name: str) -> Path | None:
 
 def load_digits() -> Arrays:
     """The 1797 handwritten 8x8 digits: pixels (1797, 64) in 0..16 as float64, labels 0-9."""
-    path = shipped_file("digits.csv.gz")
-    if path is None:
-        from sklearn.datasets import load_digits as load
-
-        return load(return_X_y=True)
-    data = np.loadtxt(path, delimiter=",")
-    return data[:, :-1], data[:, -1].astype(int)
+    return _load("digits.csv.gz", "load_digits")
 
 
 def load_breast_cancer() -> Arrays:
     """The 569 tumours of the Wisconsin breast cancer data: 30 measurements each (float64) and
-    the label (0 malignant, 1 benign). The file's first line holds the counts and class names."""
-    path = shipped_file("breast_cancer.csv")
-    if path is None:
-        from sklearn.datasets import load_breast_cancer as load
+    the label (0 malignant, 1 benign)."""
+    return _load("breast_cancer.csv", "load_breast_cancer", header_rows=1)  # counts and class names
 
-        return load(return_X_y=True)
-    data = np.loadtxt(path, delimiter=",", skiprows=1)
+
+def _load(name: str, loader: str, header_rows: int = 0) -> Arrays:
+    """The features and integer labels (the last column) of the shipped file ``name``, or what
+    scikit-learn's ``loader`` returns when the file is not where it is looked for."""
+    path = shipped_file(name)
+    if path is None:
+        import sklearn.datasets
+
+        return getattr(sklearn.datasets, loader)(return_X_y=True)
+    data = np.loadtxt(path, delimiter=",", skiprows=header_rows)
     return data[:, :-1], data[:, -1].astype(int)
