@@ -103,8 +103,9 @@ def train(folder: Path, how: list[str], seed: int, args: argparse.Namespace) -> 
 
 def predicted_parts(plan: dict[str, Any], prof: Path) -> dict[str, Any]:
     """The plan's recommended split read off the profile: each rank's table cost at its local
-    batch (0: left out), the slowest, the profiled all-reduce at the gradient's size and the
-    scenario's network (the communication of the profile's trainer steps)."""
+    batch (0: left out), the slowest, the profiled all-reduce at the gradient's size, the
+    communication of the profile's trainer steps, their mean step and the scenario's network
+    (that step beyond the slowest compute the tables expect)."""
     scenario = tomllib.loads((prof / "scenario.toml").read_text(encoding="utf-8"))
     meta = json.loads((prof / "meta.json").read_text(encoding="utf-8"))
     split = plan["recommended"]["split"]
@@ -114,7 +115,9 @@ def predicted_parts(plan: dict[str, Any], prof: Path) -> dict[str, Any]:
         "table_compute_s": compute,
         "slowest_table_compute_s": max(compute),
         "allreduce_s": float(meta["allreduce"]["at_gradient_measured_s"]),
-        "network_s": meta["allreduce"].get("in_step_s"),  # the scenario's: the trainer's steps' communication
+        "comm_s": meta["allreduce"].get("in_step_s"),  # the trainer's steps' communication
+        "network_s": float(scenario["network"]["time_s"]),  # the scenario's: their step beyond the slowest compute
+        "trainer_step_s": meta["allreduce"].get("trainer_step_s"),
     }
 
 

@@ -10,7 +10,8 @@ Each repetition runs three profiles of the same ranks, one after another, as a u
 * H, with the hidden ``--batches`` option: the same ranks measure, with the same warm-up,
   repeats and budget, a fixed set of *held-out* batch sizes, the geometric midpoints of A's
   neighbouring grid points that no rank of A measured; **prediction** is, over every rank and
-  held-out size, ``|A(b) - H(b)| / H(b)``, A's table against H's measured median, and its median.
+  held-out size, ``|A(b) - H(b)| / H(b)``, A's table against H's measured median (times H's
+  rank's mean over median, as a table is read), and its median.
 
 Over the repetitions: mean, median and 90th percentile of each repetition's median (and of its
 90th percentile over batch sizes). The load average before and after is recorded: other work on
@@ -59,6 +60,7 @@ def profile(out: Path, args: argparse.Namespace, batches: list[int] | None = Non
     return {
         "tables": [Table(points=[tuple(p) for p in w["cost"]["points"]]) for w in scenario["workers"]],
         "medians": [{c["batch"]: c["median_s"] for c in r["curve"]} for r in meta["ranks"]],
+        "scales": [float(r.get("mean_over_median", 1.0)) for r in meta["ranks"]],  # the table's median to mean
         "wall_s": meta["wall_s"],
     }
 
@@ -86,10 +88,11 @@ def held_out(a: dict[str, Any]) -> list[int]:
 
 
 def prediction(a: dict[str, Any], h: dict[str, Any]) -> list[float]:
-    """A's table against H's measured medians at the held-out batch sizes (every rank)."""
+    """A's table against H's measured medians at the held-out batch sizes (every rank), each read
+    as a mean step as the tables are (times H's rank's mean over median)."""
     return [
-        abs(float(table.time_s(batch)) - measured) / measured
-        for table, medians in zip(a["tables"], h["medians"])
+        abs(float(table.time_s(batch)) - scale * measured) / (scale * measured)
+        for table, medians, scale in zip(a["tables"], h["medians"], h["scales"])
         for batch, measured in medians.items()
     ]
 

@@ -95,11 +95,12 @@ def summary_lines(info: dict[str, Any], out: Path) -> list[str]:
         + ("" if a["in_step_s"] is None else f", {1e3 * a['in_step_s']:.2f} ms in the trainer's steps")
     )
     ratios = [r for r in info["trainer_compute_over_table"] if r is not None]
-    if ratios:
+    if ratios and a.get("trainer_step_s"):
         lines.append(
-            "trainer's steps: compute "
-            + ", ".join(f"{r:.2f}x" for r in ratios)
-            + " the profiled table at their batch (rank order; the scenario keeps the table)"
+            f"trainer's steps: {1e3 * a['trainer_step_s']:.2f} ms a step at "
+            f"{'/'.join(map(str, a['in_step_batches']))}, "
+            f"{1e3 * a['step_overhead_s']:.2f} ms beyond the slowest compute the tables expect (the network); "
+            "compute " + ", ".join(f"{r:.2f}x" for r in ratios) + " the table at their batch (rank order)"
         )
     lines.append(
         f"wrote {out}/scenario.toml, profile.csv, meta.json; "

@@ -2,14 +2,15 @@
 measurement and the meta data, checked by hetsim and written atomically.
 
 * ``scenario.toml``: one ``[[workers]]`` per rank, named ``rank<R>-<device>``, with a ``table``
-  cost through the median step time at each measured batch (made non-decreasing by isotonic
-  regression weighted by the samples, as hetsim's ``profile`` costs are: a table's times must
-  not fall), the rank's ``max_batch``, and a mean-1 lognormal ``noise`` whose ``sigma`` is the
-  spread of its compute in the trainer's steps (below; else of the repeats around their
-  medians), 1.4826 x the median absolute deviation of the log times, robust to the odd
-  pause (:func:`rank_noise_sigma`); ``[workload]`` with the workload's training-set size, the
-  global batch and the measured ``gradient_mb``; ``[network]``: the communication of the
-  trainer's own steps, else the fit to the all-reduce timing (below).
+  cost through the mean step time at each measured batch (the median, scaled by the rank's
+  mean over median: :func:`rank_table`; made non-decreasing by isotonic regression weighted by
+  the samples, as hetsim's ``profile`` costs are: a table's times must not fall), the rank's
+  ``max_batch``, and a mean-1 lognormal ``noise`` whose ``sigma`` is the spread of its compute
+  in the trainer's steps (below; else of the repeats around their medians), 1.4826 x the median
+  absolute deviation of the log times, robust to the odd pause (:func:`rank_noise_sigma`);
+  ``[workload]`` with the workload's training-set size, the global batch and the measured
+  ``gradient_mb``; ``[network]``: what the trainer's own steps took beyond the slowest compute
+  the tables expect, else the fit to the all-reduce timing (below).
 * ``profile.csv``: one row per timed step (``kind`` fit, warmup or step), all-reduce, and
   trainer step (``trainer_comm``: its communication time, as the trainer records it).
 * ``meta.json``: the configuration, each rank's curve with its confidence intervals, the
@@ -24,18 +25,18 @@ at the median time at the gradient's size.
 
 What a step pays for the all-reduce is not always what the all-reduce costs alone: on a shared
 machine it competes with the ranks' compute threads for the cores, and gloo's threads with both.
-And the trainer that will run the plan exchanges more than the gradient (the split's broadcast,
-the barrier that shares the ranks' times). So the ranks also run some of that trainer's steps
-(``in_step``, :func:`validation.profile_rank.trainer_steps`, with ``--comm``; as many as a tenth
-of the budget holds, 60 at most) at the split that balances the ranks' tables
-(:func:`balanced_split`): what a step exposes of the exchange depends on how the ranks arrive
-at it (at an uneven split the fast rank's side of it overlaps its wait), and the balanced split
-is the one a throughput plan runs. The mean of their communication time as the trainer records
-it (over steps and ranks) is the scenario's network, ``constant`` (the cluster's ranks are the
-ones measured); the mean, not the median: the scenario predicts a mean step, and an exchange's
-odd slow step (a thread of gloo that the scheduler runs late) is part of it. The fit to the
-all-reduce alone stays in ``meta.json`` beside it. Without those steps (one rank), the fit is
-the network.
+The trainer that will run the plan exchanges more than the gradient (the split's broadcast, the
+barrier that shares the ranks' times), computes inside DDP's hooks, and its ranks meet at every
+step, so the slowest of them sets it. So the ranks also run that trainer's steps (``in_step``,
+:func:`validation.profile_rank.trainer_steps`, with ``--comm``; as many as a fifth of the budget
+holds, 250 at most) at the split that balances the ranks' tables (:func:`balanced_split`, the
+split a throughput plan runs), and the scenario's network, ``constant``, is what their mean step
+(as a run's trace counts it) took beyond the slowest rank's compute that the scenario's tables
+and noise expect at that split (:func:`step_overhead_s`): the exchange, and what the trainer
+adds to the compute that the profile's back-to-back steps of the bare model do not see. At that
+split the scenario predicts the trainer's measured mean step; elsewhere the tables carry it.
+Their communication alone, the fit to the all-reduce alone and their compute over the tables
+stay in ``meta.json`` beside it. Without those steps (one rank), the fit is the network.
 
 The scenario is built by ``hetsim.scenario.config.build_scenario`` before anything is written, so a
 scenario that hetsim would refuse is never written.
@@ -71,11 +72,30 @@ def curve(samples: dict[str, list[float]]) -> list[dict[str, Any]]:
     return out
 
 
-def table_points(points: list[dict[str, Any]]) -> list[list[float]]:
-    """``[[batch, seconds], ...]`` through the medians, non-decreasing (weighted isotonic fit)."""
-    medians = np.array([p["median_s"] for p in points])
+def table_points(points: list[dict[str, Any]], scale: float = 1.0) -> list[list[float]]:
+    """``[[batch, seconds], ...]`` through the medians times ``scale``, non-decreasing (weighted
+    isotonic fit)."""
+    medians = np.array([p["median_s"] for p in points]) * scale
     fitted = isotonic_regression(medians, weights=np.array([float(p["n"]) for p in points])).x
     return [[int(p["batch"]), float(f"{t:.6g}")] for p, t in zip(points, fitted)]
+
+
+def mean_over_median(samples: dict[str, list[float]]) -> float:
+    """How much a rank's mean step exceeds its median: the time of every repeat over the time
+    their batches' medians would have taken (batches of at least 3 repeats; 1 without any).
+    Step times are skewed to the right (the odd step the scheduler interrupts), so the mean,
+    which a run pays, lies above the median, which the table is read from robustly; pooled over
+    the batches and weighted by time, since interruptions come at a rate in time."""
+    pairs = [(sum(ts), len(ts) * statistics.median(ts)) for ts in samples.values() if len(ts) >= 3]
+    total_s, median_s = sum(t for t, _ in pairs), sum(m for _, m in pairs)
+    return total_s / median_s if median_s > 0 else 1.0
+
+
+def rank_table(samples: dict[str, list[float]]) -> list[list[float]]:
+    """A rank's scenario table: its mean step time at each measured batch, read as the batch's
+    median times the rank's :func:`mean_over_median` (the scenario's noise has mean 1, so its
+    table is a mean; a mean per batch would carry its few repeats' pauses into the curve)."""
+    return table_points(curve(samples), mean_over_median(samples))
 
 
 def balanced_split(tables: list[list[list[float]]], total: int, caps: list[int]) -> tuple[int, ...]:
@@ -133,26 +153,42 @@ def exposed_comm_s(results: list[dict[str, Any]]) -> float | None:
 
 
 def trainer_compute_ratio(result: dict[str, Any]) -> float | None:
-    """A rank's median compute in the trainer's steps over its table's time at that batch: how far
+    """A rank's mean compute in the trainer's steps over its table's time at that batch: how far
     the profile's back-to-back steps of the bare model are from the trainer's (DDP's hooks and
-    bucket copies inside the backward, a machine busier in training). Said, not corrected: the
-    trainer's steps are a second or two, and a table scaled by them carried every disturbance of
-    those seconds into the plan (``benchmarks/own_job.py``: a worse prediction, not a better one)."""
+    bucket copies inside the backward, a machine busier in training). Said; the tables are not
+    scaled by it (a few seconds of steps at one batch carry their disturbances into every batch:
+    docs/guide/own-job.md), and at the trainer's split the network takes it in
+    (:func:`step_overhead_s`)."""
     in_step = result.get("in_step") or {}
     if not in_step.get("compute_s") or not in_step.get("batch"):
         return None
-    points = table_points(curve(result["samples"]))
+    points = rank_table(result["samples"])
     table_s = float(np.interp(in_step["batch"], [b for b, _ in points], [t for _, t in points]))
-    return statistics.median(in_step["compute_s"]) / table_s if table_s > 0 else None
+    return statistics.fmean(in_step["compute_s"]) / table_s if table_s > 0 else None
 
 
-def network_table(results: list[dict[str, Any]], gradient_mb: float) -> dict[str, Any]:
-    """The scenario's ``[network]``: the exposed all-reduce of the synchronous steps when measured,
-    else the fit to the all-reduce alone."""
-    exposed = exposed_comm_s(results)
-    if exposed is not None:
-        return {"kind": "constant", "time_s": float(f"{exposed:.6g}")}
-    return fit_network(merged_allreduce(results), len(results), gradient_mb)
+def step_overhead_s(results: list[dict[str, Any]], raw: dict[str, Any]) -> float | None:
+    """What the trainer's steps took beyond the slowest rank's compute that the scenario ``raw``
+    (its tables and noise, without a network) expects at their split: the scenario's network (see
+    the module's docstring); None without those steps."""
+    in_step = results[0].get("in_step") or {}
+    if len(results) < 2 or not in_step.get("mean_step_s"):
+        return None
+    from hetsim.analysis.orderstats import barrier_parts, expected_max
+    from hetsim.scenario.config import build_scenario
+
+    scenario = build_scenario({**raw, "network": {"kind": "constant", "time_s": 0.0}})
+    compute_s = expected_max(barrier_parts(scenario.workers, in_step["split"]))
+    return max(0.0, float(in_step["mean_step_s"]) - compute_s)
+
+
+def network_table(results: list[dict[str, Any]], raw: dict[str, Any]) -> dict[str, Any]:
+    """The scenario's ``[network]``: the trainer's steps' time beyond the expected slowest compute
+    when they ran, else the fit to the all-reduce alone."""
+    overhead = step_overhead_s(results, raw)
+    if overhead is not None:
+        return {"kind": "constant", "time_s": float(f"{overhead:.6g}")}
+    return fit_network(merged_allreduce(results), len(results), raw["workload"]["gradient_mb"])
 
 
 def merged_allreduce(results: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -168,7 +204,7 @@ def build(config: ProfileConfig, results: list[dict[str, Any]], workload_name: s
     for r in results:
         worker: dict[str, Any] = {
             "name": f"rank{r['rank']}-{r['device'].replace(':', '')}",
-            "cost": {"model": "table", "points": table_points(curve(r["samples"]))},
+            "cost": {"model": "table", "points": rank_table(r["samples"])},
             "max_batch": int(r["max_batch"]),
         }
         sigma = rank_noise_sigma(r)
@@ -176,7 +212,7 @@ def build(config: ProfileConfig, results: list[dict[str, Any]], workload_name: s
             worker["noise"] = {"dist": "lognormal", "sigma": round(sigma, 6)}
         workers.append(worker)
     capacity = sum(int(r["max_batch"]) for r in results)
-    return {
+    raw = {
         "name": f"profile-{workload_name}",
         "description": f"measured by python -m validation profile: {workload_name} on {','.join(config.devices)}",
         "seed": config.seed,
@@ -186,9 +222,8 @@ def build(config: ProfileConfig, results: list[dict[str, Any]], workload_name: s
             "epochs": EPOCHS,
             "gradient_mb": gradient_mb,
         },
-        "network": network_table(results, gradient_mb),
-        "workers": workers,
     }
+    return {**raw, "network": network_table(results, {**raw, "workers": workers}), "workers": workers}
 
 
 def rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -237,6 +272,7 @@ def meta(
                 "placement": r["placement"],
                 "noise_sigma": rank_noise_sigma(r),
                 "noise_sigma_repeats": noise_sigma(r["samples"]),
+                "mean_over_median": mean_over_median(r["samples"]),
                 "curve": curve(r["samples"]),
             }
             for r in results
@@ -246,6 +282,8 @@ def meta(
             "at_gradient_measured_s": statistics.median(allreduce[largest]) if largest else 0.0,
             "at_gradient_fitted_s": float(bare.allreduce_s(world, gradient_mb)),
             "in_step_s": exposed_comm_s(results),
+            "trainer_step_s": (results[0].get("in_step") or {}).get("mean_step_s"),
+            "step_overhead_s": step_overhead_s(results, {k: v for k, v in scenario.items() if k != "network"}),
             "in_step_batches": [(r.get("in_step") or {}).get("batch", 0) for r in results],
         },
         "trainer_compute_over_table": [trainer_compute_ratio(r) for r in results],

@@ -59,12 +59,12 @@ from validation.placement import apply_placement, placement_in_effect
 from validation.profile_config import ProfileConfig
 from validation.profile_grid import BudgetTooSmall, DoesNotFit, GridPlanner, back_off, next_fill, run_grid, spread_rel
 from validation.profile_measure import LR, MOMENTUM, Stepper, allreduce_sizes, time_allreduce
-from validation.profile_output import balanced_split, curve, table_points
+from validation.profile_output import balanced_split, rank_table
 from validation.workloads import load_workload
 
 MAX_SAMPLES_FACTOR = 100  # extra repeats stop at this many times --repeats per batch (bounds profile.csv)
 SLACK = 1.2  # a measurement is predicted to take this much more than its steps
-TRAINER_SHARE, MAX_TRAINER_STEPS = 0.1, 60  # the trainer's steps after the budget: at most this share of it, and count
+TRAINER_SHARE, MAX_TRAINER_STEPS = 0.2, 250  # the trainer's steps after the budget: at most this share of it, and count
 
 
 class Rank:
@@ -134,7 +134,7 @@ class Rank:
             return {"batch": 0, "comm_s": []}
         self.doing = "timing the trainer's steps"
         self.sync()
-        table = table_points(curve({str(b): t for b, t in self.samples.items()}))
+        table = rank_table({str(b): t for b, t in self.samples.items()})
         gathered: list[Any] = [None] * self.env.world_size
         dist.all_gather_object(gathered, (table, cap))  # every rank computes the same split from the same tables
         caps = [c for _, c in gathered]  # a GPU's back-off may leave them short of the global batch
@@ -186,7 +186,8 @@ def trainer_steps(
     (:class:`validation.uneven.UnevenStep` with ``config.comm``, the fixed ``split``) on a fresh
     copy of the model: each timed step's communication as the trainer records it (the split's
     broadcast, the gradients' exchange, the barrier, the optimizer's update; without the compute
-    and the waiting for the slowest rank) and this rank's compute, the warm-up steps left out."""
+    and the waiting for the slowest rank), this rank's compute, and the mean step time as a run's
+    trace counts it (the slowest rank's compute and the communication), the warm-up steps left out."""
     from validation.uneven import Controller, UnevenStep, run_steps
 
     workload, data = stepper.workload, stepper.data
@@ -200,14 +201,15 @@ def trainer_steps(
     def loss_of(net: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
         return workload.loss(net(data.train_x[idx]), data.train_y[idx])
 
-    n = config.warmup + steps
-    results = run_steps(ctrl, step, 0, n, lambda k: (perm, 0), loss_of, fixed=[split] * n)
-    timed = results[config.warmup :]
+    run_steps(ctrl, step, 0, config.warmup, lambda k: (perm, 0), loss_of, fixed=[split] * config.warmup)
+    warm_s = ctrl.elapsed_s  # the segment's step time so far, as a run's trace counts it (every rank the same)
+    timed = run_steps(ctrl, step, 0, steps, lambda k: (perm, 0), loss_of, fixed=[split] * steps)
     return {
         "batch": split[dist.get_rank()],
         "split": list(split),
         "comm_s": [r.timing.comm_s for r in timed],
         "compute_s": [r.timing.compute_s for r in timed],
+        "mean_step_s": (ctrl.elapsed_s - warm_s) / steps,
     }
 
 
