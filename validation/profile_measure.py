@@ -6,11 +6,11 @@ workload's real data: the shard gathered from the training set (``rng``'s random
 forward and backward, between two device synchronisations (``torch.cuda.synchronize`` on a GPU:
 its kernels run asynchronously); the trainer's ``compute_s`` times the same. The optimizer's
 update (SGD with the run's momentum) follows, untimed: in the trainer it comes after the
-exchange, and the communication time of the trainer's steps, the scenario's network, counts
-it (timed in both, a step would pay for it twice). The all-reduce is timed
+exchange, and the trainer's steps, whose time beyond the compute is the scenario's network,
+count it there (timed in both, a step would pay for it twice). The all-reduce is timed
 on its own (:func:`time_allreduce`), not inside the step, so that the scenario can give it to
 the network model; and then inside the trainer's own steps
-(:func:`validation.profile_rank.trainer_steps`), where it competes with compute for the cores.
+(:class:`validation.profile_rank.TrainerSteps`), where it competes with compute for the cores.
 
 **Out of memory.** A step that runs out of memory (``torch.cuda.OutOfMemoryError``, or the CPU
 allocator's "can't allocate memory") is caught; its tensors are freed (after the ``except``

@@ -28,8 +28,8 @@ machine it competes with the ranks' compute threads for the cores, and gloo's th
 The trainer that will run the plan exchanges more than the gradient (the split's broadcast, the
 barrier that shares the ranks' times), computes inside DDP's hooks, and its ranks meet at every
 step, so the slowest of them sets it. So the ranks also run that trainer's steps (``in_step``,
-:func:`validation.profile_rank.trainer_steps`, with ``--comm``; as many as a fifth of the budget
-holds, 250 at most) at the split that balances the ranks' tables (:func:`balanced_split`, the
+:class:`validation.profile_rank.TrainerSteps`, with ``--comm``; as many as a fifth of the budget
+holds, 250 at most, in blocks between the repeats) at the split that balances the ranks' tables (:func:`balanced_split`, the
 split a throughput plan runs), and the scenario's network, ``constant``, is what their mean step
 (as a run's trace counts it) took beyond the slowest rank's compute that the scenario's tables
 and noise expect at that split (:func:`step_overhead_s`): the exchange, and what the trainer

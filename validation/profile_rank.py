@@ -7,9 +7,9 @@ batch its device holds (:func:`~validation.profile_grid.back_off`; on a CPU that
 ``--max-batch``); waits for the others; measures its step-time curve on the adaptive grid
 (:func:`~validation.profile_grid.run_grid`) until the shared deadline, ``--budget-s`` after
 that common start, spending what the grid leaves on more repeats, round robin over the batches
-measured; waits for the others again; times the all-reduce at several sizes up to the
-gradient's; runs the trainer's own steps at the split that balances every rank's table
-(:meth:`Rank.synchronous_steps`); and sends its results to rank 0, which writes
+measured, with blocks of the trainer's own steps at the split that balances every rank's table
+in between (:meth:`Rank.fill_between_trainer_blocks`); waits for the others again; times the
+all-reduce at several sizes up to the gradient's; and sends its results to rank 0, which writes
 ``FOLDER/result.json``. With ``--slowdown`` a rank emulates a slower device: each step sleeps
 (factor - 1) times what it measured, as ``validation run --slowdown`` does.
 
@@ -64,7 +64,11 @@ from validation.workloads import load_workload
 
 MAX_SAMPLES_FACTOR = 100  # extra repeats stop at this many times --repeats per batch (bounds profile.csv)
 SLACK = 1.2  # a measurement is predicted to take this much more than its steps
-TRAINER_SHARE, MAX_TRAINER_STEPS = 0.2, 250  # the trainer's steps after the budget: at most this share of it, and count
+TRAINER_SHARE, MAX_TRAINER_STEPS = (
+    0.2,
+    250,
+)  # the trainer's steps beside the budget: at most this share of it, and count
+TRAINER_BLOCKS = 4  # the trainer's steps come in this many blocks, spread over the budget's repeats
 
 
 class Rank:
@@ -106,12 +110,11 @@ class Rank:
                 run_grid(planner, lambda b: self.measure(stepper, planner, b), config.budget_s, steps)
         except BudgetTooSmall as exc:
             raise ConfigError("--budget-s", f"{self.where}: {exc}") from None
-        self.fill(stepper, planner, deadline)
+        in_step = self.fill_between_trainer_blocks(stepper, planner, deadline, cap)
         self.doing = "timing the all-reduce"
         self.sync()
         sizes = allreduce_sizes(stepper.parameters) if self.env.world_size > 1 else []
         allreduce = time_allreduce(sizes, comm_device(self.backend, self.device))
-        in_step = self.synchronous_steps(stepper, cap)
         return {
             "rank": rank,
             "device": config.devices[rank],
@@ -125,14 +128,34 @@ class Rank:
             "placement": placement_in_effect(),
         }
 
-    def synchronous_steps(self, stepper: Stepper, cap: int) -> dict[str, Any]:
-        """The trainer's own steps (:func:`trainer_steps`) at the split that balances the ranks'
+    def fill_between_trainer_blocks(
+        self, stepper: Stepper, planner: GridPlanner, deadline: float, cap: int
+    ) -> dict[str, Any]:
+        """The rest of the budget's repeats (:meth:`fill`) in ``TRAINER_BLOCKS`` parts, each
+        followed by a block of the trainer's steps (:meth:`trainer`; with two ranks or more), whose
+        time moves the deadline on: the budget is the table's, and the trainer's steps sample the
+        same stretch of time as the table's repeats (a machine whose speed drifts moves both
+        alike, so what a step adds to the compute is not read from its last seconds alone)."""
+        if self.env.world_size < 2:
+            self.fill(stepper, planner, deadline)
+            return {"batch": 0, "comm_s": []}
+        start, trainer = time.perf_counter(), None
+        for k in range(TRAINER_BLOCKS):
+            self.fill(stepper, planner, start + (deadline - start) * (k + 1) / TRAINER_BLOCKS)
+            self.doing = "timing the trainer's steps"
+            t0 = time.perf_counter()
+            trainer = trainer or self.trainer(stepper, cap)
+            trainer.block()
+            start, deadline = start + time.perf_counter() - t0, deadline + time.perf_counter() - t0
+            self.doing = "measuring step times"
+        assert trainer is not None
+        return trainer.result()
+
+    def trainer(self, stepper: Stepper, cap: int) -> TrainerSteps:
+        """The trainer's own steps (:class:`TrainerSteps`) at the split that balances the ranks'
         measured tables (:func:`~validation.profile_output.balanced_split`): the exchange a step
         exposes depends on how the ranks arrive at it (at an uneven split the fast rank's side of
         it overlaps its wait), and the balanced split is the one a throughput plan runs."""
-        if self.env.world_size < 2:
-            return {"batch": 0, "comm_s": []}
-        self.doing = "timing the trainer's steps"
         self.sync()
         table = rank_table({str(b): t for b, t in self.samples.items()})
         gathered: list[Any] = [None] * self.env.world_size
@@ -140,9 +163,9 @@ class Rank:
         caps = [c for _, c in gathered]  # a GPU's back-off may leave them short of the global batch
         split = balanced_split([t for t, _ in gathered], min(self.config.global_batch, sum(caps)), caps)
         slowest_s = max(float(np.interp(b, *np.transpose(t))) for (t, _), b in zip(gathered, split) if b > 0)
-        steps = trainer_step_count(self.config, slowest_s)
+        per_block = -(-trainer_step_count(self.config, slowest_s) // TRAINER_BLOCKS)
         comm = comm_device(self.backend, self.device)
-        return trainer_steps(stepper, self.config, self.device, comm, split, steps)
+        return TrainerSteps(stepper, self.config, self.device, comm, split, per_block)
 
     def measure(self, stepper: Stepper, planner: GridPlanner, batch: int) -> tuple[float, float]:
         """Warm-up and repeats at a new batch: (median step time, time taken); the planner's
@@ -167,50 +190,63 @@ class Rank:
 
 def trainer_step_count(config: ProfileConfig, step_s: float) -> int:
     """How many of the trainer's steps to time: as many as fit in ``TRAINER_SHARE`` of the budget
-    at the slowest rank's step time (the scenario's network is their mean communication, and an
-    exchange's time is spread: a few steps leave it to chance), between ``config.repeats`` and
+    at the slowest rank's step time (the scenario's network comes from their mean step, and a
+    step's time is spread: a few steps leave it to chance), between ``config.repeats`` and
     ``MAX_TRAINER_STEPS``."""
     fit = int(TRAINER_SHARE * config.budget_s / max(step_s, 1e-9))
     return max(config.repeats, min(MAX_TRAINER_STEPS, fit))
 
 
-def trainer_steps(
-    stepper: Stepper,
-    config: ProfileConfig,
-    device: torch.device,
-    comm: torch.device,
-    split: tuple[int, ...],
-    steps: int,
-) -> dict[str, Any]:
-    """``config.warmup + steps`` steps of the trainer that runs plans
-    (:class:`validation.uneven.UnevenStep` with ``config.comm``, the fixed ``split``) on a fresh
-    copy of the model: each timed step's communication as the trainer records it (the split's
-    broadcast, the gradients' exchange, the barrier, the optimizer's update; without the compute
-    and the waiting for the slowest rank), this rank's compute, and the mean step time as a run's
-    trace counts it (the slowest rank's compute and the communication), the warm-up steps left out."""
-    from validation.uneven import Controller, UnevenStep, run_steps
+class TrainerSteps:
+    """Blocks of the trainer that runs plans (:class:`validation.uneven.UnevenStep` with
+    ``config.comm``, the fixed ``split``) on a fresh copy of the model, each ``config.warmup``
+    untimed steps and ``steps`` timed ones: each timed step's communication as the trainer records
+    it (the split's broadcast, the gradients' exchange, the barrier, the optimizer's update;
+    without the compute and the waiting for the slowest rank), this rank's compute, and the mean
+    step time as a run's trace counts it (the slowest rank's compute and the communication)."""
 
-    workload, data = stepper.workload, stepper.data
-    model = workload.make_model(config.seed, device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    step = UnevenStep(model, optimizer, device, comm=config.comm, comm_device=comm, delay=stepper.delay)
-    total = sum(split)
-    ctrl = Controller("profile", None, total, comm_device=comm)
-    perm = np.resize(stepper.rng.permutation(data.n_train), total)  # one step's samples, reused
+    def __init__(
+        self, stepper: Stepper, config: ProfileConfig, device: torch.device, comm: torch.device,
+        split: tuple[int, ...], steps: int,
+    ) -> None:  # fmt: skip
+        from validation.uneven import Controller, UnevenStep
 
-    def loss_of(net: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
-        return workload.loss(net(data.train_x[idx]), data.train_y[idx])
+        workload, data = stepper.workload, stepper.data
+        model = workload.make_model(config.seed, device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+        self.step = UnevenStep(model, optimizer, device, comm=config.comm, comm_device=comm, delay=stepper.delay)
+        self.ctrl = Controller("profile", None, sum(split), comm_device=comm)
+        self.perm = np.resize(stepper.rng.permutation(data.n_train), sum(split))  # one step's samples, reused
+        self.split, self.steps, self.warmup = split, steps, config.warmup
+        self.comm_s: list[float] = []
+        self.compute_s: list[float] = []
+        self.step_s = 0.0  # the timed steps' time, as a run's trace counts it (every rank the same)
 
-    run_steps(ctrl, step, 0, config.warmup, lambda k: (perm, 0), loss_of, fixed=[split] * config.warmup)
-    warm_s = ctrl.elapsed_s  # the segment's step time so far, as a run's trace counts it (every rank the same)
-    timed = run_steps(ctrl, step, 0, steps, lambda k: (perm, 0), loss_of, fixed=[split] * steps)
-    return {
-        "batch": split[dist.get_rank()],
-        "split": list(split),
-        "comm_s": [r.timing.comm_s for r in timed],
-        "compute_s": [r.timing.compute_s for r in timed],
-        "mean_step_s": (ctrl.elapsed_s - warm_s) / steps,
-    }
+        def loss_of(net: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
+            return workload.loss(net(data.train_x[idx]), data.train_y[idx])
+
+        self.loss_of = loss_of
+
+    def block(self) -> None:
+        from validation.uneven import run_steps
+
+        for n, timed in ((self.warmup, False), (self.steps, True)):
+            before_s = self.ctrl.elapsed_s
+            results = run_steps(self.ctrl, self.step, 0, n, lambda k: (self.perm, 0), self.loss_of,
+                                fixed=[self.split] * n)  # fmt: skip
+            if timed:
+                self.comm_s += [r.timing.comm_s for r in results]
+                self.compute_s += [r.timing.compute_s for r in results]
+                self.step_s += self.ctrl.elapsed_s - before_s
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "batch": self.split[dist.get_rank()],
+            "split": list(self.split),
+            "comm_s": self.comm_s,
+            "compute_s": self.compute_s,
+            "mean_step_s": self.step_s / max(len(self.comm_s), 1),
+        }
 
 
 def run_rank(config: ProfileConfig, env: RankEnv, folder: Path) -> None:
