@@ -30,11 +30,12 @@ barrier that shares the ranks' times), computes inside DDP's hooks, and its rank
 step, so the slowest of them sets it. So the ranks also run that trainer's steps (``in_step``,
 :class:`validation.profile_rank.TrainerSteps`, with ``--comm``; as many as a fifth of the budget
 holds, 250 at most, in blocks between the repeats) at the split that balances the ranks' tables
-(:func:`balanced_split`, the split a throughput plan runs), and the scenario's network, ``constant``, is what their mean step
-(as a run's trace counts it) took beyond the slowest rank's compute that the scenario's tables
-and noise expect at that split (:func:`step_overhead_s`): the exchange, and what the trainer
-adds to the compute that the profile's back-to-back steps of the bare model do not see. At that
-split the scenario predicts the trainer's measured mean step; elsewhere the tables carry it.
+(:func:`balanced_split`, the split a throughput plan runs), and the scenario's network,
+``constant``, is what their mean step (as a run's trace counts it) took beyond the slowest
+rank's compute that the scenario's tables and noise expect at that split
+(:func:`step_overhead_s`): the exchange, and what the trainer adds to the compute that the
+profile's back-to-back steps of the bare model do not see. At that split the scenario predicts
+the trainer's measured mean step; elsewhere the tables carry it.
 Their communication alone, the fit to the all-reduce alone and their compute over the tables
 stay in ``meta.json`` beside it. Without those steps (one rank), the fit is the network.
 
