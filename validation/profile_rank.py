@@ -64,10 +64,8 @@ from validation.workloads import load_workload
 
 MAX_SAMPLES_FACTOR = 100  # extra repeats stop at this many times --repeats per batch (bounds profile.csv)
 SLACK = 1.2  # a measurement is predicted to take this much more than its steps
-TRAINER_SHARE, MAX_TRAINER_STEPS = (
-    0.2,
-    250,
-)  # the trainer's steps beside the budget: at most this share of it, and count
+TRAINER_SHARE = 0.2  # the trainer's steps, beside the budget, take at most this share of it
+MAX_TRAINER_STEPS = 250  # and at most this many steps
 TRAINER_BLOCKS = 4  # the trainer's steps come in this many blocks, spread over the budget's repeats
 
 
@@ -144,9 +142,11 @@ class Rank:
             self.fill(stepper, planner, start + (deadline - start) * (k + 1) / TRAINER_BLOCKS)
             self.doing = "timing the trainer's steps"
             t0 = time.perf_counter()
-            trainer = trainer or self.trainer(stepper, cap)
+            if trainer is None:
+                trainer = self.trainer(stepper, cap)
             trainer.block()
-            start, deadline = start + time.perf_counter() - t0, deadline + time.perf_counter() - t0
+            spent_s = time.perf_counter() - t0
+            start, deadline = start + spent_s, deadline + spent_s
             self.doing = "measuring step times"
         assert trainer is not None
         return trainer.result()
