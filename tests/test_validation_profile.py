@@ -253,8 +253,9 @@ def test_the_network_is_what_the_trainers_steps_took_beyond_the_slowest_compute(
     means = [0.001 + 31 * 0.019 / 63, 0.002 + 15 * 0.038 / 63]  # mean-1 noise: the table is the mean
     sampled = np.maximum(*(m * rng.lognormal(-0.02, 0.2, 400_000) for m in means)).mean()
     assert 0.030 - profile_output.step_overhead_s(results, noisy) == pytest.approx(sampled, rel=2e-3)
-    assert profile_output.step_overhead_s([{**r, "in_step": {**in_step, "mean_step_s": 0.001}} for r in results],
-                                          raw) == 0.0  # fmt: skip
+    fast = [{**r, "in_step": {**in_step, "mean_step_s": 0.001}} for r in results]  # faster than the tables say
+    assert profile_output.step_overhead_s(fast, raw) == pytest.approx(0.001 - slowest_s)
+    assert profile_output.network_table(fast, raw) == {"kind": "constant", "time_s": 0.0}
     for r in results:
         r["in_step"] = {"batch": 0, "comm_s": []}
     assert profile_output.exposed_comm_s(results) is None
@@ -309,6 +310,18 @@ def test_the_table_is_the_mean_step_read_robustly_from_the_medians():
     for b, ts in samples.items():
         mean_s, median_s = float(np.mean(ts)), float(np.median(ts))
         assert abs(table[int(b)] - mean_s) / mean_s < 0.02 and (mean_s - median_s) / mean_s > 0.05
+
+
+@given(deadline=st.floats(0.0, 1e6), budget_s=st.floats(0.1, 1e4))
+def test_the_trainers_blocks_start_at_shares_of_the_budget_the_same_on_every_rank(deadline, budget_s):
+    """The blocks' bounds depend only on the shared deadline and budget (not on when a rank's
+    grid ended): equal shares of the budget, the last at the deadline."""
+    from validation.profile_rank import TRAINER_BLOCKS, block_bounds
+
+    bounds = block_bounds(deadline, budget_s)
+    assert len(bounds) == TRAINER_BLOCKS and bounds[-1] == deadline
+    gaps = np.diff([deadline - budget_s, *bounds])
+    assert np.allclose(gaps, budget_s / TRAINER_BLOCKS, rtol=1e-9, atol=1e-6)
 
 
 def test_the_trainers_steps_take_a_share_of_the_budget_within_bounds():
@@ -507,3 +520,11 @@ def test_a_real_profile_of_two_cpu_ranks(tmp_path, capsys):
         round(4 * k / 1e6, 6) for k in (1, 38282 // 16, 38282 // 4, 38282)}  # fmt: skip
     assert meta["seed"] == 4 and meta["git_commit"] and meta["config"]["devices"] == ["cpu", "cpu"]
     assert simulate_summary(scenario, "optimal").mean_step_s > 0
+    from validation.profile_rank import TRAINER_BLOCKS
+
+    trainer = steps[steps["kind"] == "trainer_comm"]
+    per_rank = trainer.groupby("rank").size()
+    assert list(per_rank.index) == [0, 1] and per_rank.iloc[0] == per_rank.iloc[1]
+    assert per_rank.iloc[0] % TRAINER_BLOCKS == 0  # the same steps in every block
+    a = meta["allreduce"]
+    assert a["trainer_step_s"] > 0 and raw["network"]["time_s"] == float(f"{max(0.0, a['step_overhead_s']):.6g}")

@@ -30,14 +30,14 @@ barrier that shares the ranks' times), computes inside DDP's hooks, and its rank
 step, so the slowest of them sets it. So the ranks also run that trainer's steps (``in_step``,
 :class:`validation.profile_rank.TrainerSteps`, with ``--comm``; as many as a fifth of the budget
 holds, 250 at most, in blocks between the repeats) at the split that balances the ranks' tables
-(:func:`balanced_split`, the split a throughput plan runs), and the scenario's network,
-``constant``, is what their mean step (as a run's trace counts it) took beyond the slowest
-rank's compute that the scenario's tables and noise expect at that split
-(:func:`step_overhead_s`): the exchange, and what the trainer adds to the compute that the
-profile's back-to-back steps of the bare model do not see. At that split the scenario predicts
-the trainer's measured mean step; elsewhere the tables carry it.
-Their communication alone, the fit to the all-reduce alone and their compute over the tables
-stay in ``meta.json`` beside it. Without those steps (one rank), the fit is the network.
+as the first block finds them (:func:`balanced_split`, the split a throughput plan runs), and
+the scenario's network, ``constant``, is what their mean step (as a run's trace counts it) took
+beyond the slowest rank's compute that the scenario's tables and noise expect at that split
+(:func:`step_overhead_s`, at least 0): the exchange, and what the trainer adds to the compute
+that the profile's back-to-back steps of the bare model do not see. At that split the scenario
+predicts the trainer's measured mean step; elsewhere the tables carry it. Their communication
+alone, the fit to the all-reduce alone and their compute over the tables stay in ``meta.json``
+beside it. Without those steps (one rank), the fit is the network.
 
 The scenario is built by ``hetsim.scenario.config.build_scenario`` before anything is written, so a
 scenario that hetsim would refuse is never written.
@@ -171,7 +171,8 @@ def trainer_compute_ratio(result: dict[str, Any]) -> float | None:
 def step_overhead_s(results: list[dict[str, Any]], raw: dict[str, Any]) -> float | None:
     """What the trainer's steps took beyond the slowest rank's compute that the scenario ``raw``
     (its tables and noise, without a network) expects at their split: the scenario's network (see
-    the module's docstring); None without those steps."""
+    the module's docstring; below 0 where the noise overstates the slowest rank, and the network
+    is then 0); None without those steps."""
     in_step = results[0].get("in_step") or {}
     if len(results) < 2 or not in_step.get("mean_step_s"):
         return None
@@ -180,7 +181,7 @@ def step_overhead_s(results: list[dict[str, Any]], raw: dict[str, Any]) -> float
 
     scenario = build_scenario({**raw, "network": {"kind": "constant", "time_s": 0.0}})
     compute_s = expected_max(barrier_parts(scenario.workers, in_step["split"]))
-    return max(0.0, float(in_step["mean_step_s"]) - compute_s)
+    return float(in_step["mean_step_s"]) - compute_s
 
 
 def network_table(results: list[dict[str, Any]], raw: dict[str, Any]) -> dict[str, Any]:
@@ -188,7 +189,7 @@ def network_table(results: list[dict[str, Any]], raw: dict[str, Any]) -> dict[st
     when they ran, else the fit to the all-reduce alone."""
     overhead = step_overhead_s(results, raw)
     if overhead is not None:
-        return {"kind": "constant", "time_s": float(f"{overhead:.6g}")}
+        return {"kind": "constant", "time_s": float(f"{max(0.0, overhead):.6g}")}
     return fit_network(merged_allreduce(results), len(results), raw["workload"]["gradient_mb"])
 
 

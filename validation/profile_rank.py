@@ -31,6 +31,7 @@ peer that exited) with status 1.
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import sys
@@ -129,24 +130,25 @@ class Rank:
     def fill_between_trainer_blocks(
         self, stepper: Stepper, planner: GridPlanner, deadline: float, cap: int
     ) -> dict[str, Any]:
-        """The rest of the budget's repeats (:meth:`fill`) in ``TRAINER_BLOCKS`` parts, each
-        followed by a block of the trainer's steps (:meth:`trainer`; with two ranks or more), whose
-        time moves the deadline on: the budget is the table's, and the trainer's steps sample the
-        same stretch of time as the table's repeats (a machine whose speed drifts moves both
-        alike, so what a step adds to the compute is not read from its last seconds alone)."""
+        """The rest of the budget's repeats (:meth:`fill`) in ``TRAINER_BLOCKS`` parts ending at
+        :func:`block_bounds`, each followed by a block of the trainer's steps (:meth:`trainer`;
+        with two ranks or more), whose time moves the later bounds on: the budget is the table's,
+        and the trainer's steps sample the same stretch of time as the table's repeats (a machine
+        whose speed drifts moves both alike, so what a step adds to the compute is not read from
+        its last seconds alone)."""
         if self.env.world_size < 2:
             self.fill(stepper, planner, deadline)
             return {"batch": 0, "comm_s": []}
-        start, trainer = time.perf_counter(), None
-        for k in range(TRAINER_BLOCKS):
-            self.fill(stepper, planner, start + (deadline - start) * (k + 1) / TRAINER_BLOCKS)
+        trainer, shift_s = None, 0.0
+        for bound in block_bounds(deadline, self.config.budget_s):
+            self.fill(stepper, planner, bound + shift_s)
             self.doing = "timing the trainer's steps"
-            t0 = time.perf_counter()
             if trainer is None:
                 trainer = self.trainer(stepper, cap)
+            self.sync()
+            t0 = time.perf_counter()  # a moment every rank shares, so the shift is the same on every rank
             trainer.block()
-            spent_s = time.perf_counter() - t0
-            start, deadline = start + spent_s, deadline + spent_s
+            shift_s += time.perf_counter() - t0
             self.doing = "measuring step times"
         assert trainer is not None
         return trainer.result()
@@ -163,7 +165,7 @@ class Rank:
         caps = [c for _, c in gathered]  # a GPU's back-off may leave them short of the global batch
         split = balanced_split([t for t, _ in gathered], min(self.config.global_batch, sum(caps)), caps)
         slowest_s = max(float(np.interp(b, *np.transpose(t))) for (t, _), b in zip(gathered, split) if b > 0)
-        per_block = -(-trainer_step_count(self.config, slowest_s) // TRAINER_BLOCKS)
+        per_block = max(1, trainer_step_count(self.config, slowest_s) // TRAINER_BLOCKS)
         comm = comm_device(self.backend, self.device)
         return TrainerSteps(stepper, self.config, self.device, comm, split, per_block)
 
@@ -188,6 +190,14 @@ class Rank:
             planner.record(batch, statistics.median(self.samples[batch]))
 
 
+def block_bounds(deadline: float, budget_s: float) -> list[float]:
+    """When each block of the trainer's steps starts, before the time the blocks before it took:
+    at equal shares of the budget's end, the last at the ``deadline`` (the same on every rank,
+    so that no rank measures alone while its peers wait in a block; a rank whose grid took
+    longer starts its first block late, and the others wait for it there)."""
+    return [deadline - (TRAINER_BLOCKS - 1 - k) * budget_s / TRAINER_BLOCKS for k in range(TRAINER_BLOCKS)]
+
+
 def trainer_step_count(config: ProfileConfig, step_s: float) -> int:
     """How many of the trainer's steps to time: as many as fit in ``TRAINER_SHARE`` of the budget
     at the slowest rank's step time (the scenario's network comes from their mean step, and a
@@ -199,7 +209,7 @@ def trainer_step_count(config: ProfileConfig, step_s: float) -> int:
 
 class TrainerSteps:
     """Blocks of the trainer that runs plans (:class:`validation.uneven.UnevenStep` with
-    ``config.comm``, the fixed ``split``) on a fresh copy of the model, each ``config.warmup``
+    ``config.comm``, the fixed ``split``) on fresh copies of the model, each ``config.warmup``
     untimed steps and ``steps`` timed ones: each timed step's communication as the trainer records
     it (the split's broadcast, the gradients' exchange, the barrier, the optimizer's update;
     without the compute and the waiting for the slowest rank), this rank's compute, and the mean
@@ -209,12 +219,10 @@ class TrainerSteps:
         self, stepper: Stepper, config: ProfileConfig, device: torch.device, comm: torch.device,
         split: tuple[int, ...], steps: int,
     ) -> None:  # fmt: skip
-        from validation.uneven import Controller, UnevenStep
+        from validation.uneven import Controller
 
         workload, data = stepper.workload, stepper.data
-        model = workload.make_model(config.seed, device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-        self.step = UnevenStep(model, optimizer, device, comm=config.comm, comm_device=comm, delay=stepper.delay)
+        self.stepper, self.config, self.device, self.comm = stepper, config, device, comm
         self.ctrl = Controller("profile", None, sum(split), comm_device=comm)
         self.perm = np.resize(stepper.rng.permutation(data.n_train), sum(split))  # one step's samples, reused
         self.split, self.steps, self.warmup = split, steps, config.warmup
@@ -228,16 +236,26 @@ class TrainerSteps:
         self.loss_of = loss_of
 
     def block(self) -> None:
-        from validation.uneven import run_steps
+        """One block, on a copy of the model made for it and freed after it: between blocks the
+        profile's own steps run up to the largest batch the device holds without that copy."""
+        from validation.uneven import UnevenStep, run_steps
 
+        config, device = self.config, self.device
+        model = self.stepper.workload.make_model(config.seed, device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+        step = UnevenStep(model, optimizer, device, comm=config.comm, comm_device=self.comm, delay=self.stepper.delay)
         for n, timed in ((self.warmup, False), (self.steps, True)):
             before_s = self.ctrl.elapsed_s
-            results = run_steps(self.ctrl, self.step, 0, n, lambda k: (self.perm, 0), self.loss_of,
+            results = run_steps(self.ctrl, step, 0, n, lambda k: (self.perm, 0), self.loss_of,
                                 fixed=[self.split] * n)  # fmt: skip
             if timed:
                 self.comm_s += [r.timing.comm_s for r in results]
                 self.compute_s += [r.timing.compute_s for r in results]
                 self.step_s += self.ctrl.elapsed_s - before_s
+        del step, optimizer, model
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def result(self) -> dict[str, Any]:
         return {
