@@ -39,6 +39,14 @@ OOM_TEXT = ("out of memory", "can't allocate memory", "not enough memory")
 LR, MOMENTUM = 0.05, 0.9  # the run's defaults (validation.config.RunConfig): the same update
 
 
+def free_memory(device: torch.device) -> None:
+    """Give back what freed tensors held: Python's cycles collected, and on a GPU the caching
+    allocator's blocks returned (the next step's batch is sized without them)."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, (MemoryError, torch.cuda.OutOfMemoryError)):
         return True
@@ -68,14 +76,17 @@ class Stepper:
         self.optimizer.zero_grad(set_to_none=True)
         synchronize(self.device)
         t0 = time.perf_counter()
-        loss = self.workload.loss(self.model(self.data.train_x[idx]), self.data.train_y[idx])
-        loss.backward()
+        self.loss_of(self.model, idx).backward()
         synchronize(self.device)
         if self.delay is not None:
             self.delay(batch, time.perf_counter() - t0)
         elapsed_s = time.perf_counter() - t0
         self.optimizer.step()  # after the exchange in the trainer, whose communication time counts it
         return elapsed_s
+
+    def loss_of(self, net: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
+        """The workload's mean loss of ``net`` over the training samples ``idx``."""
+        return self.workload.loss(net(self.data.train_x[idx]), self.data.train_y[idx])
 
     def fits(self, batch: int) -> float | None:
         """One step's time at ``batch``, or None when the device ran out of memory."""
@@ -88,9 +99,7 @@ class Stepper:
             failed, time_s = True, None
         if failed:
             self.optimizer.zero_grad(set_to_none=True)
-            gc.collect()
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
+            free_memory(self.device)
         self.rows.append(self.row("fit", batch, 0, float("nan") if time_s is None else time_s, fits=not failed))
         return time_s
 

@@ -31,7 +31,6 @@ peer that exited) with status 1.
 
 from __future__ import annotations
 
-import gc
 import os
 import statistics
 import sys
@@ -59,7 +58,7 @@ from validation.backend import (
 from validation.placement import apply_placement, placement_in_effect
 from validation.profile_config import ProfileConfig
 from validation.profile_grid import BudgetTooSmall, DoesNotFit, GridPlanner, back_off, next_fill, run_grid, spread_rel
-from validation.profile_measure import LR, MOMENTUM, Stepper, allreduce_sizes, time_allreduce
+from validation.profile_measure import LR, MOMENTUM, Stepper, allreduce_sizes, free_memory, time_allreduce
 from validation.profile_output import balanced_split, rank_table
 from validation.workloads import load_workload
 
@@ -221,19 +220,13 @@ class TrainerSteps:
     ) -> None:  # fmt: skip
         from validation.uneven import Controller
 
-        workload, data = stepper.workload, stepper.data
         self.stepper, self.config, self.device, self.comm = stepper, config, device, comm
         self.ctrl = Controller("profile", None, sum(split), comm_device=comm)
-        self.perm = np.resize(stepper.rng.permutation(data.n_train), sum(split))  # one step's samples, reused
-        self.split, self.steps, self.warmup = split, steps, config.warmup
+        self.perm = np.resize(stepper.rng.permutation(stepper.data.n_train), sum(split))  # one step's samples, reused
+        self.split, self.steps = split, steps
         self.comm_s: list[float] = []
         self.compute_s: list[float] = []
         self.step_s = 0.0  # the timed steps' time, as a run's trace counts it (every rank the same)
-
-        def loss_of(net: torch.nn.Module, idx: torch.Tensor) -> torch.Tensor:
-            return workload.loss(net(data.train_x[idx]), data.train_y[idx])
-
-        self.loss_of = loss_of
 
     def block(self) -> None:
         """One block, on a copy of the model made for it and freed after it: between blocks the
@@ -244,18 +237,16 @@ class TrainerSteps:
         model = self.stepper.workload.make_model(config.seed, device)
         optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
         step = UnevenStep(model, optimizer, device, comm=config.comm, comm_device=self.comm, delay=self.stepper.delay)
-        for n, timed in ((self.warmup, False), (self.steps, True)):
+        for n, timed in ((config.warmup, False), (self.steps, True)):
             before_s = self.ctrl.elapsed_s
-            results = run_steps(self.ctrl, step, 0, n, lambda k: (self.perm, 0), self.loss_of,
+            results = run_steps(self.ctrl, step, 0, n, lambda k: (self.perm, 0), self.stepper.loss_of,
                                 fixed=[self.split] * n)  # fmt: skip
             if timed:
                 self.comm_s += [r.timing.comm_s for r in results]
                 self.compute_s += [r.timing.compute_s for r in results]
                 self.step_s += self.ctrl.elapsed_s - before_s
         del step, optimizer, model
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        free_memory(device)
 
     def result(self) -> dict[str, Any]:
         return {
