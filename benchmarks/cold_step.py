@@ -6,7 +6,8 @@
 A rank of a synchronous data-parallel job waits every step (for the slowest rank, for the
 all-reduce, for rank 0's split), and at each policy's start for longer (the held-out evaluation,
 the trace being written). ``validation profile`` times steps back to back. This measures, in one
-process on one thread (as a profiled or training CPU rank runs), one workload's step (forward and
+process on one thread (as a profiled or training CPU rank runs), one workload's step as
+``validation profile`` times it (``validation.profile_measure.Stepper.step_s``: forward and
 backward, the optimizer's update outside the time, as the trainer's ``compute_s``) after a gap
 against the same step back to back. Each trial: a step, a timed step back to back (the
 reference), the gap (``sleep``: the process idle, as a rank blocked in a collective; ``spin``: a
@@ -19,6 +20,7 @@ order of the gaps rotated from round to round).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -30,6 +32,7 @@ import torch
 from bench_common import rotated, stats
 
 from hetsim.sweep.results import provenance
+from validation.profile_measure import Stepper
 from validation.workloads import WORKLOADS
 
 
@@ -42,26 +45,6 @@ def parse_cases(text: str) -> list[tuple[str, int]]:
             raise SystemExit(f"cold_step: --cases: {item!r} is not WORKLOAD:BATCH (workloads: {', '.join(WORKLOADS)})")
         out.append((name, int(batch)))
     return out
-
-
-def make_step(name: str, batch: int, seed: int) -> Callable[[], float]:
-    """One timed training step of ``name`` at ``batch`` samples (its compute: forward and backward)."""
-    workload, device = WORKLOADS[name], torch.device("cpu")
-    data = workload.load(seed, device)
-    model = workload.make_model(seed, device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    generator = torch.Generator().manual_seed(seed)
-
-    def step() -> float:
-        idx = torch.randint(0, data.n_train, (batch,), generator=generator)
-        t0 = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        workload.loss(model(data.train_x[idx]), data.train_y[idx]).backward()
-        elapsed = time.perf_counter() - t0
-        optimizer.step()
-        return elapsed
-
-    return step
 
 
 def spin(seconds: float) -> None:
@@ -99,7 +82,7 @@ def main() -> None:
     torch.set_num_threads(1)
     result: dict[str, Any] = {"benchmark": "cold_step", "config": vars(args), **provenance(), "cases": {}}
     for name, batch in parse_cases(args.cases):
-        step = make_step(name, batch, args.seed)
+        step = functools.partial(Stepper(WORKLOADS[name], args.seed, torch.device("cpu"), rank=0).step_s, batch)
         for _ in range(10):  # the batch size's first uses
             step()
         rounds: dict[str, list[list[float]]] = {}

@@ -298,7 +298,7 @@ def test_the_table_is_the_mean_step_read_robustly_from_the_medians():
     assert profile_output.mean_over_median({"2": [1.0, 2.0]}) == 1.0
     in_step = {"batch": 3, "compute_s": [2.0, 2.0, 5.0]}  # the trainer's mean over the table at 3, itself a mean
     scale = (6.0 + 8.0) / (3.0 + 8.0)
-    ratio = profile_output.trainer_compute_ratio({"samples": hand, "in_step": in_step})
+    ratio = profile_output.trainer_compute_ratio({"samples": hand, "in_step": in_step}, profile_output.rank_table(hand))
     assert ratio == pytest.approx(3.0 / (1.5 * scale))
     rng = np.random.default_rng(7)
     samples = {}

@@ -153,17 +153,17 @@ def exposed_comm_s(results: list[dict[str, Any]]) -> float | None:
     return max(0.0, statistics.fmean(times))
 
 
-def trainer_compute_ratio(result: dict[str, Any]) -> float | None:
-    """A rank's mean compute in the trainer's steps over its table's time at that batch: how far
-    the profile's back-to-back steps of the bare model are from the trainer's (DDP's hooks and
-    bucket copies inside the backward, a machine busier in training). Said; the tables are not
+def trainer_compute_ratio(result: dict[str, Any], points: list[list[float]]) -> float | None:
+    """A rank's mean compute in the trainer's steps over its table (``points``, as the scenario
+    holds it: :func:`rank_table`) at that batch: how far the profile's back-to-back steps of the
+    bare model are from the trainer's (DDP's hooks and bucket copies inside the backward, a
+    machine busier in training, a step after a wait). Said; the tables are not
     scaled by it (a few seconds of steps at one batch carry their disturbances into every batch:
     docs/guide/own-job.md), and at the trainer's split the network takes it in
     (:func:`step_overhead_s`)."""
     in_step = result.get("in_step") or {}
     if not in_step.get("compute_s") or not in_step.get("batch"):
         return None
-    points = rank_table(result["samples"])
     table_s = float(np.interp(in_step["batch"], [b for b, _ in points], [t for _, t in points]))
     return statistics.fmean(in_step["compute_s"]) / table_s if table_s > 0 else None
 
@@ -288,7 +288,9 @@ def meta(
             "step_overhead_s": step_overhead_s(results, {k: v for k, v in scenario.items() if k != "network"}),
             "in_step_batches": [(r.get("in_step") or {}).get("batch", 0) for r in results],
         },
-        "trainer_compute_over_table": [trainer_compute_ratio(r) for r in results],
+        "trainer_compute_over_table": [
+            trainer_compute_ratio(r, w["cost"]["points"]) for r, w in zip(results, scenario["workers"])
+        ],
     }
 
 
