@@ -6,6 +6,9 @@ across the ranks with validation.uneven (validation/README.md, "Using the traine
     torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py \\
         --plan plan.json --slowdown 1,2 --out run
     python -m validation compare run
+
+On GPUs (one rank per GPU, NCCL): profile with ``--devices cuda:0,cuda:1``, leave ``--slowdown``
+out and train with ``--device cuda``.
 """
 
 import argparse
@@ -16,9 +19,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hetsim.policies import make_policy
 from validation import uneven
-from validation.backend import loopback_environment
+from validation.backend import loopback_environment, torch_device
 from validation.workloads.base import Workload
 from validation.workloads.sklearn_data import load_digits
 
@@ -34,27 +36,30 @@ ORDER = torch.randperm(len(Y), generator=torch.Generator().manual_seed(0))  # 14
 WORKLOAD = Workload.from_parts("your-cnn", make_model, (X, Y), (TEST_X, TEST_Y), nn.functional.cross_entropy)
 
 
-def train(args: argparse.Namespace) -> int:
+def train(args: argparse.Namespace, device: torch.device) -> int:
     world = dist.get_world_size()
     plan = uneven.load_plan(args.plan, world) if args.plan else None  # refused here: nothing written yet
     name, batch = (plan.policy, plan.global_batch) if plan else (args.policy, args.global_batch)
-    policy = plan.make() if plan else make_policy(name)
+    policy = plan.make() if plan else uneven.barrier_policy(name)
     torch.manual_seed(args.seed)  # the same weights on every rank (DDP broadcasts rank 0's anyway)
-    model = make_model()
+    model = make_model().to(device)
+    x, y, test_x, test_y = (t.to(device) for t in (X, Y, TEST_X, TEST_Y))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     delay = uneven.slowdown_delay(args.slowdown)  # an emulated slower device (None at 1: nothing to emulate)
-    stepper = uneven.UnevenStep(model, optimizer, torch.device("cpu"), comm="ddp", delay=delay)
+    stepper = uneven.UnevenStep(model, optimizer, device, comm="ddp", delay=delay)
     meta = uneven.script_meta(world_size=world, global_batch=batch, epochs=args.epochs, policies=[name], model=model,
         steps_per_epoch=uneven.steps_per_epoch(len(Y), batch), n_train=len(Y), n_test=len(TEST_Y), seed=args.seed,
-        backend="gloo", devices=["cpu"] * world, workload=__file__, comm="ddp")  # fmt: skip
-    writer = uneven.open_run(args.out, meta)  # rank 0 writes the run folder
+        backend=dist.get_backend(), devices=[args.device] * world, workload=__file__, comm="ddp")  # fmt: skip
+    writer = uneven.open_run(args.out, meta)  # rank 0 writes the run folder (refused if it holds files)
 
     def loss_of(net: nn.Module, idx: torch.Tensor) -> torch.Tensor:
-        return nn.functional.cross_entropy(net(X[idx]), Y[idx])  # the mean over this rank's samples
+        idx = idx.to(device)
+        return nn.functional.cross_entropy(net(x[idx]), y[idx])  # the mean over this rank's samples
 
     def evaluate() -> tuple[float, float]:
-        out = model(TEST_X).detach()
-        return float(nn.functional.cross_entropy(out, TEST_Y)), float((out.argmax(1) == TEST_Y).float().mean())
+        with torch.no_grad():
+            out = model(test_x)
+        return float(nn.functional.cross_entropy(out, test_y)), float((out.argmax(1) == test_y).float().mean())
 
     probe = uneven.Controller(uneven.PROBE, None, batch, writer)  # every rank at several batches: the calibration
     uneven.probe_rounds(probe, stepper, loss_of, seed=args.seed, epoch=0, n_samples=len(Y), rounds=args.probe_rounds)
@@ -71,24 +76,32 @@ def train(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    def mine(values: str) -> float:  # this rank's value of a list of one for all ranks or one each (the R-th)
-        return float((items := values.split(","))[int(os.environ.get("RANK", "0")) % len(items)])
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plan", help="plan.json from `python -m hetsim plan SCENARIO --out plan.json`")
-    parser.add_argument("--policy", default="dynamic", help="a hetsim policy, without --plan (default dynamic)")
-    parser.add_argument("--global-batch", type=int, default=128, help="without --plan (default 128)")
+    parser.add_argument("--plan", help="plan.json from `python -m hetsim plan SCENARIO --wait-for-all --out plan.json`")
+    parser.add_argument("--policy", help="instead of --plan: a hetsim barrier policy (default dynamic)")
+    parser.add_argument("--global-batch", type=int, help="with --policy (default 128); a plan brings its own")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo), or cuda (NCCL)")
     parser.add_argument("--epochs", type=int, default=3), parser.add_argument("--probe-rounds", type=int, default=2)
     parser.add_argument("--lr", type=float, default=0.05), parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", help="the run folder (rank 0 writes it)")
-    parser.add_argument("--slowdown", type=mine, default="1", help="an emulated slower device per rank: 1,2 or 1")
+    parser.add_argument("--out", required=True, help="the run folder, new or empty (rank 0 writes it)")
+    parser.add_argument("--slowdown", default=None, help="emulate slower devices: a factor per rank (1,2) or 1=2")
     args = parser.parse_args(argv)
-    if os.environ.get("LOCAL_WORLD_SIZE", "1") == os.environ.get("WORLD_SIZE", "1"):  # one machine: gloo on loopback
+    if args.plan and (args.policy or args.global_batch):
+        parser.error("--plan brings its policy and global batch: give --policy and --global-batch only without it")
+    args.policy, args.global_batch = args.policy or "dynamic", args.global_batch or 128
+    if os.environ.get("LOCAL_WORLD_SIZE", "1") == os.environ.get("WORLD_SIZE", "1"):  # one machine: loopback
         os.environ.update({k: v for k, v in loopback_environment().items() if k not in os.environ})
-    dist.init_process_group("gloo")  # env://: torchrun's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    cuda = args.device == "cuda"  # each rank on its own GPU, cuda:LOCAL_RANK, under NCCL; else gloo on the CPU
     try:
-        return train(args)
-    except ValueError as exc:  # a plan for another cluster, a bad policy: one line, exit status 2
+        device = torch_device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if cuda else "cpu", "--device")
+    except ValueError as exc:  # no CUDA here
+        print(f"train_your_model: error: {exc}", file=sys.stderr)
+        return 2
+    dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)  # env://: torchrun's
+    try:
+        args.slowdown = uneven.rank_slowdown(args.slowdown, dist.get_rank(), dist.get_world_size())
+        return train(args, device)
+    except ValueError as exc:  # a plan for another cluster, a bad policy, a used --out: one line, exit status 2
         print(f"train_your_model: error: {exc}", file=sys.stderr) if dist.get_rank() == 0 else None
         return 2
     finally:

@@ -29,7 +29,7 @@ CASES = [
     case("option-of-sweep", ["--jobs", "2"], "hetsim: unrecognized arguments: --jobs"),
     case("set-without-equals", ["--set", "workload"], "--set: expected PATH=VALUE, got 'workload'"),
     case("set-without-path", ["--set", "=3"], "--set: expected PATH=VALUE, got '=3'"),
-    case("out-in-a-file", ["--out", "{tmp}/file/out"], "--out: cannot write in {tmp}/file: File exists",
+    case("out-in-a-file", ["--out", "{tmp}/file/out"], "--out: {tmp}/file is a file, not a folder",
          {"file": "x"}),
     case("out-is-a-file", ["--out", "{tmp}/file"], "--out: {tmp}/file exists and is not a folder", {"file": "x"}),
     # types, bounds and names of scenario fields (--set)

@@ -310,3 +310,56 @@ def test_your_own_job_profile_plan_train_compare(tmp_path):
         "this run has 1 rank: plan for this cluster"
     ]
     assert not (tmp_path / "no").exists()
+
+
+EXAMPLE_REFUSALS = [
+    (["--policy", "ksync"], "--policy: 'ksync' leaves the slowest gradients out, and this trainer waits for every "
+     "rank each step: give a barrier policy (equal, proportional, dynamic, ...)"),
+    (["--policy", "fastest"], "--policy: unknown policy 'fastest' (known: equal, proportional, dynamic, "
+     "dynamic-enhanced, optimal, adaptive, goodput, backup, ksync, async)"),
+    (["--slowdown", "1,2"], "--slowdown: 2 values for 1 ranks (one per rank, or RANK=VALUE items)"),
+    (["--slowdown", "0=0.5"], "--slowdown: must be in [1, 1000], got 0.5"),
+    (["--out", "{used}"], "out: {used} exists and is not an empty folder: give a new one for this run"),
+    (["--device", "cuda"], "--device: cuda:0 requested but CUDA is not available on this machine"),
+]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("argv", "line"), EXAMPLE_REFUSALS, ids=[" ".join(a) for a, _ in EXAMPLE_REFUSALS])
+def test_the_examples_bad_options_are_refused_in_one_line(argv, line, tmp_path):
+    """What a user gets wrong launching examples/train_your_model.py: a policy that does not wait
+    for every rank, a slowdown for another world or below 1, a run folder that holds a run, a GPU
+    on a machine without CUDA; one
+    line, status 2, a used folder left as it was and no new one written."""
+    if "cuda" in argv:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has CUDA")
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "meta.json").write_text("{}", encoding="utf-8")
+    argv = [a.format(used=used) for a in argv]
+    out = [] if "--out" in argv else ["--out", str(tmp_path / "run")]
+    done = subprocess.run(
+        [sys.executable, "examples/train_your_model.py", *argv, *out, "--epochs", "1"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, env=rank_environment(0, 1, free_port()),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    got = done.stderr.strip().splitlines()
+    assert got and got[-1] == f"train_your_model: error: {line.format(used=used)}", got
+    assert len(got) == 1 and not (tmp_path / "run").exists()
+    assert [p.name for p in used.iterdir()] == ["meta.json"] and (used / "meta.json").read_text() == "{}"
+
+
+def test_the_examples_plan_brings_its_own_policy_and_batch(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "examples/train_your_model.py", "--plan", "p.json", "--policy", "equal", "--out", "x"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip()
+        .splitlines()[-1]
+        .endswith("error: --plan brings its policy and global batch: give --policy and --global-batch only without it")
+    )

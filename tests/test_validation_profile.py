@@ -418,7 +418,15 @@ def test_the_scenario_reads_back_in_hetsim_and_runs(tmp_path):
 
 BAD = [
     (["--devices", "tpu,cpu"], "--devices: unknown device 'tpu' (use cpu, cuda or cuda:N)"),
-    (["--devices", "cpu,cuda:3"], "--devices: rank 1 wants cuda:3 but this machine has 0 CUDA device(s)"),
+    (
+        ["--devices", "cpu,cuda:3", "--comm", "flat"],
+        "--devices: rank 1 wants cuda:3 but this machine has 0 CUDA device(s)",
+    ),
+    (
+        ["--devices", "cuda:0,cpu"],
+        "--comm: ddp needs every rank on one kind of device; use --comm flat for mixed devices",
+    ),
+    (["--out", "{tmp}/a-file/out"], "--out: {tmp}/a-file is a file, not a folder"),
     (["--workload", "{tmp}/missing.py:WORKLOAD"], "--workload: {tmp}/missing.py: no such file"),
     (
         ["--workload", "no_such_module:WORKLOAD"],
@@ -435,12 +443,14 @@ BAD = [
 
 @pytest.mark.parametrize(("argv", "line"), BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_input_is_refused_in_one_line(argv, line, tmp_path, capsys):
-    if "cuda:3" in argv[-1]:
+    (tmp_path / "a-file").write_text("", encoding="utf-8")
+    if "cpu,cuda:3" in argv:
         import torch
 
         if torch.cuda.is_available():
             pytest.skip("this machine has CUDA")
-    check_refused(main, ["profile", *argv, "--out", "{tmp}/out"], line, tmp_path, capsys, prog="validation")
+    out = [] if "--out" in argv else ["--out", "{tmp}/out"]
+    check_refused(main, ["profile", *argv, *out], line, tmp_path, capsys, prog="validation")
 
 
 HUGE = """

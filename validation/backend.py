@@ -149,14 +149,15 @@ def loopback_environment() -> dict[str, str]:
     return {} if interface is None else {"GLOO_SOCKET_IFNAME": interface, "NCCL_SOCKET_IFNAME": interface}
 
 
-def torch_device(name: str) -> torch.device:
-    """The rank's device, made current; on CUDA with :func:`exact_numerics` set."""
+def torch_device(name: str, option: str = "--devices") -> torch.device:
+    """The rank's device, made current; on CUDA with :func:`exact_numerics` set (ConfigError on
+    ``option`` where CUDA is asked for and missing)."""
     import torch
 
     device = torch.device(name)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError("--devices", f"{name} requested but CUDA is not available on this machine")
+            raise ConfigError(option, f"{name} requested but CUDA is not available on this machine")
         torch.cuda.set_device(device)
         exact_numerics()
     return device

@@ -13,6 +13,11 @@ The checks (each a real ``python -m validation run`` in ``DIR/runs/<name>``, or 
 * ``refuse-two-on-one-gpu``: ``--devices cuda:0,cuda:0`` refused in one line, exit 2.
 * ``failing-rank``: rank 1 dies at run step 20 (NCCL across two GPUs when there are two, else
   ``cuda:0,cpu``): the run fails within 60 s naming rank 1, no rank left running.
+* ``profiler-trace``: ``nccl-ddp``'s torch.profiler traces (``--profile 5``) read back by
+  ``python -m hetsim import-trace --format torch-profiler``, a row per profiled step.
+* ``own-job-profile``, ``own-job-plan``, ``own-job-example-nccl``: docs/guide/own-job.md on the
+  GPUs (:func:`own_job_checks`): the example's model profiled, planned, and trained by the
+  example under torchrun over NCCL.
 * ``matrix-quick-gpu``: ``python -m validation matrix --quick --gpu`` finishes.
 * ``trace:<run>``: every run folder above passes :mod:`validation.trace_check` (no negative
   time; first uses and first steps within 1.2x of their medians; device memory flat, sampled
@@ -35,6 +40,7 @@ from typing import Any
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import write_json
+from validation.backend import free_port
 from validation.contention import die_with_parent
 
 DELAY_S = 0.02
@@ -43,6 +49,8 @@ RUN_TIMEOUT_S = 240
 ONE_GPU = ("--world-size", "1", "--devices", "cuda:0", "--policies", "equal", "--probe-repeats", "1")
 RESNET = ("--workload", "resnet18", "--global-batch", "64", "--epochs", "2", *ONE_GPU)
 NO_DEFAULT_DELAY = ("--delay", "1=0", "--per-sample-delay", "1=0")
+PROFILED_STEPS = 5  # torch.profiler steps of nccl-ddp, read back by import-trace
+EXAMPLE = "examples/train_your_model.py"  # the own-job walkthrough's model and training script
 
 
 @dataclass
@@ -98,10 +106,15 @@ class MemorySampler:
 
 def run_validation(command: str, argv: Sequence[str], timeout_s: float = RUN_TIMEOUT_S) -> tuple[int, str, float]:
     """``python -m validation COMMAND *argv``: its exit status, its stderr and its wall time."""
+    return run_command([sys.executable, "-m", "validation", command, *argv], timeout_s)
+
+
+def run_command(argv: Sequence[str], timeout_s: float = RUN_TIMEOUT_S) -> tuple[int, str, float]:
+    """Any command (``hetsim``, torchrun): its exit status, its stderr and its wall time."""
     t0 = time.monotonic()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "validation", command, *argv],
+            list(argv),
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -175,7 +188,7 @@ def run_checks(out: Path, n_gpus: int) -> list[Outcome]:
     plan = {
         "nccl-flat": RESNET,
         "nccl-flat-delay": (*RESNET, *delay),
-        "nccl-ddp": (*RESNET, "--comm", "ddp"),
+        "nccl-ddp": (*RESNET, "--comm", "ddp", "--profile", str(PROFILED_STEPS)),
         "nccl-ddp-delay": (*RESNET, "--comm", "ddp", *delay),
         "transformer-ddp": ("--workload", "transformer", "--global-batch", "64", "--epochs", "1", *ONE_GPU,
                             "--comm", "ddp"),
@@ -187,13 +200,54 @@ def run_checks(out: Path, n_gpus: int) -> list[Outcome]:
     for name, argv in plan.items():
         outcomes.append(checked_run(name, argv, runs, memory))
         print(outcomes[-1].line(), flush=True)
-    for outcome in (delay_check(runs), refusal_check(), failure_check(runs, n_gpus), matrix_check(out)):
+    checks = (delay_check(runs), profiler_check(runs / "nccl-ddp"), *own_job_checks(out / "own-job", n_gpus),
+              refusal_check(), failure_check(runs, n_gpus), matrix_check(out))  # fmt: skip
+    for outcome in checks:
         outcomes.append(outcome)
         print(outcome.line(), flush=True)
     folders = [runs / name for name in plan] + sorted((out / "matrix" / "runs").glob("*/"))
     for folder in folders:
         outcomes.append(trace_outcome(folder, memory.get(folder.name, [])))
         print(outcomes[-1].line(), flush=True)
+    return outcomes
+
+
+def profiler_check(run: Path) -> Outcome:
+    """The torch.profiler traces of a DDP run on CUDA read back by ``hetsim import-trace``: a
+    row per rank and profiled step, each with compute time."""
+    import pandas as pd
+
+    out = run.parent / f"{run.name}-imported.csv"
+    argv = ["-m", "hetsim", "import-trace", "--format", "torch-profiler", str(run / "profiler"), "--policy", "equal"]
+    status, stderr, wall = run_command([sys.executable, *argv, "-o", str(out)], 120)
+    if status != 0:
+        return Outcome("profiler-trace", False, f"exit status {status}: {last_line(stderr)}", wall)
+    rows = pd.read_csv(out)
+    ok = len(rows) >= PROFILED_STEPS - 1 and bool((rows["compute_s"] > 0).all())
+    return Outcome("profiler-trace", ok, f"{len(rows)} steps imported from {run.name}'s traces", wall)
+
+
+def own_job_checks(out: Path, n_gpus: int) -> list[Outcome]:
+    """docs/guide/own-job.md on CUDA: ``validation profile`` of examples/train_your_model.py's model
+    (on cuda:0,cuda:1; with one GPU, cuda:0 beside a CPU rank over the flat all-reduce, as a plan
+    needs two workers), ``hetsim plan`` of its scenario, and the example under torchrun over NCCL
+    on the GPUs: with the plan on two, with ``--policy equal`` on one (a plan for a GPU and a CPU
+    is not a world of GPUs)."""
+    two = n_gpus >= 2
+    devices = ["--devices", "cuda:0,cuda:1"] if two else ["--devices", "cuda:0,cpu", "--comm", "flat"]
+    prof, plan = out / "profile", out / "plan.json"
+    status, stderr, wall = run_validation("profile", ["--workload", f"{EXAMPLE}:WORKLOAD", *devices, "--budget-s",
+                                                      "20", "--out", str(prof)])  # fmt: skip
+    outcomes = [Outcome("own-job-profile", status == 0, f"exit status {status}: {last_line(stderr)}", wall)]
+    status, stderr, wall = run_command([sys.executable, "-m", "hetsim", "plan", str(prof / "scenario.toml"),
+                                        "--wait-for-all", "--out", str(plan)], 120)  # fmt: skip
+    outcomes.append(Outcome("own-job-plan", status == 0, f"exit status {status}: {last_line(stderr)}", wall))
+    how = ["--plan", str(plan)] if two else ["--policy", "equal"]
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    status, stderr, wall = run_command([torchrun, "--nproc-per-node", "2" if two else "1", "--master-addr",
+                                        "127.0.0.1", "--master-port", str(free_port()), EXAMPLE, *how, "--device",
+                                        "cuda", "--epochs", "3", "--out", str(out / "run")])  # fmt: skip
+    outcomes.append(Outcome("own-job-example-nccl", status == 0, f"exit status {status}: {last_line(stderr)}", wall))
     return outcomes
 
 

@@ -104,6 +104,6 @@ def summary_lines(info: dict[str, Any], out: Path) -> list[str]:
         )
     lines.append(
         f"wrote {out}/scenario.toml, profile.csv, meta.json; "
-        f"next: python -m hetsim plan {out}/scenario.toml --wait-for-all"
+        f"next: python -m hetsim plan {out}/scenario.toml --wait-for-all --out {out}/plan.json"
     )
     return lines

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsim.core.errors import ConfigError
+from hetsim.core.files import check_out_folder
 from hetsim.core.params import Param
 from validation.backend import parse_devices
 from validation.contention import MAX_NEIGHBOUR_CORES
@@ -138,8 +139,9 @@ def build_profile_config(args: argparse.Namespace) -> ProfileConfig:
         raise ConfigError("--max-batch", f"the ranks hold at most {sum(max_batch)} samples, less than the global "
                           f"batch {global_batch}")  # fmt: skip
     out = args.out if args.out is not None else Path("runs") / time.strftime("profile-%Y%m%d-%H%M%S")
-    if out.exists() and not out.is_dir():
-        raise ConfigError("--out", f"{out} exists and is not a folder")
+    check_out_folder(out, "--out")  # before the budget is spent measuring for it
+    if args.comm == "ddp" and len({d.partition(":")[0] for d in devices}) > 1:
+        raise ConfigError("--comm", "ddp needs every rank on one kind of device; use --comm flat for mixed devices")
     threads = {r: int(Param("--threads", "integer", low=1, high=len(available_cpus())).check(_int(v)))
                for r, v in per_rank(args.threads, world, "--threads").items()}  # fmt: skip
     load = Param("--contention", low=0.0, high=MAX_NEIGHBOUR_CORES, doc="CPU cores of load")

@@ -69,15 +69,20 @@ def atomic_write(target: Path, write: Callable[[str], object]) -> None:
 
 
 def check_out_folder(target: Path, option: str = "--out") -> None:
-    """An output folder can be made or written: not a file, its parent made if missing (the
-    ConfigError :func:`atomic_folder` would raise, before any work is done for it)."""
+    """An output folder can be made or written: not a file, its parent made if missing and
+    writable (the ConfigError :func:`atomic_folder` would raise, before any work is done for it)."""
     target = Path(target)
     if target.exists() and not target.is_dir():
         raise ConfigError(option, f"{target} exists and is not a folder")
+    above = next((p for p in target.parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ConfigError(option, f"{above} is a file, not a folder")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(option, f"cannot write in {target.parent}: {exc.strerror or exc}") from None
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise ConfigError(option, f"cannot write in {target.parent}: Permission denied")
 
 
 @contextmanager

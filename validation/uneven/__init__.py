@@ -13,7 +13,8 @@ torchrun script (validation/README.md, "Using the trainer in your own script";
   across the ranks: rank 0 decides and broadcasts the split and feeds the policy every rank's
   measured times; the trace goes to the run folder (:func:`open_run`, :func:`script_meta`),
   which ``python -m validation compare`` and ``python -m hetsim calibrate`` read;
-* :func:`slowdown_delay`: a rank that emulates a slower device (testing plans on one machine);
+* :func:`slowdown_delay`, :func:`rank_slowdown`: a rank that emulates a slower device (testing
+  plans on one machine), and its factor of a ``--slowdown`` option;
 * :func:`train_epoch`, :func:`probe_rounds`, :func:`epoch_row`: an epoch, the calibration
   probe, the epoch's row;
 * :class:`StepProfiler`: ``torch.profiler`` traces of a block's first steps (``profiler=`` of
@@ -28,10 +29,10 @@ from validation.record import script_meta
 from validation.sharding import epoch_permutation, steps_per_epoch
 from validation.sharding import local_indices as rank_samples
 from validation.uneven.control import Controller
-from validation.uneven.plan_file import PlanChoice, PlanError, load_plan, planned_policy
+from validation.uneven.plan_file import PlanChoice, PlanError, barrier_policy, load_plan, planned_policy
 from validation.uneven.profiling import StepProfiler
 from validation.uneven.run import epoch_row, open_run, probe_hints, probe_rounds, run_steps, train_epoch
-from validation.uneven.step import UnevenStep, slowdown_delay, weighted_loss
+from validation.uneven.step import UnevenStep, rank_slowdown, slowdown_delay, weighted_loss
 
 __all__ = [
     "PROBE",
@@ -40,6 +41,7 @@ __all__ = [
     "PlanError",
     "StepProfiler",
     "UnevenStep",
+    "barrier_policy",
     "epoch_permutation",
     "epoch_row",
     "load_plan",
@@ -47,6 +49,7 @@ __all__ = [
     "planned_policy",
     "probe_hints",
     "probe_rounds",
+    "rank_slowdown",
     "rank_samples",
     "run_steps",
     "script_meta",

@@ -68,7 +68,8 @@ class Controller:
         assert self.policy is not None
         hints = self._hints() if self.policy.reads_costs() else None
         if self.policy.needs_costs and hints is None:
-            raise ValueError(f"policy {self.policy.name!r} needs each rank's costs: run the probe before it")
+            raise ValueError(f"policy {self.policy.name!r} needs each rank's costs: run the probe before it, "
+                             "into a run folder (its rows are read back from the writer)")  # fmt: skip
         self.policy.reset(self.world, self.global_batch, hints, self._run_hint())
         self._needs_reset = False
 

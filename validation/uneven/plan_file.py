@@ -86,9 +86,7 @@ def load_plan(path: str | Path, world_size: int) -> PlanChoice:
     except ConfigError as exc:
         raise PlanError(f"{where}:{exc.field}", exc.problem) from None
     if not waits_for_every_worker(cls):  # async, backup, ksync: hetsim simulates them, this trainer does not run them
-        how = "has no barrier" if not cls.synchronous else "leaves the slowest gradients out"
-        raise PlanError(f"{where}:recommended.policy", f"{policy!r} {how}, and this trainer waits for every rank "
-                        "each step: plan with --wait-for-all")  # fmt: skip
+        raise PlanError(f"{where}:recommended.policy", f"{_not_barrier(policy, cls)}: plan with --wait-for-all")
     if (
         not isinstance(split, list)
         or not _ints(split)
@@ -111,3 +109,22 @@ def load_plan(path: str | Path, world_size: int) -> PlanChoice:
 
 def _ints(value: list[Any]) -> bool:
     return bool(value) and all(isinstance(b, int) and b >= 0 for b in value)
+
+
+def barrier_policy(name: str, option: str = "--policy") -> Policy:
+    """A fresh policy ``name`` for a trainer that waits for every rank each step (DDP's):
+    :class:`PlanError` (one line naming ``option``) for an unknown name or a policy that ends a
+    step without every gradient (``async``, ``backup``, ``ksync``), which hetsim simulates and
+    such a trainer would run as something else."""
+    try:
+        cls = policy_class(name, option)
+    except ConfigError as exc:
+        raise PlanError(exc.field, exc.problem) from None
+    if not waits_for_every_worker(cls):
+        raise PlanError(option, f"{_not_barrier(name, cls)}: give a barrier policy (equal, proportional, dynamic, ...)")
+    return make_policy(name)
+
+
+def _not_barrier(name: str, cls: type[Policy]) -> str:
+    how = "has no barrier" if not cls.synchronous else "leaves the slowest gradients out"
+    return f"{name!r} {how}, and this trainer waits for every rank each step"

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch.distributed as dist
 
+from hetsim.core.errors import ConfigError
 from hetsim.policies import StepInfo, WorkerHint
 from validation.probe import fit_probe, probe_round
 from validation.record import NullWriter, RunWriter
@@ -36,10 +37,14 @@ Window = Callable[[int], tuple[np.ndarray, int]]  # block step k -> (the epoch's
 
 def open_run(out: str | Path | None, meta: dict[str, Any]) -> Writer:
     """Rank 0: the run folder ``out`` (meta.json written now, status ``running``); every other
-    rank, or no ``out``: a writer that drops everything."""
+    rank, or no ``out``: a writer that drops everything. A folder that already holds files is
+    refused (ConfigError on ``out``), as ``validation run`` refuses it: two runs' rows would mix."""
     if out is None or dist.get_rank() != 0:
         return NullWriter()
-    return RunWriter(Path(out), meta)
+    folder = Path(out)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ConfigError("out", f"{folder} exists and is not an empty folder: give a new one for this run")
+    return RunWriter(folder, meta)
 
 
 def run_steps(
