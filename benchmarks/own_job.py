@@ -59,8 +59,9 @@ def call(command: list[str], what: str) -> str:
     """Run ``command`` from the repository root; its stdout, or exit naming ``what`` failed."""
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
     if done.returncode != 0:
-        tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:]
-        raise SystemExit(f"own_job: {what} failed (status {done.returncode}): {' '.join(tail)}")
+        lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
+        said = [line for line in lines if "error:" in line][-1:] or lines[-1:]  # the rank's line, not torchrun's report
+        raise SystemExit(f"own_job: {what} failed (status {done.returncode}): {' '.join(said)}")
     return done.stdout
 
 
@@ -81,10 +82,10 @@ def train(folder: Path, how: list[str], seed: int, args: argparse.Namespace) -> 
     from validation.backend import free_port
 
     torchrun = str(Path(sys.executable).with_name("torchrun"))
+    batch = [] if "--plan" in how else ["--global-batch", str(args.global_batch)]  # a plan brings its own
     call([torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-          EXAMPLE, *how, "--slowdown", args.slowdown, "--epochs", str(args.epochs), "--global-batch",
-          str(args.global_batch), "--seed", str(seed), "--out", str(folder)],
-         "the example with " + " ".join(how))  # fmt: skip
+          EXAMPLE, *how, *batch, "--slowdown", args.slowdown, "--epochs", str(args.epochs), "--seed", str(seed),
+          "--out", str(folder)], "the example with " + " ".join(how))  # fmt: skip
     entry = json.loads((folder / "summary.json").read_text(encoding="utf-8"))["policies"][0]
     trace = pd.read_parquet(folder / "trace.parquet")
     steps = trace[trace["policy"] != "probe"].groupby(["epoch", "step"])

@@ -208,6 +208,7 @@ CASES = [
     case("slowdown-below-one", ["--slowdown", "1=0.5"], "--slowdown: must be >= 1, got 0.5"),
     case("slowdown-inf", ["--slowdown", "1=inf"], "--slowdown: must be finite, got inf"),
     case("slowdown-rank-text", ["--slowdown", "x=2"], "--slowdown: rank must be an integer, got 'x'"),
+    case("slowdown-list", ["--slowdown", "0=1.5,1=0.5"], "--slowdown: must be >= 1, got 0.5"),  # comma-separated items
     # placement
     case("threads-zero", ["--threads", "0=0"], "--threads: must be >= 1, got 0"),
     case("threads-rank-out-of-range", ["--threads", "2=1"], "--threads: rank 2 is outside 0..1"),

@@ -114,3 +114,22 @@ def test_the_delay_check_compares_the_two_paths(tmp_path):
         write_trace_table(trace([("equal", k, 0, 64, compute) for k in range(5)], comm_s=0.0), folder / "trace.csv")
     outcome = gpu_check.delay_check(tmp_path)
     assert not outcome.passed and outcome.detail == "flat +20.0 ms, ddp +2.0 ms (injected 20 ms)"
+
+
+@pytest.mark.slow
+def test_the_profiler_check_reads_a_real_runs_traces_back_and_fails_without_them(tmp_path):
+    """profiler_check on a real DDP run with ``--profile 5`` (on the CPU here: the check reads
+    the run folder, whatever the device): PASS with one row per profiled step; a run without
+    traces: FAIL naming import-trace's error."""
+    run = tmp_path / "nccl-ddp"
+    argv = ["run", "--workload", "digits-cnn", "--world-size", "1", "--global-batch", "64", "--epochs", "1",
+            "--policies", "equal", "--probe-repeats", "1", "--comm", "ddp", "--profile", "5", "--out", str(run)]  # fmt: skip
+    assert subprocess.run([sys.executable, "-m", "validation", *argv], capture_output=True, cwd=ROOT).returncode == 0
+    outcome = gpu_check.profiler_check(run)
+    assert outcome.passed and outcome.detail == "5 steps imported from nccl-ddp's traces"
+    rows = pd.read_csv(tmp_path / "nccl-ddp-imported.csv")
+    assert len(rows) == 5 and (rows["compute_s"] > 0).all()
+    bare = tmp_path / "bare"
+    (bare / "profiler").mkdir(parents=True)
+    failed = gpu_check.profiler_check(bare)
+    assert not failed.passed and failed.detail.startswith("exit status 2: hetsim: error:")

@@ -140,7 +140,7 @@ def _rank_map(raw: Mapping[Any, Any] | None, items: Sequence[str], option: str) 
     return out
 
 
-LIST_OPTIONS = ("--threads", "--cpus", "--contention")  # RANK=VALUE items, comma-separated
+LIST_OPTIONS = ("--threads", "--cpus", "--contention", "--slowdown")  # RANK=VALUE items, comma-separated
 
 
 def _policies(value: Any, option: str) -> tuple[str, ...]:

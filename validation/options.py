@@ -129,8 +129,9 @@ def add_heterogeneity_options(parser: argparse.ArgumentParser) -> None:
         "--slowdown",
         action="append",
         default=[],
-        metavar="RANK=FACTOR",
-        help="sleep (FACTOR - 1) x the measured compute after each step (FACTOR >= 1)",
+        metavar="RANK=FACTOR,...",
+        help="emulate a slower device: sleep (FACTOR - 1) x the measured compute after each step (FACTOR >= 1), "
+        "e.g. 1=2 or 0=1.5,1=2",
     )
     parser.add_argument(
         "--threads", action="append", default=[], metavar="RANK=N,...", help="CPU threads of a rank (default 1 each)"

@@ -98,8 +98,8 @@ def add_profile_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--slowdown", default=None, metavar="FACTOR,...",
-        help="emulate slower devices as validation run's --slowdown does: after each step a rank sleeps (FACTOR - 1) "
-        "x its measured time: 1,2 or 1=2",
+        help="emulate slower devices (what validation run's --slowdown does): after each step a rank sleeps "
+        "(FACTOR - 1) x its measured time; one factor per rank, 1,2, or RANK=FACTOR items, 1=2",
     )  # fmt: skip
     parser.add_argument(
         "--comm", choices=("ddp", "flat"), default="ddp",
