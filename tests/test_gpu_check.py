@@ -123,7 +123,8 @@ def test_the_profiler_check_reads_a_real_runs_traces_back_and_fails_without_them
     traces: FAIL naming import-trace's error."""
     run = tmp_path / "nccl-ddp"
     argv = ["run", "--workload", "digits-cnn", "--world-size", "1", "--global-batch", "64", "--epochs", "1",
-            "--policies", "equal", "--probe-repeats", "1", "--comm", "ddp", "--profile", "5", "--out", str(run)]  # fmt: skip
+            "--policies", "equal", "--probe-repeats", "1", "--comm", "ddp", "--profile", "5",
+            "--out", str(run)]  # fmt: skip
     assert subprocess.run([sys.executable, "-m", "validation", *argv], capture_output=True, cwd=ROOT).returncode == 0
     outcome = gpu_check.profiler_check(run)
     assert outcome.passed and outcome.detail == "5 steps imported from nccl-ddp's traces"
