@@ -3,6 +3,8 @@ written, no process left: :func:`tests.test_bad_input.check_refused`)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from hetsim.cli.main import main
@@ -56,6 +58,9 @@ CASES = [
          "{tmp}/afile/plan.json: cannot write here: {tmp}/afile is not a folder", {"afile": "x"}),
     case("out-deep-under-a-file", ["paper", "--out", "{tmp}/afile/sub/plan.json"],
          "{tmp}/afile/sub/plan.json: cannot write here: {tmp}/afile is not a folder", {"afile": "x"}),
+    case("out-deep-in-an-unwritable-folder", ["paper", "--out", "/proc/self/nope/plan.json"],
+         "/proc/self/nope/plan.json: cannot write here: /proc/self is not writable",  # not even for root
+         marks=pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")),
     case("out-and-a-bad-range", ["paper", "--out", "{tmp}/new/plan.json", "--batch-range", "64"],
          f"{RANGE} '64'"),  # refused before the folder for --out is made
 ]  # fmt: skip

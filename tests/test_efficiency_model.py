@@ -146,6 +146,25 @@ def test_a_bad_efficiency_table_is_refused_in_one_line(
     check_refused(main, argv, line, tmp_path, capsys)
 
 
+def test_a_malformed_sweep_and_batches_it_does_not_hold_are_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A results file whose noise shape is not [progress, ratio] pairs; ``--batches`` given as
+    batch-sweep's multiples (1,2) where the sweep's runs are at global batches 16 and 32."""
+    points = [{"batch": b, "seed": 0, "steps_to_target": 100.0, "noise_scale": 40.0} for b in (16, 32)]
+    common = {"workload": "w", "base_batch": 16, "lr_scaling": "sqrt", "target_accuracy": 0.9}
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "results.json").write_text(json.dumps({**common, "points": [{**points[0], "noise_shape": 5}]}))
+    (tmp_path / "good").mkdir()
+    (tmp_path / "good" / "results.json").write_text(json.dumps({**common, "points": points}))
+    check_refused(main, ["calibrate-efficiency", "{tmp}/bad"],
+                  "{tmp}/bad/results.json:points.0.noise_shape: must be a list of [x, y] pairs, got int (5)",
+                  tmp_path, capsys)  # fmt: skip
+    check_refused(main, ["calibrate-efficiency", "{tmp}/good", "--batches", "1,2"],
+                  "RUN: no run reached the target at the global batches asked for (1, 2); the sweep holds 16, 32",
+                  tmp_path, capsys)  # fmt: skip
+
+
 def test_calibrate_efficiency_writes_the_table_it_fitted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     true = Efficiency(100.0, 16, 400.0, batch_exponent=0.25)
     points = [{"batch": b, "seed": s, "steps_to_target": true.steps_to_target(b), "noise_scale": 40.0,

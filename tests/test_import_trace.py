@@ -56,13 +56,14 @@ def test_plain_and_gzipped_read_alike(tmp_path: Path) -> None:
     assert plain == packed
 
 
-def test_batch_from_shapes_else_option(tmp_path: Path) -> None:
+def test_batch_from_the_option_where_it_names_the_rank_else_the_shapes(tmp_path: Path) -> None:
     steps = [[3000.0, 7000.0]]
     files = [write(tmp_path / f"r{r}.json", trace(r, 2, rank_events(r, steps, [48, 80], shapes=False)))
              for r in range(2)]  # fmt: skip
     assert import_traces(files, {0: 48, 1: 80}).trace.local_batch.tolist() == [48, 80]
     with_shapes = job(tmp_path / "shapes", steps, [48, 80])
-    assert import_traces(with_shapes, {0: 1, 1: 1}).trace.local_batch.tolist() == [48, 80]  # the shapes win
+    assert import_traces(with_shapes).trace.local_batch.tolist() == [48, 80]
+    assert import_traces(with_shapes, {1: 0}).trace.local_batch.tolist() == [48, 0]  # the option wins where given
 
 
 @pytest.mark.slow

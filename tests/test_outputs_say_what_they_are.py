@@ -93,10 +93,11 @@ def test_a_scenario_file_given_to_sweep_is_named(tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_sweep_file_given_to_simulate_is_named(tmp_path, capsys):
+@pytest.mark.parametrize("command", [["simulate"], ["analyze"], ["plan"], ["costs", "--batch", "8"], ["show"]])
+def test_a_sweep_file_given_where_a_scenario_belongs_is_named(command, tmp_path, capsys):
     path = tmp_path / "s.toml"
     path.write_text('name = "s"\nbase = "paper"\n[grid]\n"workload.epochs" = [1, 2]\n')
-    assert main(["simulate", str(path)]) == 2
+    assert main([command[0], str(path), *command[1:]]) == 2
     assert capsys.readouterr().err == (
         f"hetsim: error: {path}: this is a sweep file, not a scenario file (use: python -m hetsim sweep {path})\n"
     )

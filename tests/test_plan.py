@@ -228,9 +228,15 @@ def test_wait_for_all_plans_over_the_policies_a_ddp_trainer_runs(capsys, tmp_pat
     path.write_text(json.dumps(cluster()), encoding="utf-8")
     assert main(["plan", str(path), "--wait-for-all", "--json"]) == 0
     out, err = capsys.readouterr()
-    rows = {r["policy"] for r in json.loads(out)["policies"]}
+    data = json.loads(out)
+    rows = {r["policy"] for r in data["policies"]}
     assert rows == {"equal", "proportional", "dynamic", "dynamic-enhanced", "optimal", "adaptive"}
     assert err.count("does not wait") == 0 and err.count("do not wait for every worker (--wait-for-all)") == 3
+    left_out = {r["policy"]: r["reason"] for r in data["left_out_policies"]}  # what the notes said, in plan.json
+    assert set(left_out) == {"backup", "ksync", "async", "goodput"}
+    assert left_out["backup"] == "its steps do not wait for every worker (--wait-for-all)"
+    assert left_out["goodput"].startswith("it needs [workload.efficiency]")
+    assert all(f"note: {p} left out: {why}" in err for p, why in left_out.items())
 
 
 def row(policy: str, value: float, low: float, high: float, how: str = "simulated, 1 run x 9 steps") -> PolicyRow:

@@ -335,3 +335,17 @@ def test_a_report_that_fails_midway_leaves_the_previous_tables_and_plots(tmp_pat
     capsys.readouterr()
     assert main(["report", str(run)]) == 0
     assert {p.name for p in (run / "plots").iterdir()} == PLOTS
+
+
+def test_the_default_jobs_are_the_cores_this_process_may_use_capped_at_the_sweeps_limit(monkeypatch):
+    """--jobs' default counts the process's CPU affinity (a container's or a batch job's share),
+    not the host's cores, and never exceeds what --jobs accepts (a plain sweep on a 512-core host
+    was refused)."""
+    from hetsim.cli.sweep import usable_cores
+    from hetsim.sweep.run import MAX_JOBS
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 5})
+    monkeypatch.setattr(os, "cpu_count", lambda: 512)
+    assert usable_cores() == 2
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(512)))
+    assert usable_cores() == MAX_JOBS == 256

@@ -53,7 +53,7 @@ def _point(entry: Any, where: str) -> Point:
     if not isinstance(entry, dict):
         raise ConfigError(where, f"must be a table, got {typename(entry)}")
     get = lambda key, p: p.check(entry.get(key))  # noqa: E731
-    shape = tuple(tuple(float(v) for v in knot) for knot in (entry.get("noise_shape") or ()))
+    shape = get("noise_shape", Param(f"{where}.noise_shape", "points", default=None)) or ()
     return Point(
         int(get("batch", Param(f"{where}.batch", "integer", low=1))),
         int(get("seed", Param(f"{where}.seed", "integer", low=0))),
@@ -122,7 +122,10 @@ def fitted_model(sweep: Sweep, batches: Sequence[int] | None = None, schedule: b
     starting from the base runs' noise scale (``schedule``: their median shape over progress)."""
     runs = reached(sweep, batches)
     if not runs:
-        raise ConfigError("RUN", "no run reached the target at the batches asked for")
+        held = ", ".join(str(b) for b in sorted({p.batch for p in sweep.points}))
+        asked = "" if batches is None else f" ({', '.join(map(str, batches))})"
+        raise ConfigError("RUN", f"no run reached the target at the global batches asked for{asked}; the sweep "
+                          f"holds {held}")  # fmt: skip
     base = reached(sweep, [sweep.base_batch])
     noise = _median([(p.noise_first if schedule else p.noise_scale) for p in base])
     shape: Shape = ()

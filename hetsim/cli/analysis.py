@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetsim.cli.common import add_scenario_options, check_out_file, check_seed, scenario_policies
+from hetsim.cli.common import add_scenario_options, check_out_file, check_seed, refuse_sweep_file, scenario_policies
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import atomic_write, check_writable
 
@@ -137,6 +137,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from hetsim.analysis.step_ci import replication_reason
     from hetsim.scenario.config import check_run_size, load_scenario
 
+    refuse_sweep_file(args.scenario)
     scenario = load_scenario(args.scenario, args.set)
     notes: list[str] = []
     policies = list(scenario_policies(args.policy, scenario, notes))

@@ -54,13 +54,13 @@ def scenario_policies(text: str | None, scenario: Scenario, notes: list[str] | N
     if text is not None:
         return {name: scenario.make_policy(name) for name in parse_policies(text)}
     from hetsim.policies import POLICIES  # imported here so that the command line starts without scipy
+    from hetsim.policies.base import NO_EFFICIENCY
 
     built: dict[str, Policy] = {}
     left_out = []
     for name, cls in POLICIES.items():
         if cls.needs_efficiency and scenario.workload.efficiency is None:
-            left_out.append(f"note: {name} left out: it needs [workload.efficiency] (the gradient noise scale), "
-                            "which the scenario lacks")  # fmt: skip
+            left_out.append(f"note: {name} left out: {NO_EFFICIENCY}")
             continue
         try:
             built[name] = scenario.make_policy(name)
@@ -87,10 +87,11 @@ def check_new_folder(out: Path, force: bool, option: str = "--out") -> None:
         raise ConfigError(option, f"{out} already holds files (add --force to replace them, or choose a new folder)")
 
 
-def refuse_sweep_file(source: str) -> None:
+def refuse_sweep_file(source: str | None) -> None:
     """A sweep file given where a scenario belongs gets one line saying so (rather than
-    ``base: unknown key``): a TOML/JSON file with a ``grid`` or a ``base`` and no ``workers``."""
-    if not source.endswith((".toml", ".json")) or not Path(source).is_file():
+    ``base: unknown key``): a TOML/JSON file with a ``grid`` or a ``base`` and no ``workers``.
+    Every command that takes a scenario calls it before loading one."""
+    if source is None or not source.endswith((".toml", ".json")) or not Path(source).is_file():
         return
     from hetsim.scenario.config import read_table  # reads (and checks) the file as the scenario loader would
 

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from hetsim.cli.common import refuse_sweep_file
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import MAX_COUNT, Param
 
@@ -68,6 +69,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
     from hetsim.core.console import text_table
     from hetsim.scenario.config import load_scenario
 
+    refuse_sweep_file(args.scenario)
     scenario = load_scenario(args.scenario, args.set)
     batches = parse_batches(args.batch)
     rows = [

@@ -22,7 +22,8 @@ def add_subcommands(sub: Any) -> None:
     )
     ce.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="batch-sweep results folder(s)")
     ce.add_argument("--batches", default=None, metavar="B,...",
-                    help="fit on the runs at these global batches only (default: every batch)")  # fmt: skip
+                    help="fit on the runs at these global batches only, e.g. 16,32 (samples, not batch-sweep's "
+                    "multiples; default: every batch)")  # fmt: skip
     ce.add_argument("--schedule", action="store_true",
                     help="a noise scale over progress, the base runs' measured shape (default: one value)")  # fmt: skip
     ce.add_argument("--no-exponent", action="store_true", help="keep the noise scale independent of the batch")

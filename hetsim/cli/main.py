@@ -134,6 +134,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     from hetsim.scenario.config import load_scenario
 
+    refuse_sweep_file(args.scenario)
     print(tomli_w.dumps(load_scenario(args.scenario, args.set).to_dict()), end="")
     return 0
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from hetsim.cli.common import add_scenario_options, check_seed, scenario_policies
+from hetsim.cli.common import add_scenario_options, check_seed, refuse_sweep_file, scenario_policies
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import check_writable, write_json
 from hetsim.core.options import SPEEDUP_METRICS
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from hetsim.plan.rows import Estimate, PolicyRow
 
 T = TypeVar("T")
+WAITS_FOR_FEWER = "its steps do not wait for every worker (--wait-for-all)"
 
 
 def add_subcommands(sub: Any) -> None:
@@ -81,7 +83,7 @@ def waiting_for_all(names: list[str], notes: bool) -> list[str]:
         if waits_for_every_worker(policy_class(name)):
             kept.append(name)
         elif notes:
-            print(f"note: {name} left out: its steps do not wait for every worker (--wait-for-all)", file=sys.stderr)
+            print(f"note: {name} left out: {WAITS_FOR_FEWER}", file=sys.stderr)
         else:
             raise ConfigError("--policy", f"{name} does not wait for every worker each step, which --wait-for-all asks")
     return kept
@@ -101,6 +103,8 @@ def check_out(path: Path) -> None:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise ConfigError(str(path), f"cannot write here: {ancestor} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(str(path), f"cannot write here: {ancestor} is not writable")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -108,6 +112,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from hetsim.plan.planner import check_batch_range, check_cluster, check_objective, plan, runnable
     from hetsim.scenario.config import load_scenario
 
+    refuse_sweep_file(args.scenario)
     scenario = load_scenario(args.scenario, args.set)
     check_cluster(scenario)
     names = list(scenario_policies(args.policy, scenario)) if args.policy is not None else None
@@ -120,13 +125,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
         check_batch_range(batch_range, scenario, "--batch-range")
     if args.out is not None:
         check_out(args.out)
+    skipped: tuple[tuple[str, str], ...] = ()
     if names is None:
         names, skipped = runnable(scenario)
         for name, why in skipped:
             print(f"note: {name} left out: {why}", file=sys.stderr)
         if args.wait_for_all:
-            names = waiting_for_all(names, notes=True)
-    result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed, policies=names)
+            kept = waiting_for_all(names, notes=True)
+            skipped += tuple((n, WAITS_FOR_FEWER) for n in names if n not in kept)
+            names = kept
+    result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed, policies=names, left_out=skipped)
     data = {**provenance(), **result.to_dict()}  # the command and the commit beside the plan's own record
     if args.out is not None:
         write_json(args.out, data)

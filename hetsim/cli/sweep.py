@@ -45,14 +45,24 @@ def add_metric_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def usable_cores(cap: int = 256) -> int:  # cap: hetsim.sweep.run.MAX_JOBS (not imported: numpy)
+    """The cores this process may run on (its affinity: a container's or a batch job's share, not
+    the host's), at most ``cap`` (the sweep's largest --jobs)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this platform (macOS)
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, cap))
+
+
 def _add_sweep(sw: argparse.ArgumentParser) -> None:
     sw.add_argument("sweep", nargs="?", default=None, help="sweep file (TOML or JSON); default: the embedded sweep")
     sw.add_argument("--show-default", action="store_true", help="print the embedded default sweep file and exit")
     sw.add_argument(
         "--jobs",
         type=int,
-        default=os.cpu_count() or 1,
-        help="local processes or LocalCluster workers (default: all cores)",
+        default=usable_cores(),
+        help="local processes or LocalCluster workers (default: the cores this process may use, at most 256)",
     )
     sw.add_argument(
         "--scheduler",

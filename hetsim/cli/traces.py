@@ -38,7 +38,8 @@ def add_subcommands(sub: Any) -> None:
                          "(RUN/profiler); reference-logs: the run folder(s)")  # fmt: skip
     it.add_argument("--format", choices=IMPORT_FORMATS, required=True, help="what the PATHs are")
     it.add_argument("--batch", default=None, metavar="RANK=B,...",
-                    help="each rank's local batch, for traces recorded without record_shapes")  # fmt: skip
+                    help="each rank's local batch, for traces recorded without record_shapes; where given, "
+                    "it wins over the input shapes")  # fmt: skip
     it.add_argument("--policy", default=None, help="a folder of several segments' traces: import this one")
     it.add_argument("-o", "--out", type=Path, default=Path("trace.csv"), metavar="TRACE.csv|TRACE.parquet",
                     help="trace file to write (default trace.csv)")  # fmt: skip

@@ -35,6 +35,7 @@ from hetsim.core.errors import ConfigError
 from hetsim.plan.fragility import FRAGILITY_MAX, Fragility, fragility
 from hetsim.plan.rows import LEVEL, OBJECTIVES, PolicyRow, better, closed_form_row, policy_row
 from hetsim.policies import POLICIES
+from hetsim.policies.base import NO_EFFICIENCY
 from hetsim.run.metrics import BASELINE
 from hetsim.scenario.config import check_run_size
 from hetsim.scenario.scenario import Scenario
@@ -169,11 +170,11 @@ def with_batch(scenario: Scenario, global_batch: int) -> Scenario:
 
 def runnable(scenario: Scenario) -> tuple[list[str], tuple[tuple[str, str], ...]]:
     """Every registered policy that can run ``scenario``, and (policy, why) for those that cannot
-    (as ``simulate`` leaves them out; one that needs statistical efficiency on a scenario without
-    does not apply and is not listed)."""
+    (as ``simulate`` leaves them out, with the same reasons)."""
     names, skipped = [], []
     for name, cls in POLICIES.items():
         if cls.needs_efficiency and scenario.workload.efficiency is None:
+            skipped.append((name, NO_EFFICIENCY))
             continue
         try:
             scenario.make_policy(name)
@@ -242,15 +243,19 @@ def search_batch(scenario: Scenario, names: Sequence[str], objective: str,
 
 
 def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tuple[int, int] | None = None,
-         seed: int | None = None, policies: Sequence[str] | None = None) -> Plan:  # fmt: skip
+         seed: int | None = None, policies: Sequence[str] | None = None,
+         left_out: Sequence[tuple[str, str]] = ()) -> Plan:  # fmt: skip
     """The plan for ``scenario`` (module docstring): ``policies`` (default: every policy that can
     run it) predicted at the scenario's global batch, or at the best of ``batch_range``; the
-    simulations seeded with ``seed`` (default: the scenario's)."""
+    simulations seeded with ``seed`` (default: the scenario's). ``left_out``: (policy, why) for
+    policies the caller left out of ``policies`` (recorded in the plan beside those that
+    cannot run the scenario)."""
     check_cluster(scenario)
     check_objective(objective, scenario)
     if batch_range is not None:
         check_batch_range(batch_range, scenario)
     names, skipped = (list(policies), ()) if policies is not None else runnable(scenario)
+    skipped = (*skipped, *left_out)
     seed = scenario.seed if seed is None else seed
     batch, searched = scenario.workload.global_batch, cast(Searched, ())
     if batch_range is not None:

@@ -129,6 +129,10 @@ def step_records(
         yield StepRecord(info, local_batches, tuple(times), tuple(flags))
 
 
+# Why a policy that needs_efficiency is left out of a scenario without it (simulate's and plan's note).
+NO_EFFICIENCY = "it needs [workload.efficiency] (the gradient noise scale), which the scenario lacks"
+
+
 class Policy(PlugIn):
     """Base class. A subclass sets ``name``, declares its ``params`` (they arrive as keyword
     arguments, from the scenario's ``[policy]`` table, and become attributes) and either keeps

@@ -190,11 +190,13 @@ def _compute(rank: RankTrace, number: int, blocked: list[Span | None]) -> float:
 
 
 def local_batch(rank: RankTrace, step: int, batch: Mapping[int, int] | None) -> tuple[int, str]:
-    """The rank's local batch in ``step``: from the input shapes, else ``batch``."""
-    if step in rank.batch:
-        return rank.batch[step], "input shapes"
+    """The rank's local batch in ``step``: ``batch``'s where it names the rank (what the user says
+    wins: a model whose first input dimension is not the batch, a DDP rank with no samples whose
+    zero-weighted pass has shape 1), else the input shapes'."""
     if batch is not None and rank.rank in batch:
         return batch[rank.rank], "--batch"
+    if step in rank.batch:
+        return rank.batch[step], "input shapes"
     raise ConfigError("--batch", f"rank {rank.rank}, ProfilerStep#{step}: no recorded input shape gives the local "
                                  "batch (record with record_shapes=True, or pass --batch RANK=B,...)")  # fmt: skip
 
