@@ -60,7 +60,7 @@ def _point(entry: Any, where: str) -> Point:
         get("steps_to_target", Param(f"{where}.steps_to_target", default=None, low=0.0, low_open=True)),
         get("noise_scale", Param(f"{where}.noise_scale", default=None)),
         get("noise_first", Param(f"{where}.noise_first", default=None)),
-        shape,  # type: ignore[arg-type]
+        shape,
     )
 
 
