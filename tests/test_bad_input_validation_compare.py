@@ -240,3 +240,21 @@ def test_compare_refuses_bad_input(damage, argv, line, finished, config, tmp_pat
     monkeypatch.chdir(tmp_path)
     argv = [a.replace("{run}", str(run)) for a in argv]
     check_refused(main, ["compare", *argv], line.replace("{run}", str(run)), tmp_path, capsys, prog="validation")
+
+
+def test_the_target_is_calibrated_on_equal_else_the_first_policy_at_a_fixed_batch(tmp_path):
+    """Under the weighted combine any policy at a fixed global batch learns as equal does per
+    step: a run without equal (adaptive beside goodput) calibrates on its first such policy; a
+    run whose every policy changes its batch is refused, naming why."""
+    from types import SimpleNamespace
+
+    from hetsim.core.errors import ConfigError
+    from validation.time_to_target import reference_policy
+
+    def run(*policies):
+        return SimpleNamespace(policies=list(policies), path=tmp_path)
+
+    assert reference_policy(run("dynamic", "equal", "goodput")) == "equal"
+    assert reference_policy(run("goodput", "adaptive", "dynamic")) == "adaptive"
+    with pytest.raises(ConfigError, match=r"every policy changes its global batch \(goodput\); run one at a fixed"):
+        reference_policy(run("goodput"))

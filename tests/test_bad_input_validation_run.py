@@ -109,6 +109,17 @@ CASES = [
     case("efficiency-bad-noise", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml"],
          "--efficiency: workload.efficiency.noise_scale: must be > 0, got -3",
          {"e.toml": "[workload.efficiency]\nnoise_scale = -3\nbase_batch = 16\n"}),
+    case("efficiency-other-rule", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml"],
+         "--efficiency: fitted under the 'linear' learning-rate rule; this trainer scales the rate by the root of the "
+         "batch (fit a batch-sweep of --lr-scaling sqrt)",
+         {"e.toml": "[workload.efficiency]\nnoise_scale = 40\nbase_batch = 128\nlr_scaling = 'linear'\n"}),
+    case("efficiency-other-base", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml"],
+         "--efficiency: fitted with the learning rate set at global batch 16; run at --global-batch 16 with the "
+         "sweep's --lr (or fit one at 128)", {"e.toml": "[workload.efficiency]\nnoise_scale = 40\nbase_batch = 16\n"}),
+    case("noise-scale-with-ddp", ["--noise-scale", "--comm", "ddp"],
+         "--noise-scale: is measured from each rank's own gradient on the flat path: use --comm flat"),
+    case("noise-scale-one-rank", ["--noise-scale", "--world-size", "1"],
+         "--noise-scale: is measured from two or more ranks' gradients: use --world-size 2 or more"),
     case("efficiency-with-ddp", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml", "--comm", "ddp"],
          "--policies: goodput picks the batch by the noise scale: it needs --noise-scale (or --efficiency FILE) and "
          "--comm flat", {"e.toml": "[workload.efficiency]\nnoise_scale = 30\nbase_batch = 16\n"}),

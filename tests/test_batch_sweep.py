@@ -67,6 +67,10 @@ def test_a_short_sweep_records_steps_to_target_within_five_percent_one_or_two_at
         (["batch-sweep", "--batches", "2,4"], "--batches: must include 1 (the base batch the models are fitted at)"),
         (["batch-sweep", "--batches", "1,x"], "--batches: expected whole numbers separated by commas, got '1,x'"),
         (["batch-sweep", "--seeds", "0"], "--seeds: must be in [1, 100], got 0"),
+        (
+            ["batch-sweep", "--base-batch", "256"],
+            "--batches: 8 x the base batch 256 is 2048 samples, more than digits-cnn's training set (1438)",
+        ),
         (["batch-sweep", "--target", "1.5"], "--target: must be in [0, 1], got 1.5"),
         (["batch-sweep", "--jobs", "0"], "--jobs: must be in [1, 64], got 0"),
         (

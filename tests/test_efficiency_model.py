@@ -193,3 +193,33 @@ def test_sweeps_of_two_optimizers_are_not_fitted_together(tmp_path: Path,
     assert load_sweeps([tmp_path / "old"]).optimizer == "sgd"
     line = f"RUN: {tmp_path / 'adam'}: optimizer 'adam' differs from the first's ('sgd')"
     check_refused(main, ["calibrate-efficiency", str(tmp_path / "old"), str(tmp_path / "adam")], line, tmp_path, capsys)
+
+
+def test_sweeps_at_two_learning_rates_are_not_fitted_together(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """The rate at the base batch is compared where both sweeps recorded it (one that did not is not)."""
+    points = [{"batch": 16, "seed": 0, "steps_to_target": 100.0, "noise_scale": 40.0}]
+    common = {"workload": "w", "base_batch": 16, "lr_scaling": "sqrt", "target_accuracy": 0.9, "points": points}
+    for name, extra in (("a", {"lr": 0.05}), ("b", {"lr": 0.1}), ("old", {})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps({**common, **extra}))
+    assert load_sweeps([tmp_path / "a", tmp_path / "old"]).lr == 0.05
+    line = f"RUN: {tmp_path / 'b'}: lr 0.1 differs from the first's (0.05)"
+    check_refused(main, ["calibrate-efficiency", str(tmp_path / "a"), str(tmp_path / "b")], line, tmp_path, capsys)
+
+
+def test_runs_that_missed_the_target_are_named_as_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run that did not reach the target has no steps to fit: left out, and said so (on stderr
+    and in the table's comment), per batch, since the fit at that batch is then the fast seeds'."""
+    true = Efficiency(100.0, 16, 400.0)
+    points = [{"batch": b, "seed": s, "steps_to_target": true.steps_to_target(b), "noise_scale": 100.0}
+              for b in (16, 32, 64) for s in range(3)]  # fmt: skip
+    points[-1]["steps_to_target"] = None  # the last seed at 64 hit the step cap
+    (tmp_path / "sweep").mkdir()
+    (tmp_path / "sweep" / "results.json").write_text(json.dumps({"workload": "w", "base_batch": 16,
+        "lr_scaling": "sqrt", "target_accuracy": 0.9, "points": points}))  # fmt: skip
+    assert main(["calibrate-efficiency", str(tmp_path / "sweep")]) == 0
+    out, err = capsys.readouterr()
+    assert err.strip() == ("warning: runs 1 of 3 at 64 left out (they did not reach the target; the fit at those "
+                           "batches is of the seeds that did)")  # fmt: skip
+    assert out.splitlines()[0].endswith("; runs 1 of 3 at 64 left out, not reached")

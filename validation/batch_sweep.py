@@ -56,9 +56,15 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
         raise ConfigError("--batches", "must include 1 (the base batch the models are fitted at)")
     out = args.out or Path("runs") / time.strftime("batch-sweep-%Y%m%d-%H%M%S")
     pick = lambda value, default: default if value is None else value  # noqa: E731
+    base = int(Param("--base-batch", "integer", low=1).check(pick(args.base_batch, given.base_batch)))
+    from validation.workloads import resolve_workload
+
+    n_train = resolve_workload(args.workload).train_size()
+    if max(multiples) * base > n_train:  # a step would cut one epoch's permutation short of its batch
+        raise ConfigError("--batches", f"{max(multiples)} x the base batch {base} is {max(multiples) * base} samples, "
+                          f"more than {args.workload}'s training set ({n_train})")  # fmt: skip
     return SweepConfig(
-        args.workload, tuple(sorted(multiples)),
-        int(Param("--base-batch", "integer", low=1).check(pick(args.base_batch, given.base_batch))),
+        args.workload, tuple(sorted(multiples)), base,
         pick(args.optimizer, given.optimizer),
         float(Param("--lr", low=0.0, low_open=True).check(pick(args.lr, given.lr))),
         args.lr_scaling, int(Param("--seeds", "integer", low=1, high=100).check(args.seeds)),

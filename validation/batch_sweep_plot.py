@@ -28,15 +28,17 @@ def plot(results: Path, out: Path) -> Path:
                for b in batches]  # fmt: skip
     ax.plot(batches, medians, "o-", color="black", label="measured (median)")
     grid = np.geomspace(min(batches), max(batches), 60)
-    try:
+    try:  # each model where the runs allow it (too few reached the target: the measurements alone)
         plain = plain_model(sweep)
         ax.plot(grid, [plain.steps_to_target(b) for b in grid], "--", color="tab:blue",
                 label=f"plain model (B_noise {plain.noise_scale:.0f}, from the base runs)")  # fmt: skip
-        fitted = fitted_model(sweep)
-        e = fitted.efficiency
+    except ConfigError:
+        pass
+    try:
+        e = fitted_model(sweep).efficiency
         ax.plot(grid, [e.steps_to_target(b) for b in grid], "-", color="tab:orange",
                 label=f"fitted on every batch (B_noise {e.noise_scale:.0f}, alpha {e.batch_exponent:.2f})")  # fmt: skip
-    except ConfigError:  # too few runs reached the target for a model: the measurements alone
+    except ConfigError:
         pass
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")

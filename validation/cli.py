@@ -1,6 +1,7 @@
 """``python -m validation``: ``run`` (launch the ranks, print the per-policy summary),
-``compare`` (simulator vs measurement), ``matrix`` and ``profile`` (a workload's measured costs
-as a scenario, :mod:`validation.profile`). It prints the launcher's output (each rank's own
+``compare`` (simulator vs measurement), ``matrix``, ``profile`` (a workload's measured costs
+as a scenario, :mod:`validation.profile`), ``batch-sweep`` (steps to a target across global
+batches, :mod:`validation.batch_sweep`) and ``gpu-check``. It prints the launcher's output (each rank's own
 status and errors come from ``validation.train``); bad input ends in one line on stderr
 (``validation: error: <field>: <problem>``) and exit status 2.
 

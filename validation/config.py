@@ -16,11 +16,9 @@ from typing import Any
 from hetsim.core.console import parse_policies
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param
-from hetsim.model.costs import Affine
-from hetsim.model.efficiency import Efficiency
-from hetsim.policies import RunHint, WorkerHint, make_policy, policy_class
 from hetsim.scenario.config import make_efficiency, read_table
 from validation.backend import check_one_rank_per_gpu, parse_devices
+from validation.config_checks import check_across, check_noise_measured, check_table_fits
 from validation.contention import MAX_NEIGHBOUR_CORES
 from validation.inject import parse_delay_spec
 from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES  # there for the parser
@@ -147,21 +145,6 @@ def _policies(value: Any, option: str) -> tuple[str, ...]:
     return tuple(parse_policies(value, option, reserved={"probe": "'probe' is the calibration phase, not a policy"}))
 
 
-def _check_barrier_policies(policies: Sequence[str], world_size: int, global_batch: int) -> None:
-    """The real trainer always combines every rank's gradient: policies that wait for fewer are refused."""
-    hints = [WorkerHint(cost=Affine(1.0, 1.0))] * world_size
-    run = RunHint(efficiency=Efficiency(float(global_batch), global_batch))  # a stand-in: measured in the run
-    for name in policies:
-        policy = make_policy(name)
-        policy.reset(world_size, global_batch, hints, run)
-        if policy.wait_for() < world_size:
-            raise ConfigError(
-                "--policies",
-                f"{name} waits for {policy.wait_for()} of {world_size} gradients; "
-                "the real trainer runs barrier policies only",
-            )
-
-
 def _efficiency(value: Any) -> dict[str, Any] | None:
     """``--efficiency FILE`` (or a run file's ``efficiency``, a path or the table itself): the
     ``[workload.efficiency]`` table of FILE (TOML or JSON), checked as hetsim checks a scenario's."""
@@ -184,30 +167,6 @@ def _efficiency(value: Any) -> dict[str, Any] | None:
     except ConfigError as exc:
         raise ConfigError("--efficiency", str(exc)) from None
     return dict(table)
-
-
-def _check_across(policies: Sequence[str], world_size: int, global_batch: int, probe_repeats: int, noise_scale: bool,
-                  comm: str, devices: Sequence[str]) -> None:  # fmt: skip
-    """The checks across options: barrier policies only, what the policies need (``noise_scale``:
-    a noise scale measured or given), DDP on one kind of device."""
-    _check_barrier_policies(policies, world_size, global_batch)
-    _check_policy_needs(policies, probe_repeats, noise_scale, comm)
-    if comm == "ddp" and len({d.partition(":")[0] for d in devices}) > 1:
-        raise ConfigError("--comm", "ddp needs every rank on one kind of device; use --comm flat for mixed devices")
-
-
-def _check_policy_needs(policies: Sequence[str], probe_repeats: int, noise_scale: bool, comm: str) -> None:
-    """What the policies need of the run: the probe for their costs, the noise scale for the batch
-    (measured, or given as an efficiency table: ``noise_scale`` then true)."""
-    costly = [p for p in policies if policy_class(p).needs_costs]
-    if costly and probe_repeats == 0:
-        raise ConfigError(
-            "--probe-repeats", f"{costly[0]} needs the ranks' costs, which come from the probe: use at least 1"
-        )
-    batching = [p for p in policies if policy_class(p).needs_efficiency]
-    if batching and (not noise_scale or comm != "flat"):
-        problem = "picks the batch by the noise scale: it needs --noise-scale (or --efficiency FILE) and --comm flat"
-        raise ConfigError("--policies", f"{batching[0]} {problem}")
 
 
 def build_config(args: argparse.Namespace, world_size_env: int | None = None, local: int | None = None) -> RunConfig:
@@ -241,7 +200,10 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
     noise_scale = bool(pick("noise_scale", args.noise_scale))
     efficiency = _efficiency(pick("efficiency", getattr(args, "efficiency", None)))
     known_noise = noise_scale or efficiency is not None  # measured in the run, or given as a table
-    _check_across(policies, world_size, global_batch, probe_repeats, known_noise, comm, devices)
+    check_across(policies, world_size, global_batch, probe_repeats, known_noise, comm, devices)
+    check_noise_measured(noise_scale, world_size, comm)
+    if efficiency is not None:
+        check_table_fits(efficiency, global_batch)
     return replace(
         base,
         world_size=world_size,

@@ -19,7 +19,7 @@ scale's model.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -29,12 +29,13 @@ from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param, typename
 from hetsim.model.efficiency import Efficiency
 from hetsim.model.trace import Trace
+from hetsim.policies import policy_class
 from hetsim.run.metrics import progress_curve, reaching_step, step_times
 from hetsim.run.simulate import simulate
-from hetsim.scenario.config import load_scenario, read_table
-from validation.compare import RunData, noise_scale_of, read_csv, read_epochs, scenario_for
+from hetsim.scenario.config import load_scenario, make_efficiency, read_table
+from validation.compare import RunData, noise_scale_of, read_csv, read_epochs, scenario_for, told, told_hints
 
-REFERENCE = "equal"
+REFERENCE = "equal"  # the policy whose steps to the target calibrate the progress model, when the run has it
 
 
 @dataclass(frozen=True)
@@ -50,42 +51,55 @@ class TargetComparison:
         return (self.predicted_s - self.measured_s) / self.measured_s
 
 
-def run_targets(run: RunData) -> tuple[float, float, int]:
-    """The run's target accuracy, measured noise scale (:func:`~validation.compare.noise_scale_of`)
-    and ``equal``'s steps to its first evaluation that reached the target: from ``evals.csv``
-    (every evaluation), or in a folder written before it, from ``epochs.csv`` (the epochs' ends)."""
+def reference_policy(run: RunData) -> str:
+    """The policy whose steps to the target calibrate the progress model: ``equal``, else the
+    run's first policy at a fixed global batch (under the weighted combine every such policy
+    learns alike per step); ConfigError when every policy changes its batch."""
+    fixed = [p for p in run.policies if not policy_class(p).varies_batch]
+    if not fixed:
+        raise ConfigError("run_dir", f"{run.path}: every policy changes its global batch ({', '.join(run.policies)}); "
+                          f"run one at a fixed batch beside them ({REFERENCE}) to calibrate the target on")  # fmt: skip
+    return REFERENCE if REFERENCE in fixed else fixed[0]
+
+
+def run_targets(run: RunData) -> tuple[float, float | None, int]:
+    """The run's target accuracy, measured noise scale (:func:`~validation.compare.noise_scale_of`;
+    None where the run was given an efficiency table instead) and the reference policy's
+    (:func:`reference_policy`) steps to its first evaluation that reached the target: from
+    ``evals.csv`` (every evaluation), or in a folder written before it, from ``epochs.csv``."""
     target = run.meta["config"]["target_accuracy"]
     if target is None:
         raise ConfigError("run_dir", f"{run.path} was run without --target-accuracy")
     epochs = read_epochs(run)
     noise_scale = noise_scale_of(epochs)
-    if epochs is None or noise_scale is None:
+    if epochs is None or (noise_scale is None and not run.meta["config"].get("efficiency")):
         raise ConfigError("run_dir", f"{run.path} has no noise scale estimate (run it with --noise-scale)")
+    reference = reference_policy(run)
     evals = run.path / "evals.csv"
     if evals.is_file():
-        reached = _first_reaching(read_csv(evals), target, f"{evals}:", "step")
+        reached = _first_reaching(read_csv(evals), target, f"{evals}:", "step", reference)
     else:
-        epoch = _first_reaching(epochs, target, f"{run.path / 'epochs.csv'}:", "epoch")
+        epoch = _first_reaching(epochs, target, f"{run.path / 'epochs.csv'}:", "epoch", reference)
         reached = None if epoch is None else (epoch + 1) * run.meta["steps_per_epoch"]
     if reached is None:
-        raise ConfigError("run_dir", f"{REFERENCE} never reached accuracy {target:g}: no target to calibrate on")
+        raise ConfigError("run_dir", f"{reference} never reached accuracy {target:g}: no target to calibrate on")
     return float(target), noise_scale, reached
 
 
-def _first_reaching(table: pd.DataFrame, target: float, where: str, column: str) -> int | None:
-    """``column`` (``epoch`` or ``step``) of ``equal``'s first row whose held-out accuracy reached
+def _first_reaching(table: pd.DataFrame, target: float, where: str, column: str, policy: str = REFERENCE) -> int | None:
+    """``column`` (``epoch`` or ``step``) of ``policy``'s first row whose held-out accuracy reached
     ``target`` (None: never); errors name the column after ``where``."""
     missing = [c for c in ("policy", column, "test_accuracy") if c not in table.columns]
     if missing:
         raise ConfigError(f"{where}{missing[0]}", "missing column")
-    ours = table[table["policy"].astype(str) == REFERENCE]
+    ours = table[table["policy"].astype(str) == policy]
     accuracy = pd.to_numeric(ours["test_accuracy"], errors="coerce")  # not a number: not reached
     value = pd.to_numeric(ours[column], errors="coerce")
     bad = value.isna() | (value < 0) | (value % 1 != 0)
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         got = ours[column].iloc[row]
-        raise ConfigError(f"{where}{column}", f"must be a whole number >= 0, got {got!r} ({REFERENCE}'s row {row + 1})")
+        raise ConfigError(f"{where}{column}", f"must be a whole number >= 0, got {got!r} ({policy}'s row {row + 1})")
     reached = value[accuracy >= target]
     return int(reached.min()) if not reached.empty else None
 
@@ -110,15 +124,24 @@ def measured_times(run: RunData) -> dict[str, float | None]:
 
 
 def predict_time_to_target(run: RunData, calibration: Calibration) -> list[TargetComparison]:
-    """Every policy's measured and predicted time to the run's target accuracy."""
+    """Every policy's measured and predicted time to the run's target accuracy: progress by the
+    efficiency table the run was given (its target steps the reference policy's), else by the
+    run's measured noise scale; each policy that reads costs told the probe's, as in the run."""
     measured = measured_times(run)
     _, noise_scale, reference_steps = run_targets(run)
-    efficiency = Efficiency(noise_scale, run.meta["global_batch"], float(reference_steps))
+    table = run.meta["config"].get("efficiency")
+    if table:  # what the run's goodput was told; the table's base batch is the run's global batch
+        efficiency = replace(make_efficiency(table), target_steps=float(reference_steps))
+    else:
+        efficiency = Efficiency(float(noise_scale or 0.0), run.meta["global_batch"], float(reference_steps))
     every_weighted = run.meta["config"]["combine"] == "weighted"
     every = int(run.meta["config"].get("eval_every") or 0)  # 0 in runs from before --eval-every
+    hints = told_hints(run)
     out = []
     for policy in run.policies:
-        trace = simulate(load_scenario(scenario_for(run, calibration, policy, run.meta["epochs"])), policy)
+        loaded = load_scenario(scenario_for(run, calibration, policy, run.meta["epochs"]))
+        obj = loaded.make_policy(policy)
+        trace = simulate(loaded, told(obj, hints) if hints is not None and obj.reads_costs() else obj)
         predicted = _evaluation_reaching(trace, efficiency, every_weighted, every)
         out.append(TargetComparison(policy, measured.get(policy), predicted))
     return out

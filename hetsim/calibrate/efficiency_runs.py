@@ -47,6 +47,7 @@ class Sweep:
     target: float
     points: tuple[Point, ...]
     optimizer: str = "sgd"  # results written before the sweep named its optimizer were all SGD's
+    lr: float | None = None  # the learning rate at the base batch (None: not recorded)
 
 
 def _point(entry: Any, where: str) -> Point:
@@ -84,16 +85,16 @@ def load_sweeps(paths: Sequence[Path]) -> Sweep:
             float(Param(f"{file}:target_accuracy").check(data.get("target_accuracy"))),
             tuple(_point(e, f"{file}:points.{i}") for i, e in enumerate(data["points"])),
             str(Param(f"{file}:optimizer", "choice", choices=OPTIMIZERS).check(data.get("optimizer", "sgd"))),
+            Param(f"{file}:lr", default=None, low=0.0, low_open=True).check(data.get("lr")),
         ))  # fmt: skip
     first = sweeps[0]
     for other, path in zip(sweeps[1:], paths[1:]):
-        for key in ("workload", "base_batch", "lr_scaling", "target", "optimizer"):
-            if getattr(other, key) != getattr(first, key):
-                raise ConfigError(
-                    "RUN", f"{path}: {key} {getattr(other, key)!r} differs from the first's ({getattr(first, key)!r})"
-                )
+        for key in ("workload", "base_batch", "lr_scaling", "target", "optimizer", "lr"):
+            mine, theirs = getattr(other, key), getattr(first, key)
+            if mine != theirs and not (key == "lr" and None in (mine, theirs)):  # an unrecorded rate is not compared
+                raise ConfigError("RUN", f"{path}: {key} {mine!r} differs from the first's ({theirs!r})")
     return Sweep(first.workload, first.base_batch, first.lr_scaling, first.target,
-                 tuple(p for s in sweeps for p in s.points), first.optimizer)  # fmt: skip
+                 tuple(p for s in sweeps for p in s.points), first.optimizer, first.lr)  # fmt: skip
 
 
 def reached(sweep: Sweep, batches: Sequence[int] | None = None) -> list[Point]:

@@ -9,6 +9,7 @@ The table is printed, and written atomically with ``-o``.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +57,28 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
     sweep = load_sweeps(args.runs)
     result = fitted_model(sweep, batches, args.schedule, not args.no_exponent)
     table = result.efficiency.to_dict()
+    missed = missed_runs(sweep, batches)
+    if missed:  # left out of the fit: the steps it sees at those batches are the fast seeds' only
+        print(f"warning: {missed} left out (they did not reach the target; the fit at those batches is of the "
+              "seeds that did)", file=sys.stderr)  # fmt: skip
     text = "# " + f"fitted by hetsim calibrate-efficiency on {len(args.runs)} sweep(s) of {sweep.workload}, " \
         f"target accuracy {sweep.target:g}; free: {', '.join(result.free)}; residual sd of ln(steps) " \
-        f"{result.residual_sd:.3f}\n" + tomli_w.dumps({"workload": {"efficiency": table}})  # fmt: skip
+        f"{result.residual_sd:.3f}" + (f"; {missed} left out, not reached" if missed else "") + "\n" \
+        + tomli_w.dumps({"workload": {"efficiency": table}})  # fmt: skip
     if args.out is not None:
         atomic_write(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     print(text, end="")
     return 0
+
+
+def missed_runs(sweep: Any, batches: list[int] | None) -> str:
+    """``runs at 128: 2 of 5, ...`` for the batches fitted on where some run missed the target ('' if none)."""
+    counts: dict[int, list[int]] = {}
+    for p in sweep.points:
+        if batches is None or p.batch in batches:
+            counts.setdefault(p.batch, [0, 0])[p.steps is None] += 1
+    missed = [f"{m} of {r + m} at {b}" for b, (r, m) in sorted(counts.items()) if m]
+    return f"runs {', '.join(missed)}" if missed else ""
 
 
 COMMANDS = {"calibrate-efficiency": cmd_calibrate_efficiency}

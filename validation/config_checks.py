@@ -1,0 +1,78 @@
+"""The checks across a run's options (:func:`validation.config.build_config` calls them once every
+option is read): barrier policies only, what the policies need of the run, DDP on one kind of
+device, a noise scale that can be measured, an efficiency table that fits the run's learning rates.
+Each raises ConfigError, one line naming the option."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hetsim.core.errors import ConfigError
+from hetsim.model.costs import Affine
+from hetsim.model.efficiency import Efficiency
+from hetsim.policies import RunHint, WorkerHint, make_policy, policy_class
+
+
+def check_barrier_policies(policies: Sequence[str], world_size: int, global_batch: int) -> None:
+    """The real trainer always combines every rank's gradient: policies that wait for fewer are refused."""
+    hints = [WorkerHint(cost=Affine(1.0, 1.0))] * world_size
+    run = RunHint(efficiency=Efficiency(float(global_batch), global_batch))  # a stand-in: measured in the run
+    for name in policies:
+        policy = make_policy(name)
+        policy.reset(world_size, global_batch, hints, run)
+        if policy.wait_for() < world_size:
+            raise ConfigError(
+                "--policies",
+                f"{name} waits for {policy.wait_for()} of {world_size} gradients; "
+                "the real trainer runs barrier policies only",
+            )
+
+
+def check_across(policies: Sequence[str], world_size: int, global_batch: int, probe_repeats: int, noise_scale: bool,
+                  comm: str, devices: Sequence[str]) -> None:  # fmt: skip
+    """The checks across options: barrier policies only, what the policies need (``noise_scale``:
+    a noise scale measured or given), DDP on one kind of device."""
+    check_barrier_policies(policies, world_size, global_batch)
+    check_policy_needs(policies, probe_repeats, noise_scale, comm)
+    if comm == "ddp" and len({d.partition(":")[0] for d in devices}) > 1:
+        raise ConfigError("--comm", "ddp needs every rank on one kind of device; use --comm flat for mixed devices")
+
+
+def check_noise_measured(noise_scale: bool, world_size: int, comm: str) -> None:
+    """``--noise-scale`` pairs each rank's own gradient with the combined one, on the flat path
+    (DDP never holds a rank's own whole gradient) and with two ranks or more: else nothing is measured."""
+    if noise_scale and comm != "flat":
+        raise ConfigError(
+            "--noise-scale", "is measured from each rank's own gradient on the flat path: use --comm flat"
+        )
+    if noise_scale and world_size < 2:
+        raise ConfigError("--noise-scale", "is measured from two or more ranks' gradients: use --world-size 2 or more")
+
+
+def check_table_fits(table: Mapping[str, Any], global_batch: int) -> None:
+    """An ``--efficiency`` table holds for the learning rates it was fitted under: the trainer sets
+    ``--lr`` at ``--global-batch`` and scales it by the square root of the batch, so the table's
+    rule must be that one and its base batch the run's global batch."""
+    rule, base = table.get("lr_scaling"), table.get("base_batch")
+    if rule not in (None, "sqrt"):
+        raise ConfigError("--efficiency", f"fitted under the {rule!r} learning-rate rule; this trainer scales "
+                          "the rate by the root of the batch (fit a batch-sweep of --lr-scaling sqrt)")  # fmt: skip
+    if base is not None and float(base) != global_batch:
+        at = f"{float(base):g}"
+        raise ConfigError("--efficiency", f"fitted with the learning rate set at global batch {at}; run at "
+                          f"--global-batch {at} with the sweep's --lr (or fit one at {global_batch})")  # fmt: skip
+
+
+def check_policy_needs(policies: Sequence[str], probe_repeats: int, noise_scale: bool, comm: str) -> None:
+    """What the policies need of the run: the probe for their costs, the noise scale for the batch
+    (measured, or given as an efficiency table: ``noise_scale`` then true)."""
+    costly = [p for p in policies if policy_class(p).needs_costs]
+    if costly and probe_repeats == 0:
+        raise ConfigError(
+            "--probe-repeats", f"{costly[0]} needs the ranks' costs, which come from the probe: use at least 1"
+        )
+    batching = [p for p in policies if policy_class(p).needs_efficiency]
+    if batching and (not noise_scale or comm != "flat"):
+        problem = "picks the batch by the noise scale: it needs --noise-scale (or --efficiency FILE) and --comm flat"
+        raise ConfigError("--policies", f"{batching[0]} {problem}")
