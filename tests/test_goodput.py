@@ -356,3 +356,14 @@ def test_the_time_for_a_batch_is_the_least_time_the_workers_do_it_by(table, batc
         assert time_s == times[-1] and _samples_within(b, t, times[-1:])[0] == pytest.approx(done[0])
     else:
         assert done[1] < batch  # and not a moment earlier
+
+
+def test_the_time_for_a_batch_bracketed_by_two_equal_or_adjacent_times_is_the_later():
+    """Rows tabulated at the same time (workers at their floors), or at two times a float apart
+    (a hinge's floor summed in another order): the count jumps there, and the time is the later
+    one (hypothesis found the division by their zero-width middle)."""
+    from hetsim.policies.goodput import _time_for
+
+    rows_b, rows_t = np.array([[1.0, 2.0]]), np.array([[0.02, 0.03]])
+    for hi in (0.02, float(np.nextafter(0.02, 1.0))):
+        assert _time_for(rows_b, rows_t, np.array([0.02, hi]), np.array([3.0, 8.0]), 5.0) == hi

@@ -18,7 +18,7 @@ from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param
 from hetsim.scenario.config import make_efficiency, read_table
 from validation.backend import check_one_rank_per_gpu, parse_devices
-from validation.config_checks import check_across, check_noise_measured, check_table_fits
+from validation.config_checks import check_across
 from validation.contention import MAX_NEIGHBOUR_CORES
 from validation.inject import parse_delay_spec
 from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES  # there for the parser
@@ -199,11 +199,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
     comm = _mode(pick("comm", args.comm), "--comm", COMM_MODES)
     noise_scale = bool(pick("noise_scale", args.noise_scale))
     efficiency = _efficiency(pick("efficiency", getattr(args, "efficiency", None)))
-    known_noise = noise_scale or efficiency is not None  # measured in the run, or given as a table
-    check_across(policies, world_size, global_batch, probe_repeats, known_noise, comm, devices)
-    check_noise_measured(noise_scale, world_size, comm)
-    if efficiency is not None:
-        check_table_fits(efficiency, global_batch)
+    check_across(policies, world_size, global_batch, probe_repeats, (noise_scale, efficiency), comm, devices)
     return replace(
         base,
         world_size=world_size,

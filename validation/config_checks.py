@@ -29,12 +29,17 @@ def check_barrier_policies(policies: Sequence[str], world_size: int, global_batc
             )
 
 
-def check_across(policies: Sequence[str], world_size: int, global_batch: int, probe_repeats: int, noise_scale: bool,
-                  comm: str, devices: Sequence[str]) -> None:  # fmt: skip
-    """The checks across options: barrier policies only, what the policies need (``noise_scale``:
-    a noise scale measured or given), DDP on one kind of device."""
+def check_across(policies: Sequence[str], world_size: int, global_batch: int, probe_repeats: int,
+                 noise: tuple[bool, Mapping[str, Any] | None], comm: str, devices: Sequence[str]) -> None:  # fmt: skip
+    """The checks across options: barrier policies only, what the policies need (``noise``:
+    whether the noise scale is measured, and the efficiency table given, if any), a noise scale
+    that can be measured, a table that fits the run, DDP on one kind of device."""
+    measured, table = noise
     check_barrier_policies(policies, world_size, global_batch)
-    check_policy_needs(policies, probe_repeats, noise_scale, comm)
+    check_policy_needs(policies, probe_repeats, measured or table is not None, comm)
+    check_noise_measured(measured, world_size, comm)
+    if table is not None:
+        check_table_fits(table, global_batch)
     if comm == "ddp" and len({d.partition(":")[0] for d in devices}) > 1:
         raise ConfigError("--comm", "ddp needs every rank on one kind of device; use --comm flat for mixed devices")
 

@@ -164,6 +164,8 @@ def _time_for(b: np.ndarray, t: np.ndarray, times_s: np.ndarray, done: np.ndarra
         return float(times_s[0])
     lo, hi, before = float(times_s[i - 1]), float(times_s[i]), float(done[i - 1])
     middle = 0.5 * (lo + hi)
+    if middle <= lo:  # the two times equal, or a float apart (flat curves' floors): the count jumps at hi
+        return hi
     slope = (float(_samples_within(b, t, np.array([middle]))[0]) - before) / (middle - lo)
     return hi if slope <= 0 else min(hi, lo + (batch - before) / slope)
 
