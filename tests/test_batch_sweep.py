@@ -33,7 +33,9 @@ def test_the_learning_rate_rules_and_the_evaluation_grid() -> None:
 
 
 @pytest.mark.slow
-def test_a_short_sweep_records_steps_to_target_within_five_percent_one_or_two_at_a_time(tmp_path: Path) -> None:
+def test_a_short_sweep_records_steps_to_target_within_five_percent_one_or_two_at_a_time_and_resumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "sweep"
     argv = ["batch-sweep", "--workload", "digits-cnn", "--batches", "1,2", "--seeds", "1", "--target", "0.6",
             "--quick", "--out", str(out)]  # fmt: skip
@@ -59,6 +61,18 @@ def test_a_short_sweep_records_steps_to_target_within_five_percent_one_or_two_at
     assert [{k: p[k] for k in kept} for p in again["points"]] == [{k: p[k] for k in kept} for p in data["points"]]
     columns = ["batch", "seed", "step", "test_loss", "test_accuracy"]
     assert pd.read_csv(tmp_path / "jobs" / "curve.csv")[columns].equals(curve[columns])
+    # a sweep that stopped after its first run: the same command reruns only the second, and the
+    # results are the same; a kept run of other settings (another target) is not reused
+    (out / ".runs" / "batch32-seed0.json").unlink()
+    (out / "results.json").unlink()
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "1 of 2 runs kept from an earlier start" in err and "batch 16 seed 0" not in err and "batch 32 seed 0" in err
+    resumed = json.loads((out / "results.json").read_text())
+    assert [{k: p[k] for k in kept} for p in resumed["points"]] == [{k: p[k] for k in kept} for p in data["points"]]
+    assert main([*argv[:-4], "0.5", "--quick", "--out", str(out)]) == 0
+    assert "kept from an earlier start" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,8 @@ provenance, one entry per run: steps and time to the target, the noise scale ove
 ``curve.csv`` (the held-out curves), ``noise.csv`` (the estimator's block sums) and
 ``steps_to_target.png`` (measured steps against the batch, with the plain model's prediction
 from the base runs and the model fitted on every batch, :mod:`hetsim.calibrate.efficiency_runs`).
+Each run is also kept as it finishes (:mod:`validation.batch_sweep_resume`): the same command
+after a stop reruns only the runs not kept.
 """
 
 from __future__ import annotations
@@ -110,16 +112,25 @@ def run_sweep(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """Every (batch, seed) run, ``config.jobs`` at once (each in its own process when more than
     one): the results' entries, the curve rows and the noise rows, in (seed, batch) order."""
+    from validation.batch_sweep_resume import keep, kept
+
     tasks = [(seed, k) for seed in range(config.seeds) for k in config.multiples]
     results: dict[tuple[int, int], Any] = {}
+    for seed, k in tasks:  # a rerun of a sweep that stopped: the runs it finished are kept
+        if (r := kept(config, k * config.base_batch, seed)) is not None:
+            results[(seed, k)] = r
+    if results:
+        echo(f"{len(results)} of {len(tasks)} runs kept from an earlier start of this sweep in {config.out}")
+    tasks_left = [t for t in tasks if t not in results]
 
     def done(task: tuple[int, int], r: Any) -> None:
         results[task] = r
+        keep(config, r)
         echo(f"{config.workload} batch {r.batch} seed {r.seed}: {r.steps_to_target or 'not reached'} steps"
              f" ({r.mean_step_s * 1e3:.1f} ms a step)")  # fmt: skip
 
     if config.jobs == 1:
-        for task in tasks:
+        for task in tasks_left:
             done(task, run_point(config, *task))
     else:
         import multiprocessing
@@ -127,7 +138,7 @@ def run_sweep(
 
         # spawn: a fresh interpreter per worker, not a fork of one that may hold torch's threads
         with ProcessPoolExecutor(config.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {pool.submit(run_point, config, *task): task for task in tasks}
+            futures = {pool.submit(run_point, config, *task): task for task in tasks_left}
             for future in as_completed(futures):
                 done(futures[future], future.result())
     points, curve, noise = [], [], []

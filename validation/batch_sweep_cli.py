@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -63,7 +64,13 @@ def cmd_batch_sweep(args: argparse.Namespace) -> int:
     def echo(line: str) -> None:
         print(f"validation: {line}", file=sys.stderr, flush=True)
 
-    data = write_results(config, *run_sweep(config, echo))
+    try:
+        found = run_sweep(config, echo)
+    except BrokenProcessPool as exc:  # a run's process died (killed, out of memory): the finished runs are kept
+        print(f"validation: error: a run's process died ({exc}); the finished runs are kept in {config.out}: "
+              "run the same command again to resume", file=sys.stderr)  # fmt: skip
+        return 1
+    data = write_results(config, *found)
     print(summary(data))
     print(f"wrote {config.out}")
     return 0

@@ -1,0 +1,53 @@
+"""A batch-sweep's finished runs kept as they finish, so that a sweep that stops (a crash, Ctrl-C,
+a dead process under ``--jobs``) resumes where it stopped: the same command reruns only the
+runs not kept yet.
+
+Each (batch, seed) run's result is written atomically to ``OUT/.runs/batch<B>-seed<S>.json`` with
+the settings that decide its steps (workload, base batch, optimizer, learning rate and its rule,
+target, step cap, evaluation spacing); a kept run is reused only where those match the sweep's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from hetsim.core.files import write_json
+
+KEPT = ".runs"  # under the results folder
+SETTINGS = ("workload", "base_batch", "optimizer", "lr", "lr_scaling", "target", "max_steps", "eval_gap")
+
+
+def kept_path(out: Path, batch: int, seed: int) -> Path:
+    return Path(out) / KEPT / f"batch{batch}-seed{seed}.json"
+
+
+def settings(config: Any) -> dict[str, Any]:
+    """What a kept run must share with the sweep to be reused."""
+    return {key: getattr(config, key) for key in SETTINGS}
+
+
+def keep(config: Any, result: Any) -> None:
+    """Write one finished run (a :class:`~validation.batch_sweep_train.PointResult`), atomically."""
+    path = kept_path(config.out, result.batch, result.seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, {"settings": settings(config), "result": asdict(result)})
+
+
+def kept(config: Any, batch: int, seed: int) -> Any | None:
+    """The kept result of (batch, seed) when it was run with the sweep's settings, else None."""
+    from validation.batch_sweep_train import PointResult
+
+    path = kept_path(config.out, batch, seed)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("settings") != json.loads(json.dumps(settings(config))):
+        return None
+    try:
+        return PointResult(**data["result"])
+    except (TypeError, KeyError):
+        return None
