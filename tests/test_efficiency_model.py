@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetsim.calibrate.efficiency_runs import load_sweeps
+from hetsim.calibrate.efficiency_runs import Sweep, _point, fitted_model, load_sweeps
 from hetsim.cli.main import main
 from hetsim.model.efficiency import Efficiency
 from hetsim.model.efficiency_fit import fit, noise_shape
@@ -108,6 +108,23 @@ def test_noise_shape_is_the_ratio_of_sums_per_span_of_progress() -> None:
     first, shape = noise_shape(steps, grad_sq, trace, target_step=80)
     assert first == 10.0
     assert shape == ((0.0, 1.0), (0.375, 2.0), (0.625, 4.0), (0.875, 8.0))
+    # the first span's sums empty: the shape starts at the first span that has them, at its place
+    first, shape = noise_shape(steps, [0.0, 0.0, *grad_sq[2:]], trace, target_step=80)
+    assert first == 20.0 and shape == ((0.375, 1.0), (0.625, 2.0), (0.875, 4.0))
+
+
+def test_the_schedule_is_the_median_over_base_runs_on_their_common_grid_of_progress() -> None:
+    """Base runs whose shapes sit at different progress points are not mixed point by point: the
+    median is taken over the runs on the most common grid."""
+    common = ((0.0, 1.0), (0.375, 2.0), (0.625, 4.0))
+    shapes = [common, ((0.0, 1.0), (0.375, 4.0), (0.625, 8.0)), ((0.375, 1.0), (0.625, 9.0), (0.875, 9.0))]
+    points = [{"batch": b, "seed": s, "steps_to_target": 100.0 * (b / 16) ** -0.5, "noise_scale": 40.0,
+               "noise_first": 30.0, "noise_shape": [list(k) for k in shapes[s]] if b == 16 else None}
+              for b in (16, 32) for s in range(3)]  # fmt: skip
+    sweep = Sweep("w", 16, "sqrt", 0.9, tuple(_point(p, f"points.{i}") for i, p in enumerate(points)))
+    schedule = fitted_model(sweep, schedule=True).efficiency.schedule  # (steps at the base batch, B_noise)
+    assert len(schedule) == 3 and schedule[0][0] == 0.0  # the third run's later grid left out
+    assert [b / schedule[0][1] for _, b in schedule] == pytest.approx([1.0, 3.0, 6.0])  # medians of 2, 4 and 4, 8
 
 
 def test_the_table_round_trips_through_the_scenario_reader() -> None:

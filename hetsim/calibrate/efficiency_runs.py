@@ -131,9 +131,11 @@ def fitted_model(sweep: Sweep, batches: Sequence[int] | None = None, schedule: b
     noise = _median([(p.noise_first if schedule else p.noise_scale) for p in base])
     shape: Shape = ()
     if schedule:
-        shapes = [p.shape for p in base if p.shape and len(p.shape) == max(len(q.shape) for q in base)]
-        if shapes:
+        grids = [tuple(at for at, _ in p.shape) for p in base if p.shape]
+        if grids:  # the median ratio at each point of the most common grid of progress (the longest among ties)
+            grid = max(set(grids), key=lambda g: (grids.count(g), len(g)))
+            shapes = [p.shape for p in base if tuple(at for at, _ in p.shape) == grid]
             ratios = np.median([[r for _, r in s] for s in shapes], axis=0)
-            shape = tuple((at, float(r)) for (at, _), r in zip(shapes[0], ratios))
+            shape = tuple((at, float(r)) for at, r in zip(grid, ratios))
     return fit([p.batch for p in runs], [float(p.steps or 0) for p in runs], sweep.base_batch, noise, shape,
                sweep.lr_scaling, exponent)  # fmt: skip

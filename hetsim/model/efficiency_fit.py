@@ -155,5 +155,6 @@ def noise_shape(steps: Sequence[float], grad_sq: Sequence[float], trace: Sequenc
             values.append(((k + 0.5) / bins, float(t[inside].sum() / g[inside].sum())))
     if not values:
         return None, ()
-    first = values[0][1]
-    return first, ((0.0, 1.0), *((p, v / first) for p, v in values[1:]))
+    (at_first, first), rest = values[0], values[1:]
+    start = 0.0 if at_first < 1 / bins else at_first  # the first span starts the run; a later one keeps its place
+    return first, ((start, 1.0), *((p, v / first) for p, v in rest))
