@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hetsim.policies import Policy
 from validation import uneven
 from validation.backend import loopback_environment, torch_device
 from validation.workloads.base import Workload
@@ -36,11 +37,9 @@ ORDER = torch.randperm(len(Y), generator=torch.Generator().manual_seed(0))  # 14
 WORKLOAD = Workload.from_parts("your-cnn", make_model, (X, Y), (TEST_X, TEST_Y), nn.functional.cross_entropy)
 
 
-def train(args: argparse.Namespace, device: torch.device) -> int:
+def train(args: argparse.Namespace, device: torch.device, plan: uneven.PlanChoice | None, policy: Policy) -> int:
     world = dist.get_world_size()
-    plan = uneven.load_plan(args.plan, world) if args.plan else None  # refused here: nothing written yet
     name, batch = (plan.policy, plan.global_batch) if plan else (args.policy, args.global_batch)
-    policy = plan.make() if plan else uneven.barrier_policy(name)
     torch.manual_seed(args.seed)  # the same weights on every rank (DDP broadcasts rank 0's anyway)
     model = make_model().to(device)
     x, y, test_x, test_y = (t.to(device) for t in (X, Y, TEST_X, TEST_Y))
@@ -50,7 +49,7 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
     meta = uneven.script_meta(world_size=world, global_batch=batch, epochs=args.epochs, policies=[name], model=model,
         steps_per_epoch=uneven.steps_per_epoch(len(Y), batch), n_train=len(Y), n_test=len(TEST_Y), seed=args.seed,
         backend=dist.get_backend(), devices=[args.device] * world, workload=__file__, comm="ddp")  # fmt: skip
-    writer = uneven.open_run(args.out, meta)  # rank 0 writes the run folder (refused if it holds files)
+    writer = uneven.open_run(args.out, meta)  # rank 0 writes the run folder
 
     def loss_of(net: nn.Module, idx: torch.Tensor) -> torch.Tensor:
         idx = idx.to(device)
@@ -89,21 +88,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.plan and (args.policy or args.global_batch):
         parser.error("--plan brings its policy and global batch: give --policy and --global-batch only without it")
     args.policy, args.global_batch = args.policy or "dynamic", args.global_batch or 128
+    rank, world, cuda = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), args.device == "cuda"
+    try:  # what a user can get wrong, refused before the ranks meet: one line, exit status 2
+        plan = uneven.load_plan(args.plan, world) if args.plan else None  # a plan for another cluster
+        policy = plan.make() if plan else uneven.barrier_policy(args.policy)  # async, backup, ksync
+        args.slowdown = uneven.rank_slowdown(args.slowdown, rank, world)
+        if rank == 0:  # the rank that writes the run folder: refused if it holds files
+            uneven.check_run_folder(args.out)
+        device = torch_device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if cuda else "cpu", "--device")
+    except ValueError as exc:
+        if rank == 0:
+            print(f"train_your_model: error: {exc}", file=sys.stderr)
+        return 2
     if os.environ.get("LOCAL_WORLD_SIZE", "1") == os.environ.get("WORLD_SIZE", "1"):  # one machine: loopback
         os.environ.update({k: v for k, v in loopback_environment().items() if k not in os.environ})
-    cuda = args.device == "cuda"  # each rank on its own GPU, cuda:LOCAL_RANK, under NCCL; else gloo on the CPU
+    # each rank on its own GPU, cuda:LOCAL_RANK, under NCCL, or on the CPU under gloo; env://: torchrun's rendezvous
+    dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
     try:
-        device = torch_device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if cuda else "cpu", "--device")
-    except ValueError as exc:  # no CUDA here
-        print(f"train_your_model: error: {exc}", file=sys.stderr)
-        return 2
-    dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)  # env://: torchrun's
-    try:
-        args.slowdown = uneven.rank_slowdown(args.slowdown, dist.get_rank(), dist.get_world_size())
-        return train(args, device)
-    except ValueError as exc:  # a plan for another cluster, a bad policy, a used --out: one line, exit status 2
-        print(f"train_your_model: error: {exc}", file=sys.stderr) if dist.get_rank() == 0 else None
-        return 2
+        return train(args, device, plan, policy)
     finally:
         dist.destroy_process_group()
 

@@ -31,7 +31,15 @@ from validation.sharding import local_indices as rank_samples
 from validation.uneven.control import Controller
 from validation.uneven.plan_file import PlanChoice, PlanError, barrier_policy, load_plan, planned_policy
 from validation.uneven.profiling import StepProfiler
-from validation.uneven.run import epoch_row, open_run, probe_hints, probe_rounds, run_steps, train_epoch
+from validation.uneven.run import (
+    check_run_folder,
+    epoch_row,
+    open_run,
+    probe_hints,
+    probe_rounds,
+    run_steps,
+    train_epoch,
+)
 from validation.uneven.step import UnevenStep, rank_slowdown, slowdown_delay, weighted_loss
 
 __all__ = [
@@ -42,6 +50,7 @@ __all__ = [
     "StepProfiler",
     "UnevenStep",
     "barrier_policy",
+    "check_run_folder",
     "epoch_permutation",
     "epoch_row",
     "load_plan",

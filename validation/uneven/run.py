@@ -41,10 +41,16 @@ def open_run(out: str | Path | None, meta: dict[str, Any]) -> Writer:
     refused (ConfigError on ``out``), as ``validation run`` refuses it: two runs' rows would mix."""
     if out is None or dist.get_rank() != 0:
         return NullWriter()
+    check_run_folder(out)
+    return RunWriter(Path(out), meta)
+
+
+def check_run_folder(out: str | Path) -> None:
+    """ConfigError on ``out`` when it exists and is not an empty folder (a script can call it
+    before its ranks meet, so that a used folder is refused before anything starts)."""
     folder = Path(out)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ConfigError("out", f"{folder} exists and is not an empty folder: give a new one for this run")
-    return RunWriter(folder, meta)
 
 
 def run_steps(
