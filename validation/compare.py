@@ -291,10 +291,12 @@ def told_hints(run: RunData) -> tuple[WorkerHint, ...] | None:
     return hints if hints is not None else (WorkerHint(),) * run.meta["world_size"]
 
 
-def told(policy: Policy, hints: Sequence[WorkerHint]) -> Policy:
+def told(policy: Policy, hints: Sequence[WorkerHint] | None) -> Policy:
     """A fresh copy of ``policy`` (same class and parameters) that is reset with ``hints``
     whatever hints the simulator gives it (a subclass made here: the engines reset the policy
-    with the scenario's own, true costs)."""
+    with the scenario's own, true costs); ``policy`` itself without hints or where it reads none."""
+    if hints is None or not policy.reads_costs():
+        return policy
     base = type(policy)
 
     def reset(self: Policy, n_workers: int, global_batch: int, _hints: Any = None, run: Any = None) -> None:
@@ -322,10 +324,7 @@ def predict_run(
         if workers is not None:
             scenario["workers"] = list(workers)
         loaded = load_scenario(scenario)
-        obj = loaded.make_policy(policy)
-        if hints is not None and obj.reads_costs():
-            obj = told(obj, hints)
-        simulated = simulate(loaded, obj)
+        simulated = simulate(loaded, told(loaded.make_policy(policy), hints))
         if policy_class(policy).varies_batch:
             simulated = first_epochs(simulated, epochs)
         out.append(Comparison(policy, measured, summarize(simulated)))

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsim.core.errors import ConfigError
-from hetsim.core.files import write_json
+from hetsim.core.files import check_empty_folder, write_json
 from validation.backend import free_port
 from validation.contention import die_with_parent
 
@@ -274,8 +274,7 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
 
     n_gpus, device = require_cuda()
     out = (args.out or Path("runs") / time.strftime("gpu-check-%Y%m%d-%H%M%S")).resolve()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError("--out", f"{out} exists and is not an empty folder")
+    check_empty_folder(out, "--out")
     print(f"gpu-check: {n_gpus} CUDA device(s), {device}; torch {torch.__version__}", flush=True)
     t0 = time.monotonic()
     outcomes = run_checks(out, n_gpus)

@@ -146,8 +146,7 @@ def build_profile_config(args: argparse.Namespace) -> ProfileConfig:
                for r, v in per_rank(args.threads, world, "--threads").items()}  # fmt: skip
     load = Param("--contention", low=0.0, high=MAX_NEIGHBOUR_CORES, doc="CPU cores of load")
     contention = {r: float(load.check(_float(v))) for r, v in per_rank(args.contention, world, "--contention").items()}
-    factor = Param("--slowdown", low=1.0, high=1000.0, doc="times the measured time")
-    slowdown = {r: float(factor.check(_float(v))) for r, v in per_rank(args.slowdown, world, "--slowdown").items()}
+    slowdown = slowdowns(args.slowdown, world)
     return ProfileConfig(
         workload=str(args.workload),
         devices=devices,
@@ -211,6 +210,12 @@ def _batches(text: str | None, cap: int) -> tuple[int, ...]:
     if len(batches) < 2:
         raise ConfigError("--batches", "needs at least two batch sizes")
     return batches
+
+
+def slowdowns(text: str | None, world: int, option: str = "--slowdown") -> dict[int, float]:
+    """``--slowdown``'s factors of the ranks it names (``1,2`` or ``1=2``), each in [1, 1000]."""
+    factor = Param(option, low=1.0, high=1000.0, doc="times the measured time")
+    return {r: float(factor.check(_float(v))) for r, v in per_rank(text, world, option).items()}
 
 
 def _int(text: str | int) -> Any:

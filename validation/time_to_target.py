@@ -140,8 +140,7 @@ def predict_time_to_target(run: RunData, calibration: Calibration) -> list[Targe
     out = []
     for policy in run.policies:
         loaded = load_scenario(scenario_for(run, calibration, policy, run.meta["epochs"]))
-        obj = loaded.make_policy(policy)
-        trace = simulate(loaded, told(obj, hints) if hints is not None and obj.reads_costs() else obj)
+        trace = simulate(loaded, told(loaded.make_policy(policy), hints))
         predicted = _evaluation_reaching(trace, efficiency, every_weighted, every)
         out.append(TargetComparison(policy, measured.get(policy), predicted))
     return out

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetsim.cli.common import add_scenario_options, check_out_file, check_seed, refuse_sweep_file, scenario_policies
+from hetsim.cli.common import add_scenario_options, check_out_file, check_seed, scenario_of, scenario_policies
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import atomic_write, check_writable
 
@@ -135,10 +135,9 @@ def compare(scenario: Scenario, policy: str, seed: int | None = None) -> Compari
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from hetsim.analysis.step_ci import replication_reason
-    from hetsim.scenario.config import check_run_size, load_scenario
+    from hetsim.scenario.config import check_run_size
 
-    refuse_sweep_file(args.scenario)
-    scenario = load_scenario(args.scenario, args.set)
+    scenario = scenario_of(args)
     notes: list[str] = []
     policies = list(scenario_policies(args.policy, scenario, notes))
     check_seed(args.seed)

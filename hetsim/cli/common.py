@@ -87,6 +87,15 @@ def check_new_folder(out: Path, force: bool, option: str = "--out") -> None:
         raise ConfigError(option, f"{out} already holds files (add --force to replace them, or choose a new folder)")
 
 
+def scenario_of(args: argparse.Namespace) -> Scenario:
+    """The scenario a command names (``args.scenario``, with ``args.set`` applied); a sweep file
+    given there is refused first, in one line (:func:`refuse_sweep_file`)."""
+    from hetsim.scenario.config import load_scenario
+
+    refuse_sweep_file(args.scenario)
+    return load_scenario(args.scenario, args.set)
+
+
 def refuse_sweep_file(source: str | None) -> None:
     """A sweep file given where a scenario belongs gets one line saying so (rather than
     ``base: unknown key``): a TOML/JSON file with a ``grid`` or a ``base`` and no ``workers``.

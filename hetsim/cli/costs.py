@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from hetsim.cli.common import refuse_sweep_file
+from hetsim.cli.common import scenario_of
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import MAX_COUNT, Param
 
@@ -67,10 +67,8 @@ def parse_batches(text: str) -> list[int]:
 
 def cmd_costs(args: argparse.Namespace) -> int:
     from hetsim.core.console import text_table
-    from hetsim.scenario.config import load_scenario
 
-    refuse_sweep_file(args.scenario)
-    scenario = load_scenario(args.scenario, args.set)
+    scenario = scenario_of(args)
     batches = parse_batches(args.batch)
     rows = [
         {"worker": i, "name": w.name, "batch": b, "compute_s": w.expected_compute_s(b),

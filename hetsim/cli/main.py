@@ -32,8 +32,8 @@ from hetsim.cli.common import (
     check_new_folder,
     check_seed,
     check_sizes,
-    refuse_sweep_file,
     sample_every,
+    scenario_of,
     scenario_policies,
 )
 from hetsim.cli.costs import COMMANDS as COST_COMMANDS
@@ -132,10 +132,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     import tomli_w
 
-    from hetsim.scenario.config import load_scenario
-
-    refuse_sweep_file(args.scenario)
-    print(tomli_w.dumps(load_scenario(args.scenario, args.set).to_dict()), end="")
+    print(tomli_w.dumps(scenario_of(args).to_dict()), end="")
     return 0
 
 
@@ -146,11 +143,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from hetsim.report.run_table import format_table, write_outputs
     from hetsim.run.metrics import summarize, with_speedups
     from hetsim.run.simulate import simulate, simulate_sampled
-    from hetsim.scenario.config import load_scenario
 
     check_engine_option(args.engine)
-    refuse_sweep_file(args.scenario)
-    scenario = load_scenario(args.scenario, args.set)
+    scenario = scenario_of(args)
     notes: list[str] = []
     policies = scenario_policies(args.policy, scenario, notes)
     check_seed(args.seed)

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from hetsim.cli.common import add_scenario_options, check_seed, refuse_sweep_file, scenario_policies
+from hetsim.cli.common import add_scenario_options, check_seed, scenario_of, scenario_policies
 from hetsim.core.errors import ConfigError
-from hetsim.core.files import check_writable, write_json
+from hetsim.core.files import check_writable, nearest_existing, write_json
 from hetsim.core.options import SPEEDUP_METRICS
 
 if TYPE_CHECKING:
@@ -98,9 +98,7 @@ def check_out(path: Path) -> None:
     if path.parent.is_dir():
         check_writable(path)
         return
-    ancestor = path.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
+    ancestor = nearest_existing(path.parent) or Path(path.anchor or ".")  # a root or "." always exists
     if not ancestor.is_dir():
         raise ConfigError(str(path), f"cannot write here: {ancestor} is not a folder")
     if not os.access(ancestor, os.W_OK | os.X_OK):
@@ -110,10 +108,8 @@ def check_out(path: Path) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     from hetsim.core.provenance import provenance
     from hetsim.plan.planner import check_batch_range, check_cluster, check_objective, plan, runnable
-    from hetsim.scenario.config import load_scenario
 
-    refuse_sweep_file(args.scenario)
-    scenario = load_scenario(args.scenario, args.set)
+    scenario = scenario_of(args)
     check_cluster(scenario)
     names = list(scenario_policies(args.policy, scenario)) if args.policy is not None else None
     if names is not None and args.wait_for_all:

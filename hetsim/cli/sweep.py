@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from hetsim.cli.common import check_engine_option, check_sizes, sample_every
 from hetsim.core.errors import ConfigError
-from hetsim.core.options import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_SAMPLE_EVERY, SPEEDUP_METRICS, TRACE_MODES
+from hetsim.core.options import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    DEFAULT_SAMPLE_EVERY,
+    MAX_JOBS,
+    SPEEDUP_METRICS,
+    TRACE_MODES,
+)
 
 if TYPE_CHECKING:
     from hetsim.core.options import TraceMode
@@ -45,7 +51,7 @@ def add_metric_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def usable_cores(cap: int = 256) -> int:  # cap: hetsim.sweep.run.MAX_JOBS (not imported: numpy)
+def usable_cores(cap: int = MAX_JOBS) -> int:
     """The cores this process may run on (its affinity: a container's or a batch job's share, not
     the host's), at most ``cap`` (the sweep's largest --jobs)."""
     try:

@@ -74,7 +74,7 @@ def check_out_folder(target: Path, option: str = "--out") -> None:
     target = Path(target)
     if target.exists() and not target.is_dir():
         raise ConfigError(option, f"{target} exists and is not a folder")
-    above = next((p for p in target.parents if p.exists()), None)
+    above = nearest_existing(target.parent)
     if above is not None and not above.is_dir():
         raise ConfigError(option, f"{above} is a file, not a folder")
     try:
@@ -83,6 +83,19 @@ def check_out_folder(target: Path, option: str = "--out") -> None:
         raise ConfigError(option, f"cannot write in {target.parent}: {exc.strerror or exc}") from None
     if not os.access(target.parent, os.W_OK | os.X_OK):
         raise ConfigError(option, f"cannot write in {target.parent}: Permission denied")
+
+
+def check_empty_folder(target: Path, option: str, hint: str = "") -> None:
+    """ConfigError on ``option`` when ``target`` exists and is not an empty folder (``hint``, if
+    given, follows the problem after a colon)."""
+    target = Path(target)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ConfigError(option, f"{target} exists and is not an empty folder" + (f": {hint}" if hint else ""))
+
+
+def nearest_existing(path: Path) -> Path | None:
+    """``path`` or its nearest ancestor that exists (None if none does)."""
+    return next((p for p in (Path(path), *Path(path).parents) if p.exists()), None)
 
 
 @contextmanager

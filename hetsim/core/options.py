@@ -23,6 +23,7 @@ SPEEDUP_METRICS = {  # --metric (plan --objective): the Summary field compared, 
     "throughput": ("throughput_sps", True),
     "time_to_target": ("time_to_target_s", False),
 }
+MAX_JOBS = 256  # sweep --jobs: local processes or LocalCluster workers; more would fork beyond any machine here
 DEFAULT_CONNECT_TIMEOUT_S = 5.0  # sweep --connect-timeout-s: how long to try reaching a Dask scheduler
 
 

@@ -20,14 +20,13 @@ from typing import Any
 import numpy as np
 
 from hetsim.core.errors import CellFailed, ConfigError
-from hetsim.core.options import DEFAULT_CONNECT_TIMEOUT_S  # there for hetsim.cli.main's parser
+from hetsim.core.options import DEFAULT_CONNECT_TIMEOUT_S, MAX_JOBS  # there for hetsim.cli.main's parser
 from hetsim.core.params import Param
 from hetsim.run.metrics import Summary
 from hetsim.run.simulate import simulate_summary
 from hetsim.sweep.spec import SweepSpec, grid_points, point_scenario
 
 RESERVED_COLUMNS = frozenset({"cell", "replication", "seed", *Summary.__dataclass_fields__})
-MAX_JOBS = 256  # local processes or LocalCluster workers: more would fork beyond any machine here
 
 
 @dataclass(frozen=True)

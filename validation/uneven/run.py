@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch.distributed as dist
 
-from hetsim.core.errors import ConfigError
+from hetsim.core.files import check_empty_folder
 from hetsim.policies import StepInfo, WorkerHint
 from validation.probe import fit_probe, probe_round
 from validation.record import NullWriter, RunWriter
@@ -48,9 +48,7 @@ def open_run(out: str | Path | None, meta: dict[str, Any]) -> Writer:
 def check_run_folder(out: str | Path) -> None:
     """ConfigError on ``out`` when it exists and is not an empty folder (a script can call it
     before its ranks meet, so that a used folder is refused before anything starts)."""
-    folder = Path(out)
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise ConfigError("out", f"{folder} exists and is not an empty folder: give a new one for this run")
+    check_empty_folder(Path(out), "out", "give a new one for this run")
 
 
 def run_steps(

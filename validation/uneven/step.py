@@ -29,7 +29,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from hetsim.core.errors import ConfigError
 from validation.allreduce import combine, gradient_weights, pack, unpack
 from validation.backend import synchronize
 from validation.ddp import ReadyClock, loss_scale, wrap
@@ -59,15 +58,9 @@ def rank_slowdown(text: str, rank: int, world: int, option: str = "--slowdown") 
     """This rank's factor of ``text`` as ``validation profile --slowdown`` takes it: one factor per
     rank (``1,2``) or ``RANK=FACTOR`` items (``1=2``; a rank not named is 1); ConfigError (one line
     naming ``option``) for a wrong count, a rank outside the world or a factor below 1."""
-    from hetsim.core.params import Param
-    from validation.profile_config import per_rank
+    from validation.profile_config import slowdowns
 
-    factor = per_rank(text, world, option).get(rank, "1")
-    try:
-        value = float(factor)
-    except ValueError:
-        raise ConfigError(option, f"must be a number, got {factor!r}") from None
-    return float(Param(option, low=1.0, high=1000.0, doc="times the measured time").check(value))
+    return slowdowns(text, world, option).get(rank, 1.0)
 
 
 def weighted_loss(loss: torch.Tensor, split: Sequence[int], rank: int, weighted: bool = True) -> torch.Tensor:
