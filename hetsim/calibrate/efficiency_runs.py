@@ -4,7 +4,8 @@
 
 A results file holds one workload's runs to a target accuracy at several global batches and
 seeds, under one optimizer and learning-rate rule: per run (``points``) the batch, the seed, the steps to the
-target (None: not reached, left out of fits) and the estimator's noise scale over training
+target (None: not reached; such a run enters a fit as censored at the steps it ran, when the
+results say how many) and the estimator's noise scale over training
 (``noise_first`` and ``noise_shape``, :func:`hetsim.model.efficiency_fit.noise_shape`). Two models are
 fitted from the runs at chosen batches: the plain one (today's: one noise scale, the median of
 the base runs' estimates over the whole run, and the target from their steps) and the fitted
@@ -37,6 +38,7 @@ class Point:
     noise_scale: float | None  # the whole run's estimate
     noise_first: float | None  # the first quarter of progress's
     shape: Shape
+    steps_run: float | None = None  # the steps it ran (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ def _point(entry: Any, where: str) -> Point:
         get("noise_scale", Param(f"{where}.noise_scale", default=None)),
         get("noise_first", Param(f"{where}.noise_first", default=None)),
         shape,
+        get("steps_run", Param(f"{where}.steps_run", default=None, low=0.0, low_open=True)),
     )
 
 
@@ -102,6 +105,11 @@ def reached(sweep: Sweep, batches: Sequence[int] | None = None) -> list[Point]:
     return [p for p in sweep.points if p.steps is not None and (batches is None or p.batch in batches)]
 
 
+def missed(sweep: Sweep, batches: Sequence[int] | None = None) -> list[Point]:
+    """The runs that stopped before the target, at ``batches`` (None: all)."""
+    return [p for p in sweep.points if p.steps is None and (batches is None or p.batch in batches)]
+
+
 def _median(values: Sequence[float | None]) -> float | None:
     kept = [v for v in values if v is not None and v > 0]
     return float(np.median(kept)) if kept else None
@@ -120,7 +128,8 @@ def plain_model(sweep: Sweep) -> Efficiency:
 def fitted_model(sweep: Sweep, batches: Sequence[int] | None = None, schedule: bool = False,
                  exponent: bool = True) -> Fit:  # fmt: skip
     """:func:`~hetsim.model.efficiency_fit.fit` on the runs at ``batches`` that reached the target,
-    starting from the base runs' noise scale (``schedule``: their median shape over progress)."""
+    and as censored those that stopped before it after the steps they recorded, starting from the
+    base runs' noise scale (``schedule``: their median shape over progress)."""
     runs = reached(sweep, batches)
     if not runs:
         held = ", ".join(str(b) for b in sorted({p.batch for p in sweep.points}))
@@ -137,5 +146,6 @@ def fitted_model(sweep: Sweep, batches: Sequence[int] | None = None, schedule: b
             shapes = [p.shape for p in base if tuple(at for at, _ in p.shape) == grid]
             ratios = np.median([[r for _, r in s] for s in shapes], axis=0)
             shape = tuple((at, float(r)) for at, r in zip(grid, ratios))
+    cut = [(float(p.batch), p.steps_run) for p in missed(sweep, batches) if p.steps_run]
     return fit([p.batch for p in runs], [float(p.steps or 0) for p in runs], sweep.base_batch, noise, shape,
-               sweep.lr_scaling, exponent)  # fmt: skip
+               sweep.lr_scaling, exponent, cut)  # fmt: skip

@@ -57,28 +57,36 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
     sweep = load_sweeps(args.runs)
     result = fitted_model(sweep, batches, args.schedule, not args.no_exponent)
     table = result.efficiency.to_dict()
-    missed = missed_runs(sweep, batches)
-    if missed:  # left out of the fit: the steps it sees at those batches are the fast seeds' only
-        print(f"warning: {missed} left out (they did not reach the target; the fit at those batches is of the "
-              "seeds that did)", file=sys.stderr)  # fmt: skip
+    cut, left = missed_runs(sweep, batches, censored=result.censored > 0)
+    if cut:  # their steps exceed the ones they ran: censored, so the slow seeds still count
+        print(f"note: {cut} did not reach the target: fitted as censored (more steps than they ran)", file=sys.stderr)
+    if left:  # results that do not say how long they ran: the steps the fit sees there are the fast seeds' only
+        print(f"warning: {left} left out (they did not reach the target, and their steps run are not recorded or "
+              "too few runs reached it to fit them as censored; the fit at those batches is of the seeds that did)",
+              file=sys.stderr)  # fmt: skip
+    said = (f"; {cut} censored, not reached" if cut else "") + (f"; {left} left out, not reached" if left else "")
     text = "# " + f"fitted by hetsim calibrate-efficiency on {len(args.runs)} sweep(s) of {sweep.workload}, " \
         f"target accuracy {sweep.target:g}; free: {', '.join(result.free)}; residual sd of ln(steps) " \
-        f"{result.residual_sd:.3f}" + (f"; {missed} left out, not reached" if missed else "") + "\n" \
-        + tomli_w.dumps({"workload": {"efficiency": table}})  # fmt: skip
+        f"{result.residual_sd:.3f}" + said + "\n" + tomli_w.dumps({"workload": {"efficiency": table}})  # fmt: skip
     if args.out is not None:
         atomic_write(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     print(text, end="")
     return 0
 
 
-def missed_runs(sweep: Any, batches: list[int] | None) -> str:
-    """``runs at 128: 2 of 5, ...`` for the batches fitted on where some run missed the target ('' if none)."""
-    counts: dict[int, list[int]] = {}
-    for p in sweep.points:
-        if batches is None or p.batch in batches:
-            counts.setdefault(p.batch, [0, 0])[p.steps is None] += 1
-    missed = [f"{m} of {r + m} at {b}" for b, (r, m) in sorted(counts.items()) if m]
-    return f"runs {', '.join(missed)}" if missed else ""
+def missed_runs(sweep: Any, batches: list[int] | None, censored: bool) -> tuple[str, str]:
+    """``runs 2 of 5 at 128, ...`` for the batches fitted on where some run missed the target: those
+    the fit took as ``censored`` (their steps run recorded), and those left out ('' where none)."""
+    from hetsim.calibrate.efficiency_runs import missed
+
+    def said(runs: list[Any]) -> str:
+        per_batch = {b: sum(p.batch == b for p in runs) for b in sorted({p.batch for p in runs})}
+        of = {b: sum(p.batch == b for p in sweep.points) for b in per_batch}
+        return f"runs {', '.join(f'{m} of {of[b]} at {b}' for b, m in per_batch.items())}" if runs else ""
+
+    runs = missed(sweep, batches)
+    cut = [p for p in runs if censored and p.steps_run]
+    return said(cut), said([p for p in runs if p not in cut])
 
 
 COMMANDS = {"calibrate-efficiency": cmd_calibrate_efficiency}

@@ -18,11 +18,19 @@ point; the errors of steps to a target are closer to multiplicative than additiv
 :func:`scipy.optimize.least_squares`, and takes the parameters' covariance from the Jacobian,
 ``s^2 (J^T J)^-1`` with ``s^2`` the residuals' variance (the runs' scatter about the fit);
 :meth:`Fit.predict` gives a prediction with its interval by the delta method.
+
+A run that stopped before the target (a sweep's ``--quick`` cap) says only that its steps exceed
+the ones it ran. Leaving it out would keep the fast seeds of that batch and bias the fit toward
+fewer steps, so such runs enter as right-censored (``censored``): ``ln S`` is taken normal about
+the model's, and the likelihood of the runs that reached the target and of those cut
+(``P(ln S > ln steps_run)``) is maximised over the free parameters and ``ln sigma`` together
+(a Tobit regression); the covariance is the inverse of the observed information. Without a cut
+run it is the least-squares fit above, exactly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -32,6 +40,7 @@ from hetsim.model.efficiency import Efficiency
 
 Shape = tuple[tuple[float, float], ...]  # (progress / target_steps, B_noise / first B_noise) knots
 DEFAULT_NOISE = 1.0  # the starting noise scale when none was measured, in units of the base batch
+LOG_SIGMA_BOUNDS = (float(np.log(1e-3)), float(np.log(10.0)))  # the censored fit's ln sigma
 
 
 @dataclass(frozen=True)
@@ -42,8 +51,9 @@ class Fit:
     efficiency: Efficiency
     free: tuple[str, ...]
     covariance: np.ndarray
-    residual_sd: float
+    residual_sd: float  # with censored runs, the likelihood's sigma of ln(steps)
     shape: Shape = ()
+    censored: int = 0  # runs stopped before the target that the fit took as censored
 
     def predict(self, batch: float, z: float = 1.96) -> tuple[float, float, float]:
         """Steps to the target at ``batch``: the fit's, and the ``z``-sd interval of the fitted
@@ -93,11 +103,13 @@ def check_shape(shape: Shape) -> Shape:
 
 
 def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise_scale: float | None = None,
-        shape: Shape = (), lr_scaling: str | None = None, exponent: bool = True) -> Fit:  # fmt: skip
+        shape: Shape = (), lr_scaling: str | None = None, exponent: bool = True,
+        censored: Sequence[tuple[float, float]] = ()) -> Fit:  # fmt: skip
     """Fit the efficiency to runs at ``batches`` that took ``steps`` to the target (see the
     module's docstring); ``noise_scale`` is the measured one at ``base_batch`` (the starting
     point, and the value kept when only one batch was run); ``exponent=False`` keeps the batch
-    exponent at 0 whatever the batches."""
+    exponent at 0 whatever the batches; ``censored``: ``(batch, steps run)`` of runs stopped
+    before the target (how many parameters are free follows the batches that reached it)."""
     from scipy.optimize import least_squares
 
     b, s = np.asarray(batches, dtype=float), np.asarray(steps, dtype=float)
@@ -105,6 +117,9 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
         raise ConfigError("runs", f"need steps for every batch, got {b.size} batches and {s.size} steps")
     if np.any(b <= 0) or np.any(s <= 0):
         raise ConfigError("runs", "batches and steps to the target must be > 0")
+    cut = np.asarray(censored, dtype=float).reshape(-1, 2)
+    if np.any(cut <= 0):
+        raise ConfigError("runs", "a run stopped before the target needs a batch and steps run > 0")
     distinct = np.unique(b).size
     if noise_scale is None and distinct < 2:
         raise ConfigError("runs", "one batch alone needs a measured noise scale")
@@ -124,16 +139,54 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
     bounds = (np.array([-np.inf, -5.0, -4.0])[: len(free)], np.array([np.inf, 25.0, 4.0])[: len(free)])
     x0 = np.clip(x0, bounds[0] + 1e-9, bounds[1] - 1e-9)
     result = least_squares(residuals, x0, bounds=bounds, x_scale=1.0)
-    eff = _efficiency(result.x, free, start, shape)
     dof = b.size - len(free)
     sd = float(np.sqrt(np.sum(result.fun**2) / dof)) if dof > 0 else float("nan")
     jtj = result.jac.T @ result.jac
     cov = (sd**2) * np.linalg.pinv(jtj) if dof > 0 else np.full((len(free), len(free)), np.nan)
+    x, used = result.x, 0
+    if cut.size and dof > 0:  # sigma needs a residual degree of freedom among the runs that reached it
+        log_s = lambda x: np.log([_efficiency(x, free, start, shape).steps_to_target(v) for v in b])  # noqa: E731
+        log_cut = lambda x: np.log([_efficiency(x, free, start, shape).steps_to_target(v) for v in cut[:, 0]])  # noqa: E731
+        x, cov, sd = _tobit(log_s, log_cut, np.log(s), np.log(cut[:, 1]), x, bounds, sd)
+        used = len(cut)
+    eff = _efficiency(x, free, start, shape)
     sds = dict(zip(free, np.sqrt(np.clip(np.diag(cov), 0, None)).tolist()))
     eff = replace(eff, noise_scale_sd=_finite(sds.get("noise_scale")),
                   batch_exponent_sd=_finite(sds.get("batch_exponent")),
                   target_steps_sd=_finite(sds.get("target_steps")))  # fmt: skip
-    return Fit(eff, free, cov, sd, shape)
+    return Fit(eff, free, cov, sd, shape, used)
+
+
+def _tobit(log_s: Callable[[np.ndarray], np.ndarray], log_cut: Callable[[np.ndarray], np.ndarray], y: np.ndarray,
+           c: np.ndarray, x0: np.ndarray, bounds: tuple[np.ndarray, np.ndarray], sd0: float,
+           ) -> tuple[np.ndarray, np.ndarray, float]:  # fmt: skip
+    """The censored fit (module docstring): the maximum-likelihood parameters, their covariance
+    (the inverse observed information, by central differences) and sigma; started from the
+    least-squares fit of the runs that reached the target (``x0``, residual sd ``sd0``)."""
+    from scipy import optimize, stats
+
+    def nll(p: np.ndarray) -> float:
+        sigma = float(np.exp(p[-1]))
+        z_obs, z_cut = (y - log_s(p[:-1])) / sigma, (c - log_cut(p[:-1])) / sigma
+        return float(np.sum(0.5 * z_obs**2) + y.size * p[-1] - np.sum(stats.norm.logsf(z_cut)))
+
+    start = np.append(x0, np.log(sd0 if np.isfinite(sd0) and sd0 > 1e-3 else 0.2))
+    box = list(zip(bounds[0], bounds[1])) + [LOG_SIGMA_BOUNDS]
+    result = optimize.minimize(nll, start, method="L-BFGS-B", bounds=box)
+    p = result.x
+    n = p.size
+    h = 1e-4
+    hess = np.empty((n, n))
+    for i in range(n):  # central differences of the negative log-likelihood
+        for j in range(i, n):
+            e_i, e_j = np.eye(n)[i] * h, np.eye(n)[j] * h
+            hess[i, j] = hess[j, i] = (nll(p + e_i + e_j) - nll(p + e_i - e_j) - nll(p - e_i + e_j)
+                                       + nll(p - e_i - e_j)) / (4 * h * h)  # fmt: skip
+    try:
+        cov = np.linalg.inv(hess)[:-1, :-1]
+    except np.linalg.LinAlgError:
+        cov = np.full((n - 1, n - 1), np.nan)
+    return p[:-1], cov, float(np.exp(p[-1]))
 
 
 def _finite(value: float | None) -> float | None:
