@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -311,3 +313,49 @@ def test_included_read_from_text_and_numbers():
     with pytest.raises(ConfigError) as info:
         calibrate(frame.assign(included=["yes", "no", "yes", "no"]))
     assert info.value.field == "included" and "'yes'" in info.value.problem
+
+
+def test_rows_of_a_failed_worker_are_left_out_of_its_fit():
+    """A worker that is down (``up`` false) computes nothing: its zero-time rows, cut at the
+    barrier, tell nothing of its cost. They are left out, said so, and the fit is that of the
+    trace without them (before, they entered the censored likelihood as log 0)."""
+    frame = _backup_trace(SLOW)
+    down = (frame["worker"] == 1) & frame["step"].between(500, 599)
+    failed = frame.assign(up=~down, compute_s=frame["compute_s"].where(~down, 0.0),
+                          included=frame["included"] & ~down)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no log-of-zero RuntimeWarning
+        cal = calibrate(failed)
+    alone = calibrate(frame.loc[~down])
+    assert cal.workers[1].per_sample_s == alone.workers[1].per_sample_s
+    assert cal.workers[1].se["per_sample_s"] == pytest.approx(alone.workers[1].se["per_sample_s"])
+    assert cal.global_batch == 128 and cal.steps_per_epoch == 100
+    assert "trace: 100 rows of failed workers (up = false; worker 1) left out of the fits" in cal.warnings
+
+
+def test_an_asynchronous_trace_gives_the_scenario_that_reproduces_it():
+    """Under async a row is one worker's update: the global batch is the workers' local batches
+    summed, an epoch's steps its updates over the workers, and the network one update's exchange
+    (before: the global batch was one worker's, and no exchange was fitted)."""
+    workers = [{"overhead_s": 0.004, "per_sample_s": 0.0002 * k, "noise": {"dist": "lognormal", "sigma": 0.1}}
+               for k in (1, 2, 3)]  # fmt: skip
+    raw = scenario_dict(workers, global_batch=96, steps_per_epoch=50, epochs=4, seed=2,
+                        network={"kind": "constant", "time_s": 0.003})  # fmt: skip
+    raw["policy"] = {"name": "async"}
+    scenario = load_scenario(raw)
+    trace = simulate(scenario)
+    cal = calibrate(trace)
+    assert (cal.global_batch, cal.steps_per_epoch, cal.epochs) == (96, 50, 4)
+    assert cal.network.kind == "constant" and cal.network.time_s == pytest.approx(0.003)
+    again = simulate(load_scenario(cal.scenario))
+    assert len(again.step) == len(trace.step)
+    assert again.to_frame()["start_s"].max() == pytest.approx(trace.to_frame()["start_s"].max(), rel=0.03)
+
+
+def test_one_worker_says_its_exchange_time_is_not_modelled():
+    frame = pd.DataFrame({"step": range(6), "worker": 0, "local_batch": [8, 16] * 3,
+                          "compute_s": [0.011, 0.019, 0.010, 0.021, 0.012, 0.020], "comm_s": 0.0004})  # fmt: skip
+    cal = calibrate(frame)
+    assert cal.network.time_s == 0.0
+    assert ("network: one worker, so no exchange is modelled; its comm_s (mean 0.400 ms a step) is left out of the "
+            "scenario") in cal.warnings  # fmt: skip

@@ -107,7 +107,8 @@ def calibrate(
     if "step" not in frame.columns:  # rows of a worker in order are its steps
         frame["step"] = frame.groupby("worker").cumcount()
     _check_steps(frame, chosen)
-    frame = frame.sort_values(["worker", "step"], kind="stable")
+    every = frame  # the workload and the exchange are the whole cluster's, failed workers included
+    frame = _without_down_rows(frame, warnings).sort_values(["worker", "step"], kind="stable")
     done = _included(frame)
     workers = sorted(int(w) for w in frame["worker"].unique())
     fits, idle = _fit_workers(frame, done, workers, model, warnings)
@@ -119,7 +120,7 @@ def calibrate(
         )
     noise = _noise(frame, done, fits, workers)
     warnings.extend(_reacting_split(frame, noise, fits))
-    workload, network = _workload(frame, warnings), _network(frame, warnings)
+    workload, network = _workload(every, warnings), _network(every, warnings)
     global_batch, steps_per_epoch, epochs, gradient_mb = workload
     scenario = {
         "name": name,
@@ -169,6 +170,23 @@ def _policy_rows(frame: pd.DataFrame, policy: str | None) -> tuple[pd.DataFrame,
         )
     note = f"trace: pooled the rows of {len(found)} policies ({', '.join(found)}), whose steps never meet"
     return frame, None, [note]
+
+
+def _without_down_rows(frame: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+    """The rows of workers that were up: a failed worker's rows (``up`` false) computed nothing
+    and tell nothing of its cost (their zero times would be fitted as cut at zero)."""
+    if "up" not in frame.columns or frame["up"].astype(bool).all():
+        return frame
+    down = ~frame["up"].astype(bool)
+    workers = ", ".join(str(int(w)) for w in sorted(frame.loc[down, "worker"].unique()))
+    count = int(down.sum())
+    warnings.append(f"trace: {count} rows of failed workers (up = false; worker {workers}) left out of the fits")
+    return frame.loc[~down].copy()
+
+
+def one_worker_per_step(frame: pd.DataFrame) -> bool:
+    """Whether every step is one worker's (an asynchronous trace: a row is one update) among several."""
+    return bool(frame["worker"].nunique() > 1 and frame.groupby("step")["worker"].nunique().max() == 1)
 
 
 def _check_steps(frame: pd.DataFrame, policy: str | None) -> None:
@@ -246,11 +264,20 @@ def _reacting_split(frame: pd.DataFrame, noise: NoiseStructure, fits: list[Worke
 
 
 def _workload(frame: pd.DataFrame, warnings: list[str]) -> tuple[int, int, int, float]:
+    """Global batch, steps per epoch, epochs and gradient size. In an asynchronous trace a row is
+    one worker's update: the global batch is the workers' median updates' sum (what a split of it
+    hands each), and an epoch's steps its updates over the workers (as the engines count them)."""
     per_step = frame.groupby("step")
-    global_batch = int(round(float(per_step["local_batch"].sum().median())))
+    updates = one_worker_per_step(frame)
+    if updates:
+        global_batch = int(round(float(frame.groupby("worker")["local_batch"].median().sum())))
+    else:
+        global_batch = int(round(float(per_step["local_batch"].sum().median())))
     if global_batch < 1:
         raise ConfigError("local_batch", "the median step processed no samples")
     steps_per_epoch, epochs, note = _epochs(frame)
+    if updates:
+        steps_per_epoch = max(1, int(round(steps_per_epoch / frame["worker"].nunique())))
     warnings.extend(note)
     gradient_mb = float(per_step["gradient_mb"].first().median()) if "gradient_mb" in frame.columns else 0.0
     return global_batch, steps_per_epoch, epochs, gradient_mb
@@ -261,6 +288,13 @@ def _network(frame: pd.DataFrame, warnings: list[str]) -> NetworkFit:
         warnings.append("network: the trace has no comm_s column; the all-reduce time is set to 0")
         return NetworkFit("constant", time_s=0.0)
     per_step = frame.groupby("step")
+    if one_worker_per_step(frame):  # each update's own exchange: a constant network's time is one exchange
+        return NetworkFit("constant", time_s=float(frame["comm_s"].mean()))
+    if frame["worker"].nunique() == 1 and float(frame["comm_s"].mean()) > 0:
+        warnings.append(
+            f"network: one worker, so no exchange is modelled; its comm_s (mean {frame['comm_s'].mean() * 1e3:.3f} ms "
+            "a step) is left out of the scenario"
+        )
     gradient = per_step["gradient_mb"].first().to_numpy() if "gradient_mb" in frame.columns else None
     network, notes = fit_network(
         per_step["comm_s"].first().to_numpy(),

@@ -284,7 +284,7 @@ def _noise_network_workload(calibration: Calibration) -> list[str]:
     persistence = "-" if lag is None else f"{lag:.3f}"
     net = calibration.network
     network = (
-        f"network: constant {net.time_s * 1e3:.4f} ms per step"
+        f"network: constant {net.time_s * 1e3:.4f} ms per exchange (a step's all-reduce, an async update's)"
         if net.kind == "constant"
         else f"network: {net.kind}, latency {net.latency_s * 1e6:.2f} us, bandwidth {net.bandwidth_gbps:.3g} Gbit/s"
     )
