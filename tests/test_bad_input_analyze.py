@@ -14,7 +14,7 @@ CASES = [
     case("policy-twice", ["paper", "--policy", "equal,equal"], "--policy: a policy is listed twice"),
     case("seed-negative", ["paper", "--seed", "-1"], "--seed: must be >= 0, got -1"),
     case("seed-text", ["paper", "--seed", "abc"], "hetsim analyze: argument --seed: invalid int value: 'abc'"),
-    case("option-of-simulate", ["paper", "--out", "x"], "hetsim: unrecognized arguments: --out x"),
+    case("option-of-simulate", ["paper", "--out", "x"], "unrecognized arguments: --out x"),
     case("batch-zero", ["paper", "--set", "workload.global_batch=0"],
          "workload.global_batch: must be in [1, 1099511627776], got 0"),
     case("batch-huge", ["paper", "--set", f"workload.global_batch={HUGE}"],

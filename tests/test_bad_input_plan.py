@@ -23,7 +23,7 @@ CASES = [
          "workload.efficiency: missing: policy 'goodput' chooses the global batch by statistical efficiency "
          "(give noise_scale and base_batch)"),
     case("seed-negative", ["paper", "--seed", "-1"], "--seed: must be >= 0, got -1"),
-    case("option-of-simulate", ["paper", "--trace", "full"], "hetsim: unrecognized arguments: --trace full"),
+    case("option-of-simulate", ["paper", "--trace", "full"], "unrecognized arguments: --trace full"),
     # --objective
     case("objective-unknown", ["paper", "--objective", "fast"],
          "hetsim plan: argument --objective: invalid choice: 'fast' (choose from 'throughput', 'time_to_target')"),

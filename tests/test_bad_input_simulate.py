@@ -25,8 +25,8 @@ CASES = [
     # checked as the command starts (hetsim.engines.check_engine), not by argparse: listing the
     # registry's engines as choices would import them into every command line (see hetsim.cli.main)
     case("unknown-engine", ["--engine", "warp"], "--engine: unknown engine 'warp' (known: simpy, vector, auto)"),
-    case("unknown-option", ["--bogus"], "hetsim: unrecognized arguments: --bogus"),
-    case("option-of-sweep", ["--jobs", "2"], "hetsim: unrecognized arguments: --jobs"),
+    case("unknown-option", ["--bogus"], "unrecognized arguments: --bogus"),
+    case("option-of-sweep", ["--jobs", "2"], "unrecognized arguments: --jobs"),
     case("set-without-equals", ["--set", "workload"], "--set: expected PATH=VALUE, got 'workload'"),
     case("set-without-path", ["--set", "=3"], "--set: expected PATH=VALUE, got '=3'"),
     case("out-in-a-file", ["--out", "{tmp}/file/out"], "--out: {tmp}/file is a file, not a folder",

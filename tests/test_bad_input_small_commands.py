@@ -17,15 +17,15 @@ ENORMOUS = 10**400  # beyond a float
 
 CASES = [
     # hetsim
-    case("no-command", [], "hetsim: the following arguments are required: command"),
+    case("no-command", [], "the following arguments are required: command"),
     case("unknown-command", ["frobnicate"],
-         f"hetsim: argument command: invalid choice: 'frobnicate' (choose from {COMMANDS})"),
-    case("unknown-option", ["--bogus"], "hetsim: the following arguments are required: command"),
+         f"argument command: invalid choice: 'frobnicate' (choose from {COMMANDS})"),
+    case("unknown-option", ["--bogus"], "the following arguments are required: command"),
     # scenarios, profiles
-    case("scenarios-argument", ["scenarios", "extra"], "hetsim: unrecognized arguments: extra"),
-    case("scenarios-option", ["scenarios", "--json"], "hetsim: unrecognized arguments: --json"),
-    case("profiles-option", ["profiles", "--csv"], "hetsim: unrecognized arguments: --csv"),
-    case("profiles-argument", ["profiles", "extra"], "hetsim: unrecognized arguments: extra"),
+    case("scenarios-argument", ["scenarios", "extra"], "unrecognized arguments: extra"),
+    case("scenarios-option", ["scenarios", "--json"], "unrecognized arguments: --json"),
+    case("profiles-option", ["profiles", "--csv"], "unrecognized arguments: --csv"),
+    case("profiles-argument", ["profiles", "extra"], "unrecognized arguments: extra"),
     # show
     case("show-nothing", ["show"], "hetsim show: the following arguments are required: scenario"),
     case("show-unknown", ["show", "nope"], "scenario: 'nope' is neither a file nor a built-in scenario ({builtins})"),

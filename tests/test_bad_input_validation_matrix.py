@@ -12,9 +12,9 @@ from validation.cli import cuda_devices, main
 
 CASES = [
     # validation
-    case("no-command", [], "validation: the following arguments are required: command"),
+    case("no-command", [], "the following arguments are required: command"),
     case("unknown-command", ["frobnicate"],
-         "validation: argument command: invalid choice: 'frobnicate' (choose from 'run', 'compare', 'matrix', "
+         "argument command: invalid choice: 'frobnicate' (choose from 'run', 'compare', 'matrix', "
          "'profile', 'batch-sweep', 'gpu-check')"),
     # matrix
     case("busy-negative", ["matrix", "--busy", "-1"], "--busy: must be in [0, 64], got -1"),
@@ -31,7 +31,7 @@ CASES = [
     case("out-in-a-file", ["matrix", "--out", "{tmp}/file/sub"],
          "--out: cannot write in {tmp}/file/sub: Not a directory",
          {"file": "x"}),
-    case("argument", ["matrix", "extra"], "validation: unrecognized arguments: extra"),
+    case("argument", ["matrix", "extra"], "unrecognized arguments: extra"),
 ]  # fmt: skip
 
 

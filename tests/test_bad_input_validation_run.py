@@ -259,7 +259,7 @@ CASES = [
     case("run-file-zero", ["{tmp}/run.toml"], "--epochs: must be in [1, 1000000], got 0", {"run.toml": "epochs = 0\n"}),
     case("run-file-delay", ["{tmp}/run.toml"], f"--delay 1: unknown distribution 'weibull' {KNOWN_DISTRIBUTIONS}",
          {"run.toml": '[delay]\n1 = "weibull:2"\n'}),
-    case("unknown-option", ["--bogus"], "validation: unrecognized arguments: --bogus"),
+    case("unknown-option", ["--bogus"], "unrecognized arguments: --bogus"),
 ]  # fmt: skip
 
 

@@ -98,6 +98,13 @@ CASES = [
          "(record with record_shapes=True, or pass --batch RANK=B,...)", {
              f"r{r}.json.gz": gz(trace(r, 2, rank_events(r, STEPS, [64, 64], shapes=False))) for r in range(2)}),
     case("bad-batch", [*ARGS, "--batch", "0=64,1=lots"], "--batch: '1=lots' is not RANK=B (e.g. 0=64,1=32)", both()),
+    case("batch-rank-twice", [*ARGS, "--batch", "0=32,0=16"], "--batch: rank 0 is given twice", both()),
+    case("batch-huge", [*ARGS, "--batch", "0=99999999999999"],
+         "--batch: rank 0's batch 99999999999999 is beyond 1099511627776", both()),
+    case("batch-not-a-rank", [*ARGS, "--batch", "5=3"], "--batch: rank 5 is not one of the job's 2 ranks (0-1)",
+         both()),
+    case("batch-all-zero", [*ARGS, "--batch", "0=0,1=0"], "--batch: every rank's batch is 0 in every step: the trace "
+         "would hold no samples", both()),
     case("out-kind", [*CMD, R0, R1, "-o", "{tmp}/trace.txt"], "--out: {tmp}/trace.txt: unknown file type '.txt' "
          "(use .csv, .parquet, .pq)", both()),
     case("no-such-file", [*CMD, R0, "{tmp}/r9.json.gz", *OUT], "{tmp}/r9.json.gz: no such file or folder", both()),

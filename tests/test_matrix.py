@@ -129,7 +129,7 @@ def test_a_tiny_matrix_writes_its_results_and_resumes(tmp_path):
     [
         (["--busy", "-1"], "validation: error: --busy: must be in [0, 64], got -1"),
         (["--busy", "x"], "validation: error: validation matrix: argument --busy: invalid int value: 'x'"),
-        (["--frobnicate"], "validation: error: validation: unrecognized arguments: --frobnicate"),
+        (["--frobnicate"], "validation: error: unrecognized arguments: --frobnicate"),
     ],
 )
 def test_bad_matrix_input_is_one_line_and_exit_2(tmp_path, args, message):

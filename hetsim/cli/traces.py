@@ -99,6 +99,8 @@ def cmd_export_trace(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else default_out(args.source)
     if out.resolve() == args.source.resolve() or out.is_dir():
         raise ConfigError("--out", f"{out} is the input or a folder: name a file to write")
+    if not out.name.endswith((".json", ".json.gz")):
+        raise ConfigError("--out", f"{out}: unknown file type (use .json, or .json.gz gzipped)")
     source = load_source(args.source, args.policy)
     check_steps(source.runs, first, stop, args.steps)
     laid = []
@@ -147,7 +149,11 @@ def cmd_import_logs(args: argparse.Namespace) -> int:
 
 
 def parse_batch(text: str | None) -> dict[int, int] | None:
-    """``0=64,1=32`` -> {0: 64, 1: 32}; ConfigError on ``--batch`` otherwise."""
+    """``0=64,1=32`` -> {0: 64, 1: 32}; ConfigError on ``--batch`` otherwise (a rank named twice, a
+    batch beyond :data:`~hetsim.core.params.MAX_COUNT`). Whether the ranks are the job's, and that
+    some step has samples, is checked against its traces (:func:`hetsim.traces.torch_profiler.import_traces`)."""
+    from hetsim.core.params import MAX_COUNT
+
     if text is None:
         return None
     out: dict[int, int] = {}
@@ -155,6 +161,10 @@ def parse_batch(text: str | None) -> dict[int, int] | None:
         rank, sep, value = part.partition("=")
         if not (sep and rank.strip().isdigit() and value.strip().isdigit()):
             raise ConfigError("--batch", f"{part.strip()!r} is not RANK=B (e.g. 0=64,1=32)")
+        if int(rank) in out:
+            raise ConfigError("--batch", f"rank {int(rank)} is given twice")
+        if int(value) > MAX_COUNT:
+            raise ConfigError("--batch", f"rank {int(rank)}'s batch {int(value)} is beyond {MAX_COUNT}")
         out[int(rank)] = int(value)
     return out
 

@@ -30,7 +30,8 @@ class OneLineParser(argparse.ArgumentParser):
         self._deferred: list[tuple[argparse.Action, Callable[[], str]]] = []
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise ConfigError("", f"{self.prog}: {message}")
+        command = self.prog.partition(" ")[2]  # a subcommand's parser names it; the program's own is said once
+        raise ConfigError("", f"{self.prog}: {message}" if command else message)
 
     def defer_metavar(self, action: argparse.Action, metavar: Callable[[], str]) -> None:
         """Show ``metavar()`` as ``action``'s metavar (which needs one meanwhile: argparse

@@ -241,9 +241,20 @@ def check_size(laid_runs: Sequence[Laid], steps_text: str) -> int:
     total = sum(laid.count() for laid in laid_runs)
     if total <= MAX_EVENTS:
         return total
-    steps = np.unique(np.concatenate([laid.run.trace.step[laid.workers.rows] for laid in laid_runs]))
-    fit = max(int(MAX_EVENTS / (total / len(steps))), 1)  # steps of the range, every policy's events in each
-    first = int(steps[0])
+    # each run's events spread evenly over its own steps (an async run numbers its updates, many more than a
+    # barrier run's steps): the longest range from the first step whose events fit, with 5% to spare for
+    # the events that do not grow with the steps and for steps that hold more than their share
+    runs = [(np.unique(laid.run.trace.step[laid.workers.rows]), laid.count()) for laid in laid_runs]
+    first = min(int(steps[0]) for steps, _ in runs)
+
+    def events_before(stop: int) -> float:
+        return sum(count / len(steps) * int(np.searchsorted(steps, stop)) for steps, count in runs)
+
+    lo, hi = first + 1, max(int(steps[-1]) for steps, _ in runs) + 1  # events_before(hi) = total > MAX_EVENTS
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if events_before(mid) <= 0.95 * MAX_EVENTS else (lo, mid)
+    fit = lo - first
     raise ConfigError(
         "--steps",
         f"{steps_text} make {total} trace events, more than the {MAX_EVENTS} a viewer opens; pick fewer steps with "

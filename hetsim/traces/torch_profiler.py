@@ -71,6 +71,9 @@ def import_traces(
     """The traces of ``paths`` (one per rank) as one :class:`~hetsim.model.trace.Trace` of ``policy``
     (else the segment the traces record, else ``name``, else ``profiled``)."""
     ranks = check_job([read_rank(Path(p)) for p in paths])
+    stray = sorted(set(batch or {}) - {r.rank for r in ranks})
+    if stray:
+        raise ConfigError("--batch", f"rank {stray[0]} is not one of the job's {len(ranks)} ranks (0-{len(ranks) - 1})")
     offsets = align(ranks)
     steps = list(ranks[0].steps)
     first_start = min(r.steps[steps[0]].start_s - offsets[r.rank] for r in ranks)
@@ -89,6 +92,8 @@ def import_traces(
             row = (number, r.rank, local, start, compute, max(computes) - compute, comm)
             for key, value in zip(columns, row):
                 columns[key].append(value)
+    if not any(columns["local_batch"]):
+        raise ConfigError("--batch", "every rank's batch is 0 in every step: the trace would hold no samples")
     return Imported(_trace(columns, policy or ranks[0].segment or name or "profiled", len(ranks)), tuple(offsets),
                     len(ranks[0].collectives), " and ".join(sorted(sources)))  # fmt: skip
 
