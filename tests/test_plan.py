@@ -239,6 +239,20 @@ def test_wait_for_all_plans_over_the_policies_a_ddp_trainer_runs(capsys, tmp_pat
     assert all(f"note: {p} left out: {why}" in err for p, why in left_out.items())
 
 
+def test_a_recommendation_a_ddp_trainer_cannot_run_says_so(capsys):
+    """async wins on throughput where nothing weighs its stale gradients: the plan says that a DDP
+    trainer cannot run it and how to plan among those it can."""
+    assert main(["plan", "workstation", "--policy", "equal,optimal,async"]) == 0
+    out, err = capsys.readouterr()
+    assert "recommended: async" in out
+    assert ("note: async is recommended, and its steps do not wait for every worker (--wait-for-all): a DDP trainer "
+            "(validation.uneven's among them) cannot run it; --wait-for-all recommends among the policies that can, "
+            "and throughput counts its stale or dropped gradients as progress (--objective time_to_target weighs "
+            "them)\n") in err  # fmt: skip
+    assert main(["plan", "workstation", "--policy", "equal,optimal"]) == 0
+    assert "recommended" not in capsys.readouterr().err
+
+
 def row(policy: str, value: float, low: float, high: float, how: str = "simulated, 1 run x 9 steps") -> PolicyRow:
     return PolicyRow(policy, how, Estimate(1.0, 1.0, 1.0), Estimate(value, low, high), None, (1, 1))
 
@@ -279,3 +293,17 @@ def test_a_time_to_target_outside_the_fitted_batches_is_said_to_extrapolate(caps
         assert extrapolation == (None if expected is None else f"time to target extrapolates: {expected}")
         assert main(argv) == 0
         assert (f"note: time to target extrapolates: {expected}" in capsys.readouterr().out) == (expected is not None)
+
+
+def test_a_policy_that_chooses_its_batch_is_recommended_at_its_own(capsys):
+    """goodput runs the global batch it chooses, not the plan's: plan.json's and the line's are its
+    split's sum, the plan's said beside it."""
+    argv = ["plan", "mixed-gpus", "--set", "workload.efficiency.noise_scale=2000", "--set",
+            "workload.efficiency.base_batch=512", "--set", "workload.efficiency.target_steps=300",
+            "--objective", "time_to_target", "--policy", "optimal,goodput"]  # fmt: skip
+    assert main([*argv, "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)["recommended"]
+    assert rec["policy"] == "goodput" and rec["global_batch"] == sum(rec["split"]) != 512
+    assert main(argv) == 0
+    line = f"at global batch {sum(rec['split'])} (its own choice, as its final split; the plan's global batch 512)"
+    assert line in capsys.readouterr().out

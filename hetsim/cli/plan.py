@@ -108,6 +108,8 @@ def check_out(path: Path) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     from hetsim.core.provenance import provenance
     from hetsim.plan.planner import check_batch_range, check_cluster, check_objective, plan, runnable
+    from hetsim.policies import policy_class
+    from hetsim.policies.base import waits_for_every_worker
 
     scenario = scenario_of(args)
     check_cluster(scenario)
@@ -131,6 +133,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
             skipped += tuple((n, WAITS_FOR_FEWER) for n in names if n not in kept)
             names = kept
     result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed, policies=names, left_out=skipped)
+    chosen = result.recommended.policy
+    if not args.wait_for_all and not waits_for_every_worker(policy_class(chosen)):
+        print(f"note: {chosen} is recommended, and {WAITS_FOR_FEWER}: a DDP trainer (validation.uneven's among "
+              f"them) cannot run it; --wait-for-all recommends among the policies that can"
+              + ("" if args.objective == "time_to_target" else f", and {args.objective} counts its stale or "
+                 "dropped gradients as progress (--objective time_to_target weighs them)"),
+              file=sys.stderr)  # fmt: skip
     data = {**provenance(), **result.to_dict()}  # the command and the commit beside the plan's own record
     if args.out is not None:
         write_json(args.out, data)
@@ -193,7 +202,12 @@ def _recommended_lines(result: Plan) -> list[str]:
     rec = result.recommended
     gain = "" if result.gain_over_equal is None else f": {result.gain_over_equal:.2f}x equal's {result.objective}"
     lines = [
-        f"recommended: {rec.policy} ({rec.how}) at global batch {result.global_batch}{gain}",
+        f"recommended: {rec.policy} ({rec.how}) at global batch {result.recommended_batch}{gain}"
+        + (
+            ""
+            if result.recommended_batch == result.global_batch
+            else f" (its own choice, as its final split; the plan's global batch {result.global_batch})"
+        ),
         f"  predicted step {rec.step_s.value * 1e3:.3f} ms, {rec.throughput_sps.value:.1f} samples/s"
         + ("" if rec.time_to_target_s is None else f", {rec.time_to_target_s.value:.2f} s to target"),
         "  split (samples per step):",

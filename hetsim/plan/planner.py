@@ -67,6 +67,12 @@ class Plan:
         return tuple(names[i] for i, b in enumerate(self.recommended.split) if b == 0)
 
     @property
+    def recommended_batch(self) -> int:
+        """The recommended policy's global batch, its split's: a policy that varies the batch (such as
+        ``goodput``) runs its own, not the plan's."""
+        return sum(self.recommended.split) or self.global_batch
+
+    @property
     def extrapolation(self) -> str | None:
         """Why the time to target at the plan's global batch is an extrapolation (outside the
         batches its ``[workload.efficiency]`` was fitted on), or None."""
@@ -92,7 +98,7 @@ class Plan:
             "recommended": {
                 "policy": rec.policy,
                 "how": rec.how,
-                "global_batch": self.global_batch,
+                "global_batch": self.recommended_batch,
                 "split": list(rec.split),
                 "workers": [w.name for w in self.scenario.workers],
                 "left_out": list(self.left_out_workers),
