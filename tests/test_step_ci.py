@@ -77,3 +77,13 @@ def test_replications_are_the_t_interval_of_runs_seeded_from_the_seed():
     result = simulated_mean(scenario, "dynamic", 3)
     means = [simulate_summary(scenario, "dynamic", seed=s, engine="vector").mean_step_s for s in seeds]
     assert result.runs == REPLICATIONS and result.ci == mean_ci(means)
+
+
+def test_a_noise_free_runs_interval_holds_a_prediction_that_differs_in_the_last_place():
+    """analyze said "inside: no" where a noise-free run's zero-width interval and the closed form
+    summed the same times in another order (0.6920199999999993 against 0.69202)."""
+    from hetsim.run.metrics import MeanCI
+
+    ci = MeanCI(0.6920199999999993, 0.6920199999999993, 0.6920199999999993, 0.95)
+    assert ci.contains(0.69202) and ci.contains(0.6920199999999993)
+    assert not ci.contains(0.692021) and not MeanCI(1.0, 0.9, 1.1, 0.95).contains(1.1000001)
