@@ -124,3 +124,50 @@ def test_the_combine_comes_from_the_policy_object_not_its_name(summarised: bool)
     assert plain < weighted * (1 - 1e-4)  # the split is uneven: the combine matters
     assert progress(UnregisteredPlain()) == pytest.approx(plain, rel=1e-12)
     assert simulate(sc, UnregisteredPlain()).weighted is False
+
+
+class _Broken(Policy):
+    """A plug-in whose split breaks the contract in the way ``how`` names, from the first step
+    (``at_start``) or after one step."""
+
+    name = "broken"
+
+    def __init__(self, how: str, at_start: bool) -> None:
+        super().__init__()
+        self.how, self.at_start = how, at_start
+
+    def initial_split(self) -> tuple[int, ...]:
+        good = super().initial_split()
+        return self._broken(good) if self.at_start else good
+
+    def observe(self, record) -> None:
+        self._batches = self._broken(record.local_batches)
+
+    def _broken(self, good):
+        first = good[0]
+        return {"sum": (first - 1, *good[1:]), "negative": (-1, first + 1, *good[2:]),
+                "float": (float(first), *good[1:]), "length": good[:-1],
+                "cap": (self.global_batch, *[0] * (len(good) - 1))}[self.how]  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", [SimPyEngine(), VectorEngine()], ids=["simpy", "vector"])
+@pytest.mark.parametrize(
+    ("how", "line"),
+    [
+        ("sum", "broken's split 127/128 sums to 255, not the global batch 256"),
+        ("negative", "broken's split -1/129: worker 0's batch -1 is not a whole number >= 0"),
+        ("float", "broken's split 128.0/128: worker 0's batch 128.0 is not a whole number >= 0"),
+        ("length", "broken's split 128 has 1 entries for 2 workers"),
+        ("cap", "broken's split 256/0: worker 0's batch 256 is beyond its max_batch 200"),
+    ],
+)
+@pytest.mark.parametrize("at_start", [True, False], ids=["first-step", "later"])
+def test_a_split_that_breaks_the_contract_is_refused_in_one_line(paper, engine, how, line, at_start) -> None:
+    """Both engines check each new split: whole numbers >= 0, one per worker, within max_batch,
+    summing to the global batch (before, a plug-in's bad split ran silently to wrong figures)."""
+    raw = paper.to_dict()
+    raw["workers"][0]["max_batch"] = 200
+    scenario = load_scenario(raw)
+    with pytest.raises(ConfigError) as err:
+        simulate(scenario, _Broken(how, at_start), engine=engine)
+    assert str(err.value) == f"policy: {line}"

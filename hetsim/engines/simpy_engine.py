@@ -32,7 +32,7 @@ from hetsim.engines.base import Engine, Epochs, begin
 from hetsim.model.draws import StepDraws
 from hetsim.model.trace import Recorder, Trace, TraceBuilder, async_trace
 from hetsim.model.workers import WorkerSpec, WorkerStreams
-from hetsim.policies.base import Policy, StepInfo, StepRecord
+from hetsim.policies.base import Policy, StepInfo, StepRecord, check_split
 
 if TYPE_CHECKING:
     from hetsim.scenario.scenario import Scenario
@@ -102,6 +102,7 @@ class _BarrierRun:
         self.comm_s = scenario.allreduce_s()
         self.buckets = scenario.buckets()
         self.may_fail = any(rng.failure is not None for rng in streams)
+        self.checked: tuple[int, ...] | None = None  # the last split check_split passed (checked when it changes)
         self.processes = [
             self.env.process(self.worker(i, spec, rng)) for i, (spec, rng) in enumerate(zip(scenario.workers, streams))
         ]
@@ -152,7 +153,10 @@ class _BarrierRun:
         start = env.now
         available = tuple(not rng.down_at(start) for rng in self.streams) if self.may_fail else (True,) * n
         info = info._replace(available=None if not self.may_fail or all(available) else available)  # None: all up
-        batches = tuple(policy.partition(info))
+        batches = policy.partition(info)
+        if batches is not self.checked:
+            check_split(policy, batches)
+            self.checked = batches = tuple(batches)
         done = [env.event() for _ in range(n)]
         release, self.go = self.go, env.event()
         noise, delay = self.draws.rows(info.step, self.scenario.workload.total_steps - info.step)  # the rest, ahead
@@ -229,6 +233,7 @@ def run_simpy_async(scenario: Scenario, policy: Policy, streams: list[WorkerStre
     link = None if scenario.network.update_link_s(wl.gradient_mb) is None else simpy.Resource(env, capacity=1)
     applied = [0]
     batches = policy.partition(StepInfo(0, 0, 0, per_epoch))
+    check_split(policy, batches)
     rows: list[tuple[int, int, float, float, float, float, float]] = []  # + down, factor, comm
 
     def worker(i: int, spec: WorkerSpec, rng: WorkerStreams) -> Generator[simpy.Event, object, None]:

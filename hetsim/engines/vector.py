@@ -57,7 +57,7 @@ from hetsim.engines.vector_async import run_vector_async
 from hetsim.model.network import Buckets
 from hetsim.model.trace import Recorder, Trace, TraceBuilder
 from hetsim.model.workers import Timeline, WorkerSpec, WorkerStreams, cost_groups
-from hetsim.policies.base import Policy
+from hetsim.policies.base import Policy, check_split
 
 if TYPE_CHECKING:
     from hetsim.scenario.scenario import Scenario
@@ -119,6 +119,7 @@ def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: 
         info = epochs.info(row, available)
         split = policy.partition(info)
         if split is not batches:  # a new split (static policies hand back the same tuple)
+            check_split(policy, split)
             batches = tuple(split)
             b = np.array(batches, dtype=np.int64)
             works = b > 0

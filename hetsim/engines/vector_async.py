@@ -27,7 +27,7 @@ import numpy as np
 from hetsim.model.draws import StepDraws
 from hetsim.model.trace import Trace, async_trace
 from hetsim.model.workers import WorkerStreams, cost_groups
-from hetsim.policies.base import Policy, StepInfo
+from hetsim.policies.base import Policy, StepInfo, check_split
 
 if TYPE_CHECKING:
     from hetsim.scenario.scenario import Scenario
@@ -52,7 +52,9 @@ def run_vector_async(
     n = len(workers)
     total, per_epoch = wl.total_steps * n, wl.steps_per_epoch * n
     exchange_s = scenario.network.exchange_s(wl.gradient_mb)
-    batches = np.asarray(policy.partition(StepInfo(0, 0, 0, per_epoch)), dtype=np.int64)
+    split = policy.partition(StepInfo(0, 0, 0, per_epoch))
+    check_split(policy, split)
+    batches = np.asarray(split, dtype=np.int64)
     base = np.zeros(n)
     for model, idx in cost_groups(workers):
         base[idx] = model.time_s(batches[idx])

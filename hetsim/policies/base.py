@@ -33,6 +33,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from hetsim.core.errors import ConfigError
 from hetsim.core.params import PlugIn
 from hetsim.model.costs import CostModel
 from hetsim.model.efficiency import Efficiency
@@ -280,6 +281,31 @@ _SPLIT_HOOKS = ("split", "partition", "wait_for", "observe", "observe_steps")
 def _keeps_its_split(cls: type[Policy]) -> bool:
     """Whether ``cls`` overrides none of the methods through which a split changes during a run."""
     return all(getattr(cls, hook) is getattr(Policy, hook) for hook in _SPLIT_HOOKS)
+
+
+def check_split(policy: Policy, batches: Sequence[int]) -> None:
+    """What the engines take from :meth:`Policy.partition`: one whole number >= 0 per worker, each
+    within its cap, summing to the policy's global batch. A plug-in that breaks it gets one line
+    (ConfigError on ``policy``) instead of a run of wrong numbers."""
+    where = f"{policy.name}'s split {_short(batches)}"
+    b = np.asarray(batches)
+    if b.shape != (policy.n_workers,):
+        raise ConfigError("policy", f"{where} has {len(batches)} entries for {policy.n_workers} workers")
+    if b.dtype.kind not in "iu" or (b < 0).any():
+        i = int(np.flatnonzero([isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0
+                                for v in batches])[0])  # fmt: skip
+        raise ConfigError("policy", f"{where}: worker {i}'s batch {batches[i]!r} is not a whole number >= 0")
+    over = np.flatnonzero(b > policy.cap_array)
+    if over.size:
+        i = int(over[0])
+        raise ConfigError("policy", f"{where}: worker {i}'s batch {b[i]} is beyond its max_batch {policy.caps[i]:g}")
+    if int(b.sum()) != policy.global_batch:
+        raise ConfigError("policy", f"{where} sums to {int(b.sum())}, not the global batch {policy.global_batch}")
+
+
+def _short(batches: Sequence[int]) -> str:
+    text = "/".join(str(b) for b in batches[:8])
+    return text + ("/..." if len(batches) > 8 else "")
 
 
 def waits_for_every_worker(cls: type[Policy]) -> bool:
