@@ -101,6 +101,27 @@ def test_compute_time_with_random_delay_is_the_convolution():
     assert expected_max([ct, ct]) == pytest.approx(closed, rel=1e-5)
 
 
+
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
+def test_many_points_of_a_convolution_are_read_off_a_checked_spline():
+    """20,001 points at once (backup's inclusion grid): the spline through every sixth, and the
+    sum itself where the spline misses it, agree with the exact hypoexponential as the sum does;
+    on a grid reaching far beyond the body (a heavy tail's grid: the body in a few cells) the
+    intervals the spline misses are summed, so every point is the sum's value."""
+    scale, m = 0.2, 0.05
+    l1, l2 = 1 / scale, 1 / m
+    ct = ComputeTime(scale, Exponential(1.0), Exponential(m))
+    t = np.linspace(0.0, 4.0, 20_001)
+    exact = 1 - (l2 * np.exp(-l1 * t) - l1 * np.exp(-l2 * t)) / (l2 - l1)
+    assert np.max(np.abs(ct.cdf(t) - exact)) < 1e-7
+    assert not ct._convolved._spline.bad.any()  # smooth: the spline is read everywhere
+    heavy = ComputeTime(0.5, LogNormal(0.3), Exponential(2.0))
+    far = np.linspace(0.0, 4000.0, 20_001)
+    picked = far[::997]
+    assert np.max(np.abs(heavy.cdf(far)[::997] - heavy._convolved.summed(picked))) < 1e-7
+    assert heavy._convolved._spline.bad.any()
+
+
 def test_compute_time_with_a_discrete_delay_is_a_mixture():
     ct = ComputeTime(0.1, Exponential(1.0), Empirical((0.0, 0.05)))
     t = np.linspace(0.0, 1.0, 21)

@@ -26,10 +26,10 @@ from typing import Any, Protocol
 import numpy as np
 from scipy import integrate, optimize, stats
 
+from hetsim.analysis.convolution import ConvolvedCdf
 from hetsim.model.distributions import Distribution
 from hetsim.model.workers import WorkerSpec
 
-CONV_GRID = 4001
 TAIL_Q = 1e-13
 FACTOR_CELLS = 512  # a continuous common factor as this many cells of equal probability
 FACTOR_CELLS_CONVOLVED = 48  # ... when a member's time is itself a convolution (its CDF is costly)
@@ -66,10 +66,7 @@ class ComputeTime:
 
     Exact when either part is constant (a shift or a scaling of the other's CDF) or discrete
     (a finite mixture of those). When both are continuous the CDF is the convolution
-    ``F(t) = E_N[F_D(t - scale N)]``, computed as a midpoint Stieltjes sum over a fine grid of
-    the noise's CDF, from its 1e-13 quantile up to where ``t - scale N`` reaches the delay's
-    lowest value (so the kink there is a grid end; error about 1e-8 in the CDF, far below any
-    simulation's sampling error).
+    ``F(t) = E_N[F_D(t - scale N)]`` (:class:`~hetsim.analysis.convolution.ConvolvedCdf`).
     """
 
     def __init__(self, scale_s: float, noise: TimeDistribution, delay: TimeDistribution) -> None:
@@ -78,7 +75,11 @@ class ComputeTime:
         self.scale_s, self.noise, self.delay = float(scale_s), noise, delay
         self._noise_atoms = noise.atoms() if scale_s > 0 else np.array([0.0])
         self._delay_atoms = delay.atoms()
-        self._grid: tuple[np.ndarray, np.ndarray] | None = None  # noise range, delay's lowest value
+        self._convolved = ConvolvedCdf(self.scale_s, noise, delay, self._bounds)
+
+    def _bounds(self) -> tuple[float, float, float]:
+        """The convolution's noise range and the delay's lowest value (:mod:`hetsim.analysis.convolution`)."""
+        return quantile(self.noise, TAIL_Q), quantile(self.noise, 1.0 - TAIL_Q), quantile(self.delay, TAIL_Q)
 
     @classmethod
     def of(cls, spec: WorkerSpec, local_batch: float) -> ComputeTime:
@@ -115,24 +116,7 @@ class ComputeTime:
         if self._delay_atoms is not None:
             weights = np.diff(np.concatenate([[0.0], np.asarray(self.delay.cdf(self._delay_atoms), dtype=float)]))
             return np.tensordot(self.noise.cdf((t[..., None] - self._delay_atoms) / self.scale_s), weights, axes=1)
-        return self._convolve(t)
-
-    def _convolve(self, t: np.ndarray) -> np.ndarray:
-        """E_N[F_D(t - scale N)] over the noise values with t - scale N above the delay's lowest
-        value (beyond, F_D is 0): a midpoint Stieltjes sum on a grid ending at that kink."""
-        if self._grid is None:
-            self._grid = (
-                np.array([quantile(self.noise, TAIL_Q), quantile(self.noise, 1.0 - TAIL_Q)]),
-                np.array([quantile(self.delay, TAIL_Q)]),
-            )
-        (lo, hi), (delay_lo,) = self._grid
-        top = np.clip((t - delay_lo) / self.scale_s, lo, hi)[..., None]
-        edges = lo + (top - lo) * np.linspace(0.0, 1.0, CONV_GRID)
-        cum = np.asarray(self.noise.cdf(edges), dtype=float)
-        cum[..., 0] = 0.0  # the tails beyond the grid go to its end cells, so the mass is 1
-        cum[..., -1] = np.where(top[..., 0] >= hi, 1.0, cum[..., -1])
-        mids = 0.5 * (edges[..., 1:] + edges[..., :-1])
-        return np.sum(self.delay.cdf(t[..., None] - self.scale_s * mids) * np.diff(cum, axis=-1), axis=-1)
+        return self._convolved(t)
 
 
 # ComputeTime.of's objects by (cost, batch, noise, delay), the models by identity (a group's
