@@ -101,7 +101,6 @@ def test_compute_time_with_random_delay_is_the_convolution():
     assert expected_max([ct, ct]) == pytest.approx(closed, rel=1e-5)
 
 
-
 @pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_many_points_of_a_convolution_are_read_off_a_checked_spline():
     """20,001 points at once (backup's inclusion grid): the spline through every sixth, and the
