@@ -23,7 +23,11 @@ def rows(*lines: str) -> dict[str, str]:
 CASES = [
     # the trace file
     case("no-such-file", ["{tmp}/absent.csv"], "{tmp}/absent.csv: no such file"),
-    case("a-folder", ["{tmp}/folder"], "{tmp}/folder: no such file", {"folder/x": ""}),
+    case("a-folder", ["{tmp}/folder"], "{tmp}/folder: a folder: name its trace file (a simulate --out or validation "
+         "run folder holds trace.parquet)", {"folder/x": ""}),
+    case("a-profiler-trace", ["{tmp}/rank0.json"], "{tmp}/rank0.json: a JSON file, not a trace table: a "
+         "torch.profiler trace goes through hetsim import-trace first (its CSV or Parquet output is the trace)",
+         {"rank0.json": '{"traceEvents": []}'}),
     case("empty", [TRACE], "{tmp}/t.csv: not a readable CSV table: No columns to parse from file", {"t.csv": ""}),
     case("header-only", [TRACE], "{tmp}/t.csv: the table has no rows", rows()),
     case("binary", [TRACE],

@@ -43,6 +43,10 @@ def drop_step(data: dict[str, Any]) -> None:
     data["traceEvents"] = [e for e in data["traceEvents"] if e["name"] != "ProfilerStep#3"]
 
 
+def negative_duration(data: dict[str, Any]) -> None:
+    next(e for e in data["traceEvents"] if e["name"] == "aten::linear")["dur"] = -200
+
+
 def no_collectives(data: dict[str, Any]) -> None:
     data["traceEvents"] = [e for e in data["traceEvents"] if not e["name"].startswith(("c10d", "gloo"))]
 
@@ -98,6 +102,13 @@ CASES = [
          "(record with record_shapes=True, or pass --batch RANK=B,...)", {
              f"r{r}.json.gz": gz(trace(r, 2, rank_events(r, STEPS, [64, 64], shapes=False))) for r in range(2)}),
     case("bad-batch", [*ARGS, "--batch", "0=64,1=lots"], "--batch: '1=lots' is not RANK=B (e.g. 0=64,1=32)", both()),
+    case("negative-duration", ARGS, "{tmp}/r0.json.gz: event 'aten::linear' has a negative duration (-200 us): not "
+         "a trace torch.profiler wrote", edited(0, negative_duration)),
+    case("rank-beyond-world", ARGS, "{tmp}/r1.json.gz: rank 5 is not one of the job's 2 ranks (its distributedInfo)",
+         {"r0.json.gz": gz(rank(0)), "r1.json.gz": gz(trace(5, 2, rank_events(1, STEPS, [64, 64])))}),
+    case("other-runs-steps", ARGS, "{tmp}/r1.json.gz: traces of different jobs: rank 1 profiled steps 11-13, rank 0 "
+         "1-3", {"r0.json.gz": gz(rank(0)), "r1.json.gz": gz(trace(1, 2, rank_events(1, STEPS, [64, 64],
+                                                                                     steps=[11, 12, 13])))}),
     case("batch-rank-twice", [*ARGS, "--batch", "0=32,0=16"], "--batch: rank 0 is given twice", both()),
     case("batch-huge", [*ARGS, "--batch", "0=99999999999999"],
          "--batch: rank 0's batch 99999999999999 is beyond 1099511627776", both()),

@@ -275,8 +275,14 @@ def read_trace_table(path: str | Path, required: Sequence[str] = REQUIRED_COLUMN
     import pandas as pd
 
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(str(path), "a folder: name its trace file (a simulate --out or validation run folder holds "
+                                     "trace.parquet)")  # fmt: skip
     if not p.is_file():
         raise ConfigError(str(path), "no such file")
+    if p.name.endswith((".json", ".json.gz", ".pt.trace.json")):
+        raise ConfigError(str(path), "a JSON file, not a trace table: a torch.profiler trace goes through "
+                                     "hetsim import-trace first (its CSV or Parquet output is the trace)")  # fmt: skip
     parquet = frame_format(p, default="csv") == "parquet"
     try:
         frame = pd.read_parquet(p) if parquet else pd.read_csv(p)

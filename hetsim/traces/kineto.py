@@ -122,6 +122,13 @@ def read_rank(path: Path) -> RankTrace:
     ):
         raise ConfigError(str(path), "has no distributedInfo with rank and world_size (not a distributed job's trace)")
     events = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X" and _timed(e)]
+    negative = next((e for e in events if e["dur"] < 0), None)
+    if negative is not None:
+        raise ConfigError(str(path), f"event {str(negative.get('name'))!r} has a negative duration ({negative['dur']} "
+                                     "us): not a trace torch.profiler wrote")  # fmt: skip
+    if not 0 <= info["rank"] < info["world_size"]:
+        raise ConfigError(str(path), f"rank {info['rank']} is not one of the job's {info['world_size']} ranks "
+                                     "(its distributedInfo)")  # fmt: skip
     steps, main = _steps(events, path)
     ops = [e for e in events if e.get("tid") == main and e.get("cat") == "cpu_op"]
     segment = data.get("hetsim_segment")

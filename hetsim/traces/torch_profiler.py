@@ -133,6 +133,9 @@ def check_job(ranks: list[RankTrace]) -> list[RankTrace]:
     ordered = [by_rank[k] for k in range(first.world_size)]
     for r in ordered[1:]:
         lost = sorted(set(ordered[0].steps) ^ set(r.steps))
+        if lost and not set(ordered[0].steps) & set(r.steps):
+            raise ConfigError(str(r.path), f"traces of different jobs: rank {r.rank} profiled steps "
+                                           f"{_steps_text(r)}, rank 0 {_steps_text(ordered[0])}")  # fmt: skip
         if lost:
             where = r if lost[0] in ordered[0].steps else ordered[0]
             raise ConfigError(str(where.path), f"ProfilerStep#{lost[0]} is missing on rank {where.rank} (every rank "
@@ -141,6 +144,11 @@ def check_job(ranks: list[RankTrace]) -> list[RankTrace]:
         raise ConfigError(str(first.path), "has no collectives: not a data-parallel job's trace")
     _check_same_collectives(ordered)
     return ordered
+
+
+def _steps_text(rank: RankTrace) -> str:
+    numbers = sorted(rank.steps)
+    return f"{numbers[0]}-{numbers[-1]}" if numbers else "none"
 
 
 def _check_same_collectives(ranks: list[RankTrace]) -> None:
