@@ -271,7 +271,12 @@ def comparison_bars(
     for k, column in enumerate(table.columns):
         values = table[column].to_numpy(float) * scale
         ax.bar(np.arange(len(table)) + k * width, values, width, label=str(column))
-    ax.set_xticks(np.arange(len(table)) + 0.4 - width / 2, [str(i) for i in table.index])
+    labels = [str(i) for i in table.index]
+    ax.set_xticks(np.arange(len(table)) + 0.4 - width / 2, labels)
+    if sum(len(label) for label in labels) > 40:  # long policy names (dynamic-enhanced) would run together
+        ax.tick_params(axis="x", labelrotation=30)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
     ax.set_ylabel(ylabel)
     ax.legend(fontsize="small")
     return ax
