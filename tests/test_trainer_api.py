@@ -288,7 +288,7 @@ def test_your_own_job_profile_plan_train_compare(tmp_path):
     if not Path(sys.executable).with_name("torchrun").exists():
         pytest.skip("torchrun not installed")
     assert run_document(OWN_JOB_DOC, tmp_path) == []
-    prof, plan, out = (tmp_path / "runs" / name for name in ("own-prof", "own-plan.json", "own-run"))
+    prof, plan, out = (tmp_path / "runs" / name for name in ("own-prof", "own-prof/plan.json", "own-run"))
     global_batch = tomllib.loads((prof / "scenario.toml").read_text())["workload"]["global_batch"]
     recommended = json.loads(plan.read_text())["recommended"]
     assert sum(recommended["split"]) == recommended["global_batch"] == global_batch

@@ -538,3 +538,22 @@ def test_a_real_profile_of_two_cpu_ranks(tmp_path, capsys):
     assert per_rank.iloc[0] % TRAINER_BLOCKS == 0  # the same steps in every block
     a = meta["allreduce"]
     assert a["trainer_step_s"] > 0 and raw["network"]["time_s"] == float(f"{max(0.0, a['step_overhead_s']):.6g}")
+
+
+def test_a_doubtful_profile_says_why_in_a_line_each():
+    """A network set to 0 because the trainer's steps ran faster than the tables expect, a rank
+    whose steps spread widely, a load above the CPUs: each a warning (a review's profile at load
+    5.8 wrote a network of 0 and printed nothing of it)."""
+    from validation.profile import profile_warnings
+
+    def info(overhead_s: float | None, sigmas: tuple[float, ...]) -> dict:
+        return {"allreduce": {"step_overhead_s": overhead_s},
+                "ranks": [{"rank": r, "noise_sigma": s} for r, s in enumerate(sigmas)]}  # fmt: skip
+
+    assert profile_warnings(info(0.0021, (0.1, 0.2)), 1.2, 2) == []
+    assert profile_warnings(info(None, (0.1, 0.2)), 1.2, 2) == []
+    lines = profile_warnings(info(-0.00825, (0.5, 0.2)), 5.8, 2)
+    assert len(lines) == 3
+    assert lines[0].startswith("the trainer's steps took 8.25 ms less than the slowest compute")
+    assert lines[1].startswith("rank 0's steps spread widely (noise sigma 0.50, above 0.3)")
+    assert lines[2] == "the load average is 5.8 on 2 CPUs: other work shared the ranks' cores"

@@ -221,7 +221,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from validation.profile import ProfileFailed, profile_and_write, summary_lines
+    from validation.profile import ProfileFailed, profile_and_write, profile_warnings, summary_lines
     from validation.profile_config import build_profile_config
     from validation.workloads import resolve_workload
 
@@ -233,6 +233,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(f"validation: error: {exc}", file=sys.stderr)
         return 1
     print("\n".join(summary_lines(info, config.out)))
+    for line in profile_warnings(info, os.getloadavg()[0], os.cpu_count() or 1):
+        print(f"validation: warning: {line}", file=sys.stderr)
     return 0
 
 

@@ -107,3 +107,29 @@ def summary_lines(info: dict[str, Any], out: Path) -> list[str]:
         f"next: python -m hetsim plan {out}/scenario.toml --wait-for-all --out {out}/plan.json"
     )
     return lines
+
+
+NOISY_SIGMA = 0.3  # a rank's noise sigma above this: its steps were disturbed (quiet ranks here: 0.03-0.25)
+
+
+def profile_warnings(info: dict[str, Any], load_average: float, cpus: int) -> list[str]:
+    """What makes a profile doubtful, each a line: a network set to 0 because the trainer's steps
+    ran faster than the tables and their noise expect (the machine's speed moved during the
+    profile), a rank whose steps spread widely, a load above the CPUs the ranks shared."""
+    out = []
+    overhead = info["allreduce"].get("step_overhead_s")
+    if overhead is not None and overhead < 0:
+        out.append(
+            f"the trainer's steps took {-1e3 * overhead:.2f} ms less than the slowest compute the tables and their "
+            "noise expect at their split, so the scenario's network is 0: the machine's speed moved while it "
+            "profiled, and a plan's predictions are off by about that much; profile again when it is quieter"
+        )
+    for r in info["ranks"]:
+        if r["noise_sigma"] > NOISY_SIGMA:
+            out.append(
+                f"rank {r['rank']}'s steps spread widely (noise sigma {r['noise_sigma']:.2f}, above {NOISY_SIGMA}): "
+                "something else ran beside it; its table is noisy and the plan's split less sure"
+            )
+    if load_average > cpus:
+        out.append(f"the load average is {load_average:.1f} on {cpus} CPUs: other work shared the ranks' cores")
+    return out
