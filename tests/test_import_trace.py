@@ -131,3 +131,16 @@ def test_recorded_traces_against_the_ranks_own_timing(folder: Path) -> None:
         errors += [mine.loc[t["step"], "compute_s"] / t["compute_s"] - 1 for t in truth]
     assert np.median(np.abs(errors)) < 0.10  # 0.9% to 8.5% over the four recorded jobs
     assert COMM_US > 0  # the builder's constants stay what the exact cases assume
+
+
+def test_ranks_on_one_host_with_one_base_share_one_clock() -> None:
+    """Recorded on one host, the ranks' traces count from the same baseTimeNanoseconds: their
+    clocks are one and no offset is estimated (from the all-reduces' ends, which a loaded rank
+    sees late, it came out at milliseconds)."""
+    from hetsim.traces.torch_profiler import offsets_line
+
+    imported = import_traces(sorted((FIXTURES / "ddp-2ranks").glob("equal-rank*.json.gz")))
+    assert imported.same_clock and imported.offsets_s == (0.0, 0.0)
+    assert offsets_line(imported.offsets_s, imported.same_clock) == (
+        "clock offsets from rank 0: none (the ranks ran on one host, on one clock)"
+    )

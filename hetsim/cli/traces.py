@@ -187,7 +187,7 @@ def cmd_import_trace(args: argparse.Namespace) -> int:
     write_trace_table(trace, args.out)
     print(f"wrote {len(trace.step)} rows ({trace.n_workers} ranks x {trace.n_steps} steps, policy {trace.policy}, "
           f"{imported.collectives} collectives per rank) to {args.out}")  # fmt: skip
-    print(offsets_line(imported.offsets_s))
+    print(offsets_line(imported.offsets_s, imported.same_clock))
     print(f"local batches from {imported.batch_from}")
     return 0
 

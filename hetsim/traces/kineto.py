@@ -90,6 +90,7 @@ class RankTrace:
     backward: dict[int, float]  # step -> when its backward's last operator started (steps that have one)
     zeroed: dict[int, float]  # step -> when the last zero_grad before its forward ended (steps that have one)
     device_busy: list[Span]  # CUDA: the non-collective kernels (empty on CPU)
+    base_ns: int | None = None  # baseTimeNanoseconds: ranks on one host with the same base share one clock
 
 
 def load_json(path: Path) -> Any:
@@ -139,6 +140,7 @@ def read_rank(path: Path) -> RankTrace:
         steps=steps, busy=_leaves(ops, main), collectives=_collectives(events, ops, path),
         batch=batch, forward=forward, backward=_backward(ops, steps),
         zeroed=_zeroed(events, main, forward), device_busy=_device_busy(events),
+        base_ns=data["baseTimeNanoseconds"] if isinstance(data.get("baseTimeNanoseconds"), int) else None,
     )  # fmt: skip
 
 

@@ -63,6 +63,7 @@ class Imported:
     offsets_s: tuple[float, ...]
     collectives: int
     batch_from: str  # "input shapes", "--batch" or both
+    same_clock: bool = False  # the ranks shared one clock (one host, one base): no offsets estimated
 
 
 def import_traces(
@@ -95,7 +96,7 @@ def import_traces(
     if not any(columns["local_batch"]):
         raise ConfigError("--batch", "every rank's batch is 0 in every step: the trace would hold no samples")
     return Imported(_trace(columns, policy or ranks[0].segment or name or "profiled", len(ranks)), tuple(offsets),
-                    len(ranks[0].collectives), " and ".join(sorted(sources)))  # fmt: skip
+                    len(ranks[0].collectives), " and ".join(sorted(sources)), one_clock(ranks))  # fmt: skip
 
 
 def _trace(columns: dict[str, list[float]], policy: str, n_workers: int) -> Trace:
@@ -179,11 +180,18 @@ def _reduces(ranks: list[RankTrace]) -> list[int]:
     return picked or list(range(len(names)))
 
 
+def one_clock(ranks: list[RankTrace]) -> bool:
+    """Whether the ranks ran on one host and their traces count from the same base: one clock."""
+    return ranks[0].host != "" and ranks[0].base_ns is not None and len({(r.host, r.base_ns) for r in ranks}) == 1
+
+
 def align(ranks: list[RankTrace]) -> list[float]:
-    """Each rank's clock minus rank 0's, from the all-reduces' ends; refused when they disagree."""
+    """Each rank's clock minus rank 0's: 0 where they share one clock (:func:`one_clock`), else
+    from the all-reduces' ends (where a loaded rank's end is late, by milliseconds); refused
+    when they disagree."""
     picked = _reduces(ranks)
     ends = np.array([[r.collectives[k].ran.end_s for k in picked] for r in ranks])
-    offsets = [float(np.median(row - ends[0])) for row in ends]
+    offsets = [0.0] * len(ranks) if one_clock(ranks) else [float(np.median(row - ends[0])) for row in ends]
     issued = np.array([[r.collectives[k].issue.start_s for k in picked] for r in ranks]) - np.c_[offsets]
     ended = ends - np.c_[offsets]
     lag = issued.max(axis=0) - ended.min(axis=0)  # > 0: it ended somewhere before the last rank issued it
@@ -214,7 +222,9 @@ def local_batch(rank: RankTrace, step: int, batch: Mapping[int, int] | None) -> 
                                  "batch (record with record_shapes=True, or pass --batch RANK=B,...)")  # fmt: skip
 
 
-def offsets_line(offsets: Sequence[float]) -> str:
+def offsets_line(offsets: Sequence[float], same_clock: bool = False) -> str:
     """``clock offsets from rank 0: rank 1 +0.012 ms, ...``"""
+    if same_clock and len(offsets) > 1:
+        return "clock offsets from rank 0: none (the ranks ran on one host, on one clock)"
     parts = [f"rank {r} {1e3 * o:+.3f} ms" for r, o in enumerate(offsets) if r > 0]
     return "clock offsets from rank 0 (from the all-reduces' ends): " + (", ".join(parts) or "none (one rank)")
