@@ -191,6 +191,15 @@ def test_slowdown_spans_cover_exactly_the_steps_computed_slowed(shared_run, tmp_
         overlapping = [f for s, t, f in spans[name] if s < end - 1 and start < t - 1]
         assert inside == ([row.slowdown] if row.slowdown != 1.0 else []), row
         assert overlapping == inside, row
+    # a viewer that reads no sort index orders tracks by id: the ids follow the sort order, a
+    # worker's slowdown track right after the worker's own
+    order = {
+        (e["pid"], e["tid"]): e["args"]["sort_index"] for e in doc["traceEvents"] if e["name"] == "thread_sort_index"
+    }
+    assert all(tid == 1 + index for (_, tid), index in order.items())
+    by_tid = [threads[key] for key in sorted(order)]
+    slowed = next(i for i, name in enumerate(by_tid) if name.endswith(" slowdown"))
+    assert by_tid[slowed] == by_tid[slowed - 1] + " slowdown"
 
 
 def two_workers_with_buckets() -> dict[str, Any]:

@@ -118,13 +118,13 @@ def _slice(name: str, cat: str, pid: int, tid: int, start_ns: int, dur_ns: int, 
 
 
 def worker_events(laid: Laid, pid: int) -> Iterator[Event]:
-    """Every step slice and its parts, on the tracks ``1 + worker``."""
+    """Every step slice and its parts, on the tracks ``1 + 3 worker`` (:func:`metadata_events`)."""
     trace, w = laid.run.trace, laid.workers
     sync = trace.synchronous
     step_word, comm_word = ("step", "all-reduce") if sync else ("update", "exchange")
     exposed = {"exposed": True} if laid.buckets is not None else {}
     rows = w.rows
-    arrays = (1 + trace.worker[rows], trace.step[rows], trace.epoch[rows], trace.local_batch[rows],
+    arrays = (1 + 3 * trace.worker[rows], trace.step[rows], trace.epoch[rows], trace.local_batch[rows],
               trace.included[rows], w.start_ns, w.step_dur, w.compute_ns, w.compute_dur, w.wait_ns, w.wait_dur,
               w.comm_ns, w.comm_dur)  # fmt: skip
     columns = zip(*(a.tolist() for a in arrays))  # plain Python numbers: no NumPy scalar per event
@@ -142,15 +142,14 @@ def worker_events(laid: Laid, pid: int) -> Iterator[Event]:
 
 
 def episode_events(laid: Laid, pid: int) -> Iterator[Event]:
-    """Slowdown spans on the tracks ``1 + n + worker``, failures on ``1 + 2n + worker``."""
-    n = _lanes(laid.run.trace)
+    """Slowdown spans on the tracks ``2 + 3 worker``, failures on ``3 + 3 worker``."""
     for s in range(len(laid.slowdowns.start_ns)):
         worker, factor = int(laid.slowdowns.worker[s]), float(laid.slowdowns.value[s])
-        yield _slice(f"slowdown x{factor:g}", "slowdown", pid, 1 + n + worker, laid.slowdowns.start_ns[s],
+        yield _slice(f"slowdown x{factor:g}", "slowdown", pid, 2 + 3 * worker, laid.slowdowns.start_ns[s],
                      int(laid.slowdowns.dur_ns[s]), {"factor": factor})  # fmt: skip
     for s in range(len(laid.failures.start_ns)):
         worker = int(laid.failures.worker[s])
-        yield _slice("down", "failure", pid, 1 + 2 * n + worker, laid.failures.start_ns[s],
+        yield _slice("down", "failure", pid, 3 + 3 * worker, laid.failures.start_ns[s],
                      int(laid.failures.dur_ns[s]), {})  # fmt: skip
 
 
@@ -188,14 +187,16 @@ def counter_events(laid: Laid, pid: int) -> Iterator[Event]:
 
 
 def metadata_events(laid: Laid, pid: int) -> Iterator[Event]:
-    """Names and order of the process and of every track it uses."""
+    """Names and order of the process and of every track it uses: a worker's track, then its
+    slowdowns' and its failures', then the buckets'. The track ids follow that order too, for a
+    viewer that reads no sort index (Perfetto's JSON import names tracks, and orders them by id)."""
     run, n = laid.run, _lanes(laid.run.trace)
     yield _meta("process_name", pid, 0, name=run.trace.policy)
     yield _meta("process_sort_index", pid, 0, sort_index=pid)
     yield _meta("process_labels", pid, 0, labels=run.label or "hetsim trace")
-    tracks = {1 + w: (run.name(w), 3 * w) for w in np.unique(run.trace.worker[laid.workers.rows]).tolist()}
-    tracks.update({1 + n + w: (f"{run.name(w)} slowdown", 3 * w + 1) for w in laid.slowdowns.worker.tolist()})
-    tracks.update({1 + 2 * n + w: (f"{run.name(w)} down", 3 * w + 2) for w in laid.failures.worker.tolist()})
+    tracks = {1 + 3 * w: (run.name(w), 3 * w) for w in np.unique(run.trace.worker[laid.workers.rows]).tolist()}
+    tracks.update({2 + 3 * w: (f"{run.name(w)} slowdown", 3 * w + 1) for w in laid.slowdowns.worker.tolist()})
+    tracks.update({3 + 3 * w: (f"{run.name(w)} down", 3 * w + 2) for w in laid.failures.worker.tolist()})
     if laid.buckets is not None:
         tracks[1 + 3 * n] = ("all-reduce buckets", 3 * n)
     for tid, (name, order) in sorted(tracks.items()):
