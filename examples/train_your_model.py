@@ -61,7 +61,7 @@ def train(args: argparse.Namespace, device: torch.device, plan: uneven.PlanChoic
         return float(nn.functional.cross_entropy(out, test_y)), float((out.argmax(1) == test_y).float().mean())
 
     probe = uneven.Controller(uneven.PROBE, None, batch, writer)  # every rank at several batches: the calibration
-    uneven.probe_rounds(probe, stepper, loss_of, seed=args.seed, epoch=0, n_samples=len(Y), rounds=args.probe_rounds)
+    uneven.probe_rounds(probe, stepper, loss_of, seed=args.seed, epoch=0, n_samples=len(Y), rounds=args.probe_repeats)
     ctrl = uneven.Controller(name, policy, batch, writer, hints=lambda: uneven.probe_hints(writer))
     for epoch in range(args.epochs):
         results = uneven.train_epoch(ctrl, stepper, loss_of, seed=args.seed, epoch=epoch, n_samples=len(Y))
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", help="instead of --plan: a hetsim barrier policy (default dynamic)")
     parser.add_argument("--global-batch", type=int, help="with --policy (default 128); a plan brings its own")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo), or cuda (NCCL)")
-    parser.add_argument("--epochs", type=int, default=3), parser.add_argument("--probe-rounds", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=3), parser.add_argument("--probe-repeats", type=int, default=2)
     parser.add_argument("--lr", type=float, default=0.05), parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, help="the run folder, new or empty (rank 0 writes it)")
     parser.add_argument("--slowdown", default=None, help="emulate slower devices: a factor per rank (1,2) or 1=2")

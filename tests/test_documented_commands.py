@@ -60,7 +60,7 @@ SUBSTITUTE: dict[str, str] = {
     "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan runs/own-prof/plan.json "
     "--slowdown 1,2 --out runs/own-run":
         "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan "
-        "runs/own-prof/plan.json --slowdown 1,2 --epochs 1 --probe-rounds 1 --out runs/own-run",
+        "runs/own-prof/plan.json --slowdown 1,2 --epochs 1 --probe-repeats 1 --out runs/own-run",
 }  # fmt: skip
 # command (or its first words) -> why it is not run here
 SKIP: dict[str, str] = {
