@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from hetsim.analysis.analytic import predict
@@ -307,3 +308,46 @@ def test_a_policy_that_chooses_its_batch_is_recommended_at_its_own(capsys):
     assert main(argv) == 0
     line = f"at global batch {sum(rec['split'])} (its own choice, as its final split; the plan's global batch 512)"
     assert line in capsys.readouterr().out
+
+
+def _profiled_pair() -> dict:
+    """Two workers as a profile gives them: fixed costs, lognormal noise; optimal wins on the
+    costs as given, by about 1% over adaptive."""
+    noise = {"dist": "lognormal", "sigma": 0.1}
+    workers = [{"name": "fast", "overhead_s": 0.002, "per_sample_s": 0.0001, "noise": noise},
+               {"name": "slow", "overhead_s": 0.004, "per_sample_s": 0.00025, "noise": noise}]  # fmt: skip
+    return scenario_dict(workers, global_batch=128, steps_per_epoch=10, epochs=10,
+                         network={"kind": "constant", "time_s": 0.005})  # fmt: skip
+
+
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
+def test_costs_that_may_be_off_favour_the_policies_that_measure():
+    """--cost-error: a split fixed on told costs pays for the error, a policy that measures does
+    not. On costs as given optimal is recommended; with costs off by 30% (log-scale sd) adaptive
+    is, and optimal's mean step over the draws is its nominal one's and more; equal, which reads
+    no costs, is its closed form on each draw's true costs, averaged."""
+    from hetsim.plan.robust import DRAWS, rescaled
+
+    scenario = build_scenario(_profiled_pair())
+    policies = ("equal", "optimal", "dynamic", "adaptive")
+    nominal = plan(scenario, policies=policies, seed=3)
+    assert nominal.recommended.policy == "optimal" and nominal.cost_error == 0.0
+    assert plan(scenario, policies=policies, seed=3, cost_error=0.0).rows == nominal.rows
+    off = plan(scenario, policies=policies, seed=3, cost_error=0.3)
+    assert off.recommended.policy == "adaptive" and off.fragility == ()
+    rows = {r.policy: r for r in off.rows}
+    assert rows["optimal"].step_s.value > 1.05 * nominal.rows[1].step_s.value
+    costs = np.random.default_rng(np.random.SeedSequence(3).spawn(2)[0])
+    draws = [rescaled(scenario, np.exp(0.3 * costs.standard_normal(2)).tolist()) for _ in range(DRAWS)]
+    by_hand = np.mean([predict(truth, "equal").mean_step_s for truth in draws])
+    assert rows["equal"].step_s.value == pytest.approx(by_hand, rel=1e-12)
+    assert off.to_dict()["cost_error"] == 0.3
+
+
+@pytest.mark.parametrize("value", ["-0.1", "2", "nan"])
+def test_a_cost_error_outside_its_range_is_refused_in_one_line(value, capsys, tmp_path):
+    from tests.refusals import check_refused
+
+    line = ("--cost-error: must be a number, got nan" if value == "nan" else
+            f"--cost-error: must be in [0, 1] (a relative error, e.g. 0.1), got {float(value):g}")  # fmt: skip
+    check_refused(main, ["plan", "paper", "--cost-error", value], line, tmp_path, capsys)

@@ -54,6 +54,15 @@ def add_subcommands(sub: Any) -> None:
         help="plan only over the policies whose every step waits for every worker, as a DDP trainer "
         "(validation.uneven) does: async, backup and ksync left out",
     )
+    pl.add_argument(
+        "--cost-error",
+        type=float,
+        default=0.0,
+        metavar="E",
+        help="how far off the scenario's costs may be, per worker (a relative error, e.g. 0.1 for a profile): "
+        "every closed form averaged over true costs off by that much, a policy that reads the costs told the "
+        "scenario's (default 0: the costs as given)",
+    )
     pl.add_argument("--out", type=Path, default=None, metavar="plan.json", help="write the plan here (atomically)")
 
 
@@ -108,6 +117,7 @@ def check_out(path: Path) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     from hetsim.core.provenance import provenance
     from hetsim.plan.planner import check_batch_range, check_cluster, check_objective, plan, runnable
+    from hetsim.plan.robust import check_cost_error
     from hetsim.policies import policy_class
     from hetsim.policies.base import waits_for_every_worker
 
@@ -118,6 +128,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         waiting_for_all(names, notes=False)
     check_seed(args.seed)
     check_objective(args.objective, scenario, "--objective")
+    check_cost_error(args.cost_error, "--cost-error")
     batch_range = None if args.batch_range is None else parse_batch_range(args.batch_range)
     if batch_range is not None:
         check_batch_range(batch_range, scenario, "--batch-range")
@@ -132,7 +143,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             kept = waiting_for_all(names, notes=True)
             skipped += tuple((n, WAITS_FOR_FEWER) for n in names if n not in kept)
             names = kept
-    result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed, policies=names, left_out=skipped)
+    result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed, policies=names, left_out=skipped,
+                  cost_error=args.cost_error)  # fmt: skip
     chosen = result.recommended.policy
     if not args.wait_for_all and not waits_for_every_worker(policy_class(chosen)):
         print(f"note: {chosen} is recommended, and {WAITS_FOR_FEWER}: a DDP trainer (validation.uneven's among "
@@ -219,6 +231,10 @@ def _recommended_lines(result: Plan) -> list[str]:
 
 
 def _fragility_lines(result: Plan) -> list[str]:
+    if result.cost_error > 0:
+        return [
+            f"fragility: not computed (--cost-error {result.cost_error:g} already averages over costs that are off)"
+        ]
     if not result.fragility:
         return ["fragility: not computed (the recommended policy has no closed form: its figures are simulated)"]
     from hetsim.core.console import text_table

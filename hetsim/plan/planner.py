@@ -33,6 +33,7 @@ from typing import Any, cast
 from hetsim import __version__
 from hetsim.core.errors import ConfigError
 from hetsim.plan.fragility import FRAGILITY_MAX, Fragility, fragility
+from hetsim.plan.robust import check_cost_error, robust_rows
 from hetsim.plan.rows import LEVEL, OBJECTIVES, PolicyRow, better, closed_form_row, policy_row
 from hetsim.policies import POLICIES
 from hetsim.policies.base import NO_EFFICIENCY
@@ -58,6 +59,7 @@ class Plan:
     left_out: tuple[tuple[str, str], ...] = ()  # (policy, why) for policies that cannot run the scenario
     batch_search: Searched = ()
     batch_range: tuple[int, int] | None = None
+    cost_error: float = 0.0  # the relative error of the told costs the rows are averaged over (0: none)
     date: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
 
     @property
@@ -93,6 +95,7 @@ class Plan:
             "date": self.date,
             "seed": self.seed,
             "objective": self.objective,
+            "cost_error": self.cost_error,
             "confidence_level": LEVEL,
             "scenario": {"name": self.scenario.name, "config": self.scenario.to_dict()},
             "recommended": {
@@ -250,12 +253,14 @@ def search_batch(scenario: Scenario, names: Sequence[str], objective: str,
 
 def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tuple[int, int] | None = None,
          seed: int | None = None, policies: Sequence[str] | None = None,
-         left_out: Sequence[tuple[str, str]] = ()) -> Plan:  # fmt: skip
+         left_out: Sequence[tuple[str, str]] = (), cost_error: float = 0.0) -> Plan:  # fmt: skip
     """The plan for ``scenario`` (module docstring): ``policies`` (default: every policy that can
     run it) predicted at the scenario's global batch, or at the best of ``batch_range``; the
     simulations seeded with ``seed`` (default: the scenario's). ``left_out``: (policy, why) for
     policies the caller left out of ``policies`` (recorded in the plan beside those that
-    cannot run the scenario)."""
+    cannot run the scenario). ``cost_error`` > 0: every closed form averaged over costs off by
+    that much (:mod:`hetsim.plan.robust`; no fragility then: the error is the question it asks)."""
+    cost_error = check_cost_error(cost_error)
     check_cluster(scenario)
     check_objective(objective, scenario)
     if batch_range is not None:
@@ -268,6 +273,8 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
         batch, searched = search_batch(scenario, names, objective, batch_range)
     at_batch = with_batch(scenario, batch)
     rows = tuple(policy_row(at_batch, name, seed) for name in names)
+    if cost_error > 0:
+        rows = robust_rows(at_batch, rows, cost_error, seed)
     best = recommend(rows, objective)
     if best is None:
         epochs = scenario.workload.epochs
@@ -284,4 +291,5 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
         left_out=skipped,
         batch_search=searched,
         batch_range=batch_range,
+        cost_error=cost_error,
     )

@@ -126,6 +126,12 @@ def closed_form_row(scenario: Scenario, name: str) -> PolicyRow | str:
     return _predicted(scenario, prediction)
 
 
+def told_row(scenario: Scenario, policy: str | Policy) -> PolicyRow:
+    """The closed-form row of a policy, a name or an object (one told other costs than the
+    scenario's: :mod:`hetsim.plan.robust`); ConfigError or NoClosedForm as :func:`predict` raises them."""
+    return _predicted(scenario, predict(scenario, policy))
+
+
 def _predicted(scenario: Scenario, p: Prediction) -> PolicyRow:
     note = _not_reached(scenario) if _has_target(scenario) and p.time_to_target_s is None else None
     return PolicyRow(
@@ -163,7 +169,7 @@ def simulated_row(scenario: Scenario, name: str, seed: int, why: str) -> PolicyR
     steps = run.workload.total_steps
     how = f"simulated, {sim.runs} run{'s' if sim.runs > 1 else ''} x {steps} steps ({sim.method})"
     step_s = Estimate(sim.mean_s, low, high)
-    to_target = _extrapolated(scenario, summary.progress, summary.steps, step_s)
+    to_target = extrapolated(scenario, summary.progress, summary.steps, step_s)
     notes = [why]
     if policy_class(name).varies_batch and run.workload.epochs == 1:
         notes.append("over one epoch it keeps the global batch it starts with (it changes it at epoch ends)")
@@ -189,7 +195,7 @@ def _not_reached(scenario: Scenario) -> str:
     return f"target not reached in {scenario.workload.epochs} epochs"
 
 
-def _extrapolated(scenario: Scenario, progress: float | None, steps: int, step_s: Estimate) -> Estimate | None:
+def extrapolated(scenario: Scenario, progress: float | None, steps: int, step_s: Estimate) -> Estimate | None:
     """The time to target at the run's progress per step: the steps it takes, times the step;
     None beyond the scenario's step budget (as a closed form or a full run would say)."""
     efficiency = scenario.workload.efficiency
