@@ -27,7 +27,8 @@ are mean, median and 90th percentile over the repetitions; the load average is r
 and after each repetition (the machine is shared).
 
     .venv/bin/python benchmarks/own_job.py [--repetitions 3] [--slowdown 1,2] [--budget-s 30]
-        [--global-batch 128] [--epochs 60] [--policies equal,optimal,dynamic,adaptive] [--out DIR]
+        [--global-batch 128] [--epochs 60] [--policies equal,optimal,dynamic,adaptive] [--cost-error E]
+        [--out DIR]
 
 Runs of 60 epochs (660 steps) by default: at 10 epochs two runs of one plan differed by more
 than the 5% the prediction is held to (the figures: docs/guide/own-job.md).
@@ -72,7 +73,7 @@ def profile_and_plan(folder: Path, seed: int, args: argparse.Namespace) -> dict[
           "--slowdown", args.slowdown, "--budget-s", str(args.budget_s), "--global-batch", str(args.global_batch),
           "--seed", str(seed), "--out", str(prof)], "profile")  # fmt: skip
     call([sys.executable, "-m", "hetsim", "plan", str(prof / "scenario.toml"), "--policy", args.plan_policies,
-          "--out", str(plan)], "plan")  # fmt: skip
+          "--cost-error", str(args.cost_error), "--out", str(plan)], "plan")  # fmt: skip
     return dict(json.loads(plan.read_text(encoding="utf-8")))
 
 
@@ -177,6 +178,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=60, help="epochs of each run (default 60: 660 steps)")
     parser.add_argument("--policies", default="equal,optimal,dynamic,adaptive", help="runs beside the plan's")
     parser.add_argument("--plan-policies", default="equal,proportional,dynamic,dynamic-enhanced,optimal,adaptive")
+    parser.add_argument("--cost-error", type=float, default=0.0, help="the plan's --cost-error (default 0)")
     parser.add_argument("--out", type=Path, default=None, help="keep the folders here (default: a temporary one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="own-job-") as tmp:
