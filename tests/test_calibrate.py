@@ -359,3 +359,15 @@ def test_one_worker_says_its_exchange_time_is_not_modelled():
     assert cal.network.time_s == 0.0
     assert ("network: one worker, so no exchange is modelled; its comm_s (mean 0.400 ms a step) is left out of the "
             "scenario") in cal.warnings  # fmt: skip
+
+
+def test_an_up_column_of_text_is_read_strictly():
+    """``up`` as text (a CSV): false rows are a failed worker's, and a value that is neither is
+    refused in one line (before, any non-empty text was up)."""
+    frame = _backup_trace(SLOW)
+    down = (frame["worker"] == 1) & frame["step"].between(500, 599)
+    text = frame.assign(up=np.where(down, "False", "true"), compute_s=frame["compute_s"].where(~down, 0.0),
+                        included=frame["included"] & ~down)  # fmt: skip
+    assert "trace: 100 rows of failed workers (up = false; worker 1) left out of the fits" in calibrate(text).warnings
+    with pytest.raises(ConfigError, match=r"^up: not true or false: 'no' in data row 1$"):
+        calibrate(text.assign(up="no"))

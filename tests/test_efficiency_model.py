@@ -267,7 +267,7 @@ def test_runs_that_missed_the_target_without_their_steps_are_named_as_left_out(
 def test_a_censored_run_far_below_its_steps_changes_nothing() -> None:
     """A run stopped long before the model's steps carries no information: the censored fit is the
     least-squares fit of the others (the normal likelihood's maximum in the model's parameters
-    does not depend on sigma), to the optimiser's tolerance."""
+    does not depend on sigma), to the optimiser's tolerance, and so are its standard errors."""
     true = Efficiency(80.0, 16, 500.0)
     batches = [16, 16, 32, 32, 64, 64]
     steps = [true.steps_to_target(b) * f for b, f in zip(batches, (0.9, 1.1, 1.05, 0.95, 0.92, 1.08))]
@@ -276,6 +276,11 @@ def test_a_censored_run_far_below_its_steps_changes_nothing() -> None:
     assert cut.censored == 1 and plain.censored == 0
     assert cut.efficiency.noise_scale == pytest.approx(plain.efficiency.noise_scale, rel=1e-4)
     assert cut.efficiency.target_steps == pytest.approx(plain.efficiency.target_steps, rel=1e-4)
+    # and its standard errors and scatter are least squares' (the likelihood's sigma, divided by the
+    # runs, is widened to the runs less the parameters)
+    assert cut.residual_sd == pytest.approx(plain.residual_sd, rel=1e-3)
+    assert cut.efficiency.noise_scale_sd == pytest.approx(plain.efficiency.noise_scale_sd, rel=1e-2)
+    assert cut.efficiency.target_steps_sd == pytest.approx(plain.efficiency.target_steps_sd, rel=1e-2)
 
 
 def test_the_censored_fit_removes_the_bias_of_leaving_cut_runs_out() -> None:

@@ -144,3 +144,17 @@ def test_ranks_on_one_host_with_one_base_share_one_clock() -> None:
     assert offsets_line(imported.offsets_s, imported.same_clock) == (
         "clock offsets from rank 0: none (the ranks ran on one host, on one clock)"
     )
+
+
+def test_one_host_name_and_base_with_clocks_apart_falls_back_to_the_estimate(tmp_path: Path) -> None:
+    """Two hosts of one name whose traces share a base (generic container names): with no offsets
+    the all-reduces would end before they were issued, so the offsets are estimated as for two
+    hosts, exactly."""
+    from tests.kineto_builder import rank_events, trace, write
+
+    steps, shifts = [[3000.0, 7000.0], [5000.0, 4000.0], [2000.0, 6000.0]], [0.0, 50_000.0]
+    files = [write(tmp_path / f"equal-rank{r}.json.gz", trace(r, 2, rank_events(r, steps, [64, 64], shifts[r]),
+                                                               host_name="box", baseTimeNanoseconds=10**18))
+             for r in range(2)]  # fmt: skip
+    imported = import_traces(files)
+    assert not imported.same_clock and np.allclose(imported.offsets_s, [0.0, 0.05], atol=1e-9)

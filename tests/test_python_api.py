@@ -171,3 +171,15 @@ def test_a_split_that_breaks_the_contract_is_refused_in_one_line(paper, engine, 
     with pytest.raises(ConfigError) as err:
         simulate(scenario, _Broken(how, at_start), engine=engine)
     assert str(err.value) == f"policy: {line}"
+
+
+def test_a_split_of_numpy_integers_of_mixed_kinds_is_accepted() -> None:
+    """uint64 beside int makes a float array: the split is then checked value by value, not refused."""
+    from hetsim.policies import make_policy
+    from hetsim.policies.base import check_split
+
+    policy = make_policy("equal")
+    policy.reset(2, 256)
+    check_split(policy, (np.uint64(128), 128))
+    with pytest.raises(ConfigError, match="worker 1's batch 128.5 is not a whole number"):
+        check_split(policy, (np.uint64(128), 128.5))

@@ -54,7 +54,7 @@ class ConvolvedCdf:
     def __call__(self, t: np.ndarray) -> np.ndarray:
         flat = np.asarray(t, dtype=float).reshape(-1)
         lo, hi = (float(flat.min()), float(flat.max())) if flat.size else (0.0, 0.0)
-        if flat.size <= SPLINE_ABOVE or hi <= lo:
+        if flat.size <= SPLINE_ABOVE or not hi > lo or not np.isfinite(hi - lo):  # (NaN or inf: the sum says)
             return self.summed(flat).reshape(np.shape(t))
         spacing = (hi - lo) * SPLINE_STRIDE / flat.size
         kept = self._spline

@@ -175,9 +175,10 @@ def _policy_rows(frame: pd.DataFrame, policy: str | None) -> tuple[pd.DataFrame,
 def _without_down_rows(frame: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
     """The rows of workers that were up: a failed worker's rows (``up`` false) computed nothing
     and tell nothing of its cost (their zero times would be fitted as cut at zero)."""
-    if "up" not in frame.columns or frame["up"].astype(bool).all():
+    up = _flags(frame, "up")
+    if up.all():
         return frame
-    down = ~frame["up"].astype(bool)
+    down = ~up
     workers = ", ".join(str(int(w)) for w in sorted(frame.loc[down, "worker"].unique()))
     count = int(down.sum())
     warnings.append(f"trace: {count} rows of failed workers (up = false; worker {workers}) left out of the fits")
@@ -203,9 +204,14 @@ def _check_steps(frame: pd.DataFrame, policy: str | None) -> None:
 
 def _included(frame: pd.DataFrame) -> np.ndarray:
     """The ``included`` column as booleans (all true without one)."""
-    if "included" not in frame.columns:
+    return _flags(frame, "included")
+
+
+def _flags(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """A true/false column (``included``, ``up``) as booleans, read strictly (all true without it)."""
+    if column not in frame.columns:
         return np.ones(len(frame), dtype=bool)
-    raw = frame["included"]
+    raw = frame[column]
     if raw.dtype == bool:
         return raw.to_numpy()
     text = raw.astype(str).str.strip().str.lower()
@@ -213,7 +219,7 @@ def _included(frame: pd.DataFrame) -> np.ndarray:
     bad = ~text.isin(list(known))
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise ConfigError("included", f"not true or false: {str(raw.iloc[row])!r} in data row {row + 1}")
+        raise ConfigError(column, f"not true or false: {str(raw.iloc[row])!r} in data row {row + 1}")
     return text.map(known).to_numpy(dtype=bool)
 
 

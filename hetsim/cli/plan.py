@@ -60,8 +60,8 @@ def add_subcommands(sub: Any) -> None:
         default=0.0,
         metavar="E",
         help="how far off the scenario's costs may be, per worker (a relative error, e.g. 0.1 for a profile): "
-        "every closed form averaged over true costs off by that much, a policy that reads the costs told the "
-        "scenario's (default 0: the costs as given)",
+        "every policy averaged over true costs off by that much, a policy that reads the costs told the "
+        "scenario's (default 0: the costs as given; --batch-range still chooses the batch on the costs as given)",
     )
     pl.add_argument("--out", type=Path, default=None, metavar="plan.json", help="write the plan here (atomically)")
 
@@ -182,12 +182,13 @@ def _s(e: Estimate | None) -> tuple[str, str]:
 def policy_table(rows: Sequence[PolicyRow], with_target: bool) -> str:
     """The rows: how each was predicted, then each figure and its interval ("exact" for a closed form)."""
     from hetsim.core.console import text_table
+    from hetsim.plan.rows import CLOSED_FORM
 
     header = ["policy", "how", "step ms", "95% CI", "samples/s", "95% CI"] + (["to target s", "95% CI"] * with_target)
     body = []
     for r in rows:
         cells = [*_ms(r.step_s), *_sps(r.throughput_sps)] + (list(_s(r.time_to_target_s)) if with_target else [])
-        if r.closed_form:
+        if r.how == CLOSED_FORM:  # exact (one averaged over draws of costs has its interval)
             cells[1::2] = ["exact" if c != "-" else "-" for c in cells[1::2]]
         body.append((r.policy, r.how, *cells))
     return text_table(header, body, left=(0, 1))

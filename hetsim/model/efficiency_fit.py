@@ -147,10 +147,17 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
     if cut.size and dof > 0:  # sigma needs a residual degree of freedom among the runs that reached it
         log_s = lambda x: np.log([_efficiency(x, free, start, shape).steps_to_target(v) for v in b])  # noqa: E731
         log_cut = lambda x: np.log([_efficiency(x, free, start, shape).steps_to_target(v) for v in cut[:, 0]])  # noqa: E731
-        x, cov, sd = _tobit(log_s, log_cut, np.log(s), np.log(cut[:, 1]), x, bounds, sd)
-        used = len(cut)
+        found = _tobit(log_s, log_cut, np.log(s), np.log(cut[:, 1]), x, bounds, sd)
+        if found is not None:  # else the optimiser failed: the least-squares fit, the cut runs left out
+            # the likelihood's sigma divides by the runs, least squares' by the runs less the parameters:
+            # scaled so, a cut run that says nothing leaves the least-squares fit and its errors as they were
+            x, cov, sigma = found
+            widen = b.size / dof
+            cov, sd, used = cov * widen, sigma * float(np.sqrt(widen)), len(cut)
     eff = _efficiency(x, free, start, shape)
-    sds = dict(zip(free, np.sqrt(np.clip(np.diag(cov), 0, None)).tolist()))
+    variances = np.diag(cov)
+    known = variances >= -1e-15  # below: the information was not positive definite, the error unknown
+    sds = dict(zip(free, np.where(known, np.sqrt(np.clip(variances, 0.0, None)), np.nan).tolist()))
     eff = replace(eff, noise_scale_sd=_finite(sds.get("noise_scale")),
                   batch_exponent_sd=_finite(sds.get("batch_exponent")),
                   target_steps_sd=_finite(sds.get("target_steps")))  # fmt: skip
@@ -159,10 +166,11 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
 
 def _tobit(log_s: Callable[[np.ndarray], np.ndarray], log_cut: Callable[[np.ndarray], np.ndarray], y: np.ndarray,
            c: np.ndarray, x0: np.ndarray, bounds: tuple[np.ndarray, np.ndarray], sd0: float,
-           ) -> tuple[np.ndarray, np.ndarray, float]:  # fmt: skip
+           ) -> tuple[np.ndarray, np.ndarray, float] | None:  # fmt: skip
     """The censored fit (module docstring): the maximum-likelihood parameters, their covariance
     (the inverse observed information, by central differences) and sigma; started from the
-    least-squares fit of the runs that reached the target (``x0``, residual sd ``sd0``)."""
+    least-squares fit of the runs that reached the target (``x0``, residual sd ``sd0``). None
+    where the optimiser does not converge."""
     from scipy import optimize, stats
 
     def nll(p: np.ndarray) -> float:
@@ -173,6 +181,8 @@ def _tobit(log_s: Callable[[np.ndarray], np.ndarray], log_cut: Callable[[np.ndar
     start = np.append(x0, np.log(sd0 if np.isfinite(sd0) and sd0 > 1e-3 else 0.2))
     box = list(zip(bounds[0], bounds[1])) + [LOG_SIGMA_BOUNDS]
     result = optimize.minimize(nll, start, method="L-BFGS-B", bounds=box)
+    if not result.success:
+        return None
     p = result.x
     n = p.size
     h = 1e-4

@@ -122,9 +122,16 @@ class Plan:
             "fragility": {
                 "max_factor": FRAGILITY_MAX,
                 "workers": [f.to_dict() for f in self.fragility],
-                "note": None if rec.closed_form else "not computed: the recommended policy has no closed form",
+                "note": _fragility_note(self),
             },
         }
+
+
+def _fragility_note(plan: Plan) -> str | None:
+    """Why a plan has no fragility (None: it has one)."""
+    if plan.cost_error > 0:
+        return f"not computed: --cost-error {plan.cost_error:g} averages over costs that are off already"
+    return None if plan.recommended.closed_form else "not computed: the recommended policy has no closed form"
 
 
 def check_cluster(scenario: Scenario) -> None:
@@ -287,7 +294,7 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
         rows=rows,
         recommended=best,
         gain_over_equal=gain_over_equal(rows, best, objective),
-        fragility=fragility(at_batch, objective, rows, best) if best.closed_form else (),
+        fragility=fragility(at_batch, objective, rows, best) if best.closed_form and cost_error == 0 else (),
         left_out=skipped,
         batch_search=searched,
         batch_range=batch_range,

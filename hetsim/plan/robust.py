@@ -55,15 +55,16 @@ def rescaled(scenario: Scenario, factors: Sequence[float]) -> Scenario:
     return replace(scenario, groups=tuple(WorkerGroup(w) for w in workers))
 
 
-def told(name: str, hints: Sequence[WorkerHint]) -> Policy:
-    """Policy ``name`` reset with ``hints`` whatever hints it is given: the nominal costs, where the
-    engines and the closed forms would tell it the scenario's own."""
-    base = policy_class(name)
+def told(policy: Policy, hints: Sequence[WorkerHint]) -> Policy:
+    """A fresh copy of ``policy`` (same class and parameters) reset with ``hints`` whatever hints it
+    is given: the nominal costs, where the engines and the closed forms tell it the scenario's own."""
+    base = type(policy)
 
     def reset(self: Policy, n_workers: int, global_batch: int, _hints: Any = None, run: Any = None) -> None:
         base.reset(self, n_workers, global_batch, hints, run)
 
-    return type(base.__name__, (base,), {"reset": reset, "__doc__": base.__doc__})()
+    cls: type[Policy] = type(base.__name__, (base,), {"reset": reset, "__doc__": base.__doc__})
+    return cls(**policy.param_values())
 
 
 def robust_rows(scenario: Scenario, rows: Sequence[PolicyRow], cost_error: float, seed: int) -> tuple[PolicyRow, ...]:
@@ -82,7 +83,10 @@ def _robust(scenario: Scenario, row: PolicyRow, draws: Sequence[Scenario], seeds
     """``row`` averaged over ``draws``: its closed form on each, or one short run each (seeded
     with ``seeds``) where it has none; a policy that reads the costs told the nominal ones."""
     name = row.policy
-    policy: str | Policy = told(name, scenario.hints()) if policy_class(name).reads_costs() else name
+    # the scenario's own [policy] parameters, as the nominal row's (make_policy)
+    policy: str | Policy = (
+        told(scenario.make_policy(name), scenario.hints()) if policy_class(name).reads_costs() else name
+    )
     found = []
     for truth, seed in zip(draws, seeds):
         if row.closed_form:
@@ -93,7 +97,11 @@ def _robust(scenario: Scenario, row: PolicyRow, draws: Sequence[Scenario], seeds
         else:
             found.append(_one_run(truth, policy, seed))
     how = "closed form" if row.closed_form else f"simulated, 1 run x {short_run(draws[0]).workload.total_steps} steps"
-    return replace(row, how=f"{how}, mean of {len(found)} draws of costs off by {cost_error:g}",
+    missed = sum(r.time_to_target_s is None for r in found)
+    note = row.note
+    if 0 < missed < len(found) or (missed and row.time_to_target_s is not None):
+        note = "; ".join(n for n in (row.note, f"target not reached in {missed} of {len(found)} draws") if n)
+    return replace(row, how=f"{how}, mean of {len(found)} draws of costs off by {cost_error:g}", note=note,
                    step_s=_mean([r.step_s.value for r in found]),
                    throughput_sps=_mean([r.throughput_sps.value for r in found]),
                    time_to_target_s=_mean_or_none([r.time_to_target_s for r in found]))  # fmt: skip

@@ -76,7 +76,8 @@ class PolicyRow:
 
     @property
     def closed_form(self) -> bool:
-        return self.how == CLOSED_FORM
+        """From a closed form: exact, or averaged over draws of costs (:mod:`hetsim.plan.robust`)."""
+        return self.how.startswith(CLOSED_FORM)
 
     def value(self, objective: str) -> float | None:
         """The row's figure for ``objective`` (:data:`OBJECTIVES`), None when it has none."""

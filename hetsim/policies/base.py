@@ -288,13 +288,14 @@ def check_split(policy: Policy, batches: Sequence[int]) -> None:
     within its cap, summing to the policy's global batch. A plug-in that breaks it gets one line
     (ConfigError on ``policy``) instead of a run of wrong numbers."""
     where = f"{policy.name}'s split {_short(batches)}"
-    b = np.asarray(batches)
-    if b.shape != (policy.n_workers,):
+    if len(batches) != policy.n_workers:
         raise ConfigError("policy", f"{where} has {len(batches)} entries for {policy.n_workers} workers")
-    if b.dtype.kind not in "iu" or (b < 0).any():
-        i = int(np.flatnonzero([isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0
-                                for v in batches])[0])  # fmt: skip
-        raise ConfigError("policy", f"{where}: worker {i}'s batch {batches[i]!r} is not a whole number >= 0")
+    b = np.asarray(batches)
+    if b.dtype.kind not in "iu" or (b < 0).any():  # the types one by one (uint64 beside int makes floats)
+        for i, v in enumerate(batches):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ConfigError("policy", f"{where}: worker {i}'s batch {v!r} is not a whole number >= 0")
+        b = np.array([int(v) for v in batches], dtype=np.int64)
     over = np.flatnonzero(b > policy.cap_array)
     if over.size:
         i = int(over[0])

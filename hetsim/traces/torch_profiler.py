@@ -96,7 +96,8 @@ def import_traces(
     if not any(columns["local_batch"]):
         raise ConfigError("--batch", "every rank's batch is 0 in every step: the trace would hold no samples")
     return Imported(_trace(columns, policy or ranks[0].segment or name or "profiled", len(ranks)), tuple(offsets),
-                    len(ranks[0].collectives), " and ".join(sorted(sources)), one_clock(ranks))  # fmt: skip
+                    len(ranks[0].collectives), " and ".join(sorted(sources)),
+                    one_clock(ranks) and not any(offsets))  # fmt: skip
 
 
 def _trace(columns: dict[str, list[float]], policy: str, n_workers: int) -> Trace:
@@ -186,22 +187,31 @@ def one_clock(ranks: list[RankTrace]) -> bool:
 
 
 def align(ranks: list[RankTrace]) -> list[float]:
-    """Each rank's clock minus rank 0's: 0 where they share one clock (:func:`one_clock`), else
-    from the all-reduces' ends (where a loaded rank's end is late, by milliseconds); refused
-    when they disagree."""
+    """Each rank's clock minus rank 0's: 0 where they share one clock (:func:`one_clock`, and the
+    all-reduces agree), else from the all-reduces' ends (where a loaded rank's end is late, by
+    milliseconds); refused when they disagree."""
     picked = _reduces(ranks)
     ends = np.array([[r.collectives[k].ran.end_s for k in picked] for r in ranks])
-    offsets = [0.0] * len(ranks) if one_clock(ranks) else [float(np.median(row - ends[0])) for row in ends]
-    issued = np.array([[r.collectives[k].issue.start_s for k in picked] for r in ranks]) - np.c_[offsets]
-    ended = ends - np.c_[offsets]
-    lag = issued.max(axis=0) - ended.min(axis=0)  # > 0: it ended somewhere before the last rank issued it
-    bad = int((lag > CAUSALITY_TOL_S).sum())
+    issues = np.array([[r.collectives[k].issue.start_s for k in picked] for r in ranks])
+    estimated = [float(np.median(row - ends[0])) for row in ends]
+    # one clock, unless the all-reduces say otherwise (two hosts of one name whose traces share a base)
+    if one_clock(ranks) and _acausal(issues, ends, [0.0] * len(ranks))[0] <= MAX_ACAUSAL * len(picked):
+        return [0.0] * len(ranks)
+    bad, lag = _acausal(issues, ends, estimated)
     if bad > MAX_ACAUSAL * len(picked):
         worst = int(np.argmax(lag))
         raise ConfigError("PATH", f"the ranks' clocks cannot be aligned: after the best offsets, {bad} of "
                                   f"{len(picked)} all-reduces end on a rank before the last rank issued them (by up "
                                   f"to {1e3 * lag[worst]:.1f} ms): not traces of one run?")  # fmt: skip
-    return offsets
+    return estimated
+
+
+def _acausal(issues: np.ndarray, ends: np.ndarray, offsets: Sequence[float]) -> tuple[int, np.ndarray]:
+    """How many all-reduces end on a rank before the last rank issued them under ``offsets``, and
+    by how much each (rows: ranks; columns: all-reduces)."""
+    shift = np.c_[offsets]
+    lag = (issues - shift).max(axis=0) - (ends - shift).min(axis=0)  # > 0: it ended before the last issue
+    return int((lag > CAUSALITY_TOL_S).sum()), lag
 
 
 def _compute(rank: RankTrace, number: int, blocked: list[Span | None]) -> float:
