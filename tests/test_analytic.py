@@ -87,17 +87,22 @@ def test_compute_time_with_constant_delay_is_a_shift():
     assert ct.var() == pytest.approx(0.04)
 
 
+HYPO_SCALE_S, HYPO_MEAN_S = 0.2, 0.05  # scale * Exp(1) + Exp(m): a hypoexponential time
+
+
+def _hypoexp_cdf(t: np.ndarray) -> np.ndarray:
+    """F = 1 - (l2 e^{-l1 t} - l1 e^{-l2 t}) / (l2 - l1), l1 = 1 / scale, l2 = 1 / m."""
+    l1, l2 = 1 / HYPO_SCALE_S, 1 / HYPO_MEAN_S
+    return 1 - (l2 * np.exp(-l1 * t) - l1 * np.exp(-l2 * t)) / (l2 - l1)
+
+
 @pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_compute_time_with_random_delay_is_the_convolution():
-    # scale * Exp(1) + Exp(m): hypoexponential, F = 1 - (l2 e^{-l1 t} - l1 e^{-l2 t}) / (l2 - l1)
-    scale, m = 0.2, 0.05
-    l1, l2 = 1 / scale, 1 / m
-    ct = ComputeTime(scale, Exponential(1.0), Exponential(m))
+    ct = ComputeTime(HYPO_SCALE_S, Exponential(1.0), Exponential(HYPO_MEAN_S))
     t = np.linspace(0.0, 2.0, 41)
-    exact = 1 - (l2 * np.exp(-l1 * t) - l1 * np.exp(-l2 * t)) / (l2 - l1)
-    assert np.max(np.abs(ct.cdf(t) - exact)) < 1e-7
+    assert np.max(np.abs(ct.cdf(t) - _hypoexp_cdf(t))) < 1e-7
     # E[max] of two such workers: numerically integrated convolution vs the exact hypoexponential
-    closed = _hypoexp_max_mean(l1, l2)
+    closed = _hypoexp_max_mean(1 / HYPO_SCALE_S, 1 / HYPO_MEAN_S)
     assert expected_max([ct, ct]) == pytest.approx(closed, rel=1e-5)
 
 
@@ -107,12 +112,9 @@ def test_many_points_of_a_convolution_are_read_off_a_checked_spline():
     sum itself where the spline misses it, agree with the exact hypoexponential as the sum does;
     on a grid reaching far beyond the body (a heavy tail's grid: the body in a few cells) the
     intervals the spline misses are summed, so every point is the sum's value."""
-    scale, m = 0.2, 0.05
-    l1, l2 = 1 / scale, 1 / m
-    ct = ComputeTime(scale, Exponential(1.0), Exponential(m))
+    ct = ComputeTime(HYPO_SCALE_S, Exponential(1.0), Exponential(HYPO_MEAN_S))
     t = np.linspace(0.0, 4.0, 20_001)
-    exact = 1 - (l2 * np.exp(-l1 * t) - l1 * np.exp(-l2 * t)) / (l2 - l1)
-    assert np.max(np.abs(ct.cdf(t) - exact)) < 1e-7
+    assert np.max(np.abs(ct.cdf(t) - _hypoexp_cdf(t))) < 1e-7
     assert not ct._convolved._spline.bad.any()  # smooth: the spline is read everywhere
     heavy = ComputeTime(0.5, LogNormal(0.3), Exponential(2.0))
     far = np.linspace(0.0, 4000.0, 20_001)
