@@ -8,7 +8,7 @@ import pytest
 
 from hetsim.core.errors import ConfigError
 from hetsim.engines import SimPyEngine, VectorEngine
-from hetsim.policies import Dynamic, DynamicEnhanced, Equal, KSync, Policy
+from hetsim.policies import Async, Dynamic, DynamicEnhanced, Equal, KSync, Policy
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate, simulate_summary
 from hetsim.scenario.config import load_scenario
@@ -183,3 +183,21 @@ def test_a_split_of_numpy_integers_of_mixed_kinds_is_accepted() -> None:
     check_split(policy, (np.uint64(128), 128))
     with pytest.raises(ConfigError, match="worker 1's batch 128.5 is not a whole number"):
         check_split(policy, (np.uint64(128), 128.5))
+
+
+class _BrokenAsync(Async):
+    """An async plug-in whose split sums short of the global batch."""
+
+    name = "broken-async"
+
+    def initial_split(self) -> tuple[int, ...]:
+        good = super().initial_split()
+        return (good[0] - 1, *good[1:])
+
+
+@pytest.mark.parametrize("engine", [SimPyEngine(), VectorEngine()], ids=["simpy", "vector"])
+def test_an_async_split_that_breaks_the_contract_is_refused_in_one_line(paper, engine) -> None:
+    """The asynchronous engines take the split once, and check it as the barrier ones do."""
+    with pytest.raises(ConfigError) as err:
+        simulate(paper, _BrokenAsync(), engine=engine)
+    assert str(err.value) == "policy: broken-async's split 127/128 sums to 255, not the global batch 256"
