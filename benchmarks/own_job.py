@@ -80,6 +80,12 @@ def profile_and_plan(folder: Path, seed: int, args: argparse.Namespace) -> dict[
 def train(folder: Path, how: list[str], seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """One run of the example under torchrun (``how``: ``--plan FILE`` or ``--policy P``): its
     measured mean step and, from its trace, the mean slowest compute and communication a step."""
+    launch(folder, how, seed, args)
+    return figures(folder, *policy_steps(folder))
+
+
+def launch(folder: Path, how: list[str], seed: int, args: argparse.Namespace) -> None:
+    """The example under torchrun into ``folder`` (``how``: ``--plan FILE`` or ``--policy P``)."""
     from validation.backend import free_port
 
     torchrun = str(Path(sys.executable).with_name("torchrun"))
@@ -87,10 +93,19 @@ def train(folder: Path, how: list[str], seed: int, args: argparse.Namespace) -> 
     call([torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
           EXAMPLE, *how, *batch, "--slowdown", args.slowdown, "--epochs", str(args.epochs), "--seed", str(seed),
           "--out", str(folder)], "the example with " + " ".join(how))  # fmt: skip
-    entry = json.loads((folder / "summary.json").read_text(encoding="utf-8"))["policies"][0]
+
+
+def policy_steps(folder: Path) -> tuple[pd.DataFrame, Any]:
+    """A run's trace without the probe's rows, read once, and those rows grouped by step."""
     trace = pd.read_parquet(folder / "trace.parquet")
-    steps = trace[trace["policy"] != "probe"].groupby(["epoch", "step"])
-    included = trace[(trace["policy"] != "probe") & trace["included"]]
+    trace = trace[trace["policy"] != "probe"]
+    return trace, trace.groupby(["epoch", "step"])
+
+
+def figures(folder: Path, trace: pd.DataFrame, steps: Any) -> dict[str, Any]:
+    """What :func:`train` returns, from the run's summary and its policy's rows (:func:`policy_steps`)."""
+    entry = json.loads((folder / "summary.json").read_text(encoding="utf-8"))["policies"][0]
+    included = trace[trace["included"]]
     per_rank = included.groupby(["worker", "local_batch"])["compute_s"].median()
     return {
         "policy": str(entry["policy"]),
@@ -169,17 +184,22 @@ def summary(reps: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repetitions", type=int, default=3)
+def add_job_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the profile, the plan and the runs (this script's and run_spread.py's)."""
     parser.add_argument("--slowdown", default="1,2", help="emulated slowness of rank 0 and rank 1 (default 1,2)")
     parser.add_argument("--budget-s", type=float, default=30.0, help="the profile's budget per rank (default 30)")
     parser.add_argument("--global-batch", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=60, help="epochs of each run (default 60: 660 steps)")
-    parser.add_argument("--policies", default="equal,optimal,dynamic,adaptive", help="runs beside the plan's")
     parser.add_argument("--plan-policies", default="equal,proportional,dynamic,dynamic-enhanced,optimal,adaptive")
     parser.add_argument("--cost-error", type=float, default=0.0, help="the plan's --cost-error (default 0)")
     parser.add_argument("--out", type=Path, default=None, help="keep the folders here (default: a temporary one)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--policies", default="equal,optimal,dynamic,adaptive", help="runs beside the plan's")
+    add_job_options(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="own-job-") as tmp:
         args.out = args.out or Path(tmp)

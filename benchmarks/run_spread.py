@@ -34,17 +34,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from bench_common import stats
-from own_job import profile_and_plan, train
+from own_job import add_job_options, figures, launch, policy_steps, profile_and_plan
 
 BLOCK_STEPS = 66  # six epochs of 11 steps at the default global batch
 
 
-def within_run(folder: Path) -> dict[str, float]:
-    """The run's per-step max compute plus communication, its blocks' means' spread against iid steps'."""
-    trace = pd.read_parquet(folder / "trace.parquet")
-    steps = trace[trace["policy"] != "probe"].groupby(["epoch", "step"])
+def within_run(steps: Any) -> dict[str, float]:
+    """The run's per-step max compute plus communication (``steps``: its policy's rows grouped by
+    step, :func:`own_job.policy_steps`), its blocks' means' spread against iid steps'."""
     step_s = (steps["compute_s"].max() + steps["comm_s"].max()).to_numpy()
     blocks = [step_s[i : i + BLOCK_STEPS].mean() for i in range(0, len(step_s) - BLOCK_STEPS + 1, BLOCK_STEPS)]
     cv_step = float(step_s.std() / step_s.mean())
@@ -62,9 +60,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     runs = []
     for k in range(args.runs):
         load = os.getloadavg()[0]
-        run = train(args.out / f"run{k}", how, 0, args)
-        runs.append({"mean_step_s": run["mean_step_s"], "load_average": [load, os.getloadavg()[0]],
-                     **within_run(args.out / f"run{k}")})  # fmt: skip
+        folder = args.out / f"run{k}"
+        launch(folder, how, 0, args)
+        trace, steps = policy_steps(folder)  # the trace read once, for both
+        runs.append({"mean_step_s": figures(folder, trace, steps)["mean_step_s"],
+                     "load_average": [load, os.getloadavg()[0]], **within_run(steps)})  # fmt: skip
     means = [r["mean_step_s"] for r in runs]
     center = statistics.fmean(means)
     return {
@@ -84,12 +84,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=8, help="runs of the one plan (default 8)")
-    parser.add_argument("--epochs", type=int, default=60, help="epochs of each run (default 60: 660 steps)")
-    parser.add_argument("--budget-s", type=float, default=30.0, help="the profile's budget per rank (default 30)")
-    parser.add_argument("--slowdown", default="1,2", help="emulated slowness of rank 0 and rank 1 (default 1,2)")
-    parser.add_argument("--global-batch", type=int, default=128)
-    parser.add_argument("--plan-policies", default="equal,proportional,dynamic,dynamic-enhanced,optimal,adaptive")
-    parser.add_argument("--out", type=Path, default=None, help="keep the folders here (default: a temporary one)")
+    add_job_options(parser)  # own_job.py's, so a new one (--cost-error) reaches profile_and_plan here too
     args = parser.parse_args()
     if args.runs < 2:
         parser.error("--runs: at least 2 (a spread needs two runs)")

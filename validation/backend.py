@@ -20,7 +20,7 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -66,6 +66,12 @@ def select_backend(devices: tuple[str, ...]) -> str:
     """NCCL when every rank is on CUDA, gloo otherwise (a CUDA rank beside CPU ranks: gloo, its
     collective buffers on the host)."""
     return "nccl" if devices and all(d.startswith("cuda") for d in devices) else "gloo"
+
+
+def check_ddp_devices(comm: str, devices: Sequence[str]) -> None:
+    """DDP keeps every rank on one kind of device: ConfigError on ``--comm`` otherwise."""
+    if comm == "ddp" and len({d.partition(":")[0] for d in devices}) > 1:
+        raise ConfigError("--comm", "ddp needs every rank on one kind of device; use --comm flat for mixed devices")
 
 
 def check_one_rank_per_gpu(devices: tuple[str, ...], local_world_size: int | None = None) -> None:

@@ -31,7 +31,8 @@ from hetsim.core.console import text_table
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param, typename
 from hetsim.model.trace import COLUMNS, Trace, read_trace_table
-from hetsim.policies import Policy, WorkerHint, policy_class
+from hetsim.policies import WorkerHint, policy_class
+from hetsim.policies.base import told
 from hetsim.run.metrics import Summary, summarize
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import MAX_COUNT, load_scenario, read_table
@@ -289,21 +290,6 @@ def told_hints(run: RunData) -> tuple[WorkerHint, ...] | None:
         return None
     hints = first_block_hints(run.trace, run.meta["world_size"])
     return hints if hints is not None else (WorkerHint(),) * run.meta["world_size"]
-
-
-def told(policy: Policy, hints: Sequence[WorkerHint] | None) -> Policy:
-    """A fresh copy of ``policy`` (same class and parameters) that is reset with ``hints``
-    whatever hints the simulator gives it (a subclass made here: the engines reset the policy
-    with the scenario's own, true costs); ``policy`` itself without hints or where it reads none."""
-    if hints is None or not policy.reads_costs():
-        return policy
-    base = type(policy)
-
-    def reset(self: Policy, n_workers: int, global_batch: int, _hints: Any = None, run: Any = None) -> None:
-        base.reset(self, n_workers, global_batch, hints, run)
-
-    cls: type[Policy] = type(base.__name__, (base,), {"reset": reset, "__doc__": base.__doc__})
-    return cls(**policy.param_values())
 
 
 def predict_run(

@@ -12,6 +12,7 @@ from hetsim.core.errors import ConfigError
 from hetsim.model.costs import Affine
 from hetsim.model.efficiency import Efficiency
 from hetsim.policies import RunHint, WorkerHint, make_policy, policy_class
+from validation.backend import check_ddp_devices
 
 
 def check_barrier_policies(policies: Sequence[str], world_size: int, global_batch: int) -> None:
@@ -40,8 +41,7 @@ def check_across(policies: Sequence[str], world_size: int, global_batch: int, pr
     check_noise_measured(measured, world_size, comm)
     if table is not None:
         check_table_fits(table, global_batch)
-    if comm == "ddp" and len({d.partition(":")[0] for d in devices}) > 1:
-        raise ConfigError("--comm", "ddp needs every rank on one kind of device; use --comm flat for mixed devices")
+    check_ddp_devices(comm, devices)
 
 
 def check_noise_measured(noise_scale: bool, world_size: int, comm: str) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import check_out_folder
 from hetsim.core.params import Param
-from validation.backend import parse_devices
+from validation.backend import check_ddp_devices, parse_devices
 from validation.contention import MAX_NEIGHBOUR_CORES
 from validation.placement import available_cpus, parse_cpu_list
 from validation.workloads import BUILTIN_WORKLOADS
@@ -140,8 +140,7 @@ def build_profile_config(args: argparse.Namespace) -> ProfileConfig:
                           f"batch {global_batch}")  # fmt: skip
     out = args.out if args.out is not None else Path("runs") / time.strftime("profile-%Y%m%d-%H%M%S")
     check_out_folder(out, "--out")  # before the budget is spent measuring for it
-    if args.comm == "ddp" and len({d.partition(":")[0] for d in devices}) > 1:
-        raise ConfigError("--comm", "ddp needs every rank on one kind of device; use --comm flat for mixed devices")
+    check_ddp_devices(args.comm, devices)
     threads = {r: int(Param("--threads", "integer", low=1, high=len(available_cpus())).check(_int(v)))
                for r, v in per_rank(args.threads, world, "--threads").items()}  # fmt: skip
     load = Param("--contention", low=0.0, high=MAX_NEIGHBOUR_CORES, doc="CPU cores of load")

@@ -86,7 +86,7 @@ def run_targets(run: RunData) -> tuple[float, float | None, int]:
     return float(target), noise_scale, reached
 
 
-def _first_reaching(table: pd.DataFrame, target: float, where: str, column: str, policy: str = REFERENCE) -> int | None:
+def _first_reaching(table: pd.DataFrame, target: float, where: str, column: str, policy: str) -> int | None:
     """``column`` (``epoch`` or ``step``) of ``policy``'s first row whose held-out accuracy reached
     ``target`` (None: never); errors name the column after ``where``."""
     missing = [c for c in ("policy", column, "test_accuracy") if c not in table.columns]

@@ -120,7 +120,8 @@ def calibrate(
         )
     noise = _noise(frame, done, fits, workers)
     warnings.extend(_reacting_split(frame, noise, fits))
-    workload, network = _workload(every, warnings), _network(every, warnings)
+    updates = one_worker_per_step(every)  # an asynchronous trace: a row is one update
+    workload, network = _workload(every, updates, warnings), _network(every, updates, warnings)
     global_batch, steps_per_epoch, epochs, gradient_mb = workload
     scenario = {
         "name": name,
@@ -269,12 +270,11 @@ def _reacting_split(frame: pd.DataFrame, noise: NoiseStructure, fits: list[Worke
     return notes
 
 
-def _workload(frame: pd.DataFrame, warnings: list[str]) -> tuple[int, int, int, float]:
+def _workload(frame: pd.DataFrame, updates: bool, warnings: list[str]) -> tuple[int, int, int, float]:
     """Global batch, steps per epoch, epochs and gradient size. In an asynchronous trace a row is
-    one worker's update: the global batch is the workers' median updates' sum (what a split of it
+    one worker's update (``updates``): the global batch is the workers' median updates' sum (what a split of it
     hands each), and an epoch's steps its updates over the workers (as the engines count them)."""
     per_step = frame.groupby("step")
-    updates = one_worker_per_step(frame)
     if updates:
         global_batch = int(round(float(frame.groupby("worker")["local_batch"].median().sum())))
     else:
@@ -289,12 +289,12 @@ def _workload(frame: pd.DataFrame, warnings: list[str]) -> tuple[int, int, int, 
     return global_batch, steps_per_epoch, epochs, gradient_mb
 
 
-def _network(frame: pd.DataFrame, warnings: list[str]) -> NetworkFit:
+def _network(frame: pd.DataFrame, updates: bool, warnings: list[str]) -> NetworkFit:
     if "comm_s" not in frame.columns:
         warnings.append("network: the trace has no comm_s column; the all-reduce time is set to 0")
         return NetworkFit("constant", time_s=0.0)
     per_step = frame.groupby("step")
-    if one_worker_per_step(frame):  # each update's own exchange: a constant network's time is one exchange
+    if updates:  # each update's own exchange: a constant network's time is one exchange
         return NetworkFit("constant", time_s=float(frame["comm_s"].mean()))
     if frame["worker"].nunique() == 1 and float(frame["comm_s"].mean()) > 0:
         warnings.append(

@@ -53,19 +53,8 @@ def scenario_policies(text: str | None, scenario: Scenario, notes: list[str] | N
     gets its one line alone)."""
     if text is not None:
         return {name: scenario.make_policy(name) for name in parse_policies(text)}
-    from hetsim.policies import POLICIES  # imported here so that the command line starts without scipy
-    from hetsim.policies.base import NO_EFFICIENCY
-
-    built: dict[str, Policy] = {}
-    left_out = []
-    for name, cls in POLICIES.items():
-        if cls.needs_efficiency and scenario.workload.efficiency is None:
-            left_out.append(f"note: {name} left out: {NO_EFFICIENCY}")
-            continue
-        try:
-            built[name] = scenario.make_policy(name)
-        except ConfigError as exc:
-            left_out.append(f"note: {name} left out: {exc}")
+    built, skipped = scenario.runnable_policies()
+    left_out = [f"note: {name} left out: {why}" for name, why in skipped]
     if notes is not None:
         notes.extend(left_out)
     else:

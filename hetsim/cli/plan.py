@@ -107,7 +107,7 @@ def check_out(path: Path) -> None:
     if path.parent.is_dir():
         check_writable(path)
         return
-    ancestor = nearest_existing(path.parent) or Path(path.anchor or ".")  # a root or "." always exists
+    ancestor = nearest_existing(path.parent)
     if not ancestor.is_dir():
         raise ConfigError(str(path), f"cannot write here: {ancestor} is not a folder")
     if not os.access(ancestor, os.W_OK | os.X_OK):

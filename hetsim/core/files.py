@@ -75,7 +75,7 @@ def check_out_folder(target: Path, option: str = "--out") -> None:
     if target.exists() and not target.is_dir():
         raise ConfigError(option, f"{target} exists and is not a folder")
     above = nearest_existing(target.parent)
-    if above is not None and not above.is_dir():
+    if not above.is_dir():
         raise ConfigError(option, f"{above} is a file, not a folder")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -93,9 +93,11 @@ def check_empty_folder(target: Path, option: str, hint: str = "") -> None:
         raise ConfigError(option, f"{target} exists and is not an empty folder" + (f": {hint}" if hint else ""))
 
 
-def nearest_existing(path: Path) -> Path | None:
-    """``path`` or its nearest ancestor that exists (None if none does)."""
-    return next((p for p in (Path(path), *Path(path).parents) if p.exists()), None)
+def nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists (its root, or ``.`` for a relative path, at the
+    latest: one always does)."""
+    path = Path(path)
+    return next((p for p in (path, *path.parents) if p.exists()), Path(path.anchor or "."))
 
 
 @contextmanager

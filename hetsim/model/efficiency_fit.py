@@ -131,9 +131,10 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
                        fit_batches=(float(b.min()), float(b.max())))  # fmt: skip
     shape = check_shape(shape)
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        eff = _efficiency(x, free, start, shape)
-        return np.log(s) - np.log([eff.steps_to_target(v) for v in b])
+    def log_steps(x: np.ndarray, batches: np.ndarray) -> np.ndarray:  # the model's ln S at ``batches``
+        return np.log([_efficiency(x, free, start, shape).steps_to_target(v) for v in batches])
+
+    residuals = lambda x: np.log(s) - log_steps(x, b)  # noqa: E731
 
     x0 = _params_of(_efficiency(_params_of(start, free), free, start, shape), free)
     bounds = (np.array([-np.inf, -5.0, -4.0])[: len(free)], np.array([np.inf, 25.0, 4.0])[: len(free)])
@@ -145,9 +146,8 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
     cov = (sd**2) * np.linalg.pinv(jtj) if dof > 0 else np.full((len(free), len(free)), np.nan)
     x, used = result.x, 0
     if cut.size and dof > 0:  # sigma needs a residual degree of freedom among the runs that reached it
-        log_s = lambda x: np.log([_efficiency(x, free, start, shape).steps_to_target(v) for v in b])  # noqa: E731
-        log_cut = lambda x: np.log([_efficiency(x, free, start, shape).steps_to_target(v) for v in cut[:, 0]])  # noqa: E731
-        found = _tobit(log_s, log_cut, np.log(s), np.log(cut[:, 1]), x, bounds, sd)
+        found = _tobit(lambda x: log_steps(x, b), lambda x: log_steps(x, cut[:, 0]), np.log(s), np.log(cut[:, 1]),
+                       x, bounds, sd)  # fmt: skip
         if found is not None:  # else the optimiser failed: the least-squares fit, the cut runs left out
             # the likelihood's sigma divides by the runs, least squares' by the runs less the parameters:
             # scaled so, a cut run that says nothing leaves the least-squares fit and its errors as they were

@@ -35,8 +35,6 @@ from hetsim.core.errors import ConfigError
 from hetsim.plan.fragility import FRAGILITY_MAX, Fragility, fragility
 from hetsim.plan.robust import check_cost_error, robust_rows
 from hetsim.plan.rows import LEVEL, OBJECTIVES, PolicyRow, better, closed_form_row, policy_row
-from hetsim.policies import POLICIES
-from hetsim.policies.base import NO_EFFICIENCY
 from hetsim.run.metrics import BASELINE
 from hetsim.scenario.config import check_run_size
 from hetsim.scenario.scenario import Scenario
@@ -187,18 +185,8 @@ def with_batch(scenario: Scenario, global_batch: int) -> Scenario:
 def runnable(scenario: Scenario) -> tuple[list[str], tuple[tuple[str, str], ...]]:
     """Every registered policy that can run ``scenario``, and (policy, why) for those that cannot
     (as ``simulate`` leaves them out, with the same reasons)."""
-    names, skipped = [], []
-    for name, cls in POLICIES.items():
-        if cls.needs_efficiency and scenario.workload.efficiency is None:
-            skipped.append((name, NO_EFFICIENCY))
-            continue
-        try:
-            scenario.make_policy(name)
-        except ConfigError as exc:
-            skipped.append((name, str(exc)))
-            continue
-        names.append(name)
-    return names, tuple(skipped)
+    built, skipped = scenario.runnable_policies()
+    return list(built), skipped
 
 
 def recommend(rows: Sequence[PolicyRow], objective: str) -> PolicyRow | None:

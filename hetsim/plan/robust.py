@@ -22,17 +22,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from hetsim.analysis.prediction import NoClosedForm
 from hetsim.core.errors import ConfigError
 from hetsim.engines import AUTO
 from hetsim.plan.fragility import slower_cost
 from hetsim.plan.rows import LEVEL, Estimate, PolicyRow, extrapolated, short_run, told_row
-from hetsim.policies import Policy, WorkerHint, policy_class
+from hetsim.policies import Policy
+from hetsim.policies.base import told
+from hetsim.run.metrics import mean_ci
 from hetsim.run.simulate import simulate_summary
 from hetsim.scenario.scenario import Scenario, WorkerGroup
 
@@ -55,18 +55,6 @@ def rescaled(scenario: Scenario, factors: Sequence[float]) -> Scenario:
     return replace(scenario, groups=tuple(WorkerGroup(w) for w in workers))
 
 
-def told(policy: Policy, hints: Sequence[WorkerHint]) -> Policy:
-    """A fresh copy of ``policy`` (same class and parameters) reset with ``hints`` whatever hints it
-    is given: the nominal costs, where the engines and the closed forms tell it the scenario's own."""
-    base = type(policy)
-
-    def reset(self: Policy, n_workers: int, global_batch: int, _hints: Any = None, run: Any = None) -> None:
-        base.reset(self, n_workers, global_batch, hints, run)
-
-    cls: type[Policy] = type(base.__name__, (base,), {"reset": reset, "__doc__": base.__doc__})
-    return cls(**policy.param_values())
-
-
 def robust_rows(scenario: Scenario, rows: Sequence[PolicyRow], cost_error: float, seed: int) -> tuple[PolicyRow, ...]:
     """``rows`` (the nominal plan's, on ``scenario``) as the mean over :data:`DRAWS` draws of true
     costs off by ``cost_error`` (module docstring)."""
@@ -82,11 +70,8 @@ def _robust(scenario: Scenario, row: PolicyRow, draws: Sequence[Scenario], seeds
             cost_error: float) -> PolicyRow:  # fmt: skip
     """``row`` averaged over ``draws``: its closed form on each, or one short run each (seeded
     with ``seeds``) where it has none; a policy that reads the costs told the nominal ones."""
-    name = row.policy
-    # the scenario's own [policy] parameters, as the nominal row's (make_policy)
-    policy: str | Policy = (
-        told(scenario.make_policy(name), scenario.hints()) if policy_class(name).reads_costs() else name
-    )
+    # the scenario's own [policy] parameters, as the nominal row's (make_policy); told the given costs
+    policy = told(scenario.make_policy(row.policy), scenario.hints())
     found = []
     for truth, seed in zip(draws, seeds):
         if row.closed_form:
@@ -107,24 +92,21 @@ def _robust(scenario: Scenario, row: PolicyRow, draws: Sequence[Scenario], seeds
                    time_to_target_s=_mean_or_none([r.time_to_target_s for r in found]))  # fmt: skip
 
 
-def _one_run(truth: Scenario, policy: str | Policy, seed: int) -> PolicyRow:
+def _one_run(truth: Scenario, policy: Policy, seed: int) -> PolicyRow:
     """One short run of ``policy`` on ``truth`` (:func:`~hetsim.plan.rows.short_run`) as a row."""
     run = short_run(truth)
     summary = simulate_summary(run, policy, seed=seed, engine=AUTO)
     step = Estimate.exact(summary.mean_step_s)
     to_target = extrapolated(truth, summary.progress, summary.steps, step)
-    name = policy if isinstance(policy, str) else policy.name
-    return PolicyRow(name, "simulated", step, Estimate.exact(summary.throughput_sps), to_target, summary.final_batches)
+    return PolicyRow(
+        policy.name, "simulated", step, Estimate.exact(summary.throughput_sps), to_target, summary.final_batches
+    )
 
 
 def _mean(values: Sequence[float]) -> Estimate:
     """The mean of ``values`` and its t interval at the plan's level."""
-    x = np.asarray(values, dtype=float)
-    mean = float(x.mean())
-    if x.size < 2 or float(x.std()) == 0.0:
-        return Estimate(mean, mean, mean)
-    half = float(stats.t.ppf(0.5 + LEVEL / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
-    return Estimate(mean, mean - half, mean + half)
+    ci = mean_ci(values, LEVEL)
+    return Estimate(ci.mean, ci.low, ci.high)
 
 
 def _mean_or_none(values: Sequence[Estimate | None]) -> Estimate | None:

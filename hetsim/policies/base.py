@@ -283,6 +283,22 @@ def _keeps_its_split(cls: type[Policy]) -> bool:
     return all(getattr(cls, hook) is getattr(Policy, hook) for hook in _SPLIT_HOOKS)
 
 
+def told(policy: Policy, hints: Sequence[WorkerHint] | None) -> Policy:
+    """A fresh copy of ``policy`` (same class and parameters) that is reset with ``hints`` whatever
+    hints it is given (a subclass made here: the engines and the closed forms reset a policy with
+    the scenario's own, true costs), as a real run is told a probe's or a profile's costs;
+    ``policy`` itself without hints or where it reads none (:meth:`Policy.reads_costs`)."""
+    if hints is None or not policy.reads_costs():
+        return policy
+    base = type(policy)
+
+    def reset(self: Policy, n_workers: int, global_batch: int, _hints: Any = None, run: Any = None) -> None:
+        base.reset(self, n_workers, global_batch, hints, run)
+
+    cls: type[Policy] = type(base.__name__, (base,), {"reset": reset, "__doc__": base.__doc__})
+    return cls(**policy.param_values())
+
+
 def check_split(policy: Policy, batches: Sequence[int]) -> None:
     """What the engines take from :meth:`Policy.partition`: one whole number >= 0 per worker, each
     within its cap, summing to the policy's global batch. A plug-in that breaks it gets one line

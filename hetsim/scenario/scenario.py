@@ -14,7 +14,8 @@ from hetsim.core.errors import ConfigError
 from hetsim.model.efficiency import Efficiency
 from hetsim.model.network import Buckets, NetworkModel, Nodes
 from hetsim.model.workers import WorkerSpec
-from hetsim.policies import Policy, RunHint, WorkerHint, make_policy
+from hetsim.policies import POLICIES, Policy, RunHint, WorkerHint, make_policy
+from hetsim.policies.base import NO_EFFICIENCY
 
 DEFAULT_BACKWARD_FRACTION = 2.0 / 3.0  # backward ~ twice the forward pass's time
 
@@ -150,6 +151,22 @@ class Scenario:
         """What every policy is told about the run: the all-reduce after the barrier and the
         workload's statistical efficiency."""
         return RunHint(self.allreduce_s(), self.workload.efficiency)
+
+    def runnable_policies(self) -> tuple[dict[str, Policy], tuple[tuple[str, str], ...]]:
+        """Every registered policy that can run this scenario, built (and so checked) once by
+        name, and (name, why) for each that cannot: one that needs the statistical efficiency the
+        scenario lacks, or whose parameters do not fit the cluster (what simulate and plan leave out)."""
+        built: dict[str, Policy] = {}
+        left_out = []
+        for name, cls in POLICIES.items():
+            if cls.needs_efficiency and self.workload.efficiency is None:
+                left_out.append((name, NO_EFFICIENCY))
+                continue
+            try:
+                built[name] = self.make_policy(name)
+            except ConfigError as exc:
+                left_out.append((name, str(exc)))
+        return built, tuple(left_out)
 
     def hints(self) -> tuple[WorkerHint, ...]:
         """What the cost-aware policies are told: caps and the true expected cost curves (cost

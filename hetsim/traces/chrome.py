@@ -98,9 +98,17 @@ def lay_out(run: ExportRun, rows: np.ndarray) -> Laid:
 
 
 def _lanes(trace: Trace) -> int:
-    """The worker tracks' count: the tracks of episodes and buckets are numbered after them (a
-    worker index, not the number of workers seen: an async trace may lack a worker's rows)."""
+    """The workers' count, for the buckets' track after every worker's three (a worker index, not
+    the number of workers seen: an async trace may lack a worker's rows)."""
     return int(trace.worker.max()) + 1
+
+
+WORKER, SLOWDOWN, DOWN = 1, 2, 3  # a worker's three tracks: ``_tid(w, kind) = kind + 3 w``, in their sort order
+
+
+def _tid(worker: Any, kind: int) -> Any:
+    """The track of worker(s) ``worker`` for ``kind`` (:data:`WORKER`, :data:`SLOWDOWN`, :data:`DOWN`)."""
+    return kind + 3 * worker
 
 
 def _us(ns: int | np.integer) -> float:
@@ -124,7 +132,7 @@ def worker_events(laid: Laid, pid: int) -> Iterator[Event]:
     step_word, comm_word = ("step", "all-reduce") if sync else ("update", "exchange")
     exposed = {"exposed": True} if laid.buckets is not None else {}
     rows = w.rows
-    arrays = (1 + 3 * trace.worker[rows], trace.step[rows], trace.epoch[rows], trace.local_batch[rows],
+    arrays = (_tid(trace.worker[rows], WORKER), trace.step[rows], trace.epoch[rows], trace.local_batch[rows],
               trace.included[rows], w.start_ns, w.step_dur, w.compute_ns, w.compute_dur, w.wait_ns, w.wait_dur,
               w.comm_ns, w.comm_dur)  # fmt: skip
     columns = zip(*(a.tolist() for a in arrays))  # plain Python numbers: no NumPy scalar per event
@@ -145,11 +153,11 @@ def episode_events(laid: Laid, pid: int) -> Iterator[Event]:
     """Slowdown spans on the tracks ``2 + 3 worker``, failures on ``3 + 3 worker``."""
     for s in range(len(laid.slowdowns.start_ns)):
         worker, factor = int(laid.slowdowns.worker[s]), float(laid.slowdowns.value[s])
-        yield _slice(f"slowdown x{factor:g}", "slowdown", pid, 2 + 3 * worker, laid.slowdowns.start_ns[s],
+        yield _slice(f"slowdown x{factor:g}", "slowdown", pid, _tid(worker, SLOWDOWN), laid.slowdowns.start_ns[s],
                      int(laid.slowdowns.dur_ns[s]), {"factor": factor})  # fmt: skip
     for s in range(len(laid.failures.start_ns)):
         worker = int(laid.failures.worker[s])
-        yield _slice("down", "failure", pid, 3 + 3 * worker, laid.failures.start_ns[s],
+        yield _slice("down", "failure", pid, _tid(worker, DOWN), laid.failures.start_ns[s],
                      int(laid.failures.dur_ns[s]), {})  # fmt: skip
 
 
@@ -158,7 +166,7 @@ def bucket_events(laid: Laid, pid: int) -> Iterator[Event]:
     b, plan = laid.buckets, laid.run.buckets
     if b is None or plan is None:
         return
-    tid = 1 + 3 * _lanes(laid.run.trace)
+    tid = _tid(_lanes(laid.run.trace), WORKER)  # after every worker's tracks
     for s in range(len(b.start_ns)):
         k = int(b.bucket[s])
         yield _slice(f"bucket {k}", "bucket", pid, tid, b.start_ns[s], int(b.dur_ns[s]),
@@ -194,14 +202,14 @@ def metadata_events(laid: Laid, pid: int) -> Iterator[Event]:
     yield _meta("process_name", pid, 0, name=run.trace.policy)
     yield _meta("process_sort_index", pid, 0, sort_index=pid)
     yield _meta("process_labels", pid, 0, labels=run.label or "hetsim trace")
-    tracks = {1 + 3 * w: (run.name(w), 3 * w) for w in np.unique(run.trace.worker[laid.workers.rows]).tolist()}
-    tracks.update({2 + 3 * w: (f"{run.name(w)} slowdown", 3 * w + 1) for w in laid.slowdowns.worker.tolist()})
-    tracks.update({3 + 3 * w: (f"{run.name(w)} down", 3 * w + 2) for w in laid.failures.worker.tolist()})
+    tracks = {_tid(w, WORKER): run.name(w) for w in np.unique(run.trace.worker[laid.workers.rows]).tolist()}
+    tracks.update({_tid(w, SLOWDOWN): f"{run.name(w)} slowdown" for w in laid.slowdowns.worker.tolist()})
+    tracks.update({_tid(w, DOWN): f"{run.name(w)} down" for w in laid.failures.worker.tolist()})
     if laid.buckets is not None:
-        tracks[1 + 3 * n] = ("all-reduce buckets", 3 * n)
-    for tid, (name, order) in sorted(tracks.items()):
+        tracks[_tid(n, WORKER)] = "all-reduce buckets"
+    for tid, name in sorted(tracks.items()):
         yield _meta("thread_name", pid, tid, name=name)
-        yield _meta("thread_sort_index", pid, tid, sort_index=order)
+        yield _meta("thread_sort_index", pid, tid, sort_index=tid - 1)  # the ids are in the sort order
 
 
 def all_events(laid_runs: Sequence[Laid]) -> Iterator[Event]:
@@ -239,13 +247,14 @@ def _dump(f: IO[str], laid_runs: Sequence[Laid], other: dict[str, Any]) -> None:
 def check_size(laid_runs: Sequence[Laid], steps_text: str) -> int:
     """The number of events; more than :data:`MAX_EVENTS` is a ConfigError on ``--steps`` that
     says how many steps fit (``steps_text`` describes the steps chosen)."""
-    total = sum(laid.count() for laid in laid_runs)
+    counts = [laid.count() for laid in laid_runs]
+    total = sum(counts)
     if total <= MAX_EVENTS:
         return total
     # each run's events spread evenly over its own steps (an async run numbers its updates, many more than a
     # barrier run's steps): the longest range from the first step whose events fit, with 5% to spare for
     # the events that do not grow with the steps and for steps that hold more than their share
-    runs = [(np.unique(laid.run.trace.step[laid.workers.rows]), laid.count()) for laid in laid_runs]
+    runs = [(np.unique(laid.run.trace.step[laid.workers.rows]), n) for laid, n in zip(laid_runs, counts)]
     first = min(int(steps[0]) for steps, _ in runs)
 
     def events_before(stop: int) -> float:

@@ -75,7 +75,7 @@ def import_traces(
     stray = sorted(set(batch or {}) - {r.rank for r in ranks})
     if stray:
         raise ConfigError("--batch", f"rank {stray[0]} is not one of the job's {len(ranks)} ranks (0-{len(ranks) - 1})")
-    offsets = align(ranks)
+    offsets, same_clock = align(ranks)
     steps = list(ranks[0].steps)
     first_start = min(r.steps[steps[0]].start_s - offsets[r.rank] for r in ranks)
     columns: dict[str, list[float]] = {c: [] for c in ("step", "worker", "local_batch", "start_s", "compute_s",
@@ -96,8 +96,7 @@ def import_traces(
     if not any(columns["local_batch"]):
         raise ConfigError("--batch", "every rank's batch is 0 in every step: the trace would hold no samples")
     return Imported(_trace(columns, policy or ranks[0].segment or name or "profiled", len(ranks)), tuple(offsets),
-                    len(ranks[0].collectives), " and ".join(sorted(sources)),
-                    one_clock(ranks) and not any(offsets))  # fmt: skip
+                    len(ranks[0].collectives), " and ".join(sorted(sources)), same_clock)  # fmt: skip
 
 
 def _trace(columns: dict[str, list[float]], policy: str, n_workers: int) -> Trace:
@@ -186,24 +185,24 @@ def one_clock(ranks: list[RankTrace]) -> bool:
     return ranks[0].host != "" and ranks[0].base_ns is not None and len({(r.host, r.base_ns) for r in ranks}) == 1
 
 
-def align(ranks: list[RankTrace]) -> list[float]:
-    """Each rank's clock minus rank 0's: 0 where they share one clock (:func:`one_clock`, and the
-    all-reduces agree), else from the all-reduces' ends (where a loaded rank's end is late, by
-    milliseconds); refused when they disagree."""
+def align(ranks: list[RankTrace]) -> tuple[list[float], bool]:
+    """Each rank's clock minus rank 0's, and whether they share one clock: 0 where they do
+    (:func:`one_clock`, and the all-reduces agree), else from the all-reduces' ends (where a
+    loaded rank's end is late, by milliseconds); refused when they disagree."""
     picked = _reduces(ranks)
     ends = np.array([[r.collectives[k].ran.end_s for k in picked] for r in ranks])
     issues = np.array([[r.collectives[k].issue.start_s for k in picked] for r in ranks])
-    estimated = [float(np.median(row - ends[0])) for row in ends]
     # one clock, unless the all-reduces say otherwise (two hosts of one name whose traces share a base)
     if one_clock(ranks) and _acausal(issues, ends, [0.0] * len(ranks))[0] <= MAX_ACAUSAL * len(picked):
-        return [0.0] * len(ranks)
+        return [0.0] * len(ranks), True
+    estimated = [float(np.median(row - ends[0])) for row in ends]
     bad, lag = _acausal(issues, ends, estimated)
     if bad > MAX_ACAUSAL * len(picked):
         worst = int(np.argmax(lag))
         raise ConfigError("PATH", f"the ranks' clocks cannot be aligned: after the best offsets, {bad} of "
                                   f"{len(picked)} all-reduces end on a rank before the last rank issued them (by up "
                                   f"to {1e3 * lag[worst]:.1f} ms): not traces of one run?")  # fmt: skip
-    return estimated
+    return estimated, False
 
 
 def _acausal(issues: np.ndarray, ends: np.ndarray, offsets: Sequence[float]) -> tuple[int, np.ndarray]:
