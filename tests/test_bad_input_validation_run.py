@@ -260,6 +260,11 @@ CASES = [
     case("run-file-delay", ["{tmp}/run.toml"], f"--delay 1: unknown distribution 'weibull' {KNOWN_DISTRIBUTIONS}",
          {"run.toml": '[delay]\n1 = "weibull:2"\n'}),
     case("unknown-option", ["--bogus"], "unrecognized arguments: --bogus"),
+    # the trainer waits for every rank: async used to run as a synchronous loop under its name
+    case("async-policy", ["--policies", "equal,async", "--out", "{tmp}/run"],
+         "--policies: 'async' has no barrier, and this trainer waits for every rank each step"),
+    case("ksync-policy", ["--policies", "ksync", "--out", "{tmp}/run"],
+         "--policies: 'ksync' leaves the slowest gradients out, and this trainer waits for every rank each step"),
 ]  # fmt: skip
 
 

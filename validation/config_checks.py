@@ -9,25 +9,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hetsim.core.errors import ConfigError
-from hetsim.model.costs import Affine
-from hetsim.model.efficiency import Efficiency
-from hetsim.policies import RunHint, WorkerHint, make_policy, policy_class
+from hetsim.policies import policy_class
+from hetsim.policies.base import not_barrier, waits_for_every_worker
 from validation.backend import check_ddp_devices
 
 
-def check_barrier_policies(policies: Sequence[str], world_size: int, global_batch: int) -> None:
-    """The real trainer always combines every rank's gradient: policies that wait for fewer are refused."""
-    hints = [WorkerHint(cost=Affine(1.0, 1.0))] * world_size
-    run = RunHint(efficiency=Efficiency(float(global_batch), global_batch))  # a stand-in: measured in the run
+def check_barrier_policies(policies: Sequence[str]) -> None:
+    """The real trainer always combines every rank's gradient: a policy that ends a step without
+    every gradient (the trait :func:`~hetsim.policies.base.waits_for_every_worker` reads:
+    ``async``, ``backup``, ``ksync``) is refused, as the example's trainer refuses it."""
     for name in policies:
-        policy = make_policy(name)
-        policy.reset(world_size, global_batch, hints, run)
-        if policy.wait_for() < world_size:
-            raise ConfigError(
-                "--policies",
-                f"{name} waits for {policy.wait_for()} of {world_size} gradients; "
-                "the real trainer runs barrier policies only",
-            )
+        cls = policy_class(name)
+        if not waits_for_every_worker(cls):
+            raise ConfigError("--policies", not_barrier(name, cls))
 
 
 def check_across(policies: Sequence[str], world_size: int, global_batch: int, probe_repeats: int,
@@ -36,7 +30,7 @@ def check_across(policies: Sequence[str], world_size: int, global_batch: int, pr
     whether the noise scale is measured, and the efficiency table given, if any), a noise scale
     that can be measured, a table that fits the run, DDP on one kind of device."""
     measured, table = noise
-    check_barrier_policies(policies, world_size, global_batch)
+    check_barrier_policies(policies)
     check_policy_needs(policies, probe_repeats, measured or table is not None, comm)
     check_noise_measured(measured, world_size, comm)
     if table is not None:

@@ -283,6 +283,13 @@ def _keeps_its_split(cls: type[Policy]) -> bool:
     return all(getattr(cls, hook) is getattr(Policy, hook) for hook in _SPLIT_HOOKS)
 
 
+def not_barrier(name: str, cls: type[Policy]) -> str:
+    """Why policy ``name`` (class ``cls``, not :func:`waits_for_every_worker`) is not one a trainer
+    that waits for every rank each step (DDP's) can run."""
+    how = "has no barrier" if not cls.synchronous else "leaves the slowest gradients out"
+    return f"{name!r} {how}, and this trainer waits for every rank each step"
+
+
 def told(policy: Policy, hints: Sequence[WorkerHint] | None) -> Policy:
     """A fresh copy of ``policy`` (same class and parameters) that is reset with ``hints`` whatever
     hints it is given (a subclass made here: the engines and the closed forms reset a policy with

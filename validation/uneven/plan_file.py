@@ -19,7 +19,7 @@ from typing import Any
 
 from hetsim.core.errors import ConfigError
 from hetsim.policies import Policy, make_policy, policy_class
-from hetsim.policies.base import waits_for_every_worker
+from hetsim.policies.base import not_barrier, waits_for_every_worker
 
 
 class PlanError(ConfigError):
@@ -86,7 +86,7 @@ def load_plan(path: str | Path, world_size: int) -> PlanChoice:
     except ConfigError as exc:
         raise PlanError(f"{where}:{exc.field}", exc.problem) from None
     if not waits_for_every_worker(cls):  # async, backup, ksync: hetsim simulates them, this trainer does not run them
-        raise PlanError(f"{where}:recommended.policy", f"{_not_barrier(policy, cls)}: plan with --wait-for-all")
+        raise PlanError(f"{where}:recommended.policy", f"{not_barrier(policy, cls)}: plan with --wait-for-all")
     if (
         not isinstance(split, list)
         or not _ints(split)
@@ -121,10 +121,5 @@ def barrier_policy(name: str, option: str = "--policy") -> Policy:
     except ConfigError as exc:
         raise PlanError(exc.field, exc.problem) from None
     if not waits_for_every_worker(cls):
-        raise PlanError(option, f"{_not_barrier(name, cls)}: give a barrier policy (equal, proportional, dynamic, ...)")
+        raise PlanError(option, f"{not_barrier(name, cls)}: give a barrier policy (equal, proportional, dynamic, ...)")
     return make_policy(name)
-
-
-def _not_barrier(name: str, cls: type[Policy]) -> str:
-    how = "has no barrier" if not cls.synchronous else "leaves the slowest gradients out"
-    return f"{name!r} {how}, and this trainer waits for every rank each step"
