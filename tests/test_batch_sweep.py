@@ -12,7 +12,7 @@ import pytest
 from hetsim.model.efficiency import LR_RULES, OPTIMIZERS
 from tests.refusals import check_refused
 from validation.batch_sweep_cli import LR_RULE_NAMES, OPTIMIZER_NAMES
-from validation.batch_sweep_train import EVAL_SPACING, next_eval, scaled_lr
+from validation.batch_sweep_train import EVAL_SPACING, PointResult, next_eval, scaled_lr
 from validation.batch_sweep_train import OPTIMIZERS as TRAIN_OPTIMIZERS
 from validation.cli import main
 
@@ -75,6 +75,30 @@ def test_a_short_sweep_records_steps_to_target_within_five_percent_one_or_two_at
     assert "kept from an earlier start" not in capsys.readouterr().err
 
 
+def test_first_seed_runs_the_seeds_from_it_and_records_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import validation.batch_sweep as sweep
+
+    ran: list[tuple[int, int]] = []
+
+    def fake_run(config: sweep.SweepConfig, seed: int, multiple: int) -> PointResult:
+        ran.append((seed, multiple))
+        steps = 100 + seed
+        return PointResult(multiple * config.base_batch, seed, config.lr, steps_to_target=steps, steps_run=steps)
+
+    monkeypatch.setattr(sweep, "run_point", fake_run)
+    argv = ["batch-sweep", "--batches", "1,2", "--seeds", "2", "--first-seed", "5", "--out", str(tmp_path / "s")]
+    assert main(argv) == 0
+    assert ran == [(5, 1), (5, 2), (6, 1), (6, 2)]
+    data = json.loads((tmp_path / "s" / "results.json").read_text())
+    assert (data["seeds"], data["first_seed"]) == (2, 5)
+    assert [(p["seed"], p["batch"], p["steps_to_target"]) for p in data["points"]] == [
+        (5, 16, 105),
+        (5, 32, 105),
+        (6, 16, 106),
+        (6, 32, 106),
+    ]
+
+
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
@@ -87,6 +111,7 @@ def test_a_short_sweep_records_steps_to_target_within_five_percent_one_or_two_at
         ),
         (["batch-sweep", "--target", "1.5"], "--target: must be in [0, 1], got 1.5"),
         (["batch-sweep", "--jobs", "0"], "--jobs: must be in [1, 64], got 0"),
+        (["batch-sweep", "--first-seed", "-1"], "--first-seed: must be in [0, 2147483547], got -1"),
         (
             ["batch-sweep", "--optimizer", "lbfgs"],
             "validation batch-sweep: argument --optimizer: invalid choice: 'lbfgs' (choose from 'sgd', 'adam')",

@@ -134,3 +134,29 @@ def test_the_profiler_check_reads_a_real_runs_traces_back_and_fails_without_them
     (bare / "profiler").mkdir(parents=True)
     failed = gpu_check.profiler_check(bare)
     assert not failed.passed and failed.detail.startswith("exit status 2: hetsim: error:")
+
+
+def test_the_own_job_steps_after_a_failed_one_are_named_not_run(tmp_path, monkeypatch):
+    """A failed profile leaves no scenario: the plan and the planned run are reported as not run
+    (not as failures of their own on a missing file); a failed plan stops the run that needs it."""
+    calls: list[str] = []
+
+    def failing(command, argv):
+        calls.append(command)
+        return 1, "x: boom", 1.0
+
+    monkeypatch.setattr(gpu_check, "run_validation", failing)
+    outcomes = gpu_check.own_job_checks(tmp_path, n_gpus=2)
+    assert calls == ["profile"]
+    assert [(o.name, o.passed, o.detail) for o in outcomes] == [
+        ("own-job-profile", False, "exit status 1: x: boom"),
+        ("own-job-plan", False, "not run: own-job-profile failed"),
+        ("own-job-example-nccl", False, "not run: own-job-profile failed"),
+    ]
+    monkeypatch.setattr(gpu_check, "run_validation", lambda command, argv: (0, "", 1.0))
+    monkeypatch.setattr(gpu_check, "run_command", lambda argv, timeout_s=0: (calls.append(argv[2]), (2, "no", 1.0))[1])
+    outcomes = gpu_check.own_job_checks(tmp_path, n_gpus=2)
+    assert calls == ["profile", "hetsim"]  # the plan ran; torchrun did not
+    assert [(o.name, o.passed) for o in outcomes] == [("own-job-profile", True), ("own-job-plan", False),
+                                                      ("own-job-example-nccl", False)]  # fmt: skip
+    assert outcomes[-1].detail == "not run: own-job-plan failed"

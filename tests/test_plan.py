@@ -273,7 +273,8 @@ def test_without_a_closed_form_the_best_simulation_is_recommended_and_fragility_
     result = plan(build_scenario(raw), policies=("equal", "optimal"))
     assert [r.closed_form for r in result.rows] == [False, False]
     assert result.recommended.policy == "optimal" and result.fragility == ()
-    assert result.to_dict()["fragility"]["note"] == "not computed: the recommended policy has no closed form"
+    why = "the recommended policy has no closed form: its figures are simulated"
+    assert result.to_dict()["fragility"]["note"] == f"not computed: {why}"
     assert result.gain_over_equal == pytest.approx(
         result.recommended.throughput_sps.value / result.rows[0].throughput_sps.value
     )
@@ -365,7 +366,7 @@ def test_a_closed_form_under_cost_error_is_still_judged_as_one():
     off = plan(scenario, policies=("equal", "optimal", "adaptive"), seed=3, cost_error=0.01)
     assert off.recommended.policy == "optimal" and off.recommended.closed_form and off.fragility == ()
     assert (
-        off.to_dict()["fragility"]["note"] == "not computed: --cost-error 0.01 averages over costs that are off already"
+        off.to_dict()["fragility"]["note"] == "not computed: --cost-error 0.01 already averages over costs that are off"
     )
     kept = told(make_policy("goodput", {"max_batch": 256}), scenario.hints())  # (reads costs: told)
     assert type(kept).__mro__[1].name == "goodput" and kept.param_values()["max_batch"] == 256

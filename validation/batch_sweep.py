@@ -44,6 +44,7 @@ class SweepConfig:
     eval_gap: int
     out: Path
     jobs: int = 1  # runs at once, each in its own process
+    first_seed: int = 0  # seeds first_seed .. first_seed + seeds - 1 (a second set beside a first)
 
 
 def build_config(args: argparse.Namespace) -> SweepConfig:
@@ -73,6 +74,7 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
         float(Param("--target", low=0.0, high=1.0).check(pick(args.target, given.target))),
         given.quick_max_steps if args.quick else given.max_steps, given.eval_gap, out,
         int(Param("--jobs", "integer", low=1, high=64).check(args.jobs)),
+        int(Param("--first-seed", "integer", low=0, high=2**31 - 1 - 100).check(args.first_seed)),
     )  # fmt: skip
 
 
@@ -114,7 +116,8 @@ def run_sweep(
     one): the results' entries, the curve rows and the noise rows, in (seed, batch) order."""
     from validation.batch_sweep_resume import keep, kept
 
-    tasks = [(seed, k) for seed in range(config.seeds) for k in config.multiples]
+    seeds = range(config.first_seed, config.first_seed + config.seeds)
+    tasks = [(seed, k) for seed in seeds for k in config.multiples]
     results: dict[tuple[int, int], Any] = {}
     for seed, k in tasks:  # a rerun of a sweep that stopped: the runs it finished are kept
         if (r := kept(config, k * config.base_batch, seed)) is not None:
@@ -164,7 +167,8 @@ def write_results(config: SweepConfig, points: list[dict[str, Any]], curve: list
         "provenance": provenance(), "workload": config.workload, "base_batch": config.base_batch,
         "batches": [k * config.base_batch for k in config.multiples], "optimizer": config.optimizer,
         "momentum": MOMENTUM if config.optimizer == "sgd" else None, "lr": config.lr,
-        "lr_scaling": config.lr_scaling, "seeds": config.seeds, "target_accuracy": config.target,
+        "lr_scaling": config.lr_scaling, "seeds": config.seeds,
+        "first_seed": config.first_seed, "target_accuracy": config.target,
         "max_steps": config.max_steps, "jobs": config.jobs, "points": points,
     }  # fmt: skip
     with atomic_folder(config.out, "--out") as tmp:

@@ -45,7 +45,9 @@ def add_parser(sub: Any) -> None:
                         help="SGD (momentum 0.9) or Adam (default: digits-cnn sgd, transformer adam)")  # fmt: skip
     parser.add_argument("--lr", type=float, default=None, help="learning rate at the base batch (default per workload)")
     parser.add_argument("--lr-scaling", default="sqrt", choices=LR_RULE_NAMES)
-    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 at every batch")
+    parser.add_argument("--seeds", type=int, default=3, help="N seeds at every batch: 0..N-1, or from --first-seed")
+    parser.add_argument("--first-seed", type=int, default=0, metavar="K",
+                        help="seeds K..K+N-1 (a second set of seeds beside a first; default 0)")  # fmt: skip
     parser.add_argument("--target", type=float, default=None, metavar="ACC", help="held-out accuracy to reach")
     parser.add_argument("--quick", action="store_true", help="fewer steps at most per run")
     parser.add_argument("--jobs", type=int, default=1,

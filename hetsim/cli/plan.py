@@ -232,12 +232,8 @@ def _recommended_lines(result: Plan) -> list[str]:
 
 
 def _fragility_lines(result: Plan) -> list[str]:
-    if result.cost_error > 0:
-        return [
-            f"fragility: not computed (--cost-error {result.cost_error:g} already averages over costs that are off)"
-        ]
-    if not result.fragility:
-        return ["fragility: not computed (the recommended policy has no closed form: its figures are simulated)"]
+    if (why := result.why_no_fragility()) is not None:
+        return [f"fragility: not computed ({why})"]
     from hetsim.core.console import text_table
     from hetsim.plan.fragility import FRAGILITY_MAX
 

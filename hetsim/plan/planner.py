@@ -83,6 +83,14 @@ class Plan:
         return (f"time to target extrapolates: global batch {self.global_batch} is outside the batches the "
                 f"efficiency was fitted on ({lo:g}..{hi:g})")  # fmt: skip
 
+    def why_no_fragility(self) -> str | None:
+        """Why the plan has no fragility (None: it has one)."""
+        if self.cost_error > 0:
+            return f"--cost-error {self.cost_error:g} already averages over costs that are off"
+        if not self.recommended.closed_form:
+            return "the recommended policy has no closed form: its figures are simulated"
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         """One JSON object: ``recommended`` (``policy``, ``split``, ``global_batch``,
         ``predicted_step_s`` and the rest), ``policies`` (the rows), ``fragility``, the objective,
@@ -120,16 +128,9 @@ class Plan:
             "fragility": {
                 "max_factor": FRAGILITY_MAX,
                 "workers": [f.to_dict() for f in self.fragility],
-                "note": _fragility_note(self),
+                "note": None if (why := self.why_no_fragility()) is None else f"not computed: {why}",
             },
         }
-
-
-def _fragility_note(plan: Plan) -> str | None:
-    """Why a plan has no fragility (None: it has one)."""
-    if plan.cost_error > 0:
-        return f"not computed: --cost-error {plan.cost_error:g} averages over costs that are off already"
-    return None if plan.recommended.closed_form else "not computed: the recommended policy has no closed form"
 
 
 def check_cluster(scenario: Scenario) -> None:
