@@ -47,16 +47,18 @@ import numpy as np
 from bench_common import stats
 
 from hetsim.calibrate.efficiency_runs import Sweep, fitted_model, load_sweeps, plain_model, reached
+from hetsim.core.errors import ConfigError
 from hetsim.model.efficiency import Efficiency
+from hetsim.model.efficiency_fit import fit
 
 WORKLOADS = ("digits-cnn", "transformer")
 MULTIPLES = (1, 2, 4, 8)
 
 
-def error_stats(errors: list[float]) -> dict[str, float | int]:
-    """How many ``errors``, and the mean, median and p90 of their absolute values (nan when none)."""
+def error_stats(errors: list[float]) -> dict[str, float | int | None]:
+    """How many ``errors``, and the mean, median and p90 of their absolute values (None when none)."""
     if not errors:
-        return {"n": 0, "mean": math.nan, "median": math.nan, "p90": math.nan}
+        return {"n": 0, "mean": None, "median": None, "p90": None}
     return {"n": len(errors), **stats(abs(e) for e in errors)}
 
 
@@ -93,22 +95,40 @@ def predictions(sweep: Sweep) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def typical(sweep: Sweep) -> dict[str, list[dict[str, Any]]]:
-    """Every model fitted on all of ``sweep``'s base (and 2x) runs against the geometric mean of its
-    seeds' steps at 2x, 4x and 8x, where every seed reached the target there."""
-    fitted = models(sweep)
-    out: dict[str, list[dict[str, Any]]] = {name: [] for name in fitted}
+def typical_steps(sweep: Sweep) -> dict[int, dict[str, Any]]:
+    """Per multiple (2x, 4x, 8x) where two or more seeds reached the target: the seeds' typical
+    steps, exp of the mean of ln steps (the quantity the efficiency fit models), a seed that missed
+    the target taken as censored at the steps it ran (the same Tobit fit, at one batch), and the
+    standard error of its log."""
+    out = {}
     for k in MULTIPLES[1:]:
-        runs = [p for p in sweep.points if p.batch == k * sweep.base_batch]
-        if len(runs) < 2 or any(p.steps is None for p in runs):
+        batch = k * sweep.base_batch
+        runs = [p for p in sweep.points if p.batch == batch]
+        done = [float(p.steps) for p in runs if p.steps is not None]
+        cut = [(float(batch), float(p.steps_run)) for p in runs if p.steps is None and p.steps_run]
+        if len(done) < 2:
             continue
-        logs = np.log([float(p.steps or 0) for p in runs])
-        measured = float(np.exp(logs.mean()))
-        for name, eff in fitted.items():
-            predicted = eff.steps_to_target(k * sweep.base_batch)
-            out[name].append({"batch": k * sweep.base_batch, "multiple": k, "seeds": len(runs),
-                              "measured": measured, "measured_log_se": float(logs.std(ddof=1) / math.sqrt(len(runs))),
-                              "predicted": predicted, "error": (predicted - measured) / measured})  # fmt: skip
+        found = fit([float(batch)] * len(done), done, batch, 1.0, censored=cut)
+        se = math.sqrt(found.covariance[0, 0])
+        out[k] = {"batch": batch, "seeds": len(runs), "missed": len(runs) - len(done),
+                  "measured": found.efficiency.target_steps, "measured_log_se": se}  # fmt: skip
+    return out
+
+
+def typical(sets: list[Sweep]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Every model fitted on each set's base (and 2x) runs against each set's typical steps at 2x,
+    4x and 8x: ``same_set`` (its own seeds: the fit and the truth share them, and a seed's luck
+    runs across batches) and ``other_set`` (another set's seeds, disjoint from the fit's)."""
+    fitted, truths = [models(s) for s in sets], [typical_steps(s) for s in sets]
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {"same_set": {}, "other_set": {}}
+    for i, by_model in enumerate(fitted):
+        for j, truth in enumerate(truths):
+            for k, t in truth.items():
+                for name, eff in by_model.items():
+                    predicted = eff.steps_to_target(t["batch"])
+                    row = {"fitted_on": i, "measured_on": j, "multiple": k, **t, "predicted": predicted,
+                           "error": (predicted - t["measured"]) / t["measured"]}  # fmt: skip
+                    out["same_set" if i == j else "other_set"].setdefault(name, []).append(row)
     return out
 
 
@@ -141,7 +161,9 @@ def reused_sets(folders: list[Path]) -> dict[str, list[Path]]:
         if not sweeps:
             sys.exit(f"batch_scaling: error: --reuse: no batch-sweep results under {folder}")
         for sweep in sweeps:
-            found.setdefault(load_sweeps([sweep]).workload, []).append(sweep)
+            mine = found.setdefault(load_sweeps([sweep]).workload, [])
+            if sweep.resolve() not in [f.resolve() for f in mine]:  # a folder named twice counts once
+                mine.append(sweep)
     return found
 
 
@@ -166,34 +188,78 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--first-seed", type=int, default=0, help="the sweeps' --first-seed")
     parser.add_argument("--lr", type=learning_rates, default="digits-cnn=0.03", metavar="WORKLOAD=LR,...",
                         help="the sweeps' --lr per workload (default digits-cnn=0.03)")  # fmt: skip
+    parser.add_argument("--resamples", type=int, default=200, help="draws of the seeds for the typical intervals")
+    parser.add_argument("--seed", type=int, default=0, help="the resampling's seed")
     return parser.parse_args()
+
+
+def resampled(sets: list[Sweep], rng: np.random.Generator) -> list[Sweep]:
+    """Each set with its seeds drawn with replacement (a seed's runs at every batch kept together)."""
+    out = []
+    for sweep in sets:
+        seeds = sorted({p.seed for p in sweep.points})
+        drawn = rng.choice(seeds, size=len(seeds), replace=True)
+        out.append(replace(sweep, points=tuple(p for seed in drawn for p in sweep.points if p.seed == seed)))
+    return out
+
+
+def pooled_far(rows_by_model: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Each model's error statistics over its 4x and 8x rows."""
+    return {name: error_stats([r["error"] for r in rows if r["multiple"] >= 4]) for name, rows in rows_by_model.items()}
+
+
+def resample_intervals(sets: dict[str, list[Sweep]], resamples: int, seed: int) -> dict[str, Any]:
+    """The 5th and 95th percentiles, over ``resamples`` draws of the seeds, of the typical measures'
+    pooled median and p90 at 4x and 8x: how far another set of seeds could move them."""
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(resamples)]
+    draws: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for rng in rngs:
+        pooled: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        for workload_sets in sets.values():
+            for measure, by_model in typical(resampled(workload_sets, rng)).items():
+                for name, rows in by_model.items():
+                    pooled.setdefault(measure, {}).setdefault(name, []).extend(rows)
+        for measure, by_model in pooled.items():
+            for name, st in pooled_far(by_model).items():
+                if st["n"]:
+                    draws.setdefault(measure, {}).setdefault(name, []).append((st["median"], st["p90"]))
+    return {measure: {name: {"median_5_95": [float(q) for q in np.percentile([d[0] for d in v], [5, 95])],
+                             "p90_5_95": [float(q) for q in np.percentile([d[1] for d in v], [5, 95])]}
+                      for name, v in by_model.items()}
+            for measure, by_model in draws.items()}  # fmt: skip
 
 
 def main() -> None:
     args = parse_args()
     if args.reuse:
-        sets = reused_sets(args.reuse)
+        folders = reused_sets(args.reuse)
     else:
-        sets = {workload: [sweep_folder(workload, args)] for workload in args.workloads.split(",")}
-    result: dict[str, Any] = {"command": " ".join(sys.argv), "per_run": {}, "typical": {}, "not_reached": {},
-                              "sets": {w: [str(f) for f in fs] for w, fs in sets.items()}}  # fmt: skip
-    pooled: dict[str, dict[str, list[dict[str, Any]]]] = {"per_run": {}, "typical": {}}
-    for workload, folders in sets.items():
-        sweep = load_sweeps(folders)
+        folders = {workload: [sweep_folder(workload, args)] for workload in args.workloads.split(",")}
+    sets = {workload: [load_sweeps([f]) for f in fs] for workload, fs in folders.items()}
+    measures = ("per_run", "typical_same_set", "typical_other_set")
+    result: dict[str, Any] = {"command": " ".join(sys.argv), "not_reached": {},
+                              "sets": {w: [str(f) for f in fs] for w, fs in folders.items()},
+                              **{m: {"workloads": {}} for m in measures}}  # fmt: skip
+    pooled: dict[str, dict[str, list[dict[str, Any]]]] = {m: {} for m in measures}
+    for workload, workload_sets in sets.items():
+        sweep = load_sweeps(folders[workload])
         result["not_reached"][workload] = [f"{p.batch}/{p.seed}" for p in sweep.points if p.steps is None]
-        found = {"per_run": predictions(sweep), "typical": {}}
-        for folder in folders:
-            for name, rows in typical(load_sweeps([folder])).items():
-                found["typical"].setdefault(name, []).extend({"set": str(folder), **r} for r in rows)
+        found = {"per_run": predictions(sweep), **{f"typical_{k}": v for k, v in typical(workload_sets).items()}}
         for measure, by_model in found.items():
-            result[measure][workload] = summarised(by_model)
+            result[measure]["workloads"][workload] = summarised(by_model)
             for name, rows in by_model.items():
                 pooled[measure].setdefault(name, []).extend(rows)
     for measure, by_model in pooled.items():
         result[measure]["pooled"] = {name: {k: v for k, v in entry.items() if k != "predictions"}
                                      for name, entry in summarised(by_model).items()}  # fmt: skip
+    if args.resamples:
+        result["resampled"] = {"resamples": args.resamples, "seed": args.seed,
+                               **resample_intervals(sets, args.resamples, args.seed)}  # fmt: skip
     print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except ConfigError as exc:
+        sys.exit(f"batch_scaling: error: {exc}")

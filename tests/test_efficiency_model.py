@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from hetsim.calibrate.efficiency_runs import Sweep, _point, fitted_model, load_sweeps
 from hetsim.cli.main import main
+from hetsim.core.errors import ConfigError
 from hetsim.model.efficiency import Efficiency
-from hetsim.model.efficiency_fit import fit, noise_shape
+from hetsim.model.efficiency_fit import Shape, fit, noise_shape
 from hetsim.scenario.config import make_efficiency
 from tests.refusals import case, check_refused
 
@@ -125,6 +126,27 @@ def test_the_schedule_is_the_median_over_base_runs_on_their_common_grid_of_progr
     schedule = fitted_model(sweep, schedule=True).efficiency.schedule  # (steps at the base batch, B_noise)
     assert len(schedule) == 3 and schedule[0][0] == 0.0  # the third run's later grid left out
     assert [b / schedule[0][1] for _, b in schedule] == pytest.approx([1.0, 3.0, 6.0])  # medians of 2, 4 and 4, 8
+
+
+def test_a_shape_that_starts_at_a_later_span_is_never_the_schedule_nor_its_first_noise_scale() -> None:
+    """A run whose first span of progress had no estimate measured its "first" noise scale later
+    in training: even where most base runs are so, the schedule and its starting noise scale are
+    those of the runs that measured the first span (they used to win the grid and be refused as a
+    shape that does not start at 0); with none such, ``--schedule`` is refused in one line."""
+    late = ((0.375, 1.0), (0.625, 2.0), (0.875, 4.0))
+    shapes = [late, late, ((0.0, 1.0), (0.375, 3.0), (0.625, 5.0), (0.875, 7.0))]
+
+    def sweep_of(shapes: list[Shape]) -> Sweep:
+        # one batch only, so that the fit keeps the noise scale it starts from
+        points = [{"batch": 16, "seed": s, "steps_to_target": 100.0, "noise_scale": 40.0, "noise_first": 10.0 * (s + 1),
+                   "noise_shape": [list(k) for k in shape]} for s, shape in enumerate(shapes)]  # fmt: skip
+        return Sweep("w", 16, "sqrt", 0.9, tuple(_point(p, f"points.{i}") for i, p in enumerate(points)))
+
+    schedule = fitted_model(sweep_of(shapes), schedule=True).efficiency.schedule
+    assert schedule[0] == (0.0, pytest.approx(30.0))  # the third run's first noise scale, not the median 20
+    assert [b / schedule[0][1] for _, b in schedule] == pytest.approx([1.0, 3.0, 5.0, 7.0])
+    with pytest.raises(ConfigError, match="--schedule: no run at the base batch 16 that reached the target measured"):
+        fitted_model(sweep_of([late, late]), schedule=True)
 
 
 def test_the_table_round_trips_through_the_scenario_reader() -> None:

@@ -137,15 +137,19 @@ def fitted_model(sweep: Sweep, batches: Sequence[int] | None = None, schedule: b
         raise ConfigError("RUN", f"no run reached the target at the global batches asked for{asked}; the sweep "
                           f"holds {held}")  # fmt: skip
     base = reached(sweep, [sweep.base_batch])
+    if schedule:  # a run whose first span of progress had no estimate measured a later span's "first"
+        base = [p for p in base if p.shape and p.shape[0][0] == 0.0]
+        if not base:
+            raise ConfigError("RUN", f"--schedule: no run at the base batch {sweep.base_batch} that reached the "
+                              "target measured its noise scale in the first span of its progress")  # fmt: skip
     noise = _median([(p.noise_first if schedule else p.noise_scale) for p in base])
     shape: Shape = ()
-    if schedule:
-        grids = [tuple(at for at, _ in p.shape) for p in base if p.shape]
-        if grids:  # the median ratio at each point of the most common grid of progress (the longest among ties)
-            grid = max(set(grids), key=lambda g: (grids.count(g), len(g)))
-            shapes = [p.shape for p in base if tuple(at for at, _ in p.shape) == grid]
-            ratios = np.median([[r for _, r in s] for s in shapes], axis=0)
-            shape = tuple((at, float(r)) for at, r in zip(grid, ratios))
+    if schedule:  # the median ratio at each point of the most common grid of progress (the longest among ties)
+        grids = [tuple(at for at, _ in p.shape) for p in base]
+        grid = max(set(grids), key=lambda g: (grids.count(g), len(g)))
+        shapes = [p.shape for p in base if tuple(at for at, _ in p.shape) == grid]
+        ratios = np.median([[r for _, r in s] for s in shapes], axis=0)
+        shape = tuple((at, float(r)) for at, r in zip(grid, ratios))
     cut = [(float(p.batch), p.steps_run) for p in missed(sweep, batches) if p.steps_run]
     return fit([p.batch for p in runs], [float(p.steps or 0) for p in runs], sweep.base_batch, noise, shape,
                sweep.lr_scaling, exponent, cut)  # fmt: skip
