@@ -76,7 +76,7 @@ def predictions(sweep: Sweep) -> dict[str, list[dict[str, Any]]]:
     """Every model's prediction of every run at 2x, 4x, 8x, leaving the run's seed out of the fit;
     and the noise floor, ``same_batch``: the median of the other seeds' steps at the run's own batch
     (what no model of the batch can beat, one run being one draw of the seed-to-seed scatter)."""
-    out: dict[str, list[dict[str, Any]]] = {"plain": [], "schedule": [], "fit_1x_2x": [], "same_batch": []}
+    out: dict[str, list[dict[str, Any]]] = {}
     for seed in sorted({p.seed for p in sweep.points}):
         train = replace(sweep, points=tuple(p for p in sweep.points if p.seed != seed))
         fitted = models(train)
@@ -89,9 +89,10 @@ def predictions(sweep: Sweep) -> dict[str, list[dict[str, Any]]]:
             if others:
                 guesses["same_batch"] = float(np.median(others))
             for name, predicted in guesses.items():
-                out[name].append({"batch": point.batch, "multiple": point.batch // sweep.base_batch, "seed": seed,
-                                  "measured": measured, "predicted": predicted,
-                                  "error": (predicted - measured) / measured})  # fmt: skip
+                row = {"batch": point.batch, "multiple": point.batch // sweep.base_batch, "seed": seed,
+                       "measured": measured, "predicted": predicted,
+                       "error": (predicted - measured) / measured}  # fmt: skip
+                out.setdefault(name, []).append(row)
     return out
 
 
