@@ -13,7 +13,6 @@ out and train with ``--device cuda``.
 
 import argparse
 import os
-import sys
 
 import torch
 import torch.distributed as dist
@@ -21,7 +20,6 @@ from torch import nn
 
 from hetsim.policies import Policy
 from validation import uneven
-from validation.backend import loopback_environment, torch_device
 from validation.workloads.base import Workload
 from validation.workloads.sklearn_data import load_digits
 
@@ -95,13 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         args.slowdown = uneven.rank_slowdown(args.slowdown, rank, world)
         if rank == 0:  # the rank that writes the run folder: refused if it holds files
             uneven.check_run_folder(args.out)
-        device = torch_device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if cuda else "cpu", "--device")
+        device = uneven.torch_device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if cuda else "cpu", "--device")
     except ValueError as exc:
-        if rank == 0:
-            print(f"train_your_model: error: {exc}", file=sys.stderr)
-        return 2
+        return uneven.refuse(exc, rank, "train_your_model")
     if os.environ.get("LOCAL_WORLD_SIZE", "1") == os.environ.get("WORLD_SIZE", "1"):  # one machine: loopback
-        os.environ.update({k: v for k, v in loopback_environment().items() if k not in os.environ})
+        os.environ.update({k: v for k, v in uneven.loopback_environment().items() if k not in os.environ})
     # each rank on its own GPU, cuda:LOCAL_RANK, under NCCL, or on the CPU under gloo; env://: torchrun's rendezvous
     dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
     try:

@@ -371,3 +371,23 @@ def test_an_up_column_of_text_is_read_strictly():
     assert "trace: 100 rows of failed workers (up = false; worker 1) left out of the fits" in calibrate(text).warnings
     with pytest.raises(ConfigError, match=r"^up: not true or false: 'no' in data row 1$"):
         calibrate(text.assign(up="no"))
+
+
+def test_a_split_that_changes_under_persistent_noise_is_warned_of_unless_it_was_scheduled():
+    """Persistent noise (AR(1), phi 0.9) while the batch changes every step: a split that reacts
+    to the times would make the batch follow the noise, so calibrate warns; a probe's rounds
+    follow a schedule set before the run (``scheduled_split``), so validation's compare and the
+    trainer's probe fit say nothing of it (a review read the advice on a probe's calibration)."""
+    rng = np.random.default_rng(7)
+    steps, batches = 600, np.array([16, 48, 80])
+    rows = []
+    for w in range(2):
+        e = 0.0
+        for k in range(steps):
+            e = 0.9 * e + rng.normal(0, 0.05)
+            b = int(batches[(k + w) % 3])
+            rows.append({"step": k, "worker": w, "local_batch": b, "compute_s": (0.002 + 0.0001 * b) * np.exp(e)})
+    frame = pd.DataFrame(rows)
+    reacting = [w for w in calibrate(frame).warnings if "its noise persists" in w]
+    assert len(reacting) == 2 and reacting[0].startswith("worker 0: its noise persists (lag-1 0.")
+    assert not [w for w in calibrate(frame, scheduled_split=True).warnings if "its noise persists" in w]

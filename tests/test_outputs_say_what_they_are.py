@@ -123,3 +123,18 @@ def test_validation_compare_names_a_sweep_folder_and_a_matrix_folder(tmp_path, c
         f"validation: error: {matrix}: this is a validation matrix folder, not a run folder "
         f"(compare one of its runs: {matrix / 'runs'}/NAME)\n"
     )
+
+
+def test_json_outputs_are_strict_json_a_value_that_is_not_finite_is_null(tmp_path):
+    """A user's evaluate() returning nan (a regression model has no accuracy) put a bare NaN in
+    summary.json, which strict parsers (JavaScript's, jq) refuse; nan and inf are written as null,
+    through dicts, lists and tuples, and numbers stay as they are."""
+    from hetsim.core.files import finite, json_text, write_json
+
+    data = {"accuracy": float("nan"), "rates": (1.5, float("inf"), -float("inf")), "n": 3, "ok": True, "x": [0.25]}
+    assert finite(data) == {"accuracy": None, "rates": [1.5, None, None], "n": 3, "ok": True, "x": [0.25]}
+    write_json(tmp_path / "s.json", data)
+    text = (tmp_path / "s.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict constant {c}")) == finite(data)
+    assert json_text(float("nan")) == "null"

@@ -557,3 +557,9 @@ def test_a_doubtful_profile_says_why_in_a_line_each():
     assert lines[0].startswith("the trainer's steps took 8.25 ms less than the slowest compute")
     assert lines[1].startswith("rank 0's steps spread widely (noise sigma 0.50, above 0.3)")
     assert lines[2] == "the load average is 5.8 on 2 CPUs: other work shared the ranks' cores"
+    skewed = info(0.0021, (0.1, 0.2))
+    skewed["ranks"][1]["mean_over_median"] = 1.83  # a review's profile beside a busy job
+    assert profile_warnings(skewed, 1.2, 2) == [
+        "rank 1's mean step is 1.83x its median (above 1.25): some steps were interrupted for long, and its table "
+        "(means) is that much above the medians printed"
+    ]

@@ -22,37 +22,47 @@ def gradient_weights(split: Sequence[int], weighted: bool) -> tuple[float, ...]:
     return tuple(float(b) if weighted else float(b > 0) for b in split)
 
 
-_STAGING: dict[int, torch.Tensor] = {}  # pinned host buffers by length: a GPU rank's under gloo, reused every step
+_STAGING: dict[tuple[int, torch.dtype], torch.Tensor] = {}  # pinned host buffers: a GPU rank's under gloo
 
 
-def staging_buffer(numel: int) -> torch.Tensor:
-    """A page-locked (pinned) float32 host buffer of ``numel`` values, made once per length: a
+def staging_buffer(numel: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A page-locked (pinned) host buffer of ``numel`` values, made once per length and type: a
     device-to-host copy into pageable memory is synchronous and runs at a fraction of the bus's
     speed (the driver stages it through a pinned bounce buffer), into pinned memory it is one
     DMA transfer."""
-    buffer = _STAGING.get(numel)
+    buffer = _STAGING.get((numel, dtype))
     if buffer is None:
-        buffer = _STAGING[numel] = torch.empty(numel, dtype=torch.float32, pin_memory=True)
+        buffer = _STAGING[(numel, dtype)] = torch.empty(numel, dtype=dtype, pin_memory=True)
     return buffer
 
 
+def buffer_dtype(params: Sequence[torch.nn.Parameter]) -> torch.dtype:
+    """The flat buffer's type: float32, or wider where a parameter is (a float64 model's gradient
+    is combined in float64; a half one's in float32, and cast back by :func:`unpack`)."""
+    dtype = torch.float32
+    for p in params:
+        dtype = torch.promote_types(dtype, p.dtype)
+    return dtype
+
+
 def pack(params: Iterable[torch.nn.Parameter], weight: float, device: torch.device) -> torch.Tensor:
-    """One flat float32 buffer of ``weight * grad`` over ``params`` (zeros where a grad is
-    missing) on ``device``: concatenated and scaled where the gradients are (on a GPU: one kernel
-    each, not one CPU thread over the whole gradient), then, for a GPU rank whose collectives run
-    on the host (gloo, ``cuda:0,cpu``), copied once into a pinned host buffer (:func:`staging_buffer`,
-    the same one every step: the all-reduce and :func:`unpack` are done with it before the next
-    step packs). On CPU a fresh tensor, as before."""
+    """One flat buffer (:func:`buffer_dtype`) of ``weight * grad`` over ``params`` (zeros where a
+    grad is missing) on ``device``: concatenated and scaled where the gradients are (on a GPU: one
+    kernel each, not one CPU thread over the whole gradient), then, for a GPU rank whose
+    collectives run on the host (gloo, ``cuda:0,cpu``), copied once into a pinned host buffer
+    (:func:`staging_buffer`, the same one every step: the all-reduce and :func:`unpack` are done
+    with it before the next step packs). On CPU a fresh tensor, as before."""
+    params = list(params)
     parts = []
     for p in params:
         g = p.grad if p.grad is not None else torch.zeros_like(p)
         parts.append(g.detach().reshape(-1))
-    flat = torch.cat(parts).to(dtype=torch.float32)
+    flat = torch.cat(parts).to(dtype=buffer_dtype(params))
     flat.mul_(weight)
     if flat.device == device:
         return flat
     if flat.device.type == "cuda" and device.type == "cpu":
-        host = staging_buffer(flat.numel())
+        host = staging_buffer(flat.numel(), flat.dtype)
         host.copy_(flat, non_blocking=True)
         torch.cuda.current_stream(flat.device).synchronize()  # the host's all-reduce reads it next
         return host
@@ -71,7 +81,7 @@ def unpack(flat: torch.Tensor, params: Iterable[torch.nn.Parameter]) -> None:
         n = p.numel()
         chunk = flat[offset : offset + n].view_as(p)
         if p.grad is None:
-            p.grad = chunk.clone()
+            p.grad = chunk.to(dtype=p.dtype, copy=True)
         else:
             p.grad.copy_(chunk)
         offset += n

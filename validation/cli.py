@@ -23,7 +23,7 @@ from typing import Any
 
 from hetsim.core.console import OneLineParser, run_main
 from hetsim.core.errors import ConfigError
-from hetsim.core.files import LOCK_NAME, exclusive, write_json
+from hetsim.core.files import LOCK_NAME, exclusive, json_text, write_json
 from hetsim.core.params import Param
 from hetsim.core.provenance import COMMAND_ENV, command_line
 from validation import batch_sweep_cli, gpu_check  # import neither torch nor pandas
@@ -172,7 +172,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         for row, t in zip(rows, targets):
             row.update(measured_time_to_target_s=t.measured_s, predicted_time_to_target_s=t.predicted_s,
                        time_to_target_error=t.error)  # fmt: skip
-        print(json.dumps(rows, indent=2))
+        print(json_text(rows))
     else:
         print(format_table(comparisons, calibration, args.calibrate_on))
         for t in targets:
@@ -212,7 +212,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         found, failed, load = run_matrix(out, runs, cross, echo)
         data = matrix_report.results(runs, found, failed, load, busy)
         matrix_report.write(out, data, found, load)
-    print(json.dumps(data, indent=2, default=str) if args.json else matrix_report.table(found, data["statistics"]))
+    print(json_text(data) if args.json else matrix_report.table(found, data["statistics"]))
     for name in failed:
         print(f"validation: error: {name} failed (see {out / 'runs' / name}.log); its predictions are missing",
               file=sys.stderr)  # fmt: skip

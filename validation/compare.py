@@ -215,7 +215,8 @@ def calibrate_run(run: RunData, calibrate_on: str = PROBE) -> Calibration:
     if rows.empty:
         known = ", ".join(dict.fromkeys(run.trace["policy"].astype(str)))
         raise ConfigError("--calibrate-on", f"the run has no rows for {calibrate_on!r} (it has: {known})")
-    calibration = calibrate(rows.drop(columns=["policy"]), name=f"{run.path.name}-{calibrate_on}", model="auto")
+    calibration = calibrate(rows.drop(columns=["policy"]), name=f"{run.path.name}-{calibrate_on}", model="auto",
+                            scheduled_split=calibrate_on == PROBE)  # fmt: skip
     return replace(calibration, scenario=noise_scenario(calibration))
 
 

@@ -116,7 +116,7 @@ def fit_probe(frame: pd.DataFrame, world: int) -> tuple[WorkerHint, ...] | None:
         return None
     from hetsim.calibrate import calibrate  # scipy's fits: about 1 s to import, paid by rank 0 alone
 
-    calibration = calibrate(frame.drop(columns=["policy"]), name=PROBE, model=MODEL)
+    calibration = calibrate(frame.drop(columns=["policy"]), name=PROBE, model=MODEL, scheduled_split=True)
     fits = {f.worker: f for f in calibration.workers}
     missing = [r for r in range(world) if r not in fits]
     if missing:

@@ -109,6 +109,7 @@ def summary_lines(info: dict[str, Any], out: Path) -> list[str]:
     return lines
 
 
+SKEWED = 1.25  # a rank's mean step over its median above this: long interruptions (quiet: 1.02-1.10)
 NOISY_SIGMA = 0.3  # a rank's noise sigma above this: its steps were disturbed (quiet ranks here: 0.03-0.25)
 
 
@@ -125,6 +126,11 @@ def profile_warnings(info: dict[str, Any], load_average: float, cpus: int) -> li
             "profiled, and a plan's predictions are off by about that much; profile again when it is quieter"
         )
     for r in info["ranks"]:
+        if r.get("mean_over_median", 1.0) > SKEWED:
+            out.append(
+                f"rank {r['rank']}'s mean step is {r['mean_over_median']:.2f}x its median (above {SKEWED}): some "
+                "steps were interrupted for long, and its table (means) is that much above the medians printed"
+            )
         if r["noise_sigma"] > NOISY_SIGMA:
             out.append(
                 f"rank {r['rank']}'s steps spread widely (noise sigma {r['noise_sigma']:.2f}, above {NOISY_SIGMA}): "

@@ -50,11 +50,12 @@ class Computed:
 
 @dataclass(frozen=True)
 class StepResult:
-    """One step as this rank measured it, with what the barrier told it of every rank."""
+    """One step as this rank measured it, with what the barrier told it of every rank: what
+    :meth:`~validation.uneven.step.UnevenStep.run` returns."""
 
-    split: tuple[int, ...]
-    timing: RankTiming
-    all_compute_s: tuple[float, ...]
-    loss: float
+    split: tuple[int, ...]  # the step's local batches, rank by rank
+    timing: RankTiming  # this rank's compute_s, wait_s (for the slowest rank) and comm_s
+    all_compute_s: tuple[float, ...]  # every rank's compute_s, rank by rank
+    loss: float  # the mean loss over the global batch (every rank's samples)
     local_sq: tuple[float, ...] | None = None  # every rank's |g_i|^2 (--noise-scale, flat, weighted)
     global_sq: float = 0.0  # and |g_B|^2 of the combined gradient

@@ -38,7 +38,11 @@ def shard_bounds(split: Sequence[int], rank: int) -> tuple[int, int]:
 
 
 def local_indices(perm: np.ndarray, step_in_epoch: int, split: Sequence[int], rank: int) -> np.ndarray:
-    """Sample indices of ``rank`` in step ``step_in_epoch`` of the epoch ordered by ``perm``."""
+    """Sample indices of ``rank`` in step ``step_in_epoch`` of the epoch ordered by ``perm`` (the
+    epoch's shared permutation, :func:`epoch_permutation`): the step's window of ``sum(split)``
+    samples cut in rank order, ``split[rank]`` of them for this rank (none where it is 0), so
+    that the ranks' slices are disjoint and cover the window exactly. ``validation.uneven``
+    exports it as ``rank_samples``."""
     total = int(sum(split))
     window = perm[step_in_epoch * total : (step_in_epoch + 1) * total]
     if window.size != total:

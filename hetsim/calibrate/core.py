@@ -94,13 +94,14 @@ def trace_policies(frame: pd.DataFrame) -> list[str]:
     return [str(p) for p in dict.fromkeys(frame["policy"].astype(str))] if "policy" in frame.columns else []
 
 
-def calibrate(
-    trace: Trace | pd.DataFrame, name: str = "calibrated", *, policy: str | None = None, model: str = "auto"
-) -> Calibration:
+def calibrate(trace: Trace | pd.DataFrame, name: str = "calibrated", *, policy: str | None = None,
+              model: str = "auto", scheduled_split: bool = False) -> Calibration:  # fmt: skip
     """Fit a scenario to ``trace``: one ``[[workers]]`` entry per trace worker (``count = 1``,
     in worker order), each with the cost model ``model`` (auto: chosen by held-out error). A
     table of several policies needs ``policy`` (unless their step numbers never meet, as in a
-    table pooled on purpose). The result's ``scenario`` loads with :func:`hetsim.scenario.config.load_scenario`."""
+    table pooled on purpose). ``scheduled_split``: the split followed a schedule set before the
+    run (a probe's rounds), not the times, so no warning that a split that reacts to persistent
+    noise biases the fit. The ``scenario`` loads with :func:`hetsim.scenario.config.load_scenario`."""
     check_model(model)
     frame = check_trace_table(trace.to_frame() if isinstance(trace, Trace) else trace)
     frame, chosen, warnings = _policy_rows(frame, policy)
@@ -119,7 +120,7 @@ def calibrate(
             "at least compute_s; lognormal noise assumed)"
         )
     noise = _noise(frame, done, fits, workers)
-    warnings.extend(_reacting_split(frame, noise, fits))
+    warnings.extend([] if scheduled_split else _reacting_split(frame, noise, fits))
     updates = one_worker_per_step(every)  # an asynchronous trace: a row is one update
     workload, network = _workload(every, updates, warnings), _network(every, updates, warnings)
     global_batch, steps_per_epoch, epochs, gradient_mb = workload

@@ -13,7 +13,6 @@ works with (analytic, calibrate, logs, report: numpy, scipy, pandas, matplotlib)
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from hetsim.cli.common import add_scenario_options, check_out_file, check_seed, scenario_of, scenario_policies
 from hetsim.core.errors import ConfigError
-from hetsim.core.files import atomic_write, check_writable
+from hetsim.core.files import atomic_write, check_writable, json_text
 
 if TYPE_CHECKING:
     from hetsim.analysis.analytic import Prediction
@@ -145,7 +144,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     print(*notes, sep="\n", file=sys.stderr, end="\n" if notes else "")  # once the input has passed
     rows = [compare(scenario, name, args.seed) for name in policies]
     if args.json:
-        print(json.dumps([r.to_dict() for r in rows], indent=2))
+        print(json_text([r.to_dict() for r in rows]))
         return 0
     wl = scenario.workload
     print(
@@ -329,7 +328,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         text = _dump(scenario, kind, record)
         atomic_write(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     if args.json:
-        print(json.dumps({**record, **calibration.to_dict(), "scenario": scenario}, indent=2))
+        print(json_text({**record, **calibration.to_dict(), "scenario": scenario}))
     elif kind is None:
         comment = "\n".join(f"# {line}" for line in fit_table(calibration).splitlines())
         print(f"{comment}\n{_dump(scenario, 'toml', record)}", end="")
@@ -351,7 +350,7 @@ def _dump(scenario: dict[str, Any], kind: str, record: Mapping[str, Any]) -> str
     :func:`_with_provenance`) or as TOML, headed by ``record``'s command, version, commit and date
     in comments."""
     if kind == "json":
-        return json.dumps(scenario, indent=2) + "\n"
+        return json_text(scenario) + "\n"
     import tomli_w
 
     head = "".join(f"# {key}: {record[key]}\n" for key in ("command", "hetsim_version", "git_commit", "date"))

@@ -9,12 +9,12 @@ cost-model and report modules (numpy, scipy, pandas) when they run.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from typing import Any
 
 from hetsim.cli.common import scenario_of
 from hetsim.core.errors import ConfigError
+from hetsim.core.files import json_text
 from hetsim.core.params import MAX_COUNT, Param
 
 
@@ -39,7 +39,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         for (device, workload), (batches, times) in sorted(device_profiles().items())
     ]
     if args.json:
-        print(json.dumps(profiles, indent=2))
+        print(json_text(profiles))
         return 0
     rows = [[p["device"], p["workload"], "  ".join(f"{b}: {1e3 * t:.1f}" for b, t in zip(p["batch"], p["step_s"]))]
             for p in profiles]  # fmt: skip
@@ -77,7 +77,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
         for b in batches
     ]  # fmt: skip
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json_text(rows))
         return 0
     table = [
         [str(i), w.name, *(_cell(w.expected_compute_s(b), w.max_batch is not None and b > w.max_batch)

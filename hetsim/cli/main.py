@@ -17,7 +17,6 @@ the engines and plug-ins are imported.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -137,7 +136,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from hetsim.core.files import check_out_folder
+    from hetsim.core.files import check_out_folder, json_text
     from hetsim.core.options import TraceMode
     from hetsim.core.provenance import run_record
     from hetsim.report.run_table import format_table, write_outputs
@@ -166,7 +165,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         seed = scenario.seed if args.seed is None else args.seed
         write_outputs(args.out, traces, summaries, run_record(scenario.name, scenario.to_dict(), seed))
     if args.json:
-        print(json.dumps([s.to_dict() for s in summaries], indent=2))
+        print(json_text([s.to_dict() for s in summaries]))
     else:
         print(
             f"{scenario.name}: {scenario.n_workers} workers, global batch {scenario.workload.global_batch}, "

@@ -10,7 +10,6 @@ with nothing written; the handler imports the planner (numpy, scipy) only when i
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from hetsim.cli.common import add_scenario_options, check_seed, scenario_of, scenario_policies
 from hetsim.core.errors import ConfigError
-from hetsim.core.files import check_writable, nearest_existing, write_json
+from hetsim.core.files import check_writable, json_text, nearest_existing, write_json
 from hetsim.core.options import SPEEDUP_METRICS
 
 if TYPE_CHECKING:
@@ -156,7 +155,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.out is not None:
         write_json(args.out, data)
     if args.json:
-        print(json.dumps(data, indent=2, default=str))
+        print(json_text(data))
     else:
         print(plan_text(result))
         if args.out is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -140,9 +141,26 @@ def remove_stale_temporaries(folder: Path) -> int:
     return len(stale)
 
 
+def finite(data: Any) -> Any:
+    """``data`` with every float that is not finite (nan, inf) as None, through dicts, lists and
+    tuples: strict JSON has no NaN or Infinity, and a parser other than Python's refuses them."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [finite(v) for v in data]
+    return data
+
+
+def json_text(data: Any) -> str:
+    """``data`` as indented, strict JSON (:func:`finite`; anything unknown as its string)."""
+    return json.dumps(finite(data), indent=2, default=str, allow_nan=False)
+
+
 def write_json(target: Path, data: Any) -> None:
-    """``data`` as indented JSON (anything unknown as its string), atomically."""
-    text = json.dumps(data, indent=2, default=str) + "\n"
+    """``data`` as :func:`json_text`, atomically."""
+    text = json_text(data) + "\n"
     atomic_write(target, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 

@@ -13,6 +13,10 @@ torchrun script (validation/README.md, "Using the trainer in your own script";
   across the ranks: rank 0 decides and broadcasts the split and feeds the policy every rank's
   measured times; the trace goes to the run folder (:func:`open_run`, :func:`script_meta`),
   which ``python -m validation compare`` and ``python -m hetsim calibrate`` read;
+* :func:`check_run_folder`, :func:`refuse`: bad input refused before the ranks meet, in one
+  line from rank 0 and exit status 2 from every rank; :func:`torch_device` (the rank's device,
+  made current; a CUDA device asked for on a machine without one refused) and
+  :func:`loopback_environment` (a one-machine run's collectives kept on loopback);
 * :func:`slowdown_delay`, :func:`rank_slowdown`: a rank that emulates a slower device (testing
   plans on one machine), and its factor of a ``--slowdown`` option;
 * :func:`train_epoch`, :func:`probe_rounds`, :func:`epoch_row`: an epoch, the calibration
@@ -24,6 +28,7 @@ torchrun script (validation/README.md, "Using the trainer in your own script";
 
 from __future__ import annotations
 
+from validation.backend import loopback_environment, torch_device
 from validation.probe import PROBE
 from validation.record import script_meta
 from validation.sharding import epoch_permutation, steps_per_epoch
@@ -37,6 +42,7 @@ from validation.uneven.run import (
     open_run,
     probe_hints,
     probe_rounds,
+    refuse,
     run_steps,
     train_epoch,
 )
@@ -54,16 +60,19 @@ __all__ = [
     "epoch_permutation",
     "epoch_row",
     "load_plan",
+    "loopback_environment",
     "open_run",
     "planned_policy",
     "probe_hints",
     "probe_rounds",
     "rank_slowdown",
     "rank_samples",
+    "refuse",
     "run_steps",
     "script_meta",
     "slowdown_delay",
     "steps_per_epoch",
+    "torch_device",
     "train_epoch",
     "weighted_loss",
 ]

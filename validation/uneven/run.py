@@ -12,6 +12,8 @@ epoch's row of ``epochs.csv``.
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
@@ -49,6 +51,21 @@ def check_run_folder(out: str | Path) -> None:
     """ConfigError on ``out`` when it exists and is not an empty folder (a script can call it
     before its ranks meet, so that a used folder is refused before anything starts)."""
     check_empty_folder(Path(out), "out", "give a new one for this run")
+
+
+REFUSAL_GRACE_S = 1.0  # another rank's wait before it exits, so that rank 0's line is out first
+
+
+def refuse(exc: Exception, rank: int, prog: str) -> int:
+    """Bad input found before the ranks meet: ``prog: error: exc`` on rank 0 (one line) and exit
+    status 2 from every rank. torchrun stops every rank once one exits with an error, so a rank
+    other than 0 waits a moment first: refused at once, it could stop rank 0 before its line was
+    written, and the user would see torchrun's ChildFailedError without the reason."""
+    if rank == 0:
+        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+    else:
+        time.sleep(REFUSAL_GRACE_S)
+    return 2
 
 
 def run_steps(

@@ -34,6 +34,7 @@ from validation.backend import synchronize
 from validation.ddp import ReadyClock, loss_scale, wrap
 from validation.record import RankTiming
 from validation.segment import Computed, StepResult
+from validation.workloads.checks import batch_dependence
 
 LossOf = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]  # (net, sample indices) -> mean loss
 Delay = Callable[[int, float], object]  # (local batch, seconds computed so far): an injected sleep
@@ -97,6 +98,8 @@ class UnevenStep:
     ) -> None:
         if comm not in ("ddp", "flat"):
             raise ValueError(f"comm: must be 'ddp' or 'flat', got {comm!r}")
+        if (problem := batch_dependence(model)) is not None:  # before the ranks' first collective
+            raise ValueError(f"model: {problem}")
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.model, self.optimizer, self.device = model, optimizer, device
         self.comm_device = comm_device or (device if dist.get_backend() == "nccl" else torch.device("cpu"))

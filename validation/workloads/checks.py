@@ -31,6 +31,19 @@ def batch_dependent_layers(model: nn.Module) -> list[tuple[str, str]]:
     return [(path, type(m).__name__) for path, m in model.named_modules() if isinstance(m, _BatchNorm)]
 
 
+def batch_dependence(model: nn.Module) -> str | None:
+    """Why ``model`` cannot be trained on uneven shards (its first batch-dependent layer named), or
+    None when it can."""
+    found = batch_dependent_layers(model)
+    if not found:
+        return None
+    path, kind = found[0]
+    where = path or "the model itself"
+    more = f" (and {len(found) - 1} more BatchNorm layer(s))" if len(found) > 1 else ""
+    return (f"{where} is a {kind}{more}, whose batch statistics make a rank's gradient depend on how the "
+            f"global batch is cut: {INSTEAD}")  # fmt: skip
+
+
 def check_model(workload: Workload, field: str) -> None:
     """Build ``workload``'s model once (leaving torch's random state as it was) and refuse it, on
     ``field``, when it holds a batch-dependent layer, naming the first."""
@@ -44,13 +57,5 @@ def check_model(workload: Workload, field: str) -> None:
     if not isinstance(model, nn.Module):
         problem = f"build_model() returned a {type(model).__name__}, not a torch.nn.Module"
         raise ConfigError(field, f"{workload.name}: {problem}")
-    found = batch_dependent_layers(model)
-    if found:
-        path, kind = found[0]
-        where = path or "the model itself"
-        more = f" (and {len(found) - 1} more BatchNorm layer(s))" if len(found) > 1 else ""
-        raise ConfigError(
-            field,
-            f"{workload.name}: {where} is a {kind}{more}, whose batch statistics make a rank's gradient depend on "
-            f"how the global batch is cut: {INSTEAD}",
-        )
+    if (dependence := batch_dependence(model)) is not None:
+        raise ConfigError(field, f"{workload.name}: {dependence}")
