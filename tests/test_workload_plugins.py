@@ -6,6 +6,7 @@ example of validation/README.md ("Adding a workload") is checked, and run for re
 
 from __future__ import annotations
 
+import math
 import uuid
 from pathlib import Path
 
@@ -269,3 +270,25 @@ def test_the_readme_shows_the_example():
     readme = (ROOT / "validation" / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Adding a workload") :]
     assert f"--workload {EXAMPLE}" in section and "Workload.from_parts" in section
+
+
+def test_a_regression_workload_has_a_held_out_loss_and_no_accuracy():
+    """Floating-point labels are not classes: the accuracy of an arg-max was 0.000 for every
+    policy of a review's regression model; it is nan (null in summary.json), and the run's lines
+    and table give the loss instead."""
+    from validation.summary_text import held_out
+
+    torch.manual_seed(0)
+    x = torch.randn(40, 3)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5]])
+    train, test = (x[:30], y[:30]), (x[30:], y[30:])
+    workload = Workload.from_parts("reg", lambda: nn.Linear(3, 1), train, test, nn.functional.mse_loss)
+    model = workload.make_model(0, torch.device("cpu"))
+    data = workload.load(0, torch.device("cpu"))
+    loss, accuracy = workload.evaluate(model, data, chunk=4)  # chunks of 4 over 10 samples: a mean over samples
+    assert math.isnan(accuracy)
+    with torch.no_grad():
+        assert loss == pytest.approx(float(nn.functional.mse_loss(model(x[30:]), y[30:])), rel=1e-6)
+    assert held_out({"final_test_accuracy": None, "final_test_loss": loss}) == f"loss {loss:.4g}"
+    assert held_out({"final_test_accuracy": 0.9467, "final_test_loss": 0.2}) == "accuracy 0.947"
+    assert held_out({"final_test_accuracy": None, "final_test_loss": None}) == "loss -"

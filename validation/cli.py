@@ -97,6 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from validation.config import build_config
     from validation.launch import launch
     from validation.options import default_out
+    from validation.summary_text import held_out
 
     config = build_config(args)
     check_local_devices(config.devices)
@@ -123,10 +124,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = json.loads((out / "summary.json").read_text())
     rows = [
         [s["policy"], f"{1e3 * s['mean_step_s']:.2f}ms", f"{s['total_time_s']:.2f}s",
-         "/".join(map(str, s["final_batches"])), f"{s['final_test_accuracy']:.3f}"]
+         "/".join(map(str, s["final_batches"])), held_out(s)]
         for s in summary["policies"]
     ]  # fmt: skip
-    print(text_table(["policy", "mean step", "total", "final split", "accuracy"], rows))
+    print(text_table(["policy", "mean step", "total", "final split", "held-out"], rows))
     print(f"wrote {out} in {result.wall_s:.1f} s; compare with: python -m validation compare {out}")
     return 0
 

@@ -30,6 +30,7 @@ from validation.backend import RankEnv, exit_now, init_process_group, resolve_de
 from validation.config import RunConfig, build_config
 from validation.options import add_run_options, default_out
 from validation.placement import apply_placement, placement_in_effect
+from validation.summary_text import held_out
 from validation.trainer import InjectedCrash, RankTrainer
 
 __all__ = ["CRASH_STATUS", "OWN_FAILURE", "RankFailure", "build_parser", "main", "run_rank"]
@@ -142,8 +143,7 @@ def print_summary(summary: dict[str, Any]) -> None:
         )  # fmt: skip
         print(
             f"validation: {entry['policy']}: {entry['steps']} steps in {entry['total_time_s']:.2f} s, final split "
-            f"{'/'.join(map(str, entry['final_batches']))}, held-out accuracy {entry['final_test_accuracy']:.3f}"
-            + reached,
+            f"{'/'.join(map(str, entry['final_batches']))}, held-out {held_out(entry)}" + reached,
             file=sys.stderr,
             flush=True,
         )

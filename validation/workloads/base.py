@@ -89,7 +89,11 @@ class Workload(ABC):
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, data: Dataset, chunk: int = 512) -> tuple[float, float]:
-        """Mean loss and accuracy (of the arg-max prediction, per sample or per token) on the held-out split."""
+        """Mean loss and accuracy (of the arg-max prediction, per sample or per token) on the
+        held-out split; the accuracy is nan where the labels are not classes (floating-point
+        labels: a regression, which has a loss alone)."""
+        if data.test_y.is_floating_point():
+            return self._mean_loss(model, data, chunk), float("nan")
         model.eval()
         loss_sum, correct, count, n = 0.0, 0.0, 0, int(data.test_y.shape[0])
         with torch.no_grad():  # no graph to build: the same numbers, sooner
@@ -101,3 +105,13 @@ class Workload(ABC):
                 count += int(y.shape[0])
         model.train()
         return loss_sum / count, correct / count
+
+    @torch.no_grad()
+    def _mean_loss(self, model: nn.Module, data: Dataset, chunk: int) -> float:
+        model.eval()
+        loss_sum, n = 0.0, int(data.test_y.shape[0])
+        for start in range(0, n, chunk):
+            x, y = data.test_x[start : start + chunk], data.test_y[start : start + chunk]
+            loss_sum += float(self.loss(model(x), y)) * int(y.shape[0])
+        model.train()
+        return loss_sum / n
