@@ -52,14 +52,42 @@ def test_a_damaged_part_and_stale_temporaries_are_healed_on_resume(tmp_path, cap
 
 
 @pytest.mark.slow
-def test_a_sweep_toml_whose_seeds_changed_is_refused(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("seed = 11", "seed = 12"), ("replications = 2", "replications = 3"), ("epochs = 3", "epochs = 2")],
+)
+def test_a_sweep_toml_edited_since_the_sweep_began_is_refused(old, new, tmp_path, capsys):
+    """Its finished cells were run from the sweep as it was: a resume or a report would put
+    them, under the same labels, beside cells of the edited one (a review replaced a grid value,
+    the base's epochs and the whole file, and the resume exited 0 with the two mixed)."""
     run, _, _ = finished_run(tmp_path, capsys)
     text = (run / "sweep.toml").read_text()
-    (run / "sweep.toml").write_text(text.replace("seed = 11", "seed = 12"))
+    assert old in text
+    (run / "sweep.toml").write_text(text.replace(old, new))
+    before = sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*"))
+    assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    said = ("sweep.toml: edited since the sweep began (its finished cells were run from the sweep as it was): "
+            "restore it, or start a new sweep from the edited file\n")  # fmt: skip
+    assert err.count("\n") == 1 and err.endswith(said)
+    assert main(["report", str(run)]) == 2
+    assert sorted((p.relative_to(run), p.stat().st_mtime_ns) for p in run.rglob("*")) == before
+    (run / "sweep.toml").write_text(text)  # restored: the same folder resumes (nothing left to run)
+    assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 0
+
+
+def test_a_folder_without_the_fingerprint_still_refuses_edited_seeds(tmp_path, capsys):
+    """A folder of an earlier version (no sweep_sha256 in meta.json): the parts' seeds are checked."""
+    import json
+
+    run, _, _ = finished_run(tmp_path, capsys)
+    meta = json.loads((run / "meta.json").read_text())
+    del meta["sweep_sha256"]
+    (run / "meta.json").write_text(json.dumps(meta))
+    (run / "sweep.toml").write_text((run / "sweep.toml").read_text().replace("seed = 11", "seed = 12"))
     assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "its seed or replications no longer match parts/cell-00000.parquet" in err
-    assert main(["report", str(run)]) == 2
 
 
 @pytest.mark.slow

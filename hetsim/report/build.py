@@ -91,7 +91,7 @@ def render_report(
     for note in notes:
         print(f"hetsim: note: {note}", file=sys.stderr)
     missing = len(expand(spec)) - results["cell"].nunique()
-    labels = ", ".join(f"{k}={v}" for k, v in plot_cell_labels(spec).items())
+    labels = ", ".join(f"{k}={v}" for k, v in plot_cell_labels(spec).items()) or "the one grid point"
     shown = {1: f"traces of {labels}", 0: "no traces: --trace none"}.get(
         trace.kept, f"traces of {labels}, steps 0, {trace.kept}, {2 * trace.kept}, ..."
     )

@@ -19,6 +19,8 @@ half-written file; the parts present are exactly the cells that finished.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -70,7 +72,7 @@ class RunFolder:
         sweep.toml, in that order: a folder that :meth:`open` accepts has its meta.json, so a
         resume never falls back to a default that the sweep did not use."""
         folder = cls.create(root, spec.name)
-        write_json(folder.path / "meta.json", {**provenance(), **meta})
+        write_json(folder.path / "meta.json", {**provenance(), **meta, "sweep_sha256": fingerprint(spec)})
         folder.write_text("sweep.toml", tomli_w.dumps(spec.to_dict()))
         return folder
 
@@ -83,7 +85,17 @@ class RunFolder:
         return folder
 
     def spec(self) -> SweepSpec:
-        return load_sweep(self.path / "sweep.toml")
+        """The folder's sweep, refused (one line) where sweep.toml was edited since the sweep began
+        (meta.json's ``sweep_sha256``): its finished cells were run from the sweep as it was, and
+        a resume or a report would mix them, under the same labels, with cells of another."""
+        spec = load_sweep(self.path / "sweep.toml")
+        meta = self.path / "meta.json"
+        began = read_table(meta).get("sweep_sha256") if meta.is_file() else None
+        if began is not None and began != fingerprint(spec):
+            why = "its finished cells were run from the sweep as it was"
+            raise ConfigError(str(self.path / "sweep.toml"), f"edited since the sweep began ({why}): restore it, or "
+                              "start a new sweep from the edited file")  # fmt: skip
+        return spec
 
     def trace_mode(self) -> TraceMode:
         """What the sweep keeps of its plotted cell's traces, as its meta.json records (``full``
@@ -151,6 +163,13 @@ class RunFolder:
         return frame.sort_values(["cell", "replication"], kind="stable").reset_index(drop=True)
 
 
+def fingerprint(spec: SweepSpec) -> str:
+    """SHA-256 of the resolved sweep, without its engine (the engines give the same traces, and
+    ``--engine`` may change it on a resume)."""
+    data = {k: v for k, v in spec.to_dict().items() if k != "engine"}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def _part_problem(path: Path, cell: int, replications: int) -> str | None:
     """What is wrong with a finished cell's part, or None."""
     try:
@@ -214,11 +233,12 @@ def markdown_table(summary: pd.DataFrame, axes: Sequence[str], policies: Sequenc
         ),
         axis=1,
     )
-    table = summary.assign(value=value).pivot_table(
-        index=list(axes) or ["cell"], columns="policy", values="value", aggfunc="first", sort=False
+    index = list(axes) or ["grid"]  # no axes: one grid point, one row (each policy is a cell of its own)
+    table = summary.assign(value=value, grid="one point").pivot_table(
+        index=index, columns="policy", values="value", aggfunc="first", sort=False
     )
     table = table[[p for p in policies if p in table.columns]]
-    header = [*(axes or ["cell"]), *table.columns]
+    header = [*index, *table.columns]
     lines = ["| " + " | ".join(map(str, header)) + " |", "|" + "---|" * len(header)]
     for idx, row in table.iterrows():
         idx = idx if isinstance(idx, tuple) else (idx,)
