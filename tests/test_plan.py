@@ -265,6 +265,45 @@ def test_a_simulated_policy_is_recommended_only_when_its_whole_interval_is_bette
     assert recommend([closed, winner], "throughput") is winner
     twin = row("dynamic-enhanced", 100.0, 100.0, 100.0, "closed form")
     assert recommend([closed, twin], "throughput") is twin  # a tie goes to the later row
+    # a simulation of a noise-free scenario (an interval of width 0) that differs from the closed
+    # form in its last digits does not win (a review's adaptive won at 1484.8 against 1484.8)
+    rounding = row("adaptive", 100.0 * (1 + 3e-15), 100.0 * (1 + 3e-15), 100.0 * (1 + 3e-15))
+    assert recommend([closed, rounding], "throughput") is closed
+    assert recommend([closed, row("adaptive", 100.001, 100.001, 100.001)], "throughput").policy == "adaptive"
+
+
+MIXED = {"name": "mix4", "seed": 0,
+         "workload": {"global_batch": 256, "dataset_size": 50000, "epochs": 2, "gradient_mb": 46.8},
+         "network": {"kind": "ring", "latency_s": 2e-5, "bandwidth_gbps": 25},
+         "workers": [{"name": d, "count": 2, "cost": {"model": "profile", "device": d, "workload": "Transformer"}}
+                     for d in ("v100", "p100")]}  # fmt: skip
+
+
+def test_capped_equal_is_named_and_a_noise_free_tie_goes_to_the_closed_form():
+    """P100s capped at 32: equal's split is optimal's (96/96/32/32), which the row says; adaptive,
+    simulated without noise, times the same to the last digits and is not recommended."""
+    raw = {**MIXED, "workers": [dict(w) for w in MIXED["workers"]]}  # type: ignore[union-attr]
+    raw["workers"][1]["max_batch"] = 32  # type: ignore[index]
+    result = plan(build_scenario(raw), policies=("equal", "optimal", "adaptive"))
+    assert result.recommended.policy == "optimal" and result.recommended.split == (96, 96, 32, 32)
+    equal = result.rows[0]
+    assert equal.note == "its split is 96/96/32/32, not the global batch over the workers: their max_batch caps it"
+    assert result.rows[1].note is None
+
+
+def test_a_throughput_gain_is_over_equal_at_the_recommended_policys_own_batch():
+    """goodput chose 368 where the plan's batch is 256: its samples a second are set against
+    equal's at 368 (a review read 1.53x, over equal at 256; equal at 368 gives 1.34x)."""
+    efficiency = {"noise_scale": 2000, "base_batch": 256, "target_steps": 300}
+    raw = {**MIXED, "workload": {**MIXED["workload"], "efficiency": efficiency}}  # type: ignore[dict-item]
+    scenario = build_scenario(raw)
+    result = plan(scenario, policies=("equal", "optimal", "goodput"))
+    assert result.recommended.policy == "goodput" and sum(result.recommended.split) == 368
+    equal_368 = predict(with_batch(scenario, 368), "equal")
+    assert result.gain_over_equal == pytest.approx(
+        result.recommended.throughput_sps.value / equal_368.throughput_sps, rel=1e-12
+    )
+    assert 1.3 < result.gain_over_equal < 1.4
 
 
 def test_without_a_closed_form_the_best_simulation_is_recommended_and_fragility_is_not_computed():

@@ -349,3 +349,37 @@ def test_the_default_jobs_are_the_cores_this_process_may_use_capped_at_the_sweep
     assert usable_cores() == 2
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(512)))
     assert usable_cores() == MAX_JOBS == 256
+
+
+def test_a_sweep_without_axes_is_one_row_of_the_policies():
+    """No [grid]: one grid point, so one row (the cells are its policies; the table used to give
+    each policy a row of its own, the others' columns nan)."""
+    from hetsim.sweep.results import markdown_table, summarize_cells
+
+    rows = [{"cell": c, "policy": p, "replication": r, "seed": r, "mean_step_s": s, "total_time_s": 10 * s,
+             "throughput_sps": 64 / s, "mean_utilization": 0.5}
+            for c, (p, s) in enumerate((("equal", 0.2), ("optimal", 0.1))) for r in range(2)]  # fmt: skip
+    table = markdown_table(summarize_cells(pd.DataFrame(rows), []), [], ["equal", "optimal"])
+    assert table.splitlines() == [
+        "| grid | equal | optimal |",
+        "|---|---|---|",
+        "| one point | 1.000 ± 0.000 | 2.000 ± 0.000 |",
+    ]
+
+
+def test_results_parquet_holds_each_replications_speedup_over_equal_at_its_seed(tmp_path, capsys):
+    """results.parquet's speedup_vs_equal was None in every row (a cell runs one policy); each
+    row now has its throughput over equal's at the same grid point and replication, whose means
+    are summary.csv's speedups."""
+    sweep = write_sweep(tmp_path)
+    assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
+    run = only_run(tmp_path / "runs")
+    results = pd.read_parquet(run / "results.parquet")
+    keys = [c for c in results.columns if c.startswith("workers.") or c == "size"]
+    equal = results[results["policy"] == "equal"].set_index([*keys, "replication"])["throughput_sps"]
+    for _, row in results.iterrows():
+        expected = row["throughput_sps"] / equal.loc[tuple(row[[*keys, "replication"]])]
+        assert row["speedup_vs_equal"] == pytest.approx(expected, rel=1e-12)
+    summary = pd.read_csv(run / "summary.csv")
+    means = results.groupby("cell")["speedup_vs_equal"].mean()
+    assert summary.set_index("cell")["speedup_vs_equal"].to_numpy() == pytest.approx(means.to_numpy(), rel=1e-9)

@@ -26,7 +26,7 @@ the scenario's epochs (fewer steps at a larger batch) does not count for time_to
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -38,6 +38,8 @@ from hetsim.plan.rows import LEVEL, OBJECTIVES, PolicyRow, better, closed_form_r
 from hetsim.run.metrics import BASELINE
 from hetsim.scenario.config import check_run_size
 from hetsim.scenario.scenario import Scenario
+
+ROUNDING = 1e-9  # a share of a value below which two predictions of it are the same (recommend)
 
 Searched = tuple[tuple[int, str | None, float | None], ...]  # (batch, its best closed form, that one's value)
 
@@ -210,21 +212,40 @@ def _best(rows: Sequence[PolicyRow], objective: str) -> PolicyRow | None:
 
 
 def _surely_better(simulated: PolicyRow, closed: PolicyRow, objective: str) -> bool:
-    """The simulated row's whole interval beats the closed form's value."""
+    """The simulated row's whole interval beats the closed form's value by more than rounding
+    (:data:`ROUNDING`: a noise-free scenario's simulation has an interval of width 0, and the
+    last digits of two ways of summing the same steps must not decide)."""
     field_name, more = OBJECTIVES[objective]
     estimate = getattr(simulated, field_name)
     value = closed.value(objective)
     assert estimate is not None and value is not None
-    return better(estimate.low if more else estimate.high, value, objective)
+    margin = ROUNDING * abs(value)
+    return better(estimate.low if more else estimate.high, value + (margin if more else -margin), objective)
 
 
-def gain_over_equal(rows: Sequence[PolicyRow], best: PolicyRow, objective: str) -> float | None:
-    """``best``'s value over ``equal``'s (equal's over best's for a time); None without both."""
+def gain_over_equal(rows: Sequence[PolicyRow], best: PolicyRow, objective: str,
+                    equal_at: Callable[[int], PolicyRow | None] | None = None) -> float | None:  # fmt: skip
+    """``best``'s value over ``equal``'s (equal's over best's for a time); None without both. A
+    throughput is compared at ``best``'s own global batch: where it chose another (``goodput``),
+    ``equal_at(batch)`` gives equal's row there (samples a second grow with the batch, whose
+    statistical cost a throughput does not count; a time to the target counts it)."""
     equal = next((r for r in rows if r.policy == BASELINE), None)
+    own = sum(best.split)
+    if equal is not None and objective == "throughput" and equal_at is not None and own != sum(equal.split):
+        equal = equal_at(own)
     mine, theirs = best.value(objective), None if equal is None else equal.value(objective)
     if mine is None or theirs is None or mine <= 0 or theirs <= 0:
         return None
     return mine / theirs if OBJECTIVES[objective][1] else theirs / mine
+
+
+def _equal_at(scenario: Scenario, batch: int, cost_error: float, seed: int) -> PolicyRow | None:
+    """``equal``'s row at global ``batch`` (averaged over the same draws under ``cost_error``)."""
+    at = with_batch(scenario, batch)
+    row = closed_form_row(at, BASELINE)
+    if not isinstance(row, PolicyRow):
+        return None
+    return robust_rows(at, (row,), cost_error, seed)[0] if cost_error > 0 else row
 
 
 def search_batch(scenario: Scenario, names: Sequence[str], objective: str,
@@ -282,7 +303,7 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
         global_batch=batch,
         rows=rows,
         recommended=best,
-        gain_over_equal=gain_over_equal(rows, best, objective),
+        gain_over_equal=gain_over_equal(rows, best, objective, lambda b: _equal_at(scenario, b, cost_error, seed)),
         fragility=fragility(at_batch, objective, rows, best) if best.closed_form and cost_error == 0 else (),
         left_out=skipped,
         batch_search=searched,

@@ -32,6 +32,7 @@ from hetsim.analysis.step_ci import simulated_mean
 from hetsim.core.options import SPEEDUP_METRICS
 from hetsim.engines import AUTO
 from hetsim.policies import Policy, policy_class
+from hetsim.run.metrics import BASELINE
 from hetsim.scenario.scenario import Scenario
 
 SIMULATED_STEPS = 64  # the horizon of a simulated row (short_run)
@@ -134,7 +135,11 @@ def told_row(scenario: Scenario, policy: str | Policy) -> PolicyRow:
 
 
 def _predicted(scenario: Scenario, p: Prediction) -> PolicyRow:
-    note = _not_reached(scenario) if _has_target(scenario) and p.time_to_target_s is None else None
+    notes = [_not_reached(scenario)] if _has_target(scenario) and p.time_to_target_s is None else []
+    if p.policy == BASELINE and max(p.final_batches) - min(p.final_batches) > 1:  # the reference the gains divide by
+        split = "/".join(map(str, p.final_batches))
+        notes.append(f"its split is {split}, not the global batch over the workers: their max_batch caps it")
+    note = "; ".join(notes) or None
     return PolicyRow(
         policy=p.policy,
         how=CLOSED_FORM,

@@ -191,18 +191,27 @@ def _part_problem(path: Path, cell: int, replications: int) -> str | None:
     return None
 
 
+def with_speedups(results: pd.DataFrame, axes: Sequence[str], metric: str = "throughput") -> pd.DataFrame:
+    """``results`` with each row's ``speedup_vs_equal`` (by ``metric``, :data:`SPEEDUP_METRICS`):
+    against ``equal`` at the same grid point and replication (the same seed); NaN where either
+    has no value. A cell runs one policy, so its rows come without it."""
+    field, more_is_better = SPEEDUP_METRICS[metric]
+    results = results.assign(**{field: pd.to_numeric(results.get(field), errors="coerce")})
+    equal = results[results["policy"] == BASELINE][[*axes, "replication", field]]
+    merged = results.drop(columns=["speedup_vs_equal"], errors="ignore").merge(
+        equal, on=[*axes, "replication"], how="left", suffixes=("", "_equal")
+    )
+    ratio = merged[field] / merged[f"{field}_equal"]
+    return merged.assign(speedup_vs_equal=ratio if more_is_better else 1.0 / ratio).drop(columns=[f"{field}_equal"])
+
+
 def summarize_cells(results: pd.DataFrame, axes: Sequence[str], metric: str = "throughput") -> pd.DataFrame:
     """Per cell: replications, mean and 95% CI half-width of each metric, and the speedup vs
     ``equal`` by ``metric`` (:data:`SPEEDUP_METRICS`: the policy's throughput over equal's, or
     equal's time to target over the policy's), paired by grid point and replication (see
     :func:`hetsim.run.metrics.with_speedups`); NaN where either has no value."""
     keys = list(axes)
-    field, more_is_better = SPEEDUP_METRICS[metric]
-    results = results.assign(**{field: pd.to_numeric(results.get(field), errors="coerce")})
-    equal = results[results["policy"] == BASELINE][[*keys, "replication", field]]
-    merged = results.merge(equal, on=[*keys, "replication"], how="left", suffixes=("", "_equal"))
-    ratio = merged[field] / merged[f"{field}_equal"]
-    merged["speedup_vs_equal"] = ratio if more_is_better else 1.0 / ratio
+    merged = with_speedups(results, keys, metric)
     rows = []
     for (cell, policy), group in merged.groupby(["cell", "policy"], sort=True):
         row: dict[str, Any] = {
