@@ -46,8 +46,8 @@ CASES = [
     pytest.param(lambda run: None, "{run}/sweep.toml", [], NOT_A_RESULTS_FOLDER, id="a-file"),
     pytest.param(sweep_toml_folder, "{run}", [], NOT_A_RESULTS_FOLDER, id="sweep-toml-a-folder"),
     pytest.param(edit("sweep.toml", "seed = 11", "seed = 12"), "{run}", [],
-                 "{run}/sweep.toml: its seed or replications no longer match parts/cell-00000.parquet (seeds {seeds}); "
-                 "restore them or start a new sweep", id="seed-edited"),
+                 "{run}/sweep.toml: edited since the sweep began (its finished cells were run from the sweep as it "
+                 "was): restore it, or start a new sweep from the edited file", id="seed-edited"),
     pytest.param(edit("sweep.toml", "replications = 1", "replications = 0"), "{run}", [],
                  "replications: must be in [1, 100000], got 0", id="replications-zero"),
     pytest.param(edit("sweep.toml", '"equal"', '"fastest"'), "{run}", [],

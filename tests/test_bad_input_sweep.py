@@ -172,8 +172,8 @@ def test_sweep_refuses_bad_input(argv, line, files, tmp_path, capsys, monkeypatc
 # ----------------------------------------------------------------------------- --resume
 
 
-SEEDS_EDITED = ("{run}/sweep.toml: its seed or replications no longer match parts/cell-00000.parquet (seeds {seeds}); "
-                "restore them or start a new sweep")  # fmt: skip
+SEEDS_EDITED = ("{run}/sweep.toml: edited since the sweep began (its finished cells were run from the sweep as it "
+                "was): restore it, or start a new sweep from the edited file")  # fmt: skip
 
 RESUME = [
     pytest.param(edit("sweep.toml", "seed = 11", "seed = 12"), [], SEEDS_EDITED, id="seed-edited"),

@@ -165,8 +165,9 @@ class RunFolder:
 
 def fingerprint(spec: SweepSpec) -> str:
     """SHA-256 of the resolved sweep, without its engine (the engines give the same traces, and
-    ``--engine`` may change it on a resume)."""
-    data = {k: v for k, v in spec.to_dict().items() if k != "engine"}
+    ``--engine`` may change it on a resume) and where it was read from (``base_dir``: none for a
+    sweep given as a dict, the folder for its sweep.toml read back)."""
+    data = {k: v for k, v in spec.to_dict().items() if k not in ("engine", "base_dir")}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
