@@ -109,7 +109,8 @@ def test_first_seed_runs_the_seeds_from_it_and_records_it(tmp_path: Path, monkey
             ["batch-sweep", "--base-batch", "256"],
             "--batches: 8 x the base batch 256 is 2048 samples, more than digits-cnn's training set (1438)",
         ),
-        (["batch-sweep", "--target", "1.5"], "--target: must be in [0, 1], got 1.5"),
+        (["batch-sweep", "--target", "1.5"], "--target: must be in (0, 1], got 1.5"),
+        (["batch-sweep", "--target", "0"], "--target: must be in (0, 1], got 0"),
         (["batch-sweep", "--jobs", "0"], "--jobs: must be in [1, 64], got 0"),
         (["batch-sweep", "--first-seed", "-1"], "--first-seed: must be in [0, 2147483547], got -1"),
         (

@@ -71,7 +71,7 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
         pick(args.optimizer, given.optimizer),
         float(Param("--lr", low=0.0, low_open=True).check(pick(args.lr, given.lr))),
         args.lr_scaling, int(Param("--seeds", "integer", low=1, high=100).check(args.seeds)),
-        float(Param("--target", low=0.0, high=1.0).check(pick(args.target, given.target))),
+        float(Param("--target", low=0.0, low_open=True, high=1.0).check(pick(args.target, given.target))),
         given.quick_max_steps if args.quick else given.max_steps, given.eval_gap, out,
         int(Param("--jobs", "integer", low=1, high=64).check(args.jobs)),
         int(Param("--first-seed", "integer", low=0, high=2**31 - 1 - 100).check(args.first_seed)),

@@ -141,21 +141,25 @@ def predict_time_to_target(run: RunData, calibration: Calibration) -> list[Targe
     for policy in run.policies:
         loaded = load_scenario(scenario_for(run, calibration, policy, run.meta["epochs"]))
         trace = simulate(loaded, told(loaded.make_policy(policy), hints))
-        predicted = _evaluation_reaching(trace, efficiency, every_weighted, every)
+        predicted = _evaluation_reaching(trace, efficiency, every_weighted, every, run.meta["epochs"])
         out.append(TargetComparison(policy, measured.get(policy), predicted))
     return out
 
 
-def _evaluation_reaching(trace: Trace, efficiency: Efficiency, every_weighted: bool, every: int) -> float | None:
+def _evaluation_reaching(trace: Trace, efficiency: Efficiency, every_weighted: bool, every: int,
+                         epochs: int) -> float | None:  # fmt: skip
     """When the first evaluation at or after the step whose progress reaches the target comes
     (the real run sees the accuracy only there: after an epoch's last step, and after every
     ``every``-th step of an epoch where ``every`` is not 0); progress with the run's combine
-    (``every_weighted``: the weighted one for every policy, whatever its trait)."""
+    (``every_weighted``: the weighted one for every policy, whatever its trait). None where it
+    comes after the run's ``epochs``: the simulation of a policy that raises its batch (goodput)
+    runs the steps of the run's epochs at the base batch, which hold more epochs of its own."""
     assert efficiency.target_steps is not None
     step = reaching_step(progress_curve(trace, efficiency, True if every_weighted else None), efficiency.target_steps)
-    if step is None:
+    epoch_of = trace.per_step("epoch")[:, 0]
+    if step is None or epoch_of[step] >= epochs:
         return None
-    evaluated = evaluated_steps(trace.per_step("epoch")[:, 0], every)
+    evaluated = evaluated_steps(epoch_of, every)
     last = step + int(np.argmax(evaluated[step:]))
     return float(np.cumsum(step_times(trace))[last])
 
