@@ -19,7 +19,8 @@ sweeps, several sets of seeds of one workload pooled. Two measures, each per mod
   which the efficiency fit models), against the seeds' own: per set of seeds (one sweep folder)
   and batch, the models fitted on that set's base (and 2x) runs against the geometric mean of
   its runs at the batch, with that mean's standard error (the sd of log steps over the root of the
-  seeds); a batch where a seed missed the target has no such mean and is left out (listed).
+  seeds); a seed that missed the target there enters as censored at the steps it ran (the same
+  Tobit fit, at one batch), and a batch where fewer than two seeds reached it is left out.
 
 The models: ``plain``, today's model, one noise scale (the base runs' median whole-run estimate);
 ``schedule``, the measured noise scale over progress (its shape over the base runs), one run's
@@ -41,7 +42,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from bench_common import stats
@@ -140,10 +141,23 @@ def summarised(rows_by_model: dict[str, list[dict[str, Any]]]) -> dict[str, Any]
             for name, rows in rows_by_model.items()}  # fmt: skip
 
 
+def refuse(line: str) -> NoReturn:
+    """Bad input: one line and exit status 2."""
+    print(f"batch_scaling: error: {line}", file=sys.stderr)
+    sys.exit(2)
+
+
 def sweep_folder(workload: str, args: argparse.Namespace) -> Path:
-    """``args.out/WORKLOAD``, its sweep run first unless it holds one."""
+    """``args.out/WORKLOAD``, its sweep run first unless it holds one (of the learning rate and
+    seeds asked for: another is refused, not reported as this one)."""
     folder = args.out / workload
-    if not (folder / "results.json").exists():
+    if (folder / "results.json").exists():
+        held = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+        asked = {"lr": args.lr.get(workload, held.get("lr")), "seeds": args.seeds, "first_seed": args.first_seed}
+        for key, value in asked.items():
+            if held.get(key, 0 if key == "first_seed" else None) != value:
+                refuse(f"--out: {folder} holds a sweep of {key} {held.get(key)!r}, not {value!r}: give another --out")
+    else:
         command = [sys.executable, "-m", "validation", "batch-sweep", "--workload", workload, "--batches",
                    ",".join(map(str, MULTIPLES)), "--seeds", str(args.seeds), "--first-seed", str(args.first_seed),
                    "--jobs", str(args.jobs), "--out", str(folder)]  # fmt: skip
@@ -160,7 +174,7 @@ def reused_sets(folders: list[Path]) -> dict[str, list[Path]]:
         inside = sorted(f.parent for f in folder.glob("*/results.json"))
         sweeps = [folder] if (folder / "results.json").exists() else inside
         if not sweeps:
-            sys.exit(f"batch_scaling: error: --reuse: no batch-sweep results under {folder}")
+            refuse(f"--reuse: no batch-sweep results under {folder}")
         for sweep in sweeps:
             mine = found.setdefault(load_sweeps([sweep]).workload, [])
             if sweep.resolve() not in [f.resolve() for f in mine]:  # a folder named twice counts once
@@ -174,7 +188,7 @@ def learning_rates(text: str) -> dict[str, float]:
         pairs = [item.split("=", 1) for item in text.split(",") if item]
         return {name: float(value) for name, value in pairs}
     except ValueError:
-        sys.exit(f"batch_scaling: error: --lr: expected WORKLOAD=LR,..., got {text!r}")
+        refuse(f"--lr: expected WORKLOAD=LR,..., got {text!r}")
 
 
 def parse_args() -> argparse.Namespace:
@@ -211,23 +225,30 @@ def pooled_far(rows_by_model: dict[str, list[dict[str, Any]]]) -> dict[str, dict
 
 def resample_intervals(sets: dict[str, list[Sweep]], resamples: int, seed: int) -> dict[str, Any]:
     """The 5th and 95th percentiles, over ``resamples`` draws of the seeds, of the typical measures'
-    pooled median and p90 at 4x and 8x: how far another set of seeds could move them."""
+    pooled median and p90 at 4x and 8x: how far another set of seeds could move them (a draw that
+    a model cannot be fitted on is skipped, and counted)."""
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(resamples)]
     draws: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    skipped = 0
     for rng in rngs:
         pooled: dict[str, dict[str, list[dict[str, Any]]]] = {}
-        for workload_sets in sets.values():
-            for measure, by_model in typical(resampled(workload_sets, rng)).items():
-                for name, rows in by_model.items():
-                    pooled.setdefault(measure, {}).setdefault(name, []).extend(rows)
+        try:
+            for workload_sets in sets.values():
+                for measure, by_model in typical(resampled(workload_sets, rng)).items():
+                    for name, rows in by_model.items():
+                        pooled.setdefault(measure, {}).setdefault(name, []).extend(rows)
+        except ConfigError:  # a draw a model cannot be fitted on (e.g. no base run with a schedule)
+            skipped += 1
+            continue
         for measure, by_model in pooled.items():
             for name, st in pooled_far(by_model).items():
                 if st["n"]:
                     draws.setdefault(measure, {}).setdefault(name, []).append((st["median"], st["p90"]))
-    return {measure: {name: {"median_5_95": [float(q) for q in np.percentile([d[0] for d in v], [5, 95])],
-                             "p90_5_95": [float(q) for q in np.percentile([d[1] for d in v], [5, 95])]}
-                      for name, v in by_model.items()}
-            for measure, by_model in draws.items()}  # fmt: skip
+    return {"skipped_draws": skipped,
+            **{measure: {name: {"median_5_95": [float(q) for q in np.percentile([d[0] for d in v], [5, 95])],
+                                "p90_5_95": [float(q) for q in np.percentile([d[1] for d in v], [5, 95])]}
+                         for name, v in by_model.items()}
+               for measure, by_model in draws.items()}}  # fmt: skip
 
 
 def main() -> None:
@@ -263,4 +284,4 @@ if __name__ == "__main__":
     try:
         main()
     except ConfigError as exc:
-        sys.exit(f"batch_scaling: error: {exc}")
+        refuse(str(exc))

@@ -67,7 +67,7 @@ def train(args: argparse.Namespace, device: torch.device, plan: uneven.PlanChoic
         writer.flush()
     for entry in writer.finish([name])["policies"]:  # rank 0's summary (empty elsewhere); flushed: os._exit below
         print(f"{name}: {entry['steps']} steps, mean {1e3 * entry['mean_step_s']:.2f} ms, final split "
-              f"{'/'.join(map(str, entry['final_batches']))}, accuracy {entry['final_test_accuracy']:.3f}",
+              f"{'/'.join(map(str, entry['final_batches']))}, {uneven.held_out(entry)}",
               flush=True)  # fmt: skip
     return 0
 
@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = uneven.load_plan(args.plan, world) if args.plan else None  # a plan for another cluster
         policy = plan.make() if plan else uneven.barrier_policy(args.policy)  # async, backup, ksync
         args.slowdown = uneven.rank_slowdown(args.slowdown, rank, world)
+        uneven.check_model(make_model())  # no BatchNorm: it would make a rank's gradient depend on the split
         if rank == 0:  # the rank that writes the run folder: refused if it holds files
             uneven.check_run_folder(args.out)
         device = uneven.torch_device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if cuda else "cpu", "--device")

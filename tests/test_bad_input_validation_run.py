@@ -38,6 +38,7 @@ def net():
 x, y = torch.zeros(16, 3), torch.zeros(16, dtype=torch.int64)
 WORKLOAD = Workload.from_parts("tiny", lambda: net(), (x[:12], y[:12]), (x[12:], y[12:]), nn.functional.cross_entropy)
 """
+REGRESSION_FILE = WORKLOAD_FILE.replace("dtype=torch.int64", "dtype=torch.float32").replace("cross_entropy", "mse_loss")
 BATCHNORM_NET = """
 class Block(nn.Module):
     def __init__(self):
@@ -175,6 +176,11 @@ CASES = [
     case("workload-batchnorm", ["--workload", "{tmp}/w.py:WORKLOAD"],
          f"--workload: tiny: layer1.0.bn1 is a BatchNorm2d (and 1 more BatchNorm layer(s)), {INSTEAD}",
          {"w.py": WORKLOAD_FILE + BATCHNORM_NET}),
+    case("workload-regression-target", ["--workload", "{tmp}/w.py:WORKLOAD", "--global-batch", "4",
+                                        "--target-accuracy", "0.9"],
+         "--target-accuracy: tiny's labels are not classes (floating point, a regression's): it has a held-out loss "
+         "and no accuracy to reach",
+         {"w.py": REGRESSION_FILE}),
     case("workload-batch-above-its-data", ["--workload", "{tmp}/w.py:WORKLOAD", "--global-batch", "13"],
          "--global-batch: 13 is more than the 12 training samples of tiny", {"w.py": WORKLOAD_FILE}),
     case("workload-module-missing", ["--workload", "no_such_package.models:WORKLOAD"],

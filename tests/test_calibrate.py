@@ -10,6 +10,7 @@ import pytest
 from scipy import stats
 
 from hetsim.calibrate import calibrate, fit_network, fit_worker
+from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
 from hetsim.model.network import Ring
 from hetsim.model.trace import check_trace_table, read_trace_table
@@ -373,7 +374,7 @@ def test_an_up_column_of_text_is_read_strictly():
         calibrate(text.assign(up="no"))
 
 
-def test_a_split_that_changes_under_persistent_noise_is_warned_of_unless_it_was_scheduled():
+def test_a_split_that_changes_under_persistent_noise_is_warned_of_unless_it_was_scheduled(tmp_path, capsys):
     """Persistent noise (AR(1), phi 0.9) while the batch changes every step: a split that reacts
     to the times would make the batch follow the noise, so calibrate warns; a probe's rounds
     follow a schedule set before the run (``scheduled_split``), so validation's compare and the
@@ -391,3 +392,8 @@ def test_a_split_that_changes_under_persistent_noise_is_warned_of_unless_it_was_
     reacting = [w for w in calibrate(frame).warnings if "its noise persists" in w]
     assert len(reacting) == 2 and reacting[0].startswith("worker 0: its noise persists (lag-1 0.")
     assert not [w for w in calibrate(frame, scheduled_split=True).warnings if "its noise persists" in w]
+    path = tmp_path / "probe.csv"
+    frame.to_csv(path, index=False)
+    for flag, said in (([], 2), (["--scheduled-split"], 0)):  # the command line's switch
+        assert main(["calibrate", str(path), *flag]) == 0
+        assert capsys.readouterr().err.count("its noise persists") == said

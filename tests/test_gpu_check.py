@@ -153,7 +153,14 @@ def test_the_own_job_steps_after_a_failed_one_are_named_not_run(tmp_path, monkey
         ("own-job-plan", False, "not run: own-job-profile failed"),
         ("own-job-example-nccl", False, "not run: own-job-profile failed"),
     ]
-    monkeypatch.setattr(gpu_check, "run_validation", lambda command, argv: (0, "", 1.0))
+    ran: list[str] = []
+    monkeypatch.setattr(gpu_check, "run_command", lambda argv, timeout_s=0: (ran.append(argv[-1]), (0, "", 1.0))[1])
+    one = gpu_check.own_job_checks(tmp_path, n_gpus=1)  # one GPU: the example's --policy equal needs no profile
+    assert [(o.name, o.passed) for o in one] == [("own-job-profile", False), ("own-job-plan", False),
+                                                 ("own-job-example-nccl", True)]  # fmt: skip
+    assert ran == [str(tmp_path / "run")]
+    calls.clear()
+    monkeypatch.setattr(gpu_check, "run_validation", lambda command, argv: (calls.append(command), (0, "", 1.0))[1])
     monkeypatch.setattr(gpu_check, "run_command", lambda argv, timeout_s=0: (calls.append(argv[2]), (2, "no", 1.0))[1])
     outcomes = gpu_check.own_job_checks(tmp_path, n_gpus=2)
     assert calls == ["profile", "hetsim"]  # the plan ran; torchrun did not

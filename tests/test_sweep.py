@@ -365,6 +365,10 @@ def test_a_sweep_without_axes_is_one_row_of_the_policies():
         "|---|---|---|",
         "| one point | 1.000 ± 0.000 | 2.000 ± 0.000 |",
     ]
+    # an axis of its own named grid keeps its points (the one-point label is for no axes alone)
+    two = pd.DataFrame([{**r, "cell": r["cell"] + 2 * k, "grid": k} for k in (0, 1) for r in rows])
+    lines = markdown_table(summarize_cells(two, ["grid"]), ["grid"], ["equal", "optimal"]).splitlines()
+    assert lines[2:] == ["| 0 | 1.000 ± 0.000 | 2.000 ± 0.000 |", "| 1 | 1.000 ± 0.000 | 2.000 ± 0.000 |"]
 
 
 def test_results_parquet_holds_each_replications_speedup_over_equal_at_its_seed(tmp_path, capsys):

@@ -360,8 +360,9 @@ def test_a_refusal_is_rank_zeros_one_line_and_every_other_rank_waits_for_it(monk
 
     slept: list[float] = []
     monkeypatch.setattr(time, "sleep", slept.append)
-    assert uneven.refuse(ValueError("--policy: no"), 1, "mine") == 2
-    assert slept == [uneven.run.REFUSAL_GRACE_S] and capsys.readouterr().err == ""
+    assert uneven.refuse(ValueError("--device: no cuda:1"), 1, "mine") == 2  # what rank 1 alone found is said
+    assert slept == [uneven.run.REFUSAL_GRACE_S]
+    assert capsys.readouterr().err == "mine: error: rank 1: --device: no cuda:1\n"
     assert uneven.refuse(ValueError("--policy: no"), 0, "mine") == 2
     assert capsys.readouterr().err == "mine: error: --policy: no\n" and len(slept) == 1
 

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from hetsim.core.errors import ConfigError
 from validation import ddp, train
-from validation.allreduce import pack, unpack
+from validation.allreduce import gradient_bytes, pack, unpack
 from validation.backend import check_one_rank_per_gpu, select_backend
 from validation.cli import main as cli_main
 from validation.config import build_config
@@ -179,6 +179,8 @@ def test_pack_keeps_a_float64_gradient_whole_and_unpack_gives_each_parameter_its
     unpack(flat, model.parameters())
     assert model.weight.grad.dtype == dtype and model.bias.grad.dtype == dtype
     assert torch.equal(model.bias.grad, (torch.arange(2, dtype=torch.float64) / 3.0).to(dtype))
+    # what a step all-reduces, in meta.json's gradient_mb and the profile's all-reduce sizes
+    assert gradient_bytes(model.parameters()) == 8 * flat.element_size()  # 8 parameters
 
 
 class LastBucket:

@@ -45,6 +45,13 @@ def buffer_dtype(params: Sequence[torch.nn.Parameter]) -> torch.dtype:
     return dtype
 
 
+def gradient_bytes(params: Iterable[torch.nn.Parameter]) -> int:
+    """The bytes a step all-reduces: every parameter's gradient in :func:`buffer_dtype` (what DDP
+    sends too, bucket by bucket in the parameters' type, for float32 and float64 models)."""
+    params = list(params)
+    return sum(p.numel() for p in params) * buffer_dtype(params).itemsize
+
+
 def pack(params: Iterable[torch.nn.Parameter], weight: float, device: torch.device) -> torch.Tensor:
     """One flat buffer (:func:`buffer_dtype`) of ``weight * grad`` over ``params`` (zeros where a
     grad is missing) on ``device``: concatenated and scaled where the gradients are (on a GPU: one

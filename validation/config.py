@@ -24,6 +24,7 @@ from validation.inject import parse_delay_spec
 from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES  # there for the parser
 from validation.placement import available_cpus, parse_cpu_list
 from validation.workloads import resolve_workload
+from validation.workloads.base import Workload
 
 MAX_SEED = 2**64 - 1  # torch.manual_seed takes at most this
 MAX_PROFILED = 1000  # --profile: a profiler trace of more steps would be too large to read back
@@ -219,7 +220,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
         workload=workload_spec,
         comm=comm,
         **_placement(raw, args, world_size),
-        target_accuracy=_target(pick("target_accuracy", args.target_accuracy)),
+        target_accuracy=_target(pick("target_accuracy", args.target_accuracy), workload),
         noise_scale=noise_scale,
         efficiency=efficiency,
         max_batch=_max_batch(pick("max_batch", args.max_batch), global_batch, n_train),
@@ -245,9 +246,16 @@ def _observing(option: Callable[[str], Any], epoch_steps: int) -> dict[str, Any]
     return {"profile": steps, "eval_every": every}
 
 
-def _target(value: Any) -> float | None:
+def _target(value: Any, workload: Workload) -> float | None:
+    """``--target-accuracy``, for a workload that has an accuracy (classes for labels)."""
     accuracy = Param("--target-accuracy", default=None, low=0.0, low_open=True, high=1.0, doc="an accuracy")
-    return None if value is None else float(accuracy.check(_parsed(value, float)))
+    if value is None:
+        return None
+    target = float(accuracy.check(_parsed(value, float)))
+    if not workload.has_accuracy():
+        raise ConfigError("--target-accuracy", f"{workload.name}'s labels are not classes (floating point, a "
+                          "regression's): it has a held-out loss and no accuracy to reach")  # fmt: skip
+    return target
 
 
 def _max_batch(value: Any, global_batch: int, n_train: int) -> int:

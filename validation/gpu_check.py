@@ -239,21 +239,26 @@ def own_job_checks(out: Path, n_gpus: int) -> list[Outcome]:
     status, stderr, wall = run_validation("profile", ["--workload", f"{EXAMPLE}:WORKLOAD", *devices, "--budget-s",
                                                       "20", "--out", str(prof)])  # fmt: skip
     outcomes = [Outcome("own-job-profile", status == 0, f"exit status {status}: {last_line(stderr)}", wall)]
-    if not outcomes[-1].passed:  # the plan and the planned run would only fail on the missing files
-        return [*outcomes, Outcome("own-job-plan", False, "not run: own-job-profile failed"),
-                Outcome("own-job-example-nccl", False, "not run: own-job-profile failed")]  # fmt: skip
+    if not outcomes[-1].passed:  # the plan, and the run of it, would only fail on the missing files
+        skipped = Outcome("own-job-example-nccl", False, "not run: own-job-profile failed")
+        example = skipped if two else own_job_example(out, two)  # one GPU: --policy equal needs no profile
+        return [*outcomes, Outcome("own-job-plan", False, "not run: own-job-profile failed"), example]
     status, stderr, wall = run_command([sys.executable, "-m", "hetsim", "plan", str(prof / "scenario.toml"),
                                         "--wait-for-all", "--out", str(plan)], 120)  # fmt: skip
     outcomes.append(Outcome("own-job-plan", status == 0, f"exit status {status}: {last_line(stderr)}", wall))
     if two and not outcomes[-1].passed:
         return [*outcomes, Outcome("own-job-example-nccl", False, "not run: own-job-plan failed")]
-    how = ["--plan", str(plan)] if two else ["--policy", "equal"]
+    return [*outcomes, own_job_example(out, two)]
+
+
+def own_job_example(out: Path, two: bool) -> Outcome:
+    """The example under torchrun over NCCL: with the plan on two GPUs, ``--policy equal`` on one."""
+    how = ["--plan", str(out / "plan.json")] if two else ["--policy", "equal"]
     torchrun = str(Path(sys.executable).with_name("torchrun"))
     status, stderr, wall = run_command([torchrun, "--nproc-per-node", "2" if two else "1", "--master-addr",
                                         "127.0.0.1", "--master-port", str(free_port()), EXAMPLE, *how, "--device",
                                         "cuda", "--epochs", "3", "--out", str(out / "run")])  # fmt: skip
-    outcomes.append(Outcome("own-job-example-nccl", status == 0, f"exit status {status}: {last_line(stderr)}", wall))
-    return outcomes
+    return Outcome("own-job-example-nccl", status == 0, f"exit status {status}: {last_line(stderr)}", wall)
 
 
 def matrix_check(out: Path) -> Outcome:

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from validation.allreduce import gradient_bytes
 from validation.backend import synchronize
 from validation.uneven.step import slowdown_delay
 from validation.workloads.base import Workload
@@ -68,6 +69,11 @@ class Stepper:
     @property
     def parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def gradient_bytes(self) -> int:
+        """What a step all-reduces (:func:`validation.allreduce.gradient_bytes`)."""
+        return gradient_bytes(self.model.parameters())
 
     def step_s(self, batch: int) -> float:
         """One timed step of ``batch`` random training samples (see the module's docstring)."""

@@ -111,14 +111,14 @@ class Rank:
         in_step = self.fill_between_trainer_blocks(stepper, planner, deadline, cap)
         self.doing = "timing the all-reduce"
         self.sync()
-        sizes = allreduce_sizes(stepper.parameters) if self.env.world_size > 1 else []
+        sizes = allreduce_sizes(stepper.gradient_bytes // 4) if self.env.world_size > 1 else []  # float32 elements
         allreduce = time_allreduce(sizes, comm_device(self.backend, self.device))
         return {
             "rank": rank,
             "device": config.devices[rank],
             "max_batch": cap,
             "parameters": stepper.parameters,
-            "gradient_mb": stepper.parameters * 4 / 1e6,  # float32, as the trainer all-reduces it
+            "gradient_mb": stepper.gradient_bytes / 1e6,  # as the trainer all-reduces it
             "samples": {str(b): times for b, times in sorted(self.samples.items())},
             "allreduce": {str(size): times for size, times in allreduce.items()},
             "in_step": in_step,

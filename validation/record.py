@@ -29,6 +29,7 @@ from hetsim.core.files import write_frame, write_json
 from hetsim.core.provenance import provenance
 from hetsim.model.trace import COLUMNS, Trace, write_trace_table
 from hetsim.run.metrics import summarize
+from validation.allreduce import gradient_bytes
 from validation.config import RunConfig
 from validation.workloads.base import Dataset
 
@@ -115,7 +116,7 @@ def run_meta(
         "n_train": data.n_train,
         "n_test": int(data.test_y.shape[0]),
         "parameters": n_params,
-        "gradient_mb": n_params * 4 / 1e6,
+        "gradient_mb": gradient_bytes(model.parameters()) / 1e6,
         "torch": torch.__version__,
         "cpu_count": os.cpu_count(),
         "placement": {str(rank): p for rank, p in enumerate(placements)},
@@ -163,7 +164,7 @@ def script_meta(
         "n_train": n_train,
         "n_test": n_test,
         "parameters": n_params,
-        "gradient_mb": n_params * 4 / 1e6,
+        "gradient_mb": gradient_bytes(model.parameters()) / 1e6,
         "torch": torch.__version__,
         "cpu_count": os.cpu_count(),
         "injection": {"delay": {}, "per_sample_delay": {}, "slowdown": {}},

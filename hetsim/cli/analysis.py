@@ -57,6 +57,12 @@ def add_subcommands(sub: Any) -> None:
         help="each worker's cost model; auto (the default): the one with the least error at batch sizes left out",
     )
     cal.defer_metavar(model, _model_choices)
+    cal.add_argument(
+        "--scheduled-split",
+        action="store_true",
+        help="the rows' split followed a schedule set before the run (validation's probe), not the measured times: "
+        "no warning that a split reacting to persistent noise biases the fit",
+    )
     cal.add_argument("--json", action="store_true", help="print the fit as one JSON object (the scenario inside)")
 
 
@@ -318,7 +324,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_writable(args.out)  # before the fit, whose warnings would come first otherwise
     name = args.name or f"calibrated-{Path(args.trace).stem}"
-    calibration = calibrate(frame, name=name, policy=args.policy, model=args.model)
+    calibration = calibrate(
+        frame, name=name, policy=args.policy, model=args.model, scheduled_split=args.scheduled_split
+    )
     record = provenance()
     scenario = _with_provenance(calibration.scenario, args.trace, record)
     build_scenario(scenario)  # the written file must load

@@ -23,7 +23,7 @@ from hetsim.model.trace import Trace
 from hetsim.policies import policy_class
 from hetsim.run.metrics import BASELINE, summarize
 from hetsim.run.simulate import simulate, simulate_sampled
-from hetsim.sweep.results import RunFolder, markdown_table, summarize_cells, with_speedups
+from hetsim.sweep.results import RunFolder, markdown_table, row_speedups, summarize_cells
 from hetsim.sweep.run import Progress, expand, replication_seeds
 from hetsim.sweep.spec import SweepSpec, point_scenario
 
@@ -82,7 +82,7 @@ def render_report(
         names = [w.name for w in point_scenario(spec, plotted_point(spec)).workers]
         cell = dataclasses.replace(cell, where=plot_cell_labels(spec), workers=names)
     with atomic_folder(folder.path, "run_dir") as tmp:  # a failure leaves the previous tables and plots
-        write_frame(tmp / "results.parquet", with_speedups(results, axes, metric))
+        write_frame(tmp / "results.parquet", row_speedups(results, axes, metric))
         write_frame(tmp / "summary.csv", summary)
         (tmp / "plots").mkdir()
         from hetsim.plots import render_run

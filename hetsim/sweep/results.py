@@ -3,9 +3,10 @@
 Layout::
 
     sweep.toml        the resolved sweep (base inlined): --resume reads it back
-    meta.json         hetsim version, git commit, Python, host, date, command line, and what
+    meta.json         hetsim version, git commit, Python, host, date, command line, what
                       the plotted cell keeps of its traces (``trace``, ``sample_every``:
-                      --resume and report keep to it)
+                      --resume and report keep to it), and ``sweep_sha256``, the hash of
+                      sweep.toml as written (--resume and report refuse an edited one)
     parts/cell-NNNNN.parquet   one file per finished cell, written atomically as it finishes
     results.parquet   one row per cell and replication (all parts), rebuilt at the end
     summary.csv       per cell: mean and 95% CI over replications, speedup vs equal
@@ -20,7 +21,6 @@ half-written file; the parts present are exactly the cells that finished.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -72,8 +72,9 @@ class RunFolder:
         sweep.toml, in that order: a folder that :meth:`open` accepts has its meta.json, so a
         resume never falls back to a default that the sweep did not use."""
         folder = cls.create(root, spec.name)
-        write_json(folder.path / "meta.json", {**provenance(), **meta, "sweep_sha256": fingerprint(spec)})
-        folder.write_text("sweep.toml", tomli_w.dumps(spec.to_dict()))
+        text = tomli_w.dumps(spec.to_dict())
+        write_json(folder.path / "meta.json", {**provenance(), **meta, "sweep_sha256": fingerprint(text)})
+        folder.write_text("sweep.toml", text)
         return folder
 
     @classmethod
@@ -91,7 +92,7 @@ class RunFolder:
         spec = load_sweep(self.path / "sweep.toml")
         meta = self.path / "meta.json"
         began = read_table(meta).get("sweep_sha256") if meta.is_file() else None
-        if began is not None and began != fingerprint(spec):
+        if began is not None and began != fingerprint((self.path / "sweep.toml").read_text(encoding="utf-8")):
             why = "its finished cells were run from the sweep as it was"
             raise ConfigError(str(self.path / "sweep.toml"), f"edited since the sweep began ({why}): restore it, or "
                               "start a new sweep from the edited file")  # fmt: skip
@@ -163,12 +164,10 @@ class RunFolder:
         return frame.sort_values(["cell", "replication"], kind="stable").reset_index(drop=True)
 
 
-def fingerprint(spec: SweepSpec) -> str:
-    """SHA-256 of the resolved sweep, without its engine (the engines give the same traces, and
-    ``--engine`` may change it on a resume) and where it was read from (``base_dir``: none for a
-    sweep given as a dict, the folder for its sweep.toml read back)."""
-    data = {k: v for k, v in spec.to_dict().items() if k not in ("engine", "base_dir")}
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+def fingerprint(text: str) -> str:
+    """SHA-256 of sweep.toml's text as the sweep wrote it (of the file, not of the sweep read
+    back: a later version that reads or writes a sweep otherwise still opens the folder)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _part_problem(path: Path, cell: int, replications: int) -> str | None:
@@ -192,7 +191,7 @@ def _part_problem(path: Path, cell: int, replications: int) -> str | None:
     return None
 
 
-def with_speedups(results: pd.DataFrame, axes: Sequence[str], metric: str = "throughput") -> pd.DataFrame:
+def row_speedups(results: pd.DataFrame, axes: Sequence[str], metric: str = "throughput") -> pd.DataFrame:
     """``results`` with each row's ``speedup_vs_equal`` (by ``metric``, :data:`SPEEDUP_METRICS`):
     against ``equal`` at the same grid point and replication (the same seed); NaN where either
     has no value. A cell runs one policy, so its rows come without it."""
@@ -210,9 +209,9 @@ def summarize_cells(results: pd.DataFrame, axes: Sequence[str], metric: str = "t
     """Per cell: replications, mean and 95% CI half-width of each metric, and the speedup vs
     ``equal`` by ``metric`` (:data:`SPEEDUP_METRICS`: the policy's throughput over equal's, or
     equal's time to target over the policy's), paired by grid point and replication (see
-    :func:`hetsim.run.metrics.with_speedups`); NaN where either has no value."""
+    :func:`row_speedups`); NaN where either has no value."""
     keys = list(axes)
-    merged = with_speedups(results, keys, metric)
+    merged = row_speedups(results, keys, metric)
     rows = []
     for (cell, policy), group in merged.groupby(["cell", "policy"], sort=True):
         row: dict[str, Any] = {
@@ -244,7 +243,7 @@ def markdown_table(summary: pd.DataFrame, axes: Sequence[str], policies: Sequenc
         axis=1,
     )
     index = list(axes) or ["grid"]  # no axes: one grid point, one row (each policy is a cell of its own)
-    table = summary.assign(value=value, grid="one point").pivot_table(
+    table = summary.assign(value=value, **({} if axes else {"grid": "one point"})).pivot_table(
         index=index, columns="policy", values="value", aggfunc="first", sort=False
     )
     table = table[[p for p in policies if p in table.columns]]

@@ -13,14 +13,15 @@ torchrun script (validation/README.md, "Using the trainer in your own script";
   across the ranks: rank 0 decides and broadcasts the split and feeds the policy every rank's
   measured times; the trace goes to the run folder (:func:`open_run`, :func:`script_meta`),
   which ``python -m validation compare`` and ``python -m hetsim calibrate`` read;
-* :func:`check_run_folder`, :func:`refuse`: bad input refused before the ranks meet, in one
+* :func:`check_model`, :func:`check_run_folder`, :func:`refuse`: bad input (a BatchNorm model, a
+  used run folder) refused before the ranks meet, in one
   line from rank 0 and exit status 2 from every rank; :func:`torch_device` (the rank's device,
   made current; a CUDA device asked for on a machine without one refused) and
   :func:`loopback_environment` (a one-machine run's collectives kept on loopback);
 * :func:`slowdown_delay`, :func:`rank_slowdown`: a rank that emulates a slower device (testing
   plans on one machine), and its factor of a ``--slowdown`` option;
 * :func:`train_epoch`, :func:`probe_rounds`, :func:`epoch_row`: an epoch, the calibration
-  probe, the epoch's row;
+  probe, the epoch's row; :func:`held_out`, a policy's final held-out figure in a line;
 * :class:`StepProfiler`: ``torch.profiler`` traces of a block's first steps (``profiler=`` of
   :func:`run_steps` and :func:`train_epoch`), which ``python -m hetsim import-trace --format
   torch-profiler`` reads.
@@ -33,6 +34,7 @@ from validation.probe import PROBE
 from validation.record import script_meta
 from validation.sharding import epoch_permutation, steps_per_epoch
 from validation.sharding import local_indices as rank_samples
+from validation.summary_text import held_out
 from validation.uneven.control import Controller
 from validation.uneven.plan_file import PlanChoice, PlanError, barrier_policy, load_plan, planned_policy
 from validation.uneven.profiling import StepProfiler
@@ -46,7 +48,7 @@ from validation.uneven.run import (
     run_steps,
     train_epoch,
 )
-from validation.uneven.step import UnevenStep, rank_slowdown, slowdown_delay, weighted_loss
+from validation.uneven.step import UnevenStep, check_model, rank_slowdown, slowdown_delay, weighted_loss
 
 __all__ = [
     "PROBE",
@@ -56,9 +58,11 @@ __all__ = [
     "StepProfiler",
     "UnevenStep",
     "barrier_policy",
+    "check_model",
     "check_run_folder",
     "epoch_permutation",
     "epoch_row",
+    "held_out",
     "load_plan",
     "loopback_environment",
     "open_run",

@@ -57,14 +57,14 @@ REFUSAL_GRACE_S = 1.0  # another rank's wait before it exits, so that rank 0's l
 
 
 def refuse(exc: Exception, rank: int, prog: str) -> int:
-    """Bad input found before the ranks meet: ``prog: error: exc`` on rank 0 (one line) and exit
+    """Bad input found before the ranks meet: ``prog: error: exc`` from rank 0 (one line) and exit
     status 2 from every rank. torchrun stops every rank once one exits with an error, so a rank
-    other than 0 waits a moment first: refused at once, it could stop rank 0 before its line was
-    written, and the user would see torchrun's ChildFailedError without the reason."""
-    if rank == 0:
-        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
-    else:
+    other than 0 waits a moment first (refused at once, it could stop rank 0 before its line was
+    written), then says ``rank N:`` and its reason: what only it found (a device it lacks) is not
+    lost, and where rank 0 found the same, torchrun has stopped it before it speaks."""
+    if rank != 0:
         time.sleep(REFUSAL_GRACE_S)
+    print(f"{prog}: error: {'' if rank == 0 else f'rank {rank}: '}{exc}", file=sys.stderr, flush=True)
     return 2
 
 

@@ -72,6 +72,14 @@ def weighted_loss(loss: torch.Tensor, split: Sequence[int], rank: int, weighted:
     return loss * loss_scale(gradient_weights(split, weighted), rank)
 
 
+def check_model(model: torch.nn.Module) -> None:
+    """ValueError on ``model`` when a layer of it makes a rank's gradient depend on how the
+    global batch is cut (BatchNorm, named): :class:`UnevenStep` refuses such a model, and a
+    script can ask before its ranks meet (then :func:`~validation.uneven.run.refuse`)."""
+    if (problem := batch_dependence(model)) is not None:
+        raise ValueError(f"model: {problem}")
+
+
 class UnevenStep:
     """This rank's model, optimizer and timed step (see the module's docstring).
 
@@ -98,8 +106,7 @@ class UnevenStep:
     ) -> None:
         if comm not in ("ddp", "flat"):
             raise ValueError(f"comm: must be 'ddp' or 'flat', got {comm!r}")
-        if (problem := batch_dependence(model)) is not None:  # before the ranks' first collective
-            raise ValueError(f"model: {problem}")
+        check_model(model)  # before the ranks' first collective
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.model, self.optimizer, self.device = model, optimizer, device
         self.comm_device = comm_device or (device if dist.get_backend() == "nccl" else torch.device("cpu"))

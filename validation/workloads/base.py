@@ -70,6 +70,12 @@ class Workload(ABC):
         is loaded once on the CPU to count them; a workload that knows without loading says so."""
         return self.load(0, torch.device("cpu")).n_train
 
+    def has_accuracy(self) -> bool:
+        """Whether the held-out labels are classes (whole numbers), so that :meth:`evaluate` has an
+        accuracy to give (floating-point labels, a regression's, have a loss alone). Here the data
+        is loaded once on the CPU to ask; asked only where an accuracy is needed."""
+        return not self.load(0, torch.device("cpu")).test_y.is_floating_point()
+
     @abstractmethod
     def load(self, seed: int, device: torch.device) -> Dataset:
         """The train / held-out split (the same for every rank given ``seed``), on ``device``."""
@@ -92,26 +98,15 @@ class Workload(ABC):
         """Mean loss and accuracy (of the arg-max prediction, per sample or per token) on the
         held-out split; the accuracy is nan where the labels are not classes (floating-point
         labels: a regression, which has a loss alone)."""
-        if data.test_y.is_floating_point():
-            return self._mean_loss(model, data, chunk), float("nan")
+        classes = not data.test_y.is_floating_point()
         model.eval()
         loss_sum, correct, count, n = 0.0, 0.0, 0, int(data.test_y.shape[0])
-        with torch.no_grad():  # no graph to build: the same numbers, sooner
-            for start in range(0, n, chunk):
-                x, y = data.test_x[start : start + chunk], data.test_y[start : start + chunk]
-                logits = model(x)
-                loss_sum += float(self.loss(logits, y)) * int(y.shape[0])
-                correct += float((logits.argmax(dim=-1) == y).float().mean()) * int(y.shape[0])
-                count += int(y.shape[0])
-        model.train()
-        return loss_sum / count, correct / count
-
-    @torch.no_grad()
-    def _mean_loss(self, model: nn.Module, data: Dataset, chunk: int) -> float:
-        model.eval()
-        loss_sum, n = 0.0, int(data.test_y.shape[0])
         for start in range(0, n, chunk):
             x, y = data.test_x[start : start + chunk], data.test_y[start : start + chunk]
-            loss_sum += float(self.loss(model(x), y)) * int(y.shape[0])
+            out = model(x)
+            loss_sum += float(self.loss(out, y)) * int(y.shape[0])
+            if classes:
+                correct += float((out.argmax(dim=-1) == y).float().mean()) * int(y.shape[0])
+            count += int(y.shape[0])
         model.train()
-        return loss_sum / n
+        return loss_sum / count, correct / count if classes else float("nan")
