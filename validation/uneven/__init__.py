@@ -14,10 +14,10 @@ torchrun script (validation/README.md, "Using the trainer in your own script";
   measured times; the trace goes to the run folder (:func:`open_run`, :func:`script_meta`),
   which ``python -m validation compare`` and ``python -m hetsim calibrate`` read;
 * :func:`check_model`, :func:`check_run_folder`, :func:`refuse`: bad input (a BatchNorm model, a
-  used run folder) refused before the ranks meet, in one
-  line from rank 0 and exit status 2 from every rank; :func:`torch_device` (the rank's device,
-  made current; a CUDA device asked for on a machine without one refused) and
-  :func:`loopback_environment` (a one-machine run's collectives kept on loopback);
+  used run folder) refused before the ranks meet, in one line from rank 0 and exit status 2
+  from every rank; :func:`torch_device` (the rank's device, made current; a CUDA device asked
+  for on a machine without one refused) and :func:`loopback_environment` (a one-machine run's
+  collectives kept on loopback);
 * :func:`slowdown_delay`, :func:`rank_slowdown`: a rank that emulates a slower device (testing
   plans on one machine), and its factor of a ``--slowdown`` option;
 * :func:`train_epoch`, :func:`probe_rounds`, :func:`epoch_row`: an epoch, the calibration
