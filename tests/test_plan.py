@@ -180,9 +180,17 @@ def test_time_to_target_objective_and_its_batch():
 
 
 def test_a_simulated_run_is_cut_to_whole_epochs_or_one_short_one():
-    scenario = load_scenario("paper")  # 195 steps an epoch, 10 epochs
-    assert short_run(scenario).workload.total_steps == 64
-    assert short_run(scenario).workload.epochs == 1
+    scenario = load_scenario("paper")  # 195 steps an epoch, 10 epochs, 2 workers
+    assert short_run(scenario).workload.total_steps == 1950  # the whole job: 3,900 worker-steps of 4,096
+    assert short_run(scenario, 64).workload.total_steps == 64
+    assert short_run(scenario, 64).workload.epochs == 1
+    wide = load_scenario("mixed-gpus", ["workers.2.count=100"])  # 104 workers: 64 steps, the least
+    assert short_run(wide).workload.total_steps == 64
+    adaptive = plan(wide, policies=("equal", "adaptive")).rows[1]  # a part of the job: its note says so
+    assert adaptive.how == "simulated, 10 runs x 64 steps (replications)"
+    assert f"simulated over the job's first 64 of {wide.workload.total_steps} steps" in (adaptive.note or "")
+    whole = plan(scenario, policies=("equal", "adaptive")).rows[1]  # paper: its whole job
+    assert whole.how == "simulated, 10 runs x 1950 steps (replications)" and "first" not in (whole.note or "")
     few = build_scenario(cluster())  # 2 epochs of 10 steps: simulated whole
     assert short_run(few) is few
     assert short_run(few, 15).workload.epochs == 1

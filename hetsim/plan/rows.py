@@ -9,11 +9,12 @@ planner can afford, else from a short simulation.
   statistics of all the others (about 1 s at 6 workers, 8 s at 24): a plan, which evaluates
   its closed forms again for every slowed worker (:mod:`hetsim.plan.fragility`), simulates them.
 * **Simulated** (no closed form, or the first-k ones): :func:`hetsim.analysis.step_ci.simulated_mean` on
-  the vector engine, over a horizon cut to :data:`SIMULATED_STEPS` steps (:func:`short_run`):
-  whole epochs, as many as fit, or one epoch cut to that many steps: ten runs of 64 steps (a
-  policy that re-splits) at 1,024 workers take about a second. The mean is then the first
-  steps' (a re-splitting policy's transient weighs more than over a full run: ``adaptive`` on
-  mixed-gpus, about 5% slower over 64 steps than over 485). The throughput and time to target
+  the vector engine, over a horizon (:func:`short_run`) of :data:`SIMULATED_WORKER_STEPS` steps
+  times workers, at least :data:`SIMULATED_STEPS` steps: whole epochs, as many as fit, or one
+  epoch cut to that many steps. A cluster of a few workers is simulated over its whole job;
+  at 1,024 workers, ten runs of 64 steps (a policy that re-splits) take about a second, and the
+  mean is then the first steps' (a re-splitting policy's transient weighs more than over the
+  whole job, which the row's note says). The throughput and time to target
   carry the step time's interval through, the samples a step keeps and the progress a step makes
   taken from the run with the plan's seed; the time to target is extrapolated at that run's rate
   of progress (with a noise-scale schedule, the rate of the first steps, which the schedule then
@@ -35,7 +36,8 @@ from hetsim.policies import Policy, policy_class
 from hetsim.run.metrics import BASELINE
 from hetsim.scenario.scenario import Scenario
 
-SIMULATED_STEPS = 64  # the horizon of a simulated row (short_run)
+SIMULATED_STEPS = 64  # the shortest horizon of a simulated row (short_run)
+SIMULATED_WORKER_STEPS = 4096  # steps times workers a simulated row's horizon may hold beyond it
 LEVEL = 0.95  # of every confidence interval
 CLOSED_FORM = "closed form"
 OBJECTIVES = SPEEDUP_METRICS
@@ -151,9 +153,13 @@ def _predicted(scenario: Scenario, p: Prediction) -> PolicyRow:
     )
 
 
-def short_run(scenario: Scenario, steps: int = SIMULATED_STEPS) -> Scenario:
-    """``scenario`` cut to about ``steps`` steps: whole epochs, as many as fit (at least one), or,
-    when one epoch is longer, one epoch of ``steps`` steps."""
+def short_run(scenario: Scenario, steps: int | None = None) -> Scenario:
+    """``scenario`` cut to about ``steps`` steps (default: :data:`SIMULATED_WORKER_STEPS` over its
+    workers, at least :data:`SIMULATED_STEPS`: a small cluster's whole job, a large one's first
+    steps): whole epochs, as many as fit (at least one), or, when one epoch is longer, one epoch
+    of ``steps`` steps."""
+    if steps is None:
+        steps = max(SIMULATED_STEPS, SIMULATED_WORKER_STEPS // scenario.n_workers)
     wl = scenario.workload
     if wl.total_steps <= steps:
         return scenario
@@ -177,6 +183,9 @@ def simulated_row(scenario: Scenario, name: str, seed: int, why: str) -> PolicyR
     step_s = Estimate(sim.mean_s, low, high)
     to_target = extrapolated(scenario, summary.progress, summary.steps, step_s)
     notes = [why]
+    if steps < scenario.workload.total_steps:
+        notes.append(f"simulated over the job's first {steps} of {scenario.workload.total_steps} steps: a policy "
+                     "that re-splits weighs its first steps more than the whole job does")  # fmt: skip
     if policy_class(name).varies_batch and run.workload.epochs == 1:
         notes.append("over one epoch it keeps the global batch it starts with (it changes it at epoch ends)")
     if _has_target(scenario) and to_target is None:
