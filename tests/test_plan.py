@@ -5,6 +5,7 @@ JSON object and plan.json."""
 from __future__ import annotations
 
 import json
+import tomllib
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from hetsim.plan.planner import batch_grid, plan, recommend, with_batch
 from hetsim.plan.rows import Estimate, PolicyRow, short_run
 from hetsim.policies import POLICIES, policy_class
 from hetsim.policies.base import waits_for_every_worker
-from hetsim.scenario.config import build_scenario, load_scenario
+from hetsim.scenario.config import build_scenario, builtin_text, load_scenario
 from tests.helpers import scenario_dict
 
 CLOSED = ("equal", "proportional", "dynamic", "optimal", "async")  # policies with the closed forms a plan uses
@@ -417,3 +418,26 @@ def test_a_closed_form_under_cost_error_is_still_judged_as_one():
     )
     kept = told(make_policy("goodput", {"max_batch": 256}), scenario.hints())  # (reads costs: told)
     assert type(kept).__mro__[1].name == "goodput" and kept.param_values()["max_batch"] == 256
+
+
+def test_a_plan_that_leaves_workers_out_predicts_the_cluster_without_them():
+    """optimal leaves the K80s of mixed-gpus out, but they still take part in every ring
+    all-reduce: the plan predicts the cluster of the other four (the best split of the rest),
+    which a newcomer found faster by hand; the same as a scenario written without them."""
+    from hetsim.plan.without import without_workers
+
+    scenario = load_scenario("mixed-gpus")
+    result = plan(scenario, policies=("equal", "optimal"))
+    assert result.left_out_workers == ("k80#0", "k80#1") and result.without is not None
+    raw = tomllib.loads(builtin_text("mixed-gpus"))
+    alone = build_scenario({**raw, "workers": raw["workers"][:2]})  # the file without its K80s
+    expected = predict(alone, "optimal")
+    assert result.without.step_s.value == pytest.approx(expected.mean_step_s, rel=1e-12)
+    assert result.without.step_s.value < result.recommended.step_s.value  # two fewer ranks in the ring
+    data = result.to_dict()["without_left_out"]
+    assert data["workers"] == ["k80#0", "k80#1"] and data["policy"] == "optimal" and sum(data["split"]) == 512
+    split = (3, 0, 2, 0, 5, 1)  # groups of 2: one left out of each of the first two, none of the third
+    smaller = without_workers(scenario, split)
+    assert smaller is not None and [g.count for g in smaller.groups] == [1, 1, 2]
+    assert without_workers(scenario, (1,) * 6) is None and without_workers(scenario, (0,) * 5 + (1,)) is not None
+    assert plan(load_scenario("workstation"), policies=("equal", "optimal")).without is None  # none left out

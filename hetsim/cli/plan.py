@@ -227,7 +227,23 @@ def _recommended_lines(result: Plan) -> list[str]:
     names = [w.name for w in result.scenario.workers]
     lines += [f"    {_workers(label, count)}: {value}" for label, count, value in runs(names, rec.split)]
     lines.append(f"  left out: {', '.join(result.left_out_workers) or 'none'}")
-    return lines
+    return lines + _without_lines(result)
+
+
+def _without_lines(result: Plan) -> list[str]:
+    """The cluster without the workers left out: they take part in every exchange."""
+    other = result.without
+    if other is None:
+        return []
+    mine, theirs = result.recommended.value(result.objective), other.value(result.objective)
+    ratio = ""
+    if mine and theirs:
+        times = theirs / mine if result.objective == "throughput" else mine / theirs
+        ratio = f" ({times:.3f}x the recommendation's {result.objective})"
+    target = "" if other.time_to_target_s is None else f", {other.time_to_target_s.value:.2f} s to target"
+    head = "  without them in the job (they take part in every exchange, with no samples):"
+    return [f"{head} {other.policy} {other.step_s.value * 1e3:.3f} ms, {other.throughput_sps.value:.1f} samples/s"
+            f"{target}{ratio}"]  # fmt: skip
 
 
 def _fragility_lines(result: Plan) -> list[str]:

@@ -35,6 +35,7 @@ from hetsim.core.errors import ConfigError
 from hetsim.plan.fragility import FRAGILITY_MAX, Fragility, fragility
 from hetsim.plan.robust import check_cost_error, robust_rows
 from hetsim.plan.rows import LEVEL, OBJECTIVES, PolicyRow, better, closed_form_row, policy_row
+from hetsim.plan.without import without_left_out
 from hetsim.run.metrics import BASELINE
 from hetsim.scenario.config import check_run_size
 from hetsim.scenario.scenario import Scenario
@@ -60,6 +61,7 @@ class Plan:
     batch_search: Searched = ()
     batch_range: tuple[int, int] | None = None
     cost_error: float = 0.0  # the relative error of the told costs the rows are averaged over (0: none)
+    without: PolicyRow | None = None  # the recommended policy without the workers it leaves out (hetsim.plan.without)
     date: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
 
     @property
@@ -126,6 +128,12 @@ class Plan:
             else {
                 "range": list(self.batch_range),
                 "candidates": [{"global_batch": b, "policy": p, "value": v} for b, p, v in self.batch_search],
+            },  # fmt: skip
+            "without_left_out": None
+            if self.without is None
+            else {
+                "workers": list(self.left_out_workers),
+                **self.without.to_dict(),
             },  # fmt: skip
             "fragility": {
                 "max_factor": FRAGILITY_MAX,
@@ -309,4 +317,5 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
         batch_search=searched,
         batch_range=batch_range,
         cost_error=cost_error,
+        without=without_left_out(at_batch, best, cost_error, seed),
     )
