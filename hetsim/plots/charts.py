@@ -239,6 +239,7 @@ def best_policy_map(
     ax = _axes(ax)
     xs, ys = list(dict.fromkeys(summary[x])), list(dict.fromkeys(summary[y]))
     gain = np.full((len(ys), len(xs)), np.nan)
+    names: dict[tuple[int, int], str] = {}
     for i, yv in enumerate(ys):
         for j, xv in enumerate(xs):
             cell = summary[(summary[x] == xv) & (summary[y] == yv)]
@@ -247,17 +248,20 @@ def best_policy_map(
                 continue
             best = cell.loc[cell[metric].astype(float).idxmax()]
             gain[i, j] = float(best[metric]) / float(base.iloc[0])
-            text = f"{best['policy']}\n{gain[i, j]:.2f}x" if gain[i, j] > 1 + tie else "-"
-            ax.text(
-                j, i, text, ha="center", va="center", fontsize="x-small", color="white" if gain[i, j] < 1.5 else "black"
-            )
+            names[(i, j)] = str(best["policy"])
     vmax = max(1.5, float(np.nanmax(gain, initial=1.0)))
+    for (i, j), name in names.items():  # white on viridis' dark lower part, black on its light upper part
+        text = f"{name}\n{gain[i, j]:.2f}x" if gain[i, j] > 1 + tie else "-"
+        dark = (gain[i, j] - 1.0) / (vmax - 1.0) < 0.6
+        ax.text(j, i, text, ha="center", va="center", fontsize="x-small", color="white" if dark else "black")
     image = ax.imshow(gain, origin="lower", aspect="auto", cmap="viridis", vmin=1.0, vmax=vmax)
     ax.set_xticks(range(len(xs)), [str(v) for v in xs])
     ax.set_yticks(range(len(ys)), [str(v) for v in ys])
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    ax.figure.colorbar(image, ax=ax, label=f"best {metric.replace('_', ' ')} / {baseline}")
+    words = metric.replace("_", " ")
+    label = f"best {words}" if metric.startswith("speedup") else f"best {words} / {baseline}'s"  # a speedup is one
+    ax.figure.colorbar(image, ax=ax, label=label)
     return ax
 
 
