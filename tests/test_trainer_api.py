@@ -19,7 +19,6 @@ import pytest
 from hetsim.core.errors import ConfigError
 from hetsim.policies import StepInfo, StepRecord, make_policy
 from tests.test_documented_commands import OWN_JOB_DOC, run_document
-from validation import uneven
 from validation.backend import free_port
 from validation.launch import rank_environment
 from validation.uneven import PlanError, load_plan, planned_policy
@@ -353,36 +352,6 @@ def test_the_examples_bad_options_are_refused_in_one_line(argv, line, tmp_path):
     assert [p.name for p in used.iterdir()] == ["meta.json"] and (used / "meta.json").read_text() == "{}"
 
 
-def test_a_refusal_is_rank_zeros_one_line_and_every_other_rank_waits_for_it(monkeypatch, capsys):
-    """Under torchrun a rank that exits with an error stops the others: rank 1, refused at once,
-    could stop rank 0 before its line was out (the example's refusal lost in 4 of 9 launches)."""
-    import time
-
-    slept: list[float] = []
-    monkeypatch.setattr(time, "sleep", slept.append)
-    assert uneven.refuse(ValueError("--device: no cuda:1"), 1, "mine") == 2  # what rank 1 alone found is said
-    assert slept == [uneven.run.REFUSAL_GRACE_S]
-    assert capsys.readouterr().err == "mine: error: rank 1: --device: no cuda:1\n"
-    assert uneven.refuse(ValueError("--policy: no"), 0, "mine") == 2
-    assert capsys.readouterr().err == "mine: error: --policy: no\n" and len(slept) == 1
-
-
-@pytest.mark.multiprocess
-def test_under_torchrun_the_examples_refusal_reaches_the_user(tmp_path):
-    torchrun = str(Path(sys.executable).with_name("torchrun"))
-    done = subprocess.run(
-        [torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-         "examples/train_your_model.py", "--policy", "async", "--out", str(tmp_path / "run")],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )  # fmt: skip
-    assert done.returncode != 0
-    lines = [line for line in done.stderr.splitlines() if "train_your_model: error:" in line]
-    line = ("train_your_model: error: --policy: 'async' has no barrier, and this trainer waits for every rank each "
-            "step: give a barrier policy (equal, proportional, dynamic, ...)")  # fmt: skip
-    assert lines == [line], done.stderr
-    assert not (tmp_path / "run").exists()
-
-
 def test_the_examples_plan_brings_its_own_policy_and_batch(tmp_path):
     done = subprocess.run(
         [sys.executable, "examples/train_your_model.py", "--plan", "p.json", "--policy", "equal", "--out", "x"],
@@ -394,14 +363,3 @@ def test_the_examples_plan_brings_its_own_policy_and_batch(tmp_path):
         .splitlines()[-1]
         .endswith("error: --plan brings its policy and global batch: give --policy and --global-batch only without it")
     )
-
-
-def test_uneven_step_refuses_a_batchnorm_model_by_name_before_any_collective():
-    """The library path refuses what --workload refuses: it used to fail inside its first step's
-    priming pass with torch's 'Expected more than 1 value per channel' on every rank."""
-    import torch
-    from torch import nn
-
-    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
-    with pytest.raises(ValueError, match=r"^model: 1 is a BatchNorm1d, whose batch statistics make a rank's gradient"):
-        uneven.UnevenStep(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.device("cpu"))

@@ -236,10 +236,7 @@ def _without_lines(result: Plan) -> list[str]:
     if other is None:
         return []
     mine, theirs = result.recommended.value(result.objective), other.value(result.objective)
-    ratio = ""
-    if mine and theirs:
-        times = theirs / mine if result.objective == "throughput" else mine / theirs
-        ratio = f" ({times:.3f}x the recommendation's {result.objective})"
+    ratio = "" if not mine or not theirs else f" ({theirs / mine:.3f}x the recommendation's {result.objective})"
     target = "" if other.time_to_target_s is None else f", {other.time_to_target_s.value:.2f} s to target"
     head = "  without them in the job (they take part in every exchange, with no samples):"
     return [f"{head} {other.policy} {other.step_s.value * 1e3:.3f} ms, {other.throughput_sps.value:.1f} samples/s"

@@ -317,5 +317,5 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
         batch_search=searched,
         batch_range=batch_range,
         cost_error=cost_error,
-        without=without_left_out(at_batch, best, cost_error, seed),
+        without=without_left_out(at_batch, best, seed) if cost_error == 0 else None,
     )

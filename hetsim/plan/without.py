@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hetsim.core.errors import ConfigError
-from hetsim.plan.robust import robust_rows
 from hetsim.plan.rows import PolicyRow, policy_row
 from hetsim.scenario.scenario import Scenario, WorkerGroup
 
@@ -32,15 +31,15 @@ def without_workers(scenario: Scenario, split: Sequence[int]) -> Scenario | None
     return replace(scenario, groups=tuple(groups))
 
 
-def without_left_out(scenario: Scenario, best: PolicyRow, cost_error: float, seed: int) -> PolicyRow | None:
+def without_left_out(scenario: Scenario, best: PolicyRow, seed: int) -> PolicyRow | None:
     """``best``'s policy on ``scenario`` (at the plan's global batch) without the workers its
-    split leaves out, as the plan's rows are made (closed form or simulation, averaged over draws
-    of costs under ``cost_error``); None where it leaves none out, or the rest cannot run it."""
+    split leaves out, as the plan's rows are made (closed form or simulation); None where it
+    leaves none out, or the rest cannot run it (their ``max_batch``, a policy's own parameters).
+    Not under ``--cost-error``: its draws of costs for fewer workers would not be the plan's."""
     smaller = without_workers(scenario, best.split)
     if smaller is None:
         return None
     try:
-        row = policy_row(smaller, best.policy, seed)
-    except ConfigError:  # the rest cannot hold the global batch (their max_batch)
+        return policy_row(smaller, best.policy, seed)
+    except ConfigError:
         return None
-    return robust_rows(smaller, (row,), cost_error, seed)[0] if cost_error > 0 else row

@@ -1,0 +1,84 @@
+"""plan's recommendation against equal and without the workers it leaves out: a capped equal
+named, a noise-free tie to the closed form, a throughput gain at the recommended policy's own
+batch, and the cluster without the left-out workers (issue 24's plan; reviews' findings)."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from hetsim.analysis.analytic import predict
+from hetsim.cli.main import main
+from hetsim.plan.planner import plan, with_batch
+from hetsim.scenario.config import build_scenario, builtin_text, load_scenario
+
+MIXED = {"name": "mix4", "seed": 0,
+         "workload": {"global_batch": 256, "dataset_size": 50000, "epochs": 2, "gradient_mb": 46.8},
+         "network": {"kind": "ring", "latency_s": 2e-5, "bandwidth_gbps": 25},
+         "workers": [{"name": d, "count": 2, "cost": {"model": "profile", "device": d, "workload": "Transformer"}}
+                     for d in ("v100", "p100")]}  # fmt: skip
+
+
+def test_capped_equal_is_named_and_a_noise_free_tie_goes_to_the_closed_form():
+    """P100s capped at 32: equal's split is optimal's (96/96/32/32), which the row says; adaptive,
+    simulated without noise, times the same to the last digits and is not recommended."""
+    raw = {**MIXED, "workers": [dict(w) for w in MIXED["workers"]]}  # type: ignore[union-attr]
+    raw["workers"][1]["max_batch"] = 32  # type: ignore[index]
+    result = plan(build_scenario(raw), policies=("equal", "optimal", "adaptive"))
+    assert result.recommended.policy == "optimal" and result.recommended.split == (96, 96, 32, 32)
+    equal = result.rows[0]
+    assert equal.note == "its split is 96/96/32/32, not the global batch over the workers: their max_batch caps it"
+    assert result.rows[1].note is None
+
+
+def test_a_throughput_gain_is_over_equal_at_the_recommended_policys_own_batch():
+    """goodput chose 368 where the plan's batch is 256: its samples a second are set against
+    equal's at 368 (a review read 1.53x, over equal at 256; equal at 368 gives 1.34x)."""
+    efficiency = {"noise_scale": 2000, "base_batch": 256, "target_steps": 300}
+    raw = {**MIXED, "workload": {**MIXED["workload"], "efficiency": efficiency}}  # type: ignore[dict-item]
+    scenario = build_scenario(raw)
+    result = plan(scenario, policies=("equal", "optimal", "goodput"))
+    assert result.recommended.policy == "goodput" and sum(result.recommended.split) == 368
+    equal_368 = predict(with_batch(scenario, 368), "equal")
+    assert result.gain_over_equal == pytest.approx(
+        result.recommended.throughput_sps.value / equal_368.throughput_sps, rel=1e-12
+    )
+    assert 1.3 < result.gain_over_equal < 1.4
+
+
+def test_a_plan_that_leaves_workers_out_predicts_the_cluster_without_them():
+    """optimal leaves the K80s of mixed-gpus out, but they still take part in every ring
+    all-reduce: the plan predicts the cluster of the other four (the best split of the rest),
+    which a newcomer found faster by hand; the same as a scenario written without them."""
+    from hetsim.plan.without import without_workers
+
+    scenario = load_scenario("mixed-gpus")
+    result = plan(scenario, policies=("equal", "optimal"))
+    assert result.left_out_workers == ("k80#0", "k80#1") and result.without is not None
+    raw = tomllib.loads(builtin_text("mixed-gpus"))
+    alone = build_scenario({**raw, "workers": raw["workers"][:2]})  # the file without its K80s
+    expected = predict(alone, "optimal")
+    assert result.without.step_s.value == pytest.approx(expected.mean_step_s, rel=1e-12)
+    assert result.without.step_s.value < result.recommended.step_s.value  # two fewer ranks in the ring
+    data = result.to_dict()["without_left_out"]
+    assert data["workers"] == ["k80#0", "k80#1"] and data["policy"] == "optimal" and sum(data["split"]) == 512
+    split = (3, 0, 2, 0, 5, 1)  # groups of 2: one left out of each of the first two, none of the third
+    smaller = without_workers(scenario, split)
+    assert smaller is not None and [g.count for g in smaller.groups] == [1, 1, 2]
+    assert without_workers(scenario, (1,) * 6) is None and without_workers(scenario, (0,) * 5 + (1,)) is not None
+    assert plan(load_scenario("workstation"), policies=("equal", "optimal")).without is None  # none left out
+
+
+def test_the_line_without_them_gives_the_objectives_ratio_the_same_way_for_a_time(capsys):
+    """theirs over the recommendation's, for a throughput and a time alike (a time below 1: sooner)."""
+    sets = ["workload.efficiency.noise_scale=2000", "workload.efficiency.base_batch=512",
+            "workload.efficiency.target_steps=300"]  # fmt: skip
+    args = ["plan", "mixed-gpus", "--policy", "equal,optimal", "--objective", "time_to_target"]
+    assert main([*args, *(x for v in sets for x in ("--set", v))]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "without them in the job" in x)
+    mine = plan(load_scenario("mixed-gpus", sets), policies=("equal", "optimal"), objective="time_to_target")
+    assert mine.without is not None and mine.without.time_to_target_s is not None
+    assert mine.recommended.time_to_target_s is not None
+    ratio = mine.without.time_to_target_s.value / mine.recommended.time_to_target_s.value
+    assert ratio < 1 and line.endswith(f"({ratio:.3f}x the recommendation's time_to_target)")
