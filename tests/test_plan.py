@@ -310,16 +310,16 @@ def test_a_time_to_target_outside_the_fitted_batches_is_said_to_extrapolate(caps
         assert (f"note: time to target extrapolates: {expected}" in capsys.readouterr().out) == (expected is not None)
 
 
-def test_a_policy_that_chooses_its_batch_is_recommended_at_its_own(capsys):
+def test_a_policy_that_chooses_its_batch_is_recommended_at_its_own(capsys, tmp_path):
     """goodput runs the global batch it chooses, not the plan's: plan.json's and the line's are its
-    split's sum, the plan's said beside it."""
+    split's sum, the plan's said beside it (one plan: --out writes the JSON, the table is printed)."""
     argv = ["plan", "mixed-gpus", "--set", "workload.efficiency.noise_scale=2000", "--set",
             "workload.efficiency.base_batch=512", "--set", "workload.efficiency.target_steps=300",
-            "--objective", "time_to_target", "--policy", "optimal,goodput"]  # fmt: skip
-    assert main([*argv, "--json"]) == 0
-    rec = json.loads(capsys.readouterr().out)["recommended"]
-    assert rec["policy"] == "goodput" and rec["global_batch"] == sum(rec["split"]) != 512
+            "--objective", "time_to_target", "--policy", "optimal,goodput",
+            "--out", str(tmp_path / "p.json")]  # fmt: skip
     assert main(argv) == 0
+    rec = json.loads((tmp_path / "p.json").read_text())["recommended"]
+    assert rec["policy"] == "goodput" and rec["global_batch"] == sum(rec["split"]) != 512
     line = f"at global batch {sum(rec['split'])} (its own choice, as its final split; the plan's global batch 512)"
     assert line in capsys.readouterr().out
 

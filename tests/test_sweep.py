@@ -371,6 +371,7 @@ def test_a_sweep_without_axes_is_one_row_of_the_policies():
     assert lines[2:] == ["| 0 | 1.000 ± 0.000 | 2.000 ± 0.000 |", "| 1 | 1.000 ± 0.000 | 2.000 ± 0.000 |"]
 
 
+@pytest.mark.slow
 def test_results_parquet_holds_each_replications_speedup_over_equal_at_its_seed(tmp_path, capsys):
     """results.parquet's speedup_vs_equal was None in every row (a cell runs one policy); each
     row now has its throughput over equal's at the same grid point and replication, whose means

@@ -76,6 +76,7 @@ def test_a_sweep_toml_edited_since_the_sweep_began_is_refused(old, new, tmp_path
     assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 0
 
 
+@pytest.mark.slow
 def test_a_folder_without_the_fingerprint_still_refuses_edited_seeds(tmp_path, capsys):
     """A folder of an earlier version (no sweep_sha256 in meta.json): the parts' seeds are checked."""
     import json
