@@ -305,6 +305,7 @@ def test_a_censored_run_far_below_its_steps_changes_nothing() -> None:
     assert cut.efficiency.target_steps_sd == pytest.approx(plain.efficiency.target_steps_sd, rel=1e-2)
 
 
+@pytest.mark.slow  # about a second or more: out of make test-fast
 def test_the_censored_fit_removes_the_bias_of_leaving_cut_runs_out() -> None:
     """Runs capped at 160 steps, a quarter of them at the base batch cut: over 30 seeds the
     censored fit's target steps and noise scale lie within 3% and 10% of the truth's (geometric

@@ -179,6 +179,7 @@ def test_time_to_target_objective_and_its_batch():
     )
 
 
+@pytest.mark.slow  # about a second or more: out of make test-fast
 def test_a_simulated_run_is_cut_to_whole_epochs_or_one_short_one():
     scenario = load_scenario("paper")  # 195 steps an epoch, 10 epochs, 2 workers
     assert short_run(scenario).workload.total_steps == 1950  # the whole job: 3,900 worker-steps of 4,096
@@ -310,6 +311,7 @@ def test_a_time_to_target_outside_the_fitted_batches_is_said_to_extrapolate(caps
         assert (f"note: time to target extrapolates: {expected}" in capsys.readouterr().out) == (expected is not None)
 
 
+@pytest.mark.slow  # about a second or more: out of make test-fast
 def test_a_policy_that_chooses_its_batch_is_recommended_at_its_own(capsys, tmp_path):
     """goodput runs the global batch it chooses, not the plan's: plan.json's and the line's are its
     split's sum, the plan's said beside it (one plan: --out writes the JSON, the table is printed)."""
@@ -368,6 +370,7 @@ def test_a_cost_error_outside_its_range_is_refused_in_one_line(value, capsys, tm
     check_refused(main, ["plan", "paper", "--cost-error", value], line, tmp_path, capsys)
 
 
+@pytest.mark.slow  # about a second or more: out of make test-fast
 def test_a_closed_form_under_cost_error_is_still_judged_as_one():
     """With costs a little off the averaged closed forms still count as closed forms (a simulated
     policy must beat them over its whole interval); no fragility, and plan.json says why; the

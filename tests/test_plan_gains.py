@@ -32,6 +32,7 @@ def test_capped_equal_is_named_and_a_noise_free_tie_goes_to_the_closed_form():
     assert result.rows[1].note is None
 
 
+@pytest.mark.slow  # about a second or more: out of make test-fast
 def test_a_throughput_gain_is_over_equal_at_the_recommended_policys_own_batch():
     """goodput chose 368 where the plan's batch is 256: its samples a second are set against
     equal's at 368 (a review read 1.53x, over equal at 256; equal at 368 gives 1.34x)."""

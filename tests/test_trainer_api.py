@@ -352,6 +352,7 @@ def test_the_examples_bad_options_are_refused_in_one_line(argv, line, tmp_path):
     assert [p.name for p in used.iterdir()] == ["meta.json"] and (used / "meta.json").read_text() == "{}"
 
 
+@pytest.mark.slow  # about a second or more: out of make test-fast
 def test_the_examples_plan_brings_its_own_policy_and_batch(tmp_path):
     done = subprocess.run(
         [sys.executable, "examples/train_your_model.py", "--plan", "p.json", "--policy", "equal", "--out", "x"],

@@ -45,6 +45,7 @@ def test_under_torchrun_the_examples_refusal_reaches_the_user(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # about a second or more: out of make test-fast
 def test_uneven_step_refuses_a_batchnorm_model_by_name_before_any_collective():
     """The library path refuses what --workload refuses: it used to fail inside its first step's
     priming pass with torch's 'Expected more than 1 value per channel' on every rank."""

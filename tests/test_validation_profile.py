@@ -289,6 +289,7 @@ def test_a_ranks_noise_is_its_compute_in_the_trainers_steps_when_it_ran_enough_o
     assert profile_output.rank_noise_sigma(few) == profile_output.rank_noise_sigma(idle) == pooled
 
 
+@pytest.mark.slow  # about a second or more: out of make test-fast
 def test_the_table_is_the_mean_step_read_robustly_from_the_medians():
     """A rank's table is each batch's median times one ratio, the mean over the median pooled over
     its repeats by time: exact on a hand case, and on steps that an interruption of a fixed length
