@@ -49,6 +49,7 @@ from bench_common import stats
 
 from hetsim.calibrate.efficiency_runs import Sweep, fitted_model, load_sweeps, plain_model, reached
 from hetsim.core.errors import ConfigError
+from hetsim.core.files import json_text
 from hetsim.model.efficiency import Efficiency
 from hetsim.model.efficiency_fit import fit
 
@@ -167,18 +168,18 @@ def sweep_folder(workload: str, args: argparse.Namespace) -> Path:
     return folder
 
 
-def reused_sets(folders: list[Path]) -> dict[str, list[Path]]:
-    """The sweep folders under ``folders`` (each a sweep or a folder of sweeps), by workload."""
-    found: dict[str, list[Path]] = {}
+def reused_sets(folders: list[Path]) -> dict[str, dict[Path, Sweep]]:
+    """The sweeps under ``folders`` (each a sweep or a folder of sweeps), by workload and folder
+    (a folder named twice counts once)."""
+    found: dict[str, dict[Path, Sweep]] = {}
     for folder in folders:
         inside = sorted(f.parent for f in folder.glob("*/results.json"))
         sweeps = [folder] if (folder / "results.json").exists() else inside
         if not sweeps:
             refuse(f"--reuse: no batch-sweep results under {folder}")
-        for sweep in sweeps:
-            mine = found.setdefault(load_sweeps([sweep]).workload, [])
-            if sweep.resolve() not in [f.resolve() for f in mine]:  # a folder named twice counts once
-                mine.append(sweep)
+        for path in sweeps:
+            sweep = load_sweeps([path])
+            found.setdefault(sweep.workload, {}).setdefault(path.resolve(), sweep)
     return found
 
 
@@ -254,10 +255,12 @@ def resample_intervals(sets: dict[str, list[Sweep]], resamples: int, seed: int) 
 def main() -> None:
     args = parse_args()
     if args.reuse:
-        folders = reused_sets(args.reuse)
+        loaded = reused_sets(args.reuse)
     else:
-        folders = {workload: [sweep_folder(workload, args)] for workload in args.workloads.split(",")}
-    sets = {workload: [load_sweeps([f]) for f in fs] for workload, fs in folders.items()}
+        made = {workload: sweep_folder(workload, args) for workload in args.workloads.split(",")}
+        loaded = {workload: {folder: load_sweeps([folder])} for workload, folder in made.items()}
+    folders = {workload: list(by_folder) for workload, by_folder in loaded.items()}
+    sets = {workload: list(by_folder.values()) for workload, by_folder in loaded.items()}
     measures = ("per_run", "typical_same_set", "typical_other_set")
     result: dict[str, Any] = {"command": " ".join(sys.argv), "not_reached": {},
                               "sets": {w: [str(f) for f in fs] for w, fs in folders.items()},
@@ -277,7 +280,7 @@ def main() -> None:
     if args.resamples:
         result["resampled"] = {"resamples": args.resamples, "seed": args.seed,
                                **resample_intervals(sets, args.resamples, args.seed)}  # fmt: skip
-    print(json.dumps(result, indent=2))
+    print(json_text(result))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ from typing import Any
 import numpy as np
 from bench_common import stats, validation_run
 
+from hetsim.core.files import finite
+
 ROOT = Path(__file__).resolve().parent.parent
 LADDER = (1, 2, 4, 8)
 
@@ -86,13 +88,8 @@ def summary(ratios: list[float]) -> dict[str, Any] | None:
     it (infinite: None where a figure is; JSON has no infinity), and how many missed."""
     if not ratios:
         return None
-    out = _finite_or_none(stats(ratios))
+    out = finite(stats(ratios))
     return {**out, "runs": len(ratios), "missed_target": sum(not math.isfinite(r) for r in ratios)}
-
-
-def _finite_or_none(row: dict[str, Any]) -> dict[str, Any]:
-    """``row`` with each infinite or nan number as None (JSON has neither)."""
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
 
 
 def best_batch(rows: list[dict[str, Any]]) -> str:
@@ -126,7 +123,7 @@ def main() -> None:
     versus_adaptive = [r["vs_adaptive_base"] for r in rows if "vs_adaptive_base" in r]
     result = {
         "command": " ".join(sys.argv), "workload": args.workload, "base_batch": args.base_batch,
-        "target_accuracy": args.target, "options": args.extra, "seeds": [_finite_or_none(r) for r in rows],
+        "target_accuracy": args.target, "options": args.extra, "seeds": [finite(r) for r in rows],
         "best_fixed": best,
         "goodput_over_best_fixed": summary(versus_best),
         "goodput_over_fastest_fixed_run": summary(versus_fastest),

@@ -124,16 +124,21 @@ def test_bad_sweep_options_are_refused(argv: list[str], line: str, tmp_path: Pat
     check_refused(main, [*argv, "--out", "{tmp}/out"], line, tmp_path, capsys, prog="validation")
 
 
-def test_a_kept_runs_null_noise_sums_read_as_the_nan_the_run_gave():
+def test_a_kept_runs_null_noise_sums_read_as_the_nan_the_run_gave(tmp_path: Path):
     """A diverged run's noise sums are nan, which the kept run's strict JSON holds as null: the
     resumed sweep's entry is the uninterrupted one's (it used to stop on int + None)."""
+    from types import SimpleNamespace
+
     from validation.batch_sweep import point_entry
+    from validation.batch_sweep_resume import SETTINGS, keep, kept
 
-    def rows(bad: float | None) -> list[dict]:
-        return [{"step": 10, "grad_sq": 2.0, "trace": 40.0}, {"step": 20, "grad_sq": bad, "trace": bad},
-                {"step": 30, "grad_sq": 1.0, "trace": 30.0}]  # fmt: skip
-
-    result = PointResult(16, 0, 0.05, steps_to_target=None, steps_run=40)
-    fresh, resumed = point_entry(result, rows(float("nan"))), point_entry(result, rows(None))
+    rows = [{"step": 10, "grad_sq": 2.0, "trace": 40.0}, {"step": 20, "grad_sq": float("nan"), "trace": float("nan")},
+            {"step": 30, "grad_sq": 1.0, "trace": 30.0}]  # fmt: skip
+    result = PointResult(16, 0, 0.05, steps_to_target=None, steps_run=40, noise=rows)
+    config = SimpleNamespace(out=tmp_path, **{key: 1 for key in SETTINGS})
+    keep(config, result)  # written as null, read back as the run's nan
+    again = kept(config, 16, 0)
+    assert again is not None
+    fresh, resumed = point_entry(result, result.noise), point_entry(again, again.noise)
     assert fresh == resumed and fresh["noise_scale"] is None  # a nan sum: no whole-run estimate
     assert fresh["noise_first"] == 20.0  # the first span's ratio, the nan one left out

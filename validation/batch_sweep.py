@@ -18,7 +18,6 @@ after a stop reruns only the runs not kept.
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,13 +83,11 @@ def point_entry(result: Any, noise_rows: list[dict[str, float]]) -> dict[str, An
     run; first quarter of the progress to the target and the shape after it)."""
     from hetsim.model.efficiency_fit import noise_shape
 
-    # a kept run's JSON holds null where the run's sums were nan (a diverged run): read as nan, as
-    # the run itself gave them, so that a resumed sweep says what an uninterrupted one does
-    grad_sq = [math.nan if r["grad_sq"] is None else float(r["grad_sq"]) for r in noise_rows]
-    trace = [math.nan if r["trace"] is None else float(r["trace"]) for r in noise_rows]
-    g, t = sum(grad_sq), sum(trace)
+    g = sum(r["grad_sq"] for r in noise_rows)
+    t = sum(r["trace"] for r in noise_rows)
     end = result.steps_to_target or result.steps_run
-    first, shape = noise_shape([r["step"] for r in noise_rows], grad_sq, trace, end)
+    first, shape = noise_shape([r["step"] for r in noise_rows], [r["grad_sq"] for r in noise_rows],
+                               [r["trace"] for r in noise_rows], end)  # fmt: skip
     whole = t / g if g > 0 and t > 0 else None
     return {**result.to_dict(), "noise_scale": whole, "noise_first": first, "noise_shape": [list(k) for k in shape]}
 

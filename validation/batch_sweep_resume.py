@@ -10,6 +10,7 @@ target, step cap, evaluation spacing); a kept run is reused only where those mat
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,13 @@ def kept(config: Any, batch: int, seed: int) -> Any | None:
     if not isinstance(data, dict) or data.get("settings") != json.loads(json.dumps(settings(config))):
         return None
     try:
-        return PointResult(**data["result"])
+        result = PointResult(**data["result"])
     except (TypeError, KeyError):
         return None
+    # strict JSON keeps a nan (a diverged run's noise sums, its loss) as null: back to the run's nan
+    result.curve, result.noise = _with_nan(result.curve), _with_nan(result.noise)
+    return result
+
+
+def _with_nan(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: math.nan if v is None else v for k, v in row.items()} for row in rows]

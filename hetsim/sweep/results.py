@@ -146,6 +146,8 @@ class RunFolder:
                 part.unlink()
                 notes.append(f"{part.relative_to(self.path)} {problem}")
                 continue
+            # a folder with a fingerprint was refused by spec() before any edit got here: this
+            # is for the folders of earlier versions, which have none
             ran = pd.read_parquet(part, columns=["seed"])["seed"].tolist()
             if ran != list(seeds):
                 raise ConfigError(

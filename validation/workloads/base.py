@@ -44,6 +44,7 @@ class Workload(ABC):
     """One trainable workload: data, a freshly seeded model, the loss and a held-out evaluation."""
 
     name: str
+    classes: bool | None = None  # whether the labels are classes, where known without the data
 
     @classmethod
     def from_parts(
@@ -73,7 +74,10 @@ class Workload(ABC):
     def has_accuracy(self) -> bool:
         """Whether the held-out labels are classes (whole numbers), so that :meth:`evaluate` has an
         accuracy to give (floating-point labels, a regression's, have a loss alone). Here the data
-        is loaded once on the CPU to ask; asked only where an accuracy is needed."""
+        is loaded once on the CPU to ask, unless the class says (:attr:`classes`); asked only where
+        an accuracy is needed."""
+        if self.classes is not None:
+            return self.classes
         return not self.load(0, torch.device("cpu")).test_y.is_floating_point()
 
     @abstractmethod
