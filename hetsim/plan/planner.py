@@ -247,13 +247,12 @@ def gain_over_equal(rows: Sequence[PolicyRow], best: PolicyRow, objective: str,
     return mine / theirs if OBJECTIVES[objective][1] else theirs / mine
 
 
-def _equal_at(scenario: Scenario, batch: int, cost_error: float, seed: int) -> PolicyRow | None:
-    """``equal``'s row at global ``batch`` (averaged over the same draws under ``cost_error``)."""
+def rows_at(scenario: Scenario, batch: int, names: Sequence[str], cost_error: float,
+            seed: int) -> tuple[PolicyRow, ...]:  # fmt: skip
+    """Each of ``names``' rows at global ``batch`` (averaged over the same draws under ``cost_error``)."""
     at = with_batch(scenario, batch)
-    row = closed_form_row(at, BASELINE)
-    if not isinstance(row, PolicyRow):
-        return None
-    return robust_rows(at, (row,), cost_error, seed)[0] if cost_error > 0 else row
+    rows = tuple(policy_row(at, name, seed) for name in names)
+    return robust_rows(at, rows, cost_error, seed) if cost_error > 0 else rows
 
 
 def search_batch(scenario: Scenario, names: Sequence[str], objective: str,
@@ -297,10 +296,12 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
     if batch_range is not None:
         batch, searched = search_batch(scenario, names, objective, batch_range)
     at_batch = with_batch(scenario, batch)
-    rows = tuple(policy_row(at_batch, name, seed) for name in names)
-    if cost_error > 0:
-        rows = robust_rows(at_batch, rows, cost_error, seed)
+    rows = rows_at(scenario, batch, names, cost_error, seed)
     best = recommend(rows, objective)
+
+    def equal_at(other_batch: int) -> PolicyRow:
+        return rows_at(scenario, other_batch, (BASELINE,), cost_error, seed)[0]
+
     if best is None:
         epochs = scenario.workload.epochs
         raise ConfigError("workload.epochs", f"no policy reaches the target in {epochs} epochs at global batch {batch}")
@@ -311,7 +312,7 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
         global_batch=batch,
         rows=rows,
         recommended=best,
-        gain_over_equal=gain_over_equal(rows, best, objective, lambda b: _equal_at(scenario, b, cost_error, seed)),
+        gain_over_equal=gain_over_equal(rows, best, objective, equal_at),
         fragility=fragility(at_batch, objective, rows, best) if best.closed_form and cost_error == 0 else (),
         left_out=skipped,
         batch_search=searched,
