@@ -172,6 +172,21 @@ def test_a_step_rank_0_timed_from_after_a_peer_started_has_no_negative_part():
         assert r["compute_s"] + r["wait_s"] + r["comm_s"] == pytest.approx(0.0304)
 
 
+def test_a_peers_compute_that_overlapped_rank_0s_broadcast_does_not_lengthen_the_step():
+    """Flat, a neighbour on rank 1's core (as a reviewer measured it against rank 0's
+    torch.profiler steps): rank 1 began its 15.75 ms of compute while rank 0 was still in the
+    step's first communication, so rank 0's 12.1 ms of communication, 5 ms of compute and 3.37 ms
+    at the barrier (a 20.47 ms wall) overlap it. The step is rank 0's wall, not the slowest compute
+    plus rank 0's communication (27.85 ms); only what the slowest compute leaves is exposed."""
+    timings = [RankTiming(0.005, 0.00337, 0.0121), RankTiming(0.01575, 0.0001, 0.0003)]
+    rows = step_rows("dynamic", 0, 4, 0.0, (40, 24), timings)
+    for r in rows:
+        assert r["compute_s"] + r["wait_s"] + r["comm_s"] == pytest.approx(0.02047)
+        assert min(r["wait_s"], r["comm_s"]) >= 0
+    assert rows[0]["comm_s"] == pytest.approx(0.02047 - 0.01575)
+    assert rows[1]["wait_s"] == 0.0
+
+
 def test_run_writer_writes_the_trace_schema(tmp_path):
     writer = RunWriter(tmp_path, {"global_batch": 8})
     for step in range(3):

@@ -59,17 +59,27 @@ def step_rows(
     saw it, the barrier's own latency included (the least time any rank spent in it: the last
     to arrive waited for nobody). A rank's ``wait_s`` is the rest: its idle time in the step.
     (The ranks' own wall times differ by when each received the split; rank 0's is the step's.)
-    Rank 0's clock can start after a peer began computing (after a new size's warm-up, each rank
-    restarts its clock when it leaves the meeting, and rank 0 may leave it last): its wall is
-    then shorter than the slowest compute and its communication negative. The step then lasts
-    the slowest compute and the barrier's latency, its communication beyond that unknown and
-    counted as none: no row has a negative part."""
+
+    Two cases where rank 0's parts do not line up with the slowest rank's:
+
+    * A peer can start computing while rank 0 is still in the step's first communication (the
+      split's broadcast returned on the peer first, or rank 0 was descheduled before its own
+      compute): then rank 0's communication and the peer's compute overlap, the slowest compute
+      plus rank 0's communication exceeds rank 0's wall, and only the part beyond the slowest
+      compute was exposed. The step is rank 0's wall; its communication what the slowest compute
+      leaves of it.
+    * Rank 0's clock can start after a peer began computing (after a new size's warm-up, each
+      rank restarts its clock when it leaves the meeting, and rank 0 may leave it last): its
+      wall is then shorter than the slowest compute and its communication negative. The step
+      then lasts the slowest compute and the barrier's latency, its communication beyond that
+      unknown and counted as none.
+
+    No row has a negative part, and no step is longer than rank 0's wall unless that wall is
+    shorter than the slowest compute and the barrier's latency."""
     latency_s = min(t.wait_s for t in timings)
-    comm_s = max(0.0, timings[0].comm_s) + latency_s
-    step_s = max(
-        timings[0].compute_s + timings[0].wait_s + timings[0].comm_s,
-        max(t.compute_s for t in timings) + comm_s,
-    )
+    slowest_s = max(t.compute_s for t in timings)
+    step_s = max(timings[0].compute_s + timings[0].wait_s + timings[0].comm_s, slowest_s + latency_s)
+    comm_s = min(max(0.0, timings[0].comm_s) + latency_s, step_s - slowest_s)
     return [
         {
             "policy": policy,
