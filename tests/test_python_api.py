@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hetsim.analysis.analytic import predict
 from hetsim.core.errors import ConfigError
 from hetsim.engines import SimPyEngine, VectorEngine
+from hetsim.plan.planner import plan
 from hetsim.policies import Async, Dynamic, DynamicEnhanced, Equal, KSync, Policy
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate, simulate_summary
@@ -49,6 +51,36 @@ def test_default_engine_is_auto_and_gives_the_reference_trace(paper) -> None:
 def test_params_with_a_policy_object_are_refused(paper) -> None:
     with pytest.raises(ConfigError, match="params: given with a policy object"):
         simulate(paper, Equal(), params={"x": 1})
+
+
+BAD_ARGUMENTS = [
+    (lambda sc, tr: simulate("paper", Equal()),
+     r"^scenario: expected a Scenario \(made by hetsim.load_scenario\(name, file or dict\)\), "
+     r"got a string \('paper'\)$"),
+    (lambda sc, tr: simulate_summary({"workers": []}, "equal"), r"^scenario: expected a Scenario .*got a table$"),
+    (lambda sc, tr: simulate(sc, Dynamic),
+     r"^policy: got the class Dynamic: give an object \(Dynamic\(\)\) or a name$"),
+    (lambda sc, tr: simulate(sc, 3), r"^policy: expected a Policy object or a registered name, got int \(3\)$"),
+    (lambda sc, tr: simulate(sc, Equal(), seed="x"), r"^seed: must be an integer, got a string \('x'\)$"),
+    (lambda sc, tr: simulate(sc, Equal(), seed=True), r"^seed: must be an integer, got a boolean \(true\)$"),
+    (lambda sc, tr: simulate(sc, Equal(), seed=1.5), r"^seed: must be an integer, got float \(1.5\)$"),
+    (lambda sc, tr: simulate_summary(sc, Equal(), seed=-1), r"^seed: must be >= 0, got -1$"),
+    (lambda sc, tr: summarize("x"), r"^trace: expected a Trace \(what hetsim.simulate returns\), got a string"),
+    (lambda sc, tr: summarize(tr, "paper"), r"^scenario: expected a Scenario"),
+    (lambda sc, tr: predict("paper", "equal"), r"^scenario: expected a Scenario"),
+    (lambda sc, tr: plan("paper"), r"^scenario: expected a Scenario"),
+    (lambda sc, tr: plan(sc, seed=-2), r"^seed: must be >= 0, got -2$"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "message"), BAD_ARGUMENTS, ids=range(len(BAD_ARGUMENTS)))
+def test_the_api_checks_its_arguments_at_the_boundary(paper, call, message) -> None:
+    """Objects in, checked where they enter (a name or a dict where a Scenario belongs, a policy
+    class for an object, a seed NumPy would refuse naming no field): a ConfigError naming the
+    argument, not an AttributeError from deep inside."""
+    trace = simulate(paper, Equal(), seed=np.int64(3))  # a NumPy integer is a seed
+    with pytest.raises(ConfigError, match=message):
+        call(paper, trace)
 
 
 def test_a_policy_object_is_checked_against_the_cluster(paper) -> None:

@@ -93,7 +93,9 @@ def predict(
     built and reset as a run would, and asked for its splits through its own ``partition`` and
     ``observe`` (see the module docstring for which model its traits select).
     """
-    obj = scenario.make_policy(policy, params)
+    from hetsim.scenario.scenario import check_scenario  # the scenario layer imports nothing of analysis
+
+    obj = check_scenario(scenario).make_policy(policy, params)
     name = obj.name
     _check_closed_form(scenario, obj)
     wl = scenario.workload

@@ -60,7 +60,7 @@ from hetsim.model.workers import WorkerSpec, noise_persistence
 from hetsim.policies import policy_class
 from hetsim.run.metrics import MeanCI, Summary, apply_times, mean_ci, step_times, summarize
 from hetsim.run.simulate import simulate, simulate_summary
-from hetsim.scenario.scenario import Scenario
+from hetsim.scenario.scenario import Scenario, check_scenario, check_seed
 
 MAX_BATCHES = 30
 MIN_BATCHES = 4
@@ -199,7 +199,8 @@ def simulated_mean(scenario: Scenario, policy: str, seed: int | None = None, lev
     """``policy``'s simulated mean step time on ``scenario`` and the ``level`` confidence
     interval of its expected value (:func:`method`): one run with ``seed`` (default: the
     scenario's), or :data:`REPLICATIONS` from it."""
-    seed = scenario.seed if seed is None else seed
+    seed = check_seed(seed)
+    seed = check_scenario(scenario).seed if seed is None else seed
     how = method(scenario, policy)
     if how == REPLICATED:
         runs = [simulate_summary(scenario, policy, seed=s, engine=engine) for s in replication_seeds(seed)]

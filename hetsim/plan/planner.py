@@ -38,7 +38,7 @@ from hetsim.plan.rows import LEVEL, OBJECTIVES, PolicyRow, better, closed_form_r
 from hetsim.plan.without import without_left_out
 from hetsim.run.metrics import BASELINE
 from hetsim.scenario.config import check_run_size
-from hetsim.scenario.scenario import Scenario
+from hetsim.scenario.scenario import Scenario, check_scenario, check_seed
 
 ROUNDING = 1e-9  # a share of a value below which two predictions of it are the same (recommend)
 
@@ -284,6 +284,8 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
     policies the caller left out of ``policies`` (recorded in the plan beside those that
     cannot run the scenario). ``cost_error`` > 0: every closed form averaged over costs off by
     that much (:mod:`hetsim.plan.robust`; no fragility then: the error is the question it asks)."""
+    check_scenario(scenario)
+    seed = check_seed(seed)
     cost_error = check_cost_error(cost_error)
     check_cluster(scenario)
     check_objective(objective, scenario)

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from hetsim.core.errors import ConfigError
+from hetsim.core.params import typename
 from hetsim.core.registry import POLICIES
 from hetsim.model.efficiency import Efficiency, effective_batches, staleness_discount
 from hetsim.model.partition import min_max_split, slowest_expected_s
@@ -163,6 +165,12 @@ def barrier_totals(trace: Trace, hints: Sequence[WorkerHint] | None = None) -> B
 
 def summarize(trace: Trace, scenario: Scenario | None = None) -> Summary:
     """The Summary of one run; ``scenario`` (its true costs) enables ``recovery_steps``."""
+    from hetsim.scenario.scenario import check_scenario  # here: the scenario layer sits above this module's users
+
+    if not isinstance(trace, Trace):
+        raise ConfigError("trace", f"expected a Trace (what hetsim.simulate returns), got {typename(trace)}")
+    if scenario is not None:
+        check_scenario(scenario)
     if trace.n_steps == 0:
         raise ValueError("an empty trace has no summary")
     if trace.synchronous:

@@ -13,7 +13,7 @@ from hetsim.policies import Policy
 from hetsim.run.metrics import Summary, summarize, summary_of
 from hetsim.run.summary_recorder import SummaryRecorder, Tee
 from hetsim.scenario.config import check_run_size
-from hetsim.scenario.scenario import Scenario
+from hetsim.scenario.scenario import Scenario, check_scenario, check_seed
 
 
 def check_kept_size(scenario: Scenario, synchronous: bool, every: int) -> None:
@@ -39,6 +39,8 @@ def simulate(
     :class:`~hetsim.engines.Engine` object, or ``auto`` (default, as on the command line: the
     supporting engine of highest priority, ``vector`` where it runs the policy), ``simpy`` (the
     reference), ``vector`` or another registered engine's name."""
+    check_scenario(scenario)
+    seed = check_seed(seed)
     check_engine(engine)
     check_kept_size(scenario, True, 1)
     policy_obj = scenario.make_policy(policy, params)
@@ -71,6 +73,8 @@ def simulate_sampled(
     """:func:`simulate_summary`, also keeping each ``every``-th step's rows (``--trace sample``;
     0: none). Returns that trace (its ``step`` column the run's step numbers; None for 0) and the
     Summary of the whole run. An async run keeps its whole trace (one row per update)."""
+    check_scenario(scenario)
+    seed = check_seed(seed)
     check_engine(engine)
     policy_obj = scenario.make_policy(policy, params)
     check_kept_size(scenario, policy_obj.synchronous, every)

@@ -5,12 +5,14 @@ model, the policy's name and parameters, and the seed.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 from hetsim.core.errors import ConfigError
+from hetsim.core.params import typename
 from hetsim.model.efficiency import Efficiency
 from hetsim.model.network import Buckets, NetworkModel, Nodes
 from hetsim.model.workers import WorkerSpec
@@ -126,6 +128,10 @@ class Scenario:
         own) builds a fresh one from the ``[policy]`` table's parameters when it is the
         scenario's own policy, then ``params``. Either is checked against the cluster's size
         (ConfigError on ``policy.<parameter>``)."""
+        if isinstance(name, type) and issubclass(name, Policy):
+            raise ConfigError("policy", f"got the class {name.__name__}: give an object ({name.__name__}()) or a name")
+        if not isinstance(name, (Policy, str, type(None))):
+            raise ConfigError("policy", f"expected a Policy object or a registered name, got {typename(name)}")
         if isinstance(name, Policy):
             if params:
                 raise ConfigError("params", "given with a policy object: set them when building the object")
@@ -196,3 +202,25 @@ class Scenario:
         out["workers"] = [{**g.spec.to_dict(), "count": g.count} for g in self.groups]
         out["policy"] = self.policy.to_dict()
         return out
+
+
+def check_scenario(value: object) -> Scenario:
+    """``value``, a :class:`Scenario`; anything else is a ConfigError on ``scenario``. The Python
+    API takes objects: a name, a file or a dict becomes one through
+    :func:`~hetsim.scenario.config.load_scenario` first."""
+    if not isinstance(value, Scenario):
+        made = "hetsim.load_scenario(name, file or dict)"
+        raise ConfigError("scenario", f"expected a Scenario (made by {made}), got {typename(value)}")
+    return value
+
+
+def check_seed(seed: object) -> int | None:
+    """``seed`` as an int (None: the scenario's); a boolean, a fraction or a negative number is a
+    ConfigError on ``seed`` (NumPy's own error would name no field)."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ConfigError("seed", f"must be an integer, got {typename(seed)}")
+    if seed < 0:
+        raise ConfigError("seed", f"must be >= 0, got {seed}")
+    return int(seed)
