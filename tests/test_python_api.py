@@ -3,6 +3,8 @@ or a name, by default on the engine the command line picks (``auto``)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 
@@ -233,3 +235,28 @@ def test_an_async_split_that_breaks_the_contract_is_refused_in_one_line(paper, e
     with pytest.raises(ConfigError) as err:
         simulate(paper, _BrokenAsync(), engine=engine)
     assert str(err.value) == "policy: broken-async's split 127/128 sums to 255, not the global batch 256"
+
+
+class _WaitFor(Equal):
+    """A first-k plug-in whose ``wait_for`` gives ``need``."""
+
+    name = "wait-for"
+
+    def __init__(self, need: object) -> None:
+        super().__init__()
+        self.need = need
+
+    def wait_for(self):
+        return self.need
+
+
+@pytest.mark.parametrize("need", [0, 3, -1, True, 1.5], ids=str)
+def test_a_wait_for_outside_one_to_the_workers_is_refused_on_both_engines_and_in_predict(paper, need) -> None:
+    """0 would end a step before any gradient (the engines disagreed: all samples dropped on
+    simpy, a quarter on vector), more than the workers is no barrier: one line naming the value."""
+    line = f"policy: wait-for's wait_for() gave {need!r}: give a whole number from 1 to the 2 workers"
+    for run in (partial(simulate, engine="simpy"), partial(simulate, engine="vector"), predict):
+        with pytest.raises(ConfigError) as err:
+            run(paper, _WaitFor(need))
+        assert str(err.value) == line
+    assert simulate_summary(paper, _WaitFor(1)).mean_step_s < simulate_summary(paper, _WaitFor(2)).mean_step_s

@@ -53,6 +53,7 @@ from hetsim.model.network import Buckets
 from hetsim.model.partition import split_by_shares
 from hetsim.model.workers import WorkerSpec, persistent_noise
 from hetsim.policies import Policy, StepInfo, StepRecord, policy_class
+from hetsim.policies.base import check_wait_for
 
 if TYPE_CHECKING:
     from hetsim.scenario.scenario import Scenario
@@ -103,8 +104,9 @@ def predict(
     first = tuple(obj.partition(StepInfo(0, 0, 0, wl.steps_per_epoch)))
     if not obj.synchronous:
         return predict_async(scenario, name, first)
-    if obj.wait_for() < scenario.n_workers:
-        return predict_first_k(scenario, name, first, obj.wait_for())
+    need = check_wait_for(obj, obj.wait_for())
+    if need < scenario.n_workers:
+        return predict_first_k(scenario, name, first, need)
     trajectory, shares = _iterate(obj, scenario.workers, wl.epochs)
     fixed = obj.fixed_point_shares()
     extra: dict[str, Any] = {}

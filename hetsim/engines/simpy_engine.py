@@ -32,7 +32,7 @@ from hetsim.engines.base import Engine, Epochs, begin
 from hetsim.model.draws import StepDraws
 from hetsim.model.trace import Recorder, Trace, TraceBuilder, async_trace
 from hetsim.model.workers import WorkerSpec, WorkerStreams
-from hetsim.policies.base import Policy, StepInfo, StepRecord, check_split
+from hetsim.policies.base import Policy, StepInfo, StepRecord, check_split, check_wait_for
 
 if TYPE_CHECKING:
     from hetsim.scenario.scenario import Scenario
@@ -162,7 +162,7 @@ class _BarrierRun:
         noise, delay = self.draws.rows(info.step, self.scenario.workload.total_steps - info.step)  # the rest, ahead
         step = _Step(batches, done, start, noise[0].tolist(), delay[0].tolist())
         release.succeed(step)
-        need = policy.wait_for()
+        need = check_wait_for(policy, policy.wait_for())
         first_k = need < n and need < sum(b > 0 for b in batches)  # else: wait for every worker with samples
         if first_k:  # a worker without samples is done at once: it is not one of the k
             yield Condition(env, _at_least(need), [d for b, d in zip(batches, done) if b > 0])

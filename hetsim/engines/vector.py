@@ -57,7 +57,7 @@ from hetsim.engines.vector_async import run_vector_async
 from hetsim.model.network import Buckets
 from hetsim.model.trace import Recorder, Trace, TraceBuilder
 from hetsim.model.workers import Timeline, WorkerSpec, WorkerStreams, cost_groups
-from hetsim.policies.base import Policy, check_split
+from hetsim.policies.base import Policy, check_split, check_wait_for
 
 if TYPE_CHECKING:
     from hetsim.scenario.scenario import Scenario
@@ -127,7 +127,7 @@ def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: 
             base = np.empty(n)  # compute = base * noise * factor + delay, base = cost(b)
             for model, idx in costs:
                 base[idx] = model.time_s(b[idx])
-        need = policy.wait_for()
+        need = check_wait_for(policy, policy.wait_for())
         first = need if need < working else None  # the first k of the workers with samples, or all
         noise, delay = draws.rows(row, min(policy.steady_steps(info), total - row))
         if (works & down).any():

@@ -327,6 +327,16 @@ def check_split(policy: Policy, batches: Sequence[int]) -> None:
         raise ConfigError("policy", f"{where} sums to {int(b.sum())}, not the global batch {policy.global_batch}")
 
 
+def check_wait_for(policy: Policy, need: object) -> int:
+    """What the engines take from :meth:`Policy.wait_for`: a whole number of workers from 1 to the
+    cluster's size (0 would end a step before any gradient; the engines would disagree on it)."""
+    n = policy.n_workers
+    if isinstance(need, (bool, np.bool_)) or not isinstance(need, (int, np.integer)) or not 1 <= need <= n:
+        raise ConfigError("policy", f"{policy.name}'s wait_for() gave {need!r}: give a whole number from 1 to "
+                          f"the {policy.n_workers} workers")  # fmt: skip
+    return int(need)
+
+
 def _short(batches: Sequence[int]) -> str:
     text = "/".join(str(b) for b in batches[:8])
     return text + ("/..." if len(batches) > 8 else "")
