@@ -222,6 +222,16 @@ class PlugIn:
     name: ClassVar[str] = ""
     params: ClassVar[tuple[Param, ...]] = ()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A plug-in class's ``params`` is checked as the class is made (a single Param where a
+        tuple belongs would otherwise fail on its first use, far from the mistake)."""
+        super().__init_subclass__(**kwargs)
+        params = cls.__dict__.get("params", ())
+        if isinstance(params, Param):
+            raise TypeError(f"{cls.__name__}.params is one Param, not a tuple of them: write params = (Param(...),)")
+        if not isinstance(params, (tuple, list)) or not all(isinstance(p, Param) for p in params):
+            raise TypeError(f"{cls.__name__}.params must be a tuple of Param, got {typename(params)}")
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         values = check_params(self.params, args, kwargs)
         for p in self.params:

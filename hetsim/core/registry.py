@@ -45,9 +45,10 @@ V = TypeVar("V")  # what a registry holds: a class (hetsim) or an object
 class Registry(Mapping[str, V], Generic[V]):
     """Name -> plug-in for one kind (``kind`` names it in errors, e.g. ``policy``)."""
 
-    def __init__(self, kind: str, builtins: str) -> None:
+    def __init__(self, kind: str, builtins: str, base: str = "") -> None:
         self.kind = kind
         self._builtins = builtins  # the module whose import registers the built-in plug-ins
+        self._base = base  # "module:Class" a class registered here must subclass ("": any plug-in)
         self._plugins: dict[str, V] = {}
         self._loaded = False
 
@@ -58,8 +59,15 @@ class Registry(Mapping[str, V], Generic[V]):
         if not isinstance(name, str) or not name:
             what = "class needs a non-empty class" if isinstance(plugin, type) else "needs a non-empty"
             raise TypeError(f"a {self.kind} {what} attribute 'name'")
+        if self._base and isinstance(plugin, type):
+            module, _, attr = self._base.partition(":")
+            base = getattr(importlib.import_module(module), attr)
+            if not issubclass(plugin, base):
+                raise TypeError(f"a {self.kind} must subclass {module}.{attr}: {_origin(plugin)} does not")
         taken = self._plugins.get(name)
         if taken is not None and taken is not plugin:
+            if _same_definition(taken, plugin):  # one file imported twice, under two module names
+                return plugin
             raise ValueError(f"{self.kind} {name!r} is registered already, by {_origin(taken)}")
         self._plugins[name] = plugin
         return plugin
@@ -99,6 +107,19 @@ def _origin(plugin: object) -> str:
     return f"{cls.__module__}.{cls.__qualname__}" + ("" if plugin is cls else " object")
 
 
+def _same_definition(a: object, b: object) -> bool:
+    """Whether two plug-ins are one class statement run twice: the same qualified name in the same
+    source file (a file named in ``HETSIM_PLUGINS`` and also imported by a program's own
+    ``import``, as two modules). Registering it again is then as harmless as the same class."""
+    classes = [p if isinstance(p, type) else type(p) for p in (a, b)]
+    files = [getattr(sys.modules.get(c.__module__), "__file__", None) for c in classes]
+    return (
+        classes[0].__qualname__ == classes[1].__qualname__
+        and None not in files
+        and Path(str(files[0])).resolve() == Path(str(files[1])).resolve()
+    )
+
+
 _imported: set[str] = set()
 
 
@@ -123,10 +144,14 @@ def load_plugins() -> None:
             raise ConfigError(PLUGINS_ENV, f"cannot import {item!r}: {exc}".splitlines()[0]) from None
 
 
-DISTRIBUTIONS: Registry[type[Distribution]] = Registry("distribution", "hetsim.model.distributions")
-COSTS: Registry[type[CostModel]] = Registry("cost model", "hetsim.model.costs")
-NETWORKS: Registry[type[NetworkModel]] = Registry("network", "hetsim.model.network")
-ENGINES: Registry[type[Engine]] = Registry("engine", "hetsim.engines")
-POLICIES: Registry[type[Policy]] = Registry("policy", "hetsim.policies")
+DISTRIBUTIONS: Registry[type[Distribution]] = Registry(
+    "distribution", "hetsim.model.distributions", "hetsim.model.distributions:Distribution"
+)
+COSTS: Registry[type[CostModel]] = Registry("cost model", "hetsim.model.costs", "hetsim.model.costs:CostModel")
+NETWORKS: Registry[type[NetworkModel]] = Registry(
+    "network", "hetsim.model.network", "hetsim.model.network:NetworkModel"
+)
+ENGINES: Registry[type[Engine]] = Registry("engine", "hetsim.engines", "hetsim.engines.base:Engine")
+POLICIES: Registry[type[Policy]] = Registry("policy", "hetsim.policies", "hetsim.policies.base:Policy")
 
 __all__ = ["COSTS", "DISTRIBUTIONS", "ENGINES", "NETWORKS", "PLUGINS_ENV", "POLICIES", "Registry", "load_plugins"]
