@@ -181,14 +181,15 @@ def _s(e: Estimate | None) -> tuple[str, str]:
 def policy_table(rows: Sequence[PolicyRow], with_target: bool) -> str:
     """The rows: how each was predicted, then each figure and its interval ("exact" for a closed form)."""
     from hetsim.core.console import text_table
-    from hetsim.plan.rows import CLOSED_FORM
+    from hetsim.plan.rows import CLOSED_FORM, EXPECTED_PATH
 
     header = ["policy", "how", "step ms", "95% CI", "samples/s", "95% CI"] + (["to target s", "95% CI"] * with_target)
     body = []
     for r in rows:
         cells = [*_ms(r.step_s), *_sps(r.throughput_sps)] + (list(_s(r.time_to_target_s)) if with_target else [])
-        if r.how == CLOSED_FORM:  # exact (one averaged over draws of costs has its interval)
-            cells[1::2] = ["exact" if c != "-" else "-" for c in cells[1::2]]
+        if r.how in (CLOSED_FORM, EXPECTED_PATH):  # (one averaged over draws of costs has its interval)
+            label = "exact" if r.how == CLOSED_FORM else "approx."
+            cells[1::2] = [label if c != "-" else "-" for c in cells[1::2]]
         body.append((r.policy, r.how, *cells))
     return text_table(header, body, left=(0, 1))
 

@@ -40,6 +40,7 @@ SIMULATED_STEPS = 64  # the shortest horizon of a simulated row (short_run)
 SIMULATED_WORKER_STEPS = 4096  # steps times workers a simulated row's horizon may hold beyond it
 LEVEL = 0.95  # of every confidence interval
 CLOSED_FORM = "closed form"
+EXPECTED_PATH = "closed form, expected path"  # re-splits from noisy times: predicted on its splits from expected ones
 OBJECTIVES = SPEEDUP_METRICS
 """Objective -> (the row's field, whether more is better): sweep's ``--metric``, the same figures."""
 
@@ -144,13 +145,25 @@ def _predicted(scenario: Scenario, p: Prediction) -> PolicyRow:
     note = "; ".join(notes) or None
     return PolicyRow(
         policy=p.policy,
-        how=CLOSED_FORM,
+        how=EXPECTED_PATH if _on_expected_path(scenario, p.policy) else CLOSED_FORM,
         step_s=Estimate.exact(p.mean_step_s),
         throughput_sps=Estimate.exact(p.throughput_sps),
         time_to_target_s=None if p.time_to_target_s is None else Estimate.exact(p.time_to_target_s),
         split=p.final_batches,
         note=note,
     )
+
+
+def _on_expected_path(scenario: Scenario, name: str) -> bool:
+    """Whether ``name``'s closed form is its expected path rather than its expectation: a policy
+    that re-splits from measured times, on a cluster whose times are random, is predicted on the
+    splits it makes from expected times, while a run's noisy times lead it to others (integer
+    rounding of the shares alone moves the mean step by a fraction of a percent)."""
+    cls = policy_class(name)
+    if cls.observe is Policy.observe and cls.observe_steps is Policy.observe_steps:  # it measures nothing
+        return False
+    return any(w.noise.var() > 0 or w.delay.var() > 0 or w.slowdown or w.failure or w.shared_noise
+               for w in scenario.workers)  # fmt: skip
 
 
 def short_run(scenario: Scenario, steps: int | None = None) -> Scenario:
