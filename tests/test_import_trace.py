@@ -66,6 +66,27 @@ def test_batch_from_the_option_where_it_names_the_rank_else_the_shapes(tmp_path:
     assert import_traces(with_shapes, {1: 0}).trace.local_batch.tolist() == [48, 0]  # the option wins where given
 
 
+def test_steps_start_where_rank_0s_start_and_their_rows_add_up_when_a_peer_leads(tmp_path: Path) -> None:
+    """Rank 1 enters the first step 3 ms before rank 0 on the same clock (its ProfilerStep begins
+    earlier; its operators and collectives are where they were). The rows start where rank 0's
+    steps start, so one step ends where the next begins; a step whose slowest compute (rank 1's
+    18 ms and its 3 ms lead) outlasts rank 0's 20 ms span lasts that compute, and every row adds up."""
+    steps = [[5000.0, 18000.0], [5000.0, 9000.0]]
+    events = rank_events(1, steps, [32, 32])
+    for e in events:
+        if e["name"] == "ProfilerStep#1":
+            e["ts"] -= 3000.0
+    files = [write(tmp_path / "r0.json", trace(0, 2, rank_events(0, steps, [32, 32]))),
+             write(tmp_path / "r1.json", trace(1, 2, events))]  # fmt: skip
+    frame = import_traces(files).trace.to_frame()
+    assert np.allclose(frame["start_s"].to_numpy()[::2], [0.0, STEP_US * 1e-6], atol=1e-9)  # rank 0's, not rank 1's
+    compute = frame["compute_s"].to_numpy().reshape(2, 2)
+    assert compute[0, 1] > compute[0, 0] and compute[0, 1] >= 0.018  # rank 1 slowest in step 1, with part of its lead
+    total = (frame["compute_s"] + frame["wait_s"] + frame["comm_s"]).to_numpy().reshape(2, 2)
+    assert np.allclose(total, np.maximum(STEP_US * 1e-6, compute.max(axis=1, keepdims=True)), atol=1e-9)
+    assert (frame[["wait_s", "comm_s"]].to_numpy() >= 0).all()
+
+
 @pytest.mark.slow
 def test_the_command_writes_a_trace_calibrate_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     steps = [[3000.0, 9000.0], [4000.0, 9500.0], [2000.0, 8000.0]]

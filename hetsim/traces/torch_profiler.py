@@ -27,14 +27,16 @@ Each rank's trace is read by :mod:`hetsim.traces.kineto`. Then:
    split's broadcast, copying the reduced gradient back) is waiting and communication, as
    ``validation run`` books it: a per-step cost outside the ranks' compute.
 5. **Wait and exposed communication**, in hetsim's terms (a barrier step): the step lasts rank
-   0's ``ProfilerStep`` span (as in ``validation run``'s traces, rank 0's is the step's);
-   ``comm_s``, the same in every row of the step, is that less the slowest rank's compute; a
-   rank's ``wait_s`` is the slowest rank's compute less its own. So every row adds up to the
-   step, and the step is the slowest compute plus the communication, as hetsim models it.
+   0's ``ProfilerStep`` span (as in ``validation run``'s traces, rank 0's is the step's), or the
+   slowest rank's compute where that is longer (a peer that began its step before rank 0: the
+   span then holds no communication); ``comm_s``, the same in every row of the step, is that
+   less the slowest rank's compute; a rank's ``wait_s`` is the slowest rank's compute less its
+   own. So every row adds up to the step, and the step is the slowest compute plus the
+   communication, as hetsim models it.
 
-Rows: one per rank per step, ``step`` the ``ProfilerStep`` number, ``start_s`` the step's start on
-the aligned clock from the first step's, ``local_batch`` from the recorded input shapes or
-``batch``.
+Rows: one per rank per step, ``step`` the ``ProfilerStep`` number, ``start_s`` rank 0's start of
+the step from its first (so a step ends where rank 0's next begins), ``local_batch`` from the
+recorded input shapes or ``batch``.
 """
 
 from __future__ import annotations
@@ -77,16 +79,16 @@ def import_traces(
         raise ConfigError("--batch", f"rank {stray[0]} is not one of the job's {len(ranks)} ranks (0-{len(ranks) - 1})")
     offsets, same_clock = align(ranks)
     steps = list(ranks[0].steps)
-    first_start = min(r.steps[steps[0]].start_s - offsets[r.rank] for r in ranks)
+    first_start = ranks[0].steps[steps[0]].start_s - offsets[0]
     columns: dict[str, list[float]] = {c: [] for c in ("step", "worker", "local_batch", "start_s", "compute_s",
                                                         "wait_s", "comm_s")}  # fmt: skip
     blocked = {r.rank: blocked_spans(r) for r in ranks}
     sources = set()
     for number in steps:
-        start = min(r.steps[number].start_s - offsets[r.rank] for r in ranks) - first_start
+        span = ranks[0].steps[number]  # rank 0's step is the job's, as validation's
+        start = span.start_s - offsets[0] - first_start
         computes = [_compute(r, number, blocked[r.rank]) for r in ranks]
-        step_s = ranks[0].steps[number].end_s - ranks[0].steps[number].start_s  # rank 0's, as validation's
-        comm = max(0.0, step_s - max(computes))
+        comm = max(span.end_s - span.start_s, max(computes)) - max(computes)
         for r, compute in zip(ranks, computes):
             local, source = local_batch(r, number, batch)
             sources.add(source)
