@@ -28,6 +28,13 @@ AWS P2 and P3 folders are the two nodes of one run (each logged as rank 0): pass
 in rank order, to import them as one two-worker run.
 
 ``policy`` is ``equal`` (Sync-SGD), ``dynamic`` (DP-SGD) or ``dynamic-enhanced`` (EDP-SGD).
+
+What the trace leaves out: a step here is the slowest ``batch.process`` and the exchange, what the
+DP rule and hetsim's policies act on. The logs time more work per step outside those two labels
+(``batch.step``, the optimizer; ``batch.evaluate``, which on the delayed rank also waits for the
+GPU work its unsynchronised timers let run on), and their ``batch`` timer, the whole step, reads
+longer than the trace's step (docs/guide/analysis.md gives the figures): compare step times with
+the logs' through this trace, not with their ``batch``.
 """
 
 from __future__ import annotations
