@@ -71,6 +71,16 @@ CASES = [
          "fewer epochs or a larger global batch (or --trace none)"),
     case("step-too-long", ["paper", "--set", "workers.0.per_sample_s=1e300"],
          "workers.0: a step of 256 samples would take 2.56e+302 s: check the units"),
+    # slowdown episodes and failures: what drawing them over the run would not finish (it hung, memory growing)
+    case("episodes-every-nanosecond",
+         ["paper", "--set", "workers.0.slowdown={every_s=1e-9, duration_s=1e-9, factor=2}"],
+         "workers.0.slowdown: about 1.07e+12 episodes over the run (about 2.15e+03 s), more than the 1e+06 a run "
+         "can draw: check the units"),
+    case("episodes-factor-huge", ["paper", "--set", "workers.0.slowdown={every_s=1, duration_s=1, factor=1e12}"],
+         "workers.0.slowdown.factor: 1e+12 makes a slowed step of 1e+12 s: check the units"),
+    case("failures-every-nanosecond", ["paper", "--set", "workers.1.failure={mtbf_s=1e-9, repair_s=1e-9}"],
+         "workers.1.failure: about 1.35e+12 episodes over the run (about 2.7e+03 s), more than the 1e+06 a run "
+         "can draw: check the units"),
     case("gradient-negative", ["--set", "workload.gradient_mb=-1"], "workload.gradient_mb: must be >= 0, got -1"),
     case("seed-field-negative", ["--set", "seed=-1"], "seed: must be >= 0, got -1"),
     case("name-int", ["--set", "name=3"], "name: must be a string, got int (3)"),

@@ -125,6 +125,7 @@ def set_path(raw: dict[str, Any], path: str, value: Any) -> None:
 MAX_TRACE_ROWS = 2**28  # worker-steps a run may record (about 16 GB of trace); more does not fit here
 MAX_STEPS = 2**26  # steps a run may have (summarised: a few numbers per step, 1.6 GB at this bound)
 MAX_WORKER_STEPS = 2**36  # worker-steps: hours on the vector engine (about 1.5 at 13 M/s), a day on SimPy
+MAX_EPISODES = 10**6  # slowdown episodes or failures of one worker over a run: each is drawn in a Python loop
 MAX_WORKERS = 2**20  # a scenario expands one WorkerSpec object per worker: a million is seconds, more is minutes
 
 WORKLOAD_PARAMS = (
@@ -243,6 +244,7 @@ def build_scenario(raw: Mapping[str, Any], base_dir: Path | None = None) -> Scen
             f"the caps hold at most {capacity:g} samples per step, less than global_batch {workload.global_batch}",
         )
     _check_step_length(scenario)
+    _check_episodes(scenario)
     check_run_size(scenario, keep_trace=False)  # whatever is done with it: analysis loops over steps too
     return scenario
 
@@ -269,7 +271,7 @@ def check_run_size(scenario: Scenario, keep_trace: bool = True, every: int = 1) 
 
 
 def _check_step_length(scenario: Scenario) -> None:
-    """Refuse steps of absurd length (a unit mistake)."""
+    """Refuse steps of absurd length (a unit mistake), slowed or not."""
     for i, group in enumerate(scenario.groups):  # the [[workers]] tables, as the file numbers them
         step_s = group.spec.expected_compute_s(scenario.workload.global_batch)
         if not step_s < MAX_STEP_S:
@@ -277,3 +279,32 @@ def _check_step_length(scenario: Scenario) -> None:
                 f"workers.{i}",
                 f"a step of {scenario.workload.global_batch} samples would take {step_s:.3g} s: check the units",
             )
+        slowdown = group.spec.slowdown
+        if slowdown is not None and not step_s * slowdown.factor < MAX_STEP_S:
+            raise ConfigError(
+                f"workers.{i}.slowdown.factor",
+                f"{slowdown.factor:g} makes a slowed step of {step_s * slowdown.factor:.3g} s: check the units",
+            )
+
+
+def _check_episodes(scenario: Scenario) -> None:
+    """Refuse slowdown episodes or failures so frequent that drawing them over the run would not
+    end (each is a turn of a loop; a mean gap in hours read as seconds, or a rate given for a
+    mean): the run lasts about its steps times the slowest worker's step at the equal split,
+    slowed by its episodes, stretched by the share of time failures keep a worker down."""
+    wl, n = scenario.workload, scenario.n_workers
+    share = -(-wl.global_batch // n)
+    slowest_s = max(g.spec.expected_compute_s(share) * (g.spec.slowdown.factor if g.spec.slowdown else 1.0)
+                    for g in scenario.groups)  # fmt: skip
+    up = min((f.mtbf_s / (f.mtbf_s + f.repair_s) for g in scenario.groups if (f := g.spec.failure)), default=1.0)
+    run_s = wl.total_steps * (slowest_s + scenario.allreduce_s()) / up
+    for i, group in enumerate(scenario.groups):
+        slowdown, failure = group.spec.slowdown, group.spec.failure
+        for key, period_s in (("slowdown", slowdown and slowdown.every_s + slowdown.duration_s),
+                              ("failure", failure and failure.mtbf_s + failure.repair_s)):  # fmt: skip
+            if period_s and run_s / period_s > MAX_EPISODES:
+                raise ConfigError(
+                    f"workers.{i}.{key}",
+                    f"about {run_s / period_s:.3g} episodes over the run (about {run_s:.3g} s), more than the "
+                    f"{MAX_EPISODES:.0e} a run can draw: check the units",
+                )

@@ -95,12 +95,22 @@ def _list(value: Any, where: str) -> list[Any]:
     return value
 
 
+def _distinct(values: Sequence[Any], where: str) -> None:
+    """A value listed twice would be two cells of one setting, pooled as one with twice the
+    replications in the tables (a narrower interval than the runs support)."""
+    for i, value in enumerate(values):
+        if value in values[:i]:
+            raise ConfigError(f"{where}.{i}", f"{value!r} is listed twice (more runs of one setting: replications)")
+
+
 def _make_axis(name: str, value: Any) -> Axis:
     where = f"grid.{name}"
     if not isinstance(value, Mapping):
         values = tuple(_list(value, where))
+        _distinct(values, where)
         return Axis(name, values, ((name, values),))
     labels = tuple(_list(value.get("values"), f"{where}.values"))
+    _distinct(labels, f"{where}.values")
     sets = []
     for path, vals in value.items():
         if path == "values":
@@ -141,6 +151,7 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
         raise ConfigError("policies", "must be a non-empty list of policy names")
     for i, name in enumerate(policies):
         policy_class(name, f"policies.{i}")
+    _distinct(policies, "policies")
     grid = top.raw("grid", {})
     if not isinstance(grid, Mapping):
         raise ConfigError("grid", f"must be a table, got {typename(grid)}")
