@@ -29,6 +29,10 @@ from validation.workloads.base import Workload
 MAX_SEED = 2**64 - 1  # torch.manual_seed takes at most this
 MAX_PROFILED = 1000  # --profile: a profiler trace of more steps would be too large to read back
 MAX_STEPS = 10**6  # epochs, probe rounds, warm-up steps: a real run of more would never end (and the plan is a list)
+MAX_DELAY_S = 60.0  # an injected delay's mean per step (and a per-sample delay's, per sample): beyond, a unit mistake
+MAX_SLOWDOWN = 1000.0  # --slowdown, as validation profile takes it
+MAX_LR = 1e6  # the optimizer holds the rate in the parameters' dtype; past any rate that trains, a unit mistake
+MAX_TIMEOUT_S = 86400.0  # --timeout-s: a day (datetime.timedelta overflows far beyond)
 
 
 @dataclass(frozen=True)
@@ -103,9 +107,9 @@ def parse_rank_assignment(text: str, option: str) -> tuple[int, str]:
     return rank, value.strip()
 
 
-def _number(value: Any, option: str, *, minimum: float = 0.0) -> float:
-    """A finite number of at least ``minimum``, from a file's value or a command line's text."""
-    return float(Param(option, low=minimum).check(_parsed(value, float)))
+def _number(value: Any, option: str, *, minimum: float = 0.0, maximum: float | None = None) -> float:
+    """A finite number in ``[minimum, maximum]``, from a file's value or a command line's text."""
+    return float(Param(option, low=minimum, high=maximum).check(_parsed(value, float)))
 
 
 def _integer(value: Any, option: str, *, minimum: int = 0, maximum: int | None = None) -> int:
@@ -207,7 +211,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
         policies=policies,
         epochs=epochs,
         global_batch=global_batch,
-        lr=_number(pick("lr", args.lr), "--lr"),
+        lr=_number(pick("lr", args.lr), "--lr", maximum=MAX_LR),
         momentum=_number(raw.get("momentum", base.momentum), "momentum"),
         seed=_integer(pick("seed", args.seed), "--seed", maximum=MAX_SEED),
         **injection,
@@ -215,7 +219,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
         probe_fractions=_fractions(raw.get("probe_fractions", base.probe_fractions)),
         probe_repeats=probe_repeats,
         warmup_steps=_integer(raw.get("warmup_steps", base.warmup_steps), "warmup_steps", maximum=MAX_STEPS),
-        timeout_s=_number(pick("timeout_s", args.timeout_s), "--timeout-s", minimum=1.0),
+        timeout_s=_number(pick("timeout_s", args.timeout_s), "--timeout-s", minimum=1.0, maximum=MAX_TIMEOUT_S),
         combine=combine,
         workload=workload_spec,
         comm=comm,
@@ -302,14 +306,28 @@ def _injection(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int
         for rank in table:
             if not 0 <= rank < world_size:
                 raise ConfigError(f"--{key.replace('_', '-')}", f"rank {rank} is outside 0..{world_size - 1}")
-    delay = {r: v for r, v in sorted(tables["delay"].items()) if parse_delay_spec(v, f"--delay {r}").mean() > 0}
-    per_sample = {r: _number(v, "--per-sample-delay") for r, v in sorted(tables["per_sample_delay"].items())}
-    slowdown = {r: _number(v, "--slowdown", minimum=1.0) for r, v in sorted(tables["slowdown"].items())}
+    delay = {r: v for r, v in sorted(tables["delay"].items()) if _delay_mean_s(v, r) > 0}
+    per_sample = {
+        r: _number(v, "--per-sample-delay", maximum=MAX_DELAY_S) for r, v in sorted(tables["per_sample_delay"].items())
+    }
+    slowdown = {
+        r: _number(v, "--slowdown", minimum=1.0, maximum=MAX_SLOWDOWN) for r, v in sorted(tables["slowdown"].items())
+    }
     return {
         "delay": delay,
         "per_sample_delay": {r: s for r, s in per_sample.items() if s > 0},
         "slowdown": {r: f for r, f in slowdown.items() if f > 1.0},
     }
+
+
+def _delay_mean_s(text: str, rank: int) -> float:
+    """The mean of rank ``rank``'s ``--delay`` (checked: at most :data:`MAX_DELAY_S` a step)."""
+    mean_s = parse_delay_spec(text, f"--delay {rank}").mean()
+    if not mean_s <= MAX_DELAY_S:
+        raise ConfigError(
+            f"--delay {rank}", f"a mean of {mean_s:g} s a step, more than {MAX_DELAY_S:g}: check the units"
+        )
+    return mean_s
 
 
 def _placement(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int) -> dict[str, Any]:
