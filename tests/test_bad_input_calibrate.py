@@ -43,6 +43,8 @@ CASES = [
          {"t.csv": "worker,compute_s\n0,0.1\n"}),
     case("semicolons", [TRACE], "worker: missing column in {tmp}/t.csv (a trace needs worker, local_batch, compute_s)",
          {"t.csv": "a;b;c\n1;2;3\n"}),
+    case("empty-policy", [TRACE], "policy: empty in data row 2 in {tmp}/t.csv: every row names the policy it ran",
+         {"t.csv": "policy,worker,local_batch,compute_s\nequal,0,4,0.1\n,1,4,0.1\n"}),
     case("text-in-compute", [TRACE], "compute_s: non-numeric value 'slow' in data row 2 in {tmp}/t.csv",
          rows("0,4,0.1,0", "0,8,slow,0")),
     case("text-in-comm", [TRACE], "comm_s: non-numeric value 'x' in data row 2 in {tmp}/t.csv",

@@ -356,12 +356,14 @@ def write_trace(tmp_path: Path, **columns: Any) -> None:
         ("no-compute", ["{tmp}/t.csv"], "compute_s: missing column in {tmp}/t.csv (a trace needs step, worker, "
                                         "local_batch, start_s, compute_s, wait_s, comm_s)"),  # fmt: skip
         ("duplicate", ["{tmp}/t.csv"], "{tmp}/t.csv: policy equal: step 0 has two rows of one worker: not a trace"),
+        ("no-policy", ["{tmp}/t.csv"], "policy: empty in data row 1 in {tmp}/t.csv: every row names the policy it ran"),
         ("trace", ["{tmp}/t.csv", "-o", "{tmp}"], "--out: {tmp} is the input or a folder: name a file to write"),
         ("trace", ["{tmp}/t.csv", "-o", "{tmp}/x.txt"], "--out: {tmp}/x.txt: unknown file type (use .json, or "
                                                         ".json.gz gzipped)"),  # fmt: skip
     ],
     ids=["missing", "empty-folder", "not-a-table", "unknown-policy", "empty-range", "beyond-the-end",
-         "after-the-end", "not-a-range", "no-compute-column", "two-rows-of-a-worker", "out-is-a-folder", "out-kind"],
+         "after-the-end", "not-a-range", "no-compute-column", "two-rows-of-a-worker", "empty-policy", "out-is-a-folder",
+         "out-kind"],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys, prepare, argv, line):
     if prepare == "folder":
@@ -375,6 +377,9 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys, prepare, ar
         pd.read_csv(tmp_path / "t.csv").drop(columns="compute_s").to_csv(tmp_path / "t.csv", index=False)
     elif prepare == "duplicate":
         write_trace(tmp_path, worker=0)
+    elif prepare == "no-policy":  # a traceback before
+        write_trace(tmp_path)
+        pd.read_csv(tmp_path / "t.csv").assign(policy="").to_csv(tmp_path / "t.csv", index=False)
     if "-o" not in argv:
         argv = [*argv, "-o", "{tmp}/out.json"]
     check_refused(main, ["export-trace", *argv], line, tmp_path, capsys)

@@ -307,6 +307,12 @@ def check_trace_table(
     if frame.empty:
         raise ConfigError(source or "trace", "the table has no rows")
     out = frame.copy()
+    if "policy" in out.columns:  # a row's policy names the run it belongs to: an empty one belongs to none
+        names = out["policy"]
+        empty = names.isna() | (names.astype(str).str.strip() == "")
+        if empty.any():
+            row = int(np.flatnonzero(empty.to_numpy())[0])
+            raise ConfigError("policy", f"empty in data row {row + 1}{where}: every row names the policy it ran")
     for column in (*REQUIRED_COLUMNS, *NUMERIC_COLUMNS):
         if column not in out.columns:
             continue
