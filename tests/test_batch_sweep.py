@@ -124,6 +124,17 @@ def test_bad_sweep_options_are_refused(argv: list[str], line: str, tmp_path: Pat
     check_refused(main, [*argv, "--out", "{tmp}/out"], line, tmp_path, capsys, prog="validation")
 
 
+def test_a_folder_of_another_commands_results_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A hetsim sweep's folder (its sweep.toml, meta.json, parts) is not a batch-sweep's to write
+    results.json into (one was written beside them); its own folder resumes (tested above)."""
+    (tmp_path / "sweep" / "parts").mkdir(parents=True)
+    for name in ("meta.json", "sweep.toml"):
+        (tmp_path / "sweep" / name).write_text("x", encoding="utf-8")
+    check_refused(main, ["batch-sweep", "--quick", "--out", "{tmp}/sweep"],
+                  "--out: {tmp}/sweep holds meta.json, not a batch-sweep's file: give a new folder", tmp_path, capsys,
+                  prog="validation")  # fmt: skip
+
+
 def test_a_kept_runs_null_noise_sums_read_as_the_nan_the_run_gave(tmp_path: Path):
     """A diverged run's noise sums are nan, which the kept run's strict JSON holds as null: the
     resumed sweep's entry is the uninterrupted one's (it used to stop on int + None)."""

@@ -428,6 +428,7 @@ BAD = [
         "--comm: ddp needs every rank on one kind of device; use --comm flat for mixed devices",
     ),
     (["--out", "{tmp}/a-file/out"], "--out: {tmp}/a-file is a file, not a folder"),
+    (["--out", "{tmp}/a-run"], "--out: {tmp}/a-run holds trace.csv, not a profile's file: give a new folder"),
     (["--workload", "{tmp}/missing.py:WORKLOAD"], "--workload: {tmp}/missing.py: no such file"),
     (
         ["--workload", "no_such_module:WORKLOAD"],
@@ -445,6 +446,9 @@ BAD = [
 @pytest.mark.parametrize(("argv", "line"), BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_input_is_refused_in_one_line(argv, line, tmp_path, capsys):
     (tmp_path / "a-file").write_text("", encoding="utf-8")
+    (tmp_path / "a-run").mkdir()  # a validation run's folder: a profile replaced its meta.json
+    for name in ("meta.json", "trace.csv"):
+        (tmp_path / "a-run" / name).write_text("{}", encoding="utf-8")
     if "cpu,cuda:3" in argv:
         import torch
 

@@ -28,6 +28,9 @@ import numpy as np
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param
 from validation.batch_sweep_cli import DEFAULTS
+from validation.batch_sweep_resume import KEPT
+
+RESULT_FILES = ("results.json", "curve.csv", "noise.csv", "steps_to_target.png", KEPT)  # what a results folder holds
 
 
 @dataclass(frozen=True)

@@ -57,11 +57,12 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_batch_sweep(args: argparse.Namespace) -> int:
-    from hetsim.core.files import check_out_folder
-    from validation.batch_sweep import build_config, run_sweep, summary, write_results
+    from hetsim.core.files import check_out_folder, check_own_folder
+    from validation.batch_sweep import RESULT_FILES, build_config, run_sweep, summary, write_results
 
     config = build_config(args)
     check_out_folder(config.out)
+    check_own_folder(config.out, "--out", RESULT_FILES, "batch-sweep")  # its own folder resumes
 
     def echo(line: str) -> None:
         print(f"validation: {line}", file=sys.stderr, flush=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hetsim.core.errors import ConfigError
-from hetsim.core.files import check_out_folder
+from hetsim.core.files import check_out_folder, check_own_folder
 from hetsim.core.params import Param
 from validation.backend import check_ddp_devices, parse_devices
 from validation.contention import MAX_NEIGHBOUR_CORES
@@ -28,6 +28,8 @@ from validation.workloads import BUILTIN_WORKLOADS
 DEFAULT_BUDGET_S = 60.0
 DEFAULT_GLOBAL_BATCH = 128  # validation run's
 MAX_SEED = 2**64 - 1
+
+PROFILE_FILES = ("scenario.toml", "profile.csv", "meta.json")  # what validation.profile_output writes
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ def build_profile_config(args: argparse.Namespace) -> ProfileConfig:
                           f"batch {global_batch}")  # fmt: skip
     out = args.out if args.out is not None else Path("runs") / time.strftime("profile-%Y%m%d-%H%M%S")
     check_out_folder(out, "--out")  # before the budget is spent measuring for it
+    check_own_folder(out, "--out", PROFILE_FILES, "profile")  # a profile again replaces one; a run's folder is kept
     check_ddp_devices(args.comm, devices)
     threads = {r: int(Param("--threads", "integer", low=1, high=len(available_cpus())).check(_int(v)))
                for r, v in per_rank(args.threads, world, "--threads").items()}  # fmt: skip

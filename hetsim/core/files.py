@@ -11,7 +11,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,6 +92,18 @@ def check_empty_folder(target: Path, option: str, hint: str = "") -> None:
     target = Path(target)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise ConfigError(option, f"{target} exists and is not an empty folder" + (f": {hint}" if hint else ""))
+
+
+def check_own_folder(target: Path, option: str, own: Collection[str], what: str) -> None:
+    """ConfigError on ``option`` when ``target`` holds anything but the ``own`` names a command
+    writes there (a previous result of the same command is replaced, or resumed; anything else,
+    another command's run folder above all, is refused before any work)."""
+    target = Path(target)
+    if not target.is_dir():
+        return
+    foreign = sorted(p.name for p in target.iterdir() if p.name not in own)
+    if foreign:
+        raise ConfigError(option, f"{target} holds {foreign[0]}, not a {what}'s file: give a new folder")
 
 
 def nearest_existing(path: Path) -> Path:
