@@ -75,6 +75,8 @@ def check_out_folder(target: Path, option: str = "--out") -> None:
     target = Path(target)
     if target.exists() and not target.is_dir():
         raise ConfigError(option, f"{target} exists and is not a folder")
+    if target.is_dir() and not os.access(target, os.W_OK | os.X_OK):
+        raise ConfigError(option, f"cannot write in {target}: Permission denied")
     above = nearest_existing(target.parent)
     if not above.is_dir():
         raise ConfigError(option, f"{above} is a file, not a folder")
@@ -134,6 +136,9 @@ def atomic_folder(target: Path, option: str) -> Iterator[Path]:
         for name in files:  # check every move before the first, so none or all happen
             if (target / name).is_dir():
                 raise ConfigError(option, f"cannot write {target / name}: a folder is in the way")
+            where = nearest_existing((target / name).parent)
+            if not os.access(where, os.W_OK | os.X_OK):
+                raise ConfigError(option, f"cannot write in {where}: Permission denied")
         for name in files:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp / name, target / name)

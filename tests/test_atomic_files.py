@@ -1,0 +1,51 @@
+"""``hetsim.core.files``: an output folder is written all or nothing, and one that cannot be
+written is refused before any work. Unwritable folders are emulated by ``os.access`` answering
+no for them (as root, which tests may run as, every folder is writable)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hetsim.core import files
+from hetsim.core.errors import ConfigError
+from hetsim.core.files import atomic_folder, check_out_folder
+
+
+def unwritable(monkeypatch: pytest.MonkeyPatch, *folders: Path) -> None:
+    real = os.access
+    denied = {f.resolve() for f in folders}
+    monkeypatch.setattr(files.os, "access", lambda p, mode: Path(p).resolve() not in denied and real(p, mode))
+
+
+def test_an_unwritable_output_folder_is_refused_before_the_work(tmp_path: Path, monkeypatch) -> None:
+    """simulate --out into an existing read-only folder simulated first and then failed, naming a
+    temporary file; now the check before the work names the folder."""
+    out = tmp_path / "ro"
+    out.mkdir()
+    unwritable(monkeypatch, out)
+    with pytest.raises(ConfigError, match=rf"^--out: cannot write in {out}: Permission denied$"):
+        check_out_folder(out, "--out")
+
+
+@pytest.mark.parametrize("denied", ["", "plots"], ids=["top", "subfolder"])
+def test_a_folder_that_cannot_take_every_file_is_left_as_it_was(tmp_path: Path, monkeypatch, denied: str) -> None:
+    """report into a results folder whose plots/ could be written but not its top: the plots were
+    replaced before the tables failed (sorted order), and the line named a temporary path. Now an
+    unwritable folder is refused before the work, and every destination is checked before the
+    first file moves (a subfolder that cannot be written): nothing changes."""
+    run = tmp_path / "run"
+    (run / "plots").mkdir(parents=True)
+    (run / "plots" / "a.png").write_text("old plot")
+    (run / "summary.csv").write_text("old table")
+    unwritable(monkeypatch, run / denied)
+    with pytest.raises(ConfigError, match=rf"^run_dir: cannot write in {run / denied}: Permission denied$"):
+        with atomic_folder(run, "run_dir") as tmp:
+            (tmp / "plots").mkdir()
+            (tmp / "plots" / "a.png").write_text("new plot")
+            (tmp / "summary.csv").write_text("new table")
+    assert (run / "plots" / "a.png").read_text() == "old plot"
+    assert (run / "summary.csv").read_text() == "old table"
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no temporary folder left beside it
