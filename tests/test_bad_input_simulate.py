@@ -32,6 +32,8 @@ CASES = [
     case("out-in-a-file", ["--out", "{tmp}/file/out"], "--out: {tmp}/file is a file, not a folder",
          {"file": "x"}),
     case("out-is-a-file", ["--out", "{tmp}/file"], "--out: {tmp}/file exists and is not a folder", {"file": "x"}),
+    case("out-empty", ["--out", "", "--force"],  # not the working folder
+         "hetsim simulate: argument --out: an empty path: name a file or folder"),
     # types, bounds and names of scenario fields (--set)
     case("batch-text", ["--set", "workload.global_batch=abc"],
          "workload.global_batch: must be an integer, got a string ('abc')"),

@@ -85,6 +85,7 @@ CASES = [
     case("timeout-nan", ["--timeout-s", "nan"], "--timeout-s: must be finite, got nan"),
     case("timeout-inf", ["--timeout-s", "inf"], "--timeout-s: must be finite, got inf"),
     # past what a run can take: tracebacks from time.sleep, timedelta and float32 before
+    case("out-empty", ["--out", ""], "validation run: argument --out: an empty path: name a file or folder"),
     case("timeout-huge", ["--timeout-s", "1e300"], "--timeout-s: must be in [1, 86400], got 1e+300"),
     case("lr-huge", ["--lr", "1e300"], "--lr: must be in [0, 1e+06], got 1e+300"),
     case("delay-huge", ["--delay", "1=1e12"], "--delay 1: a mean of 1e+12 s a step, more than 60: check the units"),

@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 from concurrent.futures.process import BrokenProcessPool
-from pathlib import Path
 from typing import Any, NamedTuple
+
+from hetsim.core.console import path_argument
 
 
 class Defaults(NamedTuple):
@@ -53,7 +54,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs at once, one process and one core each (default 1: the recorded times have the "
                              "machine to themselves; the steps to the target do not depend on it)")  # fmt: skip
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="results folder")
+    parser.add_argument("--out", type=path_argument, default=None, metavar="DIR", help="results folder")
 
 
 def cmd_batch_sweep(args: argparse.Namespace) -> int:

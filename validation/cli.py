@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hetsim.core.console import OneLineParser, run_main
+from hetsim.core.console import OneLineParser, path_argument, run_main
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import LOCK_NAME, exclusive, json_text, write_json
 from hetsim.core.params import Param
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp = sub.add_parser(
         "compare", help="calibrate on part of a run, simulate its policies, print predicted vs measured"
     )
-    cmp.add_argument("run_dir", type=Path)
+    cmp.add_argument("run_dir", type=path_argument)
     cmp.add_argument(
         "--calibrate-on", default="probe", metavar="POLICY", help="trace segment to calibrate on (default: probe)"
     )
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     mx.add_argument("--gpu", action="store_true", help="add the GPU configurations (needs CUDA)")
     mx.add_argument(
         "--out",
-        type=Path,
+        type=path_argument,
         default=None,
         metavar="DIR",
         help="results folder (default runs/matrix-<time>; an existing one resumes)",

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetsim.core.console import path_argument
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import check_empty_folder, write_json
 from validation.backend import free_port
@@ -305,4 +306,6 @@ def cmd_gpu_check(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     """The ``gpu-check`` subcommand on the CLI's subparsers."""
     parser = sub.add_parser("gpu-check", help="on a CUDA machine: the checks that the GPU path measures right")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="results (default runs/gpu-check-<time>)")
+    parser.add_argument(
+        "--out", type=path_argument, default=None, metavar="DIR", help="results (default runs/gpu-check-<time>)"
+    )

@@ -13,6 +13,7 @@ import argparse
 import time
 from pathlib import Path
 
+from hetsim.core.console import path_argument
 from validation.workloads import BUILTIN_WORKLOADS
 
 DEFAULT_POLICIES = ("equal", "dynamic", "dynamic-enhanced", "adaptive")  # --policies
@@ -28,9 +29,8 @@ def default_out() -> Path:
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """The options shared by ``python -m validation run`` and ``python -m validation.train``."""
-    parser.add_argument(
-        "config", nargs="?", type=Path, default=None, help="run file (TOML or JSON) with the same keys as the options"
-    )
+    parser.add_argument("config", nargs="?", type=path_argument, default=None,
+                        help="run file (TOML or JSON) with the same keys as the options")  # fmt: skip
     parser.add_argument(
         "--world-size", type=int, default=None, help="number of ranks (default 2; torchrun's WORLD_SIZE wins)"
     )
@@ -82,7 +82,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     add_batch_options(parser)
     parser.add_argument(
-        "--out", type=Path, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)"
+        "--out", type=path_argument, default=None, metavar="DIR", help="run folder (default runs/validation-<time>)"
     )
     add_profile_option(parser)
     parser.add_argument("--crash-at", default=None, help=argparse.SUPPRESS)

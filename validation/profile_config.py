@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetsim.core.console import path_argument
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import check_out_folder, check_own_folder
 from hetsim.core.params import Param
@@ -123,7 +124,7 @@ def add_profile_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of the samples drawn and the weights (default 0)")
     parser.add_argument("--repeats", type=int, default=7, help="timed steps per batch size (default 7)")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="default runs/profile-<time>")
+    parser.add_argument("--out", type=path_argument, default=None, metavar="DIR", help="default runs/profile-<time>")
     parser.add_argument("--batches", default=None, help=argparse.SUPPRESS)  # fixed sizes: held-out checks
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hetsim.cli.common import add_scenario_options, check_out_file, check_seed, scenario_of, scenario_policies
+from hetsim.core.console import path_argument
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import atomic_write, check_writable, json_text
 
@@ -41,7 +42,7 @@ def add_subcommands(sub: Any) -> None:
     cal.add_argument(
         "-o",
         "--out",
-        type=Path,
+        type=path_argument,
         default=None,
         metavar="OUT.toml|OUT.json",
         help="write the scenario here (default: print it as TOML)",

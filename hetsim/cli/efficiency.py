@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hetsim.core.console import path_argument
 from hetsim.core.errors import ConfigError
 
 
@@ -21,14 +22,16 @@ def add_subcommands(sub: Any) -> None:
     ce = sub.add_parser(
         "calibrate-efficiency", help="batch-sweep results -> [workload.efficiency] (noise scale, batch dependence)"
     )
-    ce.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="batch-sweep results folder(s)")
+    ce.add_argument("runs", nargs="+", type=path_argument, metavar="RUN", help="batch-sweep results folder(s)")
     ce.add_argument("--batches", default=None, metavar="B,...",
                     help="fit on the runs at these global batches only, e.g. 16,32 (samples, not batch-sweep's "
                     "multiples; default: every batch)")  # fmt: skip
     ce.add_argument("--schedule", action="store_true",
                     help="a noise scale over progress, the base runs' measured shape (default: one value)")  # fmt: skip
     ce.add_argument("--no-exponent", action="store_true", help="keep the noise scale independent of the batch")
-    ce.add_argument("-o", "--out", type=Path, default=None, metavar="FILE.toml", help="also write the table here")
+    ce.add_argument(
+        "-o", "--out", type=path_argument, default=None, metavar="FILE.toml", help="also write the table here"
+    )
 
 
 def _batches(text: str | None) -> list[int] | None:

@@ -45,7 +45,7 @@ from hetsim.cli.sweep import COMMANDS as SWEEP_COMMANDS
 from hetsim.cli.sweep import add_subcommands as add_sweep_subcommands
 from hetsim.cli.traces import COMMANDS as TRACE_COMMANDS
 from hetsim.cli.traces import add_subcommands as add_trace_subcommands
-from hetsim.core.console import OneLineParser, run_main
+from hetsim.core.console import OneLineParser, path_argument, run_main
 from hetsim.core.options import DEFAULT_SAMPLE_EVERY, TRACE_MODES
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="simulate policies on one scenario and seed")
     add_scenario_options(sim, "print the summaries as a JSON list")
     sim.add_argument(
-        "--out", type=Path, default=None, metavar="DIR", help="write trace.parquet, trace.csv and summary.json"
+        "--out", type=path_argument, default=None, metavar="DIR", help="write trace.parquet, trace.csv and summary.json"
     )
     sim.add_argument(
         "--force", action="store_true", help="with --out: replace the results in a folder that already holds some"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from hetsim.cli.common import add_scenario_options, check_seed, scenario_of, scenario_policies
+from hetsim.core.console import path_argument
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import check_writable, json_text, nearest_existing, write_json
 from hetsim.core.options import SPEEDUP_METRICS
@@ -62,7 +63,9 @@ def add_subcommands(sub: Any) -> None:
         "every policy averaged over true costs off by that much, a policy that reads the costs told the "
         "scenario's (default 0: the costs as given; --batch-range still chooses the batch on the costs as given)",
     )
-    pl.add_argument("--out", type=Path, default=None, metavar="plan.json", help="write the plan here (atomically)")
+    pl.add_argument(
+        "--out", type=path_argument, default=None, metavar="plan.json", help="write the plan here (atomically)"
+    )
 
 
 def parse_batch_range(text: str, option: str = "--batch-range") -> tuple[int, int]:

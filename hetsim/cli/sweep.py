@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hetsim.cli.common import check_engine_option, check_sizes, sample_every
+from hetsim.core.console import path_argument
 from hetsim.core.errors import ConfigError
 from hetsim.core.options import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -37,7 +38,7 @@ def add_subcommands(sub: Any) -> None:
         sub.add_parser("sweep", help="run a parameter sweep into a new results folder (default: the embedded sweep)")
     )
     rep = sub.add_parser("report", help="re-render a results folder's tables and plots; print its summary")
-    rep.add_argument("run_dir", type=Path)
+    rep.add_argument("run_dir", type=path_argument)
     add_metric_option(rep)
 
 
@@ -84,10 +85,18 @@ def _add_sweep(sw: argparse.ArgumentParser) -> None:
         help=f"how long to try reaching --scheduler (default: {DEFAULT_CONNECT_TIMEOUT_S:g})",
     )
     sw.add_argument(
-        "--resume", type=Path, default=None, metavar="RUN_DIR", help="finish the missing cells of an interrupted sweep"
+        "--resume",
+        type=path_argument,
+        default=None,
+        metavar="RUN_DIR",
+        help="finish the missing cells of an interrupted sweep",
     )
     sw.add_argument(
-        "--runs", type=Path, default=Path("runs"), metavar="DIR", help="where results folders are made (default: runs)"
+        "--runs",
+        type=path_argument,
+        default=Path("runs"),
+        metavar="DIR",
+        help="where results folders are made (default: runs)",
     )
     add_metric_option(sw)
     sw.add_argument(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hetsim.cli.common import check_out_file
+from hetsim.core.console import path_argument
 from hetsim.core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ STEPS = re.compile(r"\s*(\d*)\s*:\s*(\d*)\s*")
 def add_subcommands(sub: Any) -> None:
     """Add ``import-trace``, ``import-logs`` and ``export-trace`` to an argparse subparsers object."""
     it = sub.add_parser("import-trace", help="another tool's traces (torch.profiler, reference logs) -> hetsim trace")
-    it.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+    it.add_argument("paths", nargs="+", type=path_argument, metavar="PATH",
                     help="torch-profiler: one Kineto JSON trace per rank (plain or .gz), or a folder of them "
                          "(RUN/profiler); reference-logs: the run folder(s)")  # fmt: skip
     it.add_argument("--format", choices=IMPORT_FORMATS, required=True, help="what the PATHs are")
@@ -41,24 +42,24 @@ def add_subcommands(sub: Any) -> None:
                     help="each rank's local batch, for traces recorded without record_shapes; where given, "
                     "it wins over the input shapes")  # fmt: skip
     it.add_argument("--policy", default=None, help="a folder of several segments' traces: import this one")
-    it.add_argument("-o", "--out", type=Path, default=Path("trace.csv"), metavar="TRACE.csv|TRACE.parquet",
+    it.add_argument("-o", "--out", type=path_argument, default=Path("trace.csv"), metavar="TRACE.csv|TRACE.parquet",
                     help="trace file to write (default trace.csv)")  # fmt: skip
     imp = sub.add_parser("import-logs", help="a reference-implementation run folder -> trace")
     imp.add_argument("run_dir", nargs="+", help="run folder (several: the nodes of one run, in rank order)")
     imp.add_argument(
-        "-o", "--out", type=Path, required=True, metavar="TRACE.csv|TRACE.parquet", help="trace file to write"
+        "-o", "--out", type=path_argument, required=True, metavar="TRACE.csv|TRACE.parquet", help="trace file to write"
     )
 
     ex = sub.add_parser(
         "export-trace", help="a run or trace as Chrome trace-event JSON, to open in Perfetto or chrome://tracing"
     )
-    ex.add_argument("source", type=Path, metavar="RUN_OR_TRACE",
+    ex.add_argument("source", type=path_argument, metavar="RUN_OR_TRACE",
                     help="a simulate --out folder, a sweep results folder, a validation run folder, or a trace "
                          "file (CSV or Parquet)")  # fmt: skip
     ex.add_argument("--format", choices=FORMATS, default="chrome", help="chrome: trace-event JSON (the default)")
     ex.add_argument("--policy", default=None, help="export this policy only (default: every policy, a process each)")
     ex.add_argument("--steps", default=None, metavar="A:B", help="steps A to B-1 only (A: or :B leave a side open)")
-    ex.add_argument("-o", "--out", type=Path, default=None, metavar="FILE",
+    ex.add_argument("-o", "--out", type=path_argument, default=None, metavar="FILE",
                     help="output (.json, or .json.gz gzipped; default: trace.json in the folder, or the trace "
                          "file's name with .json)")  # fmt: skip
 

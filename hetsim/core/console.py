@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from hetsim.core.errors import CellFailed, ConfigError
@@ -50,6 +51,14 @@ class OneLineParser(argparse.ArgumentParser):
         for action, metavar in self._deferred:
             action.metavar = metavar()
         self._deferred.clear()
+
+
+def path_argument(text: str) -> Path:
+    """argparse ``type`` of every path option: an empty one (``--out ''``, a variable that was not
+    set) is refused, not read as the working folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: name a file or folder")
+    return Path(text)
 
 
 def run_main(prog: str, run: Callable[[], int]) -> int:
