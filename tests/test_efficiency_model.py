@@ -237,14 +237,30 @@ def test_sweeps_of_two_optimizers_are_not_fitted_together(tmp_path: Path,
 def test_sweeps_at_two_learning_rates_are_not_fitted_together(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     """The rate at the base batch is compared where both sweeps recorded it (one that did not is not)."""
-    points = [{"batch": 16, "seed": 0, "steps_to_target": 100.0, "noise_scale": 40.0}]
-    common = {"workload": "w", "base_batch": 16, "lr_scaling": "sqrt", "target_accuracy": 0.9, "points": points}
-    for name, extra in (("a", {"lr": 0.05}), ("b", {"lr": 0.1}), ("old", {})):
+    common = {"workload": "w", "base_batch": 16, "lr_scaling": "sqrt", "target_accuracy": 0.9}
+    for seed, (name, extra) in enumerate((("a", {"lr": 0.05}), ("b", {"lr": 0.1}), ("old", {}))):
+        points = [{"batch": 16, "seed": seed, "steps_to_target": 100.0, "noise_scale": 40.0}]
         (tmp_path / name).mkdir()
-        (tmp_path / name / "results.json").write_text(json.dumps({**common, **extra}))
+        (tmp_path / name / "results.json").write_text(json.dumps({**common, **extra, "points": points}))
     assert load_sweeps([tmp_path / "a", tmp_path / "old"]).lr == 0.05
     line = f"RUN: {tmp_path / 'b'}: lr 0.1 differs from the first's (0.05)"
     check_refused(main, ["calibrate-efficiency", str(tmp_path / "a"), str(tmp_path / "b")], line, tmp_path, capsys)
+
+
+def test_a_run_counted_twice_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder given twice, or a copy of one, would count its runs twice: every standard error
+    would shrink as if there were twice the runs."""
+    points = [
+        {"batch": b, "seed": s, "steps_to_target": 100.0 / b, "noise_scale": 40.0} for b in (16, 32) for s in (0, 1)
+    ]
+    data = {"workload": "w", "base_batch": 16, "lr_scaling": "sqrt", "target_accuracy": 0.9, "points": points}
+    for name in ("a", "copy"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(data))
+    a, copy = str(tmp_path / "a"), str(tmp_path / "copy")
+    check_refused(main, ["calibrate-efficiency", a, a], f"RUN: {a} is given twice", tmp_path, capsys)
+    check_refused(main, ["calibrate-efficiency", a, copy],
+                  f"RUN: {copy}: the run at batch 16, seed 0 is also in {a}", tmp_path, capsys)  # fmt: skip
 
 
 def _sweep_with_a_cut_run(folder: Path, steps_run: bool) -> None:

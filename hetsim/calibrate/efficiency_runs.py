@@ -96,8 +96,25 @@ def load_sweeps(paths: Sequence[Path]) -> Sweep:
             mine, theirs = getattr(other, key), getattr(first, key)
             if mine != theirs and not (key == "lr" and None in (mine, theirs)):  # an unrecorded rate is not compared
                 raise ConfigError("RUN", f"{path}: {key} {mine!r} differs from the first's ({theirs!r})")
+    _check_each_run_once(sweeps, paths)
     return Sweep(first.workload, first.base_batch, first.lr_scaling, first.target,
                  tuple(p for s in sweeps for p in s.points), first.optimizer, first.lr)  # fmt: skip
+
+
+def _check_each_run_once(sweeps: Sequence[Sweep], paths: Sequence[Path]) -> None:
+    """A folder given twice, or a run (batch, seed) in two folders, would count one run twice and
+    shrink every standard error by its weight."""
+    folders = [Path(p).resolve() for p in paths]
+    for i, folder in enumerate(folders):
+        if folder in folders[:i]:
+            raise ConfigError("RUN", f"{paths[i]} is given twice")
+    seen: dict[tuple[int, int], Path] = {}
+    for sweep, path in zip(sweeps, paths):
+        for p in sweep.points:
+            first = seen.setdefault((p.batch, p.seed), Path(path))
+            if first != Path(path) or sum(q.batch == p.batch and q.seed == p.seed for q in sweep.points) > 1:
+                where = f"also in {first}" if first != Path(path) else "in it twice"
+                raise ConfigError("RUN", f"{path}: the run at batch {p.batch}, seed {p.seed} is {where}")
 
 
 def reached(sweep: Sweep, batches: Sequence[int] | None = None) -> list[Point]:
