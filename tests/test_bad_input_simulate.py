@@ -199,7 +199,7 @@ CASES = [
          {"deep.toml": deep(".toml")}),
     case("deep-json", ["{tmp}/deep.json"], "{tmp}/deep.json: not valid JSON: nested too deeply",
          {"deep.json": deep(".json")}),
-    case("a-folder", ["{tmp}/folder"], "{tmp}/folder: no such file", {"folder/x": ""}),
+    case("a-folder", ["{tmp}/folder"], "{tmp}/folder: a folder, not a file", {"folder/x": ""}),
     case("empty-measurements", ["{tmp}/s.toml"], "workers.0.delay.file: needs at least one value",
          {"empty.csv": "", "s.toml": toml(EMPTY_DELAY)}),
 ]  # fmt: skip

@@ -35,6 +35,8 @@ def read_table(path: str | Path) -> dict[str, Any]:
     """A TOML or JSON file as a dict (by extension; anything but .json is read as TOML). The
     one reader of such files: scenarios, sweeps and validation run files."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(str(path), "a folder, not a file")
     if not p.is_file():
         raise ConfigError(str(path), "no such file")
     kind = "JSON" if p.suffix.lower() == ".json" else "TOML"

@@ -168,6 +168,10 @@ def read_run(run_dirs: str | Path | Sequence[str | Path]) -> RunLog:
     dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
     if not dirs:
         raise ConfigError("run", "no run folder given")
+    resolved = [Path(d).resolve() for d in dirs]
+    for i, folder in enumerate(resolved):
+        if folder in resolved[:i]:  # as two nodes, it would double the workers
+            raise ConfigError(str(dirs[i]), "given twice (several folders are the nodes of one run, each once)")
     config: dict[str, Any] = {}
     files: list[Path] = []
     timers: list[dict[str, Any]] = []
