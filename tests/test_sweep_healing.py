@@ -165,3 +165,22 @@ def test_closing_the_executor_between_cells_stops_the_pool(tmp_path):
         time.sleep(0.05)
     assert not multiprocessing.active_children()  # each left cell takes seconds: a pool left running shows
     executor.close()  # twice is harmless
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("edit", ["grid", "policies"])
+def test_a_folder_without_meta_json_refuses_parts_of_another_grid_or_policy(edit, tmp_path, capsys):
+    """Without meta.json there is no fingerprint to refuse an edited sweep.toml by: each part's own
+    grid labels and policy are checked against its cell's now (a review removed meta.json and a
+    part, changed a grid value, and the resume mixed the old value's cells with the new's)."""
+    run, _, _ = finished_run(tmp_path, capsys)
+    (run / "meta.json").unlink()
+    (run / "parts" / "cell-00011.parquet").unlink()
+    text = (run / "sweep.toml").read_text()
+    old, new = {"grid": ("0.002", "0.003"), "policies": ('"dynamic"', '"proportional"')}[edit]
+    assert old in text
+    (run / "sweep.toml").write_text(text.replace(old, new))
+    assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ran another: restore it or start a new sweep" in err, err
+    assert not (run / "parts" / "cell-00011.parquet").exists()

@@ -171,9 +171,10 @@ def _interrupt(signum: int, frame: object) -> None:
 def _heal(folder: RunFolder, spec: SweepSpec, then: str) -> None:
     """Check the finished cells before using them: one note per damaged part, saying what was
     wrong and ``then``, what becomes of its cell."""
-    from hetsim.sweep.run import replication_seeds
+    from hetsim.sweep.run import cell_labels, expand, replication_seeds
 
-    for note in folder.heal(replication_seeds(spec)):
+    cells = [{**cell_labels(spec, cell), "policy": cell.policy} for cell in expand(spec)]
+    for note in folder.heal(replication_seeds(spec), cells):
         print(f"hetsim: note: {note}: {then}", file=sys.stderr)
 
 

@@ -129,12 +129,14 @@ class RunFolder:
             return set()
         return {int(m.group(1)) for p in parts.iterdir() if (m := PART.fullmatch(p.name))}
 
-    def heal(self, seeds: Sequence[int]) -> list[str]:
+    def heal(self, seeds: Sequence[int], cells: Sequence[Mapping[str, Any]] = ()) -> list[str]:
         """Make the folder trustworthy before a resume or a report: remove the temporary files of
         killed writes, and every part that cannot be read or does not hold one row per
         replication of its cell (its cell then counts as not run). Returns one note per part
-        removed (what was wrong with it). A part run with other seeds than ``seeds`` (sweep.toml's seed or replications
-        edited since) is an error: mixing them would be silently wrong."""
+        removed (what was wrong with it). A part run with other seeds than ``seeds``, or (given
+        ``cells``, each cell's grid labels and policy by its index) at another grid point or
+        policy than its cell's now, is an error: sweep.toml was edited where no fingerprint
+        could tell (a folder without meta.json), and mixing them would be silently wrong."""
         remove_stale_temporaries(self.path)
         notes = []
         for part in sorted((self.path / "parts").glob("cell-*.parquet")):
@@ -155,7 +157,19 @@ class RunFolder:
                     f"its seed or replications no longer match {part.relative_to(self.path)} (seeds {ran}); "
                     "restore them or start a new sweep",
                 )
+            if cells:
+                self._check_cell(part, int(match.group(1)), cells)
         return notes
+
+    def _check_cell(self, part: Path, cell: int, cells: Sequence[Mapping[str, Any]]) -> None:
+        """The part's grid labels and policy are its cell's in the sweep as it is now."""
+        first = pd.read_parquet(part).iloc[0]
+        expected = cells[cell] if cell < len(cells) else None
+        if expected is None or any(k not in first.index or not _same(first[k], v) for k, v in expected.items()):
+            now = "no such cell" if expected is None else ", ".join(f"{k}={v}" for k, v in expected.items())
+            ran = f"{part.relative_to(self.path)} ran another"
+            raise ConfigError(str(self.path / "sweep.toml"), f"its cell {cell} is {now}, but {ran}: restore it or "
+                              "start a new sweep")  # fmt: skip
 
     def results(self) -> pd.DataFrame:
         """All finished rows, ordered by cell and replication."""
@@ -164,6 +178,14 @@ class RunFolder:
             raise ConfigError(str(self.path), "no finished cells yet")
         frame = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
         return frame.sort_values(["cell", "replication"], kind="stable").reset_index(drop=True)
+
+
+def _same(stored: Any, label: Any) -> bool:
+    """A label as a part stored it (Parquet's types: NumPy numbers, dicts for tables) against
+    the sweep's."""
+    if isinstance(label, (int, float)) and not isinstance(label, bool):
+        return isinstance(stored, (int, float, np.number)) and float(stored) == float(label)
+    return str(stored) == str(label)
 
 
 def fingerprint(text: str) -> str:
