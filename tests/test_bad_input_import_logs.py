@@ -53,6 +53,9 @@ CASES = [
          run(None)),
     case("second-node-without-success-txt", ["{tmp}/run", "{tmp}/other"],
          "{tmp}/other/success.txt: missing (a reference run folder holds success.txt)", {**run(), "other/x": ""}),
+    case("no-batch-size", ["{tmp}/run"],  # it was taken as 256
+         "{tmp}/run/success.txt:batch_size: missing (the run's global batch, 'batch_size : B')",
+         {"run/success.txt": "num_epochs : 2\n"}),
     case("no-timers", ["{tmp}/run"], "{tmp}/run: no timer_summary_<rank>.json files", {"run/success.txt": SUCCESS}),
     # success.txt
     case("batch-size-text", ["{tmp}/run"], f"{SUCCESS_TXT}:batch_size: must be an integer, got a string ('lots')",

@@ -73,7 +73,7 @@ class RunLog:
 
     @property
     def global_batch(self) -> int:
-        return int(self.config.get("batch_size", 256))
+        return int(self.config["batch_size"])
 
     @property
     def step_compute_s(self) -> np.ndarray | None:
@@ -184,6 +184,8 @@ def read_run(run_dirs: str | Path | Sequence[str | Path]) -> RunLog:
             raise ConfigError(str(success), "missing (a reference run folder holds success.txt)")
         if not files:  # the first folder's success.txt is the run's configuration
             config = _check_config(parse_success(success.read_text(encoding="utf-8", errors="replace")), success)
+            if "batch_size" not in config:  # every reference run logs it; without it the import would guess
+                raise ConfigError(f"{success}:batch_size", "missing (the run's global batch, 'batch_size : B')")
         ranks = sorted((int(m.group(1)), p) for p in root.iterdir() if (m := _TIMER.search(p.name)))
         if not ranks:
             raise ConfigError(str(root), "no timer_summary_<rank>.json files")
