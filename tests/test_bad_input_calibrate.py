@@ -3,6 +3,9 @@ status 2, no scenario written, no process left: :func:`tests.test_bad_input.chec
 
 from __future__ import annotations
 
+import io
+
+import pandas as pd
 import pytest
 
 from hetsim.cli.main import main
@@ -13,6 +16,13 @@ GOOD = {"t.csv": HEADER + "0,4,0.1,0\n0,8,0.2,0\n1,4,0.1,0\n1,8,0.2,0\n0,8,0.21,
 NO_COMM = {"t.csv": "worker,local_batch,compute_s\n0,4,0.1\n0,8,0.2\n"}  # calibrate warns: no comm_s column
 TWO_POLICIES = {"t.csv": "worker,local_batch,compute_s,comm_s,policy\n0,4,0.1,0,equal\n0,8,0.2,0,dynamic\n"}
 TRACE = "{tmp}/t.csv"
+
+
+def parquet(**columns: object) -> bytes:
+    """A Parquet table of ``columns`` as bytes (column types a CSV cannot carry)."""
+    buffer = io.BytesIO()
+    pd.DataFrame(columns).to_parquet(buffer, index=False)
+    return buffer.getvalue()
 
 
 def rows(*lines: str) -> dict[str, str]:
@@ -45,6 +55,9 @@ CASES = [
          {"t.csv": "a;b;c\n1;2;3\n"}),
     case("empty-policy", [TRACE], "policy: empty in data row 2 in {tmp}/t.csv: every row names the policy it ran",
          {"t.csv": "policy,worker,local_batch,compute_s\nequal,0,4,0.1\n,1,4,0.1\n"}),
+    case("dates-for-seconds", ["{tmp}/t.parquet"],  # taken as nanoseconds since 1970 before
+         "compute_s: holds datetime64[us] values in {tmp}/t.parquet, not numbers",
+         {"t.parquet": parquet(worker=[0, 0], local_batch=[4, 8], compute_s=pd.date_range("2026-01-01", periods=2))}),
     case("text-in-compute", [TRACE], "compute_s: non-numeric value 'slow' in data row 2 in {tmp}/t.csv",
          rows("0,4,0.1,0", "0,8,slow,0")),
     case("text-in-comm", [TRACE], "comm_s: non-numeric value 'x' in data row 2 in {tmp}/t.csv",

@@ -317,7 +317,10 @@ def check_trace_table(
         if column not in out.columns:
             continue
         raw = out[column]
-        values = pd.to_numeric(raw, errors="coerce")
+        numeric = pd.api.types.is_numeric_dtype(raw)
+        if not (numeric or pd.api.types.is_object_dtype(raw) or pd.api.types.is_string_dtype(raw)):
+            raise ConfigError(column, f"holds {raw.dtype} values{where}, not numbers")  # dates: to_numeric takes them
+        values = pd.to_numeric(raw, errors="coerce").astype(np.float64)  # float16 would overflow at the bounds
         bad = values.isna() | ~np.isfinite(values.to_numpy(dtype=float, na_value=np.nan))
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0])
