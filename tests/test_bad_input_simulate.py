@@ -31,6 +31,8 @@ CASES = [
     case("set-without-path", ["--set", "=3"], "--set: expected PATH=VALUE, got '=3'"),
     case("out-in-a-file", ["--out", "{tmp}/file/out"], "--out: {tmp}/file is a file, not a folder",
          {"file": "x"}),
+    case("sample-every-without-sample", ["--sample-every", "5"],  # was ignored: the whole trace was kept
+         "--sample-every: only with --trace sample (it keeps every K-th step's rows)"),
     case("out-is-a-file", ["--out", "{tmp}/file"], "--out: {tmp}/file exists and is not a folder", {"file": "x"}),
     case("out-empty", ["--out", "", "--force"],  # not the working folder
          "hetsim simulate: argument --out: an empty path: name a file or folder"),
@@ -211,3 +213,10 @@ def test_simulate_refuses_bad_input(argv, line, files, tmp_path, capsys, monkeyp
     monkeypatch.chdir(tmp_path)
     out = [] if "--out" in argv else ["--out", "{tmp}/out"]
     check_refused(main, ["simulate", *argv, *out], line, tmp_path, capsys)
+
+
+def test_force_without_out_is_refused(tmp_path, capsys, monkeypatch):
+    """--force alone replaced nothing and said nothing (the cases above all write --out)."""
+    monkeypatch.chdir(tmp_path)
+    check_refused(main, ["simulate", "--force"], "--force: only with --out (it replaces the results in that folder)",
+                  tmp_path, capsys)  # fmt: skip

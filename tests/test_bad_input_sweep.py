@@ -153,6 +153,10 @@ CASES = [
     # --sample-every is checked whatever --trace says, as simulate checks it
     case("sample-every-zero-without-sample", [SWEEP, "--sample-every", "0"],
          "--sample-every: must be in [1, 1099511627776], got 0", sweep_file()),
+    case("sample-every-without-sample", [SWEEP, "--trace", "none", "--sample-every", "3"],  # was ignored
+         "--sample-every: only with --trace sample (it keeps every K-th step's rows)", sweep_file()),
+    case("connect-timeout-without-scheduler", [SWEEP, "--connect-timeout-s", "5"],  # was ignored
+         "--connect-timeout-s: only with --scheduler (how long to try reaching it)", sweep_file()),
     case("sample-every-huge", [SWEEP, "--trace", "sample", "--sample-every", "1099511627777"],
          "--sample-every: must be in [1, 1099511627776], got 1099511627777", sweep_file()),
     case("sample-every-text", [SWEEP, "--trace", "sample", "--sample-every", "two"],

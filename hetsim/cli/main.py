@@ -46,10 +46,20 @@ from hetsim.cli.sweep import add_subcommands as add_sweep_subcommands
 from hetsim.cli.traces import COMMANDS as TRACE_COMMANDS
 from hetsim.cli.traces import add_subcommands as add_trace_subcommands
 from hetsim.core.console import OneLineParser, path_argument, run_main
+from hetsim.core.errors import ConfigError
 from hetsim.core.options import DEFAULT_SAMPLE_EVERY, TRACE_MODES
 
 if TYPE_CHECKING:
     pass
+
+
+def check_together(args: argparse.Namespace) -> None:
+    """Options that mean something only beside another are refused alone (silently ignored, a
+    typed option would look obeyed)."""
+    if args.sample_every is not None and args.trace != "sample":
+        raise ConfigError("--sample-every", "only with --trace sample (it keeps every K-th step's rows)")
+    if args.force and args.out is None:
+        raise ConfigError("--force", "only with --out (it replaces the results in that folder)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--sample-every",
         type=int,
-        default=DEFAULT_SAMPLE_EVERY,
+        default=None,
         metavar="K",
         help=f"with --trace sample: keep every K-th step ({DEFAULT_SAMPLE_EVERY})",
     )
@@ -148,7 +158,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     notes: list[str] = []
     policies = scenario_policies(args.policy, scenario, notes)
     check_seed(args.seed)
-    every = TraceMode(args.trace, sample_every(args.sample_every)).kept
+    check_together(args)
+    every_k = DEFAULT_SAMPLE_EVERY if args.sample_every is None else args.sample_every
+    every = TraceMode(args.trace, sample_every(every_k)).kept
     check_sizes(scenario, policies.values(), every)
     if args.out is not None:
         check_new_folder(args.out, args.force)

@@ -80,7 +80,7 @@ def _add_sweep(sw: argparse.ArgumentParser) -> None:
     sw.add_argument(
         "--connect-timeout-s",
         type=float,
-        default=DEFAULT_CONNECT_TIMEOUT_S,
+        default=None,
         metavar="SECONDS",
         help=f"how long to try reaching --scheduler (default: {DEFAULT_CONNECT_TIMEOUT_S:g})",
     )
@@ -141,7 +141,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_sizes(
         point_scenario(spec, plotted_point(spec)), map(policy_class, spec.policies), trace.kept
     )  # the plotted cell's traces
-    executor = make_executor(args.jobs, args.scheduler, args.connect_timeout_s)
+    if args.connect_timeout_s is not None and args.scheduler is None:
+        raise ConfigError("--connect-timeout-s", "only with --scheduler (how long to try reaching it)")
+    timeout_s = DEFAULT_CONNECT_TIMEOUT_S if args.connect_timeout_s is None else args.connect_timeout_s
+    executor = make_executor(args.jobs, args.scheduler, timeout_s)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends the sweep as Ctrl-C does
     try:
         if folder is None:
@@ -221,6 +224,8 @@ def _trace_mode(args: argparse.Namespace, folder: RunFolder | None) -> TraceMode
 
     if args.sample_every is not None:
         sample_every(args.sample_every)
+        if folder is None and args.trace != "sample":
+            raise ConfigError("--sample-every", "only with --trace sample (it keeps every K-th step's rows)")
     if folder is None:
         return TraceMode(args.trace or "full", args.sample_every or DEFAULT_SAMPLE_EVERY)
     recorded = folder.trace_mode()
