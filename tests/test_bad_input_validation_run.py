@@ -57,6 +57,8 @@ INSTEAD = ("whose batch statistics make a rank's gradient depend on how the glob
            "(torch.nn.utils.parametrizations.weight_norm) instead")  # fmt: skip
 ATTR_FORMS = "FILE.py:ATTR or MODULE:ATTR"
 
+GOODPUT_RUN = ("--policies", "equal,goodput", "--noise-scale")  # goodput chooses its batch up to --max-batch
+
 CASES = [
     # ranks, epochs, batch, learning rate, seed
     case("world-size-zero", ["--world-size", "0"], "--world-size: must be >= 1, got 0"),
@@ -134,12 +136,15 @@ CASES = [
     case("efficiency-with-ddp", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml", "--comm", "ddp"],
          "--policies: goodput picks the batch by the noise scale: it needs --noise-scale (or --efficiency FILE) and "
          "--comm flat", {"e.toml": "[workload.efficiency]\nnoise_scale = 30\nbase_batch = 16\n"}),
-    case("max-batch-below", ["--max-batch", "64"], "--max-batch: must be in [128, 1438], got 64"),
-    case("max-batch-below-global", ["--noise-scale", "--max-batch", "200", "--global-batch", "256"],
+    case("max-batch-below", [*GOODPUT_RUN, "--max-batch", "64"], "--max-batch: must be in [128, 1438], got 64"),
+    case("max-batch-below-global", [*GOODPUT_RUN, "--max-batch", "200", "--global-batch", "256"],
          "--max-batch: must be in [256, 1438], got 200"),
-    case("max-batch-above", ["--max-batch", "2000"], "--max-batch: must be in [128, 1438], got 2000"),
-    case("max-batch-text", ["--max-batch", "lots"], "--max-batch: must be an integer, got a string ('lots')"),
-    case("max-batch-float", ["--max-batch", "1e3"], "--max-batch: must be an integer, got a string ('1e3')"),
+    case("max-batch-above", [*GOODPUT_RUN, "--max-batch", "2000"], "--max-batch: must be in [128, 1438], got 2000"),
+    case("max-batch-text", [*GOODPUT_RUN, "--max-batch", "lots"],
+         "--max-batch: must be an integer, got a string ('lots')"),
+    case("max-batch-without-goodput", ["--max-batch", "256"],  # it was ignored
+         "--max-batch: only with a policy that chooses its global batch (goodput)"),
+    case("max-batch-float", [*GOODPUT_RUN, "--max-batch", "1e3"], "--max-batch: must be an integer, got a string ('1e3')"),
     case("target-zero", ["--target-accuracy", "0"], "--target-accuracy: must be in (0, 1], got 0"),
     case("target-above-one", ["--target-accuracy", "1.5"], "--target-accuracy: must be in (0, 1], got 1.5"),
     case("target-nan", ["--target-accuracy", "nan"], "--target-accuracy: must be finite, got nan"),

@@ -16,6 +16,7 @@ from typing import Any
 from hetsim.core.console import parse_policies
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param
+from hetsim.policies import policy_class
 from hetsim.scenario.config import make_efficiency, read_table
 from validation.backend import check_one_rank_per_gpu, parse_devices
 from validation.config_checks import check_across
@@ -227,7 +228,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
         target_accuracy=_target(pick("target_accuracy", args.target_accuracy), workload),
         noise_scale=noise_scale,
         efficiency=efficiency,
-        max_batch=_max_batch(pick("max_batch", args.max_batch), global_batch, n_train),
+        max_batch=_max_batch(pick("max_batch", args.max_batch), global_batch, n_train, policies, args.max_batch),
         **_observing(lambda key: pick(key, getattr(args, key, None)), n_train // global_batch),
         out=args.out,
         crash_at=_crash_at(args.crash_at, world_size),
@@ -262,9 +263,12 @@ def _target(value: Any, workload: Workload) -> float | None:
     return target
 
 
-def _max_batch(value: Any, global_batch: int, n_train: int) -> int:
+def _max_batch(value: Any, global_batch: int, n_train: int, policies: Sequence[str], typed: Any = None) -> int:
     """``--max-batch``: at least the global batch, at most the training set; by default four times
-    the global batch, within a quarter of the training set (an epoch of at least 4 steps)."""
+    the global batch, within a quarter of the training set (an epoch of at least 4 steps). Typed
+    on a command line whose policies all keep the global batch, it would be ignored: refused."""
+    if typed is not None and not any(policy_class(p).varies_batch for p in policies):
+        raise ConfigError("--max-batch", "only with a policy that chooses its global batch (goodput)")
     if value is None:
         return max(global_batch, min(4 * global_batch, n_train // 4))
     limit = Param("--max-batch", "integer", low=global_batch, high=n_train, doc="samples per step")
