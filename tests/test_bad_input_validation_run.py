@@ -144,7 +144,8 @@ CASES = [
          "--max-batch: must be an integer, got a string ('lots')"),
     case("max-batch-without-goodput", ["--max-batch", "256"],  # it was ignored
          "--max-batch: only with a policy that chooses its global batch (goodput)"),
-    case("max-batch-float", [*GOODPUT_RUN, "--max-batch", "1e3"], "--max-batch: must be an integer, got a string ('1e3')"),
+    case("max-batch-float", [*GOODPUT_RUN, "--max-batch", "1e3"],
+         "--max-batch: must be an integer, got a string ('1e3')"),
     case("target-zero", ["--target-accuracy", "0"], "--target-accuracy: must be in (0, 1], got 0"),
     case("target-above-one", ["--target-accuracy", "1.5"], "--target-accuracy: must be in (0, 1], got 1.5"),
     case("target-nan", ["--target-accuracy", "nan"], "--target-accuracy: must be finite, got nan"),
