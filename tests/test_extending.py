@@ -350,9 +350,9 @@ def test_a_plugin_file_named_in_hetsim_plugins_and_imported_by_a_program_is_one_
     try:
         load_plugins()
         first = POLICIES["twice-loaded"]
-        import twice_plugin  # noqa: F401, the program's own import of the same file
+        import twice_plugin  # the program's own import of the same file
 
-        assert POLICIES["twice-loaded"] is first
+        assert POLICIES["twice-loaded"] is twice_plugin.Twice is not first  # the later replaces it, as a reload does
         with pytest.raises(ValueError, match="'equal' is registered already"):
             POLICIES.register(type("Other", (Policy,), {"name": "equal"}))
     finally:
@@ -372,13 +372,17 @@ def test_a_plugin_that_breaks_the_class_contract_is_told_where_it_is_made(tmp_pa
             name = "bad-params"
             params = Param("x", default=1.0)  # type: ignore[assignment]
 
-    with pytest.raises(TypeError, match=r"^a policy must subclass hetsim.policies.base.Policy: .*NotAPolicy does not$"):
+    with pytest.raises(
+        TypeError, match=r"^a policy is a class that subclasses hetsim.policies.base.Policy: .*NotAPolicy is not$"
+    ):
 
         @POLICIES.register
         class NotAPolicy:
             name = "not-a-policy"
 
     assert "not-a-policy" not in POLICIES
+    with pytest.raises(TypeError, match=r"Equal object is not$"):  # an object where the registry holds classes
+        POLICIES.register(make_policy("equal"))
     plugin = tmp_path / "bad_params.py"
     plugin.write_text("from hetsim.core.params import Param\nfrom hetsim.policies import Equal\n\n"
                       "class Bad(Equal):\n    name = 'bad'\n    params = Param('x', default=1.0)\n")  # fmt: skip

@@ -54,20 +54,19 @@ class Registry(Mapping[str, V], Generic[V]):
 
     def register(self, plugin: V) -> V:
         """Add ``plugin`` (a class or an object) under its ``name``; returns it (a class decorator).
-        Registering the same plug-in twice is harmless; another under a taken name is an error."""
+        Registering the same plug-in twice is harmless (the same class statement run again replaces
+        its earlier class); another under a taken name is an error."""
         name = getattr(plugin, "name", "")
         if not isinstance(name, str) or not name:
             what = "class needs a non-empty class" if isinstance(plugin, type) else "needs a non-empty"
             raise TypeError(f"a {self.kind} {what} attribute 'name'")
-        if self._base and isinstance(plugin, type):
+        if self._base:
             module, _, attr = self._base.partition(":")
             base = getattr(importlib.import_module(module), attr)
-            if not issubclass(plugin, base):
-                raise TypeError(f"a {self.kind} must subclass {module}.{attr}: {_origin(plugin)} does not")
+            if not (isinstance(plugin, type) and issubclass(plugin, base)):
+                raise TypeError(f"a {self.kind} is a class that subclasses {module}.{attr}: {_origin(plugin)} is not")
         taken = self._plugins.get(name)
-        if taken is not None and taken is not plugin:
-            if _same_definition(taken, plugin):  # one file imported twice, under two module names
-                return plugin
+        if taken is not None and taken is not plugin and not _same_definition(taken, plugin):
             raise ValueError(f"{self.kind} {name!r} is registered already, by {_origin(taken)}")
         self._plugins[name] = plugin
         return plugin
@@ -108,13 +107,15 @@ def _origin(plugin: object) -> str:
 
 
 def _same_definition(a: object, b: object) -> bool:
-    """Whether two plug-ins are one class statement run twice: the same qualified name in the same
-    source file (a file named in ``HETSIM_PLUGINS`` and also imported by a program's own
-    ``import``, as two modules). Registering it again is then as harmless as the same class."""
-    classes = [p if isinstance(p, type) else type(p) for p in (a, b)]
-    files = [getattr(sys.modules.get(c.__module__), "__file__", None) for c in classes]
+    """Whether two classes are one class statement run again: the same qualified name in the same
+    source file (a file named in ``HETSIM_PLUGINS`` and also imported by a program, as two
+    modules; a module reloaded after an edit). The later then replaces the earlier, as a
+    redefinition does in Python. Objects (a workload registry's) are never taken for each other."""
+    if not (isinstance(a, type) and isinstance(b, type)):
+        return False
+    files = [getattr(sys.modules.get(c.__module__), "__file__", None) for c in (a, b)]
     return (
-        classes[0].__qualname__ == classes[1].__qualname__
+        a.__qualname__ == b.__qualname__
         and None not in files
         and Path(str(files[0])).resolve() == Path(str(files[1])).resolve()
     )
