@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import tomli_w
 
 from hetsim.cli.main import main
 from hetsim.sweep.run import LocalExecutor, expand
@@ -184,3 +185,24 @@ def test_a_folder_without_meta_json_refuses_parts_of_another_grid_or_policy(edit
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ran another: restore it or start a new sweep" in err, err
     assert not (run / "parts" / "cell-00011.parquet").exists()
+
+
+@pytest.mark.slow
+def test_an_axis_of_tables_runs_reports_and_resumes(tmp_path, capsys):
+    """A grid axis whose values are tables (slowdown episodes) records each as its inline TOML
+    text: the report grouped by the tables themselves and died (unhashable dict), and a resume
+    compared Parquet's arrays with the file's lists."""
+    sweep = {"name": "tables", "base": "paper", "policies": ["equal", "optimal"], "replications": 2, "seed": 1,
+             "grid": {"workload.epochs": [1], "workers.0.delay": [{"dist": "empirical", "samples": [0.01, 0.02]}],
+                      "workers.1.slowdown": [{"every_s": 5.0, "duration_s": 1.0, "factor": 2.0},
+                                             {"every_s": 10.0, "duration_s": 1.0, "factor": 3.0}]}}  # fmt: skip
+    (tmp_path / "s.toml").write_text(tomli_w.dumps(sweep))
+    assert main(["sweep", str(tmp_path / "s.toml"), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
+    run = only_run(tmp_path / "runs")
+    table = capsys.readouterr().out
+    assert '| {dist = "empirical", samples = [0.01, 0.02]} |' in table
+    assert "| {every_s = 5.0, duration_s = 1.0, factor = 2.0} |" in table
+    (run / "parts" / "cell-00003.parquet").unlink()
+    assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 0
+    assert "1 of 4 cells to run" in capsys.readouterr().err
+    assert main(["report", str(run)]) == 0

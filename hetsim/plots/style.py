@@ -5,6 +5,7 @@ data, tick labels that cannot overlap on a log axis, and the atomic save.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,14 +28,20 @@ def line_style(k: int) -> dict[str, Any]:
     return {"color": f"C{k % 10}", "linestyle": DASHES[k % len(DASHES)], "marker": MARKERS[k % len(MARKERS)]}
 
 
+LEGEND_WIDTH = 32  # characters a legend entry's line may take (a table-valued axis's label is longer)
+
+
 def legend_outside(ax: Axes, **kwargs: Any) -> None:
-    """The axes' legend to the right of its data, top-aligned (a constrained layout makes room)."""
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize="small", **kwargs)
+    """The axes' legend to the right of its data, top-aligned (a constrained layout makes room),
+    long entries wrapped so that the room taken leaves the data theirs."""
+    legend = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize="small", **kwargs)
+    for text in legend.get_texts():
+        text.set_text(textwrap.fill(text.get_text(), LEGEND_WIDTH))
 
 
 def figure_legend(fig: Figure, handles: Sequence[Any], title: str | None = None) -> None:
     """One legend for a figure of several panels, right of them all (a constrained layout)."""
-    labels = [h.get_label() for h in handles]
+    labels = [textwrap.fill(h.get_label(), LEGEND_WIDTH) for h in handles]
     fig.legend(handles, labels, loc="outside right upper", fontsize="small", title=title, title_fontsize="small")
 
 

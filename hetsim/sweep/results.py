@@ -181,11 +181,23 @@ class RunFolder:
 
 
 def _same(stored: Any, label: Any) -> bool:
-    """A label as a part stored it (Parquet's types: NumPy numbers, dicts for tables) against
-    the sweep's."""
-    if isinstance(label, (int, float)) and not isinstance(label, bool):
-        return isinstance(stored, (int, float, np.number)) and float(stored) == float(label)
-    return str(stored) == str(label)
+    """A label as a part stored it (Parquet's types: NumPy numbers and arrays, dicts for tables)
+    against the sweep's, through lists and tables."""
+    if isinstance(stored, np.ndarray):
+        stored = stored.tolist()
+    if isinstance(stored, np.generic):
+        stored = stored.item()
+    if isinstance(label, bool) or isinstance(stored, bool):
+        return stored is label
+    if isinstance(label, (int, float)):
+        return isinstance(stored, (int, float)) and float(stored) == float(label)
+    if isinstance(label, Mapping):
+        return (isinstance(stored, Mapping) and set(stored) == set(label)
+                and all(_same(stored[k], v) for k, v in label.items()))  # fmt: skip
+    if isinstance(label, (list, tuple)):
+        return (isinstance(stored, (list, tuple)) and len(stored) == len(label)
+                and all(_same(a, b) for a, b in zip(stored, label)))  # fmt: skip
+    return bool(stored == label)
 
 
 def fingerprint(text: str) -> str:

@@ -63,8 +63,8 @@ class SweepSpec:
         """The resolved sweep-file form (base inlined), loadable by :func:`load_sweep`."""
         grid: dict[str, Any] = {}
         for axis in self.axes:
-            if len(axis.sets) == 1 and axis.sets[0][0] == axis.name:
-                grid[axis.name] = list(axis.labels)
+            if len(axis.sets) == 1 and axis.sets[0][0] == axis.name:  # a plain axis: its values
+                grid[axis.name] = list(axis.sets[0][1])
             else:
                 grid[axis.name] = {"values": list(axis.labels), **{p: list(v) for p, v in axis.sets}}
         plots: dict[str, Any] = {k: v for k, v in (("x", self.plots.x), ("lines", self.plots.lines)) if v}
@@ -103,12 +103,29 @@ def _distinct(values: Sequence[Any], where: str) -> None:
             raise ConfigError(f"{where}.{i}", f"{value!r} is listed twice (more runs of one setting: replications)")
 
 
+def _label(value: Any) -> Any:
+    """What the results record for a plain axis's value: the value, or for a table or a list
+    (a slowdown's ``{every_s = 5.0, ...}``) its inline TOML text, so that a table cell and a
+    group key are one hashable value."""
+    return _inline(value) if isinstance(value, (Mapping, list)) else value
+
+
+def _inline(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k} = {_inline(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_inline(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f'"{value}"' if isinstance(value, str) else str(value)
+
+
 def _make_axis(name: str, value: Any) -> Axis:
     where = f"grid.{name}"
     if not isinstance(value, Mapping):
         values = tuple(_list(value, where))
         _distinct(values, where)
-        return Axis(name, values, ((name, values),))
+        return Axis(name, tuple(_label(v) for v in values), ((name, values),))
     labels = tuple(_list(value.get("values"), f"{where}.values"))
     _distinct(labels, f"{where}.values")
     sets = []
