@@ -83,3 +83,22 @@ def test_the_line_without_them_gives_the_objectives_ratio_the_same_way_for_a_tim
     assert mine.recommended.time_to_target_s is not None
     ratio = mine.without.time_to_target_s.value / mine.recommended.time_to_target_s.value
     assert ratio < 1 and line.endswith(f"({ratio:.3f}x the recommendation's time_to_target)")
+
+
+@pytest.mark.slow
+def test_a_resplitting_policys_closed_form_is_labelled_its_expected_path_on_a_random_cluster() -> None:
+    """dynamic re-splits from the times it measures: on a cluster with noise its closed form is
+    the path its splits take on expected times, not its expectation (a run's noisy times lead it
+    elsewhere), so its interval reads "approx."; without noise, and for a static split, "exact"."""
+    from hetsim.cli.plan import policy_table
+    from hetsim.plan.rows import CLOSED_FORM, EXPECTED_PATH
+
+    noisy = load_scenario("paper")
+    quiet = load_scenario("paper", ["workers.0.noise.sigma=0", "workers.1.noise.sigma=0"])
+    names = ["equal", "dynamic", "optimal"]
+    assert [r.how for r in plan(noisy, policies=names).rows] == [CLOSED_FORM, EXPECTED_PATH, CLOSED_FORM]
+    assert [r.how for r in plan(quiet, policies=names).rows] == [CLOSED_FORM] * 3
+    table = policy_table(plan(noisy, policies=names).rows, with_target=False).splitlines()
+    assert table[3].split()[-1] == "approx." and table[2].split()[-1] == "exact"
+    robust = plan(noisy, policies=["equal", "dynamic"], cost_error=0.1).rows  # kept under --cost-error
+    assert robust[0].how.startswith("closed form, mean") and robust[1].how.startswith(f"{EXPECTED_PATH}, mean of")

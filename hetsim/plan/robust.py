@@ -81,7 +81,7 @@ def _robust(scenario: Scenario, row: PolicyRow, draws: Sequence[Scenario], seeds
                 return row
         else:
             found.append(_one_run(truth, policy, seed))
-    how = "closed form" if row.closed_form else f"simulated, 1 run x {short_run(draws[0]).workload.total_steps} steps"
+    how = row.how if row.closed_form else f"simulated, 1 run x {short_run(draws[0]).workload.total_steps} steps"
     missed = sum(r.time_to_target_s is None for r in found)
     note = row.note
     if 0 < missed < len(found) or (missed and row.time_to_target_s is not None):

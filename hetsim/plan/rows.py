@@ -159,10 +159,9 @@ def _on_expected_path(scenario: Scenario, name: str) -> bool:
     that re-splits from measured times, on a cluster whose times are random, is predicted on the
     splits it makes from expected times, while a run's noisy times lead it to others (integer
     rounding of the shares alone moves the mean step by a fraction of a percent)."""
-    cls = policy_class(name)
-    if cls.observe is Policy.observe and cls.observe_steps is Policy.observe_steps:  # it measures nothing
+    if not policy_class(name).resplits:
         return False
-    return any(w.noise.var() > 0 or w.delay.var() > 0 or w.slowdown or w.failure or w.shared_noise
+    return any(w.noise.var() > 0 or w.delay.var() > 0 or w.slowdown or w.failure or w.shares_noise
                for w in scenario.workers)  # fmt: skip
 
 
