@@ -30,7 +30,8 @@ DEFAULT_BUDGET_S = 60.0
 DEFAULT_GLOBAL_BATCH = 128  # validation run's
 MAX_SEED = 2**64 - 1
 
-PROFILE_FILES = ("scenario.toml", "profile.csv", "meta.json")  # what validation.profile_output writes
+# what validation.profile_output writes, and the plan the own-job walkthrough writes beside it (kept)
+PROFILE_FILES = ("scenario.toml", "profile.csv", "meta.json", "plan.json")
 
 
 @dataclass(frozen=True)
