@@ -210,6 +210,9 @@ RESUME = [
                  id="trace-conflict"),
     pytest.param(lambda run: None, ["--sample-every", "0"], "--sample-every: must be in [1, 1099511627776], got 0",
                  id="sample-every-zero"),
+    pytest.param(lambda run: None, ["--sample-every", "3"],  # was ignored: the folder keeps its mode
+                 "--sample-every: {run} was started with --trace full: resume it without --sample-every, or with "
+                 "the same", id="sample-every-on-a-full-folder"),
     pytest.param(edit("meta.json", '"trace": "full"', '"trace": "partial"'), [],
                  "{run}/meta.json: trace: must be one of 'full', 'sample', 'none', got 'partial'",
                  id="meta-trace-edited"),

@@ -231,7 +231,7 @@ def _trace_mode(args: argparse.Namespace, folder: RunFolder | None) -> TraceMode
     recorded = folder.trace_mode()
     if args.trace is not None and args.trace != recorded.mode:
         conflict = "--trace"
-    elif recorded.mode == "sample" and args.sample_every not in (None, recorded.every):
+    elif args.sample_every not in (None, recorded.every if recorded.mode == "sample" else None):
         conflict = "--sample-every"
     else:
         return recorded
