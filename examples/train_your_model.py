@@ -83,12 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="the run folder, new or empty (rank 0 writes it)")
     parser.add_argument("--slowdown", default=None, help="emulate slower devices: a factor per rank (1,2) or 1=2")
     args = parser.parse_args(argv)
-    if args.plan and (args.policy or args.global_batch):
+    if args.plan is not None and (args.policy or args.global_batch):
         parser.error("--plan brings its policy and global batch: give --policy and --global-batch only without it")
     args.policy, args.global_batch = args.policy or "dynamic", args.global_batch or 128
     rank, world, cuda = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), args.device == "cuda"
     try:  # what a user can get wrong, refused before the ranks meet: one line, exit status 2
-        plan = uneven.load_plan(args.plan, world) if args.plan else None  # a plan for another cluster
+        plan = uneven.load_plan(args.plan, world) if args.plan is not None else None  # a plan for another cluster
         policy = plan.make() if plan else uneven.barrier_policy(args.policy)  # async, backup, ksync
         args.slowdown = uneven.rank_slowdown(args.slowdown, rank, world)
         uneven.check_model(make_model())  # no BatchNorm: it would make a rank's gradient depend on the split

@@ -47,8 +47,9 @@ COUNT_RANGE = "must be in [1, 1099511627776]"
 CASES = [
     # the folder
     case("no-such-folder", ["{tmp}/nothing"], "{tmp}/nothing: no such folder"),
+    case("empty-folder-name", [""], "hetsim import-logs: argument run_dir: an empty path: name a file or folder"),
     case("one-folder-twice", ["{tmp}/run", "{tmp}/run/"],  # as two nodes it doubled the workers
-         "{tmp}/run/: given twice (several folders are the nodes of one run, each once)", {"run/success.txt": ""}),
+         "{tmp}/run: given twice (several folders are the nodes of one run, each once)", {"run/success.txt": ""}),
     case("no-success-txt", ["{tmp}/run"], "{tmp}/run/success.txt: missing (a reference run folder holds success.txt)",
          run(None)),
     case("second-node-without-success-txt", ["{tmp}/run", "{tmp}/other"],

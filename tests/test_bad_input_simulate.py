@@ -202,6 +202,7 @@ CASES = [
     case("deep-json", ["{tmp}/deep.json"], "{tmp}/deep.json: not valid JSON: nested too deeply",
          {"deep.json": deep(".json")}),
     case("a-folder", ["{tmp}/folder"], "{tmp}/folder: a folder, not a file", {"folder/x": ""}),
+    case("scenario-empty", [""], "scenario: empty: give a file or a built-in scenario ({builtins})"),
     case("empty-measurements", ["{tmp}/s.toml"], "workers.0.delay.file: needs at least one value",
          {"empty.csv": "", "s.toml": toml(EMPTY_DELAY)}),
 ]  # fmt: skip

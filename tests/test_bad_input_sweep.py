@@ -114,6 +114,7 @@ CASES = [
          sweep_file(base=with_base(policy=BAD_POLICY))),
     # the file itself
     case("no-such-file", ["{tmp}/nope.toml"], "{tmp}/nope.toml: no such file"),
+    case("empty-file-name", [""], "sweep: empty: give a sweep file"),  # not the working folder
     case("not-toml", [SWEEP], "{tmp}/sweep.toml: not valid TOML: Invalid statement (at line 1, column 1)",
          {"sweep.toml": "{{{"}),
     case("empty", [SWEEP], "base: missing (required)", {"sweep.toml": ""}),

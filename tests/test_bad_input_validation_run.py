@@ -117,6 +117,10 @@ CASES = [
          "--comm flat"),
     case("efficiency-missing", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml"],
          "--efficiency: no such file: {tmp}/e.toml"),
+    case("efficiency-not-toml", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml"],  # the path once, not twice
+         "--efficiency: {tmp}/e.toml: not valid TOML: Invalid value (at end of document)", {"e.toml": "x = ["}),
+    case("efficiency-empty", ["--policies", "goodput", "--efficiency", ""],
+         "validation run: argument --efficiency: an empty path: name a file or folder"),
     case("efficiency-without-table", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml"],
          "--efficiency: {tmp}/e.toml has no [workload.efficiency] table", {"e.toml": "[workload]\nname = 'x'\n"}),
     case("efficiency-bad-noise", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml"],

@@ -313,6 +313,7 @@ def test_your_own_job_profile_plan_train_compare(tmp_path):
 
 
 EXAMPLE_REFUSALS = [
+    (["--plan", ""], "--plan: an empty path: name the plan's file (hetsim plan --out)"),  # it trained without one
     (["--policy", "ksync"], "--policy: 'ksync' leaves the slowest gradients out, and this trainer waits for every "
      "rank each step: give a barrier policy (equal, proportional, dynamic, ...)"),
     (["--policy", "fastest"], "--policy: unknown policy 'fastest' (known: equal, proportional, dynamic, "

@@ -162,8 +162,10 @@ def _efficiency(value: Any) -> dict[str, Any] | None:
             raise ConfigError("--efficiency", f"no such file: {path}")
         try:
             table = read_table(path).get("workload", {}).get("efficiency")
-        except (ConfigError, AttributeError) as exc:
-            raise ConfigError("--efficiency", f"{path}: {exc}") from None
+        except ConfigError as exc:  # it names the file already, or a field in it
+            raise ConfigError("--efficiency", f"{path}: {exc.problem if exc.field == str(path) else exc}") from None
+        except AttributeError:
+            table = None
         if not isinstance(table, dict):
             raise ConfigError("--efficiency", f"{path} has no [workload.efficiency] table")
     if table is None:

@@ -92,7 +92,7 @@ def add_batch_options(parser: argparse.ArgumentParser) -> None:
     """The noise scale, and what goodput's choice of the global batch reads."""
     parser.add_argument("--noise-scale", action="store_true", default=None, help="estimate the gradient noise scale")
     parser.add_argument(
-        "--efficiency", default=None, metavar="FILE",
+        "--efficiency", default=None, type=path_argument, metavar="FILE",
         help="goodput's statistical efficiency: the [workload.efficiency] table of FILE (as hetsim "
         "calibrate-efficiency writes it: a noise scale that may depend on the batch and on progress) "
         "instead of the run's own noise-scale estimate",

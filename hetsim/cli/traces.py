@@ -45,7 +45,8 @@ def add_subcommands(sub: Any) -> None:
     it.add_argument("-o", "--out", type=path_argument, default=Path("trace.csv"), metavar="TRACE.csv|TRACE.parquet",
                     help="trace file to write (default trace.csv)")  # fmt: skip
     imp = sub.add_parser("import-logs", help="a reference-implementation run folder -> trace")
-    imp.add_argument("run_dir", nargs="+", help="run folder (several: the nodes of one run, in rank order)")
+    imp.add_argument("run_dir", nargs="+", type=path_argument,
+                     help="run folder (several: the nodes of one run, in rank order)")  # fmt: skip
     imp.add_argument(
         "-o", "--out", type=path_argument, required=True, metavar="TRACE.csv|TRACE.parquet", help="trace file to write"
     )

@@ -61,6 +61,8 @@ def resolve_source(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, An
     if isinstance(source, Mapping):
         return copy.deepcopy(dict(source)), None
     text = str(source)
+    if not text.strip():  # Path("") is the working folder
+        raise ConfigError("scenario", f"empty: give a file or a built-in scenario ({', '.join(builtin_names())})")
     if text in builtin_names() and not Path(text).exists():
         return tomllib.loads(builtin_text(text)), None
     if not Path(text).exists():

@@ -145,6 +145,8 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
     """A sweep file (or table) -> :class:`SweepSpec`, every grid point checked to build."""
     if isinstance(source, Mapping):
         raw, base_dir = copy.deepcopy(dict(source)), None
+    elif not str(source).strip():  # Path("") is the working folder
+        raise ConfigError("sweep", "empty: give a sweep file")
     else:
         raw, base_dir = read_table(source), Path(source).resolve().parent
         _refuse_scenario_file(raw, source)

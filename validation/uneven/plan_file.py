@@ -70,6 +70,8 @@ def load_plan(path: str | Path, world_size: int) -> PlanChoice:
     for a file that cannot be read, a field that is missing or wrong, or a plan for another
     number of workers."""
     where = str(path)
+    if not where.strip():  # Path("") is the working folder
+        raise PlanError("--plan", "an empty path: name the plan's file (hetsim plan --out)")
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
