@@ -141,15 +141,20 @@ def _make_axis(name: str, value: Any) -> Axis:
     return Axis(name, labels, tuple(sets))
 
 
+def _read_source(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path | None]:
+    """A sweep's raw tables and the folder its relative paths are read from."""
+    if isinstance(source, Mapping):
+        return copy.deepcopy(dict(source)), None
+    if not str(source).strip():  # Path("") is the working folder
+        raise ConfigError("sweep", "empty: give a sweep file")
+    raw = read_table(source)
+    _refuse_scenario_file(raw, source)
+    return raw, Path(source).resolve().parent
+
+
 def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
     """A sweep file (or table) -> :class:`SweepSpec`, every grid point checked to build."""
-    if isinstance(source, Mapping):
-        raw, base_dir = copy.deepcopy(dict(source)), None
-    elif not str(source).strip():  # Path("") is the working folder
-        raise ConfigError("sweep", "empty: give a sweep file")
-    else:
-        raw, base_dir = read_table(source), Path(source).resolve().parent
-        _refuse_scenario_file(raw, source)
+    raw, base_dir = _read_source(source)
     top = Table(raw, "", ["name", "base", "base_dir", "policies", "grid", "replications", "seed", "plots", "engine"])
     if top.has("base_dir"):  # where the base's relative files are (written into a run's sweep.toml)
         base_dir = Path(top.get(Param("base_dir", "path")))
