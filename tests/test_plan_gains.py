@@ -102,3 +102,21 @@ def test_a_resplitting_policys_closed_form_is_labelled_its_expected_path_on_a_ra
     assert table[3].split()[-1] == "approx." and table[2].split()[-1] == "exact"
     robust = plan(noisy, policies=["equal", "dynamic"], cost_error=0.1).rows  # kept under --cost-error
     assert robust[0].how.startswith("closed form, mean") and robust[1].how.startswith(f"{EXPECTED_PATH}, mean of")
+
+
+@pytest.mark.slow
+def test_the_gain_of_a_policy_at_its_own_batch_is_over_equal_simulated_there_where_equal_has_no_closed_form() -> None:
+    """goodput recommended at a batch of its own, on a cluster with slowdown episodes (no policy
+    has a closed form there): equal's row at that batch is simulated as every row is, so the
+    plan has its gain (it had none: equal's row there was looked for in closed form only)."""
+    from hetsim.plan.planner import rows_at
+
+    episodes = "workers.0.slowdown={every_s=5, duration_s=1, factor=2}"
+    efficiency = ["workload.efficiency.noise_scale=2000", "workload.efficiency.base_batch=256"]
+    scenario = load_scenario("paper", ["workload.epochs=2", episodes, *efficiency])
+    made = plan(scenario, policies=["equal", "goodput"])
+    batch = sum(made.recommended.split)
+    assert made.recommended.policy == "goodput" and batch != scenario.workload.global_batch
+    (equal,) = rows_at(scenario, batch, ("equal",), 0.0, made.seed)
+    assert equal.how.startswith("simulated") and sum(equal.split) == batch
+    assert made.gain_over_equal == pytest.approx(made.recommended.throughput_sps.value / equal.throughput_sps.value)
