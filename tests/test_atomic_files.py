@@ -49,3 +49,20 @@ def test_a_folder_that_cannot_take_every_file_is_left_as_it_was(tmp_path: Path, 
     assert (run / "plots" / "a.png").read_text() == "old plot"
     assert (run / "summary.csv").read_text() == "old table"
     assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no temporary folder left beside it
+
+
+def test_a_runs_folder_that_cannot_take_a_new_sweep_names_the_option(tmp_path: Path, monkeypatch) -> None:
+    """sweep --runs under a folder where the sweep's own folder cannot be made: the line named
+    the new folder's path alone, not the option it came from."""
+    from hetsim.sweep.results import RunFolder
+
+    real = Path.mkdir
+
+    def mkdir(self: Path, *args, **kwargs) -> None:
+        if self.parent == tmp_path / "runs":
+            raise PermissionError(13, "Permission denied")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    with pytest.raises(ConfigError, match=rf"^--runs: cannot make {tmp_path}/runs/0001_x: Permission denied$"):
+        RunFolder.create(tmp_path / "runs", "x")

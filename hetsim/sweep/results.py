@@ -65,6 +65,8 @@ class RunFolder:
                 return cls(path)
             except FileExistsError:
                 number += 1
+            except OSError as exc:  # a folder that cannot be written in
+                raise ConfigError("--runs", f"cannot make {path}: {exc.strerror or exc}") from None
 
     @classmethod
     def start(cls, root: Path, spec: SweepSpec, meta: Mapping[str, Any]) -> RunFolder:
