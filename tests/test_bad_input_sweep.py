@@ -5,6 +5,8 @@ left: :func:`tests.test_bad_input.check_refused`)."""
 from __future__ import annotations
 
 import copy
+import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -188,6 +190,23 @@ def test_sweep_refuses_bad_input(argv, line, files, tmp_path, capsys, monkeypatc
 SEEDS_EDITED = ("{run}/sweep.toml: edited since the sweep began (its finished cells were run from the sweep as it "
                 "was): restore it, or start a new sweep from the edited file")  # fmt: skip
 
+
+def replace_with_a_file(name: str):
+    def damage(run: Path) -> None:
+        shutil.rmtree(run / name)
+        (run / name).write_text("x")
+
+    return damage
+
+
+def replace_with_a_folder(name: str):
+    def damage(run: Path) -> None:
+        (run / name).unlink()
+        (run / name).mkdir()
+
+    return damage
+
+
 RESUME = [
     pytest.param(edit("sweep.toml", "seed = 11", "seed = 12"), [], SEEDS_EDITED, id="seed-edited"),
     pytest.param(edit("sweep.toml", "replications = 1", "replications = 0"), [],
@@ -202,6 +221,10 @@ RESUME = [
                  id="sweep-toml-bom"),
     pytest.param(lambda run: (run / "sweep.toml").unlink(), [],
                  "--resume: {run} is not a sweep results folder (no sweep.toml)", id="sweep-toml-gone"),
+    pytest.param(replace_with_a_file("parts"), [],  # a cell ran before the write failed
+                 "--resume: {run}/parts is not a folder (the finished cells are kept there)", id="parts-a-file"),
+    pytest.param(replace_with_a_folder("summary.csv"), [],
+                 "--resume: {run}/summary.csv is a folder, where the report writes a file", id="summary-a-folder"),
     pytest.param(lambda run: None, ["--jobs", "0"], "--jobs: must be in [1, 256], got 0", id="jobs-zero"),
     pytest.param(lambda run: None, ["--metric", "time_to_target"],
                  "--metric: time_to_target needs [workload.efficiency] with target_steps in the sweep's scenario",

@@ -85,6 +85,12 @@ class RunFolder:
         folder = cls(path)
         if not (folder.path / "sweep.toml").is_file():
             raise ConfigError(option, f"{path} is not a sweep results folder (no sweep.toml)")
+        parts = folder.path / "parts"
+        if parts.exists() and not parts.is_dir():  # found before a cell runs, not when it is written
+            raise ConfigError(option, f"{parts} is not a folder (the finished cells are kept there)")
+        for name in ("results.parquet", "summary.csv", "traces.parquet"):
+            if (folder.path / name).is_dir():
+                raise ConfigError(option, f"{folder.path / name} is a folder, where the report writes a file")
         return folder
 
     def spec(self) -> SweepSpec:
