@@ -42,7 +42,7 @@ def legend_outside(ax: Axes, **kwargs: Any) -> None:
 def figure_legend(fig: Figure, handles: Sequence[Any], title: str | None = None) -> None:
     """One legend for a figure of several panels, right of them all (a constrained layout)."""
     labels = [textwrap.fill(h.get_label(), LEGEND_WIDTH) for h in handles]
-    fig.legend(handles, labels, loc="outside right upper", fontsize="small", title=title, title_fontsize="small")
+    fig.legend(handles, labels, loc="outside right center", fontsize="small", title=title, title_fontsize="small")
 
 
 def nice_log_ticks(lo: float, hi: float, most: int = 7) -> list[float]:
