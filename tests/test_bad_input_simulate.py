@@ -19,6 +19,7 @@ CASES = [
     # options
     case("unknown-policy", ["--policy", "fastest"], "--policy: unknown policy 'fastest' (known: {policies})"),
     case("no-policy", ["--policy", ""], "--policy: no policy given"),
+    case("policy-left-out", ["--policy", "equal,,dynamic"], "--policy: an empty name in 'equal,,dynamic'"),  # was run
     case("policy-twice", ["--policy", "equal,equal"], "--policy: a policy is listed twice"),
     case("seed-negative", ["--seed", "-1"], "--seed: must be >= 0, got -1"),
     case("seed-text", ["--seed", "abc"], "hetsim simulate: argument --seed: invalid int value: 'abc'"),

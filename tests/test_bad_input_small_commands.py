@@ -53,6 +53,7 @@ CASES = [
     case("costs-negative", ["costs", "paper", "--batch", "-4"], "--batch: must be in [1, 1099511627776], got -4"),
     case("costs-empty", ["costs", "paper", "--batch", ""], "--batch: no batch size given"),
     case("costs-commas", ["costs", "paper", "--batch", ",,"], "--batch: no batch size given"),
+    case("costs-size-left-out", ["costs", "paper", "--batch", "1,,2"], "--batch: an empty size in '1,,2'"),
     case("costs-float", ["costs", "paper", "--batch", "1e3"], "--batch: must be an integer, got a string ('1e3')"),
     case("costs-nan", ["costs", "paper", "--batch", "nan"], "--batch: must be an integer, got a string ('nan')"),
     case("costs-unknown-scenario", ["costs", "nope", "--batch", "16"],

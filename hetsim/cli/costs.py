@@ -52,9 +52,11 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 def parse_batches(text: str) -> list[int]:
     """``16,32,64`` -> positive integers."""
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
+    items = [t.strip() for t in text.split(",")]
+    if not any(items):
         raise ConfigError("--batch", "no batch size given")
+    if not all(items):
+        raise ConfigError("--batch", f"an empty size in {text!r}")
     out = []
     for item in items:
         try:

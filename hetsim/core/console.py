@@ -89,9 +89,10 @@ def parse_policies(value: object, option: str = "--policy", reserved: Mapping[st
     if not isinstance(value, (str, list, tuple)):
         raise ConfigError(option, f"expected a comma-separated string or a list of policy names, got {value!r}")
     names = [p.strip() for p in value.split(",")] if isinstance(value, str) else [str(p).strip() for p in value]
-    names = [n for n in names if n]
-    if not names:
+    if not any(names):
         raise ConfigError(option, "no policy given")
+    if not all(names):  # a name left out between commas, or a stray comma: say so rather than guess
+        raise ConfigError(option, f"an empty name in {','.join(names)!r}")
     for name in names:
         if reserved and name in reserved:
             raise ConfigError(option, reserved[name])
