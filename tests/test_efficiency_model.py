@@ -200,8 +200,17 @@ def test_a_malformed_sweep_and_batches_it_does_not_hold_are_refused_in_one_line(
                   "{tmp}/bad/results.json:points.0.noise_shape: must be a list of [x, y] pairs, got int (5)",
                   tmp_path, capsys)  # fmt: skip
     check_refused(main, ["calibrate-efficiency", "{tmp}/good", "--batches", "1,2"],
-                  "RUN: no run reached the target at the global batches asked for (1, 2); the sweep holds 16, 32",
+                  "--batches: no run reached the target at the global batches asked for (1, 2); the sweep holds 16, 32",
                   tmp_path, capsys)  # fmt: skip
+    (tmp_path / "empty").mkdir()  # the line was cut short after "the sweep holds"
+    (tmp_path / "empty" / "results.json").write_text(json.dumps({**common, "points": []}))
+    check_refused(
+        main,
+        ["calibrate-efficiency", "{tmp}/empty"],
+        "RUN: the sweep holds no runs (its results.json lists no points)",
+        tmp_path,
+        capsys,
+    )
 
 
 def test_calibrate_efficiency_writes_the_table_it_fitted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -147,11 +147,14 @@ def fitted_model(sweep: Sweep, batches: Sequence[int] | None = None, schedule: b
     """:func:`~hetsim.model.efficiency_fit.fit` on the runs at ``batches`` that reached the target,
     and as censored those that stopped before it after the steps they recorded, starting from the
     base runs' noise scale (``schedule``: their median shape over progress)."""
+    if not sweep.points:
+        raise ConfigError("RUN", "the sweep holds no runs (its results.json lists no points)")
     runs = reached(sweep, batches)
     if not runs:
         held = ", ".join(str(b) for b in sorted({p.batch for p in sweep.points}))
         asked = "" if batches is None else f" ({', '.join(map(str, batches))})"
-        raise ConfigError("RUN", f"no run reached the target at the global batches asked for{asked}; the sweep "
+        field = "RUN" if batches is None else "--batches"
+        raise ConfigError(field, f"no run reached the target at the global batches asked for{asked}; the sweep "
                           f"holds {held}")  # fmt: skip
     base = reached(sweep, [sweep.base_batch])
     if schedule:  # a run whose first span of progress had no estimate measured a later span's "first"
