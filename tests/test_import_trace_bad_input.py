@@ -121,6 +121,8 @@ CASES = [
     case("no-such-file", [*CMD, R0, "{tmp}/r9.json.gz", *OUT], "{tmp}/r9.json.gz: no such file or folder", both()),
     case("reference-logs-with-batch", ["import-trace", "--format", "reference-logs", "{tmp}/run", "--batch", "0=8",
          *OUT], "--batch: only for --format torch-profiler (reference logs record the batches)", both()),
+    case("reference-logs-with-policy", ["import-trace", "--format", "reference-logs", "{tmp}/run", "--policy", "equal",
+         *OUT], "--policy: only for --format torch-profiler (reference logs record the policy)", both()),
     case("folder-of-two-segments", [*CMD, "{tmp}/prof", *OUT], "--policy: the traces are of 2 segments (a, b): pick "
          "one with --policy", {"prof/a-rank0.json.gz": gz(rank(0)), "prof/b-rank0.json.gz": gz(rank(0))}),
 ]  # fmt: skip

@@ -173,9 +173,9 @@ def parse_batch(text: str | None) -> dict[int, int] | None:
 
 def cmd_import_trace(args: argparse.Namespace) -> int:
     if args.format == "reference-logs":
-        for option, value in (("--batch", args.batch), ("--policy", args.policy)):
+        for option, value, what in (("--batch", args.batch, "the batches"), ("--policy", args.policy, "the policy")):
             if value is not None:
-                raise ConfigError(option, "only for --format torch-profiler (reference logs record the batches)")
+                raise ConfigError(option, f"only for --format torch-profiler (reference logs record {what})")
         return cmd_import_logs(argparse.Namespace(run_dir=[str(p) for p in args.paths], out=args.out))
     from hetsim.model.trace import TRACE_FORMATS, write_trace_table
     from hetsim.traces.profiler_files import rank_files
