@@ -191,11 +191,12 @@ def test_a_folder_without_meta_json_refuses_parts_of_another_grid_or_policy(edit
 def test_an_axis_of_tables_runs_reports_and_resumes(tmp_path, capsys):
     """A grid axis whose values are tables (slowdown episodes) records each as its inline TOML
     text: the report grouped by the tables themselves and died (unhashable dict), and a resume
-    compared Parquet's arrays with the file's lists."""
+    compared Parquet's arrays with the file's lists. The plotted cell is named by the table."""
+    slow = [{"every_s": 5.0, "duration_s": 1.0, "factor": 2.0}, {"every_s": 10.0, "duration_s": 1.0, "factor": 3.0}]
     sweep = {"name": "tables", "base": "paper", "policies": ["equal", "optimal"], "replications": 2, "seed": 1,
              "grid": {"workload.epochs": [1], "workers.0.delay": [{"dist": "empirical", "samples": [0.01, 0.02]}],
-                      "workers.1.slowdown": [{"every_s": 5.0, "duration_s": 1.0, "factor": 2.0},
-                                             {"every_s": 10.0, "duration_s": 1.0, "factor": 3.0}]}}  # fmt: skip
+                      "workers.1.slowdown": slow},
+             "plots": {"cell": {"workers.1.slowdown": slow[1]}}}  # fmt: skip
     (tmp_path / "s.toml").write_text(tomli_w.dumps(sweep))
     assert main(["sweep", str(tmp_path / "s.toml"), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
     run = only_run(tmp_path / "runs")

@@ -190,6 +190,8 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
     cell = plots_raw.data.get("cell", {})
     if not isinstance(cell, Mapping) or any(k not in names for k in cell):
         raise ConfigError("plots.cell", f"must map grid axes ({', '.join(names)}) to values")
+    plain = {a.name for a in axes if a.sets == ((a.name, a.sets[0][1]),)}  # their labels are _label's
+    cell = {k: _label(v) if k in plain else v for k, v in cell.items()}
     for axis in axes:
         if axis.name in cell and cell[axis.name] not in axis.labels:
             raise ConfigError(f"plots.cell.{axis.name}", f"{cell[axis.name]!r} is not one of {list(axis.labels)}")
