@@ -353,6 +353,8 @@ def write_trace(tmp_path: Path, **columns: Any) -> None:
         ("trace", ["{tmp}/t.csv", "--steps", "2:99"], "--steps: 2:99 ends beyond the last step, 5 (use 2:6)"),
         ("trace", ["{tmp}/t.csv", "--steps", "7:"], "--steps: 7: starts after the last step, 5"),
         ("trace", ["{tmp}/t.csv", "--steps", "a-b"], "--steps: 'a-b' is not A:B (steps A to B-1, e.g. 0:100)"),
+        ("trace", ["{tmp}/t.csv", "--steps=-1:3"],
+         "--steps: '-1:3' is not A:B (steps A to B-1, e.g. 0:100): steps count from 0"),
         ("no-compute", ["{tmp}/t.csv"], "compute_s: missing column in {tmp}/t.csv (a trace needs step, worker, "
                                         "local_batch, start_s, compute_s, wait_s, comm_s)"),  # fmt: skip
         ("duplicate", ["{tmp}/t.csv"], "{tmp}/t.csv: policy equal: step 0 has two rows of one worker: not a trace"),
@@ -362,8 +364,8 @@ def write_trace(tmp_path: Path, **columns: Any) -> None:
                                                         ".json.gz gzipped)"),  # fmt: skip
     ],
     ids=["missing", "empty-folder", "not-a-table", "unknown-policy", "empty-range", "beyond-the-end",
-         "after-the-end", "not-a-range", "no-compute-column", "two-rows-of-a-worker", "empty-policy", "out-is-a-folder",
-         "out-kind"],
+         "after-the-end", "not-a-range", "negative-start", "no-compute-column", "two-rows-of-a-worker", "empty-policy",
+         "out-is-a-folder", "out-kind"],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys, prepare, argv, line):
     if prepare == "folder":

@@ -71,7 +71,9 @@ def parse_steps(text: str | None) -> tuple[int | None, int | None]:
         return None, None
     match = STEPS.fullmatch(text)
     if match is None:
-        raise ConfigError("--steps", f"{text!r} is not A:B (steps A to B-1, e.g. 0:100)")
+        negative = "-" in text and STEPS.fullmatch(text.replace("-", "")) is not None
+        why = ": steps count from 0" if negative else ""
+        raise ConfigError("--steps", f"{text!r} is not A:B (steps A to B-1, e.g. 0:100){why}")
     first, stop = (int(g) if g else None for g in match.groups())
     if first is not None and stop is not None and stop <= first:
         raise ConfigError("--steps", f"{text} is an empty step range (B must be larger than A)")
