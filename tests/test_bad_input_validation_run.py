@@ -281,8 +281,10 @@ CASES = [
          {"run.toml": deep(".toml")}),
     case("run-file-unknown-key", ["{tmp}/run.toml"], f"speed: unknown key (known: {RUN_KEYS})",
          {"run.toml": "epochs = 2\nspeed = 3\n"}),
-    case("run-file-type", ["{tmp}/run.toml"], "--epochs: must be an integer, got a string ('two')",
+    case("run-file-type", ["{tmp}/run.toml"], "epochs: must be a number, got a string ('two')",
          {"run.toml": 'epochs = "two"\n'}),
+    case("run-file-number-as-text", ["{tmp}/run.toml"], "lr: must be a number, got a string ('0.1')",  # was taken
+         {"run.toml": 'lr = "0.1"\n'}),
     case("run-file-zero", ["{tmp}/run.toml"], "--epochs: must be in [1, 1000000], got 0", {"run.toml": "epochs = 0\n"}),
     case("run-file-delay", ["{tmp}/run.toml"], f"--delay 1: unknown distribution 'weibull' {KNOWN_DISTRIBUTIONS}",
          {"run.toml": '[delay]\n1 = "weibull:2"\n'}),
