@@ -42,10 +42,10 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
-from bench_common import stats
+from bench_common import refuse, stats
 
 from hetsim.calibrate.efficiency_runs import Sweep, fitted_model, load_sweeps, plain_model, reached
 from hetsim.core.errors import ConfigError
@@ -55,6 +55,8 @@ from hetsim.model.efficiency_fit import fit
 
 WORKLOADS = ("digits-cnn", "transformer")
 MULTIPLES = (1, 2, 4, 8)
+
+PROG = "batch_scaling"  # bad input: "batch_scaling: error: ..."
 
 
 def error_stats(errors: list[float]) -> dict[str, float | int | None]:
@@ -142,12 +144,6 @@ def summarised(rows_by_model: dict[str, list[dict[str, Any]]]) -> dict[str, Any]
             for name, rows in rows_by_model.items()}  # fmt: skip
 
 
-def refuse(line: str) -> NoReturn:
-    """Bad input: one line and exit status 2."""
-    print(f"batch_scaling: error: {line}", file=sys.stderr)
-    sys.exit(2)
-
-
 def sweep_folder(workload: str, args: argparse.Namespace) -> Path:
     """``args.out/WORKLOAD``, its sweep run first unless it holds one (of the learning rate and
     seeds asked for: another is refused, not reported as this one)."""
@@ -157,7 +153,9 @@ def sweep_folder(workload: str, args: argparse.Namespace) -> Path:
         asked = {"lr": args.lr.get(workload, held.get("lr")), "seeds": args.seeds, "first_seed": args.first_seed}
         for key, value in asked.items():
             if held.get(key, 0 if key == "first_seed" else None) != value:
-                refuse(f"--out: {folder} holds a sweep of {key} {held.get(key)!r}, not {value!r}: give another --out")
+                refuse(
+                    PROG, f"--out: {folder} holds a sweep of {key} {held.get(key)!r}, not {value!r}: give another --out"
+                )
     else:
         command = [sys.executable, "-m", "validation", "batch-sweep", "--workload", workload, "--batches",
                    ",".join(map(str, MULTIPLES)), "--seeds", str(args.seeds), "--first-seed", str(args.first_seed),
@@ -176,7 +174,7 @@ def reused_sets(folders: list[Path]) -> dict[str, dict[Path, Sweep]]:
         inside = sorted(f.parent for f in folder.glob("*/results.json"))
         sweeps = [folder] if (folder / "results.json").exists() else inside
         if not sweeps:
-            refuse(f"--reuse: no batch-sweep results under {folder}")
+            refuse(PROG, f"--reuse: no batch-sweep results under {folder}")
         for path in sweeps:
             sweep = load_sweeps([path])
             found.setdefault(sweep.workload, {}).setdefault(path.resolve(), sweep)
@@ -189,7 +187,7 @@ def learning_rates(text: str) -> dict[str, float]:
         pairs = [item.split("=", 1) for item in text.split(",") if item]
         return {name: float(value) for name, value in pairs}
     except ValueError:
-        refuse(f"--lr: expected WORKLOAD=LR,..., got {text!r}")
+        refuse(PROG, f"--lr: expected WORKLOAD=LR,..., got {text!r}")
 
 
 def parse_args() -> argparse.Namespace:
@@ -287,4 +285,4 @@ if __name__ == "__main__":
     try:
         main()
     except ConfigError as exc:
-        refuse(str(exc))
+        refuse(PROG, str(exc))

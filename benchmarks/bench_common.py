@@ -21,8 +21,15 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 MAX_ROUNDS = 100  # time_rounds: at most this many rounds where more fit in its budget
+
+
+def refuse(prog: str, line: str) -> NoReturn:
+    """A benchmark's bad input: ``prog: error: line`` and exit status 2, as the commands do."""
+    print(f"{prog}: error: {line}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def stats(values: Iterable[float]) -> dict[str, float]:

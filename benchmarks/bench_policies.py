@@ -22,7 +22,7 @@ import json
 import sys
 
 import bench_scale
-from bench_common import stats
+from bench_common import refuse, stats
 from bench_engines import scenario
 
 from hetsim.core.errors import ConfigError
@@ -59,8 +59,7 @@ def main() -> None:
         for p in policies:
             policy_class(p, "--policies")
     except ConfigError as exc:
-        print(f"bench_policies: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        refuse("bench_policies", str(exc))
     bench_scale.scenario = scenario_for  # paired() builds each policy's scenario by this name
     out: dict[str, object] = {"command": " ".join(sys.argv), "steps": args.steps, "sizes": {}}
     for n in (int(x) for x in args.workers.split(",")):

@@ -64,8 +64,9 @@ def scenario_policies(text: str | None, scenario: Scenario, notes: list[str] | N
 
 
 def check_seed(seed: int | None) -> None:
-    if seed is not None:
-        Param("--seed", "integer", low=0).check(seed)
+    from hetsim.scenario.scenario import check_seed as check  # the API's check, on the option
+
+    check(seed, "--seed")
 
 
 def check_new_folder(out: Path, force: bool, option: str = "--out") -> None:
@@ -110,6 +111,13 @@ def check_engine_option(name: str | None) -> None:
 def sample_every(value: int) -> int:
     """``--sample-every``, checked (simulate and sweep alike)."""
     return int(Param("--sample-every", "integer", low=1, high=MAX_COUNT).check(value))
+
+
+def check_sample_every_alone(value: int | None, trace: str | None) -> None:
+    """``--sample-every`` given without ``--trace sample`` would be ignored: refused (simulate and
+    a new sweep alike)."""
+    if value is not None and trace != "sample":
+        raise ConfigError("--sample-every", "only with --trace sample (it keeps every K-th step's rows)")
 
 
 def check_sizes(scenario: Scenario, policies: Iterable[Policy | type[Policy]], every: int) -> None:

@@ -29,6 +29,7 @@ from hetsim.cli.common import (
     add_scenario_options,
     check_engine_option,
     check_new_folder,
+    check_sample_every_alone,
     check_seed,
     check_sizes,
     sample_every,
@@ -56,8 +57,7 @@ if TYPE_CHECKING:
 def check_together(args: argparse.Namespace) -> None:
     """Options that mean something only beside another are refused alone (silently ignored, a
     typed option would look obeyed)."""
-    if args.sample_every is not None and args.trace != "sample":
-        raise ConfigError("--sample-every", "only with --trace sample (it keeps every K-th step's rows)")
+    check_sample_every_alone(args.sample_every, args.trace)
     if args.force and args.out is None:
         raise ConfigError("--force", "only with --out (it replaces the results in that folder)")
 

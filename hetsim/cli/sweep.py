@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetsim.cli.common import check_engine_option, check_sizes, sample_every
+from hetsim.cli.common import check_engine_option, check_sample_every_alone, check_sizes, sample_every
 from hetsim.core.console import path_argument
 from hetsim.core.errors import ConfigError
 from hetsim.core.options import (
@@ -224,8 +224,8 @@ def _trace_mode(args: argparse.Namespace, folder: RunFolder | None) -> TraceMode
 
     if args.sample_every is not None:
         sample_every(args.sample_every)
-        if folder is None and args.trace != "sample":
-            raise ConfigError("--sample-every", "only with --trace sample (it keeps every K-th step's rows)")
+        if folder is None:
+            check_sample_every_alone(args.sample_every, args.trace)
     if folder is None:
         return TraceMode(args.trace or "full", args.sample_every or DEFAULT_SAMPLE_EVERY)
     recorded = folder.trace_mode()

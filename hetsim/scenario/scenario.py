@@ -214,13 +214,13 @@ def check_scenario(value: object) -> Scenario:
     return value
 
 
-def check_seed(seed: object) -> int | None:
+def check_seed(seed: object, field: str = "seed") -> int | None:
     """``seed`` as an int (None: the scenario's); a boolean, a fraction or a negative number is a
-    ConfigError on ``seed`` (NumPy's own error would name no field)."""
+    ConfigError on ``field`` (NumPy's own error would name none)."""
     if seed is None:
         return None
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise ConfigError("seed", f"must be an integer, got {typename(seed)}")
+        raise ConfigError(field, f"must be an integer, got {typename(seed)}")
     if seed < 0:
-        raise ConfigError("seed", f"must be >= 0, got {seed}")
+        raise ConfigError(field, f"must be >= 0, got {seed}")
     return int(seed)

@@ -151,14 +151,14 @@ class RunFolder:
             match = PART.fullmatch(part.name)
             if match is None:
                 continue
-            problem = _part_problem(part, int(match.group(1)), len(seeds))
-            if problem is not None:
+            frame, problem = _read_part(part, int(match.group(1)), len(seeds))
+            if frame is None:
                 part.unlink()
                 notes.append(f"{part.relative_to(self.path)} {problem}")
                 continue
             # a folder with a fingerprint was refused by spec() before any edit got here: this
             # is for the folders of earlier versions, which have none
-            ran = pd.read_parquet(part, columns=["seed"])["seed"].tolist()
+            ran = frame["seed"].tolist()
             if ran != list(seeds):
                 raise ConfigError(
                     str(self.path / "sweep.toml"),
@@ -166,12 +166,11 @@ class RunFolder:
                     "restore them or start a new sweep",
                 )
             if cells:
-                self._check_cell(part, int(match.group(1)), cells)
+                self._check_cell(part, frame.iloc[0], int(match.group(1)), cells)
         return notes
 
-    def _check_cell(self, part: Path, cell: int, cells: Sequence[Mapping[str, Any]]) -> None:
-        """The part's grid labels and policy are its cell's in the sweep as it is now."""
-        first = pd.read_parquet(part).iloc[0]
+    def _check_cell(self, part: Path, first: pd.Series, cell: int, cells: Sequence[Mapping[str, Any]]) -> None:
+        """The part's grid labels and policy (its ``first`` row's) are its cell's in the sweep as it is now."""
         expected = cells[cell] if cell < len(cells) else None
         if expected is None or any(k not in first.index or not _same(first[k], v) for k, v in expected.items()):
             now = "no such cell" if expected is None else ", ".join(f"{k}={v}" for k, v in expected.items())
@@ -214,12 +213,18 @@ def fingerprint(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _part_problem(path: Path, cell: int, replications: int) -> str | None:
-    """What is wrong with a finished cell's part, or None."""
+def _read_part(path: Path, cell: int, replications: int) -> tuple[pd.DataFrame | None, str]:
+    """A finished cell's part, read once: (its rows, "") or (None, what is wrong with it)."""
     try:
         frame = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises many kinds for a damaged file
-        return f"cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        return None, f"cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    problem = _part_problem(frame, cell, replications)
+    return (None, problem) if problem is not None else (frame, "")
+
+
+def _part_problem(frame: pd.DataFrame, cell: int, replications: int) -> str | None:
+    """What is wrong with a finished cell's part (read), or None."""
     missing = [c for c in PART_COLUMNS if c not in frame.columns]
     if missing:
         return f"lacks the column {missing[0]!r}"
