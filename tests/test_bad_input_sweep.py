@@ -83,6 +83,12 @@ CASES = [
          sweep_file(grid={"workers.0.count": [1, 2, 2]})),
     case("axis-label-twice", [SWEEP], "grid.n.values.1: 'a' is listed twice (more runs of one setting: replications)",
          sweep_file(grid={"n": {"values": ["a", "a"], "workers.0.count": [1, 2]}})),
+    case("axis-labels-of-two-kinds", [SWEEP],  # one results column: Parquet refused it after every cell had run
+         "grid.n.values.1: is a text where the axis's first value is a number: give one kind of value (a number, "
+         "a text or a boolean)", sweep_file(grid={"n": {"values": [1, "b"], "workers.0.count": [1, 2]}})),
+    case("axis-values-of-two-kinds", [SWEEP],
+         "grid.workload.epochs.1: is a text where the axis's first value is a number: give one kind of value (a "
+         "number, a text or a boolean)", sweep_file(grid={"workload.epochs": [1, [2]]})),
     case("axis-without-paths", [SWEEP], "grid.n: a named axis needs at least one dotted path besides 'values'",
          sweep_file(grid={"n": {"values": [2]}})),
     case("axis-name-taken", [SWEEP], "grid.seed: this name is taken by a result column; rename the axis",

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 
 import pandas as pd
@@ -188,13 +189,16 @@ def test_a_folder_without_meta_json_refuses_parts_of_another_grid_or_policy(edit
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("error:constrained_layout not applied")  # long labels squeezed the panels away
 def test_an_axis_of_tables_runs_reports_and_resumes(tmp_path, capsys):
-    """A grid axis whose values are tables (slowdown episodes) records each as its inline TOML
-    text: the report grouped by the tables themselves and died (unhashable dict), and a resume
-    compared Parquet's arrays with the file's lists. The plotted cell is named by the table."""
+    """A grid axis whose values (or a named axis whose labels) are tables records each as its
+    inline TOML text: the report grouped by the tables themselves and died (unhashable dict),
+    and a resume compared Parquet's arrays with the file's lists. The plotted cell is named by
+    the table; a text in it is a TOML string (a quote escaped)."""
     slow = [{"every_s": 5.0, "duration_s": 1.0, "factor": 2.0}, {"every_s": 10.0, "duration_s": 1.0, "factor": 3.0}]
     sweep = {"name": "tables", "base": "paper", "policies": ["equal", "optimal"], "replications": 2, "seed": 1,
-             "grid": {"workload.epochs": [1], "workers.0.delay": [{"dist": "empirical", "samples": [0.01, 0.02]}],
+             "grid": {"length": {"values": [{"n": 1, "note": 'say "one"'}], "workload.epochs": [1]},  # a named axis
+                      "workers.0.delay": [{"dist": "empirical", "samples": [0.01, 0.02]}],
                       "workers.1.slowdown": slow},
              "plots": {"cell": {"workers.1.slowdown": slow[1]}}}  # fmt: skip
     (tmp_path / "s.toml").write_text(tomli_w.dumps(sweep))
@@ -203,6 +207,8 @@ def test_an_axis_of_tables_runs_reports_and_resumes(tmp_path, capsys):
     table = capsys.readouterr().out
     assert '| {dist = "empirical", samples = [0.01, 0.02]} |' in table
     assert "| {every_s = 5.0, duration_s = 1.0, factor = 2.0} |" in table
+    label = '{n = 1, note = "say \\"one\\""}'
+    assert f"| {label} |" in table and tomllib.loads(f"x = {label}")["x"] == sweep["grid"]["length"]["values"][0]
     (run / "parts" / "cell-00003.parquet").unlink()
     assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 0
     assert "1 of 4 cells to run" in capsys.readouterr().err

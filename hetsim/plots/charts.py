@@ -39,7 +39,8 @@ def speedup_lines(
     groups = list(summary.groupby(lines, sort=False)) if lines else [(None, summary)]
     values = list(order) if order is not None else [label for label, _ in groups]
     for label, group in groups:
-        group = group.sort_values(x)
+        if pd.api.types.is_numeric_dtype(group[x]):  # text (a table's TOML) keeps the sweep file's order
+            group = group.sort_values(x)
         mean, half = group[metric].to_numpy(float), np.nan_to_num(group[f"{metric}_ci95"].to_numpy(float))
         style = line_style(values.index(label) if label in values else len(values))
         name = None if label is None else f"{lines}={label}"

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from hetsim.model.trace import Trace
 from hetsim.plots.charts import gantt, gantt_handles, speedup_lines, split_over_epochs, step_cdf, utilization_bars
-from hetsim.plots.style import figure_legend, save
+from hetsim.plots.style import TICKS_WIDTH, TITLE_WIDTH, figure_legend, save, wrap, wrapped
 from hetsim.run.metrics import BASELINE
 
 METRIC_TEXT = {  # --metric: its name, and the speedup's ratio
@@ -106,7 +106,8 @@ def speedup_figure(
             ax = speedup_lines(panel, x, lines, grid[r, c], column, order)
             title = ", ".join([policy, *(f"{a}={v}" for a, v in zip(rest, facet))])
             missing = [str(v) for v, g in panel.groupby(x, sort=False)[column] if g.isna().all()]
-            ax.set_title(title + (f"\n(no value at {x}={', '.join(missing)})" if missing else ""), fontsize="small")
+            title += f"\n(no value at {x}={', '.join(missing)})" if missing else ""
+            ax.set_title(wrap(title, TITLE_WIDTH), fontsize="small")
             if panel[column].isna().all():  # this combination only: said in the panel, not left blank
                 ax.text(0.5, 0.5, "no value", transform=ax.transAxes, ha="center", va="center", color="dimgrey")
     _tidy_grid(grid, used, summary[x], _y_label(column, metric))
@@ -159,6 +160,8 @@ def _tidy_grid(grid: np.ndarray, used: np.ndarray, xs: pd.Series, ylabel: str) -
             ax.minorticks_off()
         if values and len(values) <= 8:
             ax.set_xticks(values, [f"{v:g}" for v in values])
+        elif values is None:  # text (a table's TOML): each tick's label wrapped to its share of the panel
+            ax.xaxis.set_major_formatter(wrapped(ax.xaxis.get_major_formatter(), TICKS_WIDTH // max(1, xs.nunique())))
 
 
 def _speedup_title(summary: pd.DataFrame, column: str, metric: str, empty: Sequence[str]) -> str:

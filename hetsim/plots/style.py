@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import Formatter, FuncFormatter, MaxNLocator
 
 from hetsim.core.files import atomic_write
 
@@ -29,6 +29,19 @@ def line_style(k: int) -> dict[str, Any]:
 
 
 LEGEND_WIDTH = 32  # characters a legend entry's line may take (a table-valued axis's label is longer)
+TITLE_WIDTH = 48  # characters a panel title's line may take in a 3.2-inch panel, small type
+TICKS_WIDTH = 36  # characters one row of x tick labels may take in such a panel, shared by its ticks
+
+
+def wrap(text: str, width: int) -> str:
+    """``text`` with each of its lines wrapped to ``width`` characters (long labels: a
+    table-valued axis's TOML text) so that a constrained layout keeps room for the data."""
+    return "\n".join(textwrap.fill(line, max(8, width)) for line in text.split("\n"))
+
+
+def wrapped(formatter: Formatter, width: int) -> FuncFormatter:
+    """``formatter``'s tick labels wrapped to ``width`` characters."""
+    return FuncFormatter(lambda value, pos: wrap(str(formatter(value, pos)), width))
 
 
 def legend_outside(ax: Axes, **kwargs: Any) -> None:
@@ -36,12 +49,12 @@ def legend_outside(ax: Axes, **kwargs: Any) -> None:
     long entries wrapped so that the room taken leaves the data theirs."""
     legend = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize="small", **kwargs)
     for text in legend.get_texts():
-        text.set_text(textwrap.fill(text.get_text(), LEGEND_WIDTH))
+        text.set_text(wrap(text.get_text(), LEGEND_WIDTH))
 
 
 def figure_legend(fig: Figure, handles: Sequence[Any], title: str | None = None) -> None:
     """One legend for a figure of several panels, right of them all (a constrained layout)."""
-    labels = [textwrap.fill(h.get_label(), LEGEND_WIDTH) for h in handles]
+    labels = [wrap(h.get_label(), LEGEND_WIDTH) for h in handles]
     fig.legend(handles, labels, loc="outside right center", fontsize="small", title=title, title_fontsize="small")
 
 

@@ -7,6 +7,7 @@ before anything runs.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -103,8 +104,18 @@ def _distinct(values: Sequence[Any], where: str) -> None:
             raise ConfigError(f"{where}.{i}", f"{value!r} is listed twice (more runs of one setting: replications)")
 
 
+def _one_kind(labels: Sequence[Any], where: str) -> None:
+    """An axis's labels are one column of the results: numbers, text (tables and lists are
+    their TOML text) or booleans, not a mix a table cannot hold."""
+    kinds = ["boolean" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else "text" for v in labels]
+    for i, kind in enumerate(kinds):
+        if kind != kinds[0]:
+            raise ConfigError(f"{where}.{i}", f"is a {kind} where the axis's first value is a {kinds[0]}: "
+                              "give one kind of value (a number, a text or a boolean)")  # fmt: skip
+
+
 def _label(value: Any) -> Any:
-    """What the results record for a plain axis's value: the value, or for a table or a list
+    """What the results record for an axis's value (a named axis's label): the value, or for a table or a list
     (a slowdown's ``{every_s = 5.0, ...}``) its inline TOML text, so that a table cell and a
     group key are one hashable value."""
     return _inline(value) if isinstance(value, (Mapping, list)) else value
@@ -117,7 +128,7 @@ def _inline(value: Any) -> str:
         return "[" + ", ".join(_inline(v) for v in value) + "]"
     if isinstance(value, bool):
         return str(value).lower()
-    return f'"{value}"' if isinstance(value, str) else str(value)
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else str(value)  # TOML's basic string
 
 
 def _make_axis(name: str, value: Any) -> Axis:
@@ -125,9 +136,12 @@ def _make_axis(name: str, value: Any) -> Axis:
     if not isinstance(value, Mapping):
         values = tuple(_list(value, where))
         _distinct(values, where)
+        _one_kind([_label(v) for v in values], where)
         return Axis(name, tuple(_label(v) for v in values), ((name, values),))
     labels = tuple(_list(value.get("values"), f"{where}.values"))
     _distinct(labels, f"{where}.values")
+    labels = tuple(_label(v) for v in labels)
+    _one_kind(labels, f"{where}.values")
     sets = []
     for path, vals in value.items():
         if path == "values":
@@ -190,8 +204,7 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
     cell = plots_raw.data.get("cell", {})
     if not isinstance(cell, Mapping) or any(k not in names for k in cell):
         raise ConfigError("plots.cell", f"must map grid axes ({', '.join(names)}) to values")
-    plain = {a.name for a in axes if a.sets == ((a.name, a.sets[0][1]),)}  # their labels are _label's
-    cell = {k: _label(v) if k in plain else v for k, v in cell.items()}
+    cell = {k: _label(v) for k, v in cell.items()}  # as the axes' labels are
     for axis in axes:
         if axis.name in cell and cell[axis.name] not in axis.labels:
             raise ConfigError(f"plots.cell.{axis.name}", f"{cell[axis.name]!r} is not one of {list(axis.labels)}")
