@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from validation.heartbeat import STALE_S, Watch, beat_file, cpu_state
+from validation.heartbeat import DIR_ENV, PARENT_ENV, STALE_S, Watch, beat_file, cpu_state
 
 pytestmark = [  # each test starts a Python process (slow: a subprocess start-up)
     pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)"),
@@ -88,3 +88,19 @@ def test_a_process_that_is_gone_leaves_the_beat_alone_to_decide(tmp_path):
     now = stale_beat(tmp_path, 0, "shutdown")
     assert cpu_state(proc.pid) is None
     assert Watch(tmp_path).stopped(0, proc.pid, now) == "shutdown"
+
+
+def test_ranks_whose_launcher_died_remove_its_folder_the_last_one_out(tmp_path):
+    """A launcher killed with SIGKILL cannot remove its heartbeat folder: each rank that finds
+    its launcher gone removes its beat, and the last one the folder (it was left in /tmp)."""
+    folder = tmp_path / "beats"
+    folder.mkdir()
+    beat_file(folder, 1).write_text("rank 1's last beat", encoding="utf-8")
+    env = {**os.environ, DIR_ENV: str(folder), PARENT_ENV: "1"}  # not its parent: the launcher is gone
+    code = "import time\nfrom validation import heartbeat\nheartbeat.start({rank}, lambda: 'x')\ntime.sleep(30)"
+
+    def orphan(rank: int) -> int:
+        return subprocess.run([sys.executable, "-c", code.format(rank=rank)], env=env, timeout=60).returncode
+
+    assert orphan(0) == 1 and [p.name for p in folder.iterdir()] == ["rank-1"]
+    assert orphan(1) == 1 and not folder.exists()

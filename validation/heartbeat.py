@@ -42,6 +42,7 @@ def start(rank: int, doing: Callable[[], str]) -> threading.Thread | None:
     def run() -> None:
         while True:
             if os.getppid() != parent:  # the launcher died: nobody supervises this rank any more
+                _leave(path)
                 os._exit(1)
             tmp = path.with_suffix(".tmp")
             try:
@@ -54,6 +55,17 @@ def start(rank: int, doing: Callable[[], str]) -> threading.Thread | None:
     thread = threading.Thread(target=run, name="heartbeat", daemon=True)
     thread.start()
     return thread
+
+
+def _leave(path: Path) -> None:
+    """Remove this rank's beat, and the folder once it is empty: a launcher that was killed
+    (SIGKILL) cannot remove it, so the last rank out does."""
+    for gone in (path, path.with_suffix(".tmp")):
+        gone.unlink(missing_ok=True)
+    try:
+        path.parent.rmdir()
+    except OSError:
+        pass  # another rank's beat is still there: the last one out removes the folder
 
 
 def stopped(folder: Path, rank: int, now: float | None = None) -> str | None:
