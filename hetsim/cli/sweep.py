@@ -153,7 +153,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                     "scenario": {"name": spec.base.get("name"), "config": spec.base},  # the grid's base
                     "seed": spec.seed}  # fmt: skip
             folder = RunFolder.start(args.runs, spec, meta)
-        _heal(folder, spec, "its cell runs again")
+        _heal(folder, spec, cells, "its cell runs again")
         try:
             _run_cells(folder, spec, executor, [c for c in cells if c.index not in folder.done_cells()], len(cells))
             print(render_report(folder, spec, args.metric, trace))
@@ -171,13 +171,13 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _heal(folder: RunFolder, spec: SweepSpec, then: str) -> None:
-    """Check the finished cells before using them: one note per damaged part, saying what was
-    wrong and ``then``, what becomes of its cell."""
-    from hetsim.sweep.run import cell_labels, expand, replication_seeds
+def _heal(folder: RunFolder, spec: SweepSpec, cells: Sequence[Cell], then: str) -> None:
+    """Check the finished cells (``cells``: the sweep's, expanded) before using them: one note
+    per damaged part, saying what was wrong and ``then``, what becomes of its cell."""
+    from hetsim.sweep.run import cell_labels, replication_seeds
 
-    cells = [{**cell_labels(spec, cell), "policy": cell.policy} for cell in expand(spec)]
-    for note in folder.heal(replication_seeds(spec), cells):
+    labels = [{**cell_labels(spec, cell), "policy": cell.policy} for cell in cells]
+    for note in folder.heal(replication_seeds(spec), labels):
         print(f"hetsim: note: {note}: {then}", file=sys.stderr)
 
 
@@ -247,8 +247,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     folder = RunFolder.open(args.run_dir)
     spec = folder.spec()
     trace = folder.trace_mode()  # what the sweep kept: the report draws the same
-    check_metric(args.metric, spec, expand(spec))
-    _heal(folder, spec, f"its cell is left out until the sweep is resumed (--resume {folder.path})")
+    cells = expand(spec)
+    check_metric(args.metric, spec, cells)
+    _heal(folder, spec, cells, f"its cell is left out until the sweep is resumed (--resume {folder.path})")
     print(render_report(folder, spec, args.metric, trace))
     return 0
 
