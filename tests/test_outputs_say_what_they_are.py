@@ -5,12 +5,18 @@ the wrong kind is named for what it is, in one line with exit status 2."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
 from hetsim import __version__
 from hetsim.cli.main import main
+from hetsim.core import provenance
 from hetsim.core.provenance import git_commit
 from hetsim.scenario.config import load_scenario
 
@@ -138,3 +144,37 @@ def test_json_outputs_are_strict_json_a_value_that_is_not_finite_is_null(tmp_pat
     assert "NaN" not in text and "Infinity" not in text
     assert json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict constant {c}")) == finite(data)
     assert json_text(float("nan")) == "null"
+
+
+def _commit_of(repo: Path) -> str:
+    """What ``git_commit`` records for the copy of hetsim in ``repo`` (imported from there)."""
+    code = "from hetsim.core.provenance import git_commit; print(git_commit())"
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    return subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_commit_is_hetsims_own_and_dirty_for_any_change_to_its_source(tmp_path):
+    """The commit was whatever repository enclosed the package (a project's ignored .venv gave
+    the project's HEAD), and "+dirty" looked at hetsim/core alone (an edited engine read clean)."""
+    git = lambda *args: subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    (tmp_path / "hetsim" / "core").mkdir(parents=True)
+    (tmp_path / "hetsim" / "__init__.py").write_text(f"__version__ = {__version__!r}\n")
+    (tmp_path / "hetsim" / "core" / "__init__.py").write_text("")
+    shutil.copy(provenance.__file__, tmp_path / "hetsim" / "core" / "provenance.py")
+    (tmp_path / ".gitignore").write_text("hetsim/\n__pycache__/\n")
+    (tmp_path / "README").write_text("a project that keeps hetsim in an ignored folder\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "theirs")
+    assert _commit_of(tmp_path) == "None"  # not hetsim's commit
+    (tmp_path / ".gitignore").write_text("__pycache__/\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "hetsim tracked")
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert _commit_of(tmp_path) == head.strip()
+    (tmp_path / "README").write_text("changed outside hetsim's source\n")
+    assert _commit_of(tmp_path) == head.strip()
+    (tmp_path / "hetsim" / "engines.py").write_text("# a new module\n")
+    assert _commit_of(tmp_path) == head.strip() + "+dirty"

@@ -75,17 +75,31 @@ def command_line() -> list[str]:
     return argv
 
 
+SOURCES = ("hetsim", "validation")  # the folders of a checkout whose changes make a result's commit "+dirty"
+
+
 def git_commit() -> str | None:
-    """The commit of the hetsim source tree (with ``+dirty`` if it has changes), or None (an
-    installed copy outside a git checkout, or no git)."""
-    here = Path(__file__).resolve().parent
+    """The commit of the checkout hetsim runs from (with ``+dirty`` if ``hetsim/`` or
+    ``validation/`` has changes, staged, unstaged or untracked), or None: an installed copy, no
+    git, or a package inside some other repository (a project's ignored ``.venv``), whose HEAD
+    is not hetsim's."""
+    root = Path(__file__).resolve().parents[2]  # hetsim/core/provenance.py -> the checkout
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
-        if commit.returncode != 0:
+        top = _git(root, "rev-parse", "--show-toplevel")
+        if (
+            top is None
+            or Path(top).resolve() != root
+            or _git(root, "ls-files", "--error-unmatch", "hetsim/__init__.py") is None
+        ):
             return None
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "."], cwd=here, capture_output=True, text=True, timeout=5
-        )
-        return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+        commit = _git(root, "rev-parse", "HEAD")
+        changes = _git(root, "status", "--porcelain", "--", *SOURCES)
     except (OSError, subprocess.SubprocessError):
         return None
+    return None if commit is None else commit + ("+dirty" if changes else "")
+
+
+def _git(root: Path, *args: str) -> str | None:
+    """``git -C root ARGS``'s output, stripped, or None where it fails."""
+    done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5)
+    return done.stdout.strip() if done.returncode == 0 else None
