@@ -22,6 +22,8 @@ CASES = [
     case("policy-left-out", ["--policy", "equal,,dynamic"], "--policy: an empty name in 'equal,,dynamic'"),  # was run
     case("policy-twice", ["--policy", "equal,equal"], "--policy: a policy is listed twice"),
     case("seed-negative", ["--seed", "-1"], "--seed: must be >= 0, got -1"),
+    case("seed-past-toml", ["--seed", str(2**63)],  # a file could not hold it: TOML's integers are 64-bit
+         f"--seed: must be <= {2**63 - 1} (TOML's largest integer), got {2**63}"),
     case("seed-text", ["--seed", "abc"], "hetsim simulate: argument --seed: invalid int value: 'abc'"),
     # checked as the command starts (hetsim.engines.check_engine), not by argparse: listing the
     # registry's engines as choices would import them into every command line (see hetsim.cli.main)
@@ -87,7 +89,8 @@ CASES = [
          "workers.1.failure: about 1.35e+12 episodes over the run (about 2.7e+03 s), more than the 1e+06 a run "
          "can draw: check the units"),
     case("gradient-negative", ["--set", "workload.gradient_mb=-1"], "workload.gradient_mb: must be >= 0, got -1"),
-    case("seed-field-negative", ["--set", "seed=-1"], "seed: must be >= 0, got -1"),
+    case("seed-field-negative", ["--set", "seed=-1"], f"seed: must be in [0, {2**63 - 1}], got -1"),
+    case("seed-field-past-toml", ["--set", f"seed={2**63}"], f"seed: must be in [0, {2**63 - 1}], got {2**63}"),
     case("name-int", ["--set", "name=3"], "name: must be a string, got int (3)"),
     case("unknown-key", ["--set", "colour=1"],
          "colour: unknown key (allowed: name, description, seed, workload, network, workers, policy)"),

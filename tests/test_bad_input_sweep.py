@@ -62,7 +62,8 @@ CASES = [
     case("replications-zero", [SWEEP], "replications: must be in [1, 100000], got 0", sweep_file(replications=0)),
     case("replications-huge", [SWEEP], f"replications: must be in [1, 100000], got {HUGE}",
          sweep_file(replications=HUGE)),
-    case("seed-negative", [SWEEP], "seed: must be >= 0, got -1", sweep_file(seed=-1)),
+    case("seed-negative", [SWEEP], f"seed: must be in [0, {2**63 - 1}], got -1", sweep_file(seed=-1)),
+    case("seed-past-toml", [SWEEP], f"seed: must be in [0, {2**63 - 1}], got {2**63}", sweep_file(seed=2**63)),
     case("unknown-engine", [SWEEP], "engine: unknown engine 'warp' (known: simpy, vector, auto)",
          sweep_file(engine="warp")),
     # the grid

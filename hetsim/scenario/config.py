@@ -25,7 +25,7 @@ from hetsim.model.efficiency import EFFICIENCY_PARAMS, Efficiency, Schedule, ext
 from hetsim.model.network import DEFAULT_KIND
 from hetsim.policies import make_policy
 from hetsim.scenario.raw_tables import Table, make_plugin
-from hetsim.scenario.scenario import PolicySpec, Scenario, Workload
+from hetsim.scenario.scenario import MAX_SEED, PolicySpec, Scenario, Workload
 from hetsim.scenario.worker_tables import check_worker_groups, make_worker_group
 
 # ----------------------------------------------------------------------------- reading files
@@ -206,7 +206,7 @@ def make_policy_spec(data: Any) -> PolicySpec:
 TOP_PARAMS = (
     Param("name", "string", default="scenario"),
     Param("description", "string", default=""),
-    Param("seed", "integer", default=0, low=0),
+    Param("seed", "integer", default=0, low=0, high=MAX_SEED),
 )
 
 

@@ -214,13 +214,18 @@ def check_scenario(value: object) -> Scenario:
     return value
 
 
+MAX_SEED = 2**63 - 1  # TOML's largest integer: a seed is written into scenario, sweep and run files
+
+
 def check_seed(seed: object, field: str = "seed") -> int | None:
-    """``seed`` as an int (None: the scenario's); a boolean, a fraction or a negative number is a
-    ConfigError on ``field`` (NumPy's own error would name none)."""
+    """``seed`` as an int (None: the scenario's); a boolean, a fraction, a negative number or
+    one above :data:`MAX_SEED` is a ConfigError on ``field`` (NumPy's own error would name none)."""
     if seed is None:
         return None
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ConfigError(field, f"must be an integer, got {typename(seed)}")
     if seed < 0:
         raise ConfigError(field, f"must be >= 0, got {seed}")
+    if seed > MAX_SEED:
+        raise ConfigError(field, f"must be <= {MAX_SEED} (TOML's largest integer), got {seed}")
     return int(seed)

@@ -23,7 +23,7 @@ from hetsim.policies import policy_class
 from hetsim.run.simulate import check_kept_size
 from hetsim.scenario.config import build_scenario, read_table, resolve_source, set_path
 from hetsim.scenario.raw_tables import Table
-from hetsim.scenario.scenario import Scenario
+from hetsim.scenario.scenario import MAX_SEED, Scenario
 
 MAX_REPLICATIONS = 100_000  # seeds per cell: far beyond any confidence interval's need, within memory
 
@@ -214,7 +214,7 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
         policies=tuple(policies),
         axes=axes,
         replications=top.get(Param("replications", "integer", default=1, low=1, high=MAX_REPLICATIONS)),
-        seed=top.get(Param("seed", "integer", default=scenario.seed, low=0)),
+        seed=top.get(Param("seed", "integer", default=scenario.seed, low=0, high=MAX_SEED)),
         plots=PlotSpec(plots_raw.data.get("x"), plots_raw.data.get("lines"), tuple(cell.items())),
         base_dir=None if scenario_dir is None else str(scenario_dir),
         engine=top.get(Param("engine", "string", default=AUTO)),
