@@ -224,8 +224,9 @@ def check_seed(seed: object, field: str = "seed") -> int | None:
         return None
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise ConfigError(field, f"must be an integer, got {typename(seed)}")
-    if seed < 0:
-        raise ConfigError(field, f"must be >= 0, got {seed}")
-    if seed > MAX_SEED:
-        raise ConfigError(field, f"must be <= {MAX_SEED} (TOML's largest integer), got {seed}")
-    return int(seed)
+    value = int(seed)
+    if value < 0:
+        raise ConfigError(field, f"must be >= 0, got {value}")
+    if value > MAX_SEED:
+        raise ConfigError(field, f"must be <= {MAX_SEED} (TOML's largest integer), got {value}")
+    return value
