@@ -87,6 +87,27 @@ def test_a_sweeps_meta_json_records_its_scenario_and_seed(tmp_path):
     assert meta["git_commit"] == git_commit() and meta["hetsim_version"] == __version__ and "sweep" in meta["command"]
 
 
+@pytest.mark.slow
+def test_each_resume_is_recorded_and_another_hetsims_is_said(tmp_path, capsys):
+    """A resume wrote nothing: cells of two versions of the code, or two engines, stood in one
+    folder under the first's commit."""
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('name = "tiny"\nbase = "paper"\npolicies = ["equal"]\n[grid]\n"workload.epochs" = [1, 2]\n')
+    assert main(["sweep", str(sweep), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
+    run = next((tmp_path / "runs").glob("*_tiny"))
+    assert main(["sweep", "--resume", str(run), "--engine", "simpy", "--jobs", "1"]) == 0
+    assert "note" not in capsys.readouterr().err  # the same hetsim: nothing to say
+    meta = json.loads((run / "meta.json").read_text())
+    (first,) = meta["resumes"]
+    assert first["engine"] == "simpy" and first["git_commit"] == git_commit() and "--resume" in first["command"]
+    (run / "meta.json").write_text(json.dumps({**meta, "git_commit": "0" * 40}))  # as if begun at another commit
+    (run / "parts" / "cell-00001.parquet").unlink()
+    assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 0
+    note = f"hetsim: note: {run} was started by another hetsim (git_commit {'0' * 40} -> {git_commit()}): its cells"
+    assert note in capsys.readouterr().err
+    assert [r["engine"] for r in json.loads((run / "meta.json").read_text())["resumes"]] == ["simpy", "auto"]
+
+
 def test_a_scenario_file_given_to_sweep_is_named(tmp_path, capsys):
     path = tmp_path / "paper.toml"
     assert main(["show", "paper"]) == 0

@@ -139,9 +139,10 @@ def interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *options: str) 
 @pytest.mark.parametrize("mode", [["--trace", "sample", "--sample-every", "3"], ["--trace", "none"]], ids=str)
 def test_resume_and_report_keep_the_recorded_mode(mode, full, tmp_path, monkeypatch, capsys):
     run = interrupted(tmp_path, monkeypatch, *mode)
-    meta = (run / "meta.json").read_bytes()
+    meta = json.loads((run / "meta.json").read_text())
     assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 0  # the mode not repeated
-    assert (run / "meta.json").read_bytes() == meta
+    resumed = json.loads((run / "meta.json").read_text())
+    assert resumed.pop("resumes") and resumed == meta  # the resume added, the sweep's own record kept
     assert (run / "summary.csv").read_bytes() == (full / "summary.csv").read_bytes()
     expected_plots = SAMPLED_PLOTS if "sample" in mode else {"speedup.png"}
 

@@ -5,8 +5,9 @@ Layout::
     sweep.toml        the resolved sweep (base inlined): --resume reads it back
     meta.json         hetsim version, git commit, Python, host, date, command line, what
                       the plotted cell keeps of its traces (``trace``, ``sample_every``:
-                      --resume and report keep to it), and ``sweep_sha256``, the hash of
-                      sweep.toml as written (--resume and report refuse an edited one)
+                      --resume and report keep to it), ``sweep_sha256``, the hash of
+                      sweep.toml as written (--resume and report refuse an edited one), and
+                      ``resumes``: each resume's provenance, executor and engine
     parts/cell-NNNNN.parquet   one file per finished cell, written atomically as it finishes
     results.parquet   one row per cell and replication (all parts), rebuilt at the end
     summary.csv       per cell: mean and 95% CI over replications, speedup vs equal
@@ -105,6 +106,21 @@ class RunFolder:
             raise ConfigError(str(self.path / "sweep.toml"), f"edited since the sweep began ({why}): restore it, or "
                               "start a new sweep from the edited file")  # fmt: skip
         return spec
+
+    def record_resume(self, meta: Mapping[str, Any]) -> str | None:
+        """Append this resume's :func:`provenance` and ``meta`` (its executor and engine) to
+        meta.json's ``resumes``; a note when its version or commit is not the sweep's first (its
+        cells then come from two versions of the code), else None."""
+        path = self.path / "meta.json"
+        began = read_table(path) if path.is_file() else {}
+        now = {**provenance(), **meta}
+        write_json(path, {**began, "resumes": [*began.get("resumes", []), now]})
+        changed = [f"{key} {began[key]} -> {now[key]}" for key in ("hetsim_version", "git_commit")
+                   if key in began and began[key] != now[key]]  # fmt: skip
+        if not changed:
+            return None
+        started = f"{self.path} was started by another hetsim ({', '.join(changed)})"
+        return f"{started}: its cells come from both (meta.json's resumes)"
 
     def trace_mode(self) -> TraceMode:
         """What the sweep keeps of its plotted cell's traces, as its meta.json records (``full``
