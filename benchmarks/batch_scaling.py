@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import refuse, stats
+from bench_common import checked_seed, refuse, stats
 
 from hetsim.calibrate.efficiency_runs import Sweep, fitted_model, load_sweeps, plain_model, reached
 from hetsim.core.errors import ConfigError
@@ -204,7 +204,10 @@ def parse_args() -> argparse.Namespace:
                         help="the sweeps' --lr per workload (default digits-cnn=0.03)")  # fmt: skip
     parser.add_argument("--resamples", type=int, default=200, help="draws of the seeds for the typical intervals")
     parser.add_argument("--seed", type=int, default=0, help="the resampling's seed")
-    return parser.parse_args()
+    args = parser.parse_args()
+    checked_seed(PROG, args.seed)
+    checked_seed(PROG, args.first_seed, "--first-seed")
+    return args
 
 
 def resampled(sets: list[Sweep], rng: np.random.Generator) -> list[Sweep]:

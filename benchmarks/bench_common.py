@@ -32,6 +32,16 @@ def refuse(prog: str, line: str) -> NoReturn:
     raise SystemExit(2)
 
 
+def checked_seed(prog: str, seed: int, option: str = "--seed") -> int:
+    """A benchmark's seed, refused as the commands refuse one (negative, or past TOML's largest
+    integer) before anything runs, not after its runs when the seed is first drawn from."""
+    from hetsim.scenario.scenario import MAX_SEED  # here: the start-up benchmark imports this module bare
+
+    if not 0 <= seed <= MAX_SEED:
+        refuse(prog, f"{option}: must be in [0, {MAX_SEED}], got {seed}")
+    return seed
+
+
 def stats(values: Iterable[float]) -> dict[str, float]:
     """Mean, median and 90th percentile of ``values`` (the percentile linear between order
     statistics, as numpy's default and ``statistics.quantiles(method="inclusive")``)."""

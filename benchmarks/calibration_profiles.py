@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from bench_common import checked_seed
 
 from hetsim.calibrate import calibrate
 from hetsim.model.costs import Profile, device_profiles
@@ -122,6 +123,7 @@ def main() -> int:
     parser.add_argument("--sigma", type=float, default=0.05, help="lognormal noise sigma")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    checked_seed("calibration_profiles", args.seed)
     result = run(args.train, args.steps, args.sigma, args.seed)
     if args.json:
         print(json.dumps(result, indent=2))

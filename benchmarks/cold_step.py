@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from bench_common import rotated, stats
+from bench_common import checked_seed, refuse, rotated, stats
 
 from hetsim.sweep.results import provenance
 from validation.profile_measure import Stepper
@@ -78,7 +78,8 @@ def main() -> None:
     waits = {"sleep": time.sleep, "spin": spin}
     modes = args.modes.split(",")
     if any(m not in waits for m in modes) or min(gaps) < 0 or args.trials < 1 or args.rounds < 1:
-        raise SystemExit("cold_step: --modes takes sleep and spin, --gaps-ms non-negative, --trials and --rounds >= 1")
+        refuse("cold_step", "--modes takes sleep and spin, --gaps-ms non-negative, --trials and --rounds >= 1")
+    checked_seed("cold_step", args.seed)
     torch.set_num_threads(1)
     result: dict[str, Any] = {"benchmark": "cold_step", "config": vars(args), **provenance(), "cases": {}}
     for name, batch in parse_cases(args.cases):

@@ -4,6 +4,7 @@ within a round, targets judged on the median over rounds (never the best run).""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -112,3 +113,19 @@ def test_time_rounds_warms_up_only_the_methods_it_names():
     methods = {"a": clock.method("a", 1.0), "b": clock.method("b", 1.0), "c": clock.method("c", 1.0)}
     timed = time_rounds(methods, 1, warmup=("c", "a", "unknown"), clock=clock)
     assert clock.calls == ["a", "c", "a", "b", "c"] and timed.seconds == {"a": [1.0], "b": [1.0], "c": [1.0]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("script", "option"),
+    [("batch_scaling.py", "--seed"), ("batch_scaling.py", "--first-seed"), ("cold_step.py", "--seed"),
+     ("calibration_profiles.py", "--seed")],
+)  # fmt: skip
+def test_a_benchmark_refuses_a_bad_seed_before_it_runs(script, option):
+    """batch_scaling took --seed -1 and ran its sweeps before the resampling refused it; cold_step
+    and calibration_profiles ended in a traceback."""
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / script
+    done = subprocess.run([sys.executable, str(bench), option, "-1"], capture_output=True, text=True, timeout=60)
+    prog = script.removesuffix(".py")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"{prog}: error: {option}: must be in [0, {2**63 - 1}], got -1\n"
