@@ -396,7 +396,9 @@ def test_the_scenario_reads_back_in_hetsim_and_runs(tmp_path):
     info = profile_output.meta(config, results, scenario, 1.0)
     profile_output.write(config.out, scenario, profile_output.rows(results), info)
     assert sorted(p.name for p in config.out.iterdir()) == ["meta.json", "profile.csv", "scenario.toml"]
-    assert tomllib.loads((config.out / "scenario.toml").read_text()) == scenario
+    text = (config.out / "scenario.toml").read_text()
+    assert tomllib.loads(text) == scenario
+    assert text.startswith(f"# command: {info['command']}\n# hetsim_version: {info['hetsim_version']}\n# git_commit: ")
     loaded = load_scenario(config.out / "scenario.toml")
     assert (loaded.n_workers, loaded.workload.global_batch, loaded.workload.dataset_size) == (2, 96, 1438)
     assert loaded.workload.gradient_mb == 0.153128 and loaded.seed == 3

@@ -300,10 +300,11 @@ def write(out: Path, scenario: dict[str, Any], table: list[dict[str, Any]], info
     import pandas as pd
 
     from hetsim.core.files import atomic_folder, write_frame, write_json
+    from hetsim.core.provenance import comment_header
     from hetsim.scenario.config import build_scenario
 
     build_scenario(scenario)
-    text = scenario_toml(scenario)
+    text = comment_header(info) + scenario_toml(scenario)  # the file a user copies out: it says what made it
     with atomic_folder(out, "--out") as tmp:
         (tmp / "scenario.toml").write_text(text, encoding="utf-8")
         write_frame(tmp / "profile.csv", pd.DataFrame(table))

@@ -362,8 +362,9 @@ def _dump(scenario: dict[str, Any], kind: str, record: Mapping[str, Any]) -> str
         return json_text(scenario) + "\n"
     import tomli_w
 
-    head = "".join(f"# {key}: {record[key]}\n" for key in ("command", "hetsim_version", "git_commit", "date"))
-    return head + tomli_w.dumps(scenario)
+    from hetsim.core.provenance import comment_header
+
+    return comment_header(record) + tomli_w.dumps(scenario)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

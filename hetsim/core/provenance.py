@@ -47,6 +47,13 @@ def run_record(
     return {**provenance(argv), "scenario": {"name": name, "config": dict(config)}, "seed": seed}
 
 
+def comment_header(record: Mapping[str, Any]) -> str:
+    """``record``'s command, version, commit and date as ``# key: value`` lines, heading a TOML
+    file that is meant to be copied out of its folder (a calibrated or profiled scenario)."""
+    shown = {**record, "git_commit": record.get("git_commit") or "none (not run from a git checkout of hetsim)"}
+    return "".join(f"# {key}: {shown[key]}\n" for key in ("command", "hetsim_version", "git_commit", "date"))
+
+
 _GIVEN: list[str] | None = None  # the command a caller of hetsim.cli.main.main(argv) ran, set by record_command
 
 
