@@ -103,7 +103,7 @@ def _add_sweep(sw: argparse.ArgumentParser) -> None:
         "--engine",
         default=None,
         help="simpy, vector, auto or a plug-in's name (default: the sweep file's engine key, else auto; the "
-        "results are the same)",
+        "traces are the same, a utilization summed in another order may differ in its last bit)",
     )
     sw.add_argument(
         "--trace",
