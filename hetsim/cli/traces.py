@@ -94,8 +94,8 @@ def default_out(source: Path) -> Path:
 
 
 def cmd_export_trace(args: argparse.Namespace) -> int:
-    from hetsim import __version__
     from hetsim.core.files import check_writable
+    from hetsim.core.provenance import provenance
     from hetsim.traces.chrome import check_size, lay_out, select_steps, write_chrome
     from hetsim.traces.sources import describe, load_source
 
@@ -125,7 +125,7 @@ def cmd_export_trace(args: argparse.Namespace) -> int:
             policy = laid_run.run.trace.policy
             source.notes.append(f"policy {policy}: buckets drawn in {drawn.steps_drawn} of {drawn.steps} steps "
                                 "(the others' all-reduce does not match the scenario's plan)")  # fmt: skip
-    other = {"source": str(args.source), "kind": source.kind, "steps": chosen, "hetsim_version": __version__}
+    other = {"source": str(args.source), "kind": source.kind, "steps": chosen, **provenance()}
     write_chrome(out, laid, other)
     for note in source.notes:
         print(f"note: {note}", file=sys.stderr)
