@@ -228,7 +228,8 @@ def extrapolated(scenario: Scenario, progress: float | None, steps: int, step_s:
     efficiency = scenario.workload.efficiency
     if efficiency is None or efficiency.target_steps is None or not progress:
         return None
-    needed = math.ceil(efficiency.target_steps / (progress / steps))
+    exact = efficiency.target_steps * steps / progress  # a whole number where the rate divides the target
+    needed = math.ceil(exact * (1 - 1e-12))  # ... not one step more for its last bit (1 / (1 / 49) > 49)
     if needed > scenario.workload.total_steps:
         return None
     return Estimate(needed * step_s.value, needed * step_s.low, needed * step_s.high)
