@@ -12,6 +12,7 @@ from hetsim.analysis.analytic import predict
 from hetsim.model.costs import Affine
 from hetsim.plan.rows import Estimate, extrapolated
 from hetsim.policies import WorkerHint, make_policy
+from hetsim.policies.base import StepInfo
 from hetsim.run.metrics import Run, recovery_steps, summarize
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario, load_scenario
@@ -211,3 +212,16 @@ def test_extrapolated_steps_are_not_one_more_for_a_rounding_error():
         raw["workload"]["epochs"] = 100  # a budget none of them reaches
         got = extrapolated(build_scenario(raw), float(progress), steps, Estimate(1.0, 1.0, 1.0))
         assert got is not None and got.value == math.ceil(target * steps / progress)  # exact in integers
+
+
+@pytest.mark.parametrize("name", ["optimal", "dynamic"])  # its own rule, and the base class's
+def test_the_workers_up_take_the_batch_when_their_caps_hold_it_exactly(name):
+    """Worker 2 down, workers 0 and 1 capped at 50 each, B = 100: their caps hold the batch exactly,
+    so they take 50 each and the worker down none (a `<=` where `<` is meant would keep the split
+    that gives worker 2 samples and wait for it)."""
+    hints = [WorkerHint(max_batch=50, cost=Affine(0.0, 0.001)), WorkerHint(max_batch=50, cost=Affine(0.0, 0.002)),
+             WorkerHint(max_batch=100, cost=Affine(0.0, 0.001))]  # fmt: skip
+    policy = make_policy(name)
+    policy.reset(3, 100, hints)
+    assert policy.partition(StepInfo(0, 0, 0, 1))[2] > 0  # all up: worker 2 has samples
+    assert tuple(policy.partition(StepInfo(1, 0, 1, 2, (True, True, False)))) == (50, 50, 0)
