@@ -96,7 +96,7 @@ def test_ranks_whose_launcher_died_remove_its_folder_the_last_one_out(tmp_path):
     folder = tmp_path / "beats"
     folder.mkdir()
     beat_file(folder, 1).write_text("rank 1's last beat", encoding="utf-8")
-    env = {**os.environ, DIR_ENV: str(folder), PARENT_ENV: "1"}  # not its parent: the launcher is gone
+    env = {**os.environ, DIR_ENV: str(folder), PARENT_ENV: str(os.getpid() + 1)}  # not its parent: gone
     code = "import time\nfrom validation import heartbeat\nheartbeat.start({rank}, lambda: 'x')\ntime.sleep(30)"
 
     def orphan(rank: int) -> int:

@@ -105,7 +105,35 @@ def test_each_resume_is_recorded_and_another_hetsims_is_said(tmp_path, capsys):
     assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 0
     note = f"hetsim: note: {run} was started by another hetsim (git_commit {'0' * 40} -> {git_commit()}): its cells"
     assert note in capsys.readouterr().err
-    assert [r["engine"] for r in json.loads((run / "meta.json").read_text())["resumes"]] == ["simpy", "auto"]
+    meta = json.loads((run / "meta.json").read_text())
+    assert [r["engine"] for r in meta["resumes"]] == ["simpy", "auto"]
+    # a resume refused when the folder is checked records nothing (a folder without its fingerprint,
+    # its seed edited: heal refuses the parts)
+    del meta["sweep_sha256"]
+    (run / "meta.json").write_text(json.dumps(meta))
+    (run / "sweep.toml").write_text((run / "sweep.toml").read_text().replace("seed = 0", "seed = 1"))
+    assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 2
+    assert json.loads((run / "meta.json").read_text()) == meta
+
+
+@pytest.mark.slow
+def test_an_exported_trace_says_what_made_it(tmp_path):
+    """export-trace's otherData recorded the version alone."""
+    assert main([*SMALL, "--out", str(tmp_path / "sim")]) == 0
+    assert main(["export-trace", str(tmp_path / "sim"), "-o", str(tmp_path / "t.json")]) == 0
+    made = json.loads((tmp_path / "t.json").read_text())["otherData"]
+    assert made["source"] == str(tmp_path / "sim") and made["git_commit"] == git_commit()
+    assert made["hetsim_version"] == __version__ and made["date"] and "export-trace" in made["command"]
+
+
+def test_a_line_break_in_the_command_stays_in_the_header_comment():
+    """calibrate --name $'x\\nseed = 7' wrote its command across two lines: the second was read
+    as TOML (a setting, or a file that no longer loads)."""
+    record = {"command": "hetsim calibrate t.csv --name 'x\nseed = 7\x01'", "hetsim_version": __version__,
+              "git_commit": None, "date": "2026-12-05"}  # fmt: skip
+    header = provenance.comment_header(record)
+    assert header.count("\n") == 4 and "# command: hetsim calibrate t.csv --name 'x\\nseed = 7\\x01'" in header
+    assert tomllib.loads(header + "name = 'y'\n") == {"name": "y"}
 
 
 def test_a_scenario_file_given_to_sweep_is_named(tmp_path, capsys):
@@ -197,5 +225,9 @@ def test_the_commit_is_hetsims_own_and_dirty_for_any_change_to_its_source(tmp_pa
     assert _commit_of(tmp_path) == head.strip()
     (tmp_path / "README").write_text("changed outside hetsim's source\n")
     assert _commit_of(tmp_path) == head.strip()
+    (tmp_path / "validation").mkdir()
+    (tmp_path / "validation" / "run.py").write_text("# validation's source counts too\n")
+    assert _commit_of(tmp_path) == head.strip() + "+dirty"
+    (tmp_path / "validation" / "run.py").unlink()
     (tmp_path / "hetsim" / "engines.py").write_text("# a new module\n")
     assert _commit_of(tmp_path) == head.strip() + "+dirty"

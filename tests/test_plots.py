@@ -239,3 +239,20 @@ def test_a_grid_with_no_value_anywhere_draws_no_empty_axes_but_says_so():
     assert not ax.axison and "nothing to draw" in ax.texts[0].get_text()
     assert all(p in fig.get_suptitle() for p in POLICIES if p != "equal")
     assert "CI" not in fig.get_suptitle()  # no interval of values that do not exist
+
+
+@pytest.mark.slow
+def test_a_text_axis_keeps_the_files_order_and_its_long_labels_fit():
+    """A table-valued x axis (slowdown episodes, labelled by their TOML) is drawn in the sweep
+    file's order, not sorted as text ("every_s = 10" before "every_s = 5"), its tick labels and
+    panel titles wrapped so that every label stays inside the image."""
+    labels = [f"{{every_s = {s}.0, duration_s = 1.0, factor = 2.0}}" for s in (5, 10, 20)]
+    rows = [{"slowdown": x, "policy": p, "replications": 2, "speedup_vs_equal": 1.0 if p == "equal" else 1.1 + 0.1 * i,
+             "speedup_vs_equal_ci95": 0.0 if p == "equal" else 0.05} for i, x in enumerate(labels)
+            for p in ("equal", "optimal")]  # fmt: skip
+    fig = speedup_figure(pd.DataFrame(rows), ["slowdown"], "slowdown", None, "throughput")
+    renderer = drawn(fig)
+    (ax,) = visible_axes(fig)
+    ticks = [t.get_text().replace("\n", " ") for t in ax.get_xticklabels()]
+    assert ticks == labels and all("\n" in t.get_text() for t in ax.get_xticklabels())
+    texts_inside(fig, renderer)

@@ -19,10 +19,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import tomli_w
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hetsim.cli.main import main
 from hetsim.sweep.run import LocalExecutor, expand
-from hetsim.sweep.spec import load_sweep
+from hetsim.sweep.spec import _inline, load_sweep
 from tests.test_sweep import only_run, write_sweep
 
 
@@ -213,3 +215,18 @@ def test_an_axis_of_tables_runs_reports_and_resumes(tmp_path, capsys):
     assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 0
     assert "1 of 4 cells to run" in capsys.readouterr().err
     assert main(["report", str(run)]) == 0
+
+
+SCALARS = (st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.booleans()
+           | st.text(st.characters(blacklist_categories=("Cs",)), max_size=8))  # fmt: skip
+VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
+                      | st.dictionaries(st.text(st.characters(blacklist_categories=("Cs",)), max_size=6), inner,
+                                        max_size=3), max_leaves=8)  # fmt: skip
+
+
+@pytest.mark.slow
+@given(st.dictionaries(st.text(st.characters(blacklist_categories=("Cs",)), max_size=6), VALUES, max_size=4))
+def test_a_tables_label_is_toml_that_reads_back_as_the_table(table):
+    """A table-valued axis is labelled by its inline TOML: keys that are not bare (a space, a dot,
+    none at all, non-ASCII) were written unquoted, and DEL raw, so some labels were not TOML."""
+    assert tomllib.loads(f"x = {_inline(table)}")["x"] == table

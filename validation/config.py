@@ -18,6 +18,7 @@ from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param
 from hetsim.policies import policy_class
 from hetsim.scenario.config import make_efficiency, read_table
+from hetsim.scenario.scenario import MAX_SEED as HETSIM_MAX_SEED
 from validation.backend import check_one_rank_per_gpu, parse_devices
 from validation.config_checks import check_across
 from validation.contention import MAX_NEIGHBOUR_CORES
@@ -27,7 +28,7 @@ from validation.placement import available_cpus, parse_cpu_list
 from validation.workloads import resolve_workload
 from validation.workloads.base import Workload
 
-MAX_SEED = 2**64 - 1  # torch.manual_seed takes at most this
+MAX_SEED = HETSIM_MAX_SEED  # hetsim's (TOML's largest integer): the run's scenario carries it (torch takes 2^64 - 1)
 MAX_PROFILED = 1000  # --profile: a profiler trace of more steps would be too large to read back
 MAX_STEPS = 10**6  # epochs, probe rounds, warm-up steps: a real run of more would never end (and the plan is a list)
 MAX_DELAY_S = 60.0  # an injected delay's mean per step (and a per-sample delay's, per sample): beyond, a unit mistake

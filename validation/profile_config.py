@@ -21,6 +21,7 @@ from hetsim.core.console import path_argument
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import check_out_folder, check_own_folder
 from hetsim.core.params import Param
+from hetsim.scenario.scenario import MAX_SEED as HETSIM_MAX_SEED
 from validation.backend import check_ddp_devices, parse_devices
 from validation.contention import MAX_NEIGHBOUR_CORES
 from validation.placement import available_cpus, parse_cpu_list
@@ -28,7 +29,7 @@ from validation.workloads import BUILTIN_WORKLOADS
 
 DEFAULT_BUDGET_S = 60.0
 DEFAULT_GLOBAL_BATCH = 128  # validation run's
-MAX_SEED = 2**64 - 1
+MAX_SEED = HETSIM_MAX_SEED  # the profiled scenario carries it
 
 # what validation.profile_output writes, and the plan the own-job walkthrough writes beside it (kept)
 PROFILE_FILES = ("scenario.toml", "profile.csv", "meta.json", "plan.json")

@@ -153,9 +153,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                     "scenario": {"name": spec.base.get("name"), "config": spec.base},  # the grid's base
                     "seed": spec.seed}  # fmt: skip
             folder = RunFolder.start(args.runs, spec, meta)
-        elif note := folder.record_resume({"executor": executor.description, "engine": spec.engine}):
-            print(f"hetsim: note: {note}", file=sys.stderr)
-        _heal(folder, spec, cells, "its cell runs again")
+            _heal(folder, spec, cells, "its cell runs again")
+        else:
+            _heal(folder, spec, cells, "its cell runs again")  # it may refuse the folder: then no resume to record
+            if note := folder.record_resume({"executor": executor.description, "engine": spec.engine}):
+                print(f"hetsim: note: {note}", file=sys.stderr)
         try:
             _run_cells(folder, spec, executor, [c for c in cells if c.index not in folder.done_cells()], len(cells))
             print(render_report(folder, spec, args.metric, trace))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import re
 import shlex
 import socket
 import subprocess
@@ -51,7 +52,15 @@ def comment_header(record: Mapping[str, Any]) -> str:
     """``record``'s command, version, commit and date as ``# key: value`` lines, heading a TOML
     file that is meant to be copied out of its folder (a calibrated or profiled scenario)."""
     shown = {**record, "git_commit": record.get("git_commit") or "none (not run from a git checkout of hetsim)"}
-    return "".join(f"# {key}: {shown[key]}\n" for key in ("command", "hetsim_version", "git_commit", "date"))
+    keys = ("command", "hetsim_version", "git_commit", "date")
+    return "".join(f"# {key}: {_one_line(str(shown[key]))}\n" for key in keys)
+
+
+def _one_line(text: str) -> str:
+    """``text`` with the control characters a TOML comment may not hold written as escapes
+    (``\\n``, ``\\x01``): a newline in a command's argument would end the comment and put
+    the rest in the file as TOML."""
+    return re.sub(r"[\x00-\x08\x0a-\x1f\x7f]", lambda m: "\\n" if m[0] == "\n" else f"\\x{ord(m[0]):02x}", text)
 
 
 _GIVEN: list[str] | None = None  # the command a caller of hetsim.cli.main.main(argv) ran, set by record_command

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -123,12 +124,19 @@ def _label(value: Any) -> Any:
 
 def _inline(value: Any) -> str:
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k} = {_inline(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_key(k)} = {_inline(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(_inline(v) for v in value) + "]"
     if isinstance(value, bool):
         return str(value).lower()
-    return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else str(value)  # TOML's basic string
+    if isinstance(value, str):  # TOML's basic string: JSON's escapes, and DEL, which TOML forbids raw
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    return str(value)
+
+
+def _key(key: str) -> str:
+    """A table key as TOML writes it: bare where it may be, else quoted (``"my label"``, ``"a.b"``)."""
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _inline(key)
 
 
 def _make_axis(name: str, value: Any) -> Axis:
