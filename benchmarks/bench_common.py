@@ -35,7 +35,7 @@ def refuse(prog: str, line: str) -> NoReturn:
 def checked_seed(prog: str, seed: int, option: str = "--seed") -> int:
     """A benchmark's seed, refused as the commands refuse one (negative, or past TOML's largest
     integer) before anything runs, not after its runs when the seed is first drawn from."""
-    from hetsim.scenario.scenario import MAX_SEED  # here: the start-up benchmark imports this module bare
+    from hetsim.core.params import MAX_SEED  # here: the start-up benchmark imports this module bare
 
     if not 0 <= seed <= MAX_SEED:
         refuse(prog, f"{option}: must be in [0, {MAX_SEED}], got {seed}")

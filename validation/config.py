@@ -15,10 +15,10 @@ from typing import Any
 
 from hetsim.core.console import parse_policies
 from hetsim.core.errors import ConfigError
+from hetsim.core.params import MAX_SEED as HETSIM_MAX_SEED
 from hetsim.core.params import Param
 from hetsim.policies import policy_class
 from hetsim.scenario.config import make_efficiency, read_table
-from hetsim.scenario.scenario import MAX_SEED as HETSIM_MAX_SEED
 from validation.backend import check_one_rank_per_gpu, parse_devices
 from validation.config_checks import check_across
 from validation.contention import MAX_NEIGHBOUR_CORES

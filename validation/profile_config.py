@@ -20,8 +20,8 @@ from typing import Any
 from hetsim.core.console import path_argument
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import check_out_folder, check_own_folder
+from hetsim.core.params import MAX_SEED as HETSIM_MAX_SEED
 from hetsim.core.params import Param
-from hetsim.scenario.scenario import MAX_SEED as HETSIM_MAX_SEED
 from validation.backend import check_ddp_devices, parse_devices
 from validation.contention import MAX_NEIGHBOUR_CORES
 from validation.placement import available_cpus, parse_cpu_list

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from hetsim.core.errors import ConfigError
 
 MAX_COUNT = 2**40  # samples, epochs: far beyond any run, and sums of them stay within int64
+MAX_SEED = 2**63 - 1  # TOML's largest integer: a seed is written into scenario, sweep and run files
 MAX_STEP_S = 1e9  # a step over 30 years is a unit mistake
 
 

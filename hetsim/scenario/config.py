@@ -19,13 +19,13 @@ from typing import Any
 
 from hetsim.core.builtins import builtin_names, builtin_text
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import MAX_COUNT, MAX_STEP_S, Param, typename
+from hetsim.core.params import MAX_COUNT, MAX_SEED, MAX_STEP_S, Param, typename
 from hetsim.core.registry import NETWORKS
 from hetsim.model.efficiency import EFFICIENCY_PARAMS, Efficiency, Schedule, extension_fields
 from hetsim.model.network import DEFAULT_KIND
 from hetsim.policies import make_policy
 from hetsim.scenario.raw_tables import Table, make_plugin
-from hetsim.scenario.scenario import MAX_SEED, PolicySpec, Scenario, Workload
+from hetsim.scenario.scenario import PolicySpec, Scenario, Workload
 from hetsim.scenario.worker_tables import check_worker_groups, make_worker_group
 
 # ----------------------------------------------------------------------------- reading files

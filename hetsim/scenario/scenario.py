@@ -12,7 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import typename
+from hetsim.core.params import MAX_SEED, typename
 from hetsim.model.efficiency import Efficiency
 from hetsim.model.network import Buckets, NetworkModel, Nodes
 from hetsim.model.workers import WorkerSpec
@@ -212,9 +212,6 @@ def check_scenario(value: object) -> Scenario:
         made = "hetsim.load_scenario(name, file or dict)"
         raise ConfigError("scenario", f"expected a Scenario (made by {made}), got {typename(value)}")
     return value
-
-
-MAX_SEED = 2**63 - 1  # TOML's largest integer: a seed is written into scenario, sweep and run files
 
 
 def check_seed(seed: object, field: str = "seed") -> int | None:

@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import Param, join, typename
+from hetsim.core.params import MAX_SEED, Param, join, typename
 from hetsim.engines import AUTO, check_engine
 from hetsim.policies import policy_class
 from hetsim.run.simulate import check_kept_size
 from hetsim.scenario.config import build_scenario, read_table, resolve_source, set_path
 from hetsim.scenario.raw_tables import Table
-from hetsim.scenario.scenario import MAX_SEED, Scenario
+from hetsim.scenario.scenario import Scenario
 
 MAX_REPLICATIONS = 100_000  # seeds per cell: far beyond any confidence interval's need, within memory
 
