@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import Param, typename
+from hetsim.core.params import Param, first_repeat, typename
 from hetsim.model.efficiency import LR_RULES, OPTIMIZERS, Efficiency
 from hetsim.model.efficiency_fit import Fit, Shape, fit
 
@@ -104,10 +104,9 @@ def load_sweeps(paths: Sequence[Path]) -> Sweep:
 def _check_each_run_once(sweeps: Sequence[Sweep], paths: Sequence[Path]) -> None:
     """A folder given twice, or a run (batch, seed) in two folders, would count one run twice and
     shrink every standard error by its weight."""
-    folders = [Path(p).resolve() for p in paths]
-    for i, folder in enumerate(folders):
-        if folder in folders[:i]:
-            raise ConfigError("RUN", f"{paths[i]} is given twice")
+    i = first_repeat([Path(p).resolve() for p in paths])
+    if i is not None:
+        raise ConfigError("RUN", f"{paths[i]} is given twice")
     seen: dict[tuple[int, int], Path] = {}
     for sweep, path in zip(sweeps, paths):
         for p in sweep.points:

@@ -146,6 +146,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     timeout_s = DEFAULT_CONNECT_TIMEOUT_S if args.connect_timeout_s is None else args.connect_timeout_s
     executor = make_executor(args.jobs, args.scheduler, timeout_s)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends the sweep as Ctrl-C does
+    resumed = folder is not None
     try:
         if folder is None:
             meta = {"executor": executor.description, "engine": spec.engine, "cells": len(cells),
@@ -153,11 +154,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                     "scenario": {"name": spec.base.get("name"), "config": spec.base},  # the grid's base
                     "seed": spec.seed}  # fmt: skip
             folder = RunFolder.start(args.runs, spec, meta)
-            _heal(folder, spec, cells, "its cell runs again")
-        else:
-            _heal(folder, spec, cells, "its cell runs again")  # it may refuse the folder: then no resume to record
-            if note := folder.record_resume({"executor": executor.description, "engine": spec.engine}):
-                print(f"hetsim: note: {note}", file=sys.stderr)
+        _heal(folder, spec, cells, "its cell runs again")  # it may refuse the folder: then no resume to record
+        if resumed and (note := folder.record_resume({"executor": executor.description, "engine": spec.engine})):
+            print(f"hetsim: note: {note}", file=sys.stderr)
         try:
             _run_cells(folder, spec, executor, [c for c in cells if c.index not in folder.done_cells()], len(cells))
             print(render_report(folder, spec, args.metric, trace))

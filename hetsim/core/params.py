@@ -24,6 +24,14 @@ MAX_SEED = 2**63 - 1  # TOML's largest integer: a seed is written into scenario,
 MAX_STEP_S = 1e9  # a step over 30 years is a unit mistake
 
 
+def first_repeat(items: Sequence[Any]) -> int | None:
+    """The index of the first item equal to an earlier one (a value, a folder given twice), or None."""
+    for i, item in enumerate(items):
+        if item in items[:i]:
+            return i
+    return None
+
+
 class _Required:
     """The default of a parameter that has none."""
 

@@ -204,22 +204,17 @@ class RunFolder:
 
 
 def _same(stored: Any, label: Any) -> bool:
-    """A label as a part stored it (Parquet's types: NumPy numbers and arrays, dicts for tables)
-    against the sweep's, through lists and tables."""
+    """A label as a part stored it (Parquet's types: NumPy numbers) against the sweep's: a number,
+    a boolean or a text (a table or list is its TOML text: hetsim.sweep.spec labels every axis so).
+    An array (a list stored by an older hetsim) is no label of today's."""
     if isinstance(stored, np.ndarray):
-        stored = stored.tolist()
+        return False
     if isinstance(stored, np.generic):
         stored = stored.item()
     if isinstance(label, bool) or isinstance(stored, bool):
         return stored is label
     if isinstance(label, (int, float)):
         return isinstance(stored, (int, float)) and float(stored) == float(label)
-    if isinstance(label, Mapping):
-        return (isinstance(stored, Mapping) and set(stored) == set(label)
-                and all(_same(stored[k], v) for k, v in label.items()))  # fmt: skip
-    if isinstance(label, (list, tuple)):
-        return (isinstance(stored, (list, tuple)) and len(stored) == len(label)
-                and all(_same(a, b) for a, b in zip(stored, label)))  # fmt: skip
     return bool(stored == label)
 
 

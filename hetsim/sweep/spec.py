@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import MAX_SEED, Param, join, typename
+from hetsim.core.params import MAX_SEED, Param, first_repeat, join, typename
 from hetsim.engines import AUTO, check_engine
 from hetsim.policies import policy_class
 from hetsim.run.simulate import check_kept_size
@@ -100,9 +100,9 @@ def _list(value: Any, where: str) -> list[Any]:
 def _distinct(values: Sequence[Any], where: str) -> None:
     """A value listed twice would be two cells of one setting, pooled as one with twice the
     replications in the tables (a narrower interval than the runs support)."""
-    for i, value in enumerate(values):
-        if value in values[:i]:
-            raise ConfigError(f"{where}.{i}", f"{value!r} is listed twice (more runs of one setting: replications)")
+    i = first_repeat(values)
+    if i is not None:
+        raise ConfigError(f"{where}.{i}", f"{values[i]!r} is listed twice (more runs of one setting: replications)")
 
 
 def _one_kind(labels: Sequence[Any], where: str) -> None:

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import Param, typename
+from hetsim.core.params import Param, first_repeat, typename
 from hetsim.model.trace import Trace
 from hetsim.scenario.config import MAX_COUNT, MAX_STEP_S
 
@@ -168,10 +168,9 @@ def read_run(run_dirs: str | Path | Sequence[str | Path]) -> RunLog:
     dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
     if not dirs:
         raise ConfigError("run", "no run folder given")
-    resolved = [Path(d).resolve() for d in dirs]
-    for i, folder in enumerate(resolved):
-        if folder in resolved[:i]:  # as two nodes, it would double the workers
-            raise ConfigError(str(dirs[i]), "given twice (several folders are the nodes of one run, each once)")
+    i = first_repeat([Path(d).resolve() for d in dirs])
+    if i is not None:  # as two nodes, it would double the workers
+        raise ConfigError(str(dirs[i]), "given twice (several folders are the nodes of one run, each once)")
     config: dict[str, Any] = {}
     files: list[Path] = []
     timers: list[dict[str, Any]] = []
