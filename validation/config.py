@@ -15,8 +15,7 @@ from typing import Any
 
 from hetsim.core.console import parse_policies
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import MAX_SEED as HETSIM_MAX_SEED
-from hetsim.core.params import Param
+from hetsim.core.params import MAX_SEED, Param
 from hetsim.policies import policy_class
 from hetsim.scenario.config import make_efficiency, read_table
 from validation.backend import check_one_rank_per_gpu, parse_devices
@@ -25,14 +24,13 @@ from validation.contention import MAX_NEIGHBOUR_CORES
 from validation.inject import parse_delay_spec
 from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES  # there for the parser
 from validation.placement import available_cpus, parse_cpu_list
+from validation.profile_config import MAX_SLOWDOWN
 from validation.workloads import resolve_workload
 from validation.workloads.base import Workload
 
-MAX_SEED = HETSIM_MAX_SEED  # hetsim's (TOML's largest integer): the run's scenario carries it (torch takes 2^64 - 1)
 MAX_PROFILED = 1000  # --profile: a profiler trace of more steps would be too large to read back
 MAX_STEPS = 10**6  # epochs, probe rounds, warm-up steps: a real run of more would never end (and the plan is a list)
 MAX_DELAY_S = 60.0  # an injected delay's mean per step (and a per-sample delay's, per sample): beyond, a unit mistake
-MAX_SLOWDOWN = 1000.0  # --slowdown, as validation profile takes it
 MAX_LR = 1e6  # the optimizer holds the rate in the parameters' dtype; past any rate that trains, a unit mistake
 MAX_TIMEOUT_S = 86400.0  # --timeout-s: a day (datetime.timedelta overflows far beyond)
 
@@ -222,7 +220,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
         global_batch=global_batch,
         lr=_number(pick("lr", args.lr), "--lr", maximum=MAX_LR),
         momentum=_number(raw.get("momentum", base.momentum), "momentum"),
-        seed=_integer(pick("seed", args.seed), "--seed", maximum=MAX_SEED),
+        seed=_integer(pick("seed", args.seed), "--seed", maximum=MAX_SEED),  # the run's scenario carries it
         **injection,
         devices=devices,
         probe_fractions=_fractions(raw.get("probe_fractions", base.probe_fractions)),

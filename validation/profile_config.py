@@ -20,8 +20,7 @@ from typing import Any
 from hetsim.core.console import path_argument
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import check_out_folder, check_own_folder
-from hetsim.core.params import MAX_SEED as HETSIM_MAX_SEED
-from hetsim.core.params import Param
+from hetsim.core.params import MAX_SEED, Param
 from validation.backend import check_ddp_devices, parse_devices
 from validation.contention import MAX_NEIGHBOUR_CORES
 from validation.placement import available_cpus, parse_cpu_list
@@ -29,7 +28,7 @@ from validation.workloads import BUILTIN_WORKLOADS
 
 DEFAULT_BUDGET_S = 60.0
 DEFAULT_GLOBAL_BATCH = 128  # validation run's
-MAX_SEED = HETSIM_MAX_SEED  # the profiled scenario carries it
+MAX_SLOWDOWN = 1000.0  # --slowdown (here and in validation run): beyond, a unit mistake
 
 # what validation.profile_output writes, and the plan the own-job walkthrough writes beside it (kept)
 PROFILE_FILES = ("scenario.toml", "profile.csv", "meta.json", "plan.json")
@@ -219,7 +218,7 @@ def _batches(text: str | None, cap: int) -> tuple[int, ...]:
 
 def slowdowns(text: str | None, world: int, option: str = "--slowdown") -> dict[int, float]:
     """``--slowdown``'s factors of the ranks it names (``1,2`` or ``1=2``), each in [1, 1000]."""
-    factor = Param(option, low=1.0, high=1000.0, doc="times the measured time")
+    factor = Param(option, low=1.0, high=MAX_SLOWDOWN, doc="times the measured time")
     return {r: float(factor.check(_float(v))) for r, v in per_rank(text, world, option).items()}
 
 

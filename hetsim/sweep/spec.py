@@ -144,8 +144,9 @@ def _make_axis(name: str, value: Any) -> Axis:
     if not isinstance(value, Mapping):
         values = tuple(_list(value, where))
         _distinct(values, where)
-        _one_kind([_label(v) for v in values], where)
-        return Axis(name, tuple(_label(v) for v in values), ((name, values),))
+        labels = tuple(_label(v) for v in values)
+        _one_kind(labels, where)
+        return Axis(name, labels, ((name, values),))
     labels = tuple(_list(value.get("values"), f"{where}.values"))
     _distinct(labels, f"{where}.values")
     labels = tuple(_label(v) for v in labels)
