@@ -52,6 +52,7 @@ from hetsim.core.errors import ConfigError
 from hetsim.core.files import json_text
 from hetsim.model.efficiency import Efficiency
 from hetsim.model.efficiency_fit import fit
+from validation.batch_sweep_cli import MAX_FIRST_SEED
 
 WORKLOADS = ("digits-cnn", "transformer")
 MULTIPLES = (1, 2, 4, 8)
@@ -206,7 +207,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="the resampling's seed")
     args = parser.parse_args()
     checked_seed(PROG, args.seed)
-    checked_seed(PROG, args.first_seed, "--first-seed")
+    checked_seed(PROG, args.first_seed, "--first-seed", MAX_FIRST_SEED)  # the batch-sweeps' bound
     return args
 
 

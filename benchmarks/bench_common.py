@@ -32,13 +32,15 @@ def refuse(prog: str, line: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def checked_seed(prog: str, seed: int, option: str = "--seed") -> int:
-    """A benchmark's seed, refused as the commands refuse one (negative, or past TOML's largest
-    integer) before anything runs, not after its runs when the seed is first drawn from."""
+def checked_seed(prog: str, seed: int, option: str = "--seed", most: int | None = None) -> int:
+    """A benchmark's seed, refused as the commands refuse one (negative, or past ``most``, by
+    default TOML's largest integer) before anything runs, not after its runs when the seed is
+    first drawn from or a command it starts refuses it."""
     from hetsim.core.params import MAX_SEED  # here: the start-up benchmark imports this module bare
 
-    if not 0 <= seed <= MAX_SEED:
-        refuse(prog, f"{option}: must be in [0, {MAX_SEED}], got {seed}")
+    most = MAX_SEED if most is None else most
+    if not 0 <= seed <= most:
+        refuse(prog, f"{option}: must be in [0, {most}], got {seed}")
     return seed
 
 

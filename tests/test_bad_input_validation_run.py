@@ -285,6 +285,8 @@ CASES = [
          {"run.toml": 'epochs = "two"\n'}),
     case("run-file-number-as-text", ["{tmp}/run.toml"], "lr: must be a number, got a string ('0.1')",  # was taken
          {"run.toml": 'lr = "0.1"\n'}),
+    case("run-file-optional-number-as-text", ["{tmp}/run.toml"],  # a key whose default is None slipped through
+         "target_accuracy: must be a number, got a string ('0.5')", {"run.toml": 'target_accuracy = "0.5"\n'}),
     case("run-file-zero", ["{tmp}/run.toml"], "--epochs: must be in [1, 1000000], got 0", {"run.toml": "epochs = 0\n"}),
     case("run-file-delay", ["{tmp}/run.toml"], f"--delay 1: unknown distribution 'weibull' {KNOWN_DISTRIBUTIONS}",
          {"run.toml": '[delay]\n1 = "weibull:2"\n'}),

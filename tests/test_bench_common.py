@@ -117,15 +117,16 @@ def test_time_rounds_warms_up_only_the_methods_it_names():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("script", "option"),
-    [("batch_scaling.py", "--seed"), ("batch_scaling.py", "--first-seed"), ("cold_step.py", "--seed"),
-     ("calibration_profiles.py", "--seed")],
+    ("script", "option", "value", "most"),
+    [("batch_scaling.py", "--seed", "-1", 2**63 - 1), ("batch_scaling.py", "--first-seed", "-1", 2**31 - 101),
+     ("batch_scaling.py", "--first-seed", str(2**31), 2**31 - 101),  # batch-sweep's bound: it ended in a traceback
+     ("cold_step.py", "--seed", "-1", 2**63 - 1), ("calibration_profiles.py", "--seed", "-1", 2**63 - 1)],
 )  # fmt: skip
-def test_a_benchmark_refuses_a_bad_seed_before_it_runs(script, option):
+def test_a_benchmark_refuses_a_bad_seed_before_it_runs(script, option, value, most):
     """batch_scaling took --seed -1 and ran its sweeps before the resampling refused it; cold_step
     and calibration_profiles ended in a traceback."""
     bench = Path(__file__).resolve().parent.parent / "benchmarks" / script
-    done = subprocess.run([sys.executable, str(bench), option, "-1"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, str(bench), option, value], capture_output=True, text=True, timeout=60)
     prog = script.removesuffix(".py")
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr == f"{prog}: error: {option}: must be in [0, {2**63 - 1}], got -1\n"
+    assert done.stderr == f"{prog}: error: {option}: must be in [0, {most}], got {value}\n"

@@ -27,7 +27,7 @@ import numpy as np
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param
-from validation.batch_sweep_cli import DEFAULTS
+from validation.batch_sweep_cli import DEFAULTS, MAX_FIRST_SEED
 from validation.batch_sweep_resume import KEPT
 
 RESULT_FILES = ("results.json", "curve.csv", "noise.csv", "steps_to_target.png", KEPT)  # what a results folder holds
@@ -77,7 +77,7 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
         float(Param("--target", low=0.0, low_open=True, high=1.0).check(pick(args.target, given.target))),
         given.quick_max_steps if args.quick else given.max_steps, given.eval_gap, out,
         int(Param("--jobs", "integer", low=1, high=64).check(args.jobs)),
-        int(Param("--first-seed", "integer", low=0, high=2**31 - 1 - 100).check(args.first_seed)),
+        int(Param("--first-seed", "integer", low=0, high=MAX_FIRST_SEED).check(args.first_seed)),
     )  # fmt: skip
 
 

@@ -10,6 +10,8 @@ from typing import Any, NamedTuple
 
 from hetsim.core.console import path_argument
 
+MAX_FIRST_SEED = 2**31 - 1 - 100  # --first-seed: seeds K..K+99 (--seeds is at most 100) within int32
+
 
 class Defaults(NamedTuple):
     """A workload's sweep settings where the command line names none."""

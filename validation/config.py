@@ -84,6 +84,7 @@ class RunConfig:
 
 
 FILE_KEYS = {f.name for f in fields(RunConfig)} - {"out", "crash_at"}  # a run file's keys: the options'
+NUMBER_KEYS = {f.name for f in fields(RunConfig) if str(f.type).removesuffix(" | None") in ("int", "float")}
 
 
 def read_run_file(path: Path) -> dict[str, Any]:
@@ -92,10 +93,8 @@ def read_run_file(path: Path) -> dict[str, Any]:
     unknown = sorted(set(raw) - FILE_KEYS)
     if unknown:
         raise ConfigError(unknown[0], f"unknown key (known: {', '.join(sorted(FILE_KEYS))})")
-    base = RunConfig()
     for key, value in raw.items():  # a file has types: "1" is text there (an option's text is parsed)
-        default = getattr(base, key)
-        if isinstance(default, (int, float)) and not isinstance(default, bool) and isinstance(value, str):
+        if key in NUMBER_KEYS and isinstance(value, str):
             raise ConfigError(key, f"must be a number, got a string ({value!r})")
     return raw
 
