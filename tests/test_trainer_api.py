@@ -365,3 +365,33 @@ def test_the_examples_plan_brings_its_own_policy_and_batch(tmp_path):
         .splitlines()[-1]
         .endswith("error: --plan brings its policy and global batch: give --policy and --global-batch only without it")
     )
+
+
+@pytest.mark.slow  # imports the trainer (torch.distributed, hetsim's policies): over a second
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_momentum_made_before_the_first_step_trains_bit_for_bit_as_sgds_own(nesterov):
+    """validation.trainer gives each segment's SGD its zero momentum buffers up front (so that no
+    timed step grows the process's memory): the weights after three steps equal, bit for bit,
+    those of SGD making them lazily; with dampening (where a zero buffer would differ) none is made."""
+    import torch
+
+    from validation.trainer import allocate_momentum
+
+    def trained(early: bool) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=nesterov)
+        if early:
+            allocate_momentum(optimizer)
+            assert all(torch.count_nonzero(optimizer.state[p]["momentum_buffer"]) == 0 for p in model.parameters())
+        data = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            optimizer.zero_grad(set_to_none=True)
+            model(torch.randn(4, 5, generator=data)).square().mean().backward()
+            optimizer.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    assert all(torch.equal(a, b) for a, b in zip(trained(True), trained(False), strict=True))
+    damped = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1, momentum=0.9, dampening=0.5)
+    allocate_momentum(damped)
+    assert not damped.state
