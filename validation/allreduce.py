@@ -22,17 +22,22 @@ def gradient_weights(split: Sequence[int], weighted: bool) -> tuple[float, ...]:
     return tuple(float(b) if weighted else float(b > 0) for b in split)
 
 
-_STAGING: dict[tuple[int, torch.dtype], torch.Tensor] = {}  # pinned host buffers: a GPU rank's under gloo
+_REUSED: dict[tuple[int, torch.dtype, bool], torch.Tensor] = {}  # host buffers, one per length, type and pinning
 
 
-def staging_buffer(numel: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A page-locked (pinned) host buffer of ``numel`` values, made once per length and type: a
+def host_buffer(numel: int, dtype: torch.dtype = torch.float32, pinned: bool = False) -> torch.Tensor:
+    """A host buffer of ``numel`` values, made once per length, type and pinning and then the
+    same every step (the all-reduce and :func:`unpack` are done with it before the next step
+    packs; steps run one at a time). Pinned for a GPU rank whose collectives run on the host: a
     device-to-host copy into pageable memory is synchronous and runs at a fraction of the bus's
-    speed (the driver stages it through a pinned bounce buffer), into pinned memory it is one
-    DMA transfer."""
-    buffer = _STAGING.get((numel, dtype))
+    speed (the driver stages it through a pinned bounce buffer), into pinned memory it is one DMA
+    transfer. Pageable for a CPU rank: a fresh buffer past glibc's largest mmap threshold (32 MB:
+    a ResNet-18's gradient is 45 MB) is mapped anew and returned to the kernel every step, so
+    each step paid one page fault per 4 KiB of gradient inside its compute time, as no training
+    framework's persistent buffers do."""
+    buffer = _REUSED.get((numel, dtype, pinned))
     if buffer is None:
-        buffer = _STAGING[(numel, dtype)] = torch.empty(numel, dtype=dtype, pin_memory=True)
+        buffer = _REUSED[(numel, dtype, pinned)] = torch.empty(numel, dtype=dtype, pin_memory=pinned)
     return buffer
 
 
@@ -56,20 +61,24 @@ def pack(params: Iterable[torch.nn.Parameter], weight: float, device: torch.devi
     """One flat buffer (:func:`buffer_dtype`) of ``weight * grad`` over ``params`` (zeros where a
     grad is missing) on ``device``: concatenated and scaled where the gradients are (on a GPU: one
     kernel each, not one CPU thread over the whole gradient), then, for a GPU rank whose
-    collectives run on the host (gloo, ``cuda:0,cpu``), copied once into a pinned host buffer
-    (:func:`staging_buffer`, the same one every step: the all-reduce and :func:`unpack` are done
-    with it before the next step packs). On CPU a fresh tensor, as before."""
+    collectives run on the host (gloo, ``cuda:0,cpu``), copied once into a pinned host buffer.
+    Host buffers are :func:`host_buffer`'s, the same one every step."""
     params = list(params)
-    parts = []
-    for p in params:
-        g = p.grad if p.grad is not None else torch.zeros_like(p)
-        parts.append(g.detach().reshape(-1))
-    flat = torch.cat(parts).to(dtype=buffer_dtype(params))
+    dtype = buffer_dtype(params)
+    parts = [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1) for p in params]
+    if parts and parts[0].device.type == "cpu":
+        flat = host_buffer(sum(part.numel() for part in parts), dtype)
+        if all(part.dtype == dtype for part in parts):
+            torch.cat(parts, out=flat)
+        else:
+            flat.copy_(torch.cat(parts))
+    else:
+        flat = torch.cat(parts).to(dtype=dtype)
     flat.mul_(weight)
     if flat.device == device:
         return flat
     if flat.device.type == "cuda" and device.type == "cpu":
-        host = staging_buffer(flat.numel(), flat.dtype)
+        host = host_buffer(flat.numel(), flat.dtype, pinned=True)
         host.copy_(flat, non_blocking=True)
         torch.cuda.current_stream(flat.device).synchronize()  # the host's all-reduce reads it next
         return host
