@@ -82,6 +82,13 @@ def allocate_momentum(optimizer: torch.optim.SGD) -> None:
             optimizer.state[p].setdefault("momentum_buffer", torch.zeros_like(p, memory_format=torch.preserve_format))
 
 
+def release_gradients(seg: Segment) -> None:
+    """Free the gradients ``seg``'s last step left (a step keeps them for its caller to read)
+    when the run moves to another segment's model: kept, every other segment's first step found
+    that memory taken, grew the process and paid the kernel's page faults inside its compute."""
+    seg.stepper.optimizer.zero_grad(set_to_none=True)
+
+
 class InjectedCrash(Exception):
     """The hidden ``--crash-at`` hook fired: the entry point ends the process as if it were killed."""
 
@@ -175,6 +182,7 @@ class RankTrainer:
             rounds=rounds, fractions=config.probe_fractions, before_step=self.before_step("the probe"),
             largest=self.probe_largest(),
         )  # fmt: skip
+        release_gradients(seg)
         if self.probe_noise is None:  # the first rounds' estimate: goodput's noise scale until its own
             self.probe_noise = estimate((r.local_sq, r.split, r.global_sq) for r in results)
         self.writer.flush()
@@ -196,6 +204,7 @@ class RankTrainer:
             if first + every < n:
                 self.where = f"{seg.name}, epoch {epoch}, the evaluation after step {seg.ctrl.step - 1}"
                 self.writer.add_eval(self.eval_row(seg, epoch))
+        release_gradients(seg)
         if profiler is not None:
             profiler.close()  # within one epoch: the evaluation and the probe's rounds are no step
         self.where = f"{seg.name}, end of epoch {epoch}"
@@ -288,6 +297,7 @@ class RankTrainer:
             seg.stepper.run(
                 partial(seg.ctrl.broadcast_split, partial(tuple, split)), partial(self.shard, perm), self.loss_of
             )
+        release_gradients(seg)
 
     def shard(self, perm: np.ndarray, split: tuple[int, ...]) -> np.ndarray:
         """This rank's samples of a warm-up step (the first step of ``perm``)."""
