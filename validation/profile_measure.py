@@ -33,6 +33,7 @@ import torch.distributed as dist
 
 from validation.allreduce import gradient_bytes
 from validation.backend import synchronize
+from validation.uneven.memory import keep_freed_memory
 from validation.uneven.step import slowdown_delay
 from validation.workloads.base import Workload
 
@@ -63,6 +64,7 @@ class Stepper:
         self.data = workload.load(seed, device)
         self.model = workload.make_model(seed, device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=LR, momentum=MOMENTUM)
+        keep_freed_memory()  # as UnevenStep does in the runs this profile predicts
         self.rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(rank + 1)[rank])
         self.rows: list[dict[str, Any]] = []
 

@@ -8,7 +8,8 @@ torchrun script (validation/README.md, "Using the trainer in your own script";
   rank with no samples takes part at weight 0);
 * :class:`UnevenStep`: this rank's model (inside DDP, or the flat all-reduce) and one timed
   step, its compute time measured outside DDP's waits (CUDA events on a GPU), a new local batch
-  size warmed outside the step's time, DDP's bucket rebuild moved out of the first step;
+  size warmed outside the step's time, DDP's bucket rebuild moved out of the first step, the
+  memory a step frees kept in the process (:func:`keep_freed_memory`);
 * :class:`Controller`: applies any hetsim policy (or a ``plan.json``, :func:`load_plan`)
   across the ranks: rank 0 decides and broadcasts the split and feeds the policy every rank's
   measured times; the trace goes to the run folder (:func:`open_run`, :func:`script_meta`),
@@ -36,6 +37,7 @@ from validation.sharding import epoch_permutation, steps_per_epoch
 from validation.sharding import local_indices as rank_samples
 from validation.summary_text import held_out
 from validation.uneven.control import Controller
+from validation.uneven.memory import keep_freed_memory
 from validation.uneven.plan_file import PlanChoice, PlanError, barrier_policy, load_plan, planned_policy
 from validation.uneven.profiling import StepProfiler
 from validation.uneven.run import (
@@ -63,6 +65,7 @@ __all__ = [
     "epoch_permutation",
     "epoch_row",
     "held_out",
+    "keep_freed_memory",
     "load_plan",
     "loopback_environment",
     "open_run",

@@ -34,6 +34,7 @@ from validation.backend import synchronize
 from validation.ddp import ReadyClock, loss_scale, wrap
 from validation.record import RankTiming
 from validation.segment import Computed, StepResult
+from validation.uneven.memory import keep_freed_memory
 from validation.workloads.checks import batch_dependence
 
 LossOf = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]  # (net, sample indices) -> mean loss
@@ -89,6 +90,9 @@ class UnevenStep:
     ``comm_device``: where collective buffers live (the GPU under NCCL, else the CPU).
     ``sizes``: the local batch sizes each rank has run, shared by the steppers of one process
     (a size warmed by one model is warm for another of the same shape); a new one by default.
+    ``keep_memory``: keep the memory a step frees in the process
+    (:func:`~validation.uneven.memory.keep_freed_memory`, for the whole process), so that no
+    step faults it back in from the kernel inside its compute time.
     """
 
     def __init__(
@@ -103,10 +107,13 @@ class UnevenStep:
         delay: Delay | None = None,
         noise_scale: bool = False,
         sizes: list[set[int]] | None = None,
+        keep_memory: bool = True,
     ) -> None:
         if comm not in ("ddp", "flat"):
             raise ValueError(f"comm: must be 'ddp' or 'flat', got {comm!r}")
         check_model(model)  # before the ranks' first collective
+        if keep_memory:
+            keep_freed_memory()
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.model, self.optimizer, self.device = model, optimizer, device
         self.comm_device = comm_device or (device if dist.get_backend() == "nccl" else torch.device("cpu"))
