@@ -33,8 +33,8 @@ def host_buffer(numel: int, dtype: torch.dtype = torch.float32, pinned: bool = F
     speed (the driver stages it through a pinned bounce buffer), into pinned memory it is one DMA
     transfer. Pageable for a CPU rank: a fresh buffer past glibc's largest mmap threshold (32 MB:
     a ResNet-18's gradient is 45 MB) is mapped anew and returned to the kernel every step, so
-    each step paid one page fault per 4 KiB of gradient inside its compute time, as no training
-    framework's persistent buffers do."""
+    each step paid one page fault per 4 KiB of gradient inside its compute time (DDP's buckets
+    too are made once)."""
     buffer = _REUSED.get((numel, dtype, pinned))
     if buffer is None:
         buffer = _REUSED[(numel, dtype, pinned)] = torch.empty(numel, dtype=dtype, pin_memory=pinned)

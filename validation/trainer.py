@@ -74,7 +74,7 @@ def allocate_momentum(optimizer: torch.optim.SGD) -> None:
     buffer, ``buf * momentum + grad``, is that clone bit for bit; made lazily, each segment's
     buffers (a ResNet-18's 45 MB) took memory that the next segment's first step would have
     reused, so that step grew the process and paid the kernel's page faults inside its compute
-    (1.1-1.3x its median on CPU; issue 25)."""
+    (issue 25; validation/README.md, "Using the trainer in your own script")."""
     for group in optimizer.param_groups:
         if group["momentum"] == 0 or group["dampening"] != 0:
             continue
