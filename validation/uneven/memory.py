@@ -17,6 +17,7 @@ The price: the process keeps its peak memory until it ends, as PyTorch's CUDA al
 from __future__ import annotations
 
 import ctypes
+from functools import cache
 
 M_TRIM_THRESHOLD = -1  # mallopt's parameters (malloc.h)
 M_MMAP_THRESHOLD = -3
@@ -24,6 +25,7 @@ MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024  # the largest glibc accepts on 64-bit (
 TRIM_THRESHOLD_BYTES = 2**31 - 1  # mallopt takes an int: trim only past 2 GiB of free top
 
 
+@cache  # the setting is the process's: every UnevenStep (one per model) and the profile ask, once is enough
 def keep_freed_memory() -> bool:
     """Fix glibc's mmap and trim thresholds for the rest of the process; False where the C library
     has no ``mallopt`` (macOS) or refuses the values (a block past 32 MB is still unmapped when
