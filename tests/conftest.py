@@ -80,3 +80,11 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.refusals import make_results_folder
 
     return make_results_folder(tmp_path_factory.mktemp("finished"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def children_write_temporary_files_here(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The processes the tests start keep their temporary files in this session's temporary folder,
+    which pytest clears, not in /tmp: torchrun leaves an empty ``torchelastic_*`` log folder in
+    ``$TMPDIR`` for every job it runs, hundreds over a few test runs."""
+    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("tmpdir"))
