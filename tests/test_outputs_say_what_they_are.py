@@ -126,6 +126,27 @@ def test_an_exported_trace_says_what_made_it(tmp_path):
     assert made["hetsim_version"] == __version__ and made["date"] and "export-trace" in made["command"]
 
 
+def test_an_imported_parquet_trace_says_what_made_it_and_calibrate_carries_it_on(tmp_path, capsys):
+    """import-logs and import-trace wrote a bare table: a trace that travels alone said nothing
+    of where it came from, nor did the scenario fitted to it."""
+    import pandas as pd
+
+    logs = Path(__file__).resolve().parents[1] / "hetsim/data/reference-logs/2021_06_18_08_22_00_VGG16"
+    trace, fitted = tmp_path / "t.parquet", tmp_path / "fitted.toml"
+    assert main(["import-logs", str(logs), "-o", str(trace)]) == 0
+    made = pd.read_parquet(trace).attrs["provenance"]
+    assert made["format"] == "reference-logs" and made["sources"] == [str(logs)]
+    assert made["hetsim_version"] == __version__ and made["git_commit"] == git_commit() and made["date"]
+    assert "import-logs" in made["command"]
+    assert main(["calibrate", str(trace), "-o", str(fitted)]) == 0
+    header = dict(line[2:].split(": ", 1) for line in fitted.read_text().splitlines() if line.startswith("# "))
+    assert header["trace made by"].startswith(made["command"]) and made["date"] in header["trace made by"]
+    load_scenario(str(fitted))  # still a scenario file
+    capsys.readouterr()
+    assert main(["calibrate", str(trace), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trace_provenance"] == made
+
+
 def test_a_line_break_in_the_command_stays_in_the_header_comment():
     """calibrate --name $'x\\nseed = 7' wrote its command across two lines: the second was read
     as TOML (a setting, or a file that no longer loads)."""

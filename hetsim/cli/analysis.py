@@ -329,6 +329,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         frame, name=name, policy=args.policy, model=args.model, scheduled_split=args.scheduled_split
     )
     record = provenance()
+    made_by = frame.attrs.get("provenance")  # an imported Parquet trace's (write_imported); else None
+    if isinstance(made_by, dict):
+        record["trace_provenance"] = made_by
     scenario = _with_provenance(calibration.scenario, args.trace, record)
     build_scenario(scenario)  # the written file must load
     for warning in calibration.warnings:
@@ -357,14 +360,15 @@ def _with_provenance(scenario: dict[str, Any], trace: Path, record: Mapping[str,
 def _dump(scenario: dict[str, Any], kind: str, record: Mapping[str, Any]) -> str:
     """The scenario as JSON (which has no comments: its description carries the provenance, see
     :func:`_with_provenance`) or as TOML, headed by ``record``'s command, version, commit and date
-    in comments."""
+    in comments, and by what made the trace where the trace file says (``trace_provenance``)."""
     if kind == "json":
         return json_text(scenario) + "\n"
     import tomli_w
 
-    from hetsim.core.provenance import comment_header
+    from hetsim.core.provenance import comment_header, trace_line
 
-    return comment_header(record) + tomli_w.dumps(scenario)
+    made_by = record.get("trace_provenance")
+    return comment_header(record) + (trace_line(made_by) if made_by else "") + tomli_w.dumps(scenario)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

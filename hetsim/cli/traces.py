@@ -135,13 +135,13 @@ def cmd_export_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_import_logs(args: argparse.Namespace) -> int:
-    from hetsim.model.trace import TRACE_FORMATS, write_trace_table
+    from hetsim.model.trace import TRACE_FORMATS
     from hetsim.report.build import resplits
     from hetsim.traces.reference_logs import import_run
 
     check_out_file(args.out, TRACE_FORMATS, "--out")
     trace = import_run(args.run_dir if len(args.run_dir) > 1 else args.run_dir[0])
-    write_trace_table(trace, args.out)
+    write_imported(trace, args.out, args.run_dir, "reference-logs")
     rows_per = "epoch" if trace.n_steps == int(trace.epoch.max()) + 1 else "step"
     print(
         f"wrote {len(trace.step)} rows ({trace.n_workers} workers x {trace.n_steps} {rows_per}s, "
@@ -150,6 +150,19 @@ def cmd_import_logs(args: argparse.Namespace) -> int:
     if resplits(trace.policy):
         print("local batches are a reconstruction: the DP rule replayed on the logged epoch means")
     return 0
+
+
+def write_imported(trace: Any, out: Path, sources: Sequence[Any], kind: str) -> None:
+    """An imported ``trace`` written to ``out``, a Parquet file recording what made it (the
+    command, the files read and their format, hetsim's version and commit, the date) as the
+    table's ``provenance`` attribute, which pandas keeps in the file's metadata and ``calibrate``
+    carries into its scenario's header; a CSV file has no place for it."""
+    from hetsim.core.provenance import provenance
+    from hetsim.model.trace import trace_table, write_trace_table
+
+    frame = trace_table(trace)
+    frame.attrs["provenance"] = {**provenance(), "format": kind, "sources": [str(s) for s in sources]}
+    write_trace_table(frame, out)
 
 
 def parse_batch(text: str | None) -> dict[int, int] | None:
@@ -179,7 +192,7 @@ def cmd_import_trace(args: argparse.Namespace) -> int:
             if value is not None:
                 raise ConfigError(option, f"only for --format torch-profiler (reference logs record {what})")
         return cmd_import_logs(argparse.Namespace(run_dir=[str(p) for p in args.paths], out=args.out))
-    from hetsim.model.trace import TRACE_FORMATS, write_trace_table
+    from hetsim.model.trace import TRACE_FORMATS
     from hetsim.traces.profiler_files import rank_files
     from hetsim.traces.torch_profiler import import_traces, offsets_line
 
@@ -188,7 +201,7 @@ def cmd_import_trace(args: argparse.Namespace) -> int:
     files, segment = rank_files(args.paths, args.policy)
     imported = import_traces(files, batch, args.policy, segment)
     trace = imported.trace
-    write_trace_table(trace, args.out)
+    write_imported(trace, args.out, files, "torch-profiler")
     print(f"wrote {len(trace.step)} rows ({trace.n_workers} ranks x {trace.n_steps} steps, policy {trace.policy}, "
           f"{imported.collectives} collectives per rank) to {args.out}")  # fmt: skip
     print(offsets_line(imported.offsets_s, imported.same_clock))

@@ -56,6 +56,14 @@ def comment_header(record: Mapping[str, Any]) -> str:
     return "".join(f"# {key}: {_one_line(str(shown[key]))}\n" for key in keys)
 
 
+def trace_line(record: Mapping[str, Any]) -> str:
+    """A comment line saying what made a trace (an imported trace's ``record``: its command,
+    version, commit and date), for the header of a scenario fitted to it."""
+    command, version, date = (record.get(key, "?") for key in ("command", "hetsim_version", "date"))
+    made = f"{command} (hetsim {version}, commit {record.get('git_commit') or 'none'}, {date})"
+    return f"# trace made by: {_one_line(made)}\n"
+
+
 def _one_line(text: str) -> str:
     """``text`` with the control characters a TOML comment may not hold written as escapes
     (``\\n``, ``\\x01``): a newline in a command's argument would end the comment and put
