@@ -54,7 +54,6 @@ SLOW_ELSEWHERE = {
         "test_gantt_panels_share_one_time_scale_from_zero",
         "test_matrix_plot_log_tick_labels_never_overlap_and_its_diagonal_is_at_45_degrees",  # 0.4-0.55 s
     },
-    "test_validation_profile.py": {"test_the_adaptive_grid_beats_a_log_spaced_one_of_as_many_points"},  # 1.0 s
     "test_calibrate_flat.py": {"test_the_affine_terms_of_a_flat_curve_keep_its_fixed_cost_in_every_seed"},  # 0.6 s
 }
 
