@@ -20,6 +20,24 @@ def unwritable(monkeypatch: pytest.MonkeyPatch, *folders: Path) -> None:
     monkeypatch.setattr(files.os, "access", lambda p, mode: Path(p).resolve() not in denied and real(p, mode))
 
 
+def test_a_folder_where_no_folder_can_be_made_is_refused_before_the_work(tmp_path: Path, monkeypatch) -> None:
+    """A parent that its permissions call writable but where nothing can be made (/proc, a
+    read-only mount) passed the check: simulate ran in full, then failed. Emulated by mkdtemp
+    failing as on a read-only filesystem; the probe folder leaves nothing behind."""
+    import errno
+    import tempfile
+
+    def read_only(**kwargs: object) -> str:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", read_only)
+    with pytest.raises(ConfigError, match=rf"^--out: cannot make a folder in {tmp_path}: Read-only file system$"):
+        check_out_folder(tmp_path / "out", "--out")
+    monkeypatch.undo()
+    check_out_folder(tmp_path / "out", "--out")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_unwritable_output_folder_is_refused_before_the_work(tmp_path: Path, monkeypatch) -> None:
     """simulate --out into an existing read-only folder simulated first and then failed, naming a
     temporary file; now the check before the work names the folder."""

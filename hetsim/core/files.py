@@ -71,7 +71,8 @@ def atomic_write(target: Path, write: Callable[[str], object]) -> None:
 
 def check_out_folder(target: Path, option: str = "--out") -> None:
     """An output folder can be made or written: not a file, its parent made if missing and
-    writable (the ConfigError :func:`atomic_folder` would raise, before any work is done for it)."""
+    writable, a folder made in it and removed (the ConfigError :func:`atomic_folder` would
+    raise, before any work is done for it)."""
     target = Path(target)
     if target.exists() and not target.is_dir():
         raise ConfigError(option, f"{target} exists and is not a folder")
@@ -86,6 +87,10 @@ def check_out_folder(target: Path, option: str = "--out") -> None:
         raise ConfigError(option, f"cannot write in {target.parent}: {exc.strerror or exc}") from None
     if not os.access(target.parent, os.W_OK | os.X_OK):
         raise ConfigError(option, f"cannot write in {target.parent}: Permission denied")
+    try:  # what atomic_folder will do, tried: permissions say nothing of /proc or a read-only mount
+        os.rmdir(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".probe", dir=target.parent))
+    except OSError as exc:
+        raise ConfigError(option, f"cannot make a folder in {target.parent}: {exc.strerror or exc}") from None
 
 
 def check_empty_folder(target: Path, option: str, hint: str = "") -> None:
