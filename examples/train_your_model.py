@@ -46,7 +46,8 @@ def train(args: argparse.Namespace, device: torch.device, plan: uneven.PlanChoic
     stepper = uneven.UnevenStep(model, optimizer, device, comm="ddp", delay=delay)
     meta = uneven.script_meta(world_size=world, global_batch=batch, epochs=args.epochs, policies=[name], model=model,
         steps_per_epoch=uneven.steps_per_epoch(len(Y), batch), n_train=len(Y), n_test=len(TEST_Y), seed=args.seed,
-        backend=dist.get_backend(), devices=[args.device] * world, workload=__file__, comm="ddp")  # fmt: skip
+        backend=dist.get_backend(), devices=[args.device] * world, workload=__file__, comm="ddp", plan=plan,
+        slowdown=args.slowdowns)  # fmt: skip
     writer = uneven.open_run(args.out, meta)  # rank 0 writes the run folder
 
     def loss_of(net: nn.Module, idx: torch.Tensor) -> torch.Tensor:
@@ -90,10 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     try:  # what a user can get wrong, refused before the ranks meet: one line, exit status 2
         plan = uneven.load_plan(args.plan, world) if args.plan is not None else None  # a plan for another cluster
         policy = plan.make() if plan else uneven.barrier_policy(args.policy)  # async, backup, ksync
-        args.slowdown = uneven.rank_slowdown(args.slowdown, rank, world)
+        args.slowdowns = uneven.slowdown_factors(args.slowdown, world)  # every rank's, for the run folder
+        args.slowdown = args.slowdowns.get(rank, 1.0)
         uneven.check_model(make_model())  # no BatchNorm: it would make a rank's gradient depend on the split
         if rank == 0:  # the rank that writes the run folder: refused if it holds files
-            uneven.check_run_folder(args.out)
+            uneven.check_run_folder(args.out, "--out")
         device = uneven.torch_device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if cuda else "cpu", "--device")
     except ValueError as exc:
         return uneven.refuse(exc, rank, "train_your_model")

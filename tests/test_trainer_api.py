@@ -316,11 +316,11 @@ EXAMPLE_REFUSALS = [
     (["--plan", ""], "--plan: an empty path: name the plan's file (hetsim plan --out)"),  # it trained without one
     (["--policy", "ksync"], "--policy: 'ksync' leaves the slowest gradients out, and this trainer waits for every "
      "rank each step: give a barrier policy (equal, proportional, dynamic, ...)"),
-    (["--policy", "fastest"], "--policy: unknown policy 'fastest' (known: equal, proportional, dynamic, "
-     "dynamic-enhanced, optimal, adaptive, goodput, backup, ksync, async)"),
+    (["--policy", "fastest"], "--policy: unknown policy 'fastest' (the barrier policies: equal, proportional, "
+     "dynamic, dynamic-enhanced, optimal, adaptive, goodput)"),
     (["--slowdown", "1,2"], "--slowdown: 2 values for 1 ranks (one per rank, or RANK=VALUE items)"),
     (["--slowdown", "0=0.5"], "--slowdown: must be in [1, 1000], got 0.5"),
-    (["--out", "{used}"], "out: {used} exists and is not an empty folder: give a new one for this run"),
+    (["--out", "{used}"], "--out: {used} exists and is not an empty folder: give a new one for this run"),
     (["--device", "cuda"], "--device: cuda:0 requested but CUDA is not available on this machine"),
 ]  # fmt: skip
 

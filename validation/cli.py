@@ -53,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="X",
         help="exit status 1 when any relative error (step or total time) exceeds X, e.g. 0.1",
     )
+    cmp.add_argument(
+        "--model",
+        default="auto",
+        metavar="MODEL",
+        help="each rank's cost model, as hetsim calibrate --model takes it (auto, the default: the one with the "
+        "least error at batch sizes left out; affine, hinge or table)",
+    )
     cmp.add_argument("--json", action="store_true", help="print a JSON list of per-policy objects")
     cmp.add_argument(
         "--time-to-target",
@@ -158,13 +165,15 @@ def check_local_devices(devices: Sequence[str]) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from hetsim.calibrate import check_model
     from validation.compare import compare_run, format_table, load_run, worst_error
     from validation.time_to_target import predict_time_to_target
 
     if args.tolerance is not None:
         Param("--tolerance", low=0.0).check(args.tolerance)
+    check_model(args.model, "--model")
     run = load_run(args.run_dir)
-    comparisons, calibration = compare_run(run, args.calibrate_on)
+    comparisons, calibration = compare_run(run, args.calibrate_on, args.model)
     if not comparisons:  # a tolerance must never pass on nothing
         raise ConfigError("run_dir", f"{args.run_dir} has no policy with a finished epoch to compare")
     targets = predict_time_to_target(run, calibration) if args.time_to_target else []

@@ -31,7 +31,7 @@ from hetsim.core.console import text_table
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param, typename
 from hetsim.model.trace import COLUMNS, Trace, read_trace_table
-from hetsim.policies import WorkerHint, policy_class
+from hetsim.policies import Policy, WorkerHint, planned_policy, policy_class
 from hetsim.policies.base import told
 from hetsim.run.metrics import Summary, summarize
 from hetsim.run.simulate import simulate
@@ -168,7 +168,28 @@ def check_meta(meta: dict[str, Any], path: Path) -> dict[str, Any]:
         "policies": names,
         "config": {**config, **_checked(config, CONFIG_PARAMS, f"{where}config.")},
         "injection": _checked_injection(meta.get("injection", {}), f"{where}injection"),
+        **({"plan": _checked_plan(meta["plan"], meta, f"{where}plan")} if "plan" in meta else {}),
     }
+
+
+def _checked_plan(plan: Any, meta: Mapping[str, Any], field: str) -> dict[str, Any]:
+    """meta.json's ``plan`` (a script's run of a plan.json): its policy, whether the run kept its
+    split, and the split, one whole number per rank summing to the run's global batch."""
+    if not isinstance(plan, Mapping):
+        raise ConfigError(field, f"must be a table, got {typename(plan)}")
+    policy = _check(Param("policy", "string"), plan.get("policy"), f"{field}.")
+    fixed = plan.get("fixed")
+    if not isinstance(fixed, bool):
+        raise ConfigError(f"{field}.fixed", f"must be true or false, got {typename(fixed)}")
+    split = plan.get("split")
+    count = Param("", "integer", low=0, high=MAX_COUNT)
+    if not isinstance(split, list) or len(split) != meta.get("world_size"):
+        raise ConfigError(f"{field}.split", f"must be a list of {meta.get('world_size')} local batches, one per rank")
+    split = [_check(count, b, f"{field}.split.{i}") for i, b in enumerate(split)]
+    batch = meta.get("global_batch")
+    if fixed and sum(split) != batch:
+        raise ConfigError(f"{field}.split", f"sums to {sum(split)}, not the run's global batch {batch}")
+    return {**plan, "policy": policy, "fixed": fixed, "split": split}
 
 
 def _checked(table: Mapping[str, Any], params: Sequence[Param], prefix: str) -> dict[str, Any]:
@@ -207,15 +228,16 @@ def _checked_injection(injection: Any, field: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def calibrate_run(run: RunData, calibrate_on: str = PROBE) -> Calibration:
-    """The calibration of ``run``'s ``calibrate_on`` rows as ``hetsim calibrate --model auto`` fits
-    it (each rank's cost curve chosen by held-out error), its scenario with the noise's shared
-    part and persistence where they are clear (:func:`~validation.calibrated_noise.noise_scenario`)."""
+def calibrate_run(run: RunData, calibrate_on: str = PROBE, model: str = "auto") -> Calibration:
+    """The calibration of ``run``'s ``calibrate_on`` rows as ``hetsim calibrate --model MODEL``
+    fits it (``auto``: each rank's cost curve chosen by held-out error), its scenario with the
+    noise's shared part and persistence where they are clear
+    (:func:`~validation.calibrated_noise.noise_scenario`)."""
     rows = run.trace[run.trace["policy"] == calibrate_on]
     if rows.empty:
         known = ", ".join(dict.fromkeys(run.trace["policy"].astype(str)))
         raise ConfigError("--calibrate-on", f"the run has no rows for {calibrate_on!r} (it has: {known})")
-    calibration = calibrate(rows.drop(columns=["policy"]), name=f"{run.path.name}-{calibrate_on}", model="auto",
+    calibration = calibrate(rows.drop(columns=["policy"]), name=f"{run.path.name}-{calibrate_on}", model=model,
                             scheduled_split=calibrate_on == PROBE)  # fmt: skip
     return replace(calibration, scenario=noise_scenario(calibration))
 
@@ -276,10 +298,11 @@ def first_epochs(trace: Trace, epochs: int) -> Trace:
     return Trace.from_frame(frame[frame["epoch"] < epochs])
 
 
-def compare_run(run: RunData, calibrate_on: str = PROBE) -> tuple[list[Comparison], Calibration]:
-    """Predicted vs measured for every policy of the run (the probe itself is not compared); the
-    policies that need or use costs told the real ones' (the module's docstring)."""
-    calibration = calibrate_run(run, calibrate_on)
+def compare_run(run: RunData, calibrate_on: str = PROBE, model: str = "auto") -> tuple[list[Comparison], Calibration]:
+    """Predicted vs measured for every policy of the run (the probe itself is not compared),
+    calibrated with each rank's cost ``model`` (:func:`calibrate_run`); the policies that need or
+    use costs told the real ones' (the module's docstring)."""
+    calibration = calibrate_run(run, calibrate_on, model)
     return predict_run(run, calibration, hints=told_hints(run)), calibration
 
 
@@ -311,11 +334,21 @@ def predict_run(
         if workers is not None:
             scenario["workers"] = list(workers)
         loaded = load_scenario(scenario)
-        simulated = simulate(loaded, told(loaded.make_policy(policy), hints))
+        simulated = simulate(loaded, told(run_policy(run.meta, policy, loaded.make_policy(policy)), hints))
         if policy_class(policy).varies_batch:
             simulated = first_epochs(simulated, epochs)
         out.append(Comparison(policy, measured, summarize(simulated)))
     return out
+
+
+def run_policy(meta: Mapping[str, Any], name: str, made: Policy) -> Policy:
+    """The policy ``name`` as the run applied it: a plan's split where the run kept it (meta.json's
+    ``plan``, :meth:`~validation.uneven.PlanChoice.record`; the plan was made from the profile's
+    costs, which the simulation is not told), else ``made``."""
+    plan = meta.get("plan")
+    if plan is not None and plan["fixed"] and plan["policy"] == name:
+        return planned_policy(name, plan["split"])
+    return made
 
 
 def compare_across(

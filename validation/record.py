@@ -17,7 +17,7 @@ probe), so a run that dies keeps everything up to its last finished epoch.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,8 @@ from validation.workloads.base import Dataset
 
 if TYPE_CHECKING:  # pandas is imported where a frame is made: rank 0's writer; a rank's start-up skips it
     import pandas as pd
+
+    from validation.uneven.plan_file import PlanChoice
 
 EPOCH_COLUMNS = ("policy", "epoch", "train_loss", "test_loss", "test_accuracy", "elapsed_s", "split", "global_batch",
                  "noise_scale")  # fmt: skip
@@ -153,11 +155,18 @@ def script_meta(
     workload: str,
     comm: str,
     extra: dict[str, Any] | None = None,
+    plan: PlanChoice | None = None,
+    slowdown: Mapping[int, float] | None = None,
 ) -> dict[str, Any]:
     """meta.json's content for a run of a user's own script (:mod:`validation.uneven`): the fields
-    ``validation compare`` reads, as :func:`run_meta` writes them for ``validation run``, with
-    no injected delays (``config`` holds the seed and whatever else ``extra`` adds)."""
+    ``validation compare`` reads, as :func:`run_meta` writes them for ``validation run``
+    (``config`` holds the seed and whatever else ``extra`` adds). ``plan``: the plan the run
+    applies (:func:`~validation.uneven.load_plan`), so that ``compare`` simulates the plan's split
+    where the run kept it; ``slowdown``: every rank's emulated slowdown factor (rank -> factor,
+    as :func:`~validation.profile_config.slowdowns` reads ``--slowdown``), recorded as
+    ``validation run`` records its own (a script injects no delays)."""
     n_params = sum(p.numel() for p in model.parameters())
+    slowed = {r: f for r, f in (slowdown or {}).items() if f != 1.0}
     return {
         **provenance(),
         "config": {"seed": seed, "global_batch": global_batch, "epochs": epochs, "comm": comm, **(extra or {})},
@@ -177,25 +186,29 @@ def script_meta(
         "gradient_mb": gradient_bytes(model.parameters()) / 1e6,
         "torch": torch.__version__,
         "cpu_count": os.cpu_count(),
-        "injection": {"delay": {}, "per_sample_delay": {}, "slowdown": {}},
+        "injection": {"delay": {}, "per_sample_delay": {}, "slowdown": {str(r): float(f) for r, f in slowed.items()}},
+        **({"plan": plan.record()} if plan is not None else {}),
     }
 
 
 class RunWriter:
-    """Collects rows on rank 0 and rewrites the run folder's files."""
+    """Collects rows on rank 0 and rewrites the run folder's files; with no folder (``out`` None)
+    it keeps the rows and writes nothing (the probe's costs are still read back from it)."""
 
-    def __init__(self, out: Path, meta: dict[str, Any]) -> None:
-        self.out = Path(out)
+    def __init__(self, out: Path | None, meta: dict[str, Any]) -> None:
+        self.out = None if out is None else Path(out)
         self.meta = dict(meta)
         self.rows: list[dict[str, Any]] = []
         self.epochs: list[dict[str, Any]] = []
         self.evals: list[dict[str, Any]] = []
-        self.out.mkdir(parents=True, exist_ok=True)
+        if self.out is not None:
+            self.out.mkdir(parents=True, exist_ok=True)
         self.write_meta("running")
 
     def write_meta(self, status: str) -> None:
         self.meta["status"] = status
-        write_json(self.out / "meta.json", self.meta)
+        if self.out is not None:
+            write_json(self.out / "meta.json", self.meta)
 
     def add_steps(self, rows: Sequence[dict[str, Any]]) -> None:
         self.rows.extend(rows)
@@ -219,6 +232,7 @@ class RunWriter:
         self.evals.append({**{c: values.get(c) for c in EVAL_COLUMNS}, "step": int(last) + 1})
 
     def trace_frame(self) -> pd.DataFrame:
+        """Every step row so far as a trace table (hetsim's trace columns)."""
         import pandas as pd
 
         frame = pd.DataFrame(self.rows, columns=list(COLUMNS))
@@ -230,13 +244,18 @@ class RunWriter:
         """Rewrite trace.parquet, trace.csv, epochs.csv and evals.csv with everything so far."""
         import pandas as pd
 
+        if self.out is None:
+            return
         write_trace_table(self.trace_frame(), self.out / "trace.parquet", self.out / "trace.csv")
         write_frame(self.out / "epochs.csv", pd.DataFrame(self.epochs, columns=list(EPOCH_COLUMNS)))
         write_frame(self.out / "evals.csv", pd.DataFrame(self.evals, columns=list(EVAL_COLUMNS)))
 
     def finish(self, policies: Sequence[str]) -> dict[str, Any]:
-        """Write summary.json and mark the run complete; returns the summary."""
+        """Write every file (:meth:`flush`) and summary.json, and mark the run complete; returns the
+        summary."""
         import pandas as pd
+
+        self.flush()  # a folder marked complete holds the whole trace, whether or not its script flushed
 
         frame = self.trace_frame()
         epochs = pd.DataFrame(self.epochs, columns=list(EPOCH_COLUMNS))
@@ -256,7 +275,8 @@ class RunWriter:
             scales = pd.to_numeric(epochs.loc[epochs["policy"] == name, "noise_scale"], errors="coerce").dropna()
             entry["noise_scale"] = float(scales.median()) if not scales.empty else None
             summary["policies"].append(entry)
-        write_json(self.out / "summary.json", summary)
+        if self.out is not None:
+            write_json(self.out / "summary.json", summary)
         self.write_meta("complete")
         return summary
 

@@ -15,7 +15,7 @@ from hetsim.policies.adaptive import Adaptive
 from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHint
 from hetsim.policies.dynamic import Dynamic, DynamicEnhanced
 from hetsim.policies.goodput import Goodput
-from hetsim.policies.static import Equal, Optimal, Proportional
+from hetsim.policies.static import Equal, Optimal, Proportional, planned_policy
 from hetsim.policies.straggler import Async, Backup, KSync
 
 for _cls in (Equal, Proportional, Dynamic, DynamicEnhanced, Optimal, Adaptive, Goodput, Backup, KSync, Async):
@@ -61,5 +61,6 @@ __all__ = [
     "StepRecord",
     "WorkerHint",
     "make_policy",
+    "planned_policy",
     "policy_class",
 ]

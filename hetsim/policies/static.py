@@ -1,4 +1,5 @@
-"""Policies whose split is fixed before the run: ``equal``, ``proportional`` and ``optimal``."""
+"""Policies whose split is fixed before the run: ``equal``, ``proportional`` and ``optimal``, and
+:func:`planned_policy`, one of them keeping a split decided elsewhere (a plan's)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,27 @@ class Optimal(_Static):
         if up not in self._by_availability:
             self._by_availability[up] = self.initial_split(up)
         return self._by_availability[up]
+
+
+def planned_policy(name: str, split: Sequence[int]) -> Policy:
+    """A policy named ``name`` (with its class's traits: ``weighted_gradients`` above all) that
+    keeps ``split``: a plan's (``hetsim plan``), made from costs that the run, or a simulation of
+    it, may not have. Not registered: its split is a value, not a name."""
+    from hetsim.policies import policy_class
+
+    base = policy_class(name)
+    traits = {"name": name, "weighted_gradients": base.weighted_gradients, "closed_form": base.closed_form}
+    cls = type(f"Planned{base.__name__}", (_Planned,), {**traits, "planned": tuple(int(b) for b in split)})
+    return cls()
+
+
+class _Planned(Policy):
+    """The base of :func:`planned_policy`'s classes: a fixed split given by a plan."""
+
+    planned: tuple[int, ...] = ()
+
+    def initial_split(self) -> tuple[int, ...]:
+        if len(self.planned) != self.n_workers or sum(self.planned) != self.global_batch:
+            planned = list(self.planned)
+            raise ValueError(f"the plan's split {planned} is not {self.n_workers} ranks' {self.global_batch}")
+        return self.planned

@@ -19,8 +19,9 @@ torchrun script (validation/README.md, "Using the trainer in your own script";
   from every rank; :func:`torch_device` (the rank's device, made current; a CUDA device asked
   for on a machine without one refused) and :func:`loopback_environment` (a one-machine run's
   collectives kept on loopback);
-* :func:`slowdown_delay`, :func:`rank_slowdown`: a rank that emulates a slower device (testing
-  plans on one machine), and its factor of a ``--slowdown`` option;
+* :func:`slowdown_delay`, :func:`rank_slowdown`, :func:`slowdown_factors`: a rank that emulates
+  a slower device (testing plans on one machine), its factor of a ``--slowdown`` option, and
+  every rank's (for the run folder);
 * :func:`train_epoch`, :func:`probe_rounds`, :func:`epoch_row`: an epoch, the calibration
   probe, the epoch's row; :func:`held_out`, a policy's final held-out figure in a line;
 * :class:`StepProfiler`: ``torch.profiler`` traces of a block's first steps (``profiler=`` of
@@ -50,7 +51,14 @@ from validation.uneven.run import (
     run_steps,
     train_epoch,
 )
-from validation.uneven.step import UnevenStep, check_model, rank_slowdown, slowdown_delay, weighted_loss
+from validation.uneven.step import (
+    UnevenStep,
+    check_model,
+    rank_slowdown,
+    slowdown_delay,
+    slowdown_factors,
+    weighted_loss,
+)
 
 __all__ = [
     "PROBE",
@@ -78,6 +86,7 @@ __all__ = [
     "run_steps",
     "script_meta",
     "slowdown_delay",
+    "slowdown_factors",
     "steps_per_epoch",
     "torch_device",
     "train_epoch",

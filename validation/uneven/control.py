@@ -9,7 +9,8 @@ gets the trace rows (:func:`~validation.record.step_rows`), so a run folder of a
 script has the same trace as ``validation run``'s.
 
 A policy that ``needs_costs`` (``proportional``, ``optimal``) gets each rank's cost curve
-fitted from the probe's rows (:func:`~validation.probe.fit_probe`): run the probe first. One
+fitted from the probe's rows (:func:`~validation.probe.fit_probe`, read back from rank 0's
+writer, which keeps them even without a run folder): run the probe first. One
 that ``uses_costs`` (``goodput``) gets them when the probe has run, and does without otherwise.
 """
 
@@ -69,7 +70,7 @@ class Controller:
         hints = self._hints() if self.policy.reads_costs() else None
         if self.policy.needs_costs and hints is None:
             raise ValueError(f"policy {self.policy.name!r} needs each rank's costs: run the probe before it, "
-                             "into a run folder (its rows are read back from the writer)")  # fmt: skip
+                             "with the same writer (its rows are read back from it)")  # fmt: skip
         self.policy.reset(self.world, self.global_batch, hints, self._run_hint())
         self._needs_reset = False
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from hetsim.core.errors import ConfigError
-from hetsim.policies import Policy, make_policy, policy_class
+from hetsim.core.registry import POLICIES
+from hetsim.policies import Policy, make_policy, planned_policy, policy_class
 from hetsim.policies.base import not_barrier, waits_for_every_worker
 
 
@@ -35,34 +36,22 @@ class PlanChoice:
     global_batch: int
     workers: tuple[str, ...]
 
+    @property
+    def fixed(self) -> bool:
+        """Whether the run keeps the plan's split (a policy that does not re-split as it observes)."""
+        cls = policy_class(self.policy, "recommended.policy")
+        return not (cls.resplits or cls.varies_batch)
+
     def make(self) -> Policy:
         """A fresh policy object that applies the plan (see the module's docstring)."""
-        cls = policy_class(self.policy, "recommended.policy")
-        if cls.resplits or cls.varies_batch:
-            return make_policy(self.policy)
-        return planned_policy(self.policy, self.split)
+        return planned_policy(self.policy, self.split) if self.fixed else make_policy(self.policy)
 
-
-def planned_policy(name: str, split: tuple[int, ...]) -> Policy:
-    """A policy named ``name`` (with its class's traits: ``weighted_gradients`` above all) that
-    keeps ``split``: the plan's, made from the profiled costs."""
-    base = policy_class(name)
-    traits = {"name": name, "weighted_gradients": base.weighted_gradients, "closed_form": base.closed_form}
-    cls = type(f"Planned{base.__name__}", (_Planned,), {**traits, "planned": tuple(split)})
-    return cls()
-
-
-class _Planned(Policy):
-    """The base of :func:`planned_policy`'s classes: a fixed split given by the plan."""
-
-    planned: tuple[int, ...] = ()
-
-    def initial_split(self) -> tuple[int, ...]:
-        if len(self.planned) != self.n_workers or sum(self.planned) != self.global_batch:
-            raise ValueError(
-                f"the plan's split {list(self.planned)} is not {self.n_workers} ranks' {self.global_batch}"
-            )
-        return self.planned
+    def record(self) -> dict[str, Any]:
+        """What a run folder's meta.json says of the plan it ran (``plan``, written by
+        :func:`~validation.record.script_meta`), which ``validation compare`` simulates: the
+        plan's split where the run kept it."""
+        split = list(self.split)
+        return {"policy": self.policy, "split": split, "global_batch": self.global_batch, "fixed": self.fixed}
 
 
 def load_plan(path: str | Path, world_size: int) -> PlanChoice:
@@ -118,10 +107,10 @@ def barrier_policy(name: str, option: str = "--policy") -> Policy:
     :class:`PlanError` (one line naming ``option``) for an unknown name or a policy that ends a
     step without every gradient (``async``, ``backup``, ``ksync``), which hetsim simulates and
     such a trainer would run as something else."""
-    try:
-        cls = policy_class(name, option)
-    except ConfigError as exc:
-        raise PlanError(exc.field, exc.problem) from None
+    if not isinstance(name, str) or name not in POLICIES:
+        known = ", ".join(n for n, c in POLICIES.items() if waits_for_every_worker(c))
+        raise PlanError(option, f"unknown policy {name!r} (the barrier policies: {known})")
+    cls = policy_class(name, option)
     if not waits_for_every_worker(cls):
         raise PlanError(option, f"{not_barrier(name, cls)}: give a barrier policy (equal, proportional, dynamic, ...)")
     return make_policy(name)

@@ -37,20 +37,26 @@ PROBE_FRACTIONS = (0.0625, 0.125, 0.25, 0.5, 0.75)  # validation run's default -
 Window = Callable[[int], tuple[np.ndarray, int]]  # block step k -> (the epoch's permutation, step in epoch)
 
 
-def open_run(out: str | Path | None, meta: dict[str, Any]) -> Writer:
-    """Rank 0: the run folder ``out`` (meta.json written now, status ``running``); every other
-    rank, or no ``out``: a writer that drops everything. A folder that already holds files is
-    refused (ConfigError on ``out``), as ``validation run`` refuses it: two runs' rows would mix."""
-    if out is None or dist.get_rank() != 0:
+def open_run(out: str | Path | None, meta: dict[str, Any], option: str = "out") -> Writer:
+    """Rank 0: the writer of the run folder ``out`` (meta.json written now, status ``running``;
+    :meth:`~validation.record.RunWriter.flush` rewrites the trace and the epochs' files,
+    :meth:`~validation.record.RunWriter.finish` writes everything and marks it ``complete``), or
+    with no ``out`` one that keeps the rows in memory and writes nothing (the probe's costs,
+    :func:`probe_hints`, are still read back from it); every other rank: a writer that drops
+    everything. A folder that already holds files is refused (ConfigError on ``option``), as
+    ``validation run`` refuses it: two runs' rows would mix."""
+    if dist.get_rank() != 0:
         return NullWriter()
-    check_run_folder(out)
+    if out is None:
+        return RunWriter(None, meta)
+    check_run_folder(out, option)
     return RunWriter(Path(out), meta)
 
 
-def check_run_folder(out: str | Path) -> None:
-    """ConfigError on ``out`` when it exists and is not an empty folder (a script can call it
-    before its ranks meet, so that a used folder is refused before anything starts)."""
-    check_empty_folder(Path(out), "out", "give a new one for this run")
+def check_run_folder(out: str | Path, option: str = "out") -> None:
+    """ConfigError on ``option`` when ``out`` exists and is not an empty folder (a script can call
+    it before its ranks meet, so that a used folder is refused before anything starts)."""
+    check_empty_folder(Path(out), option, "give a new one for this run")
 
 
 REFUSAL_GRACE_S = 1.0  # another rank's wait before it exits, so that rank 0's line is out first

@@ -56,13 +56,20 @@ def slowdown_delay(factor: float) -> Delay | None:
     return delay if slow > 0 else None
 
 
-def rank_slowdown(text: str, rank: int, world: int, option: str = "--slowdown") -> float:
-    """This rank's factor of ``text`` as ``validation profile --slowdown`` takes it: one factor per
-    rank (``1,2``) or ``RANK=FACTOR`` items (``1=2``; a rank not named is 1); ConfigError (one line
-    naming ``option``) for a wrong count, a rank outside the world or a factor below 1."""
+def rank_slowdown(text: str | None, rank: int, world: int, option: str = "--slowdown") -> float:
+    """This rank's factor of ``text`` (:func:`slowdown_factors`; None: 1)."""
+    return slowdown_factors(text, world, option).get(rank, 1.0)
+
+
+def slowdown_factors(text: str | None, world: int, option: str = "--slowdown") -> dict[int, float]:
+    """Every rank's factor of ``text`` as ``validation profile --slowdown`` takes it, rank -> factor
+    (what :func:`~validation.record.script_meta` records): one factor per rank (``1,2``) or
+    ``RANK=FACTOR`` items (``1=2``; a rank not named is 1, and absent here); None: none.
+    ConfigError (one line naming ``option``) for a wrong count, a rank outside the world or a
+    factor below 1."""
     from validation.profile_config import slowdowns
 
-    return slowdowns(text, world, option).get(rank, 1.0)
+    return slowdowns(text, world, option)
 
 
 def weighted_loss(loss: torch.Tensor, split: Sequence[int], rank: int, weighted: bool = True) -> torch.Tensor:
