@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 from bench_common import stats, validation_run
 
-from validation.compare import calibrate_run, load_run
+from validation.compare import calibrate_run
+from validation.run_folder import load_run
 from validation.time_to_target import predict_time_to_target
 
 ROOT = Path(__file__).resolve().parent.parent

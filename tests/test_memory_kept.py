@@ -37,5 +37,8 @@ def test_memory_freed_by_a_step_is_taken_again_without_page_faults():
     if not kept:
         pytest.skip("this C library has no mallopt (not glibc)")
     _, default = page_faults("default")
-    assert default > PAGES // 2  # glibc alone gives most of it back and faults it in again
+    # glibc alone gives some or most of it back and faults it in again: how much depends on where
+    # the address-space layout put the heap (12k, 21k or 80k of the 98k pages in 14 runs here;
+    # kept: 2k-4k, the rounds' first growth)
+    assert default > 2 * faults
     assert faults < PAGES // 10

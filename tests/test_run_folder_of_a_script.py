@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from hetsim.policies import planned_policy
-from validation.compare import compare_run, load_run, run_policy
+from validation.compare import compare_run, run_policy
 from validation.record import RankTiming, RunWriter, step_rows
+from validation.run_folder import load_run
 from validation.uneven.plan_file import PlanChoice
 
 META = {"global_batch": 8, "steps_per_epoch": 2, "epochs": 1, "world_size": 2, "gradient_mb": 0.1,

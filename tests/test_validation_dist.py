@@ -306,7 +306,7 @@ def test_the_folder_lock_is_released_by_a_killed_holder(tmp_path):
 
 @pytest.mark.serial  # measured against predicted time (within 50%): load that changes mid-run moves it
 def test_time_to_target_is_measured_and_predicted(tmp_path, capsys):
-    from validation.compare import load_run
+    from validation.run_folder import load_run
     from validation.time_to_target import evaluated_steps, run_targets
 
     out = tmp_path / "run"

@@ -14,7 +14,7 @@ from hetsim.model.costs import Affine, CostModel, Hinge
 from hetsim.model.partition import min_max_split
 from hetsim.model.trace import COLUMNS
 from hetsim.policies import WorkerHint
-from validation.compare import compare_run, load_run, told_hints
+from validation.compare import compare_run, told_hints
 from validation.probe import (
     PROBE,
     SMALL_SIZES,
@@ -26,6 +26,7 @@ from validation.probe import (
     probe_sizes,
 )
 from validation.record import RankTiming, RunWriter, step_rows
+from validation.run_folder import load_run
 
 FRACTIONS = (0.0625, 0.125, 0.25, 0.5, 0.75)  # validation run's default --probe-fractions
 

@@ -166,7 +166,8 @@ def check_local_devices(devices: Sequence[str]) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from hetsim.calibrate import check_model
-    from validation.compare import compare_run, format_table, load_run, worst_error
+    from validation.compare import compare_run, format_table, worst_error
+    from validation.run_folder import load_run
     from validation.time_to_target import predict_time_to_target
 
     if args.tolerance is not None:

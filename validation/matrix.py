@@ -276,7 +276,8 @@ class Prediction:
 
 def predictions(runs: Sequence[MatrixRun], cross: Sequence[CrossRun], runs_dir: Path) -> list[Prediction]:
     """Every same-run prediction of the runs that finished, then every cross-run one."""
-    from validation.compare import compare_across, compare_run, load_run
+    from validation.compare import compare_across, compare_run
+    from validation.run_folder import load_run
 
     done = {r.name: load_run(runs_dir / r.name) for r in runs if is_complete(runs_dir / r.name)}
     out: list[Prediction] = []

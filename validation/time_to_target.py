@@ -33,7 +33,8 @@ from hetsim.policies import policy_class
 from hetsim.run.metrics import progress_curve, reaching_step, step_times
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario, make_efficiency, read_table
-from validation.compare import RunData, noise_scale_of, read_csv, read_epochs, scenario_for, told, told_hints
+from validation.compare import noise_scale_of, read_csv, read_epochs, scenario_for, told, told_hints
+from validation.run_folder import RunData
 
 REFERENCE = "equal"  # the policy whose steps to the target calibrate the progress model, when the run has it
 
