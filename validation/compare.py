@@ -39,6 +39,7 @@ from validation.calibrated_noise import noise_scenario
 from validation.probe import PROBE, first_block_hints, told_costs
 from validation.reinject import reinjected
 from validation.run_folder import RunData
+from validation.run_folder import load_run as load_run  # where scripts and notebooks found it before run_folder.py
 
 
 @dataclass(frozen=True)
