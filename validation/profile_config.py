@@ -107,8 +107,8 @@ def add_profile_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--comm", choices=("ddp", "flat"), default="ddp",
-        help="how the trainer you plan for exchanges gradients (the synchronous steps measured at the end run "
-        "it): ddp (DistributedDataParallel, the default) or flat (validation run's default)",
+        help="how the trainer you plan for exchanges gradients (the trainer's steps, in four blocks spread over "
+        "the budget, run it): ddp (DistributedDataParallel, the default) or flat (validation run's default)",
     )  # fmt: skip
     parser.add_argument(
         "--budget-s", type=float, default=DEFAULT_BUDGET_S, metavar="S",
