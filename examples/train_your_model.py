@@ -50,8 +50,7 @@ def train(args: argparse.Namespace, device: torch.device, plan: uneven.PlanChoic
         slowdown=args.slowdowns)  # fmt: skip
     writer = uneven.open_run(args.out, meta)  # rank 0 writes the run folder
 
-    def loss_of(net: nn.Module, idx: torch.Tensor) -> torch.Tensor:
-        idx = idx.to(device)
+    def loss_of(net: nn.Module, idx: torch.Tensor) -> torch.Tensor:  # idx: this rank's samples, on its device
         return nn.functional.cross_entropy(net(x[idx]), y[idx])  # the mean over this rank's samples
 
     def evaluate() -> tuple[float, float]:

@@ -37,7 +37,8 @@ from validation.segment import Computed, StepResult
 from validation.uneven.memory import keep_freed_memory
 from validation.workloads.checks import batch_dependence
 
-LossOf = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]  # (net, sample indices) -> mean loss
+# (net, sample indices) -> the mean loss over them; the indices (int64) are on the step's device already
+LossOf = Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
 Delay = Callable[[int, float], object]  # (local batch, seconds computed so far): an injected sleep
 
 
@@ -214,7 +215,8 @@ class UnevenStep:
         self, decide: Callable[[], Sequence[int]], samples: Callable[[tuple[int, ...]], np.ndarray], loss_of: LossOf
     ) -> StepResult:
         """One timed step: ``decide()`` gives the split (every rank the same), ``samples(split)``
-        this rank's sample indices, ``loss_of(net, indices)`` the mean loss over them."""
+        this rank's sample indices, ``loss_of(net, indices)`` the mean loss over them (the indices
+        an int64 tensor on this step's device; a rank with no samples is given one, at weight 0)."""
         if not self.primed:
             self.prime(loss_of, torch.zeros(1, dtype=torch.int64, device=self.device))
         synchronize(self.device)
