@@ -46,6 +46,7 @@ from hetsim.analysis.orderstats import (
     barrier_parts,
     expected_max,
     max_cdf,
+    past_each,
 )
 from hetsim.analysis.prediction import NoClosedForm, Prediction, learning_fields
 from hetsim.model.efficiency import effective_batch
@@ -226,7 +227,7 @@ def _mixture_quantile(groups: Sequence[Sequence[TimeDistribution]], weights: np.
     atoms = [a for a in (d.atoms() for d in dists) if a is not None]
     if len(atoms) == len(dists):
         points: np.ndarray = np.unique(np.concatenate(atoms))
-        cum = np.array([cdf(t) for t in points])
+        cum = np.array([cdf(t) for t in past_each(points)])
         return float(points[min(int(np.searchsorted(cum, q - 1e-12)), len(points) - 1)])
     hi = max(max(d.mean() for d in dists), 1e-12)
     while cdf(hi) < q:
