@@ -77,6 +77,10 @@ def test_replications_are_the_t_interval_of_runs_seeded_from_the_seed():
     result = simulated_mean(scenario, "dynamic", 3)
     means = [simulate_summary(scenario, "dynamic", seed=s, engine="vector").mean_step_s for s in seeds]
     assert result.runs == REPLICATIONS and result.ci == mean_ci(means)
+    from hetsim.policies import Dynamic, Equal
+
+    assert simulated_mean(scenario, Dynamic(), 3).ci == result.ci  # an object, as the Python API takes one
+    assert simulated_mean(scenario, Equal(), 3).ci == simulated_mean(scenario, "equal", 3).ci
 
 
 def test_a_noise_free_runs_interval_holds_a_prediction_that_differs_in_the_last_place():

@@ -23,6 +23,9 @@ from hetsim.policies import POLICIES
 
 @dataclass(frozen=True)
 class NetworkFit:
+    """The exchange fitted from a trace's ``comm_s``: ``constant`` (``time_s``) from one world
+    size, or a latency and bandwidth model (``kind``) where several were measured."""
+
     kind: str
     time_s: float = 0.0
     latency_s: float = 0.0
@@ -56,6 +59,11 @@ def fit_network(comm_s: np.ndarray, n_workers: np.ndarray, gradient_mb: np.ndarr
 
 @dataclass(frozen=True)
 class Calibration:
+    """What :func:`calibrate` found in a trace: each worker's fit (``workers``; ``idle`` those with
+    too little to fit, kept at what is known of them), the network, the workload's sizes, the
+    noise's shared part and persistence, the warnings, and ``scenario``, the scenario-file dict
+    that every hetsim command takes."""
+
     workers: tuple[WorkerFit, ...]
     network: NetworkFit
     global_batch: int

@@ -42,6 +42,11 @@ MIN_COMPLETE = 2  # complete computes a worker's fit needs
 
 @dataclass(frozen=True)
 class WorkerFit:
+    """One worker's fitted cost: the affine terms (whatever model won), the chosen ``curve`` and
+    the standard error of each of its parameters (None: not identified), the lognormal noise
+    about it, the held-out error of each model tried, and how many rows (complete and cut at the
+    barrier) and batch sizes it rests on."""
+
     worker: int
     overhead_s: float  # the affine fit's terms (whichever model is chosen)
     per_sample_s: float

@@ -55,6 +55,10 @@ class Epochs:
 
 
 class Engine(PlugIn):
+    """The base of engines: :meth:`run` simulates a scenario under a policy into a
+    :class:`~hetsim.model.trace.Trace`; :meth:`supports` says which policies it runs, and
+    ``priority`` ranks it for ``--engine auto`` among those that support a policy."""
+
     priority: ClassVar[int] = 0  # ``auto`` runs a policy on the supporting engine with the highest
 
     @classmethod

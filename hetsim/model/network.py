@@ -104,6 +104,10 @@ class Buckets:
 
 
 class NetworkModel(FrozenPlugIn):
+    """The base of network plug-ins: the time of one all-reduce of the gradient among the workers
+    (:meth:`allreduce_s`), and, for a step whose all-reduce overlaps the backward pass, the
+    buckets it is sent in (:meth:`bucket_sizes`). Parameters are declared as for every plug-in."""
+
     uses_nodes: ClassVar[bool] = False  # the all-reduce depends on the workers' nodes (see the module docstring)
 
     def allreduce_s(self, n_workers: int, gradient_mb: float, nodes: Nodes | None = None) -> float:

@@ -46,6 +46,11 @@ BASELINE = "equal"  # the policy every speedup is measured against (``speedup_vs
 
 @dataclass(frozen=True)
 class Summary:
+    """One run's figures (:func:`summarize`): step time (mean, 95th percentile), total time,
+    throughput, each worker's utilization and the idle share, the final split, and where they
+    apply the dropped samples, staleness, split changes, recovery after slowdowns, and the
+    statistical efficiency, goodput and time to the target under ``[workload.efficiency]``."""
+
     policy: str
     steps: int
     epochs: int

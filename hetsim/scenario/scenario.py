@@ -63,6 +63,12 @@ class PolicySpec:
 
 @dataclass(frozen=True)
 class Scenario:
+    """One cluster and its job, checked and built: the ``workload``, the ``network`` model, the
+    workers in ``groups`` (each a :class:`~hetsim.model.workers.WorkerSpec` and a count;
+    ``workers`` lists them one by one), the default ``policy`` and the ``seed`` every draw is
+    spawned from. Made by :func:`~hetsim.scenario.config.load_scenario` from a built-in name, a
+    file or a dict (the scenario-file schema); ``to_dict`` gives that dict back."""
+
     name: str
     seed: int
     workload: Workload
