@@ -91,6 +91,22 @@ class Shift(Policy):
             self._sum_s[:] = 0.0
             self._steps = 0
 
+    def observe_steps(
+        self, first: StepInfo, local_batches: tuple[int, ...], compute_s: np.ndarray, included: np.ndarray
+    ) -> int:
+        """The vector engine's block of steps at once (the default calls observe once a step: the
+        same result, a Python call and a record a step). A block ends at the epoch's end at the
+        latest (steady_steps), so the move is due after its last step when that ends the epoch.
+        The times are added in order, as observe adds them, so both engines move alike."""
+        for times in compute_s:
+            self._sum_s += times
+        self._steps += len(compute_s)
+        if (first.step_in_epoch + len(compute_s)) % first.steps_per_epoch == 0:
+            self._move(self._sum_s / self._steps)
+            self._sum_s[:] = 0.0
+            self._steps = 0
+        return len(compute_s)
+
     def _move(self, mean_s: np.ndarray) -> None:
         batches = list(self._batches)
         working = [i for i, b in enumerate(batches) if b > 0]  # a worker left without samples stays out
