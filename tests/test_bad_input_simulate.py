@@ -138,6 +138,9 @@ CASES = [
     # policies and their parameters
     case("unknown-policy-name", ["--set", "policy.name=fastest", "--policy", "equal"],
          "policy.name: unknown policy 'fastest' (known: {policies})"),
+    case("policy-parameter-of-another-policy", ["workstation", "--set", "policy.alpha=0.1", "--policy", "equal"],
+         "policy.alpha: not a parameter of the scenario's policy 'dynamic' (its parameters: none); for another "
+         "policy's, set policy.name too"),
     case("policy-parameter-named", ["--set", "policy={name='adaptive', forgetting=5}", "--policy", "adaptive"],
          "policy.forgetting: must be in (0, 1], got 5"),
     case("backups-too-many", ["--set", "policy={name='backup', backups=5}", "--policy", "backup"],

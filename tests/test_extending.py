@@ -238,6 +238,11 @@ def test_building_a_plugin_directly_raises_the_configs_error(registry, name, par
         from hetsim.run.simulate import simulate
 
         simulate(load_scenario(raw), engine="simpy")
+    if path == "policy" and "unknown parameter" in problem:  # a scenario's [policy] says which policy it checked
+        problem = (
+            f"speed: not a parameter of the scenario's policy {name!r} (its parameters: none); for another "
+            "policy's, set policy.name too"
+        )
     assert str(configured.value) == f"{path}.{problem}"
 
 

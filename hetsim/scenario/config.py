@@ -23,7 +23,7 @@ from hetsim.core.params import MAX_COUNT, MAX_SEED, MAX_STEP_S, Param, typename
 from hetsim.core.registry import NETWORKS
 from hetsim.model.efficiency import EFFICIENCY_PARAMS, Efficiency, Schedule, extension_fields
 from hetsim.model.network import DEFAULT_KIND
-from hetsim.policies import make_policy
+from hetsim.policies import make_policy, policy_class
 from hetsim.scenario.raw_tables import Table, make_plugin
 from hetsim.scenario.scenario import PolicySpec, Scenario, Workload
 from hetsim.scenario.worker_tables import check_worker_groups, make_worker_group
@@ -199,6 +199,11 @@ def make_policy_spec(data: Any) -> PolicySpec:
     if not isinstance(name, str):
         raise ConfigError("policy.name", f"must be a string, got {typename(name)}")
     spec = PolicySpec(name, tuple(sorted((k, v) for k, v in data.items() if k != "name")))
+    known = [p.name for p in policy_class(name, "policy.name").params]
+    unknown = next((k for k, _ in spec.params if k not in known), None)
+    if unknown is not None:  # often a parameter of another policy than the scenario's: --set policy.alpha=... alone
+        raise ConfigError(f"policy.{unknown}", f"not a parameter of the scenario's policy {name!r} (its parameters: "
+                          f"{', '.join(known) or 'none'}); for another policy's, set policy.name too")  # fmt: skip
     make_policy(name, dict(spec.params))  # ConfigError on policy.<parameter>
     return spec
 
