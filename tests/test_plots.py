@@ -256,3 +256,43 @@ def test_a_text_axis_keeps_the_files_order_and_its_long_labels_fit():
     ticks = [t.get_text().replace("\n", " ") for t in ax.get_xticklabels()]
     assert ticks == labels and all("\n" in t.get_text() for t in ax.get_xticklabels())
     texts_inside(fig, renderer)
+
+
+@pytest.mark.slow  # draws the figure twice: 0.6 s
+def test_long_worker_names_slant_and_never_overlap():
+    """Eight names like node0-v100#0 under four policies' bars ran into each other on one line."""
+    from hetsim.plots.charts import utilization_bars
+
+    names = [f"node{i // 4}-{'v100' if i < 4 else 'p100'}#{i % 4}" for i in range(8)]
+    fig = Figure(figsize=(7.5, 4.6), layout="constrained")
+    ax = utilization_bars({p: [0.5] * 8 for p in ("equal", "dynamic", "adaptive", "backup")}, fig.add_subplot(), names)
+    renderer = drawn(fig)
+    labels = ax.get_xticklabels()
+    assert [t.get_text() for t in labels] == names
+    assert {(t.get_rotation(), t.get_horizontalalignment()) for t in labels} == {(30.0, "right")}
+    texts_inside(fig, renderer)
+    for label in labels:  # level, they would run into each other
+        label.set_rotation(0)
+    boxes = [t.get_window_extent(drawn(fig)) for t in labels]
+    assert any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2))
+    fig = Figure(figsize=(7.5, 4.6), layout="constrained")  # short names stay level
+    ax = utilization_bars({"equal": [0.5] * 3}, fig.add_subplot(), WORKERS)
+    assert {t.get_rotation() for t in ax.get_xticklabels()} == {0.0}
+
+
+def test_a_long_tailed_step_cdf_is_drawn_on_a_log_axis_and_epochs_tick_whole():
+    """A few failure-repair steps 100x the rest pressed every policy's bulk into the first 2% of
+    a linear axis; the epoch axis of a 5-epoch run ticked 0.5."""
+    from hetsim.plots.charts import split_over_epochs, step_cdf
+
+    scenario = load_scenario("shared-cluster", ["workload.epochs=3"])
+    traces = {p: simulate(scenario, p, seed=1) for p in ("equal", "dynamic")}
+    fig = Figure(figsize=(7.5, 4.6), layout="constrained")
+    ax = step_cdf(traces, fig.add_subplot())
+    assert ax.get_xscale() == "log" and "log scale" in ax.get_xlabel()
+    calm = load_scenario("workstation", ["workload.epochs=5"])
+    fig = Figure(figsize=(7.5, 4.6), layout="constrained")
+    assert step_cdf({"equal": simulate(calm, "equal", seed=1)}, fig.add_subplot()).get_xscale() == "linear"
+    ax = split_over_epochs(simulate(calm, "dynamic", seed=1), Figure().add_subplot())
+    drawn(ax.figure)
+    assert all(float(t).is_integer() for t in ax.get_xticks())

@@ -15,6 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from hetsim.model.trace import Trace
 from hetsim.plots.style import legend_outside, line_style
@@ -55,20 +56,30 @@ def speedup_lines(
     return ax
 
 
+LOG_SPAN = 20.0  # step times further apart than this (longest / shortest) are drawn on a log axis
+
+
 def step_cdf(traces: Mapping[str, Trace], ax: Axes | None = None) -> Axes:
     """Empirical CDF of the step time, one curve per policy, each in its own colour, dash and
     marker (policies with equal step times draw over each other); an asynchronous trace's
     "steps" are its updates, and its label says so."""
     ax = _axes(ax)
-    for k, (policy, trace) in enumerate(traces.items()):
-        t = np.sort(step_times(trace))
-        label = policy if trace.synchronous else f"{policy} (per update)"
+    times = {policy: np.sort(step_times(trace)) for policy, trace in traces.items()}
+    for k, (policy, t) in enumerate(times.items()):
+        label = policy if traces[policy].synchronous else f"{policy} (per update)"
         ax.step(t * 1e3, np.arange(1, len(t) + 1) / len(t), where="post", label=label, markevery=0.1,
                 markersize=5, **line_style(k))  # fmt: skip
-    ax.set_xlabel("step time (ms)")
+    every = np.concatenate([t for t in times.values() if t.size] or [np.ones(1)])
+    low, high = float(every.min()), float(every.max())
+    if low > 0 and high / low > LOG_SPAN:  # a few repair or slowdown steps would press the rest to the left
+        ax.set_xscale("log")
+    ax.set_xlabel("step time (ms)" + (", log scale" if ax.get_xscale() == "log" else ""))
     ax.set_ylabel("fraction of steps at most this long")
     legend_outside(ax)
     return ax
+
+
+CROWDED_CHARS = 48  # worker names longer than this in all (on the smallest figure) are set at a slant
 
 
 def utilization_bars(
@@ -84,7 +95,11 @@ def utilization_bars(
             np.arange(len(values)) + k * width, values, width, label=policy, color=line_style(k)["color"], hatch=hatch
         )
     n = max((len(v) for v in utilization.values()), default=0)
-    ax.set_xticks(np.arange(n) + 0.4 - width / 2, worker_labels(workers, n), rotation=30 if n > 8 else 0)
+    labels = worker_labels(workers, n)
+    crowded = n * max((len(label) for label in labels), default=0) > CROWDED_CHARS
+    ax.set_xticks(
+        np.arange(n) + 0.4 - width / 2, labels, rotation=30 if crowded else 0, ha="right" if crowded else "center"
+    )
     ax.set_xlabel("worker")
     ax.set_ylabel("utilization (compute time / wall time)")
     ax.set_ylim(0, 1)
@@ -107,6 +122,7 @@ def split_over_epochs(trace: Trace, ax: Axes | None = None, workers: Sequence[st
     for worker, name in enumerate(worker_labels(workers, trace.n_workers)):
         ax.plot(epochs[first], batches[:, worker], markersize=4, label=name, **line_style(worker))
     ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
     ax.set_ylabel("local batch (samples)")
     ax.set_title(trace.policy)
     if legend and trace.n_workers <= 16:
