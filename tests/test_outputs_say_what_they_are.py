@@ -51,6 +51,9 @@ def test_summary_json_records_scenario_seed_command_version_and_commit(tmp_path)
     assert rebuilt.to_dict() == load_scenario("paper", ["workload.epochs=1"]).to_dict()
     assert [s["policy"] for s in summary["policies"]] == ["equal"]
     assert "command" in summary and summary["date"]
+    assert summary["engines"] == {"equal": "vector"}  # which engine --engine auto chose (the traces are the same)
+    assert main([*SMALL, "--engine", "simpy", "--out", str(tmp_path / "simpy")]) == 0
+    assert json.loads((tmp_path / "simpy" / "summary.json").read_text())["engines"] == {"equal": "simpy"}
 
 
 def test_calibrate_writes_where_its_scenario_came_from(tmp_path, capsys):

@@ -149,6 +149,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from hetsim.core.files import check_out_folder, json_text
     from hetsim.core.options import TraceMode
     from hetsim.core.provenance import run_record
+    from hetsim.engines import engine_for
     from hetsim.report.run_table import format_table, write_outputs
     from hetsim.run.metrics import summarize, with_speedups
     from hetsim.run.simulate import simulate, simulate_sampled
@@ -175,7 +176,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         summaries = with_speedups([summarize(t, scenario) for t in traces])
     if args.out is not None:
         seed = scenario.seed if args.seed is None else args.seed
-        write_outputs(args.out, traces, summaries, run_record(scenario.name, scenario.to_dict(), seed))
+        engines = {name: engine_for(args.engine, policy).name for name, policy in policies.items()}  # auto resolved
+        record = {**run_record(scenario.name, scenario.to_dict(), seed), "engines": engines}
+        write_outputs(args.out, traces, summaries, record)
     if args.json:
         print(json_text([s.to_dict() for s in summaries]))
     else:
