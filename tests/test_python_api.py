@@ -260,3 +260,27 @@ def test_a_wait_for_outside_one_to_the_workers_is_refused_on_both_engines_and_in
             run(paper, _WaitFor(need))
         assert str(err.value) == line
     assert simulate_summary(paper, _WaitFor(1)).mean_step_s < simulate_summary(paper, _WaitFor(2)).mean_step_s
+
+
+def test_a_scenario_dict_made_in_python_takes_plugin_objects_where_a_file_has_tables() -> None:
+    """load_scenario refused a cost, noise or network object ("must be a table"), so a plug-in
+    object could only reach a scenario through its table."""
+    from hetsim.core.registry import DISTRIBUTIONS
+    from hetsim.model.costs import Affine
+    from hetsim.model.network import Ring
+    from tests.helpers import scenario_dict
+
+    lognormal = DISTRIBUTIONS["lognormal"](sigma=0.1)
+    raw = scenario_dict([{"cost": Affine(0.01, 0.001), "noise": lognormal}, {"cost": Affine(0.01, 0.002)}])
+    raw["network"] = Ring(latency_s=1e-5, bandwidth_gbps=10.0)
+    made = load_scenario(raw)
+    assert made.workers[0].cost == Affine(0.01, 0.001) and made.workers[0].noise == lognormal
+    tables = made.to_dict()
+    assert tables["workers"][0]["noise"] == {"dist": "lognormal", "sigma": 0.1}
+    assert load_scenario(tables).to_dict() == tables  # the same scenario as its file would make
+    with pytest.raises(ConfigError, match=r"^network: must be a network or its table, got Affine"):
+        load_scenario({**raw, "network": Affine(0.01, 0.001)})
+    with pytest.raises(ConfigError, match=r"^workers\.0\.noise: a noise factor must have mean 1"):
+        load_scenario(
+            {**raw, "workers": [{"cost": Affine(0.01, 0.001), "noise": DISTRIBUTIONS["constant"](value=2.0)}]}
+        )

@@ -60,16 +60,23 @@ class Registry(Mapping[str, V], Generic[V]):
         if not isinstance(name, str) or not name:
             what = "class needs a non-empty class" if isinstance(plugin, type) else "needs a non-empty"
             raise TypeError(f"a {self.kind} {what} attribute 'name'")
-        if self._base:
-            module, _, attr = self._base.partition(":")
-            base = getattr(importlib.import_module(module), attr)
-            if not (isinstance(plugin, type) and issubclass(plugin, base)):
-                raise TypeError(f"a {self.kind} is a class that subclasses {module}.{attr}: {_origin(plugin)} is not")
+        base = self.base_class()
+        if base is not None and not (isinstance(plugin, type) and issubclass(plugin, base)):
+            where = self._base.replace(":", ".")
+            raise TypeError(f"a {self.kind} is a class that subclasses {where}: {_origin(plugin)} is not")
         taken = self._plugins.get(name)
         if taken is not None and taken is not plugin and not _same_definition(taken, plugin):
             raise ValueError(f"{self.kind} {name!r} is registered already, by {_origin(taken)}")
         self._plugins[name] = plugin
         return plugin
+
+    def base_class(self) -> type | None:
+        """The class every plug-in of this kind subclasses (None: any plug-in)."""
+        if not self._base:
+            return None
+        module, _, attr = self._base.partition(":")
+        base: type = getattr(importlib.import_module(module), attr)
+        return base
 
     def unregister(self, name: str) -> None:
         self._plugins.pop(name, None)

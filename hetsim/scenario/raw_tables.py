@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import REQUIRED, FileName, Param, join, typename
+from hetsim.core.params import REQUIRED, FileName, Param, PlugIn, join, typename
 from hetsim.core.registry import DISTRIBUTIONS, Registry
 from hetsim.model.distributions import Distribution
 
@@ -70,9 +70,15 @@ def make_plugin(
 ) -> T:
     """The plug-in a table describes: ``data[key]`` names the class in ``registry`` (``default``
     when absent), the other keys are its declared parameters. The class checks them; this only
-    adds ``path`` to its errors and reads ``path`` parameters from ``base_dir``."""
+    adds ``path`` to its errors and reads ``path`` parameters from ``base_dir``. An object of the
+    registry's kind in place of the table (a scenario dict made in Python) is taken as it is: its
+    class checked its parameters when it was made."""
+    base = registry.base_class()
+    if base is not None and isinstance(data, base):
+        return cast(T, data)
     if not isinstance(data, Mapping):
-        raise ConfigError(path, f"must be a table, got {typename(data)}")
+        what = f"a {registry.kind} or its table" if isinstance(data, PlugIn) else "a table"  # another kind's object
+        raise ConfigError(path, f"must be {what}, got {typename(data)}")
     if key not in data and default is None:
         raise ConfigError(join(path, key), "missing (required)")
     cls = registry.lookup(data.get(key, default), join(path, key))

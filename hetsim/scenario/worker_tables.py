@@ -55,8 +55,10 @@ def make_worker_group(data: Any, index: int, base_dir: Path | None) -> WorkerGro
     return WorkerGroup(spec, values["count"])
 
 
-def _split_table(data: Any, path: str, keys: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A table's distribution part and its ``keys``."""
+def _split_table(data: Any, path: str, keys: Sequence[str]) -> tuple[Any, dict[str, Any]]:
+    """A table's distribution part and its ``keys`` (a distribution object: itself, and none)."""
+    if isinstance(data, Distribution):
+        return data, {}
     if not isinstance(data, Mapping):
         raise ConfigError(path, f"must be a table, got {typename(data)}")
     return {k: v for k, v in data.items() if k not in keys}, {k: v for k, v in data.items() if k in keys}
