@@ -160,18 +160,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         try:
             _run_cells(folder, spec, executor, [c for c in cells if c.index not in folder.done_cells()], len(cells))
             print(render_report(folder, spec, args.metric, trace))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stopped:
             print(f"\ninterrupted: {len(folder.done_cells())} of {len(cells)} cells saved; "
                   f"finish with: python -m hetsim sweep --resume {folder.path}", file=sys.stderr)  # fmt: skip
-            return 130
+            return 128 + (stopped.signum if isinstance(stopped, Terminated) else signal.SIGINT)  # as a shell reports it
     finally:
         executor.close()
         signal.signal(signal.SIGTERM, previous)
     return 0
 
 
+class Terminated(KeyboardInterrupt):
+    """A signal other than Ctrl-C's (SIGTERM) that ends the sweep as Ctrl-C does."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    raise Terminated(signum)
 
 
 def _heal(folder: RunFolder, spec: SweepSpec, cells: Sequence[Cell], then: str) -> None:
