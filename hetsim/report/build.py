@@ -100,9 +100,15 @@ def render_report(
         + (f" ({missing} cells missing: --resume {folder.path})" if missing else "")
         + f"; {len(plots)} plots in {folder.path / 'plots'} ({shown})"
     )
+    gaps = bool(summary["speedup_vs_equal"].isna().any())
+    why = "-: no value" + (
+        f" (the policy's runs, or {BASELINE}'s, end before the target)" if metric == "time_to_target" else ""
+    )
     return (
         head + f"\n\nSpeedup vs {BASELINE} ({SPEEDUP_TEXT[metric]}; "
-        "mean ± 95% CI over replications)\n\n" + markdown_table(summary, axes, spec.policies)
+        "mean ± 95% CI over replications)\n\n"
+        + markdown_table(summary, axes, spec.policies)
+        + (f"\n\n{why}" if gaps else "")
     )
 
 
