@@ -34,13 +34,10 @@ scenario's noise (sigma 0.05, 0.08) the prediction is pessimistic, +0.9% at a lo
 +1.8% at 0.82, +2.1% at 1.0 (nearly periodic arrivals queue less than MVA's); with sigma 0.5 it
 is within 0.1% up to 0.82, -1.1% at 1.0 and -3.0% at 1.18, where noisy arrivals leave the link
 idle at times but the prediction has it saturated. Bard–Schweitzer alone is worse near the
-knee (+3.7% at 0.82, +7.6% at 1.18). With few workers of unequal speed it is optimistic nearer the knee and beyond it: two
-workers, 21 and 69 ms of compute and a 10 Gbit/s server (a reviewer's audit, 2026-12-05), -1.3%,
--5.0%, -2.5% and -3.6% at loads 0.39, 0.63, 0.92 and 1.24 without noise, -0.05%, -0.1%, -3.8%
-and -4.8% with lognormal noise of sigma 0.3 (within 0.03% from a load of 1.7): MVA's residual
-service term undercounts how nearly periodic arrivals of two speeds collide, and a link near
-saturation is idle at times where the prediction has it busy. ``analyze`` then says ``inside:
-no``; a closer approximation for small, unequal populations is not in place.
+knee (+3.7% at 0.82, +7.6% at 1.18). With few workers of unequal speed it is
+optimistic from lighter loads on (docs/architecture.md, "async" gives an audit's figures): MVA's
+residual-service term undercounts how nearly periodic arrivals of two speeds collide, and a link
+near saturation is idle at times where the prediction has it busy.
 
 ``mean_step_s`` is the mean time between updates. The distribution of that time (a
 superposition of renewal processes) has no closed form: ``p95_step_s`` is NaN.
