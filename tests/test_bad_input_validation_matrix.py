@@ -31,6 +31,15 @@ CASES = [
     case("out-in-a-file", ["matrix", "--out", "{tmp}/file/sub"],
          "--out: cannot write in {tmp}/file/sub: Not a directory",
          {"file": "x"}),
+    # a folder that is not a matrix's: a rerun deletes unfinished runs' folders, so nothing else may be there
+    case("out-holds-a-run", ["matrix", "--quick", "--out", "{tmp}/run"],
+         "--out: {tmp}/run holds meta.json, not a validation matrix's file: give a new folder",
+         {"run/meta.json": "{}", "run/trace.csv": "x"}),
+    case("out-runs-holds-other", ["matrix", "--quick", "--out", "{tmp}/m"],
+         "--out: {tmp}/m/runs holds mine, not a validation matrix's file: give a new folder", {"m/runs/mine/x": "x"}),
+    case("out-run-holds-notes", ["matrix", "--quick", "--out", "{tmp}/m"],
+         "--out: {tmp}/m/runs/digits-injected holds notes.txt, not a validation run's file: give a new folder",
+         {"m/runs/digits-injected/notes.txt": "precious", "m/runs/digits-injected/meta.json": "{}"}),
     case("argument", ["matrix", "extra"], "unrecognized arguments: extra"),
 ]  # fmt: skip
 

@@ -205,7 +205,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     import time
 
     busy = int(Param("--busy", "integer", low=0, high=64).check(args.busy))
-    from validation.matrix import run_matrix, select
+    from validation.matrix import check_matrix_folder, run_matrix, select
 
     runs, cross = select(args.quick, cuda_devices() if args.gpu else 0)
     if args.gpu and not any(r.gpus for r in runs):
@@ -213,6 +213,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     out = (args.out or Path("runs") / time.strftime("matrix-%Y%m%d-%H%M%S")).resolve()
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", f"{out} exists and is not a folder")
+    check_matrix_folder(out)
     from validation import matrix_report  # its plots: imported once the input is known good
     from validation.contention import Neighbours
 

@@ -233,6 +233,24 @@ def is_complete(folder: Path) -> bool:
         return False
 
 
+MATRIX_FILES = ("runs", "results.json", "predictions.csv", "load.csv", "matrix.png")
+RUN_FILES = ("meta.json", "trace.parquet", "trace.csv", "epochs.csv", "evals.csv", "summary.json", "profiler")
+
+
+def check_matrix_folder(out: Path) -> None:
+    """``--out`` may hold a matrix's own files only (a rerun resumes it, and replaces every
+    unfinished run's folder): anything else, a run folder's own files above all, is refused
+    before a run starts, so that nothing of the user's is deleted. Any configuration's folder
+    may be there (a full matrix's, resumed with ``--quick``)."""
+    from hetsim.core.files import check_own_folder
+
+    check_own_folder(out, "--out", MATRIX_FILES, "validation matrix")
+    names = [r.name for r in RUNS]
+    check_own_folder(out / "runs", "--out", [*names, *(f"{n}.log" for n in names)], "validation matrix")
+    for name in names:
+        check_own_folder(out / "runs" / name, "--out", RUN_FILES, "validation run")
+
+
 def run_one(run: MatrixRun, runs_dir: Path, echo: Echo) -> bool:
     """``python -m validation run`` for one configuration (skipped when its folder is complete)."""
     folder = runs_dir / run.name

@@ -103,14 +103,21 @@ def check_empty_folder(target: Path, option: str, hint: str = "") -> None:
 
 def check_own_folder(target: Path, option: str, own: Collection[str], what: str) -> None:
     """ConfigError on ``option`` when ``target`` holds anything but the ``own`` names a command
-    writes there (a previous result of the same command is replaced, or resumed; anything else,
-    another command's run folder above all, is refused before any work)."""
+    writes there, its lock and a killed write's temporaries (a previous result of the same
+    command is replaced, or resumed; anything else, another command's run folder above all, is
+    refused before any work)."""
     target = Path(target)
     if not target.is_dir():
         return
-    foreign = sorted(p.name for p in target.iterdir() if p.name not in own)
+    ours = {*own, LOCK_NAME}  # and a killed write's temporary file: this module's own
+    foreign = sorted(p.name for p in target.iterdir() if p.name not in ours and not _temporary(p.name))
     if foreign:
         raise ConfigError(option, f"{target} holds {foreign[0]}, not a {what}'s file: give a new folder")
+
+
+def _temporary(name: str) -> bool:
+    """Whether ``name`` is one of this module's temporary files (``.<target>.<random>.tmp``)."""
+    return name.startswith(".") and name.endswith(TMP_SUFFIX)
 
 
 def nearest_existing(path: Path) -> Path:
