@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -162,6 +163,11 @@ def test_killing_the_launcher_leaves_no_neighbour_and_no_rank(how, tmp_path):
         run.send_signal(how)  # SIGKILL: they end themselves; SIGTERM: the launcher stops them
         assert run.wait(timeout=10) == (-signal.SIGKILL if how == signal.SIGKILL else 128 + signal.SIGTERM)
         assert wait_for(lambda: not any(alive(p) for p in children), 2.0), "a process outlived the launcher"
+        if how == signal.SIGTERM:  # said, and the folder no longer claims a live run
+            _, err = run.communicate()
+            assert err.strip().splitlines()[-1] == "validation: terminated (SIGTERM)", err
+            meta = json.loads((out / "meta.json").read_text())
+            assert (meta["status"], meta["failure"]) == ("interrupted", "stopped by SIGTERM")
     finally:
         run.kill()
         run.communicate()

@@ -98,3 +98,21 @@ def test_compare_fits_the_cost_model_asked_for(tmp_path):
     for model in ("affine", "table"):
         _, calibration = compare_run(load_run(tmp_path / "run"), model=model)
         assert {w.model for w in calibration.workers} == {model}
+
+
+def test_compare_says_a_run_did_not_complete_and_passes_it_no_tolerance(tmp_path, capsys):
+    """compare of a run whose rank was killed, or that was stopped, printed its one policy's
+    table and passed --tolerance 0.5 without a word."""
+    from validation.cli import main
+
+    writer = RunWriter(tmp_path / "run", {**META, "policies": ["optimal", "equal"]})
+    probe_and_policy(writer, (6, 2))
+    writer.flush()  # never finished: meta.json still says running
+    assert main(["compare", str(tmp_path / "run"), "--tolerance", "0.5"]) == 1
+    err = capsys.readouterr().err
+    assert "validation: note: this run did not complete (status running); compared 1 of its 2 policies" in err
+    assert "a run that did not complete passes no tolerance" in err
+    writer.finish(["optimal"])
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "run"), "--tolerance", "0.5"]) == 0
+    assert "did not complete" not in capsys.readouterr().err

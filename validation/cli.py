@@ -16,12 +16,13 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hetsim.core.console import OneLineParser, path_argument, run_main
+from hetsim.core.console import OneLineParser, path_argument, run_main, stop_status
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import LOCK_NAME, exclusive, json_text, write_json
 from hetsim.core.params import Param
@@ -115,18 +116,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     with exclusive(out, "--out"):  # a second run into the same folder is refused, not mixed in
         if any(p.name != LOCK_NAME for p in out.iterdir()):
             raise ConfigError("--out", f"{out} exists and is not an empty folder")
-        result = launch(
-            [*argv, "--out", str(out)],
-            config.world_size,
-            threads=config.threads,
-            cpus=config.cpus,
-            contention=config.contention,
-        )
+        try:
+            result = launch(
+                [*argv, "--out", str(out)],
+                config.world_size,
+                threads=config.threads,
+                cpus=config.cpus,
+                contention=config.contention,
+            )
+        except KeyboardInterrupt as stopped:  # Ctrl-C or SIGTERM: the ranks are stopped; say so in the folder
+            how = signal.Signals(stop_status(stopped) - 128).name
+            record_end(out, "interrupted", f"stopped by {how}")
+            raise
     if not result.ok:
         rank, _ = result.first_failure or (-1, -1)
         failure = f"rank {rank} failed first ({result.reason}); exit statuses by rank {list(result.exit_codes)}"
-        record_failure(out, failure)
-        print(f"validation: error: {failure}; what was written so far is in {out}", file=sys.stderr)
+        written = record_end(out, "failed", failure)
+        kept = f"what was written so far is in {out}" if written else "it failed before writing anything"
+        print(f"validation: error: {failure}; {kept}", file=sys.stderr)
         return 1
     summary = json.loads((out / "summary.json").read_text())
     rows = [
@@ -139,15 +146,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def record_failure(out: Path, failure: str) -> None:
-    """Mark the run folder's meta.json as failed, with how (when the run got far enough to write one)."""
+def unfinished_note(meta: Mapping[str, Any], compared: Sequence[str]) -> str:
+    """What a comparison of a run that did not complete leaves out ('' for a complete one)."""
+    status = meta.get("status", "complete")  # a folder from before the status was written
+    if status == "complete":
+        return ""
+    why = f": {meta['failure']}" if meta.get("failure") else ""
+    planned = meta.get("policies", [])
+    return (f"this run did not complete (status {status}{why}); compared {len(compared)} of its {len(planned)} "
+            "policies, on the epochs they finished")  # fmt: skip
+
+
+def record_end(out: Path, status: str, how: str) -> bool:
+    """Mark the run folder's meta.json with how the run ended (``failed`` or ``interrupted``, and
+    ``failure``: why); False where the run never got far enough to write one."""
     path = out / "meta.json"
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return
-    if isinstance(meta, dict):
-        write_json(path, {**meta, "status": "failed", "failure": failure})
+        return False
+    if not isinstance(meta, dict):
+        return False
+    write_json(path, {**meta, "status": status, "failure": how})
+    return True
 
 
 def check_local_devices(devices: Sequence[str]) -> None:
@@ -177,6 +198,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     comparisons, calibration = compare_run(run, args.calibrate_on, args.model)
     if not comparisons:  # a tolerance must never pass on nothing
         raise ConfigError("run_dir", f"{args.run_dir} has no policy with a finished epoch to compare")
+    unfinished = unfinished_note(run.meta, [c.policy for c in comparisons])
+    if unfinished:
+        print(f"validation: note: {unfinished}", file=sys.stderr)
     targets = predict_time_to_target(run, calibration) if args.time_to_target else []
     if args.json:
         rows = [c.to_dict() for c in comparisons]
@@ -191,6 +215,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             predicted = "not reached" if t.predicted_s is None else f"{t.predicted_s:.3f}s"
             error = "" if t.error is None else f" ({100 * t.error:+.1f}%)"
             print(f"time to target, {t.policy}: measured {measured}, predicted {predicted}{error}")
+    if args.tolerance is not None and unfinished:  # nor on part of a run
+        print("validation: a run that did not complete passes no tolerance", file=sys.stderr)
+        return 1
     if args.tolerance is not None and worst_error(comparisons) > args.tolerance:
         print(
             f"validation: an error of {100 * worst_error(comparisons):.1f}% exceeds the tolerance of "

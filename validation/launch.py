@@ -30,8 +30,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
+from hetsim.core.console import raise_terminated
 from validation import heartbeat
 from validation.backend import LOCAL_STORE_ENV, LOOPBACK, STORE_FD_ENV, listen_loopback, loopback_environment
 from validation.contention import Neighbours
@@ -112,7 +112,7 @@ def launch(
     t0 = time.monotonic()
     beats = Path(tempfile.mkdtemp(prefix="hetsim-heartbeat-"))
     procs: list[subprocess.Popen[bytes]] = []
-    with _sigterm_as_exit(), Neighbours(contention or {}, cpus):
+    with _sigterm_as_interrupt(), Neighbours(contention or {}, cpus):
         try:
             with listen_loopback() as store:  # rank 0's from its start; closed here once the ranks run
                 for r in range(world_size):
@@ -165,17 +165,15 @@ def _supervise(
 
 
 @contextmanager
-def _sigterm_as_exit() -> Iterator[None]:
-    """While launching, SIGTERM to the launcher raises SystemExit(143), so that its ``finally``
-    blocks stop the ranks and neighbours (only in the main thread, where handlers can be set)."""
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While launching, SIGTERM to the launcher raises :class:`~hetsim.core.console.Terminated`
+    (Ctrl-C's KeyboardInterrupt, with the signal), so that its ``finally`` blocks stop the ranks
+    and neighbours and the command ends as on Ctrl-C, saying so (only in the main thread, where
+    handlers can be set)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def leave(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, leave)
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         yield
     finally:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hetsim.cli.common import check_engine_option, check_sample_every_alone, check_sizes, sample_every
-from hetsim.core.console import path_argument
+from hetsim.core.console import path_argument, raise_terminated, stop_status
 from hetsim.core.errors import ConfigError
 from hetsim.core.options import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -145,7 +145,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError("--connect-timeout-s", "only with --scheduler (how long to try reaching it)")
     timeout_s = DEFAULT_CONNECT_TIMEOUT_S if args.connect_timeout_s is None else args.connect_timeout_s
     executor = make_executor(args.jobs, args.scheduler, timeout_s)
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM ends the sweep as Ctrl-C does
+    previous = signal.signal(signal.SIGTERM, raise_terminated)  # SIGTERM ends the sweep as Ctrl-C does
     resumed = folder is not None
     try:
         if folder is None:
@@ -163,23 +163,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         except KeyboardInterrupt as stopped:
             print(f"\ninterrupted: {len(folder.done_cells())} of {len(cells)} cells saved; "
                   f"finish with: python -m hetsim sweep --resume {folder.path}", file=sys.stderr)  # fmt: skip
-            return 128 + (stopped.signum if isinstance(stopped, Terminated) else signal.SIGINT)  # as a shell reports it
+            return stop_status(stopped)
     finally:
         executor.close()
         signal.signal(signal.SIGTERM, previous)
     return 0
-
-
-class Terminated(KeyboardInterrupt):
-    """A signal other than Ctrl-C's (SIGTERM) that ends the sweep as Ctrl-C does."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise Terminated(signum)
 
 
 def _heal(folder: RunFolder, spec: SweepSpec, cells: Sequence[Cell], then: str) -> None:

@@ -10,6 +10,7 @@ policy registry, whose plug-ins import numpy and scipy, loads them when names ar
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
@@ -61,15 +62,37 @@ def path_argument(text: str) -> Path:
     return Path(text)
 
 
+class Terminated(KeyboardInterrupt):
+    """A signal other than Ctrl-C's (SIGTERM) that a command ends on as it does on Ctrl-C: what
+    runs stops and what was finished is kept (raise it from the signal's handler)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def raise_terminated(signum: int, frame: object) -> None:
+    """A signal handler that raises :class:`Terminated`."""
+    raise Terminated(signum)
+
+
+def stop_status(stopped: KeyboardInterrupt) -> int:
+    """The exit status of a command stopped by ``stopped``: 128 + its signal, as a shell reports a
+    death by it (130 for Ctrl-C, 143 for SIGTERM)."""
+    return 128 + (stopped.signum if isinstance(stopped, Terminated) else int(signal.SIGINT))
+
+
 def run_main(prog: str, run: Callable[[], int]) -> int:
     """Run a command; bad input (and a path that cannot be read or written) ends in one line on
     stderr, ``<prog>: error: ...``, and exit status 2; a sweep cell that failed otherwise in one
-    line and exit status 1; Ctrl-C in one line and exit status 130."""
+    line and exit status 1; Ctrl-C in one line and exit status 130 (SIGTERM, where the command
+    turns it into :class:`Terminated`: 143)."""
     try:
         return run()
-    except KeyboardInterrupt:
-        print(f"\n{prog}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stopped:
+        name = signal.Signals(stopped.signum).name if isinstance(stopped, Terminated) else ""
+        print(f"\n{prog}: {'terminated (' + name + ')' if name else 'interrupted'}", file=sys.stderr)
+        return stop_status(stopped)
     except ConfigError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
     except CellFailed as exc:
