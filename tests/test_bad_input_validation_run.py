@@ -252,6 +252,8 @@ CASES = [
     case("threads-rank-out-of-range", ["--threads", "2=1"], "--threads: rank 2 is outside 0..1"),
     case("threads-more-than-cpus", ["--threads", "0=1000000"],
          "--threads: rank 0 asks for 1000000 threads but this machine has {ncpus} CPUs"),
+    case("cpus-rank-twice", ["--cpus", "0=0,0=1"], "--cpus: rank 0 is given twice"),  # the last one won, silently
+    case("delay-rank-twice", ["--delay", "1=0", "--delay", "1=0.01"], "--delay: rank 1 is given twice"),
     case("cpus-empty-range", ["--cpus", "0=1-0"], "--cpus: empty CPU range '1-0'"),
     case("cpus-text", ["--cpus", "0=a"], "--cpus: expected CPU ids like 0, 0-3 or 0+2, got 'a'"),
     case("cpus-negative", ["--cpus", "0=-1"], "--cpus: expected CPU ids like 0, 0-3 or 0+2, got '-1'"),

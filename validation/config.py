@@ -132,7 +132,8 @@ def _parsed(value: Any, kind: type) -> Any:
 
 
 def _rank_map(raw: Mapping[Any, Any] | None, items: Sequence[str], option: str) -> dict[int, str]:
-    """A file table ``{rank: value}`` merged with command-line ``RANK=VALUE`` items (per rank)."""
+    """A file table ``{rank: value}`` merged with command-line ``RANK=VALUE`` items (per rank; a
+    command-line item wins over the file's value for its rank, and names each rank once)."""
     out: dict[int, str] = {}
     if raw is not None:
         if not isinstance(raw, Mapping):
@@ -140,9 +141,13 @@ def _rank_map(raw: Mapping[Any, Any] | None, items: Sequence[str], option: str) 
         for key, value in raw.items():
             rank, text = parse_rank_assignment(f"{key}={value}", option)
             out[rank] = text
+    given: set[int] = set()  # on the command line: a rank named twice is a mistake (a file's value is overridden)
     for item in items:
         for part in str(item).split(",") if option in LIST_OPTIONS else [item]:
             rank, text = parse_rank_assignment(part, option)
+            if rank in given:
+                raise ConfigError(option, f"rank {rank} is given twice")
+            given.add(rank)
             out[rank] = text
     return out
 

@@ -195,7 +195,8 @@ def gpu_runs(n_gpus: int) -> tuple[MatrixRun, ...]:
         ]  # fmt: skip
     if n_gpus >= 2:
         last = n_gpus - 1
-        slow = ("--delay", "1=0", "--per-sample-delay", "1=0", "--delay", f"{last}=0.01")  # later items win
+        quiet = () if last == 1 else ("--delay", "1=0")  # the default delay of rank 1 off, unless last
+        slow = (*quiet, "--per-sample-delay", "1=0", "--delay", f"{last}=0.01")
         many = ("--world-size", str(n_gpus), "--devices", "cuda")
         runs += [
             MatrixRun("gpu-nccl", (*RESNET_GPU, *many, *slow),
