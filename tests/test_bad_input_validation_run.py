@@ -215,6 +215,9 @@ CASES = [
     case("workload-in-run-file", ["{tmp}/run.toml"], "--workload: {tmp}/nope.py: no such file",
          {"run.toml": 'workload = "{tmp}/nope.py:WORKLOAD"\n'}),
     case("unknown-device", ["--devices", "tpu"], "--devices: unknown device 'tpu' (use cpu, cuda or cuda:N)"),
+    case("devices-stray-comma", ["--devices", "cpu,"], "--devices: an empty item in 'cpu,'"),  # ran on 'cpu'
+    case("momentum-too-large", ["{tmp}/run.toml"], "momentum: must be in [0, 1), got 5",
+         {"run.toml": "momentum = 5\n"}),  # trained at chance accuracy
     case("devices-for-more-ranks", ["--devices", "cpu,cpu,cpu"],
          "--devices: 3 devices for 2 ranks (give one for all, or one per rank)"),
     case("no-such-cuda-device", ["--world-size", "1", "--devices", "cuda:99"],

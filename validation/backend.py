@@ -39,9 +39,11 @@ _DEVICE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 
 def parse_devices(text: str, world_size: int) -> tuple[str, ...]:
     """``cpu`` | ``cuda`` | ``cuda:0,cuda:1,...`` -> one device spec per rank (validated, not resolved)."""
-    items = [t.strip().lower() for t in str(text).split(",") if t.strip()]
-    if not items:
+    items = [t.strip().lower() for t in str(text).split(",")]
+    if not any(items):
         raise ConfigError("--devices", "no device given")
+    if not all(items):  # a stray comma: say so rather than guess how many ranks were meant
+        raise ConfigError("--devices", f"an empty item in {text!r}")
     for item in items:
         match = _DEVICE.match(item)
         if match is None:

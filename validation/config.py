@@ -111,6 +111,9 @@ def parse_rank_assignment(text: str, option: str) -> tuple[int, str]:
     return rank, value.strip()
 
 
+MOMENTUM = Param("momentum", low=0.0, high=1.0, high_open=True, doc="SGD's momentum (1 or more diverges)")
+
+
 def _number(value: Any, option: str, *, minimum: float = 0.0, maximum: float | None = None) -> float:
     """A finite number in ``[minimum, maximum]``, from a file's value or a command line's text."""
     return float(Param(option, low=minimum, high=maximum).check(_parsed(value, float)))
@@ -223,7 +226,7 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
         epochs=epochs,
         global_batch=global_batch,
         lr=_number(pick("lr", args.lr), "--lr", maximum=MAX_LR),
-        momentum=_number(raw.get("momentum", base.momentum), "momentum"),
+        momentum=float(MOMENTUM.check(_parsed(raw.get("momentum", base.momentum), float))),
         seed=_integer(pick("seed", args.seed), "--seed", maximum=MAX_SEED),  # the run's scenario carries it
         **injection,
         devices=devices,

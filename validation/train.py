@@ -180,12 +180,19 @@ def run_rank(config: RunConfig, env: RankEnv, out: Path) -> None:
         trainer.where = "shutdown"
         dist.barrier()  # leave together: a rank tearing gloo down while a peer still talks to it aborts
     except InjectedCrash as exc:
-        print(f"validation: {exc}", file=sys.stderr, flush=True)
+        say(f"validation: {exc}")
         os._exit(CRASH_STATUS)
     except (RuntimeError, OSError) as exc:
         raise RankFailure(env.rank, trainer.where if trainer is not None else "start-up", exc) from exc
     finally:
         dist.destroy_process_group()
+
+
+def say(line: str) -> None:
+    """``line`` on stderr in one write: the ranks share the launcher's stderr, unbuffered
+    (PYTHONUNBUFFERED), and print's text and newline, two writes, let two ranks' lines run together."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -198,10 +205,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_rank(config, env, config.out or default_out())
     except ConfigError as exc:
         where = f"rank {env.rank}: " if env is not None else ""
-        print(f"validation: {where}error: {exc}", file=sys.stderr)
+        say(f"validation: {where}error: {exc}")
         return 2
     except RankFailure as exc:
-        print(f"validation: {exc}", file=sys.stderr)
+        say(f"validation: {exc}")
         return OWN_FAILURE if exc.own else 1
     return 0
 
