@@ -250,3 +250,19 @@ def test_the_expected_slowest_of_discrete_noise_is_the_sum_over_its_outcomes(cos
     exact = sum(p * q * max(costs[0] * x, costs[1] * y) for x, p in zip(values, mass) for y, q in zip(values, mass))
     prediction = predict(load_scenario(scenario_dict(workers, global_batch=2)), "equal")
     assert prediction.mean_step_s == pytest.approx(exact, rel=1e-12)
+
+
+def test_dynamic_under_caps_rescales_the_split_that_ran_and_balances_in_one_epoch():
+    """Two fast workers (5 ms + 1 ms a sample, cap 200) and two slow ones (5 ms + 4 ms, cap 50),
+    400 samples: the equal split capped is 150/150/50/50 (155 and 205 ms). The rule rescaled the
+    nominal shares (0.25 each), credited the slow workers with samples they never ran, kept their
+    share above the cap and stayed at 150/150/50/50 for epochs; by the shares that ran (0.375 and
+    0.125: speeds 2.42 and 0.61) it moves to 160/160/40/40, equal times of 165 ms, after one epoch."""
+    fast = {"name": "fast", "count": 2, "overhead_s": 0.005, "per_sample_s": 0.001, "max_batch": 200}
+    slow = {"name": "slow", "count": 2, "overhead_s": 0.005, "per_sample_s": 0.004, "max_batch": 50}
+    scenario = load_scenario(scenario_dict([fast, slow], global_batch=400, steps_per_epoch=10, epochs=3))
+    trace = simulate(scenario, "dynamic", engine="simpy")
+    splits = [tuple(trace.per_step("local_batch")[e * 10]) for e in range(3)]
+    assert splits == [(150, 150, 50, 50), (160, 160, 40, 40), (160, 160, 40, 40)]
+    assert simulate(scenario, "dynamic", engine="vector") == trace
+    assert predict(scenario, "dynamic").mean_step_s == pytest.approx((0.205 + 2 * 0.165) / 3, rel=1e-12)

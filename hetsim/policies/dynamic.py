@@ -82,7 +82,7 @@ class Dynamic(Policy):
     def _update(self) -> None:
         self._count_steps()
         seen = (self._steps > 0) & (self._sum_s > 0)
-        self._speed[seen] = self._shares[seen] / (self._sum_s[seen] / self._steps[seen])
+        self._speed[seen] = self._ran_shares()[seen] / (self._sum_s[seen] / self._steps[seen])
         never = self._speed == 0  # down for every step so far: assume an average worker, not a dead one
         if never.any() and not never.all():
             self._speed[never] = self._speed[~never].mean()
@@ -90,6 +90,16 @@ class Dynamic(Policy):
         self._batches = split_by_shares(self._shares, self.global_batch, self.caps)
         self._sum_s[:] = 0.0
         self._steps[:] = 0
+
+    def _ran_shares(self) -> np.ndarray:
+        """The shares the times were measured at: the rule's own, or where a cap held a worker
+        below its share (and the others took the excess), the split that ran (the shares credited
+        a capped slow worker with samples it never ran and the others with fewer than they did:
+        the rule then kept the capped worker's share above its cap, the split stuck at the
+        capped equal one for epochs)."""
+        batches = np.asarray(self._batches, dtype=float)
+        held = (batches >= np.asarray(self.caps, dtype=float)) & (batches < self._shares * self.global_batch)
+        return batches / self.global_batch if held.any() else self._shares
 
 
 class DynamicEnhanced(Dynamic):
