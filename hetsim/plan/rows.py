@@ -196,8 +196,9 @@ def simulated_row(scenario: Scenario, name: str, seed: int, why: str) -> PolicyR
     to_target = extrapolated(scenario, summary.progress, summary.steps, step_s)
     notes = [why]
     if steps < scenario.workload.total_steps:
-        notes.append(f"simulated over the job's first {steps} of {scenario.workload.total_steps} steps: a policy "
-                     "that re-splits weighs its first steps more than the whole job does")  # fmt: skip
+        shortened = f"simulated over the job's first {steps} of {scenario.workload.total_steps} steps"
+        cls = policy_class(name)  # the caveat is a re-splitting policy's: its first steps weigh more there
+        notes.append(shortened + (": its first steps weigh more than in the whole job" if cls.resplits else ""))
     if policy_class(name).varies_batch and run.workload.epochs == 1:
         notes.append("over one epoch it keeps the global batch it starts with (it changes it at epoch ends)")
     if _has_target(scenario) and to_target is None:
