@@ -98,10 +98,10 @@ CASES = [
          "--out: {tmp}/out.yaml: unknown file type '.yaml' (use .toml, .json)", GOOD),
     case("out-a-folder", [TRACE, "-o", "{tmp}/folder"], "--out: {tmp}/folder: unknown file type '' (use .toml, .json)",
          {**GOOD, "folder/x": ""}),
-    case("out-in-a-file", [TRACE, "-o", "{tmp}/t.csv/out.toml"], "{tmp}/t.csv/out.toml: cannot write here: File exists",
+    case("out-in-a-file", [TRACE, "-o", "{tmp}/t.csv/out.toml"], "--out: cannot write {tmp}/t.csv/out.toml: File exists",
          GOOD),
     case("out-in-a-file-after-a-warning", [TRACE, "-o", "{tmp}/t.csv/out.toml"],
-         "{tmp}/t.csv/out.toml: cannot write here: File exists", NO_COMM),
+         "--out: cannot write {tmp}/t.csv/out.toml: File exists", NO_COMM),
     case("no-trace", [], "hetsim calibrate: the following arguments are required: trace"),
 ]  # fmt: skip
 

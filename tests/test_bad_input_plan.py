@@ -55,11 +55,11 @@ CASES = [
     # --out
     case("out-a-folder", ["paper", "--out", "{tmp}"], "--out: {tmp} is a folder"),
     case("out-under-a-file", ["paper", "--out", "{tmp}/afile/plan.json"],
-         "{tmp}/afile/plan.json: cannot write here: {tmp}/afile is not a folder", {"afile": "x"}),
+         "--out: cannot write {tmp}/afile/plan.json: {tmp}/afile is not a folder", {"afile": "x"}),
     case("out-deep-under-a-file", ["paper", "--out", "{tmp}/afile/sub/plan.json"],
-         "{tmp}/afile/sub/plan.json: cannot write here: {tmp}/afile is not a folder", {"afile": "x"}),
+         "--out: cannot write {tmp}/afile/sub/plan.json: {tmp}/afile is not a folder", {"afile": "x"}),
     case("out-deep-in-an-unwritable-folder", ["paper", "--out", "/proc/self/nope/plan.json"],
-         "/proc/self/nope/plan.json: cannot write here: /proc/self is not writable",  # not even for root
+         "--out: cannot write /proc/self/nope/plan.json: /proc/self is not writable",  # not even for root
          marks=pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")),
     case("out-and-a-bad-range", ["paper", "--out", "{tmp}/new/plan.json", "--batch-range", "64"],
          f"{RANGE} '64'"),  # refused before the folder for --out is made

@@ -323,7 +323,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             f"the trace holds {len(found)} policies ({', '.join(found)}); calibrate one at a time with --policy NAME",
         )
     if args.out is not None:
-        check_writable(args.out)  # before the fit, whose warnings would come first otherwise
+        check_writable(args.out, "--out")  # before the fit, whose warnings would come first otherwise
     name = args.name or f"calibrated-{Path(args.trace).stem}"
     calibration = calibrate(
         frame, name=name, policy=args.policy, model=args.model, scheduled_split=args.scheduled_split

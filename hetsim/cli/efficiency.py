@@ -56,7 +56,7 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
     batches = _batches(args.batches)
     if args.out is not None:
         check_out_file(args.out, {".toml": "toml"}, "--out")
-        check_writable(args.out)
+        check_writable(args.out, "--out")
     sweep = load_sweeps(args.runs)
     result = fitted_model(sweep, batches, args.schedule, not args.no_exponent)
     table = result.efficiency.to_dict()

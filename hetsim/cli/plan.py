@@ -107,13 +107,13 @@ def check_out(path: Path) -> None:
     if path.is_dir():
         raise ConfigError("--out", f"{path} is a folder")
     if path.parent.is_dir():
-        check_writable(path)
+        check_writable(path, "--out")
         return
     ancestor = nearest_existing(path.parent)
     if not ancestor.is_dir():
-        raise ConfigError(str(path), f"cannot write here: {ancestor} is not a folder")
+        raise ConfigError("--out", f"cannot write {path}: {ancestor} is not a folder")
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(str(path), f"cannot write here: {ancestor} is not writable")
+        raise ConfigError("--out", f"cannot write {path}: {ancestor} is not writable")
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -118,7 +118,7 @@ def cmd_export_trace(args: argparse.Namespace) -> int:
         raise ConfigError("--steps", f"{args.steps} is an empty step range: no step of the trace lies in it")
     chosen = args.steps or "all steps"
     events = check_size(laid, chosen)
-    check_writable(out)
+    check_writable(out, "--out")
     for laid_run in laid:
         drawn = laid_run.buckets
         if drawn is not None and drawn.steps_drawn < drawn.steps:

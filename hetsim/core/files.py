@@ -35,10 +35,16 @@ def _umask() -> int:
 FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file; mkstemp's are 0600
 
 
-def check_writable(target: Path) -> None:
+def check_writable(target: Path, option: str | None = None) -> None:
     """Make sure a file can be written at ``target`` before any work is done for it (the same
-    ConfigError :func:`atomic_write` would raise at the end; its folder is made if missing)."""
-    os.unlink(_temporary_beside(Path(target)))
+    ConfigError :func:`atomic_write` would raise at the end, on ``option`` where given, else on
+    the path; its folder is made if missing)."""
+    try:
+        os.unlink(_temporary_beside(Path(target)))
+    except ConfigError as exc:
+        if option is None:
+            raise
+        raise ConfigError(option, f"cannot write {target}: {exc.problem.removeprefix('cannot write here: ')}") from None
 
 
 def _temporary_beside(target: Path) -> str:
