@@ -66,6 +66,9 @@ CASES = [
                                       "--set", "workload.global_batch=100000000000",
                                       "--set", "workload.dataset_size=100000000000"],
          "workers.count: 10000000001 workers in all, more than the 1048576 a scenario can hold"),
+    case("two-entries-one-name", ["--set", "workers.1.name='a100'"],  # plan.json's left_out could not say which
+         "workers.1.name: 'a100' is workers.0's name too: give each [[workers]] entry its own (count = N makes N of "
+         "one kind)"),
     case("caps-too-small", ["--set", "workers.0.max_batch=100", "--set", "workers.1.max_batch=8"],
          "workers.max_batch: the caps hold at most 216 samples per step, less than global_batch 512"),
     case("epochs-zero", ["--set", "workload.epochs=0"], "workload.epochs: must be in [1, 1099511627776], got 0"),

@@ -114,9 +114,16 @@ def _make_value(cls: type[V], data: Any, path: str) -> V:
 
 
 def check_worker_groups(groups: Sequence[WorkerGroup]) -> None:
-    """The checks across workers: the members of a slowdown group share its episodes, so they
+    """The checks across workers: each entry's name is its own (its workers are named by it); the
+    members of a slowdown group share its episodes, so they
     must agree on its timing; the members of a shared-noise group draw one factor per step, so
     they must declare it alike."""
+    named: dict[str, int] = {}
+    for i, g in enumerate(groups):  # a plan's split and left-out list name workers: two entries alike say nothing
+        if g.spec.name in named:
+            raise ConfigError(f"workers.{i}.name", f"{g.spec.name!r} is workers.{named[g.spec.name]}'s name too: "
+                              "give each [[workers]] entry its own (count = N makes N of one kind)")  # fmt: skip
+        named[g.spec.name] = i
     conflict = _group_conflict(groups, "slowdown", lambda sd: (sd.every_s, sd.duration_s))
     if conflict is not None:
         i, j, _, sd = conflict
