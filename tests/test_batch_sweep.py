@@ -62,7 +62,7 @@ def test_a_short_sweep_records_steps_to_target_within_five_percent_one_or_two_at
     columns = ["batch", "seed", "step", "test_loss", "test_accuracy"]
     assert pd.read_csv(tmp_path / "jobs" / "curve.csv")[columns].equals(curve[columns])
     # a sweep that stopped after its first run: the same command reruns only the second, and the
-    # results are the same; a kept run of other settings (another target) is not reused
+    # results are the same; a folder of kept runs of other settings (another target) is refused
     (out / ".runs" / "batch32-seed0.json").unlink()
     (out / "results.json").unlink()
     capsys.readouterr()
@@ -71,8 +71,10 @@ def test_a_short_sweep_records_steps_to_target_within_five_percent_one_or_two_at
     assert "1 of 2 runs kept from an earlier start" in err and "batch 16 seed 0" not in err and "batch 32 seed 0" in err
     resumed = json.loads((out / "results.json").read_text())
     assert [{k: p[k] for k in kept} for p in resumed["points"]] == [{k: p[k] for k in kept} for p in data["points"]]
-    assert main([*argv[:-4], "0.5", "--quick", "--out", str(out)]) == 0
-    assert "kept from an earlier start" not in capsys.readouterr().err
+    before = (out / "results.json").read_bytes()
+    assert main([*argv[:-4], "0.5", "--quick", "--out", str(out)]) == 2  # another target: not written over
+    assert "holds a sweep with another target (0.6, here 0.5)" in capsys.readouterr().err
+    assert (out / "results.json").read_bytes() == before
 
 
 def test_first_seed_runs_the_seeds_from_it_and_records_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -153,3 +155,22 @@ def test_a_kept_runs_null_noise_sums_read_as_the_nan_the_run_gave(tmp_path: Path
     fresh, resumed = point_entry(result, result.noise), point_entry(again, again.noise)
     assert fresh == resumed and fresh["noise_scale"] is None  # a nan sum: no whole-run estimate
     assert fresh["noise_first"] == 20.0  # the first span's ratio, the nan one left out
+
+
+def test_a_folder_of_kept_runs_with_other_settings_is_refused_not_written_over(tmp_path):
+    """A rerun into a sweep's folder at another learning rate retrained every run and replaced
+    the first sweep's results without a word."""
+    from types import SimpleNamespace
+
+    from hetsim.core.errors import ConfigError
+    from validation.batch_sweep_resume import SETTINGS, check_same_settings, kept_path
+
+    config = SimpleNamespace(out=tmp_path, **{key: 1 for key in SETTINGS if key != "lr"}, lr=0.05)
+    path = kept_path(tmp_path, 16, 0)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"settings": {key: getattr(config, key) for key in SETTINGS}, "result": {}}))
+    check_same_settings(config)  # the same settings: a resume
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match=r"^--out: .* holds a sweep with another lr \(0\.05, here 0\.03\)"):
+        check_same_settings(SimpleNamespace(**{**vars(config), "lr": 0.03}))
+    assert path.read_bytes() == before

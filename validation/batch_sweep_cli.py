@@ -62,10 +62,12 @@ def add_parser(sub: Any) -> None:
 def cmd_batch_sweep(args: argparse.Namespace) -> int:
     from hetsim.core.files import check_out_folder, check_own_folder
     from validation.batch_sweep import RESULT_FILES, build_config, run_sweep, summary, write_results
+    from validation.batch_sweep_resume import check_same_settings
 
     config = build_config(args)
     check_out_folder(config.out)
     check_own_folder(config.out, "--out", RESULT_FILES, "batch-sweep")  # its own folder resumes
+    check_same_settings(config)  # resumed only with the settings its kept runs were run with
 
     def echo(line: str) -> None:
         print(f"validation: {line}", file=sys.stderr, flush=True)

@@ -37,6 +37,24 @@ def keep(config: Any, result: Any) -> None:
     write_json(path, {"settings": settings(config), "result": asdict(result)})
 
 
+def check_same_settings(config: Any) -> None:
+    """ConfigError on ``--out`` when its kept runs were run with other settings: the sweep would
+    run them again and write over them (a sweep at another learning rate replaced without a word)."""
+    from hetsim.core.errors import ConfigError
+
+    now = json.loads(json.dumps(settings(config)))
+    for path in sorted((Path(config.out) / KEPT).glob("*.json")):
+        try:
+            was = json.loads(path.read_text(encoding="utf-8")).get("settings")
+        except (OSError, ValueError, AttributeError):
+            continue  # a damaged kept run is run again, as kept() says
+        if isinstance(was, dict) and was != now:
+            key = next((k for k in SETTINGS if was.get(k) != now.get(k)), "settings")
+            other = f"another {key} ({was.get(key)!r}, here {now.get(key)!r})"
+            raise ConfigError("--out", f"{config.out} holds a sweep with {other}: give a new folder, or the same "
+                              "settings to resume it")  # fmt: skip
+
+
 def kept(config: Any, batch: int, seed: int) -> Any | None:
     """The kept result of (batch, seed) when it was run with the sweep's settings, else None."""
     from validation.batch_sweep_train import PointResult
