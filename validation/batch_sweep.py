@@ -18,7 +18,9 @@ after a stop reruns only the runs not kept.
 from __future__ import annotations
 
 import argparse
+import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,8 +134,8 @@ def run_sweep(
     def done(task: tuple[int, int], r: Any) -> None:
         results[task] = r
         keep(config, r)
-        echo(f"{config.workload} batch {r.batch} seed {r.seed}: {r.steps_to_target or 'not reached'} steps"
-             f" ({r.mean_step_s * 1e3:.1f} ms a step)")  # fmt: skip
+        to_target = f"{r.steps_to_target} steps" if r.steps_to_target else f"not reached in {r.steps_run} steps"
+        echo(f"{config.workload} batch {r.batch} seed {r.seed}: {to_target} ({r.mean_step_s * 1e3:.1f} ms a step)")
 
     if config.jobs == 1:
         for task in tasks_left:
@@ -186,8 +188,21 @@ def summary(data: dict[str, Any]) -> str:
     """Median steps to the target per batch."""
     lines = []
     for batch in data["batches"]:
-        steps = [p["steps_to_target"] for p in data["points"] if p["batch"] == batch]
-        got = [s for s in steps if s is not None]
-        median = f"{np.median(got):.0f}" if got else "-"
-        lines.append(f"batch {batch}: median steps to {data['target_accuracy']:g} = {median} ({len(got)}/{len(steps)})")
+        points = [p for p in data["points"] if p["batch"] == batch]
+        got = sum(p["steps_to_target"] is not None for p in points)
+        median = censored_median([p["steps_to_target"] for p in points], [p.get("steps_run") for p in points])
+        lines.append(f"batch {batch}: median steps to {data['target_accuracy']:g} = {median} ({got}/{len(points)})")
     return "\n".join(lines)
+
+
+def censored_median(steps: Sequence[float | None], steps_run: Sequence[float | None]) -> str:
+    """The median steps to the target over every run, a run that missed it counted as more than it
+    ran (leaving it out kept the fast seeds and read low); ``more than N`` where the middle is such
+    a run, N the fewest steps any of them ran."""
+    if not steps:
+        return "-"
+    middle = float(np.median([math.inf if s is None else float(s) for s in steps]))
+    if math.isfinite(middle):
+        return f"{middle:.0f}"
+    ran = [float(r) for s, r in zip(steps, steps_run) if s is None and r is not None]
+    return f"more than {min(ran):.0f}" if ran else "not reached"

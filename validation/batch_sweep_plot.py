@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from hetsim.calibrate.efficiency_runs import fitted_model, load_sweeps, plain_model, reached
+from hetsim.calibrate.efficiency_runs import fitted_model, load_sweeps, missed, plain_model, reached
 from hetsim.core.errors import ConfigError
 
 
@@ -19,14 +19,20 @@ def plot(results: Path, out: Path) -> Path:
     sweep = load_sweeps([results])
     fig = Figure(figsize=(6.0, 4.2))
     ax = fig.add_subplot()
-    runs = reached(sweep)
+    runs, cut = reached(sweep), [p for p in missed(sweep) if p.steps_run]
     batches = sorted({p.batch for p in sweep.points})
     ax.scatter(
         [p.batch for p in runs], [float(p.steps or 0) for p in runs], s=14, color="0.55", label="measured (each seed)"
     )
-    medians = [np.median([p.steps for p in runs if p.batch == b]) if any(p.batch == b for p in runs) else np.nan
-               for b in batches]  # fmt: skip
-    ax.plot(batches, medians, "o-", color="black", label="measured (median)")
+    if cut:  # a run that missed the target needs more steps than it ran
+        ax.scatter([p.batch for p in cut], [float(p.steps_run or 0) for p in cut], s=22, marker="^", color="0.55",
+                   label="missed the target: more than the steps it ran")  # fmt: skip
+    # the median over every seed, a missed run counted as more than it ran (none drawn where that is the middle)
+    middle = [
+        np.median([np.inf if p.steps is None else p.steps for p in sweep.points if p.batch == b]) for b in batches
+    ]
+    medians = [m if np.isfinite(m) else np.nan for m in middle]
+    ax.plot(batches, medians, "o-", color="black", label="measured (median of every seed)")
     grid = np.geomspace(min(batches), max(batches), 60)
     try:  # each model where the runs allow it (too few reached the target: the measurements alone)
         plain = plain_model(sweep)
