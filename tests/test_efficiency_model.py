@@ -352,3 +352,22 @@ def test_the_censored_fit_removes_the_bias_of_leaving_cut_runs_out() -> None:
     assert target == pytest.approx(150.0, rel=0.03) and noise == pytest.approx(40.0, rel=0.10)
     short_target, short_noise = np.exp(np.mean(dropped, axis=0))
     assert short_target < 0.97 * target and short_noise < 0.9 * noise  # the same seeds' fits, paired
+
+
+def test_a_fitted_exponent_at_its_bound_or_that_turns_the_steps_up_is_warned_of() -> None:
+    """calibrate-efficiency wrote batch_exponent = -4.0, the fit's bound, with a standard error
+    from the bound's curvature, and -1.58 where the model then predicts more steps at 128 than at
+    64, both without a word; goodput and plan use that gain."""
+    from hetsim.cli.efficiency import exponent_warnings
+    from hetsim.model.efficiency import Efficiency
+
+    def fitted(alpha: float | None) -> Efficiency:
+        return Efficiency(100.0, 16, 400.0, batch_exponent=alpha, measured_batch=16, fit_batches=(16.0, 64.0))
+
+    assert exponent_warnings(fitted(None)) == [] and exponent_warnings(fitted(0.5)) == []
+    assert fitted(-1.58).steps_to_target(128) > fitted(-1.58).steps_to_target(64)
+    (turn,) = exponent_warnings(fitted(-1.58))
+    assert turn.startswith("with a batch exponent of -1.58 the model predicts more steps past a batch of about")
+    bound, _ = exponent_warnings(fitted(-4.0))
+    assert bound.startswith("the batch exponent sits at its bound (-4)")
+    assert [w.split(" ")[1] for w in exponent_warnings(fitted(4.0))] == ["batch"]  # at the bound, steps falling

@@ -67,6 +67,8 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
         print(f"warning: {left} left out (they did not reach the target, and their steps run are not recorded or "
               "too few runs reached it to fit them as censored; the fit at those batches is of the seeds that did)",
               file=sys.stderr)  # fmt: skip
+    for line in exponent_warnings(result.efficiency):
+        print(f"warning: {line}", file=sys.stderr)
     said = (f"; {cut} censored, not reached" if cut else "") + (f"; {left} left out, not reached" if left else "")
     text = "# " + f"fitted by hetsim calibrate-efficiency on {len(args.runs)} sweep(s) of {sweep.workload}, " \
         f"target accuracy {sweep.target:g}; free: {', '.join(result.free)}; residual sd of ln(steps) " \
@@ -75,6 +77,35 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
         atomic_write(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     print(text, end="")
     return 0
+
+
+EXPONENT_BOUND = 4.0  # the fit's bounds on the batch exponent (hetsim.model.efficiency_fit)
+
+
+def exponent_warnings(efficiency: Any) -> list[str]:
+    """What a fitted batch exponent says of itself: at its bound the runs do not determine it
+    (its standard error is the bound's curvature, not an error); a negative one shrinks the noise
+    scale with the batch until the gain falls back toward 1, so the model predicts more steps past
+    some batch, which the form it extends does not (said where that batch is within 8x the
+    largest fitted one)."""
+    import numpy as np
+
+    alpha = efficiency.batch_exponent
+    if alpha is None:
+        return []
+    out = []
+    if abs(alpha) >= EXPONENT_BOUND - 1e-6:
+        out.append(f"the batch exponent sits at its bound ({alpha:g}): the runs do not determine it, and its "
+                   "standard error means nothing; fit with --no-exponent, or add runs at other batches")  # fmt: skip
+    top = 8 * (efficiency.fit_batches[1] if efficiency.fit_batches else efficiency.base_batch)
+    grid = np.geomspace(efficiency.base_batch, top, 200)
+    steps = np.array([efficiency.steps_to_target(b) for b in grid])
+    rising = np.flatnonzero(np.diff(steps) > 0)
+    if rising.size:
+        turn = f"{grid[rising[0]]:.0f}"
+        out.append(f"with a batch exponent of {alpha:.2f} the model predicts more steps past a batch of about "
+                   f"{turn} (its gain falls again), which goodput and plan believe; check runs there")  # fmt: skip
+    return out
 
 
 def missed_runs(sweep: Any, batches: list[int] | None, censored: bool) -> tuple[str, str]:
