@@ -174,3 +174,34 @@ def test_a_folder_of_kept_runs_with_other_settings_is_refused_not_written_over(t
     with pytest.raises(ConfigError, match=r"^--out: .* holds a sweep with another lr \(0\.05, here 0\.03\)"):
         check_same_settings(SimpleNamespace(**{**vars(config), "lr": 0.03}))
     assert path.read_bytes() == before
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_sigterm_with_jobs_stops_the_workers_keeps_the_finished_runs_and_says_so(tmp_path: Path) -> None:
+    """With --jobs the pool's block ran every queued run before a signal took effect, and SIGTERM
+    left the workers running, orphaned, for minutes, saying nothing."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "s"
+    command = [sys.executable, "-m", "validation", "batch-sweep", "--workload", "digits-cnn", "--batches", "1,2,4",
+               "--seeds", "4", "--quick", "--jobs", "2", "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((out / ".runs").glob("*.json")):
+        time.sleep(0.05)
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert (
+        proc.returncode == 128 + signal.SIGTERM and err.strip().splitlines()[-1] == "validation: terminated (SIGTERM)"
+    )
+    kept = len(list((out / ".runs").glob("*.json")))
+    assert 1 <= kept < 12 and not (out / "results.json").exists()
+    gone = time.monotonic() + 5
+    while time.monotonic() < gone and any(Path(f"/proc/{pid}").exists() for pid in workers):
+        time.sleep(0.1)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers), "a worker outlived the sweep"

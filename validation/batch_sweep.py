@@ -145,10 +145,15 @@ def run_sweep(
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         # spawn: a fresh interpreter per worker, not a fork of one that may hold torch's threads
-        with ProcessPoolExecutor(config.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool = ProcessPoolExecutor(config.jobs, mp_context=multiprocessing.get_context("spawn"))
+        try:
             futures = {pool.submit(run_point, config, *task): task for task in tasks_left}
             for future in as_completed(futures):
                 done(futures[future], future.result())
+        except BaseException:  # Ctrl-C, SIGTERM, a run that failed: the finished runs are kept, the rest stopped now
+            stop_workers(pool)
+            raise
+        pool.shutdown()
     points, curve, noise = [], [], []
     for task in tasks:
         r = results[task]
@@ -182,6 +187,15 @@ def write_results(config: SweepConfig, points: list[dict[str, Any]], curve: list
         pd.DataFrame(noise).to_csv(tmp / "noise.csv", index=False)
         plot(tmp / "results.json", tmp / "steps_to_target.png")
     return data
+
+
+def stop_workers(pool: Any) -> None:
+    """End a process pool's runs at once: its queued runs cancelled, its workers terminated (a
+    pool left to its ``with`` block ran every queued run first, and a launcher killed by SIGTERM
+    left its workers running, orphaned). Python 3.11's pool has no public way to end its workers."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def summary(data: dict[str, Any]) -> str:
