@@ -202,6 +202,8 @@ def test_a_malformed_sweep_and_batches_it_does_not_hold_are_refused_in_one_line(
     check_refused(main, ["calibrate-efficiency", "{tmp}/good", "--batches", "1,2"],
                   "--batches: no run reached the target at the global batches asked for (1, 2); the sweep holds 16, 32",
                   tmp_path, capsys)  # fmt: skip
+    check_refused(main, ["calibrate-efficiency", "{tmp}/good", "--batches", "16,48"],  # it fitted on 16 alone
+                  "--batches: 48 is not a global batch of the sweep (it has 16, 32)", tmp_path, capsys)  # fmt: skip
     (tmp_path / "empty").mkdir()  # the line was cut short after "the sweep holds"
     (tmp_path / "empty" / "results.json").write_text(json.dumps({**common, "points": []}))
     check_refused(

@@ -58,6 +58,12 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
         check_out_file(args.out, {".toml": "toml"}, "--out")
         check_writable(args.out, "--out")
     sweep = load_sweeps(args.runs)
+    have = sorted({p.batch for p in sweep.points})
+    absent = [b for b in batches or () if b not in have]
+    if absent and len(absent) < len(batches or ()):  # fitted on the others, it says nothing of this one (all: below)
+        raise ConfigError(
+            "--batches", f"{absent[0]} is not a global batch of the sweep (it has {', '.join(map(str, have))})"
+        )
     result = fitted_model(sweep, batches, args.schedule, not args.no_exponent)
     table = result.efficiency.to_dict()
     cut, left = missed_runs(sweep, batches, censored=result.censored > 0)
