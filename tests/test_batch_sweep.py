@@ -205,3 +205,18 @@ def test_sigterm_with_jobs_stops_the_workers_keeps_the_finished_runs_and_says_so
     while time.monotonic() < gone and any(Path(f"/proc/{pid}").exists() for pid in workers):
         time.sleep(0.1)
     assert not any(Path(f"/proc/{pid}").exists() for pid in workers), "a worker outlived the sweep"
+
+
+@pytest.mark.slow  # trains 23 steps: 1.1 s
+def test_a_run_cut_at_its_step_cap_is_evaluated_at_the_cap() -> None:
+    """A run that stopped at 1500 steps had its last evaluation at 1494: the censored fit took it
+    as needing more than 1500 steps where it was known only to need more than 1494."""
+    import torch
+
+    from validation.batch_sweep_train import OPTIMIZERS, train_to_target
+    from validation.workloads import resolve_workload
+
+    workload = resolve_workload("digits-cnn")
+    data = workload.load(0, torch.device("cpu"))
+    cut = train_to_target(workload, data, 0, 16, 0.03, OPTIMIZERS["sgd"], 1.0, 23, 10)  # evaluated 10 apart, and at 23
+    assert cut.steps_to_target is None and cut.steps_run == 23 and cut.curve[-1]["step"] == 23

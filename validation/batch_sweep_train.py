@@ -121,7 +121,7 @@ def train_to_target(workload: Workload, data: Dataset, seed: int, batch: int, lr
         elapsed_s += time.perf_counter() - start
         block.add_step(local_sq, split, global_sq)
         out.steps_run = step
-        if step < due:
+        if step < due and step < max_steps:  # the last step is evaluated too: a run cut there needs more than it
             continue
         due = next_eval(step, min_gap)
         loss, accuracy = workload.evaluate(model, data)
