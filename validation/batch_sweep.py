@@ -209,13 +209,19 @@ def summary(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def median_of_every_run(steps: Sequence[float | None]) -> float:
+    """The median steps to the target, a run that missed it (None) counted as more than any:
+    infinite where such a run is the middle."""
+    return float(np.median([math.inf if s is None else float(s) for s in steps]))
+
+
 def censored_median(steps: Sequence[float | None], steps_run: Sequence[float | None]) -> str:
     """The median steps to the target over every run, a run that missed it counted as more than it
     ran (leaving it out kept the fast seeds and read low); ``more than N`` where the middle is such
     a run, N the fewest steps any of them ran."""
     if not steps:
         return "-"
-    middle = float(np.median([math.inf if s is None else float(s) for s in steps]))
+    middle = median_of_every_run(steps)
     if math.isfinite(middle):
         return f"{middle:.0f}"
     ran = [float(r) for s, r in zip(steps, steps_run) if s is None and r is not None]

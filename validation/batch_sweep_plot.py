@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from hetsim.calibrate.efficiency_runs import fitted_model, load_sweeps, missed, plain_model, reached
 from hetsim.core.errors import ConfigError
+from validation.batch_sweep import median_of_every_run
 
 
 def plot(results: Path, out: Path) -> Path:
@@ -28,9 +29,7 @@ def plot(results: Path, out: Path) -> Path:
         ax.scatter([p.batch for p in cut], [float(p.steps_run or 0) for p in cut], s=22, marker="^", color="0.55",
                    label="missed the target: more than the steps it ran")  # fmt: skip
     # the median over every seed, a missed run counted as more than it ran (none drawn where that is the middle)
-    middle = [
-        np.median([np.inf if p.steps is None else p.steps for p in sweep.points if p.batch == b]) for b in batches
-    ]
+    middle = [median_of_every_run([p.steps for p in sweep.points if p.batch == b]) for b in batches]
     medians = [m if np.isfinite(m) else np.nan for m in middle]
     ax.plot(batches, medians, "o-", color="black", label="measured (median of every seed)")
     grid = np.geomspace(min(batches), max(batches), 60)

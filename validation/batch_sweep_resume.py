@@ -26,8 +26,8 @@ def kept_path(out: Path, batch: int, seed: int) -> Path:
 
 
 def settings(config: Any) -> dict[str, Any]:
-    """What a kept run must share with the sweep to be reused."""
-    return {key: getattr(config, key) for key in SETTINGS}
+    """What a kept run must share with the sweep to be reused, as its JSON file reads back."""
+    return json.loads(json.dumps({key: getattr(config, key) for key in SETTINGS}))
 
 
 def keep(config: Any, result: Any) -> None:
@@ -42,7 +42,7 @@ def check_same_settings(config: Any) -> None:
     run them again and write over them (a sweep at another learning rate replaced without a word)."""
     from hetsim.core.errors import ConfigError
 
-    now = json.loads(json.dumps(settings(config)))
+    now = settings(config)
     for path in sorted((Path(config.out) / KEPT).glob("*.json")):
         try:
             was = json.loads(path.read_text(encoding="utf-8")).get("settings")
@@ -64,7 +64,7 @@ def kept(config: Any, batch: int, seed: int) -> Any | None:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("settings") != json.loads(json.dumps(settings(config))):
+    if not isinstance(data, dict) or data.get("settings") != settings(config):
         return None
     try:
         result = PointResult(**data["result"])

@@ -16,13 +16,12 @@ import argparse
 import json
 import os
 import shlex
-import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hetsim.core.console import OneLineParser, path_argument, run_main, stop_status
+from hetsim.core.console import OneLineParser, path_argument, run_main, stop_signal
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import LOCK_NAME, exclusive, json_text, write_json
 from hetsim.core.params import Param
@@ -125,8 +124,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 contention=config.contention,
             )
         except KeyboardInterrupt as stopped:  # Ctrl-C or SIGTERM: the ranks are stopped; say so in the folder
-            how = signal.Signals(stop_status(stopped) - 128).name
-            record_end(out, "interrupted", f"stopped by {how}")
+            record_end(out, "interrupted", f"stopped by {stop_signal(stopped).name}")
             raise
     if not result.ok:
         rank, _ = result.first_failure or (-1, -1)

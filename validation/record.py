@@ -201,6 +201,7 @@ class RunWriter:
         self.rows: list[dict[str, Any]] = []
         self.epochs: list[dict[str, Any]] = []
         self.evals: list[dict[str, Any]] = []
+        self._flushed: tuple[int, int, int] | None = None  # the rows, epochs and evals the files hold
         if self.out is not None:
             self.out.mkdir(parents=True, exist_ok=True)
         self.write_meta("running")
@@ -241,14 +242,17 @@ class RunWriter:
         )
 
     def flush(self) -> None:
-        """Rewrite trace.parquet, trace.csv, epochs.csv and evals.csv with everything so far."""
+        """Rewrite trace.parquet, trace.csv, epochs.csv and evals.csv with everything so far (not
+        again when nothing was added since: :meth:`finish` flushes after the last epoch's flush)."""
         import pandas as pd
 
-        if self.out is None:
+        held = (len(self.rows), len(self.epochs), len(self.evals))  # the writer only ever appends
+        if self.out is None or held == self._flushed:
             return
         write_trace_table(self.trace_frame(), self.out / "trace.parquet", self.out / "trace.csv")
         write_frame(self.out / "epochs.csv", pd.DataFrame(self.epochs, columns=list(EPOCH_COLUMNS)))
         write_frame(self.out / "evals.csv", pd.DataFrame(self.evals, columns=list(EVAL_COLUMNS)))
+        self._flushed = held
 
     def finish(self, policies: Sequence[str]) -> dict[str, Any]:
         """Write every file (:meth:`flush`) and summary.json, and mark the run complete; returns the

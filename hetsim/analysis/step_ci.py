@@ -68,10 +68,15 @@ REPLICATIONS = 10
 BATCH_MEANS, RENEWAL, REPLICATED = "batch means", "renewal", "replications"
 
 
+def _class_of(policy: str | Policy) -> type[Policy]:
+    """The class of ``policy``, an object or a registered name."""
+    return type(policy) if isinstance(policy, Policy) else policy_class(policy)
+
+
 def replication_reason(scenario: Scenario, policy: str | Policy) -> str | None:
     """Why one run of ``policy`` (a name or an object) on ``scenario`` cannot show the spread of
     its mean step time (the CI then comes from :data:`REPLICATIONS` runs); None where it can."""
-    cls = type(policy) if isinstance(policy, Policy) else policy_class(policy)
+    cls = _class_of(policy)
     if any(w.slowdown is not None or w.failure is not None for w in scenario.workers):
         return "slowdown episodes or failures: rare, long events, which one run sees a few times"
     if cls.synchronous and (cls.resplits or cls.varies_batch):
@@ -86,8 +91,7 @@ def method(scenario: Scenario, policy: str | Policy) -> str:
     docstring says why)."""
     if replication_reason(scenario, policy) is not None:
         return REPLICATED
-    cls = type(policy) if isinstance(policy, Policy) else policy_class(policy)
-    return BATCH_MEANS if cls.synchronous else RENEWAL
+    return BATCH_MEANS if _class_of(policy).synchronous else RENEWAL
 
 
 def ar1_sums(starts: np.ndarray, sizes: np.ndarray, rho: float) -> np.ndarray:

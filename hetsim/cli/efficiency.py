@@ -85,9 +85,6 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
     return 0
 
 
-EXPONENT_BOUND = 4.0  # the fit's bounds on the batch exponent (hetsim.model.efficiency_fit)
-
-
 def exponent_warnings(efficiency: Any) -> list[str]:
     """What a fitted batch exponent says of itself: at its bound the runs do not determine it
     (its standard error is the bound's curvature, not an error); a negative one shrinks the noise
@@ -95,6 +92,8 @@ def exponent_warnings(efficiency: Any) -> list[str]:
     some batch, which the form it extends does not (said where that batch is within 8x the
     largest fitted one)."""
     import numpy as np
+
+    from hetsim.model.efficiency import EXPONENT_BOUND
 
     alpha = efficiency.batch_exponent
     if alpha is None:

@@ -76,10 +76,15 @@ def raise_terminated(signum: int, frame: object) -> None:
     raise Terminated(signum)
 
 
+def stop_signal(stopped: KeyboardInterrupt) -> signal.Signals:
+    """The signal that stopped a command: :class:`Terminated`'s, else Ctrl-C's SIGINT."""
+    return signal.Signals(stopped.signum if isinstance(stopped, Terminated) else signal.SIGINT)
+
+
 def stop_status(stopped: KeyboardInterrupt) -> int:
     """The exit status of a command stopped by ``stopped``: 128 + its signal, as a shell reports a
     death by it (130 for Ctrl-C, 143 for SIGTERM)."""
-    return 128 + (stopped.signum if isinstance(stopped, Terminated) else int(signal.SIGINT))
+    return 128 + int(stop_signal(stopped))
 
 
 def run_main(prog: str, run: Callable[[], int]) -> int:
@@ -90,8 +95,8 @@ def run_main(prog: str, run: Callable[[], int]) -> int:
     try:
         return run()
     except KeyboardInterrupt as stopped:
-        name = signal.Signals(stopped.signum).name if isinstance(stopped, Terminated) else ""
-        print(f"\n{prog}: {'terminated (' + name + ')' if name else 'interrupted'}", file=sys.stderr)
+        how = "interrupted" if stop_signal(stopped) == signal.SIGINT else f"terminated ({stop_signal(stopped).name})"
+        print(f"\n{prog}: {how}", file=sys.stderr)
         return stop_status(stopped)
     except ConfigError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)

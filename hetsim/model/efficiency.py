@@ -62,6 +62,8 @@ from hetsim.core.params import Param
 LR_RULES = ("sqrt", "linear", "none")  # how a trainer scales its learning rate with the batch
 OPTIMIZERS = ("sgd", "adam")  # the optimizers a fitted table may come from (validation batch-sweep trains with them)
 
+EXPONENT_BOUND = 4.0  # |batch_exponent| at most this: in a table, and in the fit (hetsim.model.efficiency_fit)
+
 EFFICIENCY_PARAMS = (
     Param("noise_scale", default=None, low=0.0, low_open=True,
           doc="gradient noise scale B_noise, samples; or [[progress, B_noise], ...] over progress"),
@@ -69,7 +71,7 @@ EFFICIENCY_PARAMS = (
     Param("grad_var", default=None, low=0.0, doc="variance of a gradient at base_batch (Pollux)"),
     Param("base_batch", "integer", low=1, doc="M0: the batch the learning rate was tuned for"),
     Param("target_steps", default=None, low=0.0, low_open=True, doc="steps at base_batch to the target accuracy"),
-    Param("batch_exponent", default=None, low=-4.0, high=4.0,
+    Param("batch_exponent", default=None, low=-EXPONENT_BOUND, high=EXPONENT_BOUND,
           doc="alpha: the noise scale at batch B is B_noise * (B / measured_batch) ** alpha (default 0)"),
     Param("measured_batch", "integer", default=None, low=1, doc="the batch B_noise holds at (default base_batch)"),
     Param("lr_scaling", "choice", default=None, choices=LR_RULES,

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from hetsim.core.errors import ConfigError
-from hetsim.model.efficiency import Efficiency
+from hetsim.model.efficiency import EXPONENT_BOUND, Efficiency
 
 Shape = tuple[tuple[float, float], ...]  # (progress / target_steps, B_noise / first B_noise) knots
 DEFAULT_NOISE = 1.0  # the starting noise scale when none was measured, in units of the base batch
@@ -71,6 +71,10 @@ class Fit:
             grad[i] = (np.log(up) - np.log(down)) / 2e-5
         sd = float(np.sqrt(max(0.0, grad @ self.covariance @ grad)))
         return centre, centre * float(np.exp(-z * sd)), centre * float(np.exp(z * sd))
+
+
+# the fit's bounds on (ln target steps, ln noise scale, batch exponent): _params_of's order
+LOWER, UPPER = np.array([-np.inf, -5.0, -EXPONENT_BOUND]), np.array([np.inf, 25.0, EXPONENT_BOUND])
 
 
 def _params_of(eff: Efficiency, free: Sequence[str]) -> np.ndarray:
@@ -137,7 +141,7 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
     residuals = lambda x: np.log(s) - log_steps(x, b)  # noqa: E731
 
     x0 = _params_of(_efficiency(_params_of(start, free), free, start, shape), free)
-    bounds = (np.array([-np.inf, -5.0, -4.0])[: len(free)], np.array([np.inf, 25.0, 4.0])[: len(free)])
+    bounds = (LOWER[: len(free)], UPPER[: len(free)])
     x0 = np.clip(x0, bounds[0] + 1e-9, bounds[1] - 1e-9)
     result = least_squares(residuals, x0, bounds=bounds, x_scale=1.0)
     dof = b.size - len(free)
