@@ -4,12 +4,11 @@ Adding the options imports nothing heavy: the handler imports torch and the fit 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, NamedTuple
 
-from hetsim.core.console import path_argument, raise_terminated
+from hetsim.core.console import path_argument, sigterm_as_interrupt
 
 MAX_FIRST_SEED = 2**31 - 1 - 100  # --first-seed: seeds K..K+99 (--seeds is at most 100) within int32
 
@@ -73,15 +72,13 @@ def cmd_batch_sweep(args: argparse.Namespace) -> int:
     def echo(line: str) -> None:
         print(f"validation: {line}", file=sys.stderr, flush=True)
 
-    previous = signal.signal(signal.SIGTERM, raise_terminated)  # SIGTERM ends the sweep as Ctrl-C does
     try:
-        found = run_sweep(config, echo)
+        with sigterm_as_interrupt():  # SIGTERM ends the sweep as Ctrl-C does
+            found = run_sweep(config, echo)
     except BrokenProcessPool as exc:  # a run's process died (killed, out of memory): the finished runs are kept
         print(f"validation: error: a run's process died ({exc}); the finished runs are kept in {config.out}: "
               "run the same command again to resume", file=sys.stderr)  # fmt: skip
         return 1
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     data = write_results(config, *found)
     print(summary(data))
     print(f"wrote {config.out}")

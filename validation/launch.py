@@ -19,19 +19,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetsim.core.console import raise_terminated
+from hetsim.core.console import sigterm_as_interrupt
 from validation import heartbeat
 from validation.backend import LOCAL_STORE_ENV, LOOPBACK, STORE_FD_ENV, listen_loopback, loopback_environment
 from validation.contention import Neighbours
@@ -112,7 +109,7 @@ def launch(
     t0 = time.monotonic()
     beats = Path(tempfile.mkdtemp(prefix="hetsim-heartbeat-"))
     procs: list[subprocess.Popen[bytes]] = []
-    with _sigterm_as_interrupt(), Neighbours(contention or {}, cpus):
+    with sigterm_as_interrupt(), Neighbours(contention or {}, cpus):  # SIGTERM: the ranks stopped, as on Ctrl-C
         try:
             with listen_loopback() as store:  # rank 0's from its start; closed here once the ranks run
                 for r in range(world_size):
@@ -162,22 +159,6 @@ def _supervise(
             break
         time.sleep(POLL_S)
     return first_failure, reason
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """While launching, SIGTERM to the launcher raises :class:`~hetsim.core.console.Terminated`
-    (Ctrl-C's KeyboardInterrupt, with the signal), so that its ``finally`` blocks stop the ranks
-    and neighbours and the command ends as on Ctrl-C, saying so (only in the main thread, where
-    handlers can be set)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _first_failure(

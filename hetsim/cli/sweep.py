@@ -8,14 +8,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hetsim.cli.common import check_engine_option, check_sample_every_alone, check_sizes, sample_every
-from hetsim.core.console import path_argument, raise_terminated, stop_status
+from hetsim.core.console import path_argument, sigterm_as_interrupt, stop_status
 from hetsim.core.errors import ConfigError
 from hetsim.core.options import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -145,9 +145,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError("--connect-timeout-s", "only with --scheduler (how long to try reaching it)")
     timeout_s = DEFAULT_CONNECT_TIMEOUT_S if args.connect_timeout_s is None else args.connect_timeout_s
     executor = make_executor(args.jobs, args.scheduler, timeout_s)
-    previous = signal.signal(signal.SIGTERM, raise_terminated)  # SIGTERM ends the sweep as Ctrl-C does
     resumed = folder is not None
-    try:
+    with sigterm_as_interrupt(), closing(executor):  # SIGTERM ends the sweep as Ctrl-C does
         if folder is None:
             meta = {"executor": executor.description, "engine": spec.engine, "cells": len(cells),
                     "replications": spec.replications, **trace.to_meta(),
@@ -164,9 +163,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"\ninterrupted: {len(folder.done_cells())} of {len(cells)} cells saved; "
                   f"finish with: python -m hetsim sweep --resume {folder.path}", file=sys.stderr)  # fmt: skip
             return stop_status(stopped)
-    finally:
-        executor.close()
-        signal.signal(signal.SIGTERM, previous)
     return 0
 
 

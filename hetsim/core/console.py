@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import Callable, Collection, Mapping, Sequence
+import threading
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,22 @@ class Terminated(KeyboardInterrupt):
 def raise_terminated(signum: int, frame: object) -> None:
     """A signal handler that raises :class:`Terminated`."""
     raise Terminated(signum)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While the block runs, SIGTERM raises :class:`Terminated` (Ctrl-C's KeyboardInterrupt, with
+    the signal), so that the command's ``finally`` blocks stop what it started and it ends as on
+    Ctrl-C, saying so; the handler before is restored after. Only in the main thread, where
+    handlers can be set (elsewhere the block runs as it is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def stop_signal(stopped: KeyboardInterrupt) -> signal.Signals:
