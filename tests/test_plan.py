@@ -141,7 +141,8 @@ def test_slowing_a_worker_multiplies_its_cost_alone():
         factor = 2.5 if i == 3 else 1.0
         assert ComputeTime.of(s.workers[i], 64).mean() == pytest.approx(
             factor * ComputeTime.of(scenario.workers[i], 64).mean(), rel=1e-12)  # fmt: skip
-    assert slower_cost(Affine(0.01, 0.002), 3.0) == Affine(0.03, 0.006)  # stays affine: the closed-form split
+    assert slower_cost(Affine(0.01, 0.002), 3.0).affine_terms() == pytest.approx((0.03, 0.006))  # the closed-form split
+    assert slower_cost(Affine(0.01, 0.002), 1.0) == Affine(0.01, 0.002)
     wrapped = slower_cost(Profile("k80", "ResNet-18"), 2.0)
     assert wrapped.batch_within(float(wrapped.time_s(100))) == pytest.approx(100)
 

@@ -12,7 +12,7 @@ from hetsim.analysis.analytic import predict
 from hetsim.core.errors import ConfigError
 from hetsim.engines import SimPyEngine, VectorEngine
 from hetsim.plan.planner import plan
-from hetsim.policies import Async, Dynamic, DynamicEnhanced, Equal, KSync, Policy
+from hetsim.policies import Async, Backup, Dynamic, DynamicEnhanced, Equal, KSync, Policy
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate, simulate_summary
 from hetsim.scenario.config import load_scenario
@@ -160,6 +160,26 @@ def test_the_combine_comes_from_the_policy_object_not_its_name(summarised: bool)
     assert simulate(sc, UnregisteredPlain()).weighted is False
 
 
+class UnregisteredBackup(Backup):
+    name = "unregistered-backup"
+
+
+def test_analysis_takes_the_combine_from_the_policy_object_too() -> None:
+    """``predict`` of an unregistered policy (a barrier one waiting for all, and one waiting for
+    the first k) reads the object's combine, as the simulator does, not a registry by its name."""
+    sc = load_scenario(
+        "paper",
+        ["workload.epochs=2", "workload.efficiency.base_batch=256", "workload.efficiency.noise_scale=64"],
+    )
+    mine, theirs = predict(sc, UnregisteredPlain()), predict(sc, Dynamic())
+    assert mine.policy == "unregistered-plain" and mine.progress == pytest.approx(theirs.progress, rel=1e-12)
+    assert mine.progress < predict(sc, DynamicEnhanced()).progress * (1 - 1e-4)
+    six = load_scenario("mixed-gpus", ["workload.efficiency.base_batch=256", "workload.efficiency.noise_scale=64"])
+    mine, theirs = predict(six, UnregisteredBackup()), predict(six, Backup())
+    assert mine.policy == "unregistered-backup" and mine.mean_step_s == theirs.mean_step_s
+    assert theirs.progress is not None and mine.progress == theirs.progress
+
+
 class _Broken(Policy):
     """A plug-in whose split breaks the contract in the way ``how`` names, from the first step
     (``at_start``) or after one step."""
@@ -284,3 +304,23 @@ def test_a_scenario_dict_made_in_python_takes_plugin_objects_where_a_file_has_ta
         load_scenario(
             {**raw, "workers": [{"cost": Affine(0.01, 0.001), "noise": DISTRIBUTIONS["constant"](value=2.0)}]}
         )
+
+
+def test_plan_takes_policy_objects_and_leaves_them_unchanged() -> None:
+    """``plan`` (the docs: policies as objects, or named) plans an unregistered plug-in beside
+    built-in objects, as it plans the same policies by name, fragility and ``cost_error`` included,
+    without running the caller's objects; two of one name are refused."""
+    from hetsim.policies import Optimal
+
+    sc = load_scenario("mixed-gpus")
+    by_name = plan(sc, policies=["equal", "optimal"])
+    mine = [Equal(), Optimal(), _EvenSplit()]
+    by_object = plan(sc, policies=mine)
+    assert [r.policy for r in by_object.rows] == ["equal", "optimal", "even-split"]
+    assert by_object.rows[:2] == by_name.rows and by_object.recommended == by_name.recommended
+    assert by_object.fragility == by_name.fragility and by_object.rows[2].split == by_name.rows[0].split
+    assert all(not hasattr(p, "n_workers") for p in mine)  # never reset: the plan ran copies
+    robust = plan(sc, policies=[Equal(), _EvenSplit()], cost_error=0.2)
+    assert robust.rows == plan(sc, policies=["equal", _EvenSplit()], cost_error=0.2).rows
+    with pytest.raises(ConfigError, match="^policies: 'equal' is given twice: a plan tells its policies apart"):
+        plan(sc, policies=[Equal(), "equal"])

@@ -53,7 +53,7 @@ from hetsim.model.efficiency import effective_batch
 from hetsim.model.network import Buckets
 from hetsim.model.partition import split_by_shares
 from hetsim.model.workers import WorkerSpec, persistent_noise
-from hetsim.policies import Policy, StepInfo, StepRecord, policy_class
+from hetsim.policies import Policy, StepInfo, StepRecord
 from hetsim.policies.base import check_wait_for
 
 if TYPE_CHECKING:
@@ -98,16 +98,15 @@ def predict(
     from hetsim.scenario.scenario import check_scenario  # the scenario layer imports nothing of analysis
 
     obj = check_scenario(scenario).make_policy(policy, params)
-    name = obj.name
     _check_closed_form(scenario, obj)
     wl = scenario.workload
     obj.reset(scenario.n_workers, wl.global_batch, scenario.hints())
     first = tuple(obj.partition(StepInfo(0, 0, 0, wl.steps_per_epoch)))
     if not obj.synchronous:
-        return predict_async(scenario, name, first)
+        return predict_async(scenario, obj.name, first)
     need = check_wait_for(obj, obj.wait_for())
     if need < scenario.n_workers:
-        return predict_first_k(scenario, name, first, need)
+        return predict_first_k(scenario, obj, first, need)
     trajectory, shares = _iterate(obj, scenario.workers, wl.epochs)
     fixed = obj.fixed_point_shares()
     extra: dict[str, Any] = {}
@@ -117,7 +116,7 @@ def predict(
             "fixed_point_batches": _split(fixed, wl.global_batch, scenario.workers),
             "epochs_to_1pct": _epochs_to_within(shares, fixed, CONVERGENCE_TOL),
         }
-    return _summarize(scenario, name, trajectory, extra)
+    return _summarize(scenario, obj, trajectory, extra)
 
 
 def _split(shares: Sequence[float], total: int, workers: Sequence[WorkerSpec]) -> tuple[int, ...]:
@@ -153,7 +152,7 @@ def _epochs_to_within(shares: Sequence[np.ndarray], fixed: Sequence[float], tol:
 
 
 def _summarize(
-    scenario: Scenario, name: str, trajectory: Sequence[tuple[int, ...]], extra: dict[str, Any]
+    scenario: Scenario, policy: Policy, trajectory: Sequence[tuple[int, ...]], extra: dict[str, Any]
 ) -> Prediction:
     workers = tuple(scenario.workers)
     wl = scenario.workload
@@ -180,9 +179,9 @@ def _summarize(
         p95 = float(buckets.end_s(q95))
     util = tuple(float(u) for u in mean_compute / mean_step) if mean_step > 0 else (0.0,) * n
     step_s = dict(zip(splits, ends if buckets is not None else barrier + comm))
-    extra.update(learning(scenario, name, trajectory, step_s))
+    extra.update(learning(scenario, policy, trajectory, step_s))
     return Prediction(
-        policy=name,
+        policy=policy.name,
         steps=wl.total_steps,
         epochs=wl.epochs,
         mean_step_s=mean_step,
@@ -199,7 +198,7 @@ def _summarize(
 
 
 def learning(
-    scenario: Scenario, name: str, trajectory: Sequence[tuple[int, ...]], step_s: Mapping[tuple[int, ...], float]
+    scenario: Scenario, policy: Policy, trajectory: Sequence[tuple[int, ...]], step_s: Mapping[tuple[int, ...], float]
 ) -> dict[str, float | None]:
     """``progress`` and ``time_to_target_s`` of a barrier policy that waits for every worker:
     each epoch's ``steps_per_epoch`` steps at its split, each adding the gain of its effective
@@ -209,7 +208,7 @@ def learning(
     efficiency = scenario.workload.efficiency
     if efficiency is None:
         return {}
-    weighted = policy_class(name).weighted_gradients
+    weighted = policy.weighted_gradients  # the object's trait: a policy no registry lists has one too
     per_epoch = scenario.workload.steps_per_epoch
     batches = [effective_batch(b, [x > 0 for x in b], weighted) for b in trajectory]
     progress = efficiency.progress(np.repeat(batches, per_epoch))

@@ -49,7 +49,7 @@ from hetsim.analysis.orderstats import (
 )
 from hetsim.analysis.prediction import NoClosedForm, Prediction, learning_fields
 from hetsim.model.efficiency import Efficiency, effective_batch
-from hetsim.policies import policy_class
+from hetsim.policies import Policy
 
 if TYPE_CHECKING:
     from hetsim.scenario.scenario import Scenario
@@ -150,11 +150,11 @@ def expected_progress(efficiency: Efficiency, values: np.ndarray, probs: np.ndar
     return out
 
 
-def predict_first_k(scenario: Scenario, name: str, batches: tuple[int, ...], k: int) -> Prediction:
-    """backup / K-sync on ``scenario``, every step at ``batches``, waiting for ``k`` gradients."""
+def predict_first_k(scenario: Scenario, policy: Policy, batches: tuple[int, ...], k: int) -> Prediction:
+    """``policy`` (backup, K-sync) on ``scenario``, every step at ``batches``, waiting for ``k`` gradients."""
     workers = scenario.workers
     if any(b > 0 and w.shares_noise for w, b in zip(workers, batches)):
-        raise NoClosedForm(name, "workers share a noise factor: the k-th of dependent times is not modelled")
+        raise NoClosedForm(policy.name, "workers share a noise factor: the k-th of dependent times is not modelled")
     wl = scenario.workload
     n = len(workers)
     comm = scenario.allreduce_s()
@@ -183,11 +183,11 @@ def predict_first_k(scenario: Scenario, name: str, batches: tuple[int, ...], k: 
     efficiency = wl.efficiency
     if efficiency is not None:
         kept = [batches[i] for i in working]
-        values, probs = kept_batches(dists, kept, k, policy_class(name).weighted_gradients)
+        values, probs = kept_batches(dists, kept, k, policy.weighted_gradients)
         progress = expected_progress(efficiency, values, probs, wl.total_steps)
         learned = learning_fields(progress, mean_step * np.arange(1, wl.total_steps + 1), efficiency.target_steps)
     return Prediction(
-        policy=name,
+        policy=policy.name,
         steps=wl.total_steps,
         epochs=wl.epochs,
         mean_step_s=mean_step,

@@ -32,7 +32,7 @@ import numpy as np
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import FrozenPlugIn, Param
-from hetsim.model.costs import CostModel
+from hetsim.model.costs import Affine, CostModel
 from hetsim.model.distributions import Constant, Distribution
 
 PERSISTENCE = Param(
@@ -180,8 +180,9 @@ class WorkerSpec:
         return float("inf") if self.max_batch is None else float(self.max_batch)
 
     def to_dict(self) -> dict[str, Any]:
-        affine = self.cost.affine_terms()
-        cost = {"cost": self.cost.to_dict()} if affine is None else dict(zip(("overhead_s", "per_sample_s"), affine))
+        affine = self.cost.affine_terms()  # the keys are the affine model's, not any affine model's: it must load back
+        shorthand = affine is not None and self.cost == Affine(*affine)
+        cost = dict(zip(("overhead_s", "per_sample_s"), affine or ())) if shorthand else {"cost": self.cost.to_dict()}
         out: dict[str, Any] = {
             "name": self.name,
             **cost,

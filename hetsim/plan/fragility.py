@@ -40,10 +40,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hetsim.model.costs import Affine, CostModel, Hinge
+from hetsim.model.costs import CostModel
 from hetsim.model.partition import min_max_split, slowest_expected_s
-from hetsim.plan.rows import PolicyRow, better, closed_form_row
-from hetsim.policies import StepInfo, policy_class
+from hetsim.plan.rows import PolicyRow, better, closed_form_row, fresh
+from hetsim.policies import Policy, StepInfo
 from hetsim.scenario.scenario import Scenario, WorkerGroup
 
 FRAGILITY_MAX = 16.0
@@ -74,6 +74,13 @@ class SlowerCost(CostModel):
     def max_batch(self) -> int | None:
         return self.base.max_batch()
 
+    def affine_terms(self) -> tuple[float, float] | None:  # an affine cost slowed stays affine: the closed-form split
+        terms = self.base.affine_terms()
+        return None if terms is None else (self.factor * terms[0], self.factor * terms[1])
+
+    def bends(self) -> tuple[float, ...]:  # scaling the time moves no bend
+        return self.base.bends()
+
     def _key(self) -> tuple[Any, ...]:  # equal (and hashed) by what it computes: lru caches key on specs
         return (type(self), self.base, self.factor)
 
@@ -82,13 +89,9 @@ class SlowerCost(CostModel):
 
 
 def slower_cost(cost: CostModel, factor: float) -> CostModel:
-    """``cost`` times ``factor``: an affine or hinge cost stays one (the closed-form split applies
-    to affine costs), any other is wrapped."""
-    if isinstance(cost, Affine):
-        return Affine(cost.overhead_s * factor, cost.per_sample_s * factor)
-    if isinstance(cost, Hinge):
-        return Hinge(cost.floor_s * factor, cost.overhead_s * factor, cost.per_sample_s * factor)
-    return SlowerCost(cost, factor)
+    """``cost`` times ``factor`` (``cost`` itself at 1), any model alike: what the base declares of
+    itself (affine terms, bends) the slowed one declares scaled, so a plug-in keeps its fast paths."""
+    return cost if factor == 1.0 else SlowerCost(cost, factor)
 
 
 def slowed(scenario: Scenario, worker: int, factor: float) -> Scenario:
@@ -136,11 +139,12 @@ class _Judge:
     def __init__(self, scenario: Scenario, objective: str, worker: int, recommended: PolicyRow,
                  rows: Sequence[PolicyRow]) -> None:  # fmt: skip
         self.scenario, self.objective, self.worker = scenario, objective, worker
-        self.policy = recommended.policy
+        assert recommended.source is not None  # every row a plan makes keeps its policy
+        self.policy, self.source = recommended.policy, recommended.source
         self.left = left_out(recommended.split)
         self.rows = [r for r in rows if r.closed_form and r.policy != self.policy]  # the challengers
         self.order = {r.policy: i for i, r in enumerate(rows)}  # ties go to the policy listed last
-        self.static = not policy_class(self.policy).resplits
+        self.static = not self.source.resplits
         self.names = [w.name for w in scenario.workers]
         self._seen: dict[float, tuple[Scenario, PolicyRow | None, tuple[int, ...]]] = {}
         self._balanced: dict[float, float] = {}  # T*, the least largest expected time of a split, per factor
@@ -151,7 +155,7 @@ class _Judge:
         if factor not in self._seen:
             s = slowed(self.scenario, self.worker, factor)
             row = None if self.static else self._row(s)
-            self._seen[factor] = (s, row, _first_split(s, self.policy) if row is None else row.split)
+            self._seen[factor] = (s, row, _first_split(s, self.source) if row is None else row.split)
         s, row, split = self._seen[factor]
         if row is None and row_needed:
             row = self._row(s)
@@ -159,7 +163,7 @@ class _Judge:
         return s, row, split
 
     def _row(self, s: Scenario) -> PolicyRow:
-        row = closed_form_row(s, self.policy)
+        row = closed_form_row(s, self.source)
         assert isinstance(row, PolicyRow), row  # a closed form does not depend on the costs
         return row
 
@@ -184,7 +188,8 @@ class _Judge:
         for r in self.rows:
             if not self._may_win(factor, s, r, mine):
                 continue
-            other = closed_form_row(s, r.policy)
+            assert r.source is not None
+            other = closed_form_row(s, r.source)
             value = other.value(self.objective) if isinstance(other, PolicyRow) else None
             if value is not None and self._wins(r.policy, value, mine):
                 if best is None or better(value, best[1], self.objective):
@@ -195,17 +200,18 @@ class _Judge:
         """Whether challenger ``r`` could take the recommendation on ``s`` (module docstring): not
         when :func:`barrier_bound` does not win, nor when its split is as it was and its unslowed
         value did not win."""
-        cls = policy_class(r.policy)
-        first = _first_split(s, r.policy)
-        if cls.synchronous and not cls.varies_batch:
+        policy = r.source
+        assert policy is not None  # every row a plan makes keeps its policy
+        first = _first_split(s, policy)
+        if policy.synchronous and not policy.varies_batch:
             if factor not in self._balanced:
                 hints = s.hints()
                 split = min_max_split(hints, s.workload.global_batch, [h.max_batch for h in hints])
                 self._balanced[factor] = slowest_expected_s(hints, split)
-            bound = barrier_bound(s, self.objective, first, self._balanced[factor] if cls.resplits else None)
+            bound = barrier_bound(s, self.objective, first, self._balanced[factor] if policy.resplits else None)
             if bound is None or not self._wins(r.policy, bound, mine):
                 return False
-        if not cls.resplits and first == r.split:
+        if not policy.resplits and first == r.split:
             return self._wins(r.policy, r.value(self.objective), mine)
         return True
 
@@ -246,11 +252,11 @@ def barrier_bound(scenario: Scenario, objective: str, first: Sequence[int], bala
     return float(steps_s[: int(np.searchsorted(progress, efficiency.target_steps)) + 1].sum()) * (1.0 - SLACK)
 
 
-def _first_split(scenario: Scenario, name: str) -> tuple[int, ...]:
-    """A policy's first split, as :func:`hetsim.analysis.analytic.predict` takes it (a static policy's
+def _first_split(scenario: Scenario, policy: Policy) -> tuple[int, ...]:
+    """``policy``'s first split, as :func:`hetsim.analysis.analytic.predict` takes it (a static policy's
     split; a re-splitting one's in the first epoch)."""
-    policy = scenario.make_policy(name)
     wl = scenario.workload
+    policy = fresh(policy)
     policy.reset(scenario.n_workers, wl.global_batch, scenario.hints())
     return tuple(policy.partition(StepInfo(0, 0, 0, wl.steps_per_epoch)))
 

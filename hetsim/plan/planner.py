@@ -36,6 +36,7 @@ from hetsim.plan.fragility import FRAGILITY_MAX, Fragility, fragility
 from hetsim.plan.robust import check_cost_error, robust_rows
 from hetsim.plan.rows import LEVEL, OBJECTIVES, PolicyRow, better, closed_form_row, policy_row
 from hetsim.plan.without import without_left_out
+from hetsim.policies import Policy
 from hetsim.run.metrics import BASELINE
 from hetsim.scenario.config import check_run_size
 from hetsim.scenario.scenario import Scenario, check_scenario, check_seed
@@ -200,6 +201,23 @@ def runnable(scenario: Scenario) -> tuple[list[str], tuple[tuple[str, str], ...]
     return list(built), skipped
 
 
+def planned_policies(scenario: Scenario, policies: Sequence[str | Policy] | None,
+                     ) -> tuple[list[Policy], tuple[tuple[str, str], ...]]:  # fmt: skip
+    """``policies`` as objects checked against ``scenario`` (a name built with the scenario's own
+    ``[policy]`` parameters where it is the scenario's policy), or, for None, every registered
+    policy that can run it and (name, why) for those that cannot. Two of one name are refused:
+    the plan's rows, and what it recommends, are told apart by name."""
+    if policies is None:
+        built, skipped = scenario.runnable_policies()
+        return list(built.values()), skipped
+    chosen = [scenario.make_policy(p) for p in policies]
+    names = [p.name for p in chosen]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError("policies", f"{name!r} is given twice: a plan tells its policies apart by name")
+    return chosen, ()
+
+
 def recommend(rows: Sequence[PolicyRow], objective: str) -> PolicyRow | None:
     """The best row on ``objective`` (module docstring); None when no row has a value."""
     closed = _best([r for r in rows if r.closed_form], objective)
@@ -247,22 +265,22 @@ def gain_over_equal(rows: Sequence[PolicyRow], best: PolicyRow, objective: str,
     return mine / theirs if OBJECTIVES[objective][1] else theirs / mine
 
 
-def rows_at(scenario: Scenario, batch: int, names: Sequence[str], cost_error: float,
+def rows_at(scenario: Scenario, batch: int, policies: Sequence[Policy], cost_error: float,
             seed: int) -> tuple[PolicyRow, ...]:  # fmt: skip
-    """Each of ``names``' rows at global ``batch`` (averaged over the same draws under ``cost_error``)."""
+    """Each policy's row at global ``batch`` (averaged over the same draws under ``cost_error``)."""
     at = with_batch(scenario, batch)
-    rows = tuple(policy_row(at, name, seed) for name in names)
+    rows = tuple(policy_row(at, policy, seed) for policy in policies)
     return robust_rows(at, rows, cost_error, seed) if cost_error > 0 else rows
 
 
-def search_batch(scenario: Scenario, names: Sequence[str], objective: str,
+def search_batch(scenario: Scenario, policies: Sequence[Policy], objective: str,
                  batch_range: tuple[int, int]) -> tuple[int, Searched]:  # fmt: skip
     """The best candidate batch of :func:`batch_grid` on the closed forms, and every candidate's
     best policy and value (module docstring)."""
     found = []
     for batch in batch_grid(*batch_range):
         candidate = with_batch(scenario, batch)
-        rows = [r for r in (closed_form_row(candidate, n) for n in names) if isinstance(r, PolicyRow)]
+        rows = [r for r in (closed_form_row(candidate, p) for p in policies) if isinstance(r, PolicyRow)]
         best = _best(rows, objective)
         found.append((batch, None if best is None else best.policy, None if best is None else best.value(objective)))
     scored = [(b, v) for b, _, v in found if v is not None]
@@ -276,11 +294,12 @@ def search_batch(scenario: Scenario, names: Sequence[str], objective: str,
 
 
 def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tuple[int, int] | None = None,
-         seed: int | None = None, policies: Sequence[str] | None = None,
+         seed: int | None = None, policies: Sequence[str | Policy] | None = None,
          left_out: Sequence[tuple[str, str]] = (), cost_error: float = 0.0) -> Plan:  # fmt: skip
-    """The plan for ``scenario`` (module docstring): ``policies`` (default: every policy that can
-    run it) predicted at the scenario's global batch, or at the best of ``batch_range``; the
-    simulations seeded with ``seed`` (default: the scenario's). ``left_out``: (policy, why) for
+    """The plan for ``scenario`` (module docstring): ``policies``, objects or registered names
+    (default: every registered policy that can run it), predicted at the scenario's global
+    batch, or at the best of ``batch_range``; the simulations seeded with ``seed`` (default: the
+    scenario's). ``left_out``: (policy, why) for
     policies the caller left out of ``policies`` (recorded in the plan beside those that
     cannot run the scenario). ``cost_error`` > 0: every closed form averaged over costs off by
     that much (:mod:`hetsim.plan.robust`; no fragility then: the error is the question it asks)."""
@@ -291,18 +310,18 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
     check_objective(objective, scenario)
     if batch_range is not None:
         check_batch_range(batch_range, scenario)
-    names, skipped = (list(policies), ()) if policies is not None else runnable(scenario)
+    chosen, skipped = planned_policies(scenario, policies)
     skipped = (*skipped, *left_out)
     seed = scenario.seed if seed is None else seed
     batch, searched = scenario.workload.global_batch, cast(Searched, ())
     if batch_range is not None:
-        batch, searched = search_batch(scenario, names, objective, batch_range)
+        batch, searched = search_batch(scenario, chosen, objective, batch_range)
     at_batch = with_batch(scenario, batch)
-    rows = rows_at(scenario, batch, names, cost_error, seed)
+    rows = rows_at(scenario, batch, chosen, cost_error, seed)
     best = recommend(rows, objective)
 
     def equal_at(other_batch: int) -> PolicyRow:
-        return rows_at(scenario, other_batch, (BASELINE,), cost_error, seed)[0]
+        return rows_at(scenario, other_batch, (scenario.make_policy(BASELINE),), cost_error, seed)[0]
 
     if best is None:
         epochs = scenario.workload.epochs

@@ -29,7 +29,7 @@ from hetsim.analysis.prediction import NoClosedForm
 from hetsim.core.errors import ConfigError
 from hetsim.engines import AUTO
 from hetsim.plan.fragility import slower_cost
-from hetsim.plan.rows import LEVEL, Estimate, PolicyRow, extrapolated, short_run, told_row
+from hetsim.plan.rows import LEVEL, Estimate, PolicyRow, extrapolated, fresh, short_run, told_row
 from hetsim.policies import Policy
 from hetsim.policies.base import told
 from hetsim.run.metrics import mean_ci
@@ -70,8 +70,8 @@ def _robust(scenario: Scenario, row: PolicyRow, draws: Sequence[Scenario], seeds
             cost_error: float) -> PolicyRow:  # fmt: skip
     """``row`` averaged over ``draws``: its closed form on each, or one short run each (seeded
     with ``seeds``) where it has none; a policy that reads the costs told the nominal ones."""
-    # the scenario's own [policy] parameters, as the nominal row's (make_policy); told the given costs
-    policy = told(scenario.make_policy(row.policy), scenario.hints())
+    assert row.source is not None  # every row a plan makes keeps its policy
+    policy = told(row.source, scenario.hints())  # the nominal row's policy, told the given costs
     found = []
     for truth, seed in zip(draws, seeds):
         if row.closed_form:
@@ -80,7 +80,7 @@ def _robust(scenario: Scenario, row: PolicyRow, draws: Sequence[Scenario], seeds
             except NoClosedForm:  # not expected: the costs only scale
                 return row
         else:
-            found.append(_one_run(truth, policy, seed))
+            found.append(_one_run(truth, fresh(policy), seed))
     how = row.how if row.closed_form else f"simulated, 1 run x {short_run(draws[0]).workload.total_steps} steps"
     missed = sum(r.time_to_target_s is None for r in found)
     note = row.note

@@ -23,8 +23,9 @@ planner can afford, else from a short simulation.
 
 from __future__ import annotations
 
+import copy
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hetsim.analysis.analytic import NoClosedForm, predict
@@ -32,7 +33,7 @@ from hetsim.analysis.prediction import Prediction
 from hetsim.analysis.step_ci import simulated_mean
 from hetsim.core.options import SPEEDUP_METRICS
 from hetsim.engines import AUTO
-from hetsim.policies import Policy, policy_class
+from hetsim.policies import Policy
 from hetsim.run.metrics import BASELINE
 from hetsim.scenario.scenario import Scenario
 
@@ -77,6 +78,7 @@ class PolicyRow:
     time_to_target_s: Estimate | None
     split: tuple[int, ...]
     note: str | None = None
+    source: Policy | None = field(default=None, compare=False, repr=False)  # the object the row was made of
 
     @property
     def closed_form(self) -> bool:
@@ -106,38 +108,43 @@ def better(a: float, b: float, objective: str) -> bool:
     return a > b if OBJECTIVES[objective][1] else a < b
 
 
-def waits_for_all(scenario: Scenario, name: str) -> bool:
-    """Whether ``name`` is a barrier policy that waits for every worker, or async (their closed
+def fresh(policy: Policy) -> Policy:
+    """A copy of ``policy`` for one prediction or run: a plan's rows keep the object they were
+    given unused (policies are stateful), so the caller's object is not changed either."""
+    return copy.deepcopy(policy)
+
+
+def waits_for_all(scenario: Scenario, policy: Policy) -> bool:
+    """Whether ``policy`` is a barrier policy that waits for every worker, or async (their closed
     forms are cheap); a policy that keeps the base class's ``wait_for`` is not reset to be asked
     (resetting ``optimal`` computes its split, which ``predict`` does again)."""
-    cls = policy_class(name)
-    if not cls.synchronous or cls.wait_for is Policy.wait_for:
+    if not policy.synchronous or type(policy).wait_for is Policy.wait_for:
         return True
-    policy = scenario.make_policy(name)
-    policy.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints())
-    return policy.wait_for() >= scenario.n_workers
+    asked = fresh(policy)
+    asked.reset(scenario.n_workers, scenario.workload.global_batch, scenario.hints())
+    return asked.wait_for() >= scenario.n_workers
 
 
-def closed_form_row(scenario: Scenario, name: str) -> PolicyRow | str:
-    """``name``'s row from its closed form, or why it has none a plan uses (module docstring)."""
-    if not policy_class(name).closed_form:
-        return policy_class(name).no_closed_form_reason
-    if not waits_for_all(scenario, name):
+def closed_form_row(scenario: Scenario, policy: Policy) -> PolicyRow | str:
+    """``policy``'s row from its closed form, or why it has none a plan uses (module docstring)."""
+    if not policy.closed_form:
+        return policy.no_closed_form_reason
+    if not waits_for_all(scenario, policy):
         return "its closed form (every worker's busy time and inclusion) is too slow to plan with"
     try:
-        prediction = predict(scenario, name)
+        prediction = predict(scenario, fresh(policy))
     except NoClosedForm as exc:
         return exc.reason
-    return _predicted(scenario, prediction)
+    return _predicted(scenario, prediction, policy)
 
 
-def told_row(scenario: Scenario, policy: str | Policy) -> PolicyRow:
-    """The closed-form row of a policy, a name or an object (one told other costs than the
-    scenario's: :mod:`hetsim.plan.robust`); ConfigError or NoClosedForm as :func:`predict` raises them."""
-    return _predicted(scenario, predict(scenario, policy))
+def told_row(scenario: Scenario, policy: Policy) -> PolicyRow:
+    """The closed-form row of a policy (one told other costs than the scenario's:
+    :mod:`hetsim.plan.robust`); ConfigError or NoClosedForm as :func:`predict` raises them."""
+    return _predicted(scenario, predict(scenario, fresh(policy)), policy)
 
 
-def _predicted(scenario: Scenario, p: Prediction) -> PolicyRow:
+def _predicted(scenario: Scenario, p: Prediction, policy: Policy) -> PolicyRow:
     notes = [_not_reached(scenario)] if _has_target(scenario) and p.time_to_target_s is None else []
     if p.policy == BASELINE and max(p.final_batches) - min(p.final_batches) > 1:  # the reference the gains divide by
         split = "/".join(map(str, p.final_batches))
@@ -145,21 +152,22 @@ def _predicted(scenario: Scenario, p: Prediction) -> PolicyRow:
     note = "; ".join(notes) or None
     return PolicyRow(
         policy=p.policy,
-        how=EXPECTED_PATH if _on_expected_path(scenario, p.policy) else CLOSED_FORM,
+        how=EXPECTED_PATH if _on_expected_path(scenario, policy) else CLOSED_FORM,
         step_s=Estimate.exact(p.mean_step_s),
         throughput_sps=Estimate.exact(p.throughput_sps),
         time_to_target_s=None if p.time_to_target_s is None else Estimate.exact(p.time_to_target_s),
         split=p.final_batches,
         note=note,
+        source=policy,
     )
 
 
-def _on_expected_path(scenario: Scenario, name: str) -> bool:
-    """Whether ``name``'s closed form is its expected path rather than its expectation: a policy
+def _on_expected_path(scenario: Scenario, policy: Policy) -> bool:
+    """Whether ``policy``'s closed form is its expected path rather than its expectation: a policy
     that re-splits from measured times, on a cluster whose times are random, is predicted on the
     splits it makes from expected times, while a run's noisy times lead it to others (integer
     rounding of the shares alone moves the mean step by a fraction of a percent)."""
-    if not policy_class(name).resplits:
+    if not policy.resplits:
         return False
     return any(w.noise.var() > 0 or w.delay.var() > 0 or w.slowdown or w.failure or w.shares_noise
                for w in scenario.workers)  # fmt: skip
@@ -180,11 +188,11 @@ def short_run(scenario: Scenario, steps: int | None = None) -> Scenario:
     return replace(scenario, workload=replace(wl, epochs=1, dataset_size=steps * wl.global_batch))
 
 
-def simulated_row(scenario: Scenario, name: str, seed: int, why: str) -> PolicyRow:
-    """``name``'s row from :func:`~hetsim.analysis.step_ci.simulated_mean` over :func:`short_run`'s horizon
+def simulated_row(scenario: Scenario, policy: Policy, seed: int, why: str) -> PolicyRow:
+    """``policy``'s row from :func:`~hetsim.analysis.step_ci.simulated_mean` over :func:`short_run`'s horizon
     (``why``: the reason it has no closed form, kept as the row's note)."""
     run = short_run(scenario)
-    sim = simulated_mean(run, name, seed, LEVEL, engine=AUTO)
+    sim = simulated_mean(run, fresh(policy), seed, LEVEL, engine=AUTO)
     summary = sim.summary
     assert summary is not None  # simulated_mean always keeps the seed's run's
     low, high = (sim.mean_s, sim.mean_s) if sim.ci is None else (sim.ci.low, sim.ci.high)
@@ -197,20 +205,21 @@ def simulated_row(scenario: Scenario, name: str, seed: int, why: str) -> PolicyR
     notes = [why]
     if steps < scenario.workload.total_steps:
         shortened = f"simulated over the job's first {steps} of {scenario.workload.total_steps} steps"
-        cls = policy_class(name)  # the caveat is a re-splitting policy's: its first steps weigh more there
-        notes.append(shortened + (": its first steps weigh more than in the whole job" if cls.resplits else ""))
-    if policy_class(name).varies_batch and run.workload.epochs == 1:
+        # the caveat is a re-splitting policy's: its first steps weigh more there
+        notes.append(shortened + (": its first steps weigh more than in the whole job" if policy.resplits else ""))
+    if policy.varies_batch and run.workload.epochs == 1:
         notes.append("over one epoch it keeps the global batch it starts with (it changes it at epoch ends)")
     if _has_target(scenario) and to_target is None:
         notes.append(_not_reached(scenario))
     return PolicyRow(
-        policy=name,
+        policy=policy.name,
         how=how,
         step_s=step_s,
         throughput_sps=throughput,
         time_to_target_s=to_target,
         split=summary.final_batches,
         note="; ".join(notes),
+        source=policy,
     )
 
 
@@ -236,7 +245,9 @@ def extrapolated(scenario: Scenario, progress: float | None, steps: int, step_s:
     return Estimate(needed * step_s.value, needed * step_s.low, needed * step_s.high)
 
 
-def policy_row(scenario: Scenario, name: str, seed: int) -> PolicyRow:
-    """``name``'s row: its closed form where a plan uses one, else a short simulation."""
-    row = closed_form_row(scenario, name)
-    return row if isinstance(row, PolicyRow) else simulated_row(scenario, name, seed, row)
+def policy_row(scenario: Scenario, policy: Policy, seed: int) -> PolicyRow:
+    """``policy``'s row: its closed form where a plan uses one, else a short simulation (ConfigError
+    where its parameters do not fit the scenario's cluster)."""
+    policy = scenario.make_policy(policy)
+    row = closed_form_row(scenario, policy)
+    return row if isinstance(row, PolicyRow) else simulated_row(scenario, policy, seed, row)

@@ -39,7 +39,8 @@ def without_left_out(scenario: Scenario, best: PolicyRow, seed: int) -> PolicyRo
     smaller = without_workers(scenario, best.split)
     if smaller is None:
         return None
+    assert best.source is not None  # every row a plan makes keeps its policy
     try:
-        return policy_row(smaller, best.policy, seed)
+        return policy_row(smaller, best.source, seed)
     except ConfigError:
         return None
