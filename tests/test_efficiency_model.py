@@ -226,7 +226,10 @@ def test_calibrate_efficiency_writes_the_table_it_fitted(tmp_path: Path, capsys:
     assert main(["calibrate-efficiency", str(run), "-o", str(tmp_path / "eff.toml")]) == 0
     import tomllib
 
-    table = tomllib.loads((tmp_path / "eff.toml").read_text())["workload"]["efficiency"]
+    text = (tmp_path / "eff.toml").read_text()
+    assert [line.split(":")[0] for line in text.splitlines()[:4]] == ["# command", "# hetsim_version", "# git_commit",
+                                                                     "# date"]  # fmt: skip
+    table = tomllib.loads(text)["workload"]["efficiency"]
     eff = make_efficiency(table)
     assert eff.noise_scale == pytest.approx(100.0, rel=1e-4) and eff.batch_exponent == pytest.approx(0.25, abs=1e-4)
     assert eff.lr_scaling == "sqrt" and eff.fit_batches == (16.0, 256.0)
@@ -297,7 +300,7 @@ def test_runs_that_missed_the_target_are_fitted_as_censored(tmp_path: Path, caps
     out, err = capsys.readouterr()
     note = "note: runs 1 of 3 at 64 did not reach the target: fitted as censored (more steps than they ran)"
     assert err.strip() == note
-    assert out.splitlines()[0].endswith("; runs 1 of 3 at 64 censored, not reached")
+    assert out.splitlines()[4].endswith("; runs 1 of 3 at 64 censored, not reached")  # after the provenance
     assert fitted_model(load_sweeps([tmp_path / "sweep"])).censored == 1
 
 
@@ -310,7 +313,7 @@ def test_runs_that_missed_the_target_without_their_steps_are_named_as_left_out(
     assert main(["calibrate-efficiency", str(tmp_path / "sweep")]) == 0
     out, err = capsys.readouterr()
     assert err.strip().startswith("warning: runs 1 of 3 at 64 left out (they did not reach the target")
-    assert out.splitlines()[0].endswith("; runs 1 of 3 at 64 left out, not reached")
+    assert out.splitlines()[4].endswith("; runs 1 of 3 at 64 left out, not reached")
 
 
 def test_a_censored_run_far_below_its_steps_changes_nothing() -> None:

@@ -118,6 +118,8 @@ def test_injector_adds_delay_per_sample_and_slowdown_only_with_samples():
     assert inj.extra_s(10, 0.005) == pytest.approx(0.01 + 0.01 + 0.01)
     assert inj.extra_s(0, 0.005) == 0.0
     assert Injector().extra_s(10, 0.005) == 0.0
+    with pytest.raises(ValueError, match="random delay needs the rank's generator"):  # no seed behind one's back
+        Injector(parse_delay_spec("exponential:0.01"))
 
 
 def test_injector_random_delays_are_seeded_per_rank():

@@ -56,7 +56,11 @@ class Injector:
     delay: Distribution = field(default_factory=lambda: Constant(0.0))
     per_sample_s: float = 0.0
     slowdown: float = 1.0
-    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    rng: np.random.Generator | None = None  # the rank's, spawned from the run's seed (for_rank); needed to draw
+
+    def __post_init__(self) -> None:
+        if self.rng is None and self.delay.var() > 0:
+            raise ValueError("a random delay needs the rank's generator (Injector.for_rank spawns it from the seed)")
 
     @classmethod
     def for_rank(
@@ -80,7 +84,7 @@ class Injector:
         """Seconds to sleep after a step of ``local_batch`` samples that took ``measured_s``."""
         if local_batch <= 0 or not self.active:
             return 0.0
-        drawn = float(self.delay.sample(self.rng))
+        drawn = self.delay.mean() if self.rng is None else float(self.delay.sample(self.rng))  # None: not random
         return drawn + self.per_sample_s * local_batch + (self.slowdown - 1.0) * measured_s
 
     def apply(self, local_batch: int, measured_s: float) -> float:

@@ -52,6 +52,7 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
     from hetsim.calibrate.efficiency_runs import fitted_model, load_sweeps
     from hetsim.cli.common import check_out_file
     from hetsim.core.files import atomic_write, check_writable
+    from hetsim.core.provenance import comment_header, provenance
 
     batches = _batches(args.batches)
     if args.out is not None:
@@ -76,7 +77,8 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
     for line in exponent_warnings(result.efficiency):
         print(f"warning: {line}", file=sys.stderr)
     said = (f"; {cut} censored, not reached" if cut else "") + (f"; {left} left out, not reached" if left else "")
-    text = "# " + f"fitted by hetsim calibrate-efficiency on {len(args.runs)} sweep(s) of {sweep.workload}, " \
+    header = comment_header(provenance())  # the command, version, commit and date: the table is copied elsewhere
+    text = header + f"# fitted by hetsim calibrate-efficiency on {len(args.runs)} sweep(s) of {sweep.workload}, " \
         f"target accuracy {sweep.target:g}; free: {', '.join(result.free)}; residual sd of ln(steps) " \
         f"{result.residual_sd:.3f}" + said + "\n" + tomli_w.dumps({"workload": {"efficiency": table}})  # fmt: skip
     if args.out is not None:
