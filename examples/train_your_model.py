@@ -58,9 +58,11 @@ def train(args: argparse.Namespace, device: torch.device, plan: uneven.PlanChoic
             out = model(test_x)
         return float(nn.functional.cross_entropy(out, test_y)), float((out.argmax(1) == test_y).float().mean())
 
-    probe = uneven.Controller(uneven.PROBE, None, batch, writer)  # every rank at several batches: the calibration
+    # every rank at several batches: the calibration; the split's broadcasts on the stepper's device (NCCL: the GPU)
+    probe = uneven.Controller(uneven.PROBE, None, batch, writer, comm_device=stepper.comm_device)
     uneven.probe_rounds(probe, stepper, loss_of, seed=args.seed, epoch=0, n_samples=len(Y), rounds=args.probe_repeats)
-    ctrl = uneven.Controller(name, policy, batch, writer, hints=lambda: uneven.probe_hints(writer))
+    ctrl = uneven.Controller(name, policy, batch, writer, comm_device=stepper.comm_device,
+                             hints=lambda: uneven.probe_hints(writer))  # fmt: skip
     for epoch in range(args.epochs):
         results = uneven.train_epoch(ctrl, stepper, loss_of, seed=args.seed, epoch=epoch, n_samples=len(Y))
         writer.add_epoch(uneven.epoch_row(ctrl, epoch, results, evaluate))
@@ -101,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("LOCAL_WORLD_SIZE", "1") == os.environ.get("WORLD_SIZE", "1"):  # one machine: loopback
         os.environ.update({k: v for k, v in uneven.loopback_environment().items() if k not in os.environ})
     # each rank on its own GPU, cuda:LOCAL_RANK, under NCCL, or on the CPU under gloo; env://: torchrun's rendezvous
+    if cuda:
+        torch.cuda.set_device(device)  # the current device: what NCCL's collectives and all_gather_object use
     dist.init_process_group("nccl" if cuda else "gloo", device_id=device if cuda else None)
     try:
         return train(args, device, plan, policy)

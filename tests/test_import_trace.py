@@ -179,3 +179,45 @@ def test_one_host_name_and_base_with_clocks_apart_falls_back_to_the_estimate(tmp
              for r in range(2)]  # fmt: skip
     imported = import_traces(files)
     assert not imported.same_clock and np.allclose(imported.offsets_s, [0.0, 0.05], atol=1e-9)
+
+
+def _cuda_one_rank_events(steps: int) -> list[dict[str, object]]:
+    """One rank of NCCL + DDP on CUDA as torch.profiler records it: the loop on thread 1, the
+    backward (and DDP's all-reduce, from its comm hook) on the autograd engine's device thread 3,
+    the kernels on the device; a job of one rank, so NCCL launched no kernel."""
+    events: list[dict[str, object]] = []
+
+    def op(name: str, ts: float, dur: float, tid: int = 1, cat: str = "cpu_op", pid: int = 7, **args: object) -> None:
+        events.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args})
+
+    for k in range(steps):
+        t = 1_000_000.0 + k * 10_000.0
+        op(f"ProfilerStep#{k + 1}", t, 10_000.0, cat="user_annotation")
+        op("c10d::broadcast_", t + 20, 10, **{"Input Dims": [[[2]], [], []]})  # the split
+        op("Optimizer.zero_grad#SGD.zero_grad", t + 50, 20, cat="user_annotation")
+        op("aten::linear", t + 100, 200, **{"Input Dims": [[64, 8], [4, 8], [4]]})
+        op("autograd::engine::evaluate_function: AddmmBackward0", t + 2000, 300, tid=3)
+        op("c10d::allreduce_", t + 2400, 10, tid=3, **{"Input Dims": [[[36]], [], []]})
+        op("sm90_xmma_gemm", t + 150, 1500, tid=7, cat="kernel", pid=0)
+        op("sm90_xmma_gemm_bwd", t + 2050, 1000, tid=7, cat="kernel", pid=0)
+    return events
+
+
+def test_a_one_rank_cuda_job_reads_its_backward_and_collectives_from_every_thread(tmp_path: Path) -> None:
+    """gpu-check's profiled run on one GPU: the backward's last node and DDP's all-reduce come from
+    the engine's thread, and its collectives, which ran nowhere (NCCL's one-rank communicator
+    launches no kernel), took no time and blocked nothing: the step is compute from the
+    zero_grad's end to its end, the rest communication."""
+    from hetsim.traces.kineto import read_rank
+
+    data = trace(0, 1, _cuda_one_rank_events(3))
+    data["distributedInfo"]["backend"] = "nccl"
+    path = write(tmp_path / "equal-rank0.json.gz", data)
+    rank = read_rank(path)
+    assert [c.name for c in rank.collectives] == ["c10d::broadcast_", "c10d::allreduce_"] * 3
+    assert all(c.ran.start_s == c.ran.end_s == c.issue.end_s for c in rank.collectives)
+    assert rank.backward == {k + 1: pytest.approx((1_000_000.0 + k * 10_000.0 + 2000) * 1e-6) for k in range(3)}
+    frame = import_traces([path]).trace.to_frame()
+    assert list(frame["local_batch"]) == [64, 64, 64]
+    assert np.allclose(frame["compute_s"], (10_000.0 - 70.0) * 1e-6) and np.allclose(frame["comm_s"], 70e-6)
+    assert np.allclose(frame["wait_s"], 0.0)

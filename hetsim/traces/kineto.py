@@ -7,23 +7,25 @@ microseconds) and, for a distributed job, ``distributedInfo`` (``rank``, ``world
 
 * the steps: ``ProfilerStep#N`` slices (``user_annotation``), which ``profiler.step()`` opens and
   closes on the training loop's thread (the *main* thread here);
-* the collectives as the main thread issues them: ``c10d::allreduce_``, ``c10d::broadcast_``, ...
-  (``cpu_op``; ``record_param_comms`` in traces that have it). A synchronous call blocks the
-  main thread after the issue until the collective ends (no event marks that wait: it is the gap
-  after the issue op); DDP issues its buckets' all-reduces from inside the backward and waits at
-  its end;
+* the collectives as the rank issues them: ``c10d::allreduce_``, ``c10d::broadcast_``, ...
+  (``cpu_op``; ``record_param_comms`` in traces that have it), on any of its threads. A
+  synchronous call blocks the main thread after the issue until the collective ends (no event
+  marks that wait: it is the gap after the issue op); DDP issues its buckets' all-reduces from
+  inside the backward (its comm hook runs where the autograd engine runs the node: the main
+  thread on CPU, the engine's thread for the device on CUDA) and waits at its end;
 * where each collective really ran: on gloo, ``gloo:all_reduce``, ``gloo:broadcast``, ... slices
   on gloo's worker threads; on NCCL, the ``nccl...`` kernels on the device's streams. The k-th
   issue and the k-th of these (by start) are one collective: a process group runs its
-  collectives in the order they were issued;
+  collectives in the order they were issued. A job of one rank runs none (NCCL launches no
+  kernel for a one-rank communicator): each collective ran in no time, where its issue ended;
 * the main thread's leaf operators (no operator nested inside them on that thread): the rank
   is busy while one runs, so a collective that ends while the main thread is inside another
   operator did not block it;
 * the local batch: the first input's first dimension of the step's first forward operator
   (``aten::conv2d``, ``aten::linear``, ...), recorded with ``record_shapes=True``; that
   operator's start, the end of the ``optimizer.zero_grad()`` before it (``Optimizer.zero_grad#``)
-  and the start of the backward's last node (``autograd::engine::evaluate_function: ...``)
-  bound the step's compute;
+  and the start of the backward's last node (``autograd::engine::evaluate_function: ...``, on
+  whichever thread the engine ran it) bound the step's compute;
 * on CUDA, the device's other kernels: the rank's compute on the GPU.
 
 Times here are in seconds on the rank's own clock (:mod:`hetsim.traces.torch_profiler` aligns
@@ -44,7 +46,7 @@ from typing import Any
 from hetsim.core.errors import ConfigError
 
 STEP = re.compile(r"ProfilerStep#(\d+)$")
-ISSUE_OPS = ("c10d::", "record_param_comms")  # the main thread's collective calls
+ISSUE_OPS = ("c10d::", "record_param_comms")  # the rank's collective calls
 RUN_PREFIXES = ("gloo:", "nccl")  # where a collective ran: gloo's worker threads, NCCL's kernels
 FORWARD_OPS = ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::linear", "aten::embedding",
                "aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::matmul", "aten::addmm")  # fmt: skip
@@ -131,14 +133,15 @@ def read_rank(path: Path) -> RankTrace:
         raise ConfigError(str(path), f"rank {info['rank']} is not one of the job's {info['world_size']} ranks "
                                      "(its distributedInfo)")  # fmt: skip
     steps, main = _steps(events, path)
-    ops = [e for e in events if e.get("tid") == main and e.get("cat") == "cpu_op"]
+    every_op = [e for e in events if e.get("cat") == "cpu_op"]  # every thread's: the backward's may be the engine's
+    ops = [e for e in every_op if e.get("tid") == main]
     segment = data.get("hetsim_segment")
     batch, forward = _forward(ops, steps)
     return RankTrace(
         path=path, rank=info["rank"], world_size=info["world_size"], backend=str(info.get("backend", "")),
         host=str(data.get("host_name", "")), segment=segment if isinstance(segment, str) else None,
-        steps=steps, busy=_leaves(ops, main), collectives=_collectives(events, ops, path),
-        batch=batch, forward=forward, backward=_backward(ops, steps),
+        steps=steps, busy=_leaves(ops, main), collectives=_collectives(events, every_op, info["world_size"], path),
+        batch=batch, forward=forward, backward=_backward(every_op, steps),
         zeroed=_zeroed(events, main, forward), device_busy=_device_busy(events),
         base_ns=data["baseTimeNanoseconds"] if isinstance(data.get("baseTimeNanoseconds"), int) else None,
     )  # fmt: skip
@@ -179,11 +182,15 @@ def _leaves(ops: list[dict[str, Any]], main: Any) -> list[Span]:
     return leaves
 
 
-def _collectives(events: list[dict[str, Any]], ops: list[dict[str, Any]], path: Path) -> list[Collective]:
-    """The main thread's issues paired, in order, with where the collectives ran."""
+def _collectives(events: list[dict[str, Any]], ops: list[dict[str, Any]], world_size: int,
+                 path: Path) -> list[Collective]:  # fmt: skip
+    """The issues (of any thread's ``ops``) paired, in order, with where the collectives ran; in a
+    job of one rank, where none ran, each with no time at its issue's end."""
     issues = sorted((e for e in ops if str(e.get("name", "")).startswith(ISSUE_OPS)), key=lambda e: e["ts"])
     issues = [e for e in issues if not _nested_issue(e, issues)]
     ran = sorted((e for e in events if _ran_event(e)), key=lambda e: e["ts"])
+    if world_size == 1 and not ran:
+        return [Collective(str(i["name"]), _shape(i), _span(i), Span(_span(i).end_s, _span(i).end_s)) for i in issues]
     if ran and issues:  # the window may open while a collective issued before it still runs
         ran = [e for e in ran if e["ts"] + e["dur"] >= issues[0]["ts"]]
     if len(ran) != len(issues):

@@ -35,7 +35,8 @@ class Controller:
     """The split of one trace segment named ``name`` (see the module's docstring). ``policy`` is
     only used on rank 0 (pass None elsewhere; rank 0 without one is for fixed splits, as the
     probe's). ``reset`` is called on the policy at the first step unless ``reset=False`` (a
-    policy the caller has reset already)."""
+    policy the caller has reset already). ``comm_device``: where its broadcasts' tensors live
+    (default: the current CUDA device under NCCL, else the CPU)."""
 
     def __init__(
         self,
@@ -53,7 +54,10 @@ class Controller:
         self.name, self.global_batch = name, global_batch
         self.policy = policy if self.rank == 0 else None
         self.writer: Writer = writer if writer is not None else NullWriter()
-        self.comm_device = comm_device or torch.device("cpu")
+        # where the split's broadcasts live: NCCL carries CUDA tensors only (the rank's current device,
+        # torch.cuda.set_device's), gloo CPU ones; UnevenStep's comm_device is the same choice
+        default = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+        self.comm_device = comm_device or default or torch.device("cpu")
         self._hints, self._run_hint, self._needs_reset = hints, run_hint, reset and self.policy is not None
         self.step = 0  # steps of this segment written to the trace so far
         self.elapsed_s = 0.0  # the segment's own elapsed step time (the trace's start_s)
