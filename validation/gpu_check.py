@@ -20,8 +20,8 @@ The checks (each a real ``python -m validation run`` in ``DIR/runs/<name>``, or 
   example under torchrun over NCCL.
 * ``matrix-quick-gpu``: ``python -m validation matrix --quick --gpu`` finishes.
 * ``trace:<run>``: every run folder above passes :mod:`validation.trace_check` (no negative
-  time; first uses and first steps within 1.2x of their medians; device memory flat, sampled
-  by this process every 0.25 s while the run goes).
+  time; first uses and first steps within 1.2x of their medians; rank 0's device memory as
+  much in a policy's last epoch as in its first, by its allocator's peak).
 
 Importing this module does not import torch (the CLI's parser is built without it).
 """
@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -77,34 +76,6 @@ def require_cuda() -> tuple[int, str]:
     return torch.cuda.device_count(), torch.cuda.get_device_name(0)
 
 
-class MemorySampler:
-    """Device memory in use on every GPU (MB, summed), every ``period_s`` in a thread."""
-
-    def __init__(self, period_s: float = 0.25) -> None:
-        self.period_s, self.samples_mb = period_s, []  # type: ignore[var-annotated]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpu-memory", daemon=True)
-
-    def _run(self) -> None:
-        import torch
-
-        while not self._stop.is_set():
-            used = 0.0
-            for d in range(torch.cuda.device_count()):
-                free, total = torch.cuda.mem_get_info(d)
-                used += (total - free) / 1e6
-            self.samples_mb.append(used)
-            self._stop.wait(self.period_s)
-
-    def __enter__(self) -> MemorySampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def run_validation(command: str, argv: Sequence[str], timeout_s: float = RUN_TIMEOUT_S) -> tuple[int, str, float]:
     """``python -m validation COMMAND *argv``: its exit status, its stderr and its wall time."""
     return run_command([sys.executable, "-m", "validation", command, *argv], timeout_s)
@@ -132,11 +103,9 @@ def last_line(text: str) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def checked_run(name: str, argv: Sequence[str], runs: Path, memory: dict[str, list[float]]) -> Outcome:
-    """One run that must finish; its folder's device memory kept for the trace check."""
-    with MemorySampler() as sampler:
-        status, stderr, wall = run_validation("run", [*argv, "--out", str(runs / name)])
-    memory[name] = sampler.samples_mb
+def checked_run(name: str, argv: Sequence[str], runs: Path) -> Outcome:
+    """One run that must finish."""
+    status, stderr, wall = run_validation("run", [*argv, "--out", str(runs / name)])
     detail = "finished" if status == 0 else f"exit status {status}: {last_line(stderr)}"
     return Outcome(name, status == 0, detail, wall)
 
@@ -183,7 +152,7 @@ def failure_check(runs: Path, n_gpus: int) -> Outcome:
 
 def run_checks(out: Path, n_gpus: int) -> list[Outcome]:
     """Every check in turn (see the module's docstring)."""
-    runs, memory = out / "runs", {}  # type: ignore[var-annotated]
+    runs = out / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     delay = ("--delay", f"0={DELAY_S}")
     plan = {
@@ -199,7 +168,7 @@ def run_checks(out: Path, n_gpus: int) -> list[Outcome]:
     }  # fmt: skip
     outcomes = []
     for name, argv in plan.items():
-        outcomes.append(checked_run(name, argv, runs, memory))
+        outcomes.append(checked_run(name, argv, runs))
         print(outcomes[-1].line(), flush=True)
     checks = (delay_check(runs), profiler_check(runs / "nccl-ddp"), *own_job_checks(out / "own-job", n_gpus),
               refusal_check(), failure_check(runs, n_gpus), matrix_check(out))  # fmt: skip
@@ -208,7 +177,7 @@ def run_checks(out: Path, n_gpus: int) -> list[Outcome]:
         print(outcome.line(), flush=True)
     folders = [runs / name for name in plan] + sorted((out / "matrix" / "runs").glob("*/"))
     for folder in folders:
-        outcomes.append(trace_outcome(folder, memory.get(folder.name, [])))
+        outcomes.append(trace_outcome(folder))
         print(outcomes[-1].line(), flush=True)
     return outcomes
 
@@ -267,12 +236,12 @@ def matrix_check(out: Path) -> Outcome:
     return Outcome("matrix-quick-gpu", status == 0, f"exit status {status}: {last_line(stderr)}", wall)
 
 
-def trace_outcome(folder: Path, memory_mb: Sequence[float]) -> Outcome:
+def trace_outcome(folder: Path) -> Outcome:
     """:func:`validation.trace_check.check_folder` of one run folder, as a check."""
     from validation.trace_check import check_folder
 
     try:
-        problems = check_folder(folder, memory_mb)
+        problems = check_folder(folder)
     except (OSError, ValueError) as exc:
         return Outcome(f"trace:{folder.name}", False, f"unreadable: {exc}")
     detail = "no negative time, no first-use spike, memory flat" if not problems else problems[0]

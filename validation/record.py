@@ -5,7 +5,8 @@
     trace.csv      per policy plus the calibration probe (``policy = "probe"``); ``step`` counts
                    from 0 in every segment and ``start_s`` is the segment's own elapsed step
                    time, as in a simulated run of that policy alone
-    epochs.csv     per policy and epoch: training loss, held-out loss and accuracy, elapsed step time
+    epochs.csv     per policy and epoch: training loss, held-out loss and accuracy, elapsed step time,
+                   and on a CUDA rank 0 the most device memory its tensors held in the epoch
     evals.csv      every held-out evaluation: each epoch's end, and with ``--eval-every K`` every K
                    steps of an epoch too (policy, epoch, the policy's steps so far, elapsed step time)
     summary.json   per policy: hetsim's Summary of the measured trace and the final accuracy
@@ -39,8 +40,19 @@ if TYPE_CHECKING:  # pandas is imported where a frame is made: rank 0's writer; 
     from validation.uneven.plan_file import PlanChoice
 
 EPOCH_COLUMNS = ("policy", "epoch", "train_loss", "test_loss", "test_accuracy", "elapsed_s", "split", "global_batch",
-                 "noise_scale")  # fmt: skip
+                 "noise_scale", "device_peak_mb")  # fmt: skip
 EVAL_COLUMNS = ("policy", "epoch", "step", "elapsed_s", "test_loss", "test_accuracy")
+
+
+def device_peak_mb() -> float | None:
+    """The most CUDA memory this process's tensors held on its current device since the last call
+    (its epoch, called once an epoch: what gpu-check's flat-memory check compares across epochs);
+    None in a process that has not used CUDA."""
+    if not torch.cuda.is_initialized():
+        return None
+    peak = torch.cuda.max_memory_allocated() / 1e6
+    torch.cuda.reset_peak_memory_stats()
+    return float(peak)
 
 
 @dataclass(frozen=True)
@@ -217,7 +229,7 @@ class RunWriter:
     def add_epoch(self, row: Callable[[], dict[str, Any]]) -> None:
         """Add the epoch's row, made by ``row()`` (which evaluates the model: only this writer calls
         it), and its evaluation's."""
-        values = row()
+        values = {**row(), "device_peak_mb": device_peak_mb()}
         self.epochs.append({c: values[c] for c in EPOCH_COLUMNS})
         self._add_eval(values)
 

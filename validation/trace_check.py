@@ -9,16 +9,19 @@ every run it starts, as pure functions of the folder (so they run, and are teste
   is a cost the warm-up did not pay (cuDNN building a plan for a new shape, DDP rebuilding its
   buckets) measured as compute, which the calibration and the policies then see as speed.
   Only sizes with at least :data:`MIN_ROWS` rows are judged (a median of two is not one).
-* **Flat memory**: the device memory sampled during a run does not grow (the last half's peak
-  at most :data:`MEMORY_GROWTH` of the first half's plus :data:`MEMORY_SLACK_MB`): a run that
-  leaks (a kept graph, a growing cache) would slow as it goes.
+* **Flat memory**: on a CUDA rank 0, the most device memory its tensors held in a policy's last
+  epoch at most :data:`MEMORY_GROWTH` of its first epoch's plus :data:`MEMORY_SLACK_MB`
+  (``epochs.csv``'s ``device_peak_mb``; the first epoch holds every one-off allocation, the
+  optimizer's state among them): a run that leaks (a kept graph, a growing cache) would slow as
+  it goes. Measured by the rank's allocator, not by sampling the device from outside: on a GPU a
+  run's start-up is most of its wall time, and a sampled peak would grow as the rank starts.
 
 Each check returns the problems it found as lines (empty: passed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -109,19 +112,23 @@ def first_use_spikes(trace: pd.DataFrame, ratio: float = FIRST_USE_RATIO) -> lis
     ]
 
 
-def memory_growth(samples_mb: Sequence[float]) -> list[str]:
-    """Device memory in use, sampled through a run: the last half's peak against the first's."""
-    values = np.asarray(samples_mb, dtype=float)
-    if values.size < 4:
+def memory_growth(epochs: pd.DataFrame) -> list[str]:
+    """Per policy, its last epoch's ``device_peak_mb`` against its first's (where two or more
+    epochs have one: a CPU rank 0's are empty)."""
+    if "device_peak_mb" not in epochs.columns:
         return []
-    half = values.size // 2
-    early, late = float(values[:half].max()), float(values[half:].max())
-    if late > MEMORY_GROWTH * early + MEMORY_SLACK_MB:
-        return [f"device memory grew from a peak of {early:.0f} MB to {late:.0f} MB over the run"]
-    return []
+    problems = []
+    for policy, rows in epochs.sort_values("epoch", kind="stable").groupby("policy", sort=False):
+        peaks = pd.to_numeric(rows["device_peak_mb"], errors="coerce").dropna().to_numpy()
+        if peaks.size >= 2 and peaks[-1] > MEMORY_GROWTH * peaks[0] + MEMORY_SLACK_MB:
+            problems.append(f"{policy}: device memory grew from a peak of {peaks[0]:.0f} MB in its first epoch to "
+                            f"{peaks[-1]:.0f} MB in its last")  # fmt: skip
+    return problems
 
 
-def check_folder(folder: Path, memory_mb: Sequence[float] = ()) -> list[str]:
-    """Every check of one run folder (``memory_mb``: the device memory sampled during it)."""
+def check_folder(folder: Path) -> list[str]:
+    """Every check of one run folder."""
     trace = read_trace(folder)
-    return negative_times(trace) + first_use_spikes(trace) + memory_growth(memory_mb)
+    epochs = Path(folder) / "epochs.csv"
+    return negative_times(trace) + first_use_spikes(trace) + (memory_growth(pd.read_csv(epochs)) if epochs.is_file()
+                                                               else [])  # fmt: skip
