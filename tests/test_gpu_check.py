@@ -14,7 +14,15 @@ import torch
 from hetsim.model.trace import write_trace_table
 from validation import gpu_check
 from validation.cli import main as cli_main
-from validation.trace_check import check_folder, first_use_spikes, memory_growth, negative_times, use_ratios
+from validation.trace_check import (
+    check_folder,
+    first_use_spikes,
+    memory_growth,
+    negative_times,
+    read_trace,
+    unprofiled,
+    use_ratios,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,6 +76,18 @@ def test_a_first_use_above_1_2x_its_median_is_flagged(first, flagged):
     assert bool(problems) == flagged
     if flagged:
         assert problems[0].startswith(f"equal, rank 0: first use of local batch 64 (step 0) took {first / 0.005:.2f}x")
+
+
+@pytest.mark.parametrize(("first", "flagged"), [(0.0007, False), (0.00099, False), (0.0012, True)])
+def test_a_sub_millisecond_steps_first_use_must_also_be_half_a_millisecond_above_its_median(first, flagged):
+    """A GPU rank's 0.5 ms step read 1.4x by 0.2 ms of jitter is no one-off cost; 0.7 ms above is."""
+    rows = [("equal", k, 0, 64, first if k == 0 else 0.0005) for k in range(6)]
+    assert bool(first_use_spikes(trace(rows))) == flagged
+
+
+def test_a_command_that_cannot_start_fails_its_check_alone(tmp_path):
+    status, stderr, _ = gpu_check.run_command([str(tmp_path / "no-such-torchrun"), "--help"])
+    assert status == 127 and stderr.startswith(f"cannot run {tmp_path / 'no-such-torchrun'}: No such file")
 
 
 def test_every_policys_first_step_is_judged_on_its_own():
@@ -143,6 +163,9 @@ def test_the_profiler_check_reads_a_real_runs_traces_back_and_fails_without_them
     assert outcome.passed and outcome.detail == "5 steps imported from nccl-ddp's traces"
     rows = pd.read_csv(tmp_path / "nccl-ddp-imported.csv")
     assert len(rows) == 5 and (rows["compute_s"] > 0).all()
+    trace = read_trace(run)  # the trace checks leave out the profiled steps, warm-up included: the profiler's cost
+    kept = unprofiled(trace, run)
+    assert kept["step"].min() == 6 and len(kept) == (trace["step"] >= 6).sum() and len(trace) > len(kept)
     bare = tmp_path / "bare"
     (bare / "profiler").mkdir(parents=True)
     failed = gpu_check.profiler_check(bare)

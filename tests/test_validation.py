@@ -336,3 +336,17 @@ def test_the_noise_scale_estimator_recovers_a_known_one_from_uneven_batches():
     running.add_step([0.6], (10, 20), 0.55)
     g, t = pair_estimates(0.6, 10, 0.55, 30)
     assert running.value() == pytest.approx((50.0 + t) / (1.0 + g))
+
+
+def test_an_older_torch_is_refused_in_one_line_before_any_rank_starts(monkeypatch, capsys, tmp_path):
+    import torch
+    from torch.torch_version import TorchVersion
+
+    from validation.cli import main
+
+    monkeypatch.setattr(torch, "__version__", TorchVersion("2.7.1+cu126"))
+    assert main(["run", "--epochs", "1", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("validation: error: torch: 2.7.1+cu126 is older than 2.8, which validation's ranks need (their "
+                   "store takes over the launcher's socket): install torch>=2.8")  # fmt: skip
+    assert not (tmp_path / "run").exists()

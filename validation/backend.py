@@ -33,8 +33,21 @@ if TYPE_CHECKING:
 LOOPBACK = "127.0.0.1"
 LOCAL_STORE_ENV = "VALIDATION_LOCAL_STORE"  # "1": the launcher's ranks, whose store listens on LOOPBACK only
 STORE_FD_ENV = "VALIDATION_STORE_FD"  # rank 0's: the store's listening socket, bound by the launcher
-NCCL_BLOCKING_WAIT_ENV = "TORCH_NCCL_BLOCKING_WAIT"
 _DEVICE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
+# the oldest torch validation's ranks run on: its store (TCPStore's libuv backend, the default
+# since 2.4) takes over the launcher's listening socket (master_listen_fd) only from 2.8
+MIN_TORCH = "2.8"
+
+
+def check_torch_version() -> None:
+    """ConfigError (``torch``) where the installed torch is older than :data:`MIN_TORCH`: its
+    ranks would wait for a rendezvous that never comes until their timeout."""
+    import torch
+
+    if torch.__version__ < MIN_TORCH:
+        raise ConfigError("torch", f"{torch.__version__} is older than {MIN_TORCH}, which validation's ranks "
+                                   f"need (their store takes over the launcher's socket): install "
+                                   f"torch>={MIN_TORCH}")  # fmt: skip
 
 
 def parse_devices(text: str, world_size: int) -> tuple[str, ...]:
@@ -213,10 +226,10 @@ def init_process_group(
     environ = os.environ if environ is None else environ
     timeout = timedelta(seconds=timeout_s)
     kwargs: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}  # torch >= 2.3 (pyproject.toml)
-    if backend == "nccl":
-        # A collective whose peer died raises in the rank's own thread at the timeout (then
-        # validation.train's "failed during" line) instead of NCCL's watchdog aborting the process.
-        os.environ.setdefault(NCCL_BLOCKING_WAIT_ENV, "1")
+    # Not TORCH_NCCL_BLOCKING_WAIT=1: its wait polls the collective's completion with a sleep
+    # (milliseconds) between polls, which a synchronous collective behind queued compute would add
+    # to every step it times. A rank whose peer died is ended by the launcher, NCCL's watchdog at
+    # the timeout, or validation.train's stall guard (validation/README.md, "Failure under NCCL").
     if environ.get(LOCAL_STORE_ENV) == "1":
         kwargs["store"] = local_store(env, timeout, environ)
     else:

@@ -27,6 +27,7 @@ from hetsim.core.files import LOCK_NAME, exclusive, json_text, write_json
 from hetsim.core.params import Param
 from hetsim.core.provenance import COMMAND_ENV, command_line
 from validation import batch_sweep_cli, gpu_check  # import neither torch nor pandas
+from validation.backend import check_torch_version
 from validation.options import add_run_options
 
 
@@ -286,12 +287,17 @@ COMMANDS = {"run": cmd_run, "compare": cmd_compare, "matrix": cmd_matrix, "profi
             "gpu-check": gpu_check.cmd_gpu_check, "batch-sweep": batch_sweep_cli.cmd_batch_sweep}  # fmt: skip
 
 
+LAUNCHING = ("run", "matrix", "profile", "gpu-check")  # the commands that start ranks
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     def run() -> int:
         args = build_parser().parse_args(argv)
         args.argv = list(argv)[1:] if argv is not None else None
         typed = ["python", "-m", "validation", *argv] if argv is not None else command_line()
         os.environ[COMMAND_ENV] = shlex.join(typed)  # what every rank's meta.json records as the command
+        if args.command in LAUNCHING:
+            check_torch_version()
         return COMMANDS[args.command](args)
 
     before = os.environ.get(COMMAND_ENV)

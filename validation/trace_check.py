@@ -8,7 +8,9 @@ every run it starts, as pure functions of the folder (so they run, and are teste
   rows; and each policy's first step (step 0) the same against its size's median. A spike there
   is a cost the warm-up did not pay (cuDNN building a plan for a new shape, DDP rebuilding its
   buckets) measured as compute, which the calibration and the policies then see as speed.
-  Only sizes with at least :data:`MIN_ROWS` rows are judged (a median of two is not one).
+  Only sizes with at least :data:`MIN_ROWS` rows are judged (a median of two is not one), and a
+  first use only where it is also :data:`FIRST_USE_FLOOR_S` above the median; the steps a run's
+  ``--profile`` recorded are left out (the profiler's own cost).
 * **Flat memory**: on a CUDA rank 0, the most device memory its tensors held in a policy's last
   epoch at most :data:`MEMORY_GROWTH` of its first epoch's plus :data:`MEMORY_SLACK_MB`
   (``epochs.csv``'s ``device_peak_mb``; the first epoch holds every one-off allocation, the
@@ -21,6 +23,7 @@ Each check returns the problems it found as lines (empty: passed).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -31,6 +34,9 @@ import pandas as pd
 from hetsim.model.trace import read_trace_table
 
 FIRST_USE_RATIO = 1.2
+# ... and by this much: a one-off cost (cuDNN's plan for a new shape, DDP's bucket rebuild) takes
+# milliseconds, while a step of a fraction of a millisecond reads 1.2x by a timer's jitter
+FIRST_USE_FLOOR_S = 0.5e-3
 MIN_ROWS = 3
 MEMORY_GROWTH = 1.10
 MEMORY_SLACK_MB = 64.0
@@ -101,15 +107,28 @@ def first_uses(trace: pd.DataFrame) -> list[FirstUse]:
             for policy, worker, batch, steps, ratios, median in use_ratios(trace)]  # fmt: skip
 
 
-def first_use_spikes(trace: pd.DataFrame, ratio: float = FIRST_USE_RATIO) -> list[str]:
+def first_use_spikes(trace: pd.DataFrame, ratio: float = FIRST_USE_RATIO,
+                     floor_s: float = FIRST_USE_FLOOR_S) -> list[str]:  # fmt: skip
     """Each (policy, rank, local batch)'s first row above ``ratio`` times the median of that size's
-    rows (:func:`first_uses`); a policy's first step is judged here too."""
+    rows and more than ``floor_s`` above it (:func:`first_uses`); a policy's first step is judged
+    here too."""
     return [
         f"{u.policy}, rank {u.worker}: first use of local batch {u.batch} (step {u.step}) took "
         f"{u.ratio:.2f}x its median ({1e3 * u.median_s:.2f} ms)"
         for u in first_uses(trace)
-        if u.ratio > ratio
+        if u.ratio > ratio and (u.ratio - 1.0) * u.median_s > floor_s
     ]
+
+
+def unprofiled(trace: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    """``trace`` without the steps a run's ``--profile`` recorded (meta.json's config): each
+    policy's first ones, warm-up included, which carry the profiler's own cost."""
+    from validation.uneven.profiling import WARMUP_STEPS
+
+    meta = Path(folder) / "meta.json"
+    config = json.loads(meta.read_text(encoding="utf-8")).get("config", {}) if meta.is_file() else {}
+    profiled = int(config.get("profile") or 0)
+    return trace[trace["step"] >= WARMUP_STEPS + profiled] if profiled else trace
 
 
 def memory_growth(epochs: pd.DataFrame) -> list[str]:
@@ -128,7 +147,7 @@ def memory_growth(epochs: pd.DataFrame) -> list[str]:
 
 def check_folder(folder: Path) -> list[str]:
     """Every check of one run folder."""
-    trace = read_trace(folder)
+    trace = unprofiled(read_trace(folder), folder)
     epochs = Path(folder) / "epochs.csv"
     return negative_times(trace) + first_use_spikes(trace) + (memory_growth(pd.read_csv(epochs)) if epochs.is_file()
                                                                else [])  # fmt: skip
