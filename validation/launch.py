@@ -54,8 +54,8 @@ def rank_environment(rank: int, world_size: int, port: int, threads: int = 1) ->
     loopback interface (:func:`~validation.backend.loopback_environment`, in place of any set),
     and OMP_NUM_THREADS for its ``threads``. A rank with several threads also gets
     OMP_WAIT_POLICY=PASSIVE (unless set already): OpenMP workers that spin while waiting take the
-    CPU from the rank's peers and neighbours, and two threads pinned to one CPU made steps about
-    10x slower here."""
+    CPU from the rank's peers and neighbours, and two threads pinned to one CPU made steps several
+    times slower."""
     env = dict(os.environ)
     if threads > 1:
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -114,7 +114,7 @@ def fit_probe(frame: pd.DataFrame, world: int) -> tuple[WorkerHint, ...] | None:
     frame = frame[frame["policy"] == PROBE]
     if frame.empty:
         return None
-    from hetsim.calibrate import calibrate  # scipy's fits: about 1 s to import, paid by rank 0 alone
+    from hetsim.calibrate import calibrate  # scipy's fits, slow to import: paid by rank 0 alone
 
     calibration = calibrate(frame.drop(columns=["policy"]), name=PROBE, model=MODEL, scheduled_split=True)
     fits = {f.worker: f for f in calibration.workers}

@@ -25,19 +25,11 @@ of the network (:meth:`~hetsim.model.network.NetworkModel.update_link_s`), never
   at saturation), every update waits the same ``R`` (a saturated FIFO queue treats everyone
   alike) with ``sum_c N_c/(Z_c + R) = 1/S``.
 
-Measured accuracy (``python benchmarks/async_link.py [--sigma 0.5]``: 16 workers, 8 with E[X] =
-37 ms and 8 with 149 ms, lognormal noise, one 10 Gbit/s server, gradients of 0.2 to 100 MB; 10
-epochs of simulation): the mean time between updates is within 0.4% of the simulated one where
-the offered load ``S sum_i 1/(E[X_i] + S)`` is at most 0.43 or at least 1.5 (the predicted
-throughput never exceeds the link's capacity). Near the knee the error grows: with the
-scenario's noise (sigma 0.05, 0.08) the prediction is pessimistic, +0.9% at a load of 0.63,
-+1.8% at 0.82, +2.1% at 1.0 (nearly periodic arrivals queue less than MVA's); with sigma 0.5 it
-is within 0.1% up to 0.82, -1.1% at 1.0 and -3.0% at 1.18, where noisy arrivals leave the link
-idle at times but the prediction has it saturated. Bard–Schweitzer alone is worse near the
-knee (+3.7% at 0.82, +7.6% at 1.18). With few workers of unequal speed it is
-optimistic from lighter loads on (docs/architecture.md, "async" gives an audit's figures): MVA's
-residual-service term undercounts how nearly periodic arrivals of two speeds collide, and a link
-near saturation is idle at times where the prediction has it busy.
+How close it comes to the simulation (``python benchmarks/async_link.py``; the figures are in
+docs/architecture.md, "async"): close away from the knee of the offered load
+``S sum_i 1/(E[X_i] + S)``, a few percent off near it, where MVA's residual-service term
+misjudges how nearly periodic or noisy arrivals queue, and optimistic from lighter loads on
+with few workers of unequal speed, whose arrivals collide more than it counts.
 
 ``mean_step_s`` is the mean time between updates. The distribution of that time (a
 superposition of renewal processes) has no closed form: ``p95_step_s`` is NaN.

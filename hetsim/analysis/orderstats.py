@@ -287,7 +287,7 @@ def integrate_survival(survival: Callable[[np.ndarray], np.ndarray], dists: Sequ
     if all(a is not None for a in atoms):  # piecewise constant: an exact sum
         points = np.unique(np.concatenate([[0.0], *atoms]))
         # each interval's value read past its left end (past_each: a two-point noise read at its
-        # atoms missed their jumps and put the slowest of two workers 11% to 27% high)
+        # atoms missed their jumps and put the slowest of two workers too high)
         return float(np.sum(np.diff(points) * survival(past_each(points)[:-1])))
     hi = max(d.mean() + 12.0 * math.sqrt(max(d.var(), 0.0)) for d in dists)
     hi = max(hi, 1e-12)

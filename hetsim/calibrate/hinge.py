@@ -67,7 +67,7 @@ def least_squares_kinks(sizes: Sizes, b: np.ndarray, y: np.ndarray, line: CurveF
     residuals (each row over the best curve's time) over the best one's, in units of the best
     one's residual variance: the noise is multiplicative, and an absolute sum of squares counted
     the floor's rows for less than their spread says, so it allowed kinks that moved them too
-    readily (a floor the rows show sharply read 40% wider than it spread). Errors only where
+    readily (a floor the rows show sharply read wider than it spread). Errors only where
     it is allowed."""
     grid = kink_grid(sizes)
     sse = hinge_sse(sizes, grid, through_origin=False)[0]

@@ -232,7 +232,7 @@ def device_profiles() -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
     for row in csv.DictReader(text.splitlines()):
         point = (float(row["batch_size"]), 1.0 / float(row["steps_per_s"]))
         rows.setdefault((row["gpu"], row["model"]), []).append(point)
-    from scipy.optimize import isotonic_regression  # here: scipy.optimize takes a second to import
+    from scipy.optimize import isotonic_regression  # here: scipy.optimize is slow to import
 
     out = {}
     for key, pairs in rows.items():

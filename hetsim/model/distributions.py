@@ -156,7 +156,7 @@ class Gamma(Distribution):
     scale: float
 
     def ppf(self, u: np.ndarray) -> np.ndarray:
-        from scipy import special  # imported where drawn (a third of a second): config alone needs none
+        from scipy import special  # imported where drawn (slow to import): config alone needs none
 
         return special.gammaincinv(self.shape, u) * self.scale
 
@@ -167,7 +167,7 @@ class Gamma(Distribution):
         return self.shape * self.scale**2
 
     def cdf(self, t: Any) -> Any:
-        from scipy import special  # not scipy.stats: over half a second to import, for two closed-form CDFs
+        from scipy import special  # not scipy.stats: much slower to import, for two closed-form CDFs
 
         x = np.asarray(t, dtype=float) / self.scale
         below = np.where(np.isnan(x), np.nan, 0.0)  # the CDF is 0 at and below 0 (gammainc is nan there)
@@ -202,7 +202,7 @@ class LogNormal(Distribution):
         if self.sigma == 0:
             return np.where(np.asarray(t) >= 1.0, 1.0, 0.0)
         # scipy.stats.lognorm.cdf's own arithmetic (ndtr(log(t / scale) / sigma), 0 for t <= 0),
-        # without its argument checks, which cost 30x the sum in the analysis's quadratures
+        # without its argument checks, which cost many times the sum in the analysis's quadratures
         from scipy import special
 
         x = np.asarray(t, dtype=float) / math.exp(-0.5 * self.sigma**2)

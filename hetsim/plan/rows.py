@@ -6,15 +6,15 @@ planner can afford, else from a short simulation.
   the prediction is an expectation, not an estimate). The first-k policies (``backup``,
   ``ksync``: a policy whose ``wait_for()`` is below the cluster's size) have one, but it
   integrates every worker's busy time and inclusion over a 20,001-point grid with the order
-  statistics of all the others (about 1 s at 6 workers, 8 s at 24): a plan, which evaluates
+  statistics of all the others (seconds, growing with the workers): a plan, which evaluates
   its closed forms again for every slowed worker (:mod:`hetsim.plan.fragility`), simulates them.
 * **Simulated** (no closed form, or the first-k ones): :func:`hetsim.analysis.step_ci.simulated_mean` on
   the vector engine, over a horizon (:func:`short_run`) of :data:`SIMULATED_WORKER_STEPS` steps
   times workers, at least :data:`SIMULATED_STEPS` steps: whole epochs, as many as fit, or one
   epoch cut to that many steps. A cluster of a few workers is simulated over its whole job;
-  at 1,024 workers, ten runs of 64 steps (a policy that re-splits) take about a second, and the
-  mean is then the first steps' (a re-splitting policy's transient weighs more than over the
-  whole job, which the row's note says). The throughput and time to target
+  at 1,024 workers, ten runs of 64 steps (a policy that re-splits), and the mean is then the
+  first steps' (a re-splitting policy's transient weighs more than over the whole job, which the
+  row's note says). The throughput and time to target
   carry the step time's interval through, the samples a step keeps and the progress a step makes
   taken from the run with the plan's seed; the time to target is extrapolated at that run's rate
   of progress (with a noise-scale schedule, the rate of the first steps, which the schedule then

@@ -369,7 +369,7 @@ def mean_ci(values: Sequence[float] | np.ndarray, level: float = 0.95, batches: 
     mean = float(x.mean())
     if batches is not None:
         x = np.array([chunk.mean() for chunk in np.array_split(x, max(2, min(int(batches), x.size)))])
-    from scipy import stats  # here: scipy.stats takes over half a second to import, and a run without a CI needs none
+    from scipy import stats  # here: scipy.stats is slow to import, and a run without a CI needs none
 
     half = float(stats.t.ppf(0.5 + level / 2.0, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
     return MeanCI(mean, mean - half, mean + half, level)
