@@ -3,7 +3,7 @@ slowdowns and failures), a sweep's kept traces and a real validation run. The ou
 against the format (required fields per ``ph``, microseconds, slices nested or apart on each
 track, every process and track named) and read back with a reader written here from the format,
 not from the exporter: per worker and step its slices give the trace's compute, wait and
-all-reduce times to the microsecond. Bad input gets one line, exit status 2, nothing written."""
+all-reduce times to the microsecond. Bad input: tests/test_export_trace_bad_input.py."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetsim.cli.main import main
-from hetsim.model.trace import write_trace_table
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario, builtin_text
 from hetsim.sweep.results import RunFolder
@@ -330,61 +329,6 @@ def test_the_layout_moves_a_late_row_later_never_shortens_it():
     assert (w.start_ns == np.rint(1e9 * 2.1 * trace.step[w.rows])).all()  # step 3 where step 2 ended: 6.3 s
     for part, dur in (("compute_s", w.compute_dur), ("wait_s", w.wait_dur), ("comm_s", w.comm_dur)):
         assert np.abs(dur - 1e9 * getattr(trace, part)[w.rows]).max() <= 1.0, part
-
-
-# ----------------------------------------------------------------------------- bad input
-
-
-def write_trace(tmp_path: Path, **columns: Any) -> None:
-    frame = simulate(build_scenario(two_workers_with_buckets()), "equal").to_frame()
-    write_trace_table(frame.assign(**columns), tmp_path / "t.csv")
-
-
-@pytest.mark.parametrize(
-    "prepare, argv, line",
-    [
-        (None, ["{tmp}/nope"], "{tmp}/nope: no such file or folder"),
-        ("folder", ["{tmp}/empty"], "{tmp}/empty: not a simulate --out, sweep or validation run folder (no "
-                                    "summary.json, sweep.toml or meta.json)"),  # fmt: skip
-        ("text", ["{tmp}/notes.txt"], "{tmp}/notes.txt: not a trace file (.csv, .parquet, .pq) nor a run folder"),
-        ("trace", ["{tmp}/t.csv", "--policy", "adaptive"], "--policy: 'adaptive' is not in {tmp}/t.csv (it holds "
-                                                           "equal)"),  # fmt: skip
-        ("trace", ["{tmp}/t.csv", "--steps", "4:4"], "--steps: 4:4 is an empty step range (B must be larger than A)"),
-        ("trace", ["{tmp}/t.csv", "--steps", "2:99"], "--steps: 2:99 ends beyond the last step, 5 (use 2:6)"),
-        ("trace", ["{tmp}/t.csv", "--steps", "7:"], "--steps: 7: starts after the last step, 5"),
-        ("trace", ["{tmp}/t.csv", "--steps", "a-b"], "--steps: 'a-b' is not A:B (steps A to B-1, e.g. 0:100)"),
-        ("trace", ["{tmp}/t.csv", "--steps=-1:3"],
-         "--steps: '-1:3' is not A:B (steps A to B-1, e.g. 0:100): steps count from 0"),
-        ("no-compute", ["{tmp}/t.csv"], "compute_s: missing column in {tmp}/t.csv (a trace needs step, worker, "
-                                        "local_batch, start_s, compute_s, wait_s, comm_s)"),  # fmt: skip
-        ("duplicate", ["{tmp}/t.csv"], "{tmp}/t.csv: policy equal: step 0 has two rows of one worker: not a trace"),
-        ("no-policy", ["{tmp}/t.csv"], "policy: empty in data row 1 in {tmp}/t.csv: every row names the policy it ran"),
-        ("trace", ["{tmp}/t.csv", "-o", "{tmp}"], "--out: {tmp} is the input or a folder: name a file to write"),
-        ("trace", ["{tmp}/t.csv", "-o", "{tmp}/x.txt"], "--out: {tmp}/x.txt: unknown file type (use .json, or "
-                                                        ".json.gz gzipped)"),  # fmt: skip
-    ],
-    ids=["missing", "empty-folder", "not-a-table", "unknown-policy", "empty-range", "beyond-the-end",
-         "after-the-end", "not-a-range", "negative-start", "no-compute-column", "two-rows-of-a-worker", "empty-policy",
-         "out-is-a-folder", "out-kind"],
-)  # fmt: skip
-def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys, prepare, argv, line):
-    if prepare == "folder":
-        (tmp_path / "empty").mkdir()
-    elif prepare == "text":
-        (tmp_path / "notes.txt").write_text("hello\n")
-    elif prepare == "trace":
-        write_trace(tmp_path)
-    elif prepare == "no-compute":
-        write_trace(tmp_path)
-        pd.read_csv(tmp_path / "t.csv").drop(columns="compute_s").to_csv(tmp_path / "t.csv", index=False)
-    elif prepare == "duplicate":
-        write_trace(tmp_path, worker=0)
-    elif prepare == "no-policy":  # a traceback before
-        write_trace(tmp_path)
-        pd.read_csv(tmp_path / "t.csv").assign(policy="").to_csv(tmp_path / "t.csv", index=False)
-    if "-o" not in argv:
-        argv = [*argv, "-o", "{tmp}/out.json"]
-    check_refused(main, ["export-trace", *argv], line, tmp_path, capsys)
 
 
 @settings(max_examples=60, deadline=None)

@@ -34,8 +34,6 @@ from scipy import integrate, special, stats
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.registry import COSTS, DISTRIBUTIONS, NETWORKS, PLUGINS_ENV, POLICIES
-from hetsim.model.costs import Hinge
-from hetsim.plan.fragility import slower_cost
 from hetsim.policies import make_policy
 from hetsim.policies.base import WorkerHint
 from hetsim.scenario.config import load_scenario
@@ -192,24 +190,6 @@ def test_the_cost_model_examples_batch_within_is_the_exact_inverse_of_time_s(exa
     assert power(per_sample_s=0.001, exponent=0.5).time_s(400) == pytest.approx(0.02, rel=1e-15)
 
 
-def test_the_cost_model_example_keeps_its_kind_in_files_and_its_fast_path_when_slowed(examples):
-    """A plug-in that is affine at exponent 1 is written back as itself (the affine model's
-    shorthand would load as ``affine``), and ``plan``'s slowed copies of it (fragility,
-    ``--cost-error``) still declare their affine terms, as the built-in ``affine`` did."""
-    power = examples["my_cost_model.py"].Power
-    affine_power = power(overhead_s=0.01, per_sample_s=0.002, exponent=1.0)
-    scenario = load_scenario(scenario_dict([{"cost": {"model": "power", "overhead_s": 0.01, "per_sample_s": 0.002}},
-                                            {"overhead_s": 0.01, "per_sample_s": 0.002}]))  # fmt: skip
-    raw = scenario.to_dict()
-    assert raw["workers"][0]["cost"] == {"model": "power", "overhead_s": 0.01, "per_sample_s": 0.002, "exponent": 1.0}
-    assert "cost" not in raw["workers"][1] and raw["workers"][1]["overhead_s"] == 0.01  # the built-in's shorthand
-    assert load_scenario(raw) == scenario
-    slowed = slower_cost(affine_power, 3.0)
-    assert slowed.affine_terms() == pytest.approx((0.03, 0.006), rel=1e-15)
-    assert slower_cost(power(per_sample_s=0.002, exponent=0.5), 3.0).affine_terms() is None
-    assert slower_cost(Hinge(0.02, -0.01, 0.001), 2.0).bends() == pytest.approx((30.0,), rel=1e-15)
-
-
 def brute_force_split(costs: list[Any], total: int) -> tuple[tuple[int, int], float]:
     """The integer split of ``total`` over two workers with the smallest largest time (a worker
     without samples takes no time), by trying every split."""
@@ -326,7 +306,6 @@ def test_the_policy_example_splits_over_all_but_the_slowest(examples):
 def test_the_re_splitting_policy_example_moves_samples_each_epoch_on_both_engines(examples):
     from hetsim.run.metrics import summarize
     from hetsim.run.simulate import simulate
-    from hetsim.scenario.config import load_scenario
 
     raw = scenario_dict([{"per_sample_s": 0.001}, {"per_sample_s": 0.003}], global_batch=100, steps_per_epoch=5,
                         epochs=4, network={"kind": "constant", "time_s": 0.01})  # fmt: skip

@@ -105,60 +105,62 @@ EFFICIENCIES = [  # every generated scenario has one (goodput needs it); a sched
 EFFICIENT = ["workload.efficiency.noise_scale=[[0, 50], [200, 5000]]", "workload.efficiency.base_batch=64"]
 
 
+NETWORKS_DRAWN = [
+    {"kind": "constant", "time_s": 0.0},
+    {"kind": "constant", "time_s": 0.005},
+    {"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 10},
+    # overlapped with the backward pass in buckets (gradient_mb = 1)
+    {"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 1, "buckets_mb": 0.25},
+    {"kind": "ps", "latency_s": 1e-4, "bandwidth_gbps": 2, "buckets_mb": 0.3, "first_bucket_mb": 0.05},
+    {"kind": "constant", "time_s": 0.02, "buckets_mb": 1.0, "first_bucket_mb": 0.5},
+    # two levels: every worker group on one of three nodes (a node may hold several groups)
+    {"kind": "hierarchical", "latency_s": 1e-6, "bandwidth_gbps": 50, "inter_bandwidth_gbps": 2},
+    {"kind": "hierarchical", "inter_latency_s": 1e-4, "inter_bandwidth_gbps": 1, "buckets_mb": 0.25},
+]
+
+
+def _group(draw, g: int) -> dict:
+    """One worker group of :func:`scenarios`."""
+    w = {
+        "name": f"g{g}",
+        "count": draw(st.integers(1, 4)),
+        "overhead_s": draw(st.sampled_from([0.0, 0.01, 0.03])),
+        "per_sample_s": draw(st.floats(1e-4, 5e-3)),
+        "noise": draw(st.sampled_from(NOISES)),
+        "delay": draw(st.sampled_from(DELAYS)),
+    }
+    if w["noise"]["dist"] == "lognormal" and draw(st.booleans()):
+        w["noise"] = {**w["noise"], "persistence": draw(st.sampled_from([0.0, 0.3, 0.9, 0.999]))}
+    if draw(st.integers(0, 2)) == 0:
+        w["shared_noise"] = draw(st.sampled_from(SHARED_NOISES))
+    if draw(st.booleans()):
+        w["max_batch"] = draw(st.integers(8, 200))
+    if draw(st.integers(0, 3)) == 0:
+        del w["overhead_s"], w["per_sample_s"]
+        w["cost"] = draw(st.sampled_from(COSTS))
+        w["max_batch"] = w.get("max_batch", 200)  # within the profile's largest measured batch
+    if draw(st.integers(0, 2)) == 0:
+        shared = draw(st.booleans())
+        w["slowdown"] = {
+            "every_s": 0.4 if shared else draw(st.floats(0.05, 2.0)),
+            "duration_s": 0.2 if shared else draw(st.floats(0.01, 1.0)),
+            "factor": draw(st.sampled_from([1.0, 1.5, 3.0])),
+        }
+        if shared:
+            w["slowdown"]["group"] = "host"
+    if draw(st.integers(0, 2)) == 0:
+        w["failure"] = {"mtbf_s": draw(st.floats(0.1, 3.0)), "repair_s": draw(st.floats(0.01, 0.8))}
+    return w
+
+
 @st.composite
 def scenarios(draw):
     """Small scenarios whose episodes and failures come often enough to land inside the run,
     with persistent noise and shared noise groups."""
-    workers = []
-    for g in range(draw(st.integers(1, 4))):
-        w = {
-            "name": f"g{g}",
-            "count": draw(st.integers(1, 4)),
-            "overhead_s": draw(st.sampled_from([0.0, 0.01, 0.03])),
-            "per_sample_s": draw(st.floats(1e-4, 5e-3)),
-            "noise": draw(st.sampled_from(NOISES)),
-            "delay": draw(st.sampled_from(DELAYS)),
-        }
-        if w["noise"]["dist"] == "lognormal" and draw(st.booleans()):
-            w["noise"] = {**w["noise"], "persistence": draw(st.sampled_from([0.0, 0.3, 0.9, 0.999]))}
-        if draw(st.integers(0, 2)) == 0:
-            w["shared_noise"] = draw(st.sampled_from(SHARED_NOISES))
-        if draw(st.booleans()):
-            w["max_batch"] = draw(st.integers(8, 200))
-        if draw(st.integers(0, 3)) == 0:
-            del w["overhead_s"], w["per_sample_s"]
-            w["cost"] = draw(st.sampled_from(COSTS))
-            w["max_batch"] = w.get("max_batch", 200)  # within the profile's largest measured batch
-        if draw(st.integers(0, 2)) == 0:
-            shared = draw(st.booleans())
-            w["slowdown"] = {
-                "every_s": 0.4 if shared else draw(st.floats(0.05, 2.0)),
-                "duration_s": 0.2 if shared else draw(st.floats(0.01, 1.0)),
-                "factor": draw(st.sampled_from([1.0, 1.5, 3.0])),
-            }
-            if shared:
-                w["slowdown"]["group"] = "host"
-        if draw(st.integers(0, 2)) == 0:
-            w["failure"] = {"mtbf_s": draw(st.floats(0.1, 3.0)), "repair_s": draw(st.floats(0.01, 0.8))}
-        workers.append(w)
+    workers = [_group(draw, g) for g in range(draw(st.integers(1, 4)))]
     n = sum(w["count"] for w in workers)
     cap = sum(w.get("max_batch", 10**9) * w["count"] for w in workers)
-    network = draw(
-        st.sampled_from(
-            [
-                {"kind": "constant", "time_s": 0.0},
-                {"kind": "constant", "time_s": 0.005},
-                {"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 10},
-                # overlapped with the backward pass in buckets (gradient_mb = 1)
-                {"kind": "ring", "latency_s": 1e-5, "bandwidth_gbps": 1, "buckets_mb": 0.25},
-                {"kind": "ps", "latency_s": 1e-4, "bandwidth_gbps": 2, "buckets_mb": 0.3, "first_bucket_mb": 0.05},
-                {"kind": "constant", "time_s": 0.02, "buckets_mb": 1.0, "first_bucket_mb": 0.5},
-                # two levels: every worker group on one of three nodes (a node may hold several groups)
-                {"kind": "hierarchical", "latency_s": 1e-6, "bandwidth_gbps": 50, "inter_bandwidth_gbps": 2},
-                {"kind": "hierarchical", "inter_latency_s": 1e-4, "inter_bandwidth_gbps": 1, "buckets_mb": 0.25},
-            ]
-        )
-    )
+    network = draw(st.sampled_from(NETWORKS_DRAWN))
     if network["kind"] == "hierarchical":
         for w in workers:
             w["node"] = draw(st.sampled_from(["n0", "n1", "n2"]))

@@ -99,6 +99,11 @@ def _add_sweep(sw: argparse.ArgumentParser) -> None:
         help="where results folders are made (default: runs)",
     )
     add_metric_option(sw)
+    _add_run_options(sw)
+
+
+def _add_run_options(sw: argparse.ArgumentParser) -> None:
+    """How each cell is run and what the plotted cell keeps."""
     sw.add_argument(
         "--engine",
         default=None,

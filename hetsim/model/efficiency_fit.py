@@ -116,14 +116,7 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
     before the target (how many parameters are free follows the batches that reached it)."""
     from scipy.optimize import least_squares
 
-    b, s = np.asarray(batches, dtype=float), np.asarray(steps, dtype=float)
-    if b.size == 0 or b.size != s.size:
-        raise ConfigError("runs", f"need steps for every batch, got {b.size} batches and {s.size} steps")
-    if np.any(b <= 0) or np.any(s <= 0):
-        raise ConfigError("runs", "batches and steps to the target must be > 0")
-    cut = np.asarray(censored, dtype=float).reshape(-1, 2)
-    if np.any(cut <= 0):
-        raise ConfigError("runs", "a run stopped before the target needs a batch and steps run > 0")
+    b, s, cut = _checked_runs(batches, steps, censored)
     distinct = np.unique(b).size
     if noise_scale is None and distinct < 2:
         raise ConfigError("runs", "one batch alone needs a measured noise scale")
@@ -166,6 +159,21 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
                   batch_exponent_sd=_finite(sds.get("batch_exponent")),
                   target_steps_sd=_finite(sds.get("target_steps")))  # fmt: skip
     return Fit(eff, free, cov, sd, shape, used)
+
+
+def _checked_runs(batches: Sequence[float], steps: Sequence[float], censored: Sequence[tuple[float, float]],
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """The runs as arrays (batches, steps, censored ``(batch, steps run)`` rows); ConfigError on
+    ``runs`` where they cannot be fitted."""
+    b, s = np.asarray(batches, dtype=float), np.asarray(steps, dtype=float)
+    if b.size == 0 or b.size != s.size:
+        raise ConfigError("runs", f"need steps for every batch, got {b.size} batches and {s.size} steps")
+    if np.any(b <= 0) or np.any(s <= 0):
+        raise ConfigError("runs", "batches and steps to the target must be > 0")
+    cut = np.asarray(censored, dtype=float).reshape(-1, 2)
+    if np.any(cut <= 0):
+        raise ConfigError("runs", "a run stopped before the target needs a batch and steps run > 0")
+    return b, s, cut
 
 
 def _tobit(log_s: Callable[[np.ndarray], np.ndarray], log_cut: Callable[[np.ndarray], np.ndarray], y: np.ndarray,
