@@ -197,7 +197,7 @@ def simulated_row(scenario: Scenario, policy: Policy, seed: int, why: str) -> Po
     assert summary is not None  # simulated_mean always keeps the seed's run's
     low, high = (sim.mean_s, sim.mean_s) if sim.ci is None else (sim.ci.low, sim.ci.high)
     kept = summary.throughput_sps * summary.mean_step_s  # samples applied per step
-    throughput = Estimate(kept / sim.mean_s, kept / high, kept / low if low > 0 else math.inf)
+    throughput_sps = Estimate(kept / sim.mean_s, kept / high, kept / low if low > 0 else math.inf)
     steps = run.workload.total_steps
     how = f"simulated, {sim.runs} run{'s' if sim.runs > 1 else ''} x {steps} steps ({sim.method})"
     step_s = Estimate(sim.mean_s, low, high)
@@ -215,7 +215,7 @@ def simulated_row(scenario: Scenario, policy: Policy, seed: int, why: str) -> Po
         policy=policy.name,
         how=how,
         step_s=step_s,
-        throughput_sps=throughput,
+        throughput_sps=throughput_sps,
         time_to_target_s=to_target,
         split=summary.final_batches,
         note="; ".join(notes),

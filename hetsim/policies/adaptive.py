@@ -301,22 +301,22 @@ class Adaptive(Policy):
         """The caps, 0 for the workers down."""
         return self.cap_array if available is None else np.where(available, self.cap_array, 0.0)
 
-    def _resplit(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> None:
+    def _resplit(self, fixed_s: np.ndarray, per_sample_s: np.ndarray, caps: np.ndarray) -> None:
         """Adopt the min-max split of the fitted costs when it is predicted faster by the
         ``hysteresis`` plus the noise margin; skip computing it when no integer split could be
         (:func:`fits_within`: O(n), no sort, the cheap check that lets steps go by unchanged)."""
         split = self._split_array()
-        current = max_time(fixed, per_sample, split)
+        current = max_time(fixed_s, per_sample_s, split)
         busy = int(np.count_nonzero(split))
         goal = float(resplit_goal(current, float(self._resid_var.mean()), self.forgetting, self.hysteresis, busy))
         if np.isfinite(current) and not fits_within(
-            fixed, per_sample, self.global_batch, caps, goal * (1 + BOUND_MARGIN)
+            fixed_s, per_sample_s, self.global_batch, caps, goal * (1 + BOUND_MARGIN)
         ):
             return
         # (checked: every caller has seen the caps hold the global batch)
-        proposal = water_fill_array(fixed, per_sample, self.global_batch, caps, checked=True)
+        proposal = water_fill_array(fixed_s, per_sample_s, self.global_batch, caps, checked=True)
         as_float = proposal.astype(float)
-        if not np.isfinite(current) or max_time(fixed, per_sample, as_float) < goal:
+        if not np.isfinite(current) or max_time(fixed_s, per_sample_s, as_float) < goal:
             self._batches = self._split_of = tuple(proposal.tolist())
             self._split = as_float
 

@@ -254,7 +254,7 @@ class Goodput(Adaptive):
         if estimates[2].sum() >= self.global_batch:
             self._resplit(*estimates)
 
-    def step_costs(self, fixed: np.ndarray, per_sample: np.ndarray, caps: np.ndarray) -> StepCosts:
+    def step_costs(self, fixed_s: np.ndarray, per_sample_s: np.ndarray, caps: np.ndarray) -> StepCosts:
         """What batches are judged by now: the hinted curves scaled by each worker's ratio of its
         fitted time to its curve's at its current local batch, or without curves the fitted lines.
         A worker that runs no samples keeps its curve (ratio 1): the ratio of a fit it stopped
@@ -263,14 +263,14 @@ class Goodput(Adaptive):
         slower than its curve, the first step that gives it samples shows it, and ``adaptive``'s
         re-split moves them."""
         if self._curves is None:
-            return StepCosts(fixed, per_sample, caps)
+            return StepCosts(fixed_s, per_sample_s, caps)
         b = np.asarray(self._batches, dtype=float)
         ratios = np.ones(self.n_workers)
         for i in np.flatnonzero((b > 0) & self._known).tolist():
-            hinted, fitted = float(self._curves[i].expected_s(b[i])), float(fixed[i] + per_sample[i] * b[i])
+            hinted, fitted = float(self._curves[i].expected_s(b[i])), float(fixed_s[i] + per_sample_s[i] * b[i])
             if hinted > 0 and fitted > 0 and np.isfinite(fitted):
                 ratios[i] = fitted / hinted
-        return StepCosts(fixed, per_sample, caps, self._curves, ratios, self.highest_batch)
+        return StepCosts(fixed_s, per_sample_s, caps, self._curves, ratios, self.highest_batch)
 
     def _unmeasured_costs(self) -> tuple[np.ndarray, np.ndarray] | None:
         """``adaptive``'s, except that with curves a worker not measured yet (one the curves'
@@ -279,14 +279,14 @@ class Goodput(Adaptive):
         that the curves rightly left out."""
         if self._curves is None:
             return super()._unmeasured_costs()
-        fixed, per_sample = self.fixed_s.copy(), self.per_sample_s.copy()
+        fixed_s, per_sample_s = self.fixed_s.copy(), self.per_sample_s.copy()
         far = float(max(2, self.global_batch))
         for i in np.flatnonzero(~self._known).tolist():
             one, at_far = (float(self._curves[i].expected_s(b)) for b in (1.0, far))
             slope = (at_far - one) / (far - 1.0)
-            per_sample[i] = max(slope, 1e-12)  # a flat curve: a tiny slope, as a line needs one
-            fixed[i] = one - per_sample[i]
-        return fixed, per_sample
+            per_sample_s[i] = max(slope, 1e-12)  # a flat curve: a tiny slope, as a line needs one
+            fixed_s[i] = one - per_sample_s[i]
+        return fixed_s, per_sample_s
 
     def goodput(self, batch: int, costs: StepCosts) -> float:
         """Predicted progress per second at global batch ``batch`` (its step time: ``costs.step_s``):
