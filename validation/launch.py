@@ -134,7 +134,10 @@ def _start_rank(
     if rank == 0:
         env[STORE_FD_ENV] = str(store.fileno())
     command = [sys.executable, "-m", *rank_argv]
-    return subprocess.Popen(command, env=env, pass_fds=(store.fileno(),) if rank == 0 else ())
+    # a session of its own: Ctrl-C (the terminal's SIGINT to its foreground group) reaches the
+    # launcher alone, which stops the ranks (SIGTERM); a rank interrupted in its imports printed a
+    # traceback. A rank whose launcher dies ends itself (its heartbeat watches the launcher).
+    return subprocess.Popen(command, env=env, pass_fds=(store.fileno(),) if rank == 0 else (), start_new_session=True)
 
 
 def _supervise(

@@ -247,5 +247,11 @@ def exclusive(folder: Path, option: str) -> Iterator[Path]:
         if made_folder and not any(folder.iterdir()):
             folder.rmdir()
         raise
+    except BaseException:  # interrupted or failed: a folder that got nothing but its lock goes too
+        if made_lock and [p.name for p in folder.iterdir()] == [LOCK_NAME]:
+            (folder / LOCK_NAME).unlink(missing_ok=True)
+            if made_folder:
+                folder.rmdir()
+        raise
     finally:
         handle.close()
