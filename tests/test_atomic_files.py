@@ -84,3 +84,23 @@ def test_a_runs_folder_that_cannot_take_a_new_sweep_names_the_option(tmp_path: P
     monkeypatch.setattr(Path, "mkdir", mkdir)
     with pytest.raises(ConfigError, match=rf"^--runs: cannot make {tmp_path}/runs/0001_x: Permission denied$"):
         RunFolder.create(tmp_path / "runs", "x")
+
+
+def test_a_write_that_fails_for_want_of_space_names_what_it_was_writing(tmp_path):
+    """A full disk raises OSError(ENOSPC) from inside a writer, often with no file name (pyarrow,
+    matplotlib): the line names the file or folder the results were for, and nothing is left."""
+    import errno
+
+    from hetsim.core.files import atomic_write
+
+    def full(_: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(ConfigError, match=rf"^{tmp_path / 'out.json'}: cannot be written: No space left on device$"):
+        atomic_write(tmp_path / "out.json", full)
+    with pytest.raises(ConfigError, match=rf"^--out: cannot write {tmp_path / 'run'}: No space left on device$"):
+        with atomic_folder(tmp_path / "run", "--out") as tmp:
+            full(str(tmp))
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    with pytest.raises(FileNotFoundError):  # another file's error is its own
+        atomic_write(tmp_path / "out.json", lambda _: open(tmp_path / "absent"))

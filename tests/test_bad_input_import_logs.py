@@ -47,6 +47,8 @@ COUNT_RANGE = "must be in [1, 1099511627776]"
 CASES = [
     # the folder
     case("no-such-folder", ["{tmp}/nothing"], "{tmp}/nothing: no such folder"),
+    case("a-file", ["{tmp}/run.txt"], "{tmp}/run.txt: a file, not a folder (a reference run's folder holds "
+         "success.txt)", {"run.txt": ""}),
     case("empty-folder-name", [""], "hetsim import-logs: argument run_dir: an empty path: name a file or folder"),
     case("one-folder-twice", ["{tmp}/run", "{tmp}/run/"],  # as two nodes it doubled the workers
          "{tmp}/run: given twice (several folders are the nodes of one run, each once)", {"run/success.txt": ""}),

@@ -34,6 +34,7 @@ CASES = [
     case("show-unknown-key", ["show", "paper", "--set", "colour=1"],
          "colour: unknown key (allowed: name, description, seed, workload, network, workers, policy)"),
     case("show-set-without-equals", ["show", "paper", "--set", "seed"], "--set: expected PATH=VALUE, got 'seed'"),
+    case("show-a-device", ["show", "/dev/null"], "/dev/null: not a regular file (a device, pipe or socket)"),
     case("show-not-toml", ["show", "{tmp}/s.toml"],
          "{tmp}/s.toml: not valid TOML: Expected '=' after a key in a key/value pair (at line 1, column 6)",
          {"s.toml": "this is not = = toml"}),

@@ -137,6 +137,12 @@ CASES = [
          {"sweep.json": deep(".json")}),
     # options
     case("jobs-zero", [SWEEP, "--jobs", "0"], "--jobs: must be in [1, 256], got 0", sweep_file()),
+    case("option-twice", [SWEEP, "--jobs", "1", "--jobs=2"],
+         "hetsim sweep: argument --jobs: given twice (give it once)", sweep_file()),
+    case("show-default-and-a-file", [SWEEP, "--show-default"],
+         "--show-default: prints the embedded sweep and runs nothing: give no sweep to run", sweep_file()),
+    case("runs-with-resume", ["--resume", "{tmp}/nowhere", "--runs", "{tmp}/r"],
+         "--runs: not with --resume: the sweep goes on in {tmp}/nowhere"),
     case("jobs-negative", [SWEEP, "--jobs", "-3"], "--jobs: must be in [1, 256], got -3", sweep_file()),
     case("jobs-text", [SWEEP, "--jobs", "two"], "hetsim sweep: argument --jobs: invalid int value: 'two'",
          sweep_file()),
@@ -186,7 +192,7 @@ CASES = [
 def test_sweep_refuses_bad_input(argv, line, files, tmp_path, capsys, monkeypatch):
     write_files(tmp_path, files)
     monkeypatch.chdir(tmp_path)
-    runs = [] if "--runs" in argv else ["--runs", "{tmp}/runs"]
+    runs = [] if "--runs" in argv or "--resume" in argv else ["--runs", "{tmp}/runs"]  # a resumed sweep has its own
     jobs = [] if "--jobs" in argv else ["--jobs", "1"]
     check_refused(main, ["sweep", *argv, *runs, *jobs], line, tmp_path, capsys)
 

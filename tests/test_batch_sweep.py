@@ -114,6 +114,7 @@ def test_first_seed_runs_the_seeds_from_it_and_records_it(tmp_path: Path, monkey
         (["batch-sweep", "--target", "1.5"], "--target: must be in (0, 1], got 1.5"),
         (["batch-sweep", "--target", "0"], "--target: must be in (0, 1], got 0"),
         (["batch-sweep", "--jobs", "0"], "--jobs: must be in [1, 64], got 0"),
+        (["batch-sweep", "--lr", "1e308"], "--lr: must be in (0, 1e+06], got 1e+308"),  # it crashed mid-run
         (["batch-sweep", "--first-seed", "-1"], "--first-seed: must be in [0, 2147483547], got -1"),
         (
             ["batch-sweep", "--optimizer", "lbfgs"],

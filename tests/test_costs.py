@@ -101,6 +101,7 @@ BAD = [
     ({"cost": {"model": "table", "points": [[1, 0.0], [2, 0.0]]}},
      "workers.0.cost.points: a step with samples must take some time, got 0 s at 1"),
     ({"cost": {"model": "table", "file": "missing.csv"}}, "workers.0.cost.file: no such file: missing.csv"),
+    ({"cost": {"model": "table", "file": "/tmp"}}, "workers.0.cost.file: a folder, not a file: /tmp"),
     ({"cost": {"model": "profile", "device": "h100", "workload": "ResNet-18"}},
      "workers.0.cost.device: unknown device 'h100' (known: k80, p100, v100)"),
     ({"cost": {"model": "profile", "device": "v100", "workload": "BERT"}},

@@ -204,6 +204,15 @@ def test_a_malformed_sweep_and_batches_it_does_not_hold_are_refused_in_one_line(
                   tmp_path, capsys)  # fmt: skip
     check_refused(main, ["calibrate-efficiency", "{tmp}/good", "--batches", "16,48"],  # it fitted on 16 alone
                   "--batches: 48 is not a global batch of the sweep (it has 16, 32)", tmp_path, capsys)  # fmt: skip
+    impossible = [({"noise_scale": -1.0}, "points.0.noise_scale: must be > 0, got -1"),
+                  ({"steps_to_target": 0.5}, f"points.0.steps_to_target: must be in [1, {2**40}], got 0.5"),
+                  ({"steps_run": 50.0}, "points.0.steps_run: 50 is fewer than its steps_to_target 100"),
+                  ({"batch": 2**50}, f"points.0.batch: must be in [1, {2**40}], got {2**50}")]  # fmt: skip
+    for k, (edit, problem) in enumerate(impossible):  # values no sweep writes: refused, not fitted
+        (tmp_path / f"odd{k}").mkdir()
+        (tmp_path / f"odd{k}" / "results.json").write_text(json.dumps({**common, "points": [{**points[0], **edit}]}))
+        check_refused(main, ["calibrate-efficiency", f"{{tmp}}/odd{k}"], f"{{tmp}}/odd{k}/results.json:{problem}",
+                      tmp_path, capsys)  # fmt: skip
     (tmp_path / "empty").mkdir()  # the line was cut short after "the sweep holds"
     (tmp_path / "empty" / "results.json").write_text(json.dumps({**common, "points": []}))
     check_refused(

@@ -15,6 +15,7 @@ import tomli_w
 from matplotlib.image import imread
 
 from hetsim.cli.main import main
+from hetsim.core.errors import ConfigError
 from hetsim.sweep.results import RunFolder
 from hetsim.sweep.run import expand, replication_seeds
 from hetsim.sweep.spec import load_sweep, point_scenario
@@ -325,7 +326,7 @@ def test_a_report_that_fails_midway_leaves_the_previous_tables_and_plots(tmp_pat
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(hetsim.plots, "render_run", render_then_fail)
-    with pytest.raises(OSError):
+    with pytest.raises(ConfigError, match=f"^run_dir: cannot write {run}: No space left on device$"):  # named
         folder = RunFolder.open(run)
         hetsim.report.build.render_report(folder, folder.spec(), "throughput")
     after = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file()}

@@ -253,6 +253,8 @@ BAD = [
     ),  # fmt: skip
     (["--budget-s", "0"], "--budget-s: must be in (0, 86400], got 0"),
     (["--threads", "2,1,1"], "--threads: 3 values for 2 ranks (one per rank, or RANK=VALUE items)"),
+    (["--threads", "0=2,0=1"], "--threads: rank 0 is given twice"),
+    (["--max-batch", "1,,2"], "--max-batch: an empty item in '1,,2' (a stray comma?)"),
     (["--max-batch", "1"], "--max-batch: must be in [2, 1438], got 1"),
     (["--max-batch", "40,40"], "--max-batch: the ranks hold at most 80 samples, less than the global batch 128"),
     (["--slowdown", "1,0.5"], "--slowdown: must be in [1, 1000], got 0.5"),

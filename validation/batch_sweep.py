@@ -31,6 +31,7 @@ from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param
 from validation.batch_sweep_cli import DEFAULTS, MAX_FIRST_SEED
 from validation.batch_sweep_resume import KEPT
+from validation.options import MAX_LR
 
 RESULT_FILES = ("results.json", "curve.csv", "noise.csv", "steps_to_target.png", KEPT)  # what a results folder holds
 
@@ -74,7 +75,7 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
     return SweepConfig(
         args.workload, tuple(sorted(multiples)), base,
         pick(args.optimizer, given.optimizer),
-        float(Param("--lr", low=0.0, low_open=True).check(pick(args.lr, given.lr))),
+        float(Param("--lr", low=0.0, low_open=True, high=MAX_LR).check(pick(args.lr, given.lr))),
         args.lr_scaling, int(Param("--seeds", "integer", low=1, high=100).check(args.seeds)),
         float(Param("--target", low=0.0, low_open=True, high=1.0).check(pick(args.target, given.target))),
         given.quick_max_steps if args.quick else given.max_steps, given.eval_gap, out,

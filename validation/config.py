@@ -22,7 +22,7 @@ from validation.backend import check_one_rank_per_gpu, parse_devices
 from validation.config_checks import check_across
 from validation.contention import MAX_NEIGHBOUR_CORES
 from validation.inject import parse_delay_spec
-from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES  # there for the parser
+from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES, MAX_LR  # there for the parser
 from validation.placement import available_cpus, parse_cpu_list
 from validation.profile_config import MAX_SLOWDOWN
 from validation.workloads import resolve_workload
@@ -31,7 +31,6 @@ from validation.workloads.base import Workload
 MAX_PROFILED = 1000  # --profile: a profiler trace of more steps would be too large to read back
 MAX_STEPS = 10**6  # epochs, probe rounds, warm-up steps: a real run of more would never end (and the plan is a list)
 MAX_DELAY_S = 60.0  # an injected delay's mean per step (and a per-sample delay's, per sample): beyond, a unit mistake
-MAX_LR = 1e6  # the optimizer holds the rate in the parameters' dtype; past any rate that trains, a unit mistake
 MAX_TIMEOUT_S = 86400.0  # --timeout-s: a day (datetime.timedelta overflows far beyond)
 
 

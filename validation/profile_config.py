@@ -175,6 +175,8 @@ def per_rank(text: str | None, world: int, option: str) -> dict[int, str]:
     if text is None:
         return {}
     items = [t.strip() for t in str(text).split(",")]
+    if not all(items):
+        raise ConfigError(option, f"an empty item in {text!r} (a stray comma?)")
     keyed = ["=" in t for t in items]
     if any(keyed) and not all(keyed):
         raise ConfigError(option, f"give one value per rank or RANK=VALUE items, not both: {text!r}")
@@ -191,6 +193,8 @@ def per_rank(text: str | None, world: int, option: str) -> dict[int, str]:
             raise ConfigError(option, f"rank {rank} is outside 0..{world - 1}")
         if not value.strip():
             raise ConfigError(option, f"rank {rank} has no value")
+        if rank in out:
+            raise ConfigError(option, f"rank {rank} is given twice")
         out[rank] = value.strip()
     return out
 

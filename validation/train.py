@@ -81,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="validation.train",
         description="One rank of a validation run (start it with torchrun or python -m validation run).",
+        refuse_repeats=False,  # the launcher appends its own --out to the command line it was given
     )
     add_run_options(parser)
     return parser

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import Param, first_repeat, typename
+from hetsim.core.params import MAX_COUNT, Param, first_repeat, typename
 from hetsim.model.efficiency import LR_RULES, OPTIMIZERS, Efficiency
 from hetsim.model.efficiency_fit import Fit, Shape, fit
 
@@ -57,14 +57,19 @@ def _point(entry: Any, where: str) -> Point:
         raise ConfigError(where, f"must be a table, got {typename(entry)}")
     get = lambda key, p: p.check(entry.get(key))  # noqa: E731
     shape = get("noise_shape", Param(f"{where}.noise_shape", "points", default=None)) or ()
+    steps = get("steps_to_target", Param(f"{where}.steps_to_target", default=None, low=1.0, high=MAX_COUNT))
+    run = get("steps_run", Param(f"{where}.steps_run", default=None, low=1.0, high=MAX_COUNT))
+    if steps is not None and run is not None and run < steps:
+        raise ConfigError(f"{where}.steps_run", f"{run:g} is fewer than its steps_to_target {steps:g}")
+    noise = Param(f"{where}.noise_scale", default=None, low=0.0, low_open=True)  # samples: an estimate is > 0
     return Point(
-        int(get("batch", Param(f"{where}.batch", "integer", low=1))),
+        int(get("batch", Param(f"{where}.batch", "integer", low=1, high=MAX_COUNT))),
         int(get("seed", Param(f"{where}.seed", "integer", low=0))),
-        get("steps_to_target", Param(f"{where}.steps_to_target", default=None, low=0.0, low_open=True)),
-        get("noise_scale", Param(f"{where}.noise_scale", default=None)),
-        get("noise_first", Param(f"{where}.noise_first", default=None)),
+        steps,
+        get("noise_scale", noise),
+        get("noise_first", replace(noise, name=f"{where}.noise_first")),
         shape,
-        get("steps_run", Param(f"{where}.steps_run", default=None, low=0.0, low_open=True)),
+        run,
     )
 
 

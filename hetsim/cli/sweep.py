@@ -94,9 +94,9 @@ def _add_sweep(sw: argparse.ArgumentParser) -> None:
     sw.add_argument(
         "--runs",
         type=path_argument,
-        default=Path("runs"),
+        default=None,
         metavar="DIR",
-        help="where results folders are made (default: runs)",
+        help="where results folders are made (default: runs; not with --resume, whose folder is given)",
     )
     add_metric_option(sw)
     _add_run_options(sw)
@@ -138,6 +138,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     check_engine_option(args.engine)
     if args.show_default:
+        if args.sweep is not None or args.resume is not None:
+            raise ConfigError("--show-default", "prints the embedded sweep and runs nothing: give no sweep to run")
         print(default_sweep_text(), end="")
         return 0
     folder, spec, trace = _resumed_or_new(args)
@@ -157,7 +159,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                     "replications": spec.replications, **trace.to_meta(),
                     "scenario": {"name": spec.base.get("name"), "config": spec.base},  # the grid's base
                     "seed": spec.seed}  # fmt: skip
-            folder = RunFolder.start(args.runs, spec, meta)
+            folder = RunFolder.start(args.runs or Path("runs"), spec, meta)
         _heal(folder, spec, cells, "its cell runs again")  # it may refuse the folder: then no resume to record
         if resumed and (note := folder.record_resume({"executor": executor.description, "engine": spec.engine})):
             print(f"hetsim: note: {note}", file=sys.stderr)
@@ -207,6 +209,8 @@ def _resumed_or_new(args: argparse.Namespace) -> tuple[RunFolder | None, SweepSp
     if args.resume is not None:
         if args.sweep is not None:
             raise ConfigError("--resume", "give either a sweep file or --resume, not both")
+        if args.runs is not None:
+            raise ConfigError("--runs", f"not with --resume: the sweep goes on in {args.resume}")
         folder = RunFolder.open(args.resume, "--resume")
         spec = folder.spec()
     else:

@@ -23,19 +23,46 @@ from hetsim.core.registry import POLICIES
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a usage error as a ConfigError: one line and exit status 2.
+    """argparse that reports a usage error as a ConfigError: one line and exit status 2; and
+    refuses an option of one value given twice, which argparse would let the later replace.
 
     An option's metavar can be left to a function (:meth:`defer_metavar`), called only when
     this parser's usage or help is shown: names that only a heavy module lists (calibrate's
     models, beside scipy) then cost nothing to a command line that does not show them."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, refuse_repeats: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deferred: list[tuple[argparse.Action, Callable[[], str]]] = []
+        self.refuse_repeats = refuse_repeats  # False for a command line a program composes (a later option wins)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         command = self.prog.partition(" ")[2]  # a subcommand's parser names it; the program's own is said once
         raise ConfigError("", f"{self.prog}: {message}" if command else message)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if self.refuse_repeats:
+            self._refuse_repeats(list(sys.argv[1:] if args is None else args))
+        return super().parse_known_args(args, namespace)
+
+    def _refuse_repeats(self, tokens: list[str]) -> None:
+        """An option that takes one value (or is a flag) given twice: argparse keeps the last and
+        says nothing, so ``--policy equal --policy dynamic`` would run dynamic alone."""
+        single = {
+            name: action
+            for action in self._actions
+            if isinstance(action, (argparse._StoreAction, argparse._StoreConstAction))
+            for name in action.option_strings
+        }
+        seen: set[argparse.Action] = set()
+        for token in tokens:
+            if token == "--":
+                break
+            action = single.get(token.split("=", 1)[0] if token.startswith("--") else token)
+            if action is None:
+                continue
+            if action in seen:
+                self.error(f"argument {'/'.join(action.option_strings)}: given twice (give it once)")
+            seen.add(action)
 
     def defer_metavar(self, action: argparse.Action, metavar: Callable[[], str]) -> None:
         """Show ``metavar()`` as ``action``'s metavar (which needs one meanwhile: argparse

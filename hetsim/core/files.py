@@ -35,6 +35,14 @@ def _umask() -> int:
 FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file; mkstemp's are 0600
 
 
+def not_a_file(path: Path) -> str:
+    """Why ``path``, which is not a regular file, cannot be read as one: a folder, something that
+    is there but is no file (a device, a pipe), or nothing."""
+    if path.is_dir():
+        return "a folder, not a file"
+    return "not a regular file (a device, pipe or socket)" if path.exists() else "no such file"
+
+
 def check_writable(target: Path, option: str | None = None) -> None:
     """Make sure a file can be written at ``target`` before any work is done for it (the same
     ConfigError :func:`atomic_write` would raise at the end, on ``option`` where given, else on
@@ -70,6 +78,11 @@ def atomic_write(target: Path, write: Callable[[str], object]) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, FILE_MODE)
         os.replace(tmp, target)
+    except OSError as exc:  # a full disk, say: name the file (a writer's error names none, or the temporary)
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename not in (None, tmp):
+            raise  # another file's
+        raise ConfigError(str(target), f"cannot be written: {exc.strerror or exc}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -148,7 +161,12 @@ def atomic_folder(target: Path, option: str) -> Iterator[Path]:
     except OSError as exc:
         raise ConfigError(option, f"cannot write in {target.parent}: {exc.strerror or exc}") from None
     try:
-        yield tmp
+        try:
+            yield tmp
+        except OSError as exc:  # writing into it failed (a full disk): name the folder the results were for
+            if exc.filename is not None and not str(exc.filename).startswith(str(tmp)):
+                raise  # another file's
+            raise ConfigError(option, f"cannot write {target}: {exc.strerror or exc}") from None
         target.mkdir(exist_ok=True)
         files = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if not p.is_dir())
         for name in files:  # check every move before the first, so none or all happen

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from hetsim.core.errors import ConfigError
+from hetsim.core.files import not_a_file
 from hetsim.core.params import FrozenPlugIn, Param, file_path
 from hetsim.core.registry import COSTS
 
@@ -248,7 +249,7 @@ def profile_devices() -> list[str]:
 def _read_pairs(path: Path) -> list[tuple[float, float]]:
     """The ``batch,seconds`` lines of a measured curve."""
     if not path.is_file():
-        raise ConfigError("file", f"no such file: {path}")
+        raise ConfigError("file", f"{not_a_file(path)}: {path}")
     try:
         with warnings.catch_warnings():  # NumPy warns on an empty file; the caller says it plainly
             warnings.simplefilter("ignore")

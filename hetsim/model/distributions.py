@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from hetsim.core.errors import ConfigError
+from hetsim.core.files import not_a_file
 from hetsim.core.params import FrozenPlugIn, Param, file_path
 from hetsim.core.registry import DISTRIBUTIONS
 
@@ -302,7 +303,7 @@ class Empirical(Distribution):
 def _read_numbers(path: Path) -> tuple[float, ...]:
     """The numbers of a measurement file, checked like inline samples."""
     if not path.is_file():
-        raise ConfigError("file", f"no such file: {path}")
+        raise ConfigError("file", f"{not_a_file(path)}: {path}")
     try:
         with warnings.catch_warnings():  # NumPy warns on an empty file; the check below says it plainly
             warnings.simplefilter("ignore")

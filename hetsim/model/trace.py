@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from hetsim.core.errors import ConfigError
-from hetsim.core.files import FRAME_FORMATS, frame_format, write_frame
+from hetsim.core.files import FRAME_FORMATS, frame_format, not_a_file, write_frame
 from hetsim.core.params import MAX_COUNT, MAX_STEP_S
 
 if TYPE_CHECKING:
@@ -279,7 +279,7 @@ def read_trace_table(path: str | Path, required: Sequence[str] = REQUIRED_COLUMN
         raise ConfigError(str(path), "a folder: name its trace file (a simulate --out or validation run folder holds "
                                      "trace.parquet)")  # fmt: skip
     if not p.is_file():
-        raise ConfigError(str(path), "no such file")
+        raise ConfigError(str(path), not_a_file(p))
     if p.name.endswith((".json", ".json.gz", ".pt.trace.json")):
         raise ConfigError(str(path), "a JSON file, not a trace table: a torch.profiler trace goes through "
                                      "hetsim import-trace first (its CSV or Parquet output is the trace)")  # fmt: skip

@@ -19,6 +19,7 @@ from typing import Any
 
 from hetsim.core.builtins import builtin_names, builtin_text
 from hetsim.core.errors import ConfigError
+from hetsim.core.files import not_a_file
 from hetsim.core.params import MAX_COUNT, MAX_SEED, MAX_STEP_S, Param, typename
 from hetsim.core.registry import NETWORKS
 from hetsim.model.efficiency import EFFICIENCY_PARAMS, Efficiency, Schedule, extension_fields
@@ -35,10 +36,8 @@ def read_table(path: str | Path) -> dict[str, Any]:
     """A TOML or JSON file as a dict (by extension; anything but .json is read as TOML). The
     one reader of such files: scenarios, sweeps and validation run files."""
     p = Path(path)
-    if p.is_dir():
-        raise ConfigError(str(path), "a folder, not a file")
     if not p.is_file():
-        raise ConfigError(str(path), "no such file")
+        raise ConfigError(str(path), not_a_file(p))
     kind = "JSON" if p.suffix.lower() == ".json" else "TOML"
     try:
         text = p.read_text(encoding="utf-8")

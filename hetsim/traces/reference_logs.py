@@ -177,7 +177,8 @@ def read_run(run_dirs: str | Path | Sequence[str | Path]) -> RunLog:
     for run_dir in dirs:
         root = Path(run_dir)
         if not root.is_dir():
-            raise ConfigError(str(run_dir), "no such folder")
+            raise ConfigError(str(run_dir), "a file, not a folder (a reference run's folder holds success.txt)"
+                              if root.exists() else "no such folder")  # fmt: skip
         success = root / "success.txt"
         if not success.is_file():
             raise ConfigError(str(success), "missing (a reference run folder holds success.txt)")
