@@ -77,6 +77,14 @@ CASES = [
     case("axis-without-values", [SWEEP], "grid.n.values: must be a list, got NoneType (None)",
          sweep_file(grid={"n": {"workers.0.count": [2]}})),
     # a setting twice: its cells pooled as one with twice the replications (the interval too narrow)
+    case("too-many-points", [SWEEP],  # refused from the counts: a million grid points were each built
+         "grid: 100 x 100 x 100 = 1,000,000 grid points, more than 100,000: split the sweep",
+         sweep_file(grid={"workers.0.per_sample_s": [1e-3 * (i + 1) for i in range(100)],
+                          "workers.0.overhead_s": [1e-3 * i for i in range(100)],
+                          "workload.epochs": list(range(1, 101))})),
+    case("too-many-runs", [SWEEP], "replications: 1,000 grid points x 1 policies x 1,001 replications = 1,001,000 "
+         "runs, more than 1,000,000: split the sweep or give fewer replications",
+         sweep_file(replications=1001, grid={"workers.0.per_sample_s": [1e-3 * (i + 1) for i in range(1000)]})),
     case("policy-twice", [SWEEP], "policies.1: 'equal' is listed twice (more runs of one setting: replications)",
          sweep_file(policies=["equal", "equal"])),
     case("axis-value-twice", [SWEEP],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from hetsim.scenario.raw_tables import Table
 from hetsim.scenario.scenario import Scenario
 
 MAX_REPLICATIONS = 100_000  # seeds per cell: far beyond any confidence interval's need, within memory
+MAX_POINTS = 100_000  # grid points: each is built to be checked before anything runs (seconds for these)
+MAX_RUNS = 1_000_000  # grid points x policies x replications: the results table's rows, held in memory
 
 
 @dataclass(frozen=True)
@@ -229,8 +232,23 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
         engine=top.get(Param("engine", "string", default=AUTO)),
     )
     check_engine(spec.engine)
+    _check_size(spec)
     _check_grid(spec)
     return spec
+
+
+def _check_size(spec: SweepSpec) -> None:
+    """The sweep's size from its counts, before any grid point is built: at most
+    :data:`MAX_POINTS` grid points and :data:`MAX_RUNS` runs."""
+    points = math.prod(len(a.labels) for a in spec.axes)
+    runs = points * len(spec.policies) * spec.replications
+    shape = " x ".join(str(len(a.labels)) for a in spec.axes) or "1"
+    if points > MAX_POINTS:
+        raise ConfigError("grid", f"{shape} = {points:,} grid points, more than {MAX_POINTS:,}: split the sweep")
+    if runs > MAX_RUNS:
+        raise ConfigError("replications", f"{points:,} grid points x {len(spec.policies)} policies x "
+                                          f"{spec.replications:,} replications = {runs:,} runs, more than "
+                                          f"{MAX_RUNS:,}: split the sweep or give fewer replications")  # fmt: skip
 
 
 SCENARIO_ONLY_KEYS = ("workload", "workers", "network", "policy")  # a scenario file's tables, never a sweep's
