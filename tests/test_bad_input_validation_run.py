@@ -350,3 +350,18 @@ def test_a_cpu_range_beyond_reason_is_one_line(tmp_path):
     assert (done.returncode, done.stderr) == (2, f"validation: error: --cpus: CPU {missing} does not exist here "
                                                  f"(this machine's CPUs: {machine('{cpus}')})\n")  # fmt: skip
     assert list(tmp_path.iterdir()) == []
+
+
+def test_more_cpu_ranks_than_the_machine_can_time_slice_is_one_line(tmp_path, capsys):
+    """300 ranks on this 2-core machine started, each with its own torch (load 237); a world past
+    four CPU ranks to a CPU is refused before any starts."""
+    from validation.cli import RANKS_PER_CPU
+    from validation.placement import available_cpus
+
+    cpus = len(available_cpus())
+    world = RANKS_PER_CPU * cpus + 1
+    check_refused(main, ["run", "--world-size", str(world), "--global-batch", str(4 * world), "--out", "{tmp}/r"],
+                  f"--world-size: {world} CPU ranks on {cpus} CPU(s): at most {RANKS_PER_CPU} to a CPU here (more "
+                  "would time-slice each core between them: the steps measured would be the scheduler's, and every "
+                  "rank holds its own torch)", tmp_path, capsys, "validation")  # fmt: skip
+    assert not (tmp_path / "r").exists()

@@ -170,8 +170,19 @@ def record_end(out: Path, status: str, how: str) -> bool:
     return True
 
 
+RANKS_PER_CPU = 4  # the launcher's CPU ranks: more than this many to a core and steps measure the scheduler
+
+
 def check_local_devices(devices: Sequence[str]) -> None:
-    """Every CUDA device asked for exists on this machine (the launcher's ranks all run here)."""
+    """Every CUDA device asked for exists on this machine (the launcher's ranks all run here), and
+    the CPU ranks are at most :data:`RANKS_PER_CPU` to each CPU this process may use."""
+    from validation.placement import available_cpus
+
+    cpu_ranks, cpus = sum(not d.startswith("cuda") for d in devices), len(available_cpus())
+    if cpu_ranks > RANKS_PER_CPU * cpus:
+        raise ConfigError("--world-size", f"{cpu_ranks} CPU ranks on {cpus} CPU(s): at most {RANKS_PER_CPU} to a CPU "
+                                          "here (more would time-slice each core between them: the steps measured "
+                                          "would be the scheduler's, and every rank holds its own torch)")  # fmt: skip
     wanted = [d for d in devices if d.startswith("cuda")]
     if not wanted:
         return
