@@ -150,6 +150,7 @@ class DaskExecutor:
             self.client = Client(self.cluster)
             self.description = f"a Dask LocalCluster of {jobs} workers"
         else:
+            check_scheduler(scheduler, connect_timeout_s)
             try:
                 self.client = Client(scheduler, timeout=connect_timeout_s)
             except (OSError, TimeoutError, ValueError) as exc:
@@ -174,6 +175,42 @@ class DaskExecutor:
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+
+
+def check_scheduler(address: str, timeout_s: float) -> None:
+    """What answers at ``address`` is a Dask scheduler (it names itself one when asked who it is),
+    asked and answered within ``timeout_s`` or twice that: a web server there (the dashboard's
+    port) held ``Client`` for minutes, and a server of another protocol made it read a frame
+    of exabytes."""
+    import asyncio
+    import socket
+
+    from distributed.comm import connect
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:  # something listens there (Dask's own connect would also wait for its handshake)
+        scheme, location = parse_address(address)
+        if scheme in ("tcp", "tls"):
+            socket.create_connection(parse_host_port(location), timeout=timeout_s).close()
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
+        raise ConfigError("--scheduler", f"cannot reach {address}: {why}") from None
+
+    async def identity() -> Any:
+        comm = await connect(address, timeout=timeout_s)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    try:
+        reply = asyncio.run(asyncio.wait_for(identity(), 2 * timeout_s))
+    except Exception:  # it listens, but answers in another protocol: no reply in time, or frames its reader refused
+        reply = None
+    if not (isinstance(reply, dict) and reply.get("type") == "Scheduler"):
+        raise ConfigError("--scheduler", f"{address} is not a Dask scheduler (its address is tcp://HOST:8786 by "
+                                         "default; the dashboard's port, 8787, is a web page)")  # fmt: skip
 
 
 def make_executor(
