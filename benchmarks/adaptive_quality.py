@@ -17,13 +17,13 @@ Prints one JSON object. ``split_changes`` is the Summary's (samples moved per st
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tomllib
 from typing import Any
 
 import numpy as np
+from bench_common import Parser, count, entry
 from bench_engines import scenario as bench_scenario
 
 from hetsim.engines import engine_for
@@ -83,9 +83,9 @@ def at_scale(n: int, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="{}", help="adaptive's parameters, a JSON object")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=count, default=3)
     args = parser.parse_args()
     params = json.loads(args.params)
     spec = load_sweep(tomllib.loads(default_sweep_text()))
@@ -102,4 +102,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry(main, "adaptive_quality")

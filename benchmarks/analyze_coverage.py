@@ -27,7 +27,6 @@ percentile over the rounds. ``--quick`` runs one round of 50 seeds and leaves ou
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -36,6 +35,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
+from bench_common import Parser, count, entry
 
 from hetsim.analysis.step_ci import simulated_mean
 from hetsim.policies import policy_class
@@ -150,12 +150,12 @@ def run(names: list[str], seeds: int, rounds: int, jobs: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=None, help="analyses per scenario (default 200; --quick 50)")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=count, default=None, help="analyses per scenario (default 200; --quick 50)")
     parser.add_argument("--quick", action="store_true", help="50 seeds, without the 80,000-update run")
     parser.add_argument("--only", default=None, help="comma-separated scenario names (default: all)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds on fresh seeds (the figures' spread)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
+    parser.add_argument("--rounds", type=count, default=3, help="rounds on fresh seeds (the figures' spread)")
+    parser.add_argument("--jobs", type=count, default=os.cpu_count() or 1, help="processes")
     args = parser.parse_args()
     seeds = args.seeds or (50 if args.quick else 200)
     names = list(SCENARIOS) if args.only is None else [n.strip() for n in args.only.split(",")]
@@ -169,4 +169,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry(main, "analyze_coverage")

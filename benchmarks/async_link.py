@@ -14,9 +14,10 @@ sets both groups' lognormal noise (default: the scenario's, 0.05 and 0.08).
 
 from __future__ import annotations
 
-import argparse
 import json
 from typing import Any
+
+from bench_common import Parser, count, entry
 
 import hetsim.analysis.analytic_async as analytic_async
 from hetsim.analysis.analytic import predict
@@ -58,9 +59,9 @@ def measure(gradient_mb: float, epochs: int, sigma: float | None) -> dict[str, A
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print the rows as a JSON list")
-    ap.add_argument("--epochs", type=int, default=10, help="epochs of 97 steps (x 16 updates) per run")
+    ap.add_argument("--epochs", type=count, default=10, help="epochs of 97 steps (x 16 updates) per run")
     ap.add_argument("--sigma", type=float, default=None, help="lognormal noise of every worker")
     args = ap.parse_args(argv)
     rows = [measure(mb, args.epochs, args.sigma) for mb in SIZES_MB]
@@ -79,4 +80,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry(main, "async_link")

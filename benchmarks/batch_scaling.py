@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import checked_seed, refuse, stats
+from bench_common import Parser, checked_seed, count, entry, out_path, refuse, stats
 
 from hetsim.calibrate.efficiency_runs import Sweep, fitted_model, load_sweeps, plain_model, reached
 from hetsim.core.errors import ConfigError
@@ -192,18 +192,18 @@ def learning_rates(text: str) -> dict[str, float]:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("runs/batch-scaling"), help="sweeps' folder")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=out_path, default="runs/batch-scaling", help="sweeps' folder")
     parser.add_argument("--reuse", type=Path, nargs="+", default=None,
                         help="sweeps already run: batch-sweep folders, or folders of WORKLOAD/ sweeps")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="the sweeps' --quick")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--jobs", type=int, default=1, help="the sweeps' --jobs (runs at once)")
-    parser.add_argument("--seeds", type=int, default=3, help="the sweeps' --seeds")
+    parser.add_argument("--jobs", type=count, default=1, help="the sweeps' --jobs (runs at once)")
+    parser.add_argument("--seeds", type=count, default=3, help="the sweeps' --seeds")
     parser.add_argument("--first-seed", type=int, default=0, help="the sweeps' --first-seed")
     parser.add_argument("--lr", type=learning_rates, default="digits-cnn=0.03", metavar="WORKLOAD=LR,...",
                         help="the sweeps' --lr per workload (default digits-cnn=0.03)")  # fmt: skip
-    parser.add_argument("--resamples", type=int, default=200, help="draws of the seeds for the typical intervals")
+    parser.add_argument("--resamples", type=count, default=200, help="draws of the seeds for the typical intervals")
     parser.add_argument("--seed", type=int, default=0, help="the resampling's seed")
     args = parser.parse_args()
     checked_seed(PROG, args.seed)
@@ -286,7 +286,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except ConfigError as exc:
-        refuse(PROG, str(exc))
+    entry(main, "batch_scaling")

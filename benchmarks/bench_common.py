@@ -12,6 +12,7 @@ Run a benchmark from the repository root as ``python benchmarks/NAME.py``: its f
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import statistics
@@ -30,6 +31,47 @@ def refuse(prog: str, line: str) -> NoReturn:
     """A benchmark's bad input: ``prog: error: line`` and exit status 2, as the commands do."""
     print(f"{prog}: error: {line}", file=sys.stderr)
     raise SystemExit(2)
+
+
+class Parser(argparse.ArgumentParser):
+    """A benchmark's options: a usage error is one line and exit status 2, as the commands'."""
+
+    def error(self, message: str) -> NoReturn:
+        refuse(self.prog, message)
+
+
+def count(text: str) -> int:
+    """argparse ``type`` of a count (runs, rounds, seeds, epochs, ...): a whole number, at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def out_path(text: str) -> Path:
+    """argparse ``type`` of an output folder: absolute, as typed from the working folder (a
+    benchmark starts its commands in the repository's root, where a relative one would land)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: name a folder")
+    return Path(text).resolve()
+
+
+def entry(main: Callable[[], int | None], prog: str) -> NoReturn:
+    """Run a benchmark's ``main`` and exit with its status: a ConfigError (a command it started
+    refused, or its own check) is one line and status 2, Ctrl-C one line and 130."""
+    try:
+        status = main()
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+    except Exception as exc:
+        if type(exc).__name__ != "ConfigError":  # hetsim's, named so that this module needs only the standard library
+            raise
+        refuse(prog, str(exc))
+    raise SystemExit(status or 0)
 
 
 def checked_seed(prog: str, seed: int, option: str = "--seed", most: int | None = None) -> int:

@@ -36,7 +36,6 @@ Prints a table; ``--json`` prints ``{"workers": {"8": {"rounds": ..., "rates": {
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable
@@ -44,7 +43,7 @@ from typing import TypedDict
 
 import numpy as np
 import simpy
-from bench_common import stats, time_rounds
+from bench_common import Parser, count, entry, stats, time_rounds
 from simpy.events import Condition
 
 from hetsim.engines import run_simpy, run_vector
@@ -203,11 +202,11 @@ def print_table(sizes: dict[str, Size], met: dict[str, bool], steps: int, policy
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--workers", default="8,64,256,1024", help="comma-separated cluster sizes")
-    parser.add_argument("--steps", type=int, default=1000, help="steps per run (default: 1000, a default-sweep cell)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds at each size, at least (default: 3)")
+    parser.add_argument("--steps", type=count, default=1000, help="steps per run (default: 1000, a default-sweep cell)")
+    parser.add_argument("--rounds", type=count, default=3, help="rounds at each size, at least (default: 3)")
     parser.add_argument(
         "--budget-s", type=float, default=20.0, help="more rounds while a size's runs took under this (default: 20)"
     )
@@ -236,4 +235,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry(main, "bench_engines")

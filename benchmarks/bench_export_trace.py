@@ -11,7 +11,6 @@ and the seconds' mean, median and 90th percentile over rounds.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import stats
+from bench_common import Parser, count, entry, stats
 
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario
@@ -29,10 +28,10 @@ from hetsim.traces.chrome import ExportRun, check_size, lay_out, write_chrome
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=15000)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=count, default=16)
+    ap.add_argument("--steps", type=count, default=15000)
+    ap.add_argument("--rounds", type=count, default=3)
     args = ap.parse_args(argv)
     half = args.workers // 2
     scenario = load_scenario("shared-cluster", [
@@ -57,4 +56,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry(main, "bench_export_trace")

@@ -13,7 +13,6 @@ Prints per-trial values and mean, median and 90th percentile, or one JSON object
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import stats
+from bench_common import Parser, count, entry, stats
 
 from validation.launch import child_pids
 
@@ -73,8 +72,8 @@ def killed_launcher_trial(folder: Path) -> dict[str, float | bool]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=5)
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=count, default=5)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     hung, killed = [], []
@@ -101,4 +100,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry(main, "bench_failures")

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import stats
+from bench_common import Parser, count, entry, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE_WORKERS, BASE_BATCH, BASE_DATASET = 6, 512, 50_000  # mixed-gpus as shipped
@@ -64,8 +64,8 @@ def repeat(workers: int, runs: int, objective: str, policies: str | None) -> lis
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5, help="repetitions per size (default 5, at least 3)")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=count, default=5, help="repetitions per size (default 5, at least 3)")
     parser.add_argument("--workers", default="64,1024", help="comma-separated cluster sizes (default 64,1024)")
     parser.add_argument("--objective", default="throughput", help="plan's objective (default throughput)")
     parser.add_argument("--policy", default=None, help="comma-separated policies (default: every one that can run)")
@@ -92,4 +92,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry(main, "bench_plan")

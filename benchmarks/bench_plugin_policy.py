@@ -17,7 +17,6 @@ seconds, and whether the static pair's traces (of the first round) are equal.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_common import stats, time_rounds
+from bench_common import Parser, count, entry, stats, time_rounds
 
 from hetsim.core.registry import PLUGINS_ENV
 from hetsim.model.partition import split_by_shares
@@ -46,10 +45,10 @@ class EvenSplit(Policy):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", type=int, default=64)
-    ap.add_argument("--epochs", type=int, default=100)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap = Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=count, default=64)
+    ap.add_argument("--epochs", type=count, default=100)
+    ap.add_argument("--rounds", type=count, default=5)
     args = ap.parse_args(argv)
     os.environ[PLUGINS_ENV] = str(Path(__file__).resolve().parents[1] / "examples" / "my_policies.py")  # as users do
     scenario = load_scenario(
@@ -88,4 +87,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry(main, "bench_plugin_policy")

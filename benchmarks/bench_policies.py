@@ -17,12 +17,11 @@ ratio of each policy's rate to the first policy's, turn by turn, with its mean, 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 import bench_scale
-from bench_common import refuse, stats
+from bench_common import Parser, count, entry, refuse, stats
 from bench_engines import scenario
 
 from hetsim.core.errors import ConfigError
@@ -48,10 +47,10 @@ def scenario_for(n_workers: int, steps: int, policy: str) -> Scenario:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="1024,10000")
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=count, default=1000)
+    parser.add_argument("--rounds", type=count, default=3)
     parser.add_argument("--policies", default="dynamic,adaptive")
     args = parser.parse_args()
     policies = args.policies.split(",")
@@ -74,4 +73,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry(main, "bench_policies")

@@ -34,7 +34,6 @@ read the ratios, which are measured within one round.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -42,7 +41,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench_common import Rounds, stats, time_rounds
+from bench_common import Parser, Rounds, count, entry, stats, time_rounds
 from bench_engines import same_trace, scenario
 
 from hetsim.engines import run_simpy, run_vector
@@ -132,12 +131,12 @@ def measure_speed(rounds: int) -> tuple[list[dict[str, float]], dict[str, dict[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10, help="rounds of single runs (default: 10)")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=count, default=10, help="rounds of single runs (default: 10)")
     parser.add_argument(
-        "--memory-runs", type=int, default=1, help="--trace none runs, each in a fresh process (default: 1)"
+        "--memory-runs", type=count, default=1, help="--trace none runs, each in a fresh process (default: 1)"
     )
-    parser.add_argument("--memory-steps", type=int, default=100_000, help="steps of the --trace none run")
+    parser.add_argument("--memory-steps", type=count, default=100_000, help="steps of the --trace none run")
     args = parser.parse_args()
     rounds, rates = measure_speed(args.rounds)
     memory = [peak_memory_mb(10_000, args.memory_steps) for _ in range(args.memory_runs)]
@@ -159,4 +158,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry(main, "bench_scale")

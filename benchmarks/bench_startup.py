@@ -15,7 +15,6 @@ whole measurement (the project's "beside one busy process" condition), and stops
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import subprocess
@@ -24,7 +23,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench_common import stats
+from bench_common import Parser, count, entry, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = "numpy"
@@ -55,9 +54,9 @@ def rounds(n: int) -> list[dict[str, float]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=10, help="rounds measured (default 10)")
-    parser.add_argument("--warmup", type=int, default=1, help="rounds run first and not counted (default 1)")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=count, default=10, help="rounds measured (default 10)")
+    parser.add_argument("--warmup", type=count, default=1, help="rounds run first and not counted (default 1)")
     parser.add_argument("--busy", action="store_true", help="measure beside one process that keeps a core busy")
     args = parser.parse_args()
     if args.runs < 1 or args.warmup < 0:
@@ -87,4 +86,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry(main, "bench_startup")

@@ -9,11 +9,11 @@ pool. Prints {"cells_per_s": {"1": ..., "2": ...}, "ratio": ...} with --json.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import sys
 import time
+
+from bench_common import Parser, count, entry
 
 from hetsim.scenario.config import tomllib
 from hetsim.sweep.run import expand, make_executor
@@ -33,9 +33,9 @@ def measure(jobs: int, n_cells: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--cells", type=int, default=80)
+    parser.add_argument("--cells", type=count, default=80)
     args = parser.parse_args()
     rates = {str(j): measure(j, args.cells) for j in (1, 2)}
     result = {"cells_per_s": rates, "ratio": rates["2"] / rates["1"], "cells": args.cells}
@@ -49,4 +49,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry(main, "bench_sweep")

@@ -11,7 +11,6 @@ before and after, and whether every run passed. A failed run is reported, not re
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -19,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_common import stats
+from bench_common import Parser, count, entry, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,8 +31,8 @@ def one_run_s(target: str) -> tuple[float, int]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5, help="runs measured (default 5)")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=count, default=5, help="runs measured (default 5)")
     parser.add_argument("--target", default="test-fast", help="make target (default test-fast)")
     parser.add_argument("--no-busy", action="store_true", help="measure without the busy neighbour")
     args = parser.parse_args()
@@ -65,4 +64,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry(main, "bench_test_suite")

@@ -35,17 +35,16 @@ outside 0.8-1.2 is that round's spread where the pooled one is well inside. Prin
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import sys
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from bench_common import Parser, count, entry
 
 from hetsim.calibrate import calibrate
 from hetsim.run.simulate import simulate
@@ -304,11 +303,11 @@ def run(seeds: int, steps: int, rounds: int, jobs: int) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=30, help="seeds a round")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of --seeds seeds (the summary's spread)")
-    parser.add_argument("--steps", type=int, default=500, help="steps per run (per global batch where pooled)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=count, default=30, help="seeds a round")
+    parser.add_argument("--rounds", type=count, default=3, help="rounds of --seeds seeds (the summary's spread)")
+    parser.add_argument("--steps", type=count, default=500, help="steps per run (per global batch where pooled)")
+    parser.add_argument("--jobs", type=count, default=os.cpu_count() or 1, help="processes")
     parser.add_argument("--quick", action="store_true", help="one round of 5 seeds of 200 steps (a smoke run)")
     parser.add_argument("--json", action="store_true", help="everything (default: the summaries over rounds)")
     args = parser.parse_args()
@@ -322,4 +321,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry(main, "calibration_coverage")

@@ -16,16 +16,14 @@ chose each model; ``--json`` prints ``{"auto": {...}, "affine": {...}, "chosen":
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
-import sys
 from collections import Counter
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from bench_common import checked_seed
+from bench_common import Parser, checked_seed, count, entry
 
 from hetsim.calibrate import calibrate
 from hetsim.model.costs import Profile, device_profiles
@@ -116,10 +114,10 @@ def run(train_sizes: int, steps: int, sigma: float, seed: int) -> dict[str, Any]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--train", type=int, default=3, help="batch sizes calibrated on (the others predicted)")
-    parser.add_argument("--steps", type=int, default=200, help="steps simulated at each batch size")
+    parser.add_argument("--train", type=count, default=3, help="batch sizes calibrated on (the others predicted)")
+    parser.add_argument("--steps", type=count, default=200, help="steps simulated at each batch size")
     parser.add_argument("--sigma", type=float, default=0.05, help="lognormal noise sigma")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -140,4 +138,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry(main, "calibration_profiles")

@@ -19,7 +19,6 @@ order of the gaps rotated from round to round).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -29,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from bench_common import checked_seed, refuse, rotated, stats
+from bench_common import Parser, checked_seed, count, entry, refuse, rotated, stats
 
 from hetsim.sweep.results import provenance
 from validation.profile_measure import Stepper
@@ -66,12 +65,12 @@ def trial_ratios(step: Callable[[], float], wait: Callable[[float], None], gap_s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="digits-cnn:16,digits-cnn:64,transformer:8,resnet18:16")
     parser.add_argument("--gaps-ms", default="0,1,5,20,100")
     parser.add_argument("--modes", default="sleep,spin")
-    parser.add_argument("--trials", type=int, default=20, help="trials per case, mode and gap in a round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--trials", type=count, default=20, help="trials per case, mode and gap in a round")
+    parser.add_argument("--rounds", type=count, default=3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     gaps = [float(g) for g in args.gaps_ms.split(",")]
@@ -101,4 +100,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry(main, "cold_step")

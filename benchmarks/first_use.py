@@ -20,7 +20,6 @@ above the later ones'.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -30,7 +29,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from bench_common import stats
+from bench_common import Parser, count, entry, out_path, stats
 
 from validation.trace_check import MIN_ROWS, first_uses, use_ratios
 
@@ -89,9 +88,9 @@ def run_once(seed: int, out: Path, extra: list[str]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repetitions", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path("runs/first-use"))
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repetitions", type=count, default=3)
+    parser.add_argument("--out", type=out_path, default="runs/first-use")  # a string: argparse resolves it too
     parser.add_argument("extra", nargs="*", help="after --: options for validation run")
     args = parser.parse_args()
     reps = [run_once(seed, args.out / f"rep{seed}", args.extra) for seed in range(args.repetitions)]
@@ -109,4 +108,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry(main, "first_use")

@@ -16,13 +16,12 @@ over seeds; below 1 means goodput is faster).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Any
 
 import numpy as np
-from bench_common import stats
+from bench_common import Parser, count, entry, stats
 
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate
@@ -53,8 +52,8 @@ def time_to_target(overrides: list[str], policy: str, batch: int, seed: int, par
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=5)
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=count, default=5)
     args = parser.parse_args()
     out: dict[str, Any] = {"command": " ".join(sys.argv), "clusters": {}}
     for name, overrides in CLUSTERS.items():
@@ -73,4 +72,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry(main, "goodput")

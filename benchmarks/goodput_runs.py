@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import stats, validation_run
+from bench_common import Parser, count, entry, out_path, stats, validation_run
 
 from hetsim.core.files import finite
 
@@ -101,15 +101,15 @@ def best_batch(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="digits-cnn")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=count, default=3)
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1")
-    parser.add_argument("--base-batch", type=int, default=16)
+    parser.add_argument("--base-batch", type=count, default=16)
     parser.add_argument("--lr", type=float, default=0.05, help="learning rate at the base batch")
     parser.add_argument("--target", type=float, default=0.95)
-    parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--out", type=Path, required=True, help="folder for the runs (reused: a rerun resumes)")
+    parser.add_argument("--epochs", type=count, default=8)
+    parser.add_argument("--out", type=out_path, required=True, help="folder for the runs (reused: a rerun resumes)")
     parser.add_argument("extra", nargs="*", help="more options for validation run (after --)")
     args = parser.parse_args()
     args.extra = args.extra or ["--delay", "1=0.01"]
@@ -135,4 +135,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry(main, "goodput_runs")

@@ -22,16 +22,14 @@ Prints JSON.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
-from bench_common import stats
+from bench_common import Parser, count, entry, stats
 from calibration_coverage import case_seed, cases, ratio_interval, rms
 
 from hetsim.calibrate import calibrate
@@ -80,10 +78,10 @@ def param_summary(rows: list[tuple[float, float, float]], rng: np.random.Generat
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=300, help="seeds (calibration_coverage's rounds together)")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=count, default=300, help="seeds (calibration_coverage's rounds together)")
     parser.add_argument("--param", default="w1.floor_s", help="the parameter to examine")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
+    parser.add_argument("--jobs", type=count, default=os.cpu_count() or 1, help="processes")
     parser.add_argument("--quick", action="store_true", help="30 seeds (a smoke run)")
     args = parser.parse_args()
     seeds = range(30 if args.quick else args.seeds)
@@ -103,4 +101,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry(main, "hinge_deviance")

@@ -37,7 +37,6 @@ and run at full speed, and rank 1 is then not the slowest in that step.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -48,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from bench_common import stats
+from bench_common import Parser, count, entry, out_path, stats
 
 from hetsim.analysis.analytic import predict
 from hetsim.calibrate import calibrate
@@ -105,14 +104,14 @@ def compare(run: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repetitions", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=10, help="profiled steps of the policy (default 10, at most 10)")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repetitions", type=count, default=3)
+    parser.add_argument("--steps", type=count, default=10, help="profiled steps of the policy (default 10, at most 10)")
     parser.add_argument(
         "--load", type=float, default=1.0, help="scales rank 1's neighbours' load (default 1: see the docstring)"
     )
     parser.add_argument("--configs", default="flat-2,ddp-2,flat-3,ddp-3", help="COMM-RANKS,... (default: all four)")
-    parser.add_argument("--out", type=Path, default=None, help="keep the runs here (default: a temporary folder)")
+    parser.add_argument("--out", type=out_path, default=None, help="keep the runs here (default: a temporary folder)")
     parser.add_argument(
         "--run-options", default="", help="more options of every validation run, e.g. '--global-batch 512 --epochs 5'"
     )
@@ -145,4 +144,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry(main, "import_trace_fidelity")

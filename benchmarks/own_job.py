@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from bench_common import stats
+from bench_common import Parser, count, entry, out_path, stats
 
 from hetsim.model.costs import Table
 
@@ -188,16 +188,16 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
     """The options of the profile, the plan and the runs (this script's and run_spread.py's)."""
     parser.add_argument("--slowdown", default="1,2", help="emulated slowness of rank 0 and rank 1 (default 1,2)")
     parser.add_argument("--budget-s", type=float, default=30.0, help="the profile's budget per rank (default 30)")
-    parser.add_argument("--global-batch", type=int, default=128)
-    parser.add_argument("--epochs", type=int, default=60, help="epochs of each run (default 60: 660 steps)")
+    parser.add_argument("--global-batch", type=count, default=128)
+    parser.add_argument("--epochs", type=count, default=60, help="epochs of each run (default 60: 660 steps)")
     parser.add_argument("--plan-policies", default="equal,proportional,dynamic,dynamic-enhanced,optimal,adaptive")
     parser.add_argument("--cost-error", type=float, default=0.0, help="the plan's --cost-error (default 0)")
-    parser.add_argument("--out", type=Path, default=None, help="keep the folders here (default: a temporary one)")
+    parser.add_argument("--out", type=out_path, default=None, help="keep the folders here (default: a temporary one)")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repetitions", type=int, default=3)
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repetitions", type=count, default=3)
     parser.add_argument("--policies", default="equal,optimal,dynamic,adaptive", help="runs beside the plan's")
     add_job_options(parser)
     args = parser.parse_args()
@@ -214,4 +214,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry(main, "own_job")

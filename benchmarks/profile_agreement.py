@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import stats
+from bench_common import Parser, count, entry, stats
 
 from hetsim.model.costs import Table
 
@@ -98,8 +98,8 @@ def prediction(a: dict[str, Any], h: dict[str, Any]) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repetitions", type=int, default=3)
+    parser = Parser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repetitions", type=count, default=3)
     parser.add_argument("--budget-s", type=float, default=10.0)
     parser.add_argument("--workload", default="digits-cnn")
     parser.add_argument("--devices", default="cpu,cpu")
@@ -135,4 +135,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry(main, "profile_agreement")

@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench_common import stats
+from bench_common import Parser, count, entry, stats
 from own_job import add_job_options, figures, launch, policy_steps, profile_and_plan
 
 BLOCK_STEPS = 66  # six epochs of 11 steps at the default global batch
@@ -82,8 +82,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=8, help="runs of the one plan (default 8)")
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=count, default=8, help="runs of the one plan (default 8)")
     add_job_options(parser)  # own_job.py's, so a new one (--cost-error) reaches profile_and_plan here too
     args = parser.parse_args()
     if args.runs < 2:
@@ -96,4 +96,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry(main, "run_spread")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_common import stats, validation_run
+from bench_common import Parser, count, entry, out_path, stats, validation_run
 
 from validation.compare import calibrate_run
 from validation.run_folder import load_run
@@ -41,13 +41,13 @@ def run_once(args: argparse.Namespace, seed: int, out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="digits-cnn")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--repeats", type=count, default=5)
+    parser.add_argument("--epochs", type=count, default=8)
     parser.add_argument("--target", type=float, default=0.8, help="held-out accuracy to reach")
     parser.add_argument("--policies", default=POLICIES)
-    parser.add_argument("--out", type=Path, required=True, help="folder for the runs (reused: a rerun resumes)")
+    parser.add_argument("--out", type=out_path, required=True, help="folder for the runs (reused: a rerun resumes)")
     parser.add_argument("extra", nargs="*", help="more options for validation run (after --)")
     args = parser.parse_args()
     repeats: list[dict[str, Any]] = []
@@ -74,4 +74,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry(main, "time_to_target_runs")

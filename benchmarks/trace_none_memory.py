@@ -13,13 +13,13 @@ defaults, about 60 GB).
 
 from __future__ import annotations
 
-import argparse
 import json
 import resource
 import sys
 import time
 from pathlib import Path
 
+from bench_common import Parser, count, entry
 from bench_engines import scenario
 
 from hetsim.run.simulate import simulate_summary
@@ -45,9 +45,9 @@ def peak_mb() -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=10_000)
-    parser.add_argument("--steps", type=int, default=100_000)
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=count, default=10_000)
+    parser.add_argument("--steps", type=count, default=100_000)
     parser.add_argument("--policy", default="dynamic")
     args = parser.parse_args()
     s = scenario(args.workers, args.steps, args.policy)
@@ -69,4 +69,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry(main, "trace_none_memory")

@@ -130,3 +130,44 @@ def test_a_benchmark_refuses_a_bad_seed_before_it_runs(script, option, value, mo
     prog = script.removesuffix(".py")
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == f"{prog}: error: {option}: must be in [0, {most}], got {value}\n"
+
+
+@pytest.mark.slow  # a process each: over ~0.15 s here
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--rounds", "0"], "bench_engines.py: error: argument --rounds: must be at least 1, got 0"),  # a division by 0
+        (["--rounds", "two"], "bench_engines.py: error: argument --rounds: expected a whole number, got 'two'"),
+        (["--bogus"], "bench_engines.py: error: unrecognized arguments: --bogus"),
+    ],
+)
+def test_a_benchmarks_bad_option_is_one_line_and_status_2(argv, line):
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_engines.py"
+    done = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr, done.stdout) == (2, line + "\n", "")
+
+
+def test_a_benchmarks_output_folder_is_where_it_was_typed(tmp_path, monkeypatch):
+    """A benchmark starts its commands in the repository's root: a relative --out is made absolute
+    from the working folder first (it was written under the root and then read from here)."""
+    from bench_common import out_path
+
+    monkeypatch.chdir(tmp_path)
+    assert out_path("runs/x") == tmp_path / "runs" / "x"
+
+
+def test_entry_says_one_line_for_ctrl_c_and_for_a_refusal(capsys):
+    from bench_common import entry
+
+    from hetsim.core.errors import ConfigError
+
+    def stopped() -> None:
+        raise KeyboardInterrupt
+
+    def refused() -> None:
+        raise ConfigError("--x", "bad")
+
+    for main, status, line in ((stopped, 130, "b: interrupted\n"), (refused, 2, "b: error: --x: bad\n")):
+        with pytest.raises(SystemExit) as exited:
+            entry(main, "b")
+        assert exited.value.code == status and capsys.readouterr().err == line
