@@ -5,6 +5,7 @@ sweep and its pool workers."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import multiprocessing
 import os
 import signal
@@ -174,12 +175,14 @@ def test_closing_the_executor_between_cells_stops_the_pool(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("edit", ["grid", "policies"])
-def test_a_folder_without_meta_json_refuses_parts_of_another_grid_or_policy(edit, tmp_path, capsys):
-    """Without meta.json there is no fingerprint to refuse an edited sweep.toml by: each part's own
-    grid labels and policy are checked against its cell's now (a review removed meta.json and a
-    part, changed a grid value, and the resume mixed the old value's cells with the new's)."""
+def test_a_folder_without_a_fingerprint_refuses_parts_of_another_grid_or_policy(edit, tmp_path, capsys):
+    """An earlier version's meta.json has no fingerprint to refuse an edited sweep.toml by: each
+    part's own grid labels and policy are checked against its cell's now (a review removed the
+    fingerprint and a part, changed a grid value, and the resume mixed the old value's cells with
+    the new's). Without meta.json at all nothing vouches for sweep.toml: refused."""
     run, _, _ = finished_run(tmp_path, capsys)
-    (run / "meta.json").unlink()
+    meta = json.loads((run / "meta.json").read_text())
+    (run / "meta.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "sweep_sha256"}))
     (run / "parts" / "cell-00011.parquet").unlink()
     text = (run / "sweep.toml").read_text()
     old, new = {"grid": ("0.002", "0.003"), "policies": ('"dynamic"', '"proportional"')}[edit]
@@ -189,6 +192,11 @@ def test_a_folder_without_meta_json_refuses_parts_of_another_grid_or_policy(edit
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "ran another: restore it or start a new sweep" in err, err
     assert not (run / "parts" / "cell-00011.parquet").exists()
+    (run / "meta.json").unlink()
+    assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 2
+    assert capsys.readouterr().err == (f"hetsim: error: {run / 'meta.json'}: missing, so whether sweep.toml was "
+                                       "edited since the cells in parts/ ran cannot be told: restore it, or start a "
+                                       "new sweep\n")  # fmt: skip
 
 
 @pytest.mark.slow

@@ -100,6 +100,9 @@ class RunFolder:
         a resume or a report would mix them, under the same labels, with cells of another."""
         spec = load_sweep(self.path / "sweep.toml")
         meta = self.path / "meta.json"
+        if not meta.is_file() and self.done_cells():  # sweep writes it first: removed since, with what it vouched for
+            raise ConfigError(str(meta), "missing, so whether sweep.toml was edited since the cells in parts/ ran "
+                              "cannot be told: restore it, or start a new sweep")  # fmt: skip
         began = read_table(meta).get("sweep_sha256") if meta.is_file() else None
         if began is not None and began != fingerprint((self.path / "sweep.toml").read_text(encoding="utf-8")):
             why = "its finished cells were run from the sweep as it was"
