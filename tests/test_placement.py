@@ -80,7 +80,10 @@ def wait_for(condition, timeout_s: float) -> bool:
 
 
 def start_run(out: Path, *options: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "validation", "run", *SHORT_RUN, "--out", str(out), *options]
+    """SHORT_RUN with ``options`` (one given there replaces SHORT_RUN's: an option is given once)."""
+    given = {o for o in options if o.startswith("--")}
+    kept = [a for k, a in enumerate(SHORT_RUN) if not ({a, SHORT_RUN[k - 1] if k else ""} & given)]
+    command = [sys.executable, "-m", "validation", "run", *kept, "--out", str(out), *options]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
 
