@@ -350,3 +350,8 @@ def test_an_older_torch_is_refused_in_one_line_before_any_rank_starts(monkeypatc
     assert err == ("validation: error: torch: 2.7.1+cu126 is older than 2.8, which validation's ranks need (their "
                    "store takes over the launcher's socket): install torch>=2.8")  # fmt: skip
     assert not (tmp_path / "run").exists()
+    from validation.backend import check_torch_version
+
+    for fine in ("2.8.0a0+5228986c39.nv25.06", "2.10.0", "3.0.0"):  # a container's build of 2.8 is 2.8
+        monkeypatch.setattr(torch, "__version__", TorchVersion(fine))
+        check_torch_version()

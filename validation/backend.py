@@ -36,7 +36,7 @@ STORE_FD_ENV = "VALIDATION_STORE_FD"  # rank 0's: the store's listening socket, 
 _DEVICE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 # the oldest torch validation's ranks run on: its store (TCPStore's libuv backend, the default
 # since 2.4) takes over the launcher's listening socket (master_listen_fd) only from 2.8
-MIN_TORCH = "2.8"
+MIN_TORCH = (2, 8)
 
 
 def check_torch_version() -> None:
@@ -44,10 +44,12 @@ def check_torch_version() -> None:
     ranks would wait for a rendezvous that never comes until their timeout."""
     import torch
 
-    if torch.__version__ < MIN_TORCH:
-        raise ConfigError("torch", f"{torch.__version__} is older than {MIN_TORCH}, which validation's ranks "
+    found = re.match(r"(\d+)\.(\d+)", str(torch.__version__))  # the release: a build of 2.8.0a0 (NGC's) is 2.8
+    if found is not None and (int(found[1]), int(found[2])) < MIN_TORCH:
+        least = ".".join(map(str, MIN_TORCH))
+        raise ConfigError("torch", f"{torch.__version__} is older than {least}, which validation's ranks "
                                    f"need (their store takes over the launcher's socket): install "
-                                   f"torch>={MIN_TORCH}")  # fmt: skip
+                                   f"torch>={least}")  # fmt: skip
 
 
 def parse_devices(text: str, world_size: int) -> tuple[str, ...]:
