@@ -59,6 +59,23 @@ def out_path(text: str) -> Path:
     return Path(text).resolve()
 
 
+def overridden(defaults: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """``defaults`` (``--option value`` pairs, or a flag alone) then ``extra``, a default the
+    extras give again left out: a command refuses an option given twice, and the user's wins."""
+    given = {a.split("=", 1)[0] for a in extra if a.startswith("--")}
+    kept: list[str] = []
+    skip = False
+    for k, arg in enumerate(defaults):
+        if skip:
+            skip = False
+            continue
+        if arg.startswith("--") and arg.split("=", 1)[0] in given:
+            skip = "=" not in arg and k + 1 < len(defaults) and not defaults[k + 1].startswith("--")
+            continue
+        kept.append(arg)
+    return [*kept, *extra]
+
+
 def entry(main: Callable[[], int | None], prog: str) -> NoReturn:
     """Run a benchmark's ``main`` and exit with its status: a ConfigError (a command it started
     refused, or its own check) is one line and status 2, Ctrl-C one line and 130."""

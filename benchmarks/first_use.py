@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from bench_common import Parser, count, entry, out_path, stats
+from bench_common import Parser, count, entry, out_path, overridden, stats
 
 from validation.trace_check import MIN_ROWS, first_uses, use_ratios
 
@@ -67,8 +67,9 @@ def share_above(values: list[float], ratio: float = 1.2) -> float:
 
 
 def run_once(seed: int, out: Path, extra: list[str]) -> dict[str, Any]:
-    command = [sys.executable, "-m", "validation", "run", "--comm", "ddp", "--epochs", "2", "--probe-repeats", "1",
-               "--policies", "equal,dynamic,adaptive", "--seed", str(seed), "--out", str(out), *extra]  # fmt: skip
+    command = [sys.executable, "-m", "validation", "run", *overridden(
+        ["--comm", "ddp", "--epochs", "2", "--probe-repeats", "1", "--policies", "equal,dynamic,adaptive",
+         "--seed", str(seed), "--out", str(out)], extra)]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"first_use: run {seed} failed: {done.stderr.strip().splitlines()[-1:]}")

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from bench_common import Parser, count, entry, out_path, stats
+from bench_common import Parser, count, entry, out_path, overridden, stats
 
 from hetsim.analysis.analytic import predict
 from hetsim.calibrate import calibrate
@@ -62,13 +62,13 @@ NEIGHBOUR_CORES = {2: 1.0, 3: 2.0}  # rank 1's --contention at --load 1 (see the
 
 
 def record(out: Path, comm: str, world: int, seed: int, steps: int, load: float, more: list[str]) -> None:
-    """One profiled validation run into ``out`` (``more``: further options of ``validation run``,
-    last, so that an option it repeats wins)."""
-    command = [sys.executable, "-m", "validation", "run", "--policies", "equal", "--epochs", "1",
-               "--probe-repeats", "1", "--world-size", str(world), "--comm", comm, "--seed", str(seed),
-               "--delay", "1=0", "--per-sample-delay", "1=0", "--cpus", CPUS[world],
-               "--contention", f"{SLOW_RANK}={load * NEIGHBOUR_CORES[world]}", "--profile", str(steps),
-               "--out", str(out), *more]  # fmt: skip
+    """One profiled validation run into ``out`` (``more``: further options of ``validation run``;
+    one it gives replaces this function's)."""
+    command = [sys.executable, "-m", "validation", "run", *overridden(
+        ["--policies", "equal", "--epochs", "1", "--probe-repeats", "1", "--world-size", str(world), "--comm", comm,
+         "--seed", str(seed), "--delay", "1=0", "--per-sample-delay", "1=0", "--cpus", CPUS[world],
+         "--contention", f"{SLOW_RANK}={load * NEIGHBOUR_CORES[world]}", "--profile", str(steps),
+         "--out", str(out)], more)]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
     if done.returncode != 0:
         tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-2:]

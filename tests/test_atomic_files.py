@@ -101,6 +101,15 @@ def test_a_write_that_fails_for_want_of_space_names_what_it_was_writing(tmp_path
     with pytest.raises(ConfigError, match=rf"^--out: cannot write {tmp_path / 'run'}: No space left on device$"):
         with atomic_folder(tmp_path / "run", "--out") as tmp:
             full(str(tmp))
+    with pytest.raises(ConfigError, match=rf"^--out: cannot write {tmp_path / 'run'}: No space left on device$"):
+        with atomic_folder(tmp_path / "run", "--out") as tmp:  # a file of it written atomically (simulate's)
+            atomic_write(tmp / "summary.json", full)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
     with pytest.raises(FileNotFoundError):  # another file's error is its own
         atomic_write(tmp_path / "out.json", lambda _: open(tmp_path / "absent"))
+
+    def refused(_: str) -> None:
+        raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+
+    with pytest.raises(ConnectionRefusedError):  # not the storage's: not relabelled as a write that failed
+        atomic_write(tmp_path / "out.json", refused)

@@ -171,3 +171,14 @@ def test_entry_says_one_line_for_ctrl_c_and_for_a_refusal(capsys):
         with pytest.raises(SystemExit) as exited:
             entry(main, "b")
         assert exited.value.code == status and capsys.readouterr().err == line
+
+
+def test_an_option_the_extras_give_again_replaces_the_default():
+    """A benchmark's defaults then the user's options after --: a command refuses an option given
+    twice, so the user's replaces the default (value and all; a flag alone; --opt=value too)."""
+    from bench_common import overridden
+
+    defaults = ["--comm", "ddp", "--epochs", "2", "--noise-scale", "--seed", "3", "--lr=0.1"]
+    assert overridden(defaults, ["--epochs", "5", "--noise-scale", "--lr", "0.2"]) == [
+        "--comm", "ddp", "--seed", "3", "--epochs", "5", "--noise-scale", "--lr", "0.2"]  # fmt: skip
+    assert overridden(defaults, []) == defaults

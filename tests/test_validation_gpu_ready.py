@@ -213,3 +213,26 @@ def test_torch_lower_bound_has_init_process_groups_device_id():
     torch_dep = next(d for d in deps if d.startswith("torch"))
     major, minor = map(int, re.search(r">=(\d+)\.(\d+)", torch_dep).groups())
     assert (major, minor) >= (2, 3)
+
+
+def test_a_controllers_broadcasts_default_to_the_ranks_own_gpu_under_nccl(monkeypatch):
+    """NCCL carries CUDA tensors only: the split's broadcasts go on the device the process group
+    was bound to, else torchrun's cuda:LOCAL_RANK (a rank that moved its model there without
+    set_device would have broadcast on cuda:0 with every other rank); gloo's on the CPU."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from validation.uneven import control
+
+    def under(backend: str, bound: object) -> torch.device:
+        fake = SimpleNamespace(
+            get_backend=lambda: backend, group=SimpleNamespace(WORLD=SimpleNamespace(bound_device_id=bound))
+        )
+        monkeypatch.setattr(control, "dist", fake)
+        return control.default_comm_device()
+
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    assert under("gloo", None) == torch.device("cpu")
+    assert under("nccl", torch.device("cuda", 3)) == torch.device("cuda", 3)
+    assert under("nccl", None) == torch.device("cuda", 2)

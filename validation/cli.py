@@ -113,6 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", f"{out} exists and is not a folder")
     argv = [a for a in sys.argv[2:]] if args.argv is None else list(args.argv)
+    made = not out.exists()
     with exclusive(out, "--out"):  # a second run into the same folder is refused, not mixed in
         if any(p.name != LOCK_NAME for p in out.iterdir()):
             raise ConfigError("--out", f"{out} exists and is not an empty folder")
@@ -132,6 +133,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         failure = f"rank {rank} failed first ({result.reason}); exit statuses by rank {list(result.exit_codes)}"
         written = record_end(out, "failed", failure)
         kept = f"what was written so far is in {out}" if written else "it failed before writing anything"
+        if not written and made and [p.name for p in out.iterdir()] == [LOCK_NAME]:  # as a refusal leaves it
+            (out / LOCK_NAME).unlink()
+            out.rmdir()
         print(f"validation: error: {failure}; {kept}", file=sys.stderr)
         return 1
     summary = json.loads((out / "summary.json").read_text())

@@ -5,6 +5,7 @@ writers here; trace files go through :mod:`hetsim.model.trace`, which uses them.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import math
@@ -33,6 +34,10 @@ def _umask() -> int:
 
 
 FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file; mkstemp's are 0600
+
+
+# where a write fails for want of room or of a writable medium (not a bug in the writer): named as the output's
+STORAGE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
 
 
 def not_a_file(path: Path) -> str:
@@ -80,8 +85,8 @@ def atomic_write(target: Path, write: Callable[[str], object]) -> None:
         os.replace(tmp, target)
     except OSError as exc:  # a full disk, say: name the file (a writer's error names none, or the temporary)
         Path(tmp).unlink(missing_ok=True)
-        if exc.filename not in (None, tmp):
-            raise  # another file's
+        if exc.errno not in STORAGE_ERRORS or exc.filename not in (None, tmp):
+            raise  # another error, or another file's
         raise ConfigError(str(target), f"cannot be written: {exc.strerror or exc}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -164,9 +169,16 @@ def atomic_folder(target: Path, option: str) -> Iterator[Path]:
         try:
             yield tmp
         except OSError as exc:  # writing into it failed (a full disk): name the folder the results were for
-            if exc.filename is not None and not str(exc.filename).startswith(str(tmp)):
-                raise  # another file's
+            if exc.errno not in STORAGE_ERRORS or (
+                exc.filename is not None and not str(exc.filename).startswith(str(tmp))
+            ):
+                raise  # another error, or another file's
             raise ConfigError(option, f"cannot write {target}: {exc.strerror or exc}") from None
+        except ConfigError as exc:  # a file written into it (atomic_write) named its temporary path
+            if not exc.field.startswith(str(tmp)):
+                raise
+            raise ConfigError(option, f"cannot write {target}: {exc.problem.removeprefix('cannot be written: ')}") \
+                from None  # fmt: skip
         target.mkdir(exist_ok=True)
         files = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if not p.is_dir())
         for name in files:  # check every move before the first, so none or all happen

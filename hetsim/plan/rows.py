@@ -110,8 +110,12 @@ def better(a: float, b: float, objective: str) -> bool:
 
 def fresh(policy: Policy) -> Policy:
     """A copy of ``policy`` for one prediction or run: a plan's rows keep the object they were
-    given unused (policies are stateful), so the caller's object is not changed either."""
-    return copy.deepcopy(policy)
+    given unused (policies are stateful), so the caller's object is not changed either. One that
+    cannot be copied (it holds a lock, a file) is made anew from its parameters, as a name is."""
+    try:
+        return copy.deepcopy(policy)
+    except (TypeError, copy.Error):
+        return type(policy)(**policy.param_values())
 
 
 def waits_for_all(scenario: Scenario, policy: Policy) -> bool:

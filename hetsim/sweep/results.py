@@ -98,7 +98,7 @@ class RunFolder:
         """The folder's sweep, refused (one line) where sweep.toml was edited since the sweep began
         (meta.json's ``sweep_sha256``): its finished cells were run from the sweep as it was, and
         a resume or a report would mix them, under the same labels, with cells of another."""
-        spec = load_sweep(self.path / "sweep.toml")
+        spec = load_sweep(self.path / "sweep.toml", new=False)
         meta = self.path / "meta.json"
         if not meta.is_file() and self.done_cells():  # sweep writes it first: removed since, with what it vouched for
             raise ConfigError(str(meta), "missing, so whether sweep.toml was edited since the cells in parts/ ran "

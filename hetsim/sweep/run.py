@@ -196,8 +196,10 @@ def check_scheduler(address: str, timeout_s: float) -> None:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or type(exc).__name__
         raise ConfigError("--scheduler", f"cannot reach {address}: {why}") from None
 
-    async def identity() -> Any:
-        comm = await connect(address, timeout=timeout_s)
+    from distributed.security import Security
+
+    async def identity() -> Any:  # with the client's TLS settings (dask's config), as Client connects
+        comm = await connect(address, timeout=timeout_s, **Security().get_connection_args("client"))
         try:
             await comm.write({"op": "identity", "reply": True})
             return await comm.read()

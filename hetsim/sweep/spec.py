@@ -178,8 +178,9 @@ def _read_source(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any]
     return raw, Path(source).resolve().parent
 
 
-def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
-    """A sweep file (or table) -> :class:`SweepSpec`, every grid point checked to build."""
+def load_sweep(source: str | Path | Mapping[str, Any], new: bool = True) -> SweepSpec:
+    """A sweep file (or table) -> :class:`SweepSpec`, every grid point checked to build; a
+    ``new`` one (not a results folder's) within :data:`MAX_POINTS` and :data:`MAX_RUNS`."""
     raw, base_dir = _read_source(source)
     top = Table(raw, "", ["name", "base", "base_dir", "policies", "grid", "replications", "seed", "plots", "engine"])
     if top.has("base_dir"):  # where the base's relative files are (written into a run's sweep.toml)
@@ -232,7 +233,8 @@ def load_sweep(source: str | Path | Mapping[str, Any]) -> SweepSpec:
         engine=top.get(Param("engine", "string", default=AUTO)),
     )
     check_engine(spec.engine)
-    _check_size(spec)
+    if new:  # a folder begun before the limits is still resumed and reported
+        _check_size(spec)
     _check_grid(spec)
     return spec
 

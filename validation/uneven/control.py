@@ -16,6 +16,7 @@ that ``uses_costs`` (``goodput``) gets them when the probe has run, and does wit
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,12 +32,27 @@ from validation.uneven.step import LossOf, UnevenStep
 Writer = RunWriter | NullWriter
 
 
+def default_comm_device() -> torch.device:
+    """Where a collective's tensors live when the caller does not say: the CPU under gloo; under
+    NCCL, which carries CUDA tensors only, the device the process group was bound to
+    (``init_process_group(device_id=...)``), else torchrun's ``cuda:LOCAL_RANK`` (one rank per
+    GPU; a rank that moved its model there without ``torch.cuda.set_device`` still has device 0
+    as its current one)."""
+    if dist.get_backend() != "nccl":
+        return torch.device("cpu")
+    bound = getattr(dist.group.WORLD, "bound_device_id", None)
+    if bound is not None:
+        return torch.device(bound)
+    local = os.environ.get("LOCAL_RANK")
+    return torch.device("cuda", int(local) if local is not None else torch.cuda.current_device())
+
+
 class Controller:
     """The split of one trace segment named ``name`` (see the module's docstring). ``policy`` is
     only used on rank 0 (pass None elsewhere; rank 0 without one is for fixed splits, as the
     probe's). ``reset`` is called on the policy at the first step unless ``reset=False`` (a
     policy the caller has reset already). ``comm_device``: where its broadcasts' tensors live
-    (default: the current CUDA device under NCCL, else the CPU)."""
+    (default: :func:`default_comm_device`; give the model's device, as UnevenStep is given it)."""
 
     def __init__(
         self,
@@ -54,10 +70,7 @@ class Controller:
         self.name, self.global_batch = name, global_batch
         self.policy = policy if self.rank == 0 else None
         self.writer: Writer = writer if writer is not None else NullWriter()
-        # where the split's broadcasts live: NCCL carries CUDA tensors only (the rank's current device,
-        # torch.cuda.set_device's), gloo CPU ones; UnevenStep's comm_device is the same choice
-        default = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
-        self.comm_device = comm_device or default or torch.device("cpu")
+        self.comm_device = comm_device or default_comm_device()
         self._hints, self._run_hint, self._needs_reset = hints, run_hint, reset and self.policy is not None
         self.step = 0  # steps of this segment written to the trace so far
         self.elapsed_s = 0.0  # the segment's own elapsed step time (the trace's start_s)
