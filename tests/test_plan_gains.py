@@ -120,3 +120,32 @@ def test_the_gain_of_a_policy_at_its_own_batch_is_over_equal_simulated_there_whe
     (equal,) = rows_at(scenario, batch, ("equal",), 0.0, made.seed)
     assert equal.how.startswith("simulated") and sum(equal.split) == batch
     assert made.gain_over_equal == pytest.approx(made.recommended.throughput_sps.value / equal.throughput_sps.value)
+
+
+def test_async_and_a_simulated_row_reach_the_target_when_it_is_the_simulations():
+    """async's closed form is a rate of updates, with no progress: the plan simulates it where there
+    is a target (it read "target not reached" and could never be recommended, where every run
+    reached it 26% sooner than the recommendation). A simulated row's time to target is its run's
+    own when the run reached it (the mean step times the steps needed missed a slow first epoch:
+    adaptive 0.413 s planned, 0.596 s over 268 runs)."""
+    from hetsim.run.simulate import simulate_summary
+
+    hinge = {"model": "hinge", "floor_s": 0.2835, "overhead_s": 0.0681, "per_sample_s": 0.0047}
+    raw = {"name": "three", "seed": 0, "network": {"kind": "constant", "time_s": 0.0439},
+           "workload": {"global_batch": 174, "dataset_size": 3132, "epochs": 3, "gradient_mb": 59.3,
+                        "efficiency": {"noise_scale": 140.3, "base_batch": 256, "target_steps": 22.59}},
+           "workers": [{"name": "w", "count": 3, "cost": hinge, "max_batch": 58}]}  # fmt: skip
+    scenario = load_scenario(raw)
+    result = plan(scenario, "time_to_target", policies=["equal", "optimal", "async"])
+    (row,) = [r for r in result.rows if r.policy == "async"]
+    truth = simulate_summary(scenario, "async", seed=0).time_to_target_s
+    assert truth is not None and row.time_to_target_s is not None and row.time_to_target_s.value == truth
+    assert result.recommended.policy == "async" and truth < 0.8 * result.rows[0].value("time_to_target")
+    slow_start = load_scenario({**raw, "workers": [
+        {"name": "a", "cost": {"model": "affine", "overhead_s": 0.0307, "per_sample_s": 0.00264}, "max_batch": 45},
+        {"name": "b", "count": 2, "cost": hinge, "noise": {"dist": "lognormal", "sigma": 0.2}}]})  # fmt: skip
+    (adaptive,) = plan(slow_start, policies=["adaptive"]).rows
+    run = simulate_summary(slow_start, "adaptive", seed=0)
+    assert run.time_to_target_s is not None and adaptive.time_to_target_s is not None
+    assert adaptive.time_to_target_s.value == pytest.approx(run.time_to_target_s * adaptive.step_s.value
+                                                            / run.mean_step_s, rel=1e-12)  # fmt: skip

@@ -139,6 +139,8 @@ def closed_form_row(scenario: Scenario, policy: Policy) -> PolicyRow | str:
         prediction = predict(scenario, fresh(policy))
     except NoClosedForm as exc:
         return exc.reason
+    if _has_target(scenario) and prediction.progress is None:  # async's: a rate of updates, no progress
+        return "its closed form is a rate of updates, with no progress toward the target"
     return _predicted(scenario, prediction, policy)
 
 
@@ -205,7 +207,11 @@ def simulated_row(scenario: Scenario, policy: Policy, seed: int, why: str) -> Po
     steps = run.workload.total_steps
     how = f"simulated, {sim.runs} run{'s' if sim.runs > 1 else ''} x {steps} steps ({sim.method})"
     step_s = Estimate(sim.mean_s, low, high)
-    to_target = extrapolated(scenario, summary.progress, summary.steps, step_s)
+    if summary.time_to_target_s is not None:  # reached in the run: its own steps there (a slow first epoch counted)
+        per_step = summary.time_to_target_s / summary.mean_step_s  # the target's time in the run's mean steps
+        to_target: Estimate | None = Estimate(per_step * sim.mean_s, per_step * low, per_step * high)
+    else:
+        to_target = extrapolated(scenario, summary.progress, summary.steps, step_s)
     notes = [why]
     if steps < scenario.workload.total_steps:
         shortened = f"simulated over the job's first {steps} of {scenario.workload.total_steps} steps"
