@@ -147,6 +147,8 @@ CASES = [
     case("jobs-zero", [SWEEP, "--jobs", "0"], "--jobs: must be in [1, 256], got 0", sweep_file()),
     case("option-twice", [SWEEP, "--jobs", "1", "--jobs=2"],
          "hetsim sweep: argument --jobs: given twice (give it once)", sweep_file()),
+    case("option-twice-abbreviated", [SWEEP, "--jobs", "1", "--job", "2"],
+         "hetsim sweep: argument --jobs: given twice (give it once)", sweep_file()),
     case("show-default-and-a-file", [SWEEP, "--show-default"],
          "--show-default: prints the embedded sweep and runs nothing: give no sweep to run", sweep_file()),
     case("runs-with-resume", ["--resume", "{tmp}/nowhere", "--runs", "{tmp}/r"],

@@ -53,11 +53,16 @@ class OneLineParser(argparse.ArgumentParser):
             if isinstance(action, (argparse._StoreAction, argparse._StoreConstAction))
             for name in action.option_strings
         }
+        longs = [name for action in self._actions for name in action.option_strings if name.startswith("--")]
         seen: set[argparse.Action] = set()
         for token in tokens:
             if token == "--":
                 break
-            action = single.get(token.split("=", 1)[0] if token.startswith("--") else token)
+            name = token.split("=", 1)[0] if token.startswith("--") else token
+            if name not in single and name.startswith("--") and self.allow_abbrev:  # --epo for --epochs, as argparse
+                matches = [long for long in longs if long.startswith(name)]
+                name = matches[0] if len(matches) == 1 else name
+            action = single.get(name)
             if action is None:
                 continue
             if action in seen:
