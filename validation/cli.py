@@ -23,7 +23,7 @@ from typing import Any
 
 from hetsim.core.console import OneLineParser, path_argument, run_main, stop_signal
 from hetsim.core.errors import ConfigError
-from hetsim.core.files import LOCK_NAME, exclusive, json_text, write_json
+from hetsim.core.files import LOCK_NAME, drop_bare_lock, exclusive, json_text, write_json
 from hetsim.core.params import Param
 from hetsim.core.provenance import COMMAND_ENV, command_line
 from validation import batch_sweep_cli, gpu_check  # import neither torch nor pandas
@@ -133,9 +133,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         failure = f"rank {rank} failed first ({result.reason}); exit statuses by rank {list(result.exit_codes)}"
         written = record_end(out, "failed", failure)
         kept = f"what was written so far is in {out}" if written else "it failed before writing anything"
-        if not written and made and [p.name for p in out.iterdir()] == [LOCK_NAME]:  # as a refusal leaves it
-            (out / LOCK_NAME).unlink()
-            out.rmdir()
+        if not written and made:  # the folder made for it holds only its lock: gone, as after a refusal
+            drop_bare_lock(out, remove_folder=True)
         print(f"validation: error: {failure}; {kept}", file=sys.stderr)
         return 1
     summary = json.loads((out / "summary.json").read_text())

@@ -40,6 +40,13 @@ FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file; mkstemp's ar
 STORAGE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO})
 
 
+def _storage_failure(exc: OSError, written: str | Path) -> bool:
+    """Whether ``exc`` is the storage failing a write into ``written`` (a file, or a folder and
+    what is in it): one of :data:`STORAGE_ERRORS`, naming no file or one there. Anything else is
+    another error, or another file's, and keeps its own message."""
+    return exc.errno in STORAGE_ERRORS and (exc.filename is None or str(exc.filename).startswith(str(written)))
+
+
 def not_a_file(path: Path) -> str:
     """Why ``path``, which is not a regular file, cannot be read as one: a folder, something that
     is there but is no file (a device, a pipe), or nothing."""
@@ -85,8 +92,8 @@ def atomic_write(target: Path, write: Callable[[str], object]) -> None:
         os.replace(tmp, target)
     except OSError as exc:  # a full disk, say: name the file (a writer's error names none, or the temporary)
         Path(tmp).unlink(missing_ok=True)
-        if exc.errno not in STORAGE_ERRORS or exc.filename not in (None, tmp):
-            raise  # another error, or another file's
+        if not _storage_failure(exc, tmp):
+            raise
         raise ConfigError(str(target), f"cannot be written: {exc.strerror or exc}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -169,10 +176,8 @@ def atomic_folder(target: Path, option: str) -> Iterator[Path]:
         try:
             yield tmp
         except OSError as exc:  # writing into it failed (a full disk): name the folder the results were for
-            if exc.errno not in STORAGE_ERRORS or (
-                exc.filename is not None and not str(exc.filename).startswith(str(tmp))
-            ):
-                raise  # another error, or another file's
+            if not _storage_failure(exc, tmp):
+                raise
             raise ConfigError(option, f"cannot write {target}: {exc.strerror or exc}") from None
         except ConfigError as exc:  # a file written into it (atomic_write) named its temporary path
             if not exc.field.startswith(str(tmp)):
@@ -250,6 +255,16 @@ def write_frame(target: str | Path, frame: pd.DataFrame) -> None:
         atomic_write(target, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
+def drop_bare_lock(folder: Path, remove_folder: bool) -> None:
+    """Where ``folder`` holds nothing but its :func:`exclusive` lock (the work it was held for
+    wrote nothing), remove the lock, and the folder too when ``remove_folder`` (it was made for
+    the work)."""
+    if [p.name for p in Path(folder).iterdir()] == [LOCK_NAME]:
+        (Path(folder) / LOCK_NAME).unlink(missing_ok=True)
+        if remove_folder:
+            Path(folder).rmdir()
+
+
 @contextmanager
 def exclusive(folder: Path, option: str) -> Iterator[Path]:
     """Hold ``folder`` (made if missing) for this process until the block ends: an advisory
@@ -278,10 +293,8 @@ def exclusive(folder: Path, option: str) -> Iterator[Path]:
             folder.rmdir()
         raise
     except BaseException:  # interrupted or failed: a folder that got nothing but its lock goes too
-        if made_lock and [p.name for p in folder.iterdir()] == [LOCK_NAME]:
-            (folder / LOCK_NAME).unlink(missing_ok=True)
-            if made_folder:
-                folder.rmdir()
+        if made_lock:
+            drop_bare_lock(folder, made_folder)
         raise
     finally:
         handle.close()
