@@ -47,12 +47,14 @@ import pandas as pd
 from bench_common import Parser, count, entry
 
 from hetsim.calibrate import calibrate
+from hetsim.model.costs import Affine, Hinge
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario
 
 AFFINE = ({"overhead_s": 0.010, "per_sample_s": 0.0010}, {"overhead_s": 0.006, "per_sample_s": 0.0014},
           {"overhead_s": 0.020, "per_sample_s": 0.0008}, {"overhead_s": 0.013, "per_sample_s": 0.0013})  # fmt: skip
 HINGE = tuple({"floor_s": a["overhead_s"] + 26 * a["per_sample_s"], **a} for a in AFFINE)  # bent at 26 samples
+FITS = {"affine": Affine, "hinge": Hinge}  # each case's --model
 GLOBAL_BATCHES = (64, 128, 192, 256)  # 16, 32, 48, 64 samples a worker on 4 workers
 RANDOM_AFFINE = ({"overhead_s": 0.005, "per_sample_s": 0.001}, {"overhead_s": 0.005, "per_sample_s": 0.001},
                  {"overhead_s": 0.01, "per_sample_s": 0.002})  # fmt: skip
@@ -171,7 +173,7 @@ def one_case(name: str, model: str, seeds: range, steps: int) -> dict[str, Any]:
     errors: dict[str, list[float]] = {}
     shared, idle = [], []
     for seed in seeds:
-        cal = calibrate(make(case_seed(case, seed), steps), model=model)
+        cal = calibrate(make(case_seed(case, seed), steps), model=FITS[model])
         shared.append(cal.noise.shared or 0.0)
         idle.append([i.worker for i in cal.idle])
         for fit in cal.workers:

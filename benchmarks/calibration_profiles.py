@@ -26,9 +26,11 @@ import pandas as pd
 from bench_common import Parser, checked_seed, count, entry
 
 from hetsim.calibrate import calibrate
-from hetsim.model.costs import Profile, device_profiles
+from hetsim.model.costs import Affine, Profile, device_profiles
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario
+
+FITS = {"auto": None, "affine": Affine}  # --model auto and affine
 
 
 def trace_at(device: str, workload: str, batch: int, steps: int, sigma: float, seed: int) -> pd.DataFrame:
@@ -71,7 +73,7 @@ def curve_errors(device: str, workload: str, train_sizes: int, steps: int, sigma
         held = np.array([b for b in batches if b not in train], dtype=float)
         expected = truth.time_s(held)
         for model in ("auto", "affine"):
-            fit = calibrate(frame, model=model).workers[0]
+            fit = calibrate(frame, model=FITS[model]).workers[0]
             out[model].extend((fit.cost_curve().time_s(held) / expected - 1.0).tolist())
             if model == "auto":
                 out["chosen"].append(fit.model)

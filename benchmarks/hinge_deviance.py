@@ -33,7 +33,8 @@ from bench_common import Parser, count, entry, stats
 from calibration_coverage import case_seed, cases, ratio_interval, rms
 
 from hetsim.calibrate import calibrate
-from hetsim.calibrate.models import Curve
+from hetsim.calibrate.curves import HingeCurve
+from hetsim.model.costs import Hinge
 
 CASE, MODEL, STEPS = "adaptive-idle", "hinge", 500
 RESAMPLES = 20000
@@ -43,15 +44,15 @@ def one_seed(seed: int) -> dict[str, Any]:
     """One seed's fits: every worker's truth deviance and reported (estimate, se) per parameter."""
     make, truth, _ = cases(True)[CASE]
     frame = make(case_seed(f"{CASE}/{MODEL}", seed), STEPS)
-    cal = calibrate(frame, model=MODEL)
+    cal = calibrate(frame, model=Hinge)
     out: dict[str, Any] = {"deviance": {}, "params": {}}
     for fit in cal.workers:
         rows = frame[(frame["worker"] == fit.worker) & frame["included"]]
         b, y = rows["local_batch"].to_numpy(float), rows["compute_s"].to_numpy(float)
         t = truth[fit.worker]
-        true = Curve("hinge", np.array([t["floor_s"], t["overhead_s"], t["per_sample_s"]]))
+        true = HingeCurve(np.array([t["floor_s"], t["overhead_s"], t["per_sample_s"]]))
         p = fit.cost_curve().params()
-        scale = Curve("hinge", np.array([p["floor_s"], p["overhead_s"], p["per_sample_s"]])).time_s(b)
+        scale = HingeCurve(np.array([p["floor_s"], p["overhead_s"], p["per_sample_s"]])).time_s(b)
         fitted = float((((y - scale) / scale) ** 2).sum())
         at_truth = float((((y - true.time_s(b)) / scale) ** 2).sum())
         out["deviance"][fit.worker] = (at_truth - fitted) / (fitted / (y.size - 4))

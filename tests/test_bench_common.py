@@ -8,11 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import bench_engines
 import bench_scale
+import pytest
 from bench_common import Rounds, rotated, stats, time_rounds
 
 

@@ -13,9 +13,10 @@ import pytest
 
 from hetsim.calibrate import calibrate, fit_worker
 from hetsim.calibrate.censored import fit_mle
-from hetsim.calibrate.models import Curve
+from hetsim.calibrate.curves import HingeCurve
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
+from hetsim.model.costs import Affine, Hinge
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario
 from tests.helpers import scenario_dict
@@ -54,7 +55,7 @@ def _random_backup(seed: int, steps: int = 1500) -> pd.DataFrame:
 def test_cut_rows_with_a_batch_that_varies_are_unbiased():
     # one scale factor per worker (the old correction) gave worker 2 a per-sample cost of
     # 0.00137 (z = -8.9) and an overhead of 0.050 (z = +8.4)
-    cal = calibrate(_random_backup(0), model="affine")
+    cal = calibrate(_random_backup(0), model=Affine)
     for fit, truth in zip(cal.workers, [(0.005, 0.001), (0.005, 0.001), (0.01, 0.002)]):
         for key, value in zip(("overhead_s", "per_sample_s"), truth):
             assert abs(getattr(fit, key) - value) < 3 * fit.se[key], (fit.worker, key)
@@ -104,7 +105,7 @@ def test_standard_errors_of_multiplicative_noise_match_theory():
     rng = np.random.default_rng(5)
     sigma, b = 0.3, rng.choice([10, 40, 160], size=4000).astype(float)
     mean = 0.01 + 0.001 * b
-    fit, _ = fit_worker(0, b, mean * np.exp(sigma * rng.standard_normal(b.size) - sigma**2 / 2), model="affine")
+    fit, _ = fit_worker(0, b, mean * np.exp(sigma * rng.standard_normal(b.size) - sigma**2 / 2), model=Affine)
     theory = _sandwich_se(b, mean, mean**2 * np.expm1(sigma**2))
     assert fit.se["overhead_s"] == pytest.approx(theory[0], rel=0.1)
     assert fit.se["per_sample_s"] == pytest.approx(theory[1], rel=0.1)
@@ -120,7 +121,7 @@ def test_standard_errors_of_persistent_noise_match_theory():
     z[0] = rng.standard_normal()
     for t in range(1, n):
         z[t] = rho * z[t - 1] + np.sqrt(1 - rho**2) * rng.standard_normal()
-    fit, _ = fit_worker(0, np.full(n, 32), 0.064 * np.exp(sigma * z - sigma**2 / 2), model="affine")
+    fit, _ = fit_worker(0, np.full(n, 32), 0.064 * np.exp(sigma * z - sigma**2 / 2), model=Affine)
     theory = 0.064 / 32 * np.sqrt(np.expm1(sigma**2) / n * (1 + rho) / (1 - rho))
     assert fit.se["per_sample_s"] == pytest.approx(theory, rel=0.15)
 
@@ -133,7 +134,7 @@ def test_an_overhead_pushed_to_its_bound_leaves_the_slope_its_full_uncertainty()
     mean = 0.001 + 0.0014 * b
     for seed in range(40):
         y = mean * np.exp(sigma * np.random.default_rng(seed).standard_normal(b.size) - sigma**2 / 2)
-        fit, warnings = fit_worker(0, b, y, model="affine")
+        fit, warnings = fit_worker(0, b, y, model=Affine)
         if fit.overhead_s == 0.0:
             break
     assert fit.overhead_s == 0.0 and any("bound 0" in w for w in warnings)
@@ -146,7 +147,7 @@ def test_a_forced_hinge_on_a_line_leaves_its_floor_unknown():
     rng = np.random.default_rng(12)
     b = rng.choice([34, 35, 36, 37], size=2000).astype(float)  # all above the kink at 26
     y = (0.010 + 0.001 * b) * np.exp(0.15 * rng.standard_normal(b.size) - 0.15**2 / 2)
-    fit, warnings = fit_worker(0, b, y, model="hinge")
+    fit, warnings = fit_worker(0, b, y, model=Hinge)
     assert fit.model == "hinge" and fit.se["floor_s"] is None
     assert any("show no kink" in w for w in warnings)
     for key, truth in (("overhead_s", 0.010), ("per_sample_s", 0.001)):
@@ -169,7 +170,7 @@ def test_standard_errors_of_the_most_cut_worker_match_the_spread_over_seeds():
         y = (costs[:, 0] + costs[:, 1] * b[:, None]) * np.exp(sigma * rng.standard_normal((b.size, 4)) - sigma**2 / 2)
         barrier = y[:, :3].max(axis=1)
         kept = y[:, 3] <= barrier
-        fit, _ = fit_worker(3, b, np.where(kept, y[:, 3], barrier), kept, model="affine")
+        fit, _ = fit_worker(3, b, np.where(kept, y[:, 3], barrier), kept, model=Affine)
         est.append((fit.overhead_s, fit.per_sample_s))
         se.append((fit.se["overhead_s"], fit.se["per_sample_s"]))
     est_a, se_a = np.array(est), np.array(se)
@@ -199,7 +200,7 @@ def test_standard_errors_of_a_cut_hinge_match_the_spread_over_seeds(design):
     # (the floor) and 1.22 (per-sample cost); the observed information is right: over 1500-2000
     # seeds of these designs se / sd was 0.96-1.05 for every parameter, and on the benchmark's own
     # later seeds, 100-200 at a time, 0.95-1.11 (the floor, seeds 100-499) and 1.02-1.08 (the
-    # per-sample cost, seeds 100-749). fit_mle is what fit_worker(model="hinge") reports wherever
+    # per-sample cost, seeds 100-749). fit_mle is what fit_worker(model=Hinge) reports wherever
     # the kink is shown (within 5e-6 of a standard error over 1000 seeds of each design).
     if design == "ksync":
         costs = np.array([(0.036, 0.010, 0.0010), (0.0424, 0.006, 0.0014), (0.0408, 0.020, 0.0008),
@@ -214,7 +215,7 @@ def test_standard_errors_of_a_cut_hinge_match_the_spread_over_seeds(design):
         rng = np.random.default_rng([seed, 23])
         b = rng.choice([50.0, 100.0, 150.0, 200.0], size=(1500, 3)) if batches is None else batches
         y, kept = _first_k(costs, b, sigma, 2, rng)
-        fit = fit_mle(Curve("hinge", costs[worker].copy()), bounds, b[:, worker], y[:, worker], ~kept[:, worker])
+        fit = fit_mle(HingeCurve(costs[worker].copy()), bounds, b[:, worker], y[:, worker], ~kept[:, worker])
         est.append(fit.curve.values)
         se.append(np.sqrt(np.diag(fit.cov)))
     est_a, se_a = np.array(est), np.array(se)

@@ -12,8 +12,9 @@ import pytest
 
 from hetsim.calibrate import fit_worker
 from hetsim.calibrate.censored import CurveFit
+from hetsim.calibrate.curves import HingeCurve
 from hetsim.calibrate.hinge import ALLOWED, Kink, widened
-from hetsim.calibrate.models import Curve
+from hetsim.model.costs import Hinge
 
 TRUTH = {"floor_s": 0.054, "overhead_s": 0.010, "per_sample_s": 0.001}  # bent at 44 samples
 
@@ -35,7 +36,7 @@ def test_a_forced_hinge_whose_kink_the_rows_barely_show_has_errors_that_cover(cu
     # seeds 38 and 50 (least squares) and 28 and 36 (cut rows) were 10-38 errors off
     worst = 0.0
     for seed in seeds:
-        fit, _ = fit_worker(0, *_mostly_flat(seed, cut), model="hinge")
+        fit, _ = fit_worker(0, *_mostly_flat(seed, cut), model=Hinge)
         params = fit.cost_curve().params()
         for key, se in fit.se.items():
             if se is not None:
@@ -44,14 +45,14 @@ def test_a_forced_hinge_whose_kink_the_rows_barely_show_has_errors_that_cover(cu
 
 
 def test_a_hinge_the_rows_show_no_kink_in_says_so_and_leaves_what_a_line_allows_unknown():
-    fit, warnings = fit_worker(0, *_mostly_flat(38, False), model="hinge")
+    fit, warnings = fit_worker(0, *_mostly_flat(38, False), model=Hinge)
     assert any("show no kink" in w and "kept the hinge asked for" in w for w in warnings)
     assert fit.model == "hinge" and fit.se["floor_s"] is None
 
 
 def _found(se: tuple[float, float, float]) -> CurveFit:
     return CurveFit(
-        Curve("hinge", np.array([0.05, 0.01, 0.001])), 0.1, np.diag(np.square(se)), np.ones(3, bool), np.zeros(3, bool)
+        HingeCurve(np.array([0.05, 0.01, 0.001])), 0.1, np.diag(np.square(se)), np.ones(3, bool), np.zeros(3, bool)
     )
 
 
@@ -99,7 +100,7 @@ def test_a_hinge_whose_line_runs_below_the_origin_is_fitted_without_bias_and_hon
     # (14 of 40 at the bound), and the slope biased low with errors wider than its spread
     est, z = [], []
     for seed in range(40):
-        fit, _ = fit_worker(0, *_steep(seed, cut), model="hinge")
+        fit, _ = fit_worker(0, *_steep(seed, cut), model=Hinge)
         params = fit.cost_curve().params()
         est.append([params[k] for k in STEEP])
         z.append([(params[k] - STEEP[k]) / (fit.se[k] or math.nan) for k in STEEP])
@@ -122,6 +123,6 @@ def test_the_kinks_a_clearly_bent_hinge_allows_are_judged_by_relative_residuals(
         rng = np.random.default_rng(seed)
         b = rng.integers(8, 65, 600).astype(float)
         y = np.maximum(0.02, -0.004 + 0.001 * b) * np.exp(0.15 * rng.standard_normal(b.size) - 0.15**2 / 2)
-        fit, _ = fit_worker(0, b, y, model="hinge")
+        fit, _ = fit_worker(0, b, y, model=Hinge)
         z.append((fit.cost_curve().params()["floor_s"] - STEEP["floor_s"]) / (fit.se["floor_s"] or math.nan))
     assert 0.78 < float(np.std(z, ddof=1)) < 1.25

@@ -16,12 +16,13 @@ import pytest
 
 from hetsim.calibrate import calibrate
 from hetsim.calibrate.censored import fit_mle
-from hetsim.calibrate.models import Curve, Sizes, choose, fit_curve, folds, held_out_errors
+from hetsim.calibrate.curves import FITTED, AffineCurve, HingeCurve, Sizes, TableCurve, model_named
+from hetsim.calibrate.models import choose, folds, held_out_errors
 from hetsim.calibrate.noise import persistence, shared_correlation
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
 from hetsim.core.registry import COSTS
-from hetsim.model.costs import Hinge, Table
+from hetsim.model.costs import Affine, Hinge, Profile, Table
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario, load_scenario
 
@@ -56,23 +57,23 @@ def _exact(model) -> Sizes:
 
 
 def test_noise_free_curves_are_fitted_exactly():
-    hinge = fit_curve("hinge", _exact(Hinge(**{k: v for k, v in HINGE.items() if k != "model"})))
+    hinge = HingeCurve.fit(_exact(Hinge(**{k: v for k, v in HINGE.items() if k != "model"})))
     assert hinge is not None and hinge.values == pytest.approx([0.05, 0.01, 0.001], rel=1e-6)
-    table = fit_curve("table", _exact(Table(points=CONVEX["points"])))
+    table = TableCurve.fit(_exact(Table(points=CONVEX["points"])))
     truth = Table(points=CONVEX["points"]).time_s(np.array(SIZES, dtype=float))
     assert table is not None and table.values == pytest.approx(truth)
-    assert fit_curve("hinge", _exact(Table(points=CONVEX["points"]))) is not None
+    assert HingeCurve.fit(_exact(Table(points=CONVEX["points"]))) is not None
     flat_then_line = Hinge(0.04, 0.0, 0.001)  # bends at 40 on the line through the origin
-    fit = fit_curve("hinge", _exact(flat_then_line))
+    fit = HingeCurve.fit(_exact(flat_then_line))
     assert fit is not None and fit.values == pytest.approx([0.04, 0.0, 0.001], rel=1e-6)
 
 
 def test_a_table_is_made_non_decreasing_and_needs_two_sizes():
     sizes = Sizes.of(np.array([8.0, 8.0, 16.0, 32.0]), np.array([0.05, 0.07, 0.05, 0.09]))
-    fit = fit_curve("table", sizes)
+    fit = TableCurve.fit(sizes)
     assert fit is not None and fit.values.tolist() == pytest.approx([0.0566667, 0.0566667, 0.09], rel=1e-5)
     one = Sizes.of(np.array([8.0, 8.0]), np.array([0.1, 0.2]))
-    assert [fit_curve(m, one) for m in ("affine", "hinge", "table")] == [None, None, None]
+    assert [form.fit(one) for form in FITTED] == [None, None, None]
 
 
 def test_held_out_folds_and_which_models_can_be_scored():
@@ -86,11 +87,11 @@ def test_held_out_folds_and_which_models_can_be_scored():
 
 def test_choose_keeps_the_simplest_model_within_the_noise_floor():
     errors = {"affine": 0.030, "hinge": 0.028, "table": 0.010}
-    assert choose(errors, 0.0) == "table"
-    assert choose(errors, 0.005) == "table"
-    assert choose(errors, 0.021) == "affine"
-    assert choose({"affine": 0.05, "hinge": 0.02, "table": None}, 0.001) == "hinge"
-    assert choose({"affine": None, "hinge": None, "table": None}, 0.0) == "affine"
+    assert choose(errors, 0.0) is TableCurve
+    assert choose(errors, 0.005) is TableCurve
+    assert choose(errors, 0.021) is AffineCurve
+    assert choose({"affine": 0.05, "hinge": 0.02, "table": None}, 0.001) is HingeCurve
+    assert choose({"affine": None, "hinge": None, "table": None}, 0.0) is AffineCurve
 
 
 @pytest.mark.parametrize(("cost", "model"), [(AFFINE, "affine"), (HINGE, "hinge"), (CONVEX, "table")])
@@ -110,7 +111,7 @@ def test_auto_chooses_the_model_that_made_the_trace(cost, model):
 
 
 def test_hinge_parameters_within_three_bootstrap_standard_errors():
-    fit = calibrate(pooled_runs(HINGE, SIZES, seed=1), model="hinge").workers[0]
+    fit = calibrate(pooled_runs(HINGE, SIZES, seed=1), model=Hinge).workers[0]
     params = fit.cost_curve().params()
     for key in ("floor_s", "overhead_s", "per_sample_s"):
         se = fit.se[key]
@@ -120,7 +121,7 @@ def test_hinge_parameters_within_three_bootstrap_standard_errors():
 
 
 def test_table_points_have_standard_errors():
-    fit = calibrate(pooled_runs(CONVEX, SIZES), model="table").workers[0]
+    fit = calibrate(pooled_runs(CONVEX, SIZES), model=Table).workers[0]
     params = fit.cost_curve().params()
     assert list(params) == [f"t@{b}" for b in SIZES]
     assert all(fit.se[k] is not None and 0 < fit.se[k] < 0.02 * params[k] for k in params)
@@ -128,13 +129,16 @@ def test_table_points_have_standard_errors():
 
 def test_a_forced_model_needs_enough_sizes():
     frame = pooled_runs(AFFINE, [16, 32], steps=20)
-    assert calibrate(frame, model="table").workers[0].model == "table"
+    assert calibrate(frame, model=Table).workers[0].model == "table"
     with pytest.raises(ConfigError) as info:
-        calibrate(frame, model="hinge")
+        calibrate(frame, model=Hinge)
     assert info.value.field == "--model" and "2 batch size(s); hinge needs 3" in info.value.problem
     with pytest.raises(ConfigError) as info:
-        calibrate(frame, model="spline")
+        model_named("spline")
     assert info.value.field == "--model" and "auto, affine, hinge, table" in info.value.problem
+    with pytest.raises(ConfigError) as info:  # a cost model calibration has no fit for
+        calibrate(frame, model=Profile)
+    assert info.value.field == "model" and "Affine, Hinge, Table, not 'Profile'" in info.value.problem
 
 
 # ----------------------------------------------------------------------------- the device profiles
@@ -202,7 +206,7 @@ def test_censored_lognormal_recovers_the_level():
     cut_at = k * np.exp(0.1 * rng.standard_normal(y.size))
     cut = y > cut_at
     b = np.full(y.size, 10.0)
-    start = Curve("affine", np.array([0.0, 0.1]))
+    start = AffineCurve(np.array([0.0, 0.1]))
     bounds = [(0.0, np.inf), (1e-9, np.inf)]
     found = fit_mle(start, bounds, b, np.minimum(y, cut_at), cut, fixed=np.array([True, False]))
     level, se = 10 * found.curve.values[1], 10 * found.se()[1]
@@ -289,13 +293,13 @@ def test_a_table_flat_at_the_top_is_a_warning():
     y = np.select([b == 8, b == 16], [0.02, 0.041], 0.039) * np.exp(
         0.001 * np.random.default_rng(0).standard_normal(60)
     )
-    cal = calibrate(pd.DataFrame({"worker": 0, "local_batch": b, "compute_s": y}), model="table")
+    cal = calibrate(pd.DataFrame({"worker": 0, "local_batch": b, "compute_s": y}), model=Table)
     assert any("flat from batch 16 on" in w for w in cal.warnings)
 
 
 def test_forced_affine_from_one_batch_size_is_the_per_sample_fit():
     frame = pooled_runs(AFFINE, [32], steps=20)
-    fit = calibrate(frame, model="affine").workers[0]
+    fit = calibrate(frame, model=Affine).workers[0]
     assert fit.model == "affine" and fit.overhead_s == 0.0
     assert fit.per_sample_s == pytest.approx(frame["compute_s"].mean() / 32)
 

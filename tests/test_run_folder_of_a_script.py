@@ -10,6 +10,7 @@ import json
 import pandas as pd
 import pytest
 
+from hetsim.model.costs import Affine, Table
 from hetsim.policies import planned_policy
 from validation.compare import compare_run, run_policy
 from validation.record import RankTiming, RunWriter, step_rows
@@ -95,9 +96,9 @@ def test_compare_fits_the_cost_model_asked_for(tmp_path):
     writer = RunWriter(tmp_path / "run", META)
     probe_and_policy(writer, (6, 2))
     writer.finish(["optimal"])
-    for model in ("affine", "table"):
+    for model in (Affine, Table):
         _, calibration = compare_run(load_run(tmp_path / "run"), model=model)
-        assert {w.model for w in calibration.workers} == {model}
+        assert {w.model for w in calibration.workers} == {model.name}
 
 
 def test_compare_says_a_run_did_not_complete_and_passes_it_no_tolerance(tmp_path, capsys):

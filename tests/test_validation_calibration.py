@@ -56,7 +56,7 @@ def _trace(seed: int, own: tuple[float, float], shared: tuple[float, float], n: 
 
 
 def test_a_clear_shared_factor_and_persistence_are_written_and_keep_each_workers_total_noise():
-    calibration = calibrate(_trace(1, own=(0.08, 0.6), shared=(0.06, 0.6)), model="auto")
+    calibration = calibrate(_trace(1, own=(0.08, 0.6), shared=(0.06, 0.6)))
     scenario = noise_scenario(calibration)
     load_scenario(scenario)  # the shared group is declared alike by its members
     tau = calibration.noise.shared_sigma
@@ -78,12 +78,12 @@ def test_a_clear_shared_factor_and_persistence_are_written_and_keep_each_workers
 
 
 def test_independent_fresh_noise_writes_nothing():
-    calibration = calibrate(_trace(1, own=(0.08, 0.0), shared=(0.0, 0.0)), model="auto")
+    calibration = calibrate(_trace(1, own=(0.08, 0.0), shared=(0.0, 0.0)))
     assert noise_scenario(calibration) == calibration.scenario
 
 
 def test_persistence_alone_is_written_without_a_shared_factor():
-    calibration = calibrate(_trace(1, own=(0.08, 0.6), shared=(0.0, 0.0)), model="auto")
+    calibration = calibrate(_trace(1, own=(0.08, 0.6), shared=(0.0, 0.0)))
     scenario = noise_scenario(calibration)
     load_scenario(scenario)
     for fit, entry, rho in zip(calibration.workers, scenario["workers"], calibration.noise.persistence):
@@ -94,7 +94,7 @@ def test_persistence_alone_is_written_without_a_shared_factor():
 def test_thresholds_are_three_standard_errors():
     assert clear_persistence(0.29, 100) == 0.0 and clear_persistence(0.31, 100) == 0.31
     assert clear_persistence(None, 100) == 0.0 and clear_persistence(0.999, 10_000) == 0.99
-    calibration = calibrate(_trace(1, own=(0.08, 0.0), shared=(0.0, 0.0)), model="auto")
+    calibration = calibrate(_trace(1, own=(0.08, 0.0), shared=(0.0, 0.0)))
     assert shared_threshold(calibration.noise) == pytest.approx(3 / math.sqrt(400))
 
 

@@ -199,16 +199,16 @@ def check_local_devices(devices: Sequence[str]) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from hetsim.calibrate import check_model
+    from hetsim.calibrate import model_named
     from validation.compare import compare_run, format_table, worst_error
     from validation.run_folder import load_run
     from validation.time_to_target import predict_time_to_target
 
     if args.tolerance is not None:
         Param("--tolerance", low=0.0).check(args.tolerance)
-    check_model(args.model, "--model")
+    model = model_named(args.model, "--model")
     run = load_run(args.run_dir)
-    comparisons, calibration = compare_run(run, args.calibrate_on, args.model)
+    comparisons, calibration = compare_run(run, args.calibrate_on, model)
     if not comparisons:  # a tolerance must never pass on nothing
         raise ConfigError("run_dir", f"{args.run_dir} has no policy with a finished epoch to compare")
     unfinished = unfinished_note(run.meta, [c.policy for c in comparisons])

@@ -26,9 +26,10 @@ from typing import Any
 
 import pandas as pd
 
-from hetsim.calibrate import Calibration, WorkerFit, calibrate
+from hetsim.calibrate import Calibration, HingeCurve, TableCurve, WorkerFit, calibrate
 from hetsim.core.console import text_table
 from hetsim.core.errors import ConfigError
+from hetsim.model.costs import CostModel
 from hetsim.model.trace import Trace
 from hetsim.policies import Policy, WorkerHint, planned_policy, policy_class
 from hetsim.policies.base import told
@@ -86,9 +87,9 @@ class Comparison:
         }
 
 
-def calibrate_run(run: RunData, calibrate_on: str = PROBE, model: str = "auto") -> Calibration:
+def calibrate_run(run: RunData, calibrate_on: str = PROBE, model: type[CostModel] | None = None) -> Calibration:
     """The calibration of ``run``'s ``calibrate_on`` rows as ``hetsim calibrate --model MODEL``
-    fits it (``auto``: each rank's cost curve chosen by held-out error), its scenario with the
+    fits it (``model`` None: each rank's cost curve chosen by held-out error), its scenario with the
     noise's shared part and persistence where they are clear
     (:func:`~validation.calibrated_noise.noise_scenario`)."""
     rows = run.trace[run.trace["policy"] == calibrate_on]
@@ -156,7 +157,9 @@ def first_epochs(trace: Trace, epochs: int) -> Trace:
     return Trace.from_frame(frame[frame["epoch"] < epochs])
 
 
-def compare_run(run: RunData, calibrate_on: str = PROBE, model: str = "auto") -> tuple[list[Comparison], Calibration]:
+def compare_run(
+    run: RunData, calibrate_on: str = PROBE, model: type[CostModel] | None = None
+) -> tuple[list[Comparison], Calibration]:
     """Predicted vs measured for every policy of the run (the probe itself is not compared),
     calibrated with each rank's cost ``model`` (:func:`calibrate_run`); the policies that need or
     use costs told the real ones' (the module's docstring)."""
@@ -264,10 +267,10 @@ def _curve_text(fit: WorkerFit) -> str:
     """The chosen cost curve in words: affine and hinge by their terms, a table by its size."""
     line = f"{1e3 * fit.overhead_s:.2f} ms + {1e6 * fit.per_sample_s:.1f} us/sample"
     values = fit.cost_curve().params()
-    if fit.model == "hinge":
+    if isinstance(fit.curve, HingeCurve):
         floor, overhead, per_sample = (values[k] for k in ("floor_s", "overhead_s", "per_sample_s"))
         return f"hinge: at least {1e3 * floor:.2f} ms, {1e3 * overhead:.2f} ms + {1e6 * per_sample:.1f} us/sample"
-    if fit.model == "table":
+    if isinstance(fit.curve, TableCurve):
         return f"table of {len(values)} batch sizes (affine fit {line})"
     return line
 

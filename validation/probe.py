@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 PROBE = "probe"  # the probe's segment name in the trace
 SMALL_SIZES = (1, 2)  # local batches every round includes besides its fractions (the module's docstring)
 START_ROUNDS = 3  # rounds before the first policy: the costs the policies are told come from these
-MODEL = "auto"  # the cost curve fitted (as compare's calibration)
 
 
 def probe_sizes(global_batch: int, world: int, fractions: Sequence[float]) -> list[int]:
@@ -116,7 +115,7 @@ def fit_probe(frame: pd.DataFrame, world: int) -> tuple[WorkerHint, ...] | None:
         return None
     from hetsim.calibrate import calibrate  # scipy's fits, slow to import: paid by rank 0 alone
 
-    calibration = calibrate(frame.drop(columns=["policy"]), name=PROBE, model=MODEL, scheduled_split=True)
+    calibration = calibrate(frame.drop(columns=["policy"]), name=PROBE, scheduled_split=True)  # each curve chosen
     fits = {f.worker: f for f in calibration.workers}
     missing = [r for r in range(world) if r not in fits]
     if missing:

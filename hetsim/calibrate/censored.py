@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, signal, special
 
-from hetsim.calibrate.models import Curve
+from hetsim.calibrate.curves import Curve
 
 LOG_SIGMA_BOUNDS = (math.log(1e-6), math.log(10.0))
 MAX_LAGS = 20  # lags read for the persistence's decay
@@ -86,7 +86,7 @@ class _Likelihood:
     def curve(self, x: np.ndarray) -> Curve:
         values = self.start.values.copy()
         values[self.free] = x * self.scale
-        return Curve(self.start.model, values, self.start.batches)
+        return self.start.with_values(values)
 
     def __call__(self, p: np.ndarray) -> tuple[float, np.ndarray]:
         x, s = p[:-1], float(p[-1])

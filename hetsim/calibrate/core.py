@@ -10,13 +10,14 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
+from hetsim.calibrate.curves import AUTO, curve_class
 from hetsim.calibrate.idle import IdleWorker
 from hetsim.calibrate.idle import fit_workers as _fit_workers
 from hetsim.calibrate.idle import scenario_workers as _scenario_workers
-from hetsim.calibrate.models import check_model
 from hetsim.calibrate.noise import NoiseStructure, persistence, shared_correlation, shared_sigma
 from hetsim.calibrate.worker_fit import WorkerFit, worker_table
 from hetsim.core.errors import ConfigError
+from hetsim.model.costs import CostModel
 from hetsim.model.trace import Trace, check_trace_table
 from hetsim.policies import POLICIES
 
@@ -74,7 +75,7 @@ class Calibration:
     scenario: dict[str, Any]
     noise: NoiseStructure = field(default_factory=lambda: NoiseStructure(None, 0, ()))
     policy: str | None = None  # the policy whose rows were fitted (None: the table has no policy column)
-    model: str = "auto"  # the model asked for
+    model: str = AUTO  # the cost model asked for (its name), or auto
     idle: tuple[IdleWorker, ...] = ()  # workers with too few complete computes to fit, kept in the scenario
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,14 +104,15 @@ def trace_policies(frame: pd.DataFrame) -> list[str]:
 
 
 def calibrate(trace: Trace | pd.DataFrame, name: str = "calibrated", *, policy: str | None = None,
-              model: str = "auto", scheduled_split: bool = False) -> Calibration:  # fmt: skip
+              model: type[CostModel] | None = None, scheduled_split: bool = False) -> Calibration:  # fmt: skip
     """Fit a scenario to ``trace``: one ``[[workers]]`` entry per trace worker (``count = 1``,
-    in worker order), each with the cost model ``model`` (auto: chosen by held-out error). A
+    in worker order), each with the cost model ``model`` (its class: Affine, Hinge or Table; None:
+    chosen per worker by held-out error). A
     table of several policies needs ``policy`` (unless their step numbers never meet, as in a
     table pooled on purpose). ``scheduled_split``: the split followed a schedule set before the
     run (a probe's rounds), not the times, so no warning that a split that reacts to persistent
     noise biases the fit. The ``scenario`` loads with :func:`hetsim.scenario.config.load_scenario`."""
-    check_model(model)
+    asked = AUTO if model is None else curve_class(model).name
     frame = check_trace_table(trace.to_frame() if isinstance(trace, Trace) else trace)
     frame, chosen, warnings = _policy_rows(frame, policy)
     if "step" not in frame.columns:  # rows of a worker in order are its steps
@@ -157,7 +159,7 @@ def calibrate(trace: Trace | pd.DataFrame, name: str = "calibrated", *, policy: 
         scenario,
         noise,
         chosen,
-        model,
+        asked,
         tuple(idle),
     )
 

@@ -22,8 +22,8 @@ import numpy as np
 from scipy import stats
 
 from hetsim.calibrate.censored import CurveFit
+from hetsim.calibrate.curves import AffineCurve, Curve, HingeCurve, Sizes, hinge_sse, kink_grid, refine_kink
 from hetsim.calibrate.lsq import fit_lsq
-from hetsim.calibrate.models import Curve, Sizes, hinge_sse, kink_grid, refine_kink
 
 KINK_P = 0.01  # a kink is shown where the test against a line has a p-value below this
 ALLOWED = float(stats.chi2.isf(KINK_P, 2))  # the deviance over the best up to which a kink is allowed
@@ -74,7 +74,7 @@ def least_squares_kinks(sizes: Sizes, b: np.ndarray, y: np.ndarray, line: CurveF
     gap = np.searchsorted(sizes.batch, grid, side="right")
     bent = [_best_in(sizes, grid, sse, gap == g) for g in np.unique(gap[np.isfinite(sse)])]
     level = float(np.average(sizes.mean, weights=sizes.count))
-    flat = Curve("affine", np.array([level, 0.0]))
+    flat = AffineCurve(np.array([level, 0.0]))
     candidates = [*bent, line.curve, flat]
     reference = candidates[int(np.argmin([_sse(c, b, y) for c in candidates]))]  # the rows' best: its times scale
     scale = reference.time_s(b)
@@ -104,7 +104,7 @@ def _best_in(sizes: Sizes, grid: np.ndarray, sse: np.ndarray, gap: np.ndarray) -
     high = float(sizes.batch[np.searchsorted(sizes.batch, grid[i], side="right")])
     c, _ = refine_kink(sizes, float(grid[gap][0]), high, float(grid[i]), float(sse[i]), origin=False)
     _, floor, slope = (float(v[0]) for v in hinge_sse(sizes, np.array([c]), through_origin=False))
-    return Curve("hinge", np.array([floor, floor - slope * c, slope]))
+    return HingeCurve(np.array([floor, floor - slope * c, slope]))
 
 
 def likelihood_kinks(tries: Sequence[CurveFit], line: CurveFit, flat: CurveFit) -> list[Kink]:
@@ -141,7 +141,7 @@ def _within(sizes: Sizes, b: np.ndarray, y: np.ndarray) -> float:
     return float(((y - sizes.mean[np.searchsorted(sizes.batch, b)]) ** 2).sum())
 
 
-def hinge_starts(sizes: Sizes) -> list[Curve]:
+def hinge_starts(sizes: Sizes) -> list[HingeCurve]:
     """A hinge bending after each size with two or more sizes above it: the flat part the mean
     of the sizes below, the line least squares through those above."""
     out = []
@@ -151,5 +151,5 @@ def hinge_starts(sizes: Sizes) -> list[Curve]:
         if line[0] <= 0:
             continue
         floor = float(np.average(sizes.mean[:i], weights=sizes.count[:i]))
-        out.append(Curve("hinge", np.array([floor, float(line[1]), float(line[0])])))
+        out.append(HingeCurve(np.array([floor, float(line[1]), float(line[0])])))
     return out

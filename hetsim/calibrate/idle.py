@@ -30,6 +30,7 @@ import pandas as pd
 
 from hetsim.calibrate.worker_fit import MIN_COMPLETE, WorkerFit, fit_worker
 from hetsim.core.errors import ConfigError
+from hetsim.model.costs import CostModel
 
 FLAT = 1e-9  # the per-sample cost of a bound written as a flat curve, relative to the bound per sample
 
@@ -62,7 +63,7 @@ class IdleWorker:
 
 
 def fit_workers(
-    frame: pd.DataFrame, done: np.ndarray, workers: list[int], model: str, warnings: list[str]
+    frame: pd.DataFrame, done: np.ndarray, workers: list[int], model: type[CostModel] | None, warnings: list[str]
 ) -> tuple[list[WorkerFit], list[IdleWorker]]:
     """Each worker's fit, rows in step order, or its :class:`IdleWorker` (with a warning line);
     ConfigError when no worker can be fitted (a one-row trace, say: one step fits nothing)."""

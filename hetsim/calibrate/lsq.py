@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from hetsim.calibrate.censored import CurveFit, autocorrelated, persistence_terms
-from hetsim.calibrate.models import Curve
+from hetsim.calibrate.curves import Curve
 
 
 def fit_lsq(curve: Curve, b: np.ndarray, y: np.ndarray, free: np.ndarray, bound: np.ndarray) -> CurveFit:

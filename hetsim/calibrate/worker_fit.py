@@ -1,9 +1,10 @@
 """One worker's rows -> its fitted cost curve, noise and standard errors (:func:`fit_worker`).
 
 Every row with samples counts: complete computes exactly, rows cut at the barrier
-(``included = false``) as times the compute was known to exceed. The model is chosen on the
-complete computes (under ``model = "auto"``, :func:`~hetsim.calibrate.models.choose` by held-out
-error of least-squares fits to the size means). The chosen curve, and always the affine one
+(``included = false``) as times the compute was known to exceed. The curve is the cost model
+asked for (its class) or else chosen on the complete computes
+(:func:`~hetsim.calibrate.models.choose`, by held-out error of the least-squares fits to the
+size means of :mod:`~hetsim.calibrate.curves`). The chosen curve, and always the affine one
 (``WorkerFit.overhead_s`` / ``per_sample_s`` whichever is chosen), are the least-squares fits
 over the rows with standard errors right for multiplicative noise
 (:func:`~hetsim.calibrate.lsq.fit_lsq`) when no row was cut, and otherwise the maximum
@@ -23,19 +24,12 @@ import numpy as np
 from scipy import optimize, stats
 
 from hetsim.calibrate.censored import CurveFit, fit_mle
+from hetsim.calibrate.curves import AffineCurve, Curve, HingeCurve, Sizes, TableCurve, curve_class
 from hetsim.calibrate.hinge import KINK_P, hinge_starts, kink_shown, least_squares_kinks, likelihood_kinks, widened
 from hetsim.calibrate.lsq import fit_lsq
-from hetsim.calibrate.models import (
-    MIN_SIZES,
-    Curve,
-    Sizes,
-    check_model,
-    choose,
-    fit_curve,
-    held_out_errors,
-    noise_floor,
-)
+from hetsim.calibrate.models import choose, held_out_errors, noise_floor
 from hetsim.core.errors import ConfigError
+from hetsim.model.costs import CostModel
 
 MIN_COMPLETE = 2  # complete computes a worker's fit needs
 
@@ -62,14 +56,14 @@ class WorkerFit:
 
     @property
     def model(self) -> str:
-        return self.curve.model if self.curve is not None else "affine"
+        return (self.curve or self.cost_curve()).name
 
     def cost_curve(self) -> Curve:
-        return self.curve or Curve("affine", np.array([self.overhead_s, self.per_sample_s]))
+        return self.curve or AffineCurve(np.array([self.overhead_s, self.per_sample_s]))
 
     def to_scenario(self, name: str) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": name, "count": 1}
-        if self.model == "affine":
+        if self.curve is None:
             entry.update(overhead_s=self.overhead_s, per_sample_s=self.per_sample_s)
         else:
             entry["cost"] = self.cost_curve().cost_model().to_dict()
@@ -82,12 +76,13 @@ def fit_worker(
     local_batch: np.ndarray,
     compute_s: np.ndarray,
     included: np.ndarray | None = None,
-    model: str = "auto",
+    model: type[CostModel] | None = None,
 ) -> tuple[WorkerFit, list[str]]:
     """Fit one worker from its rows in step order: rows with ``local_batch > 0``; of those, rows
-    with ``included`` false (cut at the barrier) as right-censored times. ``model``: auto,
-    affine, hinge or table. A worker needs two complete computes (ConfigError otherwise)."""
-    check_model(model)
+    with ``included`` false (cut at the barrier) as right-censored times. ``model``: the cost
+    model to fit (its class: Affine, Hinge or Table), None to choose one by held-out error. A
+    worker needs two complete computes (ConfigError otherwise)."""
+    asked = None if model is None else curve_class(model)
     b_all = np.asarray(local_batch, dtype=float)
     y_all = np.asarray(compute_s, dtype=float)
     busy, cut = _complete(worker, b_all, y_all, included)
@@ -96,14 +91,14 @@ def fit_worker(
     sizes = Sizes.of(bd, yd)
     held_out = held_out_errors(sizes)
     affine, warnings = _affine_fit(worker, sizes, b, y, cut)
-    name = _chosen_name(worker, model, sizes, held_out, bd, yd)
-    found = None if name == "affine" else _curve_fit(worker, name, sizes, b, y, cut, model, affine)
+    form = _chosen(worker, asked, sizes, held_out, bd, yd)
+    found = None if form is AffineCurve else _curve_fit(worker, form, sizes, b, y, cut, asked is not None, affine)
     if found is None:
-        chosen, name = affine, "affine"
+        chosen = affine
     else:
         chosen, warnings = found  # the affine fit's doubts are not the chosen curve's
     curve = chosen.curve
-    if curve.model == "table" and curve.values[-1] <= curve.values[-2]:
+    if isinstance(curve, TableCurve) and curve.values[-1] <= curve.values[-2]:
         warnings.append(
             f"worker {worker}: the fitted table is flat from batch {int(sizes.batch[-2])} on, so it claims that "
             "larger batches take no longer; give the trace larger batches or choose another --model"
@@ -123,7 +118,7 @@ def fit_worker(
         cv,
         int(yd.size),
         int(sizes.batch.size),
-        curve=None if curve.model == "affine" else curve,
+        curve=None if isinstance(curve, AffineCurve) else curve,
         se=dict(zip(curve.params(), chosen.se())),
         held_out=held_out,
         cancelled=int(cut.sum()),
@@ -150,20 +145,17 @@ def _complete(worker: int, b: np.ndarray, y: np.ndarray, included: np.ndarray | 
     return busy, cut
 
 
+def _tiny(b: np.ndarray, y: np.ndarray) -> float:
+    """A negligible positive per-sample cost for rows ``b``, ``y`` (the least slope a fit keeps:
+    the cost models need one, so a flat curve keeps its level in the overhead, not in a slope
+    through 0)."""
+    return 1e-9 * float(y.mean()) / float(b.max())
+
+
 def _bounds(curve: Curve, b: np.ndarray, y: np.ndarray) -> list[tuple[float, float]]:
-    """Every parameter at least 0, a hinge's intercept excepted (its floor then a negligible
-    positive value: the cost model needs one); a slope at least a negligible positive value (the
-    cost models need one), so a flat curve keeps its level in the overhead, not in a slope
-    through 0. A hinge's intercept is free because bounding it at 0 clipped the estimates of a
-    line through the origin (the steep side of many devices) and left them less spread than
-    their errors said."""
-    tiny = 1e-9 * float(y.mean()) / float(b.max())
-    least = 1e-9 * float(y.mean())
-    if curve.model == "affine":
-        return [(0.0, math.inf), (tiny, math.inf)]
-    if curve.model == "hinge":
-        return [(least, math.inf), (-math.inf, math.inf), (tiny, math.inf)]
-    return [(least, math.inf)] * curve.values.size
+    """Each value's bounds in a fit to rows ``b``, ``y`` (:meth:`~hetsim.calibrate.curves.Curve.bounds`):
+    times at least a negligible positive value, slopes at least :func:`_tiny`."""
+    return curve.bounds(1e-9 * float(y.mean()), _tiny(b, y))
 
 
 def _refine(start: Curve, b: np.ndarray, y: np.ndarray, cut: np.ndarray, fixed: np.ndarray | None = None) -> CurveFit:
@@ -171,7 +163,7 @@ def _refine(start: Curve, b: np.ndarray, y: np.ndarray, cut: np.ndarray, fixed: 
     when no row was cut; else the maximum likelihood of complete and cut rows from it."""
     bounds = _bounds(start, b, y)
     low = np.array([lo for lo, _ in bounds])
-    start = Curve(start.model, np.maximum(start.values, low), start.batches)
+    start = start.with_values(np.maximum(start.values, low))
     if cut.any():
         return fit_mle(start, bounds, b, y, cut, fixed)
     free = np.ones(start.values.size, dtype=bool) if fixed is None else ~fixed
@@ -187,19 +179,19 @@ def _affine_ls(sizes: Sizes, tiny: float) -> Curve:
     # bvls: an active-set method, exact at a bound; the default (trf, interior) stops near one,
     # at an overhead of 1e-5 s where the truth is 0, by an amount that differs between CPUs.
     found = optimize.lsq_linear(design, w * sizes.mean, bounds=(low, [np.inf, np.inf]), method="bvls")
-    return Curve("affine", np.where(found.active_mask < 0, low, found.x))  # at a bound: exactly it
+    return AffineCurve(np.where(found.active_mask < 0, low, found.x))  # at a bound: exactly it
 
 
 def _affine_fit(worker: int, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np.ndarray) -> tuple[CurveFit, list[str]]:
     """The affine curve; from one batch size the per-sample cost alone."""
     if sizes.batch.size == 1:
-        start = Curve("affine", np.array([0.0, float(sizes.mean[0] / sizes.batch[0])]))
+        start = AffineCurve(np.array([0.0, float(sizes.mean[0] / sizes.batch[0])]))
         note = (
             f"worker {worker}: seen at one batch size ({int(sizes.batch[0])}) only, so overhead and per-sample cost "
             "cannot be separated; fitted the per-sample cost alone (overhead_s = 0)"
         )
         return _refine(start, b, y, cut, fixed=np.array([True, False])), [note]
-    found = _refine(_affine_ls(sizes, _bounds(Curve("affine", np.zeros(2)), b, y)[1][0]), b, y, cut)
+    found = _refine(_affine_ls(sizes, _tiny(b, y)), b, y, cut)
     notes = []
     overhead, per_sample = (float(v) for v in found.curve.values)
     if found.bound[0]:
@@ -215,38 +207,49 @@ def _affine_fit(worker: int, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np
     return found, notes
 
 
-def _chosen_name(
-    worker: int, model: str, sizes: Sizes, held_out: Mapping[str, float | None], b: np.ndarray, y: np.ndarray
-) -> str:
-    """The model kept: ``model``, or under auto the choice by held-out error."""
-    if model == "auto":
+def _chosen(
+    worker: int,
+    asked: type[Curve] | None,
+    sizes: Sizes,
+    held_out: Mapping[str, float | None],
+    b: np.ndarray,
+    y: np.ndarray,
+) -> type[Curve]:
+    """The form kept: ``asked``, or (None) the choice by held-out error."""
+    if asked is None:
         return choose(dict(held_out), noise_floor(b, y, sizes))
-    if model != "affine" and sizes.batch.size < MIN_SIZES[model]:  # affine: the per-sample cost alone
-        raise ConfigError(
-            "--model",
-            f"worker {worker} was seen at {sizes.batch.size} batch size(s); {model} needs {MIN_SIZES[model]} or more",
-        )
-    return model
+    if asked is not AffineCurve and sizes.batch.size < asked.min_sizes:  # affine: the per-sample cost alone
+        seen = f"worker {worker} was seen at {sizes.batch.size} batch size(s)"
+        raise ConfigError("--model", f"{seen}; {asked.name} needs {asked.min_sizes} or more")
+    return asked
 
 
 def _curve_fit(
-    worker: int, name: str, sizes: Sizes, b: np.ndarray, y: np.ndarray, cut: np.ndarray, model: str, line: CurveFit
+    worker: int,
+    form: type[Curve],
+    sizes: Sizes,
+    b: np.ndarray,
+    y: np.ndarray,
+    cut: np.ndarray,
+    asked: bool,
+    line: CurveFit,
 ) -> tuple[CurveFit, list[str]] | None:
     """A hinge or table: its least-squares fit to the size means, refined by :func:`_refine`;
-    None under auto when none fits (the affine is kept). A hinge whose kink the complete rows do
-    not show is the line, its floor fixed at the line's time at the smallest size (a bound)."""
-    start = fit_curve(name, sizes)
+    None when none fits and the form was chosen, not ``asked`` for (the affine is kept). A hinge
+    whose kink the complete rows do not show is the line, its floor fixed at the line's time at
+    the smallest size (a bound)."""
+    start = form.fit(sizes)
     if start is None:
-        if model != "auto":
-            raise ConfigError("--model", f"worker {worker}: no {name} curve with a positive slope fits its times")
+        if asked:
+            raise ConfigError("--model", f"worker {worker}: no {form.name} curve with a positive slope fits its times")
         return None
-    if name == "hinge":
-        return _hinge_fit(worker, start, sizes, b, y, cut, line, forced=model == "hinge")
+    if isinstance(start, HingeCurve):
+        return _hinge_fit(worker, start, sizes, b, y, cut, line, forced=asked)
     found = _refine(start, b, y, cut)
-    if name == "table" and np.any(np.diff(found.curve.values) < 0):  # cut rows can bend it: non-decreasing again
+    if isinstance(start, TableCurve) and np.any(np.diff(found.curve.values) < 0):  # cut rows can bend it
         weights = 1.0 / np.maximum(np.diag(found.cov), 1e-300)
         flat = optimize.isotonic_regression(found.curve.values, weights=weights).x
-        found = replace(found, curve=Curve("table", np.asarray(flat, dtype=float), found.curve.batches))
+        found = replace(found, curve=found.curve.with_values(flat))  # non-decreasing again
     return found, []
 
 
@@ -284,7 +287,7 @@ def _hinge_fit(
     if p_value < KINK_P:
         return found, []
     overhead, per_sample = (float(v) for v in line.curve.values)
-    bent = Curve("hinge", np.array([overhead + per_sample * sizes.batch[0], overhead, per_sample]))
+    bent = HingeCurve(np.array([overhead + per_sample * sizes.batch[0], overhead, per_sample]))
     note = f"{no_kink}; fitted the line, with floor_s only known to be at most its time at batch {int(sizes.batch[0])}"
     return _refine(bent, b, y, cut, fixed=np.array([True, False, False])), [note]
 
@@ -292,8 +295,8 @@ def _hinge_fit(
 def _level(b: np.ndarray, y: np.ndarray, cut: np.ndarray) -> CurveFit:
     """A flat curve by maximum likelihood of complete and cut rows: an affine fit whose slope is
     held at its least positive value."""
-    tiny = _bounds(Curve("affine", np.zeros(2)), b, y)[1][0]
-    return _refine(Curve("affine", np.array([float(y[~cut].mean()), tiny])), b, y, cut, fixed=np.array([False, True]))
+    level = AffineCurve(np.array([float(y[~cut].mean()), _tiny(b, y)]))
+    return _refine(level, b, y, cut, fixed=np.array([False, True]))
 
 
 def worker_table(fits: Sequence[WorkerFit]) -> list[dict[str, Any]]:

@@ -69,7 +69,7 @@ def add_subcommands(sub: Any) -> None:
 
 def _model_choices() -> str:
     """``auto|affine|...``: calibrate's choices, shown as ``--model``'s metavar when calibrate's
-    usage or help is (checked by :func:`hetsim.calibrate.check_model` as the command runs)."""
+    usage or help is (resolved by :func:`hetsim.calibrate.model_named` as the command runs)."""
     from hetsim.calibrate import CHOICES  # imported here so that the command line starts without scipy
 
     return "|".join(CHOICES)
@@ -259,7 +259,7 @@ def fit_table(calibration: Calibration) -> str:
 
 
 def _held_out_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    from hetsim.calibrate import MODELS
+    from hetsim.calibrate import FITTED
     from hetsim.core.console import text_table
 
     if all(v is None for r in rows for v in r["held_out_error"].values()):
@@ -274,7 +274,7 @@ def _held_out_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         )
         for r in rows
     ]
-    header = ("worker", *(f"{m} held-out" for m in MODELS))
+    header = ("worker", *(f"{form.name} held-out" for form in FITTED))
     return [
         "error at batch sizes left out of the fit (rms of predicted / measured mean - 1; * chosen):",
         text_table(header, body),
@@ -308,13 +308,13 @@ def _noise_network_workload(calibration: Calibration) -> list[str]:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from hetsim.calibrate import calibrate, check_model, trace_policies
+    from hetsim.calibrate import calibrate, model_named, trace_policies
     from hetsim.core.provenance import provenance
     from hetsim.model.trace import read_trace_table
     from hetsim.scenario.config import build_scenario
 
     kind = None if args.out is None else check_out_file(args.out, {".toml": "toml", ".json": "json"}, "--out")
-    check_model(args.model, "--model")
+    model = model_named(args.model, "--model")
     frame = read_trace_table(args.trace)
     found = trace_policies(frame)
     if args.policy is None and len(found) > 1:
@@ -325,9 +325,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_writable(args.out, "--out")  # before the fit, whose warnings would come first otherwise
     name = args.name or f"calibrated-{Path(args.trace).stem}"
-    calibration = calibrate(
-        frame, name=name, policy=args.policy, model=args.model, scheduled_split=args.scheduled_split
-    )
+    calibration = calibrate(frame, name=name, policy=args.policy, model=model, scheduled_split=args.scheduled_split)
     record = provenance()
     made_by = frame.attrs.get("provenance")  # an imported Parquet trace's (write_imported); else None
     if isinstance(made_by, dict):
