@@ -148,6 +148,9 @@ class DaskExecutor:
                 silence_logs=logging.CRITICAL,
             )
             self.client = Client(self.cluster)
+            from hetsim.sweep.dask_workers import QuietInterrupt
+
+            self.client.register_plugin(QuietInterrupt())  # its workers are in our process group
             self.description = f"a Dask LocalCluster of {jobs} workers"
         else:
             check_scheduler(scheduler, connect_timeout_s)
