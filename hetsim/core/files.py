@@ -55,16 +55,28 @@ def not_a_file(path: Path) -> str:
     return "not a regular file (a device, pipe or socket)" if path.exists() else "no such file"
 
 
+class WriteFailed(ConfigError):
+    """A file that could not be written: ``field`` its path, ``why`` the system's reason (what
+    :func:`check_writable` and :func:`atomic_folder` say again under their option's name)."""
+
+    def __init__(self, path: str, what: str, why: str) -> None:
+        self.what, self.why = what, why
+        super().__init__(path, f"{what}: {why}")
+
+    def __reduce__(self) -> tuple[type[WriteFailed], tuple[str, str, str]]:  # type: ignore[override]
+        return WriteFailed, (self.field, self.what, self.why)
+
+
 def check_writable(target: Path, option: str | None = None) -> None:
     """Make sure a file can be written at ``target`` before any work is done for it (the same
     ConfigError :func:`atomic_write` would raise at the end, on ``option`` where given, else on
     the path; its folder is made if missing)."""
     try:
         os.unlink(_temporary_beside(Path(target)))
-    except ConfigError as exc:
+    except WriteFailed as exc:
         if option is None:
             raise
-        raise ConfigError(option, f"cannot write {target}: {exc.problem.removeprefix('cannot write here: ')}") from None
+        raise ConfigError(option, f"cannot write {target}: {exc.why}") from None
 
 
 def _temporary_beside(target: Path) -> str:
@@ -73,7 +85,7 @@ def _temporary_beside(target: Path) -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TMP_SUFFIX, dir=target.parent)
     except OSError as exc:
-        raise ConfigError(str(target), f"cannot write here: {exc.strerror or exc}") from None
+        raise WriteFailed(str(target), "cannot write here", exc.strerror or str(exc)) from None
     os.close(fd)
     return tmp
 
@@ -94,7 +106,7 @@ def atomic_write(target: Path, write: Callable[[str], object]) -> None:
         Path(tmp).unlink(missing_ok=True)
         if not _storage_failure(exc, tmp):
             raise
-        raise ConfigError(str(target), f"cannot be written: {exc.strerror or exc}") from None
+        raise WriteFailed(str(target), "cannot be written", exc.strerror or str(exc)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -179,11 +191,10 @@ def atomic_folder(target: Path, option: str) -> Iterator[Path]:
             if not _storage_failure(exc, tmp):
                 raise
             raise ConfigError(option, f"cannot write {target}: {exc.strerror or exc}") from None
-        except ConfigError as exc:  # a file written into it (atomic_write) named its temporary path
+        except WriteFailed as exc:  # a file written into it (atomic_write) named its temporary path
             if not exc.field.startswith(str(tmp)):
                 raise
-            raise ConfigError(option, f"cannot write {target}: {exc.problem.removeprefix('cannot be written: ')}") \
-                from None  # fmt: skip
+            raise ConfigError(option, f"cannot write {target}: {exc.why}") from None
         target.mkdir(exist_ok=True)
         files = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if not p.is_dir())
         for name in files:  # check every move before the first, so none or all happen
