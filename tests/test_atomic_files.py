@@ -86,6 +86,16 @@ def test_a_runs_folder_that_cannot_take_a_new_sweep_names_the_option(tmp_path: P
         RunFolder.create(tmp_path / "runs", "x")
 
 
+def test_a_sweep_of_a_long_name_gets_a_folder_of_its_first_characters(tmp_path: Path) -> None:
+    """A sweep named by 300 characters: its folder could not be made ("File name too long", on
+    --runs, which was not at fault); its folder takes the name's first 64 characters."""
+    from hetsim.sweep.results import NAME_CHARS, RunFolder
+
+    folder = RunFolder.create(tmp_path / "runs", "a b/" + "x" * 296)
+    assert folder.path.name == "0001_a-b-" + "x" * (NAME_CHARS - 4) and folder.path.is_dir()
+    assert RunFolder.create(tmp_path / "runs", "-" * 300).path.name == "0002_sweep"  # nothing left: the default
+
+
 def test_a_write_that_fails_for_want_of_space_names_what_it_was_writing(tmp_path):
     """A full disk raises OSError(ENOSPC) from inside a writer, often with no file name (pyarrow,
     matplotlib): the line names the file or folder the results were for, and nothing is left."""

@@ -43,6 +43,7 @@ from hetsim.sweep.spec import SweepSpec, load_sweep
 METRICS = ("mean_step_s", "total_time_s", "throughput_sps", "mean_utilization")
 PART_COLUMNS = ("cell", "replication", "seed", *METRICS)  # what every part holds, at least
 PART = re.compile(r"cell-(\d{5})\.parquet")  # a finished cell; anything else in parts/ is ignored
+NAME_CHARS = 64  # of the sweep's name in its folder's (the whole name is in sweep.toml): a file name has 255 bytes
 
 
 class RunFolder:
@@ -51,13 +52,15 @@ class RunFolder:
 
     @classmethod
     def create(cls, root: Path, name: str) -> RunFolder:
-        """A new ``root/NNNN_<name>`` numbered after the highest existing one; never reuses a folder."""
+        """A new ``root/NNNN_<name>`` (the name's first :data:`NAME_CHARS` characters, each run of
+        any but letters, digits and ``._-`` one ``-``) numbered after the highest existing one;
+        never reuses a folder."""
         try:
             root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError("--runs", f"cannot make {root}: {exc.strerror or exc}") from None
         numbers = [int(m.group(1)) for p in root.iterdir() if (m := re.match(r"(\d{4})_", p.name))]
-        safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "sweep"
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name)[:NAME_CHARS].strip("-") or "sweep"
         number = max(numbers, default=0) + 1
         while True:
             path = root / f"{number:04d}_{safe}"
