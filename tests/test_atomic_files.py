@@ -96,6 +96,20 @@ def test_a_sweep_of_a_long_name_gets_a_folder_of_its_first_characters(tmp_path: 
     assert RunFolder.create(tmp_path / "runs", "-" * 300).path.name == "0002_sweep"  # nothing left: the default
 
 
+def test_a_refusal_that_names_a_file_in_the_temporary_folder_names_the_option(tmp_path: Path) -> None:
+    """A check inside atomic_folder's block that names the file it was given (a temporary path,
+    gone by then): the line names the option and the folder instead."""
+    from hetsim.core.files import atomic_folder
+
+    with pytest.raises(ConfigError) as info:
+        with atomic_folder(tmp_path / "out", "--out") as tmp:
+            raise ConfigError(str(tmp / "table.txt"), "unknown file type '.txt'")
+    assert (info.value.field, info.value.problem) == (
+        "--out",
+        f"cannot write {tmp_path / 'out'}: unknown file type '.txt'",
+    )
+
+
 def test_a_write_that_fails_for_want_of_space_names_what_it_was_writing(tmp_path):
     """A full disk raises OSError(ENOSPC) from inside a writer, often with no file name (pyarrow,
     matplotlib): the line names the file or folder the results were for, and nothing is left."""

@@ -103,6 +103,10 @@ CASES = [
     case("out-in-a-file-after-a-warning", [TRACE, "-o", "{tmp}/t.csv/out.toml"],
          "--out: cannot write {tmp}/t.csv/out.toml: File exists", NO_COMM),
     case("no-trace", [], "hetsim calibrate: the following arguments are required: trace"),
+    case("out-twice-attached", [TRACE, "-o{tmp}/a.toml", "-o{tmp}/b.toml"],  # the last one was written, silently
+         "hetsim calibrate: argument -o/--out: given twice (give it once)", GOOD),
+    case("out-twice-short-and-long", [TRACE, "-o", "{tmp}/a.toml", "--out={tmp}/b.toml"],
+         "hetsim calibrate: argument -o/--out: given twice (give it once)", GOOD),
 ]  # fmt: skip
 
 

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import sys
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -139,6 +140,17 @@ def test_a_forced_model_needs_enough_sizes():
     with pytest.raises(ConfigError) as info:  # a cost model calibration has no fit for
         calibrate(frame, model=Profile)
     assert info.value.field == "model" and "Affine, Hinge, Table, not 'Profile'" in info.value.problem
+    with pytest.raises(ConfigError) as info:  # a name is the command line's
+        calibrate(frame, model="hinge")  # type: ignore[arg-type]
+    assert info.value.field == "model" and "class (Affine, Hinge, Table, hetsim.model.costs), not the name 'hinge'" in (
+        info.value.problem
+    )
+
+
+def test_an_affine_curve_is_written_as_a_workers_own_keys():
+    fit = calibrate(pooled_runs(AFFINE, SIZES)).workers[0]
+    given = replace(fit, curve=AffineCurve(np.array([fit.overhead_s, fit.per_sample_s])))
+    assert given.to_scenario("w") == fit.to_scenario("w") and "cost" not in fit.to_scenario("w")
 
 
 # ----------------------------------------------------------------------------- the device profiles

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import ClassVar
 
@@ -53,9 +53,6 @@ class Sizes:
     def subset(self, keep: np.ndarray) -> Sizes:
         return Sizes(self.batch[keep], self.count[keep], self.mean[keep], np.empty(0, dtype=int))
 
-    def with_means(self, mean: np.ndarray) -> Sizes:
-        return replace(self, mean=mean)
-
 
 @dataclass(frozen=True)
 class Curve(ABC):
@@ -83,9 +80,6 @@ class Curve(ABC):
     def with_values(self, values: np.ndarray) -> Curve:
         """The same form with other values (a table keeps its batches)."""
         return replace(self, values=np.asarray(values, dtype=float))
-
-    def scaled(self, factor: float) -> Curve:
-        return self.with_values(self.values * factor)
 
     def params(self) -> dict[str, float]:
         """The parameters by their names in scenario files."""
@@ -201,7 +195,7 @@ class TableCurve(Curve):
     name: ClassVar[str] = "table"
     cost: ClassVar[type[CostModel]] = Table
     min_sizes: ClassVar[int] = 2
-    batches: np.ndarray = field(default_factory=lambda: np.empty(0))
+    batches: np.ndarray  # increasing, at least two
 
     def jacobian(self, b: np.ndarray) -> np.ndarray:
         b = np.asarray(b, dtype=float)
@@ -278,11 +272,13 @@ CHOICES = (AUTO, *(c.name for c in FITTED))  # what --model takes
 
 def curve_class(model: type[CostModel], field: str = "model") -> type[Curve]:
     """The fitted form of cost model ``model`` (its class); ConfigError on ``field`` for a cost
-    model calibration does not fit."""
+    model calibration does not fit (or a name: names are resolved by :func:`model_named`)."""
     for curve in FITTED:
         if curve.cost is model:
             return curve
     fits = ", ".join(c.cost.__name__ for c in FITTED)
+    if isinstance(model, str):
+        raise ConfigError(field, f"give a cost model's class ({fits}, hetsim.model.costs), not the name {model!r}")
     raise ConfigError(field, f"calibration fits the cost models {fits}, not {getattr(model, '__name__', model)!r}")
 
 

@@ -63,7 +63,7 @@ class WorkerFit:
 
     def to_scenario(self, name: str) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": name, "count": 1}
-        if self.curve is None:
+        if self.curve is None or isinstance(self.curve, AffineCurve):  # the affine terms as a worker's keys
             entry.update(overhead_s=self.overhead_s, per_sample_s=self.per_sample_s)
         else:
             entry["cost"] = self.cost_curve().cost_model().to_dict()

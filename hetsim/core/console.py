@@ -21,10 +21,39 @@ from typing import Any
 from hetsim.core.errors import CellFailed, ConfigError
 from hetsim.core.registry import POLICIES
 
+SEEN = "_hetsim_options_seen"  # the namespace's record, during one parse, of the options given
+
+
+class _Once:
+    """An action of one value (or a flag) that refuses a second occurrence, as argparse itself
+    parsed it (``--jobs=2``, an abbreviation ``--job 2``, an attached ``-o2``): argparse would let
+    the later replace the earlier, so ``--policy equal --policy dynamic`` ran dynamic alone."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:  # fmt: skip
+        seen = namespace.__dict__.setdefault(SEEN, set())
+        if self in seen and getattr(parser, "refuse_repeats", True):
+            options = "/".join(self.option_strings)  # type: ignore[attr-defined]
+            parser.error(f"argument {options}: given twice (give it once)")
+        seen.add(self)
+        super().__call__(parser, namespace, values, option_string)  # type: ignore[misc]
+
+
+ONCE = {
+    name: type(f"Once{base.__name__}", (_Once, base), {})
+    for name, base in (
+        ("store", argparse._StoreAction),
+        ("store_const", argparse._StoreConstAction),
+        ("store_true", argparse._StoreTrueAction),
+        ("store_false", argparse._StoreFalseAction),
+    )
+}
+
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error as a ConfigError: one line and exit status 2; and
-    refuses an option of one value given twice, which argparse would let the later replace.
+    refuses an option of one value given twice (:class:`_Once`), which argparse would let the
+    later replace.
 
     An option's metavar can be left to a function (:meth:`defer_metavar`), called only when
     this parser's usage or help is shown: names that only a heavy module lists (calibrate's
@@ -32,6 +61,9 @@ class OneLineParser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, refuse_repeats: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        for name, action in ONCE.items():
+            self.register("action", name, action)
+        self.register("action", None, ONCE["store"])  # add_argument's default action
         self._deferred: list[tuple[argparse.Action, Callable[[], str]]] = []
         self.refuse_repeats = refuse_repeats  # False for a command line a program composes (a later option wins)
 
@@ -40,34 +72,9 @@ class OneLineParser(argparse.ArgumentParser):
         raise ConfigError("", f"{self.prog}: {message}" if command else message)
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        if self.refuse_repeats:
-            self._refuse_repeats(list(sys.argv[1:] if args is None else args))
-        return super().parse_known_args(args, namespace)
-
-    def _refuse_repeats(self, tokens: list[str]) -> None:
-        """An option that takes one value (or is a flag) given twice: argparse keeps the last and
-        says nothing, so ``--policy equal --policy dynamic`` would run dynamic alone."""
-        single = {
-            name: action
-            for action in self._actions
-            if isinstance(action, (argparse._StoreAction, argparse._StoreConstAction))
-            for name in action.option_strings
-        }
-        longs = [name for action in self._actions for name in action.option_strings if name.startswith("--")]
-        seen: set[argparse.Action] = set()
-        for token in tokens:
-            if token == "--":
-                break
-            name = token.split("=", 1)[0] if token.startswith("--") else token
-            if name not in single and name.startswith("--") and self.allow_abbrev:  # --epo for --epochs, as argparse
-                matches = [long for long in longs if long.startswith(name)]
-                name = matches[0] if len(matches) == 1 else name
-            action = single.get(name)
-            if action is None:
-                continue
-            if action in seen:
-                self.error(f"argument {'/'.join(action.option_strings)}: given twice (give it once)")
-            seen.add(action)
+        parsed, extras = super().parse_known_args(args, namespace)
+        parsed.__dict__.pop(SEEN, None)  # a subcommand's namespace too, before argparse copies it into the command's
+        return parsed, extras
 
     def defer_metavar(self, action: argparse.Action, metavar: Callable[[], str]) -> None:
         """Show ``metavar()`` as ``action``'s metavar (which needs one meanwhile: argparse

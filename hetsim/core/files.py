@@ -191,10 +191,11 @@ def atomic_folder(target: Path, option: str) -> Iterator[Path]:
             if not _storage_failure(exc, tmp):
                 raise
             raise ConfigError(option, f"cannot write {target}: {exc.strerror or exc}") from None
-        except WriteFailed as exc:  # a file written into it (atomic_write) named its temporary path
+        except ConfigError as exc:  # a file written into it (atomic_write, say) named its temporary path
             if not exc.field.startswith(str(tmp)):
                 raise
-            raise ConfigError(option, f"cannot write {target}: {exc.why}") from None
+            why = exc.why if isinstance(exc, WriteFailed) else exc.problem
+            raise ConfigError(option, f"cannot write {target}: {why}") from None
         target.mkdir(exist_ok=True)
         files = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if not p.is_dir())
         for name in files:  # check every move before the first, so none or all happen

@@ -8,7 +8,6 @@ sweep killed at any moment loses at most the cells in flight.
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
 import signal
 import time
@@ -135,22 +134,14 @@ class DaskExecutor:
 
     def __init__(self, scheduler: str, jobs: int, connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> None:
         try:
-            from distributed import Client, LocalCluster
+            from distributed import Client
         except ImportError:  # pragma: no cover - the 'distributed' extra is part of make install
             raise ConfigError("--scheduler", "needs dask.distributed: pip install 'hetsim[distributed]'") from None
         self.cluster = None
         if scheduler == "local":
-            self.cluster = LocalCluster(  # its workers' logs stay quiet: a failed cell is the command's one line
-                n_workers=jobs,
-                threads_per_worker=1,
-                processes=True,
-                dashboard_address=None,
-                silence_logs=logging.CRITICAL,
-            )
-            self.client = Client(self.cluster)
-            from hetsim.sweep.dask_workers import QuietInterrupt
+            from hetsim.sweep.dask_workers import start_local
 
-            self.client.register_plugin(QuietInterrupt())  # its workers are in our process group
+            self.cluster, self.client = start_local(jobs)
             self.description = f"a Dask LocalCluster of {jobs} workers"
         else:
             check_scheduler(scheduler, connect_timeout_s)
