@@ -149,8 +149,12 @@ def test_a_forced_model_needs_enough_sizes():
 
 def test_an_affine_curve_is_written_as_a_workers_own_keys():
     fit = calibrate(pooled_runs(AFFINE, SIZES)).workers[0]
-    given = replace(fit, curve=AffineCurve(np.array([fit.overhead_s, fit.per_sample_s])))
-    assert given.to_scenario("w") == fit.to_scenario("w") and "cost" not in fit.to_scenario("w")
+    assert "cost" not in fit.to_scenario("w") and fit.to_scenario("w")["overhead_s"] == fit.overhead_s
+    given = replace(fit, curve=AffineCurve(np.array([0.5, 0.02])))  # its own terms, not the affine fit's
+    assert {k: v for k, v in given.to_scenario("w").items() if k.endswith("_s")} == {
+        "overhead_s": 0.5,
+        "per_sample_s": 0.02,
+    }
 
 
 # ----------------------------------------------------------------------------- the device profiles

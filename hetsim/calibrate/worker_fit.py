@@ -63,10 +63,11 @@ class WorkerFit:
 
     def to_scenario(self, name: str) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": name, "count": 1}
-        if self.curve is None or isinstance(self.curve, AffineCurve):  # the affine terms as a worker's keys
-            entry.update(overhead_s=self.overhead_s, per_sample_s=self.per_sample_s)
+        curve = self.cost_curve()
+        if isinstance(curve, AffineCurve):  # the affine terms as a worker's own keys
+            entry.update(overhead_s=float(curve.values[0]), per_sample_s=float(curve.values[1]))
         else:
-            entry["cost"] = self.cost_curve().cost_model().to_dict()
+            entry["cost"] = curve.cost_model().to_dict()
         entry["noise"] = {"dist": "lognormal", "sigma": self.noise_sigma}
         return entry
 

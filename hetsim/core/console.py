@@ -27,12 +27,16 @@ SEEN = "_hetsim_options_seen"  # the namespace's record, during one parse, of th
 class _Once:
     """An action of one value (or a flag) that refuses a second occurrence, as argparse itself
     parsed it (``--jobs=2``, an abbreviation ``--job 2``, an attached ``-o2``): argparse would let
-    the later replace the earlier, so ``--policy equal --policy dynamic`` ran dynamic alone."""
+    the later replace the earlier, so ``--policy equal --policy dynamic`` ran dynamic alone. Only
+    in a :class:`OneLineParser` (a plain parser given one as a parent keeps argparse's way)."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:  # fmt: skip
+        if not isinstance(parser, OneLineParser) or not parser.refuse_repeats:
+            super().__call__(parser, namespace, values, option_string)  # type: ignore[misc]
+            return
         seen = namespace.__dict__.setdefault(SEEN, set())
-        if self in seen and getattr(parser, "refuse_repeats", True):
+        if self in seen:
             options = "/".join(self.option_strings)  # type: ignore[attr-defined]
             parser.error(f"argument {options}: given twice (give it once)")
         seen.add(self)
@@ -53,7 +57,8 @@ ONCE = {
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error as a ConfigError: one line and exit status 2; and
     refuses an option of one value given twice (:class:`_Once`), which argparse would let the
-    later replace.
+    later replace: every option added by ``add_argument`` with argparse's own store actions (not
+    one added with an action class of its own, or from a plain parser given as a parent).
 
     An option's metavar can be left to a function (:meth:`defer_metavar`), called only when
     this parser's usage or help is shown: names that only a heavy module lists (calibrate's
@@ -72,9 +77,11 @@ class OneLineParser(argparse.ArgumentParser):
         raise ConfigError("", f"{self.prog}: {message}" if command else message)
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        parsed, extras = super().parse_known_args(args, namespace)
-        parsed.__dict__.pop(SEEN, None)  # a subcommand's namespace too, before argparse copies it into the command's
-        return parsed, extras
+        namespace = argparse.Namespace() if namespace is None else namespace
+        try:
+            return super().parse_known_args(args, namespace)
+        finally:  # a subcommand's namespace too, before argparse copies it into the command's
+            namespace.__dict__.pop(SEEN, None)
 
     def defer_metavar(self, action: argparse.Action, metavar: Callable[[], str]) -> None:
         """Show ``metavar()`` as ``action``'s metavar (which needs one meanwhile: argparse

@@ -4,11 +4,14 @@
 Its worker processes are in the command's process group, so a terminal's Ctrl-C reaches them
 too. The command handles it (its one line, then the cluster closed); each worker used to print
 a KeyboardInterrupt traceback beside that line, and one interrupted as the cluster started left
-the cluster unclosed. So SIGINT is ignored while the cluster starts (a Ctrl-C in that second is
-lost: the workers inherit the ignoring, where a blocked signal's mask did not reach them), and
-each worker, once set up, ends at once and silently on it (:class:`QuietInterrupt`). (Ignored
-for good, as a local pool's workers ignore it, a worker went on with its cell of seconds while
-the cluster waited to close it.)
+the cluster unclosed. So while the cluster starts (half a second for 2 workers, about 2 s for 8
+on 2 cores) SIGINT is ignored, as the workers started then inherit (a Ctrl-C in that time is
+lost: a blocked signal's mask did not reach them), and SIGTERM is held until the cluster is up;
+each worker, once set up, ends at once and silently on Ctrl-C (:class:`QuietInterrupt`). A
+worker restarted later (its process killed) is covered once it is set up. Where the command
+itself ignores Ctrl-C (a background job of a script) or handles it its own way (a program that
+embeds it), its workers ignore it. (Ignored for good, as a local pool's workers ignore it, a
+worker went on with its cell of seconds while the cluster waited to close it.)
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,29 +35,47 @@ def _end(signum: int, frame: Any) -> None:
 
 
 class QuietInterrupt(WorkerPlugin):
-    """In each worker as it starts (a restarted one too), which until then ignores SIGINT: Ctrl-C
-    ends it at once and silently."""
+    """In each worker as it is set up (a restarted one too): Ctrl-C ends it at once and silently
+    (``end``), or is ignored (the command does not stop on it)."""
 
     name = "hetsim-quiet-interrupt"
 
+    def __init__(self, end: bool) -> None:
+        self.end = end
+
     def setup(self, worker: Any) -> None:
         if threading.current_thread() is threading.main_thread():  # signal.signal works there only
-            signal.signal(signal.SIGINT, _end)
+            signal.signal(signal.SIGINT, _end if self.end else signal.SIG_IGN)
 
 
 @contextmanager
-def _interrupts_ignored() -> Iterator[None]:
+def _starting() -> Iterator[None]:
     """SIGINT ignored meanwhile, in this process and in those it starts (an ignored signal stays
-    ignored across exec, and Python keeps it so); its handler restored after. Only the main
-    thread may set one: elsewhere (an embedding program), nothing changes."""
+    ignored across exec, and Python keeps it so); a SIGTERM the command handles is held and
+    handled on leaving; both handlers restored. Only the main thread may set them: elsewhere
+    (an embedding program's thread), nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    held: list[int] = []
+    interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    term = signal.getsignal(signal.SIGTERM)
+    if callable(term):
+        signal.signal(signal.SIGTERM, lambda signum, frame: held.append(signum))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, before)
+        signal.signal(signal.SIGINT, interrupt)
+        signal.signal(signal.SIGTERM, term)
+        if held and callable(term):
+            term(held[0], None)  # Terminated, say: raised here, after the cluster is up to be closed
+
+
+def _stops_on_ctrl_c() -> bool:
+    """Whether this command ends on Ctrl-C in Python's way (KeyboardInterrupt): not where it was
+    started with SIGINT ignored, or where its program set a handler of its own."""
+    handler: Callable[..., Any] | int | None = signal.getsignal(signal.SIGINT)
+    return handler is signal.default_int_handler
 
 
 def start_local(jobs: int) -> tuple[LocalCluster, Client]:
@@ -62,15 +83,16 @@ def start_local(jobs: int) -> tuple[LocalCluster, Client]:
     closed again if anything stops this before it is returned. Its workers' logs stay quiet: a
     failed cell is the command's one line."""
     cluster = None
+    plugin = QuietInterrupt(end=_stops_on_ctrl_c())
     try:
-        with _interrupts_ignored():
+        with _starting():
             cluster = LocalCluster(
                 n_workers=jobs,
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=None,
                 silence_logs=logging.CRITICAL,
-                plugins={QuietInterrupt()},
+                plugins={plugin},
             )
         return cluster, Client(cluster)
     except BaseException:
