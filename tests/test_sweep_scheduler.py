@@ -76,3 +76,31 @@ def test_a_real_scheduler_at_its_address_gives_the_local_pools_results(tmp_path,
     frames = [pd.read_parquet(only_run(tmp_path / where) / "results.parquet") for where in ("local", "dask")]
     assert frames[0].sort_values("cell").reset_index(drop=True).equals(frames[1].sort_values("cell").reset_index(
         drop=True))  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_local_cluster_of_one_worker_survives_its_death(tmp_path):
+    # The sweep's spec was scattered: the one copy of a one-worker cluster died with the worker
+    # (killed for memory, say), and every cell with it (FutureCancelledError, exit 1).
+    import dataclasses
+    import multiprocessing
+    import os
+    import signal
+
+    from hetsim.sweep.run import DaskExecutor, LocalExecutor, expand
+    from hetsim.sweep.spec import load_sweep
+
+    spec = dataclasses.replace(load_sweep(write_sweep(tmp_path, steps_per_epoch=100, epochs=3)), engine="simpy")
+    expected = {cell.index: rows for cell, rows in LocalExecutor(1).run(spec, expand(spec))}
+    executor = DaskExecutor("local", 1)
+    try:
+        cells = executor.run(spec, expand(spec))
+        first, rows = next(cells)
+        got = {first.index: rows}
+        (worker,) = [p for p in multiprocessing.active_children() if "Dask Worker" in p.name]
+        os.kill(worker.pid, signal.SIGKILL)  # the nanny starts another; the cells left run there
+        got.update((cell.index, rows) for cell, rows in cells)
+    finally:
+        executor.close()
+    assert got == expected

@@ -157,7 +157,10 @@ class DaskExecutor:
         cells = list(cells)
         if not cells:
             return
-        spec_future = self.client.scatter(spec, broadcast=True)
+        # The spec as a task's result, not scattered data: a worker that dies (killed for memory)
+        # takes its copy with it, and a task's the scheduler computes again; scattered, the one
+        # copy of a one-worker cluster was lost and every cell with it.
+        spec_future = self.client.submit(_same, spec, pure=False)
         futures = self.client.map(run_cell, [spec_future] * len(cells), cells, pure=False)
         try:
             for future in as_completed(futures):
@@ -169,6 +172,11 @@ class DaskExecutor:
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+
+
+def _same(value: Any) -> Any:
+    """``value`` itself (a task whose result is the sweep's spec)."""
+    return value
 
 
 def check_scheduler(address: str, timeout_s: float) -> None:
