@@ -212,7 +212,7 @@ CASES = [
     case("workload-module-class-batch", ["--workload", "validation.workloads.transformer:ByteTransformer",
                                          "--global-batch", "2049"],
          "--global-batch: 2049 is more than the 2048 training samples of transformer"),
-    case("workload-in-run-file", ["{tmp}/run.toml"], "--workload: {tmp}/nope.py: no such file",
+    case("workload-in-run-file", ["{tmp}/run.toml"], "workload: {tmp}/nope.py: no such file",
          {"run.toml": 'workload = "{tmp}/nope.py:WORKLOAD"\n'}),
     case("unknown-device", ["--devices", "tpu"], "--devices: unknown device 'tpu' (use cpu, cuda or cuda:N)"),
     case("devices-stray-comma", ["--devices", "cpu,"], "--devices: an empty item in 'cpu,'"),  # ran on 'cpu'
@@ -292,7 +292,9 @@ CASES = [
          {"run.toml": 'lr = "0.1"\n'}),
     case("run-file-optional-number-as-text", ["{tmp}/run.toml"],  # a key whose default is None slipped through
          "target_accuracy: must be a number, got a string ('0.5')", {"run.toml": 'target_accuracy = "0.5"\n'}),
-    case("run-file-zero", ["{tmp}/run.toml"], "--epochs: must be in [1, 1000000], got 0", {"run.toml": "epochs = 0\n"}),
+    case("run-file-zero", ["{tmp}/run.toml"], "epochs: must be in [1, 1000000], got 0", {"run.toml": "epochs = 0\n"}),
+    case("run-file-huge", ["{tmp}/run.toml"], "epochs: must be an integer, got float (1e+308)",  # not --epochs
+         {"run.toml": "epochs = 1e308\n"}),
     case("run-file-delay", ["{tmp}/run.toml"], f"--delay 1: unknown distribution 'weibull' {KNOWN_DISTRIBUTIONS}",
          {"run.toml": '[delay]\n1 = "weibull:2"\n'}),
     case("unknown-option", ["--bogus"], "unrecognized arguments: --bogus"),

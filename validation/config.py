@@ -188,9 +188,23 @@ def _efficiency(value: Any) -> dict[str, Any] | None:
 
 
 def build_config(args: argparse.Namespace, world_size_env: int | None = None, local: int | None = None) -> RunConfig:
-    """The validated configuration from the default, the run file and the options in ``args``."""
-    base = RunConfig()
+    """The validated configuration from the default, the run file and the options in ``args``. A
+    problem with a value the run file gave (its option not given) names the file's key, not the
+    option (``epochs: must be an integer``, where the file said ``epochs = 1e308``)."""
     raw = read_run_file(args.config) if getattr(args, "config", None) is not None else {}
+    try:
+        return _built(args, raw, world_size_env, local)
+    except ConfigError as exc:
+        key = exc.field.removeprefix("--").replace("-", "_")
+        if exc.field.startswith("--") and key in raw and getattr(args, key, None) in (None, []):
+            raise ConfigError(key, exc.problem) from None
+        raise
+
+
+def _built(
+    args: argparse.Namespace, raw: Mapping[str, Any], world_size_env: int | None, local: int | None
+) -> RunConfig:
+    base = RunConfig()
 
     def pick(key: str, cli: Any) -> Any:
         return cli if cli is not None else raw.get(key, getattr(base, key))
