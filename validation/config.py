@@ -18,19 +18,16 @@ from hetsim.core.errors import ConfigError
 from hetsim.core.params import MAX_SEED, Param
 from hetsim.policies import policy_class
 from hetsim.scenario.config import make_efficiency, read_table
-from validation.backend import check_one_rank_per_gpu, parse_devices
+from validation import rank_config
 from validation.config_checks import check_across
-from validation.contention import MAX_NEIGHBOUR_CORES
-from validation.inject import parse_delay_spec
+from validation.config_values import integer, number, parsed
 from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES, MAX_LR  # there for the parser
-from validation.placement import available_cpus, parse_cpu_list
-from validation.profile_config import MAX_SLOWDOWN
+from validation.rank_config import parse_rank_assignment
 from validation.workloads import resolve_workload
 from validation.workloads.base import Workload
 
 MAX_PROFILED = 1000  # --profile: a profiler trace of more steps would be too large to read back
 MAX_STEPS = 10**6  # epochs, probe rounds, warm-up steps: a real run of more would never end (and the plan is a list)
-MAX_DELAY_S = 60.0  # an injected delay's mean per step (and a per-sample delay's, per sample): beyond, a unit mistake
 MAX_TIMEOUT_S = 86400.0  # --timeout-s: a day (datetime.timedelta overflows far beyond)
 
 
@@ -98,63 +95,7 @@ def read_run_file(path: Path) -> dict[str, Any]:
     return raw
 
 
-def parse_rank_assignment(text: str, option: str) -> tuple[int, str]:
-    """``RANK=VALUE`` -> (rank, value text)."""
-    rank_text, sep, value = str(text).partition("=")
-    if not sep or not value.strip():
-        raise ConfigError(option, f"expected RANK=VALUE, got {text!r}")
-    try:
-        rank = int(rank_text)
-    except ValueError:
-        raise ConfigError(option, f"rank must be an integer, got {rank_text!r}") from None
-    return rank, value.strip()
-
-
 MOMENTUM = Param("momentum", low=0.0, high=1.0, high_open=True, doc="SGD's momentum (1 or more diverges)")
-
-
-def _number(value: Any, option: str, *, minimum: float = 0.0, maximum: float | None = None) -> float:
-    """A finite number in ``[minimum, maximum]``, from a file's value or a command line's text."""
-    return float(Param(option, low=minimum, high=maximum).check(_parsed(value, float)))
-
-
-def _integer(value: Any, option: str, *, minimum: int = 0, maximum: int | None = None) -> int:
-    """A whole number in ``[minimum, maximum]``, from a file's value or a command line's text."""
-    return int(Param(option, "integer", low=minimum, high=maximum).check(_parsed(value, int)))
-
-
-def _parsed(value: Any, kind: type) -> Any:
-    """Command-line text as a ``kind`` (left as it is when it does not parse: the check names it)."""
-    if isinstance(value, str):
-        try:
-            return kind(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _rank_map(raw: Mapping[Any, Any] | None, items: Sequence[str], option: str) -> dict[int, str]:
-    """A file table ``{rank: value}`` merged with command-line ``RANK=VALUE`` items (per rank; a
-    command-line item wins over the file's value for its rank, and names each rank once)."""
-    out: dict[int, str] = {}
-    if raw is not None:
-        if not isinstance(raw, Mapping):
-            raise ConfigError(option, "must be a table of RANK = VALUE")
-        for key, value in raw.items():
-            rank, text = parse_rank_assignment(f"{key}={value}", option)
-            out[rank] = text
-    given: set[int] = set()  # on the command line: a rank named twice is a mistake (a file's value is overridden)
-    for item in items:
-        for part in str(item).split(",") if option in LIST_OPTIONS else [item]:
-            rank, text = parse_rank_assignment(part, option)
-            if rank in given:
-                raise ConfigError(option, f"rank {rank} is given twice")
-            given.add(rank)
-            out[rank] = text
-    return out
-
-
-LIST_OPTIONS = ("--threads", "--cpus", "--contention", "--slowdown")  # RANK=VALUE items, comma-separated
 
 
 def _policies(value: Any, option: str) -> tuple[str, ...]:
@@ -201,20 +142,18 @@ def build_config(args: argparse.Namespace, world_size_env: int | None = None, lo
         raise
 
 
-def _built(
-    args: argparse.Namespace, raw: Mapping[str, Any], world_size_env: int | None, local: int | None
-) -> RunConfig:
+def _built(args: argparse.Namespace, raw: Mapping[str, Any], world_env: int | None, local: int | None) -> RunConfig:
     base = RunConfig()
 
     def pick(key: str, cli: Any) -> Any:
         return cli if cli is not None else raw.get(key, getattr(base, key))
 
-    world_size = _integer(pick("world_size", args.world_size), "--world-size", minimum=1)
-    if world_size_env is not None:
-        world_size = world_size_env
+    world_size = integer(pick("world_size", args.world_size), "--world-size", minimum=1)
+    if world_env is not None:
+        world_size = world_env
     policies = _policies(pick("policies", args.policies), "--policies")
-    epochs = _integer(pick("epochs", args.epochs), "--epochs", minimum=1, maximum=MAX_STEPS)
-    global_batch = _integer(pick("global_batch", args.global_batch), "--global-batch", minimum=1)
+    epochs = integer(pick("epochs", args.epochs), "--epochs", minimum=1, maximum=MAX_STEPS)
+    global_batch = integer(pick("global_batch", args.global_batch), "--global-batch", minimum=1)
     if global_batch < world_size:
         raise ConfigError("--global-batch", f"{global_batch} is smaller than the world size ({world_size})")
     workload_spec = str(pick("workload", args.workload))  # a name, FILE.py:ATTR or MODULE:ATTR: each rank resolves it
@@ -224,9 +163,11 @@ def _built(
         raise ConfigError(
             "--global-batch", f"{global_batch} is more than the {n_train} training samples of {workload.name}"
         )
-    injection = _injection(raw, args, world_size)
-    devices = _devices(pick("devices", args.devices), world_size, local)  # local: ranks per machine (torchrun)
-    probe_repeats = _integer(pick("probe_repeats", args.probe_repeats), "--probe-repeats", maximum=MAX_STEPS)
+    injection = rank_config.injection(raw, args, world_size, base)
+    devices = rank_config.devices(
+        pick("devices", args.devices), world_size, local
+    )  # local: ranks per machine (torchrun)
+    probe_repeats = integer(pick("probe_repeats", args.probe_repeats), "--probe-repeats", maximum=MAX_STEPS)
     combine = _mode(pick("combine", args.combine), "--combine", COMBINE_MODES)
     comm = _mode(pick("comm", args.comm), "--comm", COMM_MODES)
     noise_scale = bool(pick("noise_scale", args.noise_scale))
@@ -238,19 +179,19 @@ def _built(
         policies=policies,
         epochs=epochs,
         global_batch=global_batch,
-        lr=_number(pick("lr", args.lr), "--lr", maximum=MAX_LR),
-        momentum=float(MOMENTUM.check(_parsed(raw.get("momentum", base.momentum), float))),
-        seed=_integer(pick("seed", args.seed), "--seed", maximum=MAX_SEED),  # the run's scenario carries it
+        lr=number(pick("lr", args.lr), "--lr", maximum=MAX_LR),
+        momentum=float(MOMENTUM.check(parsed(raw.get("momentum", base.momentum), float))),
+        seed=integer(pick("seed", args.seed), "--seed", maximum=MAX_SEED),  # the run's scenario carries it
         **injection,
         devices=devices,
         probe_fractions=_fractions(raw.get("probe_fractions", base.probe_fractions)),
         probe_repeats=probe_repeats,
-        warmup_steps=_integer(raw.get("warmup_steps", base.warmup_steps), "warmup_steps", maximum=MAX_STEPS),
-        timeout_s=_number(pick("timeout_s", args.timeout_s), "--timeout-s", minimum=1.0, maximum=MAX_TIMEOUT_S),
+        warmup_steps=integer(raw.get("warmup_steps", base.warmup_steps), "warmup_steps", maximum=MAX_STEPS),
+        timeout_s=number(pick("timeout_s", args.timeout_s), "--timeout-s", minimum=1.0, maximum=MAX_TIMEOUT_S),
         combine=combine,
         workload=workload_spec,
         comm=comm,
-        **_placement(raw, args, world_size),
+        **rank_config.placement(raw, args, world_size),
         target_accuracy=_target(pick("target_accuracy", args.target_accuracy), workload),
         noise_scale=noise_scale,
         efficiency=efficiency,
@@ -266,11 +207,11 @@ def _observing(option: Callable[[str], Any], epoch_steps: int) -> dict[str, Any]
     first epoch (between epochs come the evaluation and the probe's rounds, which are no step);
     ``--eval-every K``: an evaluation after every K steps of an epoch, none of them among the
     profiled steps (a profiled step would time it). ``option(key)``: the option's value as given."""
-    steps = _integer(option("profile"), "--profile", maximum=MAX_PROFILED)
+    steps = integer(option("profile"), "--profile", maximum=MAX_PROFILED)
     if steps and steps + 1 > epoch_steps:
         raise ConfigError("--profile", f"{steps} steps and the profiler's warm-up step are more than an epoch's "
                                        f"{epoch_steps} steps (each policy is profiled in its first epoch)")  # fmt: skip
-    every = _integer(option("eval_every"), "--eval-every", maximum=MAX_STEPS)
+    every = integer(option("eval_every"), "--eval-every", maximum=MAX_STEPS)
     if steps and 0 < every <= steps + 1:
         raise ConfigError("--eval-every", f"{every} would evaluate within the {steps + 1} steps --profile records "
                                           f"(its warm-up step included): use more than {steps + 1}")  # fmt: skip
@@ -282,7 +223,7 @@ def _target(value: Any, workload: Workload) -> float | None:
     accuracy = Param("--target-accuracy", default=None, low=0.0, low_open=True, high=1.0, doc="an accuracy")
     if value is None:
         return None
-    target = float(accuracy.check(_parsed(value, float)))
+    target = float(accuracy.check(parsed(value, float)))
     if not workload.has_accuracy():
         raise ConfigError("--target-accuracy", f"{workload.name}'s labels are not classes (floating point, a "
                           "regression's): it has a held-out loss and no accuracy to reach")  # fmt: skip
@@ -298,7 +239,7 @@ def _max_batch(value: Any, global_batch: int, n_train: int, policies: Sequence[s
     if value is None:
         return max(global_batch, min(4 * global_batch, n_train // 4))
     limit = Param("--max-batch", "integer", low=global_batch, high=n_train, doc="samples per step")
-    return int(limit.check(_parsed(value, int)))
+    return int(limit.check(parsed(value, int)))
 
 
 def _fractions(values: Sequence[Any]) -> tuple[float, ...]:
@@ -313,81 +254,6 @@ def _mode(value: Any, option: str, known: Sequence[str]) -> str:
     return str(Param(option, "choice", choices=tuple(known)).check(value))
 
 
-def _injection(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int) -> dict[str, Any]:
-    """The emulated slowness per rank (``delay``, ``per_sample_delay``, ``slowdown``): the run
-    file's tables (else the default's, for the ranks the run has) with the command line's
-    ``RANK=VALUE`` items on top; ranks whose value changes nothing are left out."""
-    base = RunConfig()
-
-    def given(key: str) -> Mapping[Any, Any]:
-        if key in raw:
-            return raw[key]
-        return {r: v for r, v in getattr(base, key).items() if r < world_size}  # one rank: no default delay
-
-    tables = {
-        key: _rank_map(given(key), getattr(args, key), option)
-        for key, option in (
-            ("delay", "--delay"),
-            ("per_sample_delay", "--per-sample-delay"),
-            ("slowdown", "--slowdown"),
-        )
-    }
-    for key, table in tables.items():
-        for rank in table:
-            if not 0 <= rank < world_size:
-                raise ConfigError(f"--{key.replace('_', '-')}", f"rank {rank} is outside 0..{world_size - 1}")
-    delay = {r: v for r, v in sorted(tables["delay"].items()) if _delay_mean_s(v, r) > 0}
-    per_sample = {
-        r: _number(v, "--per-sample-delay", maximum=MAX_DELAY_S) for r, v in sorted(tables["per_sample_delay"].items())
-    }
-    slowdown = {
-        r: _number(v, "--slowdown", minimum=1.0, maximum=MAX_SLOWDOWN) for r, v in sorted(tables["slowdown"].items())
-    }
-    return {
-        "delay": delay,
-        "per_sample_delay": {r: s for r, s in per_sample.items() if s > 0},
-        "slowdown": {r: f for r, f in slowdown.items() if f > 1.0},
-    }
-
-
-def _delay_mean_s(text: str, rank: int) -> float:
-    """The mean of rank ``rank``'s ``--delay`` (checked: at most :data:`MAX_DELAY_S` a step)."""
-    mean_s = parse_delay_spec(text, f"--delay {rank}").mean()
-    if not mean_s <= MAX_DELAY_S:
-        raise ConfigError(
-            f"--delay {rank}", f"a mean of {mean_s:g} s a step, more than {MAX_DELAY_S:g}: check the units"
-        )
-    return mean_s
-
-
-def _placement(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int) -> dict[str, Any]:
-    """Real heterogeneity: each rank's CPU threads, CPU affinity and noisy neighbours' load."""
-    tables = {key: _rank_map(raw.get(key), getattr(args, key), f"--{key}") for key in ("threads", "cpus", "contention")}
-    for key, table in tables.items():
-        for rank in table:
-            if not 0 <= rank < world_size:
-                raise ConfigError(f"--{key}", f"rank {rank} is outside 0..{world_size - 1}")
-    cpus = {r: parse_cpu_list(v, "--cpus") for r, v in sorted(tables["cpus"].items())}
-    n_cpus = len(available_cpus())
-    threads = {r: _integer(v, "--threads", minimum=1) for r, v in sorted(tables["threads"].items())}
-    for rank, n in threads.items():
-        if n > n_cpus:
-            raise ConfigError("--threads", f"rank {rank} asks for {n} threads but this machine has {n_cpus} CPUs")
-    load = Param("--contention", low=0.0, low_open=True, high=MAX_NEIGHBOUR_CORES, doc="CPU cores of load")
-    contention = {r: float(load.check(_parsed(v, float))) for r, v in sorted(tables["contention"].items())}
-    return {"threads": threads, "cpus": cpus, "contention": contention}
-
-
-def _devices(value: Any, world_size: int, local_world_size: int | None) -> tuple[str, ...]:
-    """One device for all ranks, or one per rank, from a string or a list; one rank per GPU on
-    each machine (``local_world_size``: ranks per machine, torchrun's; default all on this one)."""
-    if not isinstance(value, str) and not (isinstance(value, (list, tuple)) and all(isinstance(d, str) for d in value)):
-        raise ConfigError("--devices", f"expected a comma-separated string or a list of device names, got {value!r}")
-    devices = parse_devices(value if isinstance(value, str) else ",".join(value), world_size)
-    check_one_rank_per_gpu(devices, local_world_size)
-    return devices
-
-
 def _crash_at(text: str | None, world_size: int) -> tuple[int, int] | None:
     """The hidden test hook ``--crash-at RANK=STEP``: that rank dies hard before run step STEP."""
     if text is None:
@@ -395,4 +261,4 @@ def _crash_at(text: str | None, world_size: int) -> tuple[int, int] | None:
     rank, step = parse_rank_assignment(text, "--crash-at")
     if not 0 <= rank < world_size:
         raise ConfigError("--crash-at", f"rank {rank} is outside 0..{world_size - 1}")
-    return rank, int(_number(step, "--crash-at"))
+    return rank, int(number(step, "--crash-at"))
