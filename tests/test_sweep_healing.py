@@ -149,6 +149,50 @@ def test_a_signal_stops_the_sweep_and_its_pool_workers_at_once_with_the_resume_h
     assert _group_gone(proc.pid, within_s=5.0)  # no process of the sweep's group is left
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_sweep_started_with_ctrl_c_ignored_ignores_it_on_a_local_cluster_too(tmp_path):
+    # A script's background job starts with SIGINT ignored: the local pool's sweep runs on through
+    # a Ctrl-C; the LocalCluster's workers were ended by it and the sweep died with a traceback.
+    sweep = write_sweep(tmp_path, steps_per_epoch=40, epochs=5, replications=2)
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "hetsim", "sweep", str(sweep), "--runs", str(runs), "--jobs", "2", "--engine",
+               "simpy", "--scheduler", "local"]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(runs.glob("*/sweep.toml")):
+        time.sleep(0.01)
+    workers = _workers(proc.pid)
+    assert len(workers) == 2
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert all(_alive(pid) for pid in workers)  # not ended (and started again by their nannies)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert (only_run(runs) / "results.parquet").is_file()
+
+
+def _workers(group: int) -> list[int]:
+    """The process group's Dask worker processes (multiprocessing's spawned children)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getpgid(int(entry.name)) == group and b"spawn_main" in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:  # gone meanwhile
+                continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
 def _group_gone(group: int, within_s: float) -> bool:
     """Whether process group ``group`` has no process left within ``within_s`` seconds. Not at
     once: multiprocessing's resource tracker (which a LocalCluster's spawned workers start) ends
