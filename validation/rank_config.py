@@ -75,10 +75,7 @@ def injection(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int,
             ("slowdown", "--slowdown"),
         )
     }
-    for key, table in tables.items():
-        for rank in table:
-            if not 0 <= rank < world_size:
-                raise ConfigError(f"--{key.replace('_', '-')}", f"rank {rank} is outside 0..{world_size - 1}")
+    _within(tables, world_size)
     delay = {r: v for r, v in sorted(tables["delay"].items()) if delay_mean_s(v, r) > 0}
     per_sample = {
         r: number(v, "--per-sample-delay", maximum=MAX_DELAY_S) for r, v in sorted(tables["per_sample_delay"].items())
@@ -91,6 +88,14 @@ def injection(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int,
         "per_sample_delay": {r: s for r, s in per_sample.items() if s > 0},
         "slowdown": {r: f for r, f in slowdown.items() if f > 1.0},
     }
+
+
+def _within(tables: Mapping[str, Mapping[int, str]], world_size: int) -> None:
+    """Every rank of the tables (by key: ``per_sample_delay`` is ``--per-sample-delay``) one of the run's."""
+    for key, table in tables.items():
+        for rank in table:
+            if not 0 <= rank < world_size:
+                raise ConfigError(f"--{key.replace('_', '-')}", f"rank {rank} is outside 0..{world_size - 1}")
 
 
 def delay_mean_s(text: str, rank: int) -> float:
@@ -106,10 +111,7 @@ def delay_mean_s(text: str, rank: int) -> float:
 def placement(raw: Mapping[str, Any], args: argparse.Namespace, world_size: int) -> dict[str, Any]:
     """Real heterogeneity: each rank's CPU threads, CPU affinity and noisy neighbours' load."""
     tables = {key: rank_map(raw.get(key), getattr(args, key), f"--{key}") for key in ("threads", "cpus", "contention")}
-    for key, table in tables.items():
-        for rank in table:
-            if not 0 <= rank < world_size:
-                raise ConfigError(f"--{key}", f"rank {rank} is outside 0..{world_size - 1}")
+    _within(tables, world_size)
     cpus = {r: parse_cpu_list(v, "--cpus") for r, v in sorted(tables["cpus"].items())}
     n_cpus = len(available_cpus())
     threads = {r: integer(v, "--threads", minimum=1) for r, v in sorted(tables["threads"].items())}

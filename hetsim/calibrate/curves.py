@@ -98,11 +98,16 @@ class Curve(ABC):
         return self._model
 
     @classmethod
-    @abstractmethod
     def fit(cls, s: Sizes) -> Curve | None:
         """The least-squares curve of this form over the size means ``s``; None where none
         fits (fewer than :attr:`min_sizes` sizes, or no non-decreasing curve of this form with
         a positive slope)."""
+        return None if s.batch.size < cls.min_sizes else cls._fitted(s)
+
+    @classmethod
+    @abstractmethod
+    def _fitted(cls, s: Sizes) -> Curve | None:
+        """:meth:`fit` on sizes enough for this form."""
 
     @abstractmethod
     def bounds(self, least: float, tiny: float) -> list[tuple[float, float]]:
@@ -126,9 +131,7 @@ class AffineCurve(Curve):
         return Affine(v[0], v[1])
 
     @classmethod
-    def fit(cls, s: Sizes) -> Curve | None:
-        if s.batch.size < cls.min_sizes:
-            return None
+    def _fitted(cls, s: Sizes) -> Curve | None:
         w, u, y = s.count, s.batch, s.mean
         um, ym = np.average(u, weights=w), np.average(y, weights=w)
         slope = float((w * (u - um) * (y - ym)).sum() / (w * (u - um) ** 2).sum())
@@ -160,9 +163,7 @@ class HingeCurve(Curve):
         return Hinge(*v)
 
     @classmethod
-    def fit(cls, s: Sizes) -> Curve | None:
-        if s.batch.size < cls.min_sizes:
-            return None
+    def _fitted(cls, s: Sizes) -> Curve | None:
         grid = kink_grid(s)
         best: tuple[float, float, bool] | None = None  # (sse, breakpoint, through_origin)
         for origin in (False, True):
@@ -214,9 +215,7 @@ class TableCurve(Curve):
         return Table(points=[[float(b), t] for b, t in zip(self.batches, v)])
 
     @classmethod
-    def fit(cls, s: Sizes) -> Curve | None:
-        if s.batch.size < cls.min_sizes:
-            return None
+    def _fitted(cls, s: Sizes) -> Curve | None:
         times = optimize.isotonic_regression(s.mean, weights=s.count).x
         return cls(np.asarray(times, dtype=float), s.batch)
 

@@ -152,25 +152,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError("--connect-timeout-s", "only with --scheduler (how long to try reaching it)")
     timeout_s = DEFAULT_CONNECT_TIMEOUT_S if args.connect_timeout_s is None else args.connect_timeout_s
     resumed = folder is not None
-    with sigterm_as_interrupt():  # SIGTERM ends the sweep as Ctrl-C does, a cluster's start too
-        executor = make_executor(args.jobs, args.scheduler, timeout_s)
-        with closing(executor):
-            if folder is None:
-                meta = {"executor": executor.description, "engine": spec.engine, "cells": len(cells),
-                        "replications": spec.replications, **trace.to_meta(),
-                        "scenario": {"name": spec.base.get("name"), "config": spec.base},  # the grid's base
-                        "seed": spec.seed}  # fmt: skip
-                folder = RunFolder.start(args.runs or Path("runs"), spec, meta)
-            _heal(folder, spec, cells, "its cell runs again")  # it may refuse the folder: then no resume to record
-            if resumed and (note := folder.record_resume({"executor": executor.description, "engine": spec.engine})):
-                print(f"hetsim: note: {note}", file=sys.stderr)
-            try:
-                _run_cells(folder, spec, executor, [c for c in cells if c.index not in folder.done_cells()], len(cells))
-                print(render_report(folder, spec, args.metric, trace))
-            except KeyboardInterrupt as stopped:
-                print(f"\ninterrupted: {len(folder.done_cells())} of {len(cells)} cells saved; "
-                      f"finish with: python -m hetsim sweep --resume {folder.path}", file=sys.stderr)  # fmt: skip
-                return stop_status(stopped)
+    # SIGTERM ends the sweep as Ctrl-C does, from the executor's start on (a cluster's start too)
+    with sigterm_as_interrupt(), closing(make_executor(args.jobs, args.scheduler, timeout_s)) as executor:
+        if folder is None:
+            meta = {"executor": executor.description, "engine": spec.engine, "cells": len(cells),
+                    "replications": spec.replications, **trace.to_meta(),
+                    "scenario": {"name": spec.base.get("name"), "config": spec.base},  # the grid's base
+                    "seed": spec.seed}  # fmt: skip
+            folder = RunFolder.start(args.runs or Path("runs"), spec, meta)
+        _heal(folder, spec, cells, "its cell runs again")  # it may refuse the folder: then no resume to record
+        if resumed and (note := folder.record_resume({"executor": executor.description, "engine": spec.engine})):
+            print(f"hetsim: note: {note}", file=sys.stderr)
+        try:
+            _run_cells(folder, spec, executor, [c for c in cells if c.index not in folder.done_cells()], len(cells))
+            print(render_report(folder, spec, args.metric, trace))
+        except KeyboardInterrupt as stopped:
+            print(f"\ninterrupted: {len(folder.done_cells())} of {len(cells)} cells saved; "
+                  f"finish with: python -m hetsim sweep --resume {folder.path}", file=sys.stderr)  # fmt: skip
+            return stop_status(stopped)
     return 0
 
 

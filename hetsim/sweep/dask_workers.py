@@ -20,7 +20,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -74,8 +74,7 @@ def _starting() -> Iterator[None]:
 def _stops_on_ctrl_c() -> bool:
     """Whether this command ends on Ctrl-C in Python's way (KeyboardInterrupt): not where it was
     started with SIGINT ignored, or where its program set a handler of its own."""
-    handler: Callable[..., Any] | int | None = signal.getsignal(signal.SIGINT)
-    return handler is signal.default_int_handler
+    return signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def start_local(jobs: int) -> tuple[LocalCluster, Client]:
