@@ -52,6 +52,9 @@ CASES = [
          f"--batch-range: HI must be at most workload.dataset_size (50000), got {HUGE}"),
     case("wait-for-all-and-ksync", ["paper", "--policy", "equal,ksync", "--wait-for-all"],
          "--policy: ksync does not wait for every worker each step, which --wait-for-all asks"),
+    case("wait-for-all-and-goodput", ["paper", "--policy", "equal,goodput", "--wait-for-all", "--set", NO_TARGET],
+         "--policy: goodput changes the global batch as it trains, and --wait-for-all plans for a trainer that keeps "
+         "the plan's (--batch-range chooses one)"),
     # --out
     case("out-a-folder", ["paper", "--out", "{tmp}"], "--out: {tmp} is a folder"),
     case("out-under-a-file", ["paper", "--out", "{tmp}/afile/plan.json"],
@@ -61,6 +64,24 @@ CASES = [
     case("out-deep-in-an-unwritable-folder", ["paper", "--out", "/proc/self/nope/plan.json"],
          "--out: cannot write /proc/self/nope/plan.json: /proc/self is not writable",  # not even for root
          marks=pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")),
+    # --efficiency FILE (what calibrate-efficiency -o writes)
+    case("efficiency-no-such-file", ["paper", "--efficiency", "{tmp}/e.toml"],
+         "--efficiency: no such file: {tmp}/e.toml"),
+    case("efficiency-a-folder", ["paper", "--efficiency", "{tmp}"], "--efficiency: a folder, not a file: {tmp}"),
+    case("efficiency-empty-path", ["paper", "--efficiency", ""],
+         "hetsim plan: argument --efficiency: an empty path: name a file or folder"),
+    case("efficiency-without-table", ["paper", "--efficiency", "{tmp}/e.toml"],
+         "--efficiency: {tmp}/e.toml has no [workload.efficiency] table", {"e.toml": "[workload]\nepochs = 2\n"}),
+    case("efficiency-not-toml", ["paper", "--efficiency", "{tmp}/e.toml"],
+         "--efficiency: {tmp}/e.toml: not valid TOML: Expected '=' after a key in a key/value pair (at line 1, "
+         "column 5)", {"e.toml": "not toml\n"}),
+    case("efficiency-bad-noise", ["paper", "--efficiency", "{tmp}/e.toml"],
+         "--efficiency: {tmp}/e.toml: workload.efficiency.noise_scale: must be > 0, got -3",
+         {"e.toml": "[workload.efficiency]\nnoise_scale = -3\nbase_batch = 16\n"}),
+    case("efficiency-unknown-rule", ["paper", "--efficiency", "{tmp}/e.toml"],
+         "--efficiency: {tmp}/e.toml: workload.efficiency.lr_scaling: must be one of 'sqrt', 'linear', 'none', "
+         "got 'cubic'",
+         {"e.toml": "[workload.efficiency]\nnoise_scale = 3\nbase_batch = 16\nlr_scaling = 'cubic'\n"}),
     case("out-and-a-bad-range", ["paper", "--out", "{tmp}/new/plan.json", "--batch-range", "64"],
          f"{RANGE} '64'"),  # refused before the folder for --out is made
 ]  # fmt: skip

@@ -124,7 +124,7 @@ CASES = [
     case("efficiency-without-table", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml"],
          "--efficiency: {tmp}/e.toml has no [workload.efficiency] table", {"e.toml": "[workload]\nname = 'x'\n"}),
     case("efficiency-bad-noise", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml"],
-         "--efficiency: workload.efficiency.noise_scale: must be > 0, got -3",
+         "--efficiency: {tmp}/e.toml: workload.efficiency.noise_scale: must be > 0, got -3",
          {"e.toml": "[workload.efficiency]\nnoise_scale = -3\nbase_batch = 16\n"}),
     case("efficiency-other-rule", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml"],
          "--efficiency: fitted under the 'linear' learning-rate rule; this trainer scales the rate by the root of the "

@@ -57,6 +57,15 @@ SUBSTITUTE: dict[str, str] = {
     "python -m validation profile --workload examples/train_your_model.py:WORKLOAD --slowdown 1,2 --out runs/own-prof":
         "python -m validation profile --workload examples/train_your_model.py:WORKLOAD --slowdown 1,2 --budget-s 3 "
         "--repeats 3 --out runs/own-prof",
+    # docs/guide/own-job.md's time to the target: a sweep of one seed at two batches, a run of one epoch
+    "python -m validation batch-sweep --workload examples/train_your_model.py:WORKLOAD --base-batch 16 --lr 0.03 "
+    "--target 0.95 --seeds 3 --jobs 2 --out runs/own-bs":
+        "python -m validation batch-sweep --workload examples/train_your_model.py:WORKLOAD --base-batch 16 --lr 0.03 "
+        "--target 0.95 --seeds 1 --batches 1,2 --out runs/own-bs",
+    "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan "
+    "runs/own-prof/plan-tt.json --lr 0.03 --slowdown 1,2 --out runs/own-run-tt":
+        "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan "
+        "runs/own-prof/plan-tt.json --lr 0.03 --slowdown 1,2 --epochs 1 --probe-repeats 1 --out runs/own-run-tt",
     "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan runs/own-prof/plan.json "
     "--slowdown 1,2 --out runs/own-run":
         "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan "

@@ -294,6 +294,8 @@ def test_your_own_job_profile_plan_train_compare(tmp_path):
     assert sum(recommended["split"]) == recommended["global_batch"] == global_batch
     assert len(recommended["split"]) == 2
     assert json.loads((out / "meta.json").read_text())["status"] == "complete"
+    tt, run = (json.loads((prof / name).read_text()) for name in ("plan-tt.json", "../own-run-tt/meta.json"))
+    assert run["plan"]["lr_factor"] == pytest.approx((tt["recommended"]["global_batch"] / 16) ** 0.5)  # section 5
     trace = pd.read_parquet(out / "trace.parquet")
     assert set(trace["policy"]) == {"probe", recommended["policy"]}
     if recommended["policy"] in ("equal", "proportional", "optimal"):  # a fixed split runs as planned

@@ -29,10 +29,11 @@ import numpy as np
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param
-from validation.batch_sweep_cli import DEFAULTS, MAX_FIRST_SEED
+from validation.batch_sweep_cli import DEFAULTS, MAX_FIRST_SEED, PLUGIN
 from validation.batch_sweep_resume import KEPT
 from validation.options import MAX_LR
 
+MAX_STEPS = 1_000_000  # --max-steps, --eval-gap: a run's steps at most (days of a small model's steps)
 RESULT_FILES = ("results.json", "curve.csv", "noise.csv", "steps_to_target.png", KEPT)  # what a results folder holds
 
 
@@ -54,34 +55,51 @@ class SweepConfig:
 
 
 def build_config(args: argparse.Namespace) -> SweepConfig:
-    given = DEFAULTS[args.workload]
-    try:
-        multiples = tuple(int(v) for v in args.batches.split(","))
-    except ValueError:
-        raise ConfigError("--batches", f"expected whole numbers separated by commas, got {args.batches!r}") from None
-    if not multiples or min(multiples) < 1 or len(set(multiples)) != len(multiples):
-        raise ConfigError("--batches", f"distinct multiples >= 1, got {args.batches!r}")
-    if 1 not in multiples:
-        raise ConfigError("--batches", "must include 1 (the base batch the models are fitted at)")
+    from validation.workloads import resolve_workload
+
+    workload = resolve_workload(args.workload)  # an unknown name or a broken file first, in one line
+    given = DEFAULTS.get(args.workload)
+    if given is None:  # any other workload: what the sweep cannot guess is the user's to give
+        for option, value in (("--base-batch", args.base_batch), ("--lr", args.lr), ("--target", args.target)):
+            if value is None:
+                raise ConfigError(option, f"needed for {args.workload!r} (only {' and '.join(DEFAULTS)} have defaults)")
+        given = PLUGIN
+    if not workload.has_accuracy():
+        raise ConfigError("--workload", f"{args.workload}'s held-out labels are not classes: batch-sweep trains to a "
+                          "held-out accuracy (--target), which a regression's loss does not have")  # fmt: skip
+    multiples = _multiples(args.batches)
     out = args.out or Path("runs") / time.strftime("batch-sweep-%Y%m%d-%H%M%S")
     pick = lambda value, default: default if value is None else value  # noqa: E731
     base = int(Param("--base-batch", "integer", low=1).check(pick(args.base_batch, given.base_batch)))
-    from validation.workloads import resolve_workload
-
-    n_train = resolve_workload(args.workload).train_size()
+    n_train = workload.train_size()
     if max(multiples) * base > n_train:  # a step would cut one epoch's permutation short of its batch
         raise ConfigError("--batches", f"{max(multiples)} x the base batch {base} is {max(multiples) * base} samples, "
                           f"more than {args.workload}'s training set ({n_train})")  # fmt: skip
+    cap = given.quick_max_steps if args.quick else given.max_steps
     return SweepConfig(
-        args.workload, tuple(sorted(multiples)), base,
+        args.workload, multiples, base,
         pick(args.optimizer, given.optimizer),
         float(Param("--lr", low=0.0, low_open=True, high=MAX_LR).check(pick(args.lr, given.lr))),
         args.lr_scaling, int(Param("--seeds", "integer", low=1, high=100).check(args.seeds)),
         float(Param("--target", low=0.0, low_open=True, high=1.0).check(pick(args.target, given.target))),
-        given.quick_max_steps if args.quick else given.max_steps, given.eval_gap, out,
+        int(Param("--max-steps", "integer", low=1, high=MAX_STEPS).check(pick(args.max_steps, cap))),
+        int(Param("--eval-gap", "integer", low=1, high=MAX_STEPS).check(pick(args.eval_gap, given.eval_gap))), out,
         int(Param("--jobs", "integer", low=1, high=64).check(args.jobs)),
         int(Param("--first-seed", "integer", low=0, high=MAX_FIRST_SEED).check(args.first_seed)),
     )  # fmt: skip
+
+
+def _multiples(text: str) -> tuple[int, ...]:
+    """``--batches``: distinct whole multiples of the base batch, 1 among them, in order."""
+    try:
+        multiples = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError("--batches", f"expected whole numbers separated by commas, got {text!r}") from None
+    if not multiples or min(multiples) < 1 or len(set(multiples)) != len(multiples):
+        raise ConfigError("--batches", f"distinct multiples >= 1, got {text!r}")
+    if 1 not in multiples:
+        raise ConfigError("--batches", "must include 1 (the base batch the models are fitted at)")
+    return tuple(sorted(multiples))
 
 
 def point_entry(result: Any, noise_rows: list[dict[str, float]]) -> dict[str, Any]:

@@ -4,11 +4,13 @@ Adding the options imports nothing heavy: the handler imports torch and the fit 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, NamedTuple
 
 from hetsim.core.console import path_argument, sigterm_as_interrupt
+from validation.workloads.plugins import FORMS
 
 MAX_FIRST_SEED = 2**31 - 1 - 100  # --first-seed: seeds K..K+99 (--seeds is at most 100) within int32
 
@@ -36,12 +38,18 @@ DEFAULTS = {
     "digits-cnn": Defaults(16, "sgd", 0.05, 0.95, 3000, 1500, 1),
     "transformer": Defaults(8, "adam", 1e-3, 0.40, 2000, 1000, 10),
 }
+# Any other workload (resnet18, a plug-in): its base batch, learning rate and target are the user's to
+# give (nan: required); SGD, and the caps and evaluation spacing digits-cnn has, unless named.
+PLUGIN = Defaults(0, "sgd", math.nan, math.nan, 3000, 1000, 1)
 
 
 def add_parser(sub: Any) -> None:
     """Add ``batch-sweep`` to validation's subparsers."""
     parser = sub.add_parser("batch-sweep", help="train to a target accuracy at a ladder of global batches, over seeds")
-    parser.add_argument("--workload", default="digits-cnn", choices=sorted(DEFAULTS))
+    parser.add_argument("--workload", default="digits-cnn", metavar="WORKLOAD",
+                        help=f"a workload's name or {FORMS} (default digits-cnn; {' and '.join(DEFAULTS)} "
+                             "have defaults for the options below, any other needs --base-batch, --lr and "
+                             "--target)")  # fmt: skip
     parser.add_argument("--batches", default="1,2,4,8", metavar="K,...", help="multiples of the base batch")
     parser.add_argument("--base-batch", type=int, default=None, help="the base global batch (default per workload)")
     parser.add_argument("--optimizer", default=None, choices=OPTIMIZER_NAMES,
@@ -53,6 +61,12 @@ def add_parser(sub: Any) -> None:
                         help="seeds K..K+N-1 (a second set of seeds beside a first; default 0)")  # fmt: skip
     parser.add_argument("--target", type=float, default=None, metavar="ACC", help="held-out accuracy to reach")
     parser.add_argument("--quick", action="store_true", help="fewer steps at most per run")
+    parser.add_argument("--max-steps", type=int, default=None, metavar="N",
+                        help=f"the most steps a run may take (default: the workload's, else {PLUGIN.max_steps}, "
+                             f"{PLUGIN.quick_max_steps} with --quick)")  # fmt: skip
+    parser.add_argument("--eval-gap", type=int, default=None, metavar="K",
+                        help="the fewest steps between held-out evaluations, where an evaluation costs many steps "
+                             f"(default: the workload's, else {PLUGIN.eval_gap})")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs at once, one process and one core each (default 1: the recorded times have the "
                              "machine to themselves; the steps to the target do not depend on it)")  # fmt: skip

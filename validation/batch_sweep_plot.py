@@ -50,7 +50,9 @@ def plot(results: Path, out: Path) -> Path:
     ax.set_xlabel("global batch (samples)")
     ax.set_ylabel(f"steps to held-out accuracy {sweep.target:g}")
     optimizer = {"sgd": "SGD", "adam": "Adam"}.get(sweep.optimizer, sweep.optimizer)
-    ax.set_title(f"{sweep.workload}, {optimizer}, learning rate scaled by {sweep.lr_scaling}", fontsize=10)
+    where, colon, attr = sweep.workload.rpartition(":")  # a plug-in's FILE.py:ATTR: the file's name, not its path
+    shown = f"{Path(where).name}:{attr}" if colon else sweep.workload
+    ax.set_title(f"{shown}, {optimizer}, learning rate scaled by {sweep.lr_scaling}", fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=110)

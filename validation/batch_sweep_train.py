@@ -21,7 +21,6 @@ seeded by the run's seed), taken in order, a batch never straddling two epochs.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any
 
 import torch
 
+from hetsim.model.efficiency import lr_factor
 from validation.noise_scale import NoiseScale
 from validation.sharding import epoch_permutation
 from validation.workloads.base import Dataset, Workload
@@ -44,10 +44,8 @@ OPTIMIZERS: dict[str, MakeOptimizer] = {  # the command line's names; the traini
 
 
 def scaled_lr(lr: float, batch: int, base_batch: int, rule: str) -> float:
-    """``lr`` tuned at ``base_batch`` scaled to ``batch``: ``sqrt`` (Krizhevsky 2014; Hoffer et
-    al. 2017), ``linear`` (Goyal et al. 2017) or ``none``."""
-    ratio = batch / base_batch
-    return lr * {"sqrt": math.sqrt(ratio), "linear": ratio, "none": 1.0}[rule]
+    """``lr`` tuned at ``base_batch`` scaled to ``batch`` by ``rule`` (:func:`hetsim.model.efficiency.lr_factor`)."""
+    return lr * lr_factor(rule, batch, base_batch)
 
 
 def next_eval(step: int, min_gap: int = 1) -> int:

@@ -17,7 +17,7 @@ from hetsim.core.console import parse_policies
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import MAX_SEED, Param
 from hetsim.policies import policy_class
-from hetsim.scenario.config import make_efficiency, read_table
+from hetsim.scenario.config import make_efficiency, read_efficiency, read_table
 from validation import rank_config
 from validation.config_checks import check_across
 from validation.config_values import integer, number, parsed
@@ -105,27 +105,15 @@ def _policies(value: Any, option: str) -> tuple[str, ...]:
 def _efficiency(value: Any) -> dict[str, Any] | None:
     """``--efficiency FILE`` (or a run file's ``efficiency``, a path or the table itself): the
     ``[workload.efficiency]`` table of FILE (TOML or JSON), checked as hetsim checks a scenario's."""
-    if value is None or isinstance(value, dict):
-        table = value
-    else:
-        path = Path(str(value))
-        if not path.is_file():
-            raise ConfigError("--efficiency", f"no such file: {path}")
-        try:
-            table = read_table(path).get("workload", {}).get("efficiency")
-        except ConfigError as exc:  # it names the file already, or a field in it
-            raise ConfigError("--efficiency", f"{path}: {exc.problem if exc.field == str(path) else exc}") from None
-        except AttributeError:
-            table = None
-        if not isinstance(table, dict):
-            raise ConfigError("--efficiency", f"{path} has no [workload.efficiency] table")
-    if table is None:
+    if value is None:
         return None
+    if not isinstance(value, dict):
+        return read_efficiency(str(value))
     try:
-        make_efficiency(table)
+        make_efficiency(value)
     except ConfigError as exc:
         raise ConfigError("--efficiency", str(exc)) from None
-    return dict(table)
+    return dict(value)
 
 
 def build_config(args: argparse.Namespace, world_size_env: int | None = None, local: int | None = None) -> RunConfig:

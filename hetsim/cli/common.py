@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hetsim.core.console import parse_policies
+from hetsim.core.console import parse_policies, path_argument
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import MAX_COUNT, Param
 
@@ -40,8 +40,21 @@ def add_scenario_options(parser: argparse.ArgumentParser, json_help: str) -> Non
         metavar="PATH=VALUE",
         help="override a field, e.g. workers.1.per_sample_s=0.004",
     )
+    add_efficiency_option(parser)
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: the scenario's)")
     parser.add_argument("--json", action="store_true", help=json_help)
+
+
+def add_efficiency_option(parser: argparse.ArgumentParser) -> None:
+    """--efficiency FILE: a fitted ``[workload.efficiency]`` table put into the scenario."""
+    parser.add_argument(
+        "--efficiency",
+        default=None,
+        type=path_argument,
+        metavar="FILE",
+        help="the [workload.efficiency] table of FILE (what `calibrate-efficiency -o` writes) in place of the "
+        "scenario's, before --set",
+    )
 
 
 def scenario_policies(text: str | None, scenario: Scenario, notes: list[str] | None = None) -> dict[str, Policy]:
@@ -78,12 +91,14 @@ def check_new_folder(out: Path, force: bool, option: str = "--out") -> None:
 
 
 def scenario_of(args: argparse.Namespace) -> Scenario:
-    """The scenario a command names (``args.scenario``, with ``args.set`` applied); a sweep file
+    """The scenario a command names (``args.scenario``, with ``args.efficiency``'s table and
+    ``args.set`` applied); a sweep file
     given there is refused first, in one line (:func:`refuse_sweep_file`)."""
-    from hetsim.scenario.config import load_scenario
+    from hetsim.scenario.config import load_scenario, read_efficiency
 
     refuse_sweep_file(args.scenario)
-    return load_scenario(args.scenario, args.set)
+    efficiency = read_efficiency(args.efficiency) if args.efficiency is not None else None
+    return load_scenario(args.scenario, args.set, efficiency)
 
 
 def refuse_sweep_file(source: str | None) -> None:

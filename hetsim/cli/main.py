@@ -26,6 +26,7 @@ from hetsim import __version__
 from hetsim.cli.analysis import COMMANDS as ANALYSIS_COMMANDS
 from hetsim.cli.analysis import add_subcommands
 from hetsim.cli.common import (
+    add_efficiency_option,
     add_scenario_options,
     check_engine_option,
     check_new_folder,
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = sub.add_parser("show", help="print a scenario as TOML (to copy and edit)")
     show.add_argument("scenario", help="built-in name or file")
     show.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
+    add_efficiency_option(show)
 
     sim = sub.add_parser("simulate", help="simulate policies on one scenario and seed")
     add_scenario_options(sim, "print the summaries as a JSON list")
@@ -136,7 +138,8 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from hetsim.core.builtins import builtin_names, builtin_text
 
-    if args.scenario in builtin_names() and not args.set and not Path(args.scenario).exists():
+    as_given = not args.set and args.efficiency is None
+    if args.scenario in builtin_names() and as_given and not Path(args.scenario).exists():
         print(builtin_text(args.scenario), end="")
         return 0
     import tomli_w

@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 WAITS_FOR_FEWER = "its steps do not wait for every worker (--wait-for-all)"
+VARIES_BATCH = "its global batch changes as it trains, and a trainer from plan.json keeps the plan's (--wait-for-all)"
+REFUSED = {  # a policy named with --policy that --wait-for-all leaves out
+    WAITS_FOR_FEWER: "{name} does not wait for every worker each step, which --wait-for-all asks",
+    VARIES_BATCH: "{name} changes the global batch as it trains, and --wait-for-all plans for a trainer that keeps "
+    "the plan's (--batch-range chooses one)",
+}
 
 
 def add_subcommands(sub: Any) -> None:
@@ -51,8 +57,9 @@ def add_subcommands(sub: Any) -> None:
     pl.add_argument(
         "--wait-for-all",
         action="store_true",
-        help="plan only over the policies whose every step waits for every worker, as a DDP trainer "
-        "(validation.uneven) does: async, backup and ksync left out",
+        help="plan only over what a DDP trainer runs from plan.json (validation.uneven): policies whose every "
+        "step waits for every worker, at the plan's global batch (async, backup and ksync left out, and goodput, "
+        "whose batch changes as it trains: --batch-range chooses one instead)",
     )
     pl.add_argument(
         "--cost-error",
@@ -83,21 +90,25 @@ def parse_batch_range(text: str, option: str = "--batch-range") -> tuple[int, in
     return lo, hi
 
 
-def waiting_for_all(names: list[str], notes: bool) -> list[str]:
-    """The policies of ``names`` whose steps wait for every worker (``--wait-for-all``): the
-    others are left out with a note (the default list) or refused (named with ``--policy``)."""
+def waiting_for_all(names: list[str], notes: bool) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+    """The policies of ``names`` a trainer from plan.json runs (``--wait-for-all``: each step
+    waits for every worker, at the plan's global batch), and those left out with why: with a
+    note each (the default list), or refused (named with ``--policy``)."""
     from hetsim.policies import policy_class
     from hetsim.policies.base import waits_for_every_worker
 
-    kept = []
+    kept, left = [], []
     for name in names:
-        if waits_for_every_worker(policy_class(name)):
+        cls = policy_class(name)
+        why = WAITS_FOR_FEWER if not waits_for_every_worker(cls) else VARIES_BATCH if cls.varies_batch else None
+        if why is None:
             kept.append(name)
         elif notes:
-            print(f"note: {name} left out: {WAITS_FOR_FEWER}", file=sys.stderr)
+            print(f"note: {name} left out: {why}", file=sys.stderr)
+            left.append((name, why))
         else:
-            raise ConfigError("--policy", f"{name} does not wait for every worker each step, which --wait-for-all asks")
-    return kept
+            raise ConfigError("--policy", REFUSED[why].format(name=name))
+    return kept, tuple(left)
 
 
 def check_out(path: Path) -> None:
@@ -142,9 +153,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for name, why in skipped:
             print(f"note: {name} left out: {why}", file=sys.stderr)
         if args.wait_for_all:
-            kept = waiting_for_all(names, notes=True)
-            skipped += tuple((n, WAITS_FOR_FEWER) for n in names if n not in kept)
-            names = kept
+            names, left = waiting_for_all(names, notes=True)
+            skipped += left
     result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed, policies=names, left_out=skipped,
                   cost_error=args.cost_error)  # fmt: skip
     chosen = result.recommended.policy
@@ -231,6 +241,9 @@ def _recommended_lines(result: Plan) -> list[str]:
     names = [w.name for w in result.scenario.workers]
     lines += [f"    {_workers(label, count)}: {value}" for label, count, value in runs(names, rec.split)]
     lines.append(f"  left out: {', '.join(result.left_out_workers) or 'none'}")
+    if (lr := result.learning_rate) is not None:  # the time to target holds at the rate the efficiency was fitted with
+        lines.append(f"  learning rate: the one set at global batch {lr['base_batch']} times {lr['factor']:.3g} "
+                     f"(the {lr['rule']} rule the efficiency was fitted under)")  # fmt: skip
     return lines + _without_lines(result)
 
 

@@ -50,6 +50,7 @@ real runs (``validation``) are synchronous, so it has not been checked against a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,16 @@ from hetsim.core.params import Param
 
 LR_RULES = ("sqrt", "linear", "none")  # how a trainer scales its learning rate with the batch
 OPTIMIZERS = ("sgd", "adam")  # the optimizers a fitted table may come from (validation batch-sweep trains with them)
+
+
+def lr_factor(rule: str, batch: float, base_batch: float) -> float:
+    """What a learning rate set at ``base_batch`` is multiplied by at ``batch`` under ``rule`` (one
+    of :data:`LR_RULES`): ``sqrt`` (Krizhevsky 2014; Hoffer et al. 2017), ``linear`` (Goyal et al.
+    2017) or ``none``. A table holds only for the rule it was fitted under, so a trainer that
+    runs at another batch scales its rate by this."""
+    ratio = batch / base_batch
+    return {"sqrt": math.sqrt(ratio), "linear": ratio, "none": 1.0}[rule]
+
 
 EXPONENT_BOUND = 4.0  # |batch_exponent| at most this: in a table, and in the fit (hetsim.model.efficiency_fit)
 

@@ -32,6 +32,7 @@ from typing import Any, cast
 
 from hetsim import __version__
 from hetsim.core.errors import ConfigError
+from hetsim.model.efficiency import lr_factor
 from hetsim.plan.fragility import FRAGILITY_MAX, Fragility, fragility
 from hetsim.plan.robust import check_cost_error, robust_rows
 from hetsim.plan.rows import LEVEL, OBJECTIVES, PolicyRow, better, closed_form_row, policy_row
@@ -79,13 +80,13 @@ class Plan:
 
     @property
     def extrapolation(self) -> str | None:
-        """Why the time to target at the plan's global batch is an extrapolation (outside the
-        batches its ``[workload.efficiency]`` was fitted on), or None."""
-        eff = self.scenario.workload.efficiency
-        if eff is None or eff.fit_batches is None or not eff.extrapolates(self.global_batch):
+        """Why the time to target at the recommended global batch is an extrapolation (outside
+        the batches its ``[workload.efficiency]`` was fitted on), or None."""
+        eff, batch = self.scenario.workload.efficiency, self.recommended_batch
+        if eff is None or eff.fit_batches is None or not eff.extrapolates(batch):
             return None
         lo, hi = eff.fit_batches
-        return (f"time to target extrapolates: global batch {self.global_batch} is outside the batches the "
+        return (f"time to target extrapolates: global batch {batch} is outside the batches the "
                 f"efficiency was fitted on ({lo:g}..{hi:g})")  # fmt: skip
 
     def why_no_fragility(self) -> str | None:
@@ -95,6 +96,17 @@ class Plan:
         if not self.recommended.closed_form:
             return "the recommended policy has no closed form: its figures are simulated"
         return None
+
+    @property
+    def learning_rate(self) -> dict[str, Any] | None:
+        """How a trainer scales its learning rate for the recommended global batch, where the
+        scenario's efficiency was fitted under a rule (its time to target holds only then): the
+        ``rule``, the ``base_batch`` the rate was set at, and the ``factor`` to multiply it by."""
+        eff = self.scenario.workload.efficiency
+        if eff is None or eff.lr_scaling is None:
+            return None
+        factor = lr_factor(eff.lr_scaling, self.recommended_batch, eff.base_batch)
+        return {"rule": eff.lr_scaling, "base_batch": eff.base_batch, "factor": factor}
 
     def to_dict(self) -> dict[str, Any]:
         """One JSON object: ``recommended`` (``policy``, ``split``, ``global_batch``,
@@ -121,6 +133,7 @@ class Plan:
                 "time_to_target_s": None if rec.time_to_target_s is None else rec.time_to_target_s.value,
                 "gain_over_equal": self.gain_over_equal,
                 "extrapolation": self.extrapolation,
+                "learning_rate": self.learning_rate,
             },
             "policies": [r.to_dict() for r in self.rows],
             "left_out_policies": [{"policy": p, "reason": why} for p, why in self.left_out],

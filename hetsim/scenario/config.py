@@ -55,6 +55,28 @@ def read_table(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def read_efficiency(path: str | Path, field: str = "--efficiency") -> dict[str, Any]:
+    """The ``[workload.efficiency]`` table of a TOML or JSON file (what ``hetsim
+    calibrate-efficiency -o`` writes, or a scenario holding one), checked as a scenario's; a
+    problem is one :class:`ConfigError` on ``field`` naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(field, f"{not_a_file(p)}: {p}")
+    try:
+        raw = read_table(p)
+    except ConfigError as exc:  # it names the file already
+        raise ConfigError(field, f"{p}: {exc.problem}") from None
+    workload = raw.get("workload")
+    table = workload.get("efficiency") if isinstance(workload, dict) else None
+    if not isinstance(table, dict):
+        raise ConfigError(field, f"{p} has no [workload.efficiency] table")
+    try:
+        make_efficiency(table)
+    except ConfigError as exc:
+        raise ConfigError(field, f"{p}: {exc}") from None
+    return dict(table)
+
+
 def resolve_source(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path | None]:
     """Raw scenario tables and the folder relative paths are read from."""
     if isinstance(source, Mapping):
@@ -71,11 +93,19 @@ def resolve_source(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, An
     return read_table(text), Path(text).resolve().parent
 
 
-def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Scenario:
+def load_scenario(
+    source: str | Path | Mapping[str, Any], overrides: Sequence[str] = (), efficiency: Mapping[str, Any] | None = None
+) -> Scenario:
     """The checked :class:`Scenario` of ``source``: a built-in scenario's name, a TOML or JSON file,
-    or a mapping of raw tables; each ``overrides`` item (``"workload.epochs=3"``, as ``--set``)
-    is applied before the checks. Any problem raises :class:`ConfigError` naming the field."""
+    or a mapping of raw tables; ``efficiency`` (a raw ``[workload.efficiency]`` table, as
+    :func:`read_efficiency` reads one) replaces the scenario's; each ``overrides`` item
+    (``"workload.epochs=3"``, as ``--set``) is applied after it, before the checks. Any problem
+    raises :class:`ConfigError` naming the field."""
     raw, base_dir = resolve_source(source)
+    if efficiency is not None:
+        workload = raw.setdefault("workload", {})
+        if isinstance(workload, dict):  # anything else is refused by the checks, naming [workload]
+            workload["efficiency"] = dict(efficiency)
     for item in overrides:
         apply_override(raw, item)
     return build_scenario(raw, base_dir)

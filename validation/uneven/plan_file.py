@@ -1,7 +1,9 @@
 """Reading ``plan.json`` (``python -m hetsim plan SCENARIO --out plan.json``) for a training run.
 
 A plan recommends a policy, its split of the global batch over the scenario's workers and the
-global batch (``recommended``: ``policy``, ``split``, ``global_batch``, ``workers``). Applied
+global batch (``recommended``: ``policy``, ``split``, ``global_batch``, ``workers``, and
+``learning_rate`` where its time to target rests on an efficiency fitted under a learning-rate
+rule: the trainer's rate is then scaled to the plan's batch by it, :meth:`PlanChoice.lr`). Applied
 to a world of ranks, rank r is the plan's r-th worker. A policy whose split is fixed before the
 run (``equal``, ``proportional``, ``optimal``) runs the plan's split as it is: the plan made it
 from the profiled costs, which the run may not have (:func:`planned_policy`); a policy that
@@ -13,6 +15,7 @@ workers than ranks) is refused with one line (:class:`PlanError`, a ValueError).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,13 @@ class PlanChoice:
     split: tuple[int, ...]
     global_batch: int
     workers: tuple[str, ...]
+    lr_factor: float = 1.0  # the learning rate set at the efficiency's base batch is multiplied by this
+
+    def lr(self, base_lr: float) -> float:
+        """The learning rate for the plan's global batch: ``base_lr``, set at the base batch of the
+        efficiency the plan's time to target rests on, scaled by the rule it was fitted under
+        (``recommended.learning_rate``); ``base_lr`` itself where the plan has no such rule."""
+        return base_lr * self.lr_factor
 
     @property
     def fixed(self) -> bool:
@@ -51,7 +61,8 @@ class PlanChoice:
         :func:`~validation.record.script_meta`), which ``validation compare`` simulates: the
         plan's split where the run kept it."""
         split = list(self.split)
-        return {"policy": self.policy, "split": split, "global_batch": self.global_batch, "fixed": self.fixed}
+        return {"policy": self.policy, "split": split, "global_batch": self.global_batch, "fixed": self.fixed,
+                "lr_factor": self.lr_factor}  # fmt: skip
 
 
 def load_plan(path: str | Path, world_size: int) -> PlanChoice:
@@ -78,6 +89,10 @@ def load_plan(path: str | Path, world_size: int) -> PlanChoice:
         raise PlanError(f"{where}:{exc.field}", exc.problem) from None
     if not waits_for_every_worker(cls):  # async, backup, ksync: hetsim simulates them, this trainer does not run them
         raise PlanError(f"{where}:recommended.policy", f"{not_barrier(policy, cls)}: plan with --wait-for-all")
+    if cls.varies_batch:  # goodput: its batch needs the noise scale as it trains, which a plan's run does not measure
+        raise PlanError(f"{where}:recommended.policy", f"{policy!r} changes the global batch as it trains, and this "
+                        "trainer keeps the plan's: plan with --wait-for-all (`validation run --policies "
+                        f"{policy}` runs it)")  # fmt: skip
     if (
         not isinstance(split, list)
         or not _ints(split)
@@ -95,7 +110,18 @@ def load_plan(path: str | Path, world_size: int) -> PlanChoice:
             f"{where}:recommended.split",
             f"the plan is for {len(split)} workers{names}, this run has {world_size} {ranks}: plan for this cluster",
         )
-    return PlanChoice(policy, tuple(split), batch, tuple(str(w) for w in workers))
+    return PlanChoice(policy, tuple(split), batch, tuple(str(w) for w in workers), _lr_factor(rec, where))
+
+
+def _lr_factor(rec: dict[str, Any], where: str) -> float:
+    """``recommended.learning_rate.factor`` (1 where the plan has no learning-rate rule)."""
+    lr = rec.get("learning_rate")
+    if lr is None:
+        return 1.0
+    factor = lr.get("factor") if isinstance(lr, dict) else None
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
+        raise PlanError(f"{where}:recommended.learning_rate.factor", f"must be a number > 0, got {factor!r}")
+    return float(factor)
 
 
 def _ints(value: list[Any]) -> bool:
