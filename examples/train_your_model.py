@@ -41,14 +41,13 @@ def train(args: argparse.Namespace, device: torch.device, plan: uneven.PlanChoic
     torch.manual_seed(args.seed)  # the same weights on every rank (DDP broadcasts rank 0's anyway)
     model = make_model().to(device)
     x, y, test_x, test_y = (t.to(device) for t in (X, Y, TEST_X, TEST_Y))
-    lr = plan.lr(args.lr) if plan else args.lr  # a plan's batch: its efficiency's learning-rate rule applied
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     delay = uneven.slowdown_delay(args.slowdown)  # an emulated slower device (None at 1: nothing to emulate)
     stepper = uneven.UnevenStep(model, optimizer, device, comm="ddp", delay=delay)
     meta = uneven.script_meta(world_size=world, global_batch=batch, epochs=args.epochs, policies=[name], model=model,
         steps_per_epoch=uneven.steps_per_epoch(len(Y), batch), n_train=len(Y), n_test=len(TEST_Y), seed=args.seed,
         backend=dist.get_backend(), devices=[args.device] * world, workload=__file__, comm="ddp", plan=plan,
-        slowdown=args.slowdowns)  # fmt: skip
+        slowdown=args.slowdowns, extra={"lr": args.lr})  # fmt: skip
     writer = uneven.open_run(args.out, meta)  # rank 0 writes the run folder
 
     def loss_of(net: nn.Module, idx: torch.Tensor) -> torch.Tensor:  # idx: this rank's samples, on its device
@@ -83,10 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--global-batch", type=int, help="with --policy (default 128); a plan brings its own")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo), or cuda (NCCL)")
     parser.add_argument("--epochs", type=int, default=3), parser.add_argument("--probe-repeats", type=int, default=2)
-    parser.add_argument("--lr", type=float, default=0.05, help="the learning rate (with a plan: at its base batch)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, help="default 0.05; with a plan: the efficiency's own, or this, scaled")
+    parser.add_argument("--seed", type=int, default=0), parser.add_argument("--slowdown", help="slower ranks: 1,2, 1=2")
     parser.add_argument("--out", required=True, help="the run folder, new or empty (rank 0 writes it)")
-    parser.add_argument("--slowdown", default=None, help="emulate slower devices: a factor per rank (1,2) or 1=2")
     args = parser.parse_args(argv)
     if args.plan is not None and (args.policy or args.global_batch):
         parser.error("--plan brings its policy and global batch: give --policy and --global-batch only without it")
@@ -94,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     rank, world, cuda = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), args.device == "cuda"
     try:  # what a user can get wrong, refused before the ranks meet: one line, exit status 2
         plan = uneven.load_plan(args.plan, world) if args.plan is not None else None  # a plan for another cluster
-        policy = plan.make() if plan else uneven.barrier_policy(args.policy)  # async, backup, ksync
+        policy = plan.make() if plan else uneven.barrier_policy(args.policy)  # async, backup, ksync, goodput
+        args.lr = plan.lr(args.lr, 0.05) if plan else 0.05 if args.lr is None else args.lr  # a plan's rule applied
         args.slowdowns = uneven.slowdown_factors(args.slowdown, world)  # every rank's, for the run folder
         args.slowdown = args.slowdowns.get(rank, 1.0)
         uneven.check_model(make_model())  # no BatchNorm: it would make a rank's gradient depend on the split

@@ -133,6 +133,12 @@ CASES = [
     case("efficiency-other-base", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml"],
          "--efficiency: fitted with the learning rate set at global batch 16; run at --global-batch 16 with the "
          "sweep's --lr (or fit one at 128)", {"e.toml": "[workload.efficiency]\nnoise_scale = 40\nbase_batch = 16\n"}),
+    case("efficiency-other-rate", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml", "--comm", "flat"],
+         "--efficiency: measured with the learning rate 0.03 at its base batch; run with --lr 0.03 (here 0.05)",
+         {"e.toml": "[workload.efficiency]\nnoise_scale = 40\nbase_batch = 128\nlr = 0.03\n"}),
+    case("efficiency-other-optimizer", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml", "--comm", "flat"],
+         "--efficiency: measured with adam; this trainer runs SGD (fit a batch-sweep of --optimizer sgd)",
+         {"e.toml": "[workload.efficiency]\nnoise_scale = 40\nbase_batch = 128\noptimizer = 'adam'\n"}),
     case("noise-scale-with-ddp", ["--noise-scale", "--comm", "ddp"],
          "--noise-scale: is measured from each rank's own gradient on the flat path: use --comm flat"),
     case("noise-scale-one-rank", ["--noise-scale", "--world-size", "1"],

@@ -164,12 +164,12 @@ def test_a_folder_of_kept_runs_with_other_settings_is_refused_not_written_over(t
     from types import SimpleNamespace
 
     from hetsim.core.errors import ConfigError
-    from validation.batch_sweep_resume import SETTINGS, check_same_settings, kept_path
+    from validation.batch_sweep_resume import SETTINGS, check_same_settings, kept_path, settings
 
     config = SimpleNamespace(out=tmp_path, **{key: 1 for key in SETTINGS if key != "lr"}, lr=0.05)
     path = kept_path(tmp_path, 16, 0)
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"settings": {key: getattr(config, key) for key in SETTINGS}, "result": {}}))
+    path.write_text(json.dumps({"settings": settings(config), "result": {}}))
     check_same_settings(config)  # the same settings: a resume
     before = path.read_bytes()
     with pytest.raises(ConfigError, match=r"^--out: .* holds a sweep with another lr \(0\.05, here 0\.03\)"):

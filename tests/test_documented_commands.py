@@ -63,9 +63,9 @@ SUBSTITUTE: dict[str, str] = {
         "python -m validation batch-sweep --workload examples/train_your_model.py:WORKLOAD --base-batch 16 --lr 0.03 "
         "--target 0.95 --seeds 1 --batches 1,2 --out runs/own-bs",
     "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan "
-    "runs/own-prof/plan-tt.json --lr 0.03 --slowdown 1,2 --out runs/own-run-tt":
+    "runs/own-prof/plan-tt.json --slowdown 1,2 --out runs/own-run-tt":
         "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan "
-        "runs/own-prof/plan-tt.json --lr 0.03 --slowdown 1,2 --epochs 1 --probe-repeats 1 --out runs/own-run-tt",
+        "runs/own-prof/plan-tt.json --slowdown 1,2 --epochs 1 --probe-repeats 1 --out runs/own-run-tt",
     "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan runs/own-prof/plan.json "
     "--slowdown 1,2 --out runs/own-run":
         "torchrun --nproc-per-node 2 --master-addr 127.0.0.1 examples/train_your_model.py --plan "

@@ -63,7 +63,7 @@ def test_compare_simulates_the_plans_split_where_the_run_kept_it(tmp_path):
     optimal makes from the run's probe: another split, another step time."""
     plan = PlanChoice("optimal", (5, 3), 8, ("w0", "w1"))
     assert plan.fixed and plan.record() == {"policy": "optimal", "split": [5, 3], "global_batch": 8, "fixed": True,
-                                             "lr_factor": 1.0}  # fmt: skip
+                                             "lr_factor": None}  # fmt: skip
     for name, recorded in (("kept", plan.record()), ("none", None)):
         writer = RunWriter(tmp_path / name, {**META, **({"plan": recorded} if recorded else {})})
         probe_and_policy(writer, (5, 3))

@@ -295,7 +295,7 @@ def test_your_own_job_profile_plan_train_compare(tmp_path):
     assert len(recommended["split"]) == 2
     assert json.loads((out / "meta.json").read_text())["status"] == "complete"
     tt, run = (json.loads((prof / name).read_text()) for name in ("plan-tt.json", "../own-run-tt/meta.json"))
-    assert run["plan"]["lr_factor"] == pytest.approx((tt["recommended"]["global_batch"] / 16) ** 0.5)  # section 5
+    assert run["config"]["lr"] == pytest.approx(0.03 * (tt["recommended"]["global_batch"] / 16) ** 0.5)  # section 5
     trace = pd.read_parquet(out / "trace.parquet")
     assert set(trace["policy"]) == {"probe", recommended["policy"]}
     if recommended["policy"] in ("equal", "proportional", "optimal"):  # a fixed split runs as planned
@@ -319,7 +319,7 @@ EXAMPLE_REFUSALS = [
     (["--policy", "ksync"], "--policy: 'ksync' leaves the slowest gradients out, and this trainer waits for every "
      "rank each step: give a barrier policy (equal, proportional, dynamic, ...)"),
     (["--policy", "fastest"], "--policy: unknown policy 'fastest' (the barrier policies: equal, proportional, "
-     "dynamic, dynamic-enhanced, optimal, adaptive, goodput)"),
+     "dynamic, dynamic-enhanced, optimal, adaptive)"),
     (["--slowdown", "1,2"], "--slowdown: 2 values for 1 ranks (one per rank, or RANK=VALUE items)"),
     (["--slowdown", "0=0.5"], "--slowdown: must be in [1, 1000], got 0.5"),
     (["--out", "{used}"], "--out: {used} exists and is not an empty folder: give a new one for this run"),

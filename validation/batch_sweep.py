@@ -56,8 +56,10 @@ class SweepConfig:
 
 def build_config(args: argparse.Namespace) -> SweepConfig:
     from validation.workloads import resolve_workload
+    from validation.workloads.plugins import canonical_spec
 
     workload = resolve_workload(args.workload)  # an unknown name or a broken file first, in one line
+    spec = canonical_spec(args.workload)  # a file's absolute path: the same sweep from any folder, resumed or fitted
     given = DEFAULTS.get(args.workload)
     if given is None:  # any other workload: what the sweep cannot guess is the user's to give
         for option, value in (("--base-batch", args.base_batch), ("--lr", args.lr), ("--target", args.target)):
@@ -72,12 +74,14 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
     pick = lambda value, default: default if value is None else value  # noqa: E731
     base = int(Param("--base-batch", "integer", low=1).check(pick(args.base_batch, given.base_batch)))
     n_train = workload.train_size()
+    if base > n_train:
+        raise ConfigError("--base-batch", f"{base} samples, more than {args.workload}'s training set ({n_train})")
     if max(multiples) * base > n_train:  # a step would cut one epoch's permutation short of its batch
         raise ConfigError("--batches", f"{max(multiples)} x the base batch {base} is {max(multiples) * base} samples, "
                           f"more than {args.workload}'s training set ({n_train})")  # fmt: skip
     cap = given.quick_max_steps if args.quick else given.max_steps
     return SweepConfig(
-        args.workload, multiples, base,
+        spec, multiples, base,
         pick(args.optimizer, given.optimizer),
         float(Param("--lr", low=0.0, low_open=True, high=MAX_LR).check(pick(args.lr, given.lr))),
         args.lr_scaling, int(Param("--seeds", "integer", low=1, high=100).check(args.seeds)),
@@ -139,6 +143,7 @@ def run_sweep(
     """Every (batch, seed) run, ``config.jobs`` at once (each in its own process when more than
     one): the results' entries, the curve rows and the noise rows, in (seed, batch) order."""
     from validation.batch_sweep_resume import keep, kept
+    from validation.workloads.plugins import short_spec
 
     seeds = range(config.first_seed, config.first_seed + config.seeds)
     tasks = [(seed, k) for seed in seeds for k in config.multiples]
@@ -154,7 +159,8 @@ def run_sweep(
         results[task] = r
         keep(config, r)
         to_target = f"{r.steps_to_target} steps" if r.steps_to_target else f"not reached in {r.steps_run} steps"
-        echo(f"{config.workload} batch {r.batch} seed {r.seed}: {to_target} ({r.mean_step_s * 1e3:.1f} ms a step)")
+        echo(f"{short_spec(config.workload)} batch {r.batch} seed {r.seed}: {to_target} "
+             f"({r.mean_step_s * 1e3:.1f} ms a step)")  # fmt: skip
 
     if config.jobs == 1:
         for task in tasks_left:
@@ -198,7 +204,7 @@ def write_results(config: SweepConfig, points: list[dict[str, Any]], curve: list
         "momentum": MOMENTUM if config.optimizer == "sgd" else None, "lr": config.lr,
         "lr_scaling": config.lr_scaling, "seeds": config.seeds,
         "first_seed": config.first_seed, "target_accuracy": config.target,
-        "max_steps": config.max_steps, "jobs": config.jobs, "points": points,
+        "max_steps": config.max_steps, "eval_gap": config.eval_gap, "jobs": config.jobs, "points": points,
     }  # fmt: skip
     with atomic_folder(config.out, "--out") as tmp:
         write_json(tmp / "results.json", data)

@@ -55,7 +55,8 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--optimizer", default=None, choices=OPTIMIZER_NAMES,
                         help="SGD (momentum 0.9) or Adam (default: digits-cnn sgd, transformer adam)")  # fmt: skip
     parser.add_argument("--lr", type=float, default=None, help="learning rate at the base batch (default per workload)")
-    parser.add_argument("--lr-scaling", default="sqrt", choices=LR_RULE_NAMES)
+    parser.add_argument("--lr-scaling", default="sqrt", choices=LR_RULE_NAMES,
+                        help="how --lr grows from the base batch to the others (default sqrt)")  # fmt: skip
     parser.add_argument("--seeds", type=int, default=3, help="N seeds at every batch: 0..N-1, or from --first-seed")
     parser.add_argument("--first-seed", type=int, default=0, metavar="K",
                         help="seeds K..K+N-1 (a second set of seeds beside a first; default 0)")  # fmt: skip
@@ -65,8 +66,9 @@ def add_parser(sub: Any) -> None:
                         help=f"the most steps a run may take (default: the workload's, else {PLUGIN.max_steps}, "
                              f"{PLUGIN.quick_max_steps} with --quick)")  # fmt: skip
     parser.add_argument("--eval-gap", type=int, default=None, metavar="K",
-                        help="the fewest steps between held-out evaluations, where an evaluation costs many steps "
-                             f"(default: the workload's, else {PLUGIN.eval_gap})")  # fmt: skip
+                        help="the fewest steps between held-out evaluations, where an evaluation costs many steps: "
+                             "a run's steps to the target are known to that many (default: the workload's, else "
+                             f"{PLUGIN.eval_gap})")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs at once, one process and one core each (default 1: the recorded times have the "
                              "machine to themselves; the steps to the target do not depend on it)")  # fmt: skip

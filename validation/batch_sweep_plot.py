@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from hetsim.calibrate.efficiency_runs import fitted_model, load_sweeps, missed, plain_model, reached
 from hetsim.core.errors import ConfigError
 from validation.batch_sweep import median_of_every_run
+from validation.workloads.plugins import short_spec
 
 
 def plot(results: Path, out: Path) -> Path:
@@ -50,8 +51,7 @@ def plot(results: Path, out: Path) -> Path:
     ax.set_xlabel("global batch (samples)")
     ax.set_ylabel(f"steps to held-out accuracy {sweep.target:g}")
     optimizer = {"sgd": "SGD", "adam": "Adam"}.get(sweep.optimizer, sweep.optimizer)
-    where, colon, attr = sweep.workload.rpartition(":")  # a plug-in's FILE.py:ATTR: the file's name, not its path
-    shown = f"{Path(where).name}:{attr}" if colon else sweep.workload
+    shown = short_spec(sweep.workload)  # a plug-in's FILE.py:ATTR: the file's name, not its path
     ax.set_title(f"{shown}, {optimizer}, learning rate scaled by {sweep.lr_scaling}", fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -4,7 +4,8 @@ runs not kept yet.
 
 Each (batch, seed) run's result is written atomically to ``OUT/.runs/batch<B>-seed<S>.json`` with
 the settings that decide its steps (workload, base batch, optimizer, learning rate and its rule,
-target, step cap, evaluation spacing); a kept run is reused only where those match the sweep's.
+target, step cap, evaluation spacing, and how accuracy is counted); a kept run is reused only
+where those match the sweep's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from hetsim.core.files import write_json
 
 KEPT = ".runs"  # under the results folder
 SETTINGS = ("workload", "base_batch", "optimizer", "lr", "lr_scaling", "target", "max_steps", "eval_gap")
+# How the held-out accuracy was counted, kept beside the settings: runs kept before it was counted
+# exactly (a float32 mean read 342 of 360 as below 0.95) are not reused.
+ACCURACY = "counted"
 
 
 def kept_path(out: Path, batch: int, seed: int) -> Path:
@@ -27,7 +31,7 @@ def kept_path(out: Path, batch: int, seed: int) -> Path:
 
 def settings(config: Any) -> dict[str, Any]:
     """What a kept run must share with the sweep to be reused, as its JSON file reads back."""
-    return json.loads(json.dumps({key: getattr(config, key) for key in SETTINGS}))
+    return json.loads(json.dumps({**{key: getattr(config, key) for key in SETTINGS}, "accuracy": ACCURACY}))
 
 
 def keep(config: Any, result: Any) -> None:
@@ -48,6 +52,9 @@ def check_same_settings(config: Any) -> None:
             was = json.loads(path.read_text(encoding="utf-8")).get("settings")
         except (OSError, ValueError, AttributeError):
             continue  # a damaged kept run is run again, as kept() says
+        if isinstance(was, dict) and was.get("accuracy") != ACCURACY:
+            raise ConfigError("--out", f"{config.out} holds runs kept by an earlier hetsim, whose held-out accuracy "
+                              "could read a reached target as missed: give a new folder")  # fmt: skip
         if isinstance(was, dict) and was != now:
             key = next((k for k in SETTINGS if was.get(k) != now.get(k)), "settings")
             other = f"another {key} ({was.get(key)!r}, here {now.get(key)!r})"

@@ -5,6 +5,7 @@ Each raises ConfigError, one line naming the option."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -61,6 +62,21 @@ def check_table_fits(table: Mapping[str, Any], global_batch: int) -> None:
         at = f"{float(base):g}"
         raise ConfigError("--efficiency", f"fitted with the learning rate set at global batch {at}; run at "
                           f"--global-batch {at} with the sweep's --lr (or fit one at {global_batch})")  # fmt: skip
+
+
+def check_table_rate(table: Mapping[str, Any] | None, lr: float) -> None:
+    """An ``--efficiency`` table that records what it was measured with (``calibrate-efficiency``
+    writes the sweep's learning rate and optimizer) holds for that rate at its base batch and for
+    SGD, this trainer's optimizer: another is refused."""
+    if table is None:
+        return
+    rate, optimizer = table.get("lr"), table.get("optimizer")
+    if optimizer not in (None, "sgd"):
+        raise ConfigError("--efficiency", f"measured with {optimizer}; this trainer runs SGD (fit a batch-sweep of "
+                          "--optimizer sgd)")  # fmt: skip
+    if rate is not None and not math.isclose(float(rate), lr, rel_tol=1e-9):
+        raise ConfigError("--efficiency", f"measured with the learning rate {float(rate):g} at its base batch; run "
+                          f"with --lr {float(rate):g} (here {lr:g})")  # fmt: skip
 
 
 def check_policy_needs(policies: Sequence[str], probe_repeats: int, noise_scale: bool, comm: str) -> None:

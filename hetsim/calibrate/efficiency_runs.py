@@ -50,6 +50,7 @@ class Sweep:
     points: tuple[Point, ...]
     optimizer: str = "sgd"  # results written before the sweep named its optimizer were all SGD's
     lr: float | None = None  # the learning rate at the base batch (None: not recorded)
+    eval_gap: int | None = None  # the fewest steps between evaluations: steps known to that many (None: not recorded)
 
 
 def _point(entry: Any, where: str) -> Point:
@@ -94,16 +95,17 @@ def load_sweeps(paths: Sequence[Path]) -> Sweep:
             tuple(_point(e, f"{file}:points.{i}") for i, e in enumerate(data["points"])),
             str(Param(f"{file}:optimizer", "choice", choices=OPTIMIZERS).check(data.get("optimizer", "sgd"))),
             Param(f"{file}:lr", default=None, low=0.0, low_open=True).check(data.get("lr")),
+            Param(f"{file}:eval_gap", "integer", default=None, low=1).check(data.get("eval_gap")),
         ))  # fmt: skip
     first = sweeps[0]
     for other, path in zip(sweeps[1:], paths[1:]):
-        for key in ("workload", "base_batch", "lr_scaling", "target", "optimizer", "lr"):
+        for key in ("workload", "base_batch", "lr_scaling", "target", "optimizer", "lr", "eval_gap"):
             mine, theirs = getattr(other, key), getattr(first, key)
-            if mine != theirs and not (key == "lr" and None in (mine, theirs)):  # an unrecorded rate is not compared
+            if mine != theirs and not (key in ("lr", "eval_gap") and None in (mine, theirs)):  # None: not recorded
                 raise ConfigError("RUN", f"{path}: {key} {mine!r} differs from the first's ({theirs!r})")
     _check_each_run_once(sweeps, paths)
     return Sweep(first.workload, first.base_batch, first.lr_scaling, first.target,
-                 tuple(p for s in sweeps for p in s.points), first.optimizer, first.lr)  # fmt: skip
+                 tuple(p for s in sweeps for p in s.points), first.optimizer, first.lr, first.eval_gap)  # fmt: skip
 
 
 def _check_each_run_once(sweeps: Sequence[Sweep], paths: Sequence[Path]) -> None:

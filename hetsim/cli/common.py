@@ -97,7 +97,8 @@ def scenario_of(args: argparse.Namespace) -> Scenario:
     from hetsim.scenario.config import load_scenario, read_efficiency
 
     refuse_sweep_file(args.scenario)
-    efficiency = read_efficiency(args.efficiency) if args.efficiency is not None else None
+    given = getattr(args, "efficiency", None)  # `costs` has no use for it
+    efficiency = read_efficiency(given) if given is not None else None
     return load_scenario(args.scenario, args.set, efficiency)
 
 

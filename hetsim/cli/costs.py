@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from hetsim.cli.common import add_efficiency_option, scenario_of
+from hetsim.cli.common import scenario_of
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import json_text
 from hetsim.core.params import MAX_COUNT, Param
@@ -27,7 +27,6 @@ def add_subcommands(sub: Any) -> None:
     costs.add_argument("scenario", help="built-in name or file")
     costs.add_argument("--batch", required=True, metavar="B,B,...", help="local batch sizes, e.g. 16,32,64")
     costs.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
-    add_efficiency_option(costs)
     costs.add_argument("--json", action="store_true", help="print a JSON list of {worker, name, batch, compute_s}")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,8 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
             "--batches", f"{absent[0]} is not a global batch of the sweep (it has {', '.join(map(str, have))})"
         )
     result = fitted_model(sweep, batches, args.schedule, not args.no_exponent)
-    table = result.efficiency.to_dict()
+    # the rate and optimizer the sweep ran with: the table holds for them alone (plan.json passes the rate on)
+    table = replace(result.efficiency, lr=sweep.lr, optimizer=sweep.optimizer).to_dict()
     cut, left = missed_runs(sweep, batches, censored=result.censored > 0)
     if cut:  # their steps exceed the ones they ran: censored, so the slow seeds still count
         print(f"note: {cut} did not reach the target: fitted as censored (more steps than they ran)", file=sys.stderr)

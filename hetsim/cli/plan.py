@@ -157,8 +157,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
             skipped += left
     result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed, policies=names, left_out=skipped,
                   cost_error=args.cost_error)  # fmt: skip
-    chosen = result.recommended.policy
-    if not args.wait_for_all and not waits_for_every_worker(policy_class(chosen)):
+    chosen, source = result.recommended.policy, result.recommended.source
+    if not args.wait_for_all and source is not None and source.varies_batch:
+        print(f"note: {chosen} is recommended, and {VARIES_BATCH.removesuffix(' (--wait-for-all)')}: "
+              f"`validation run --policies {chosen}` runs it; --wait-for-all recommends among the policies a "
+              "trainer from plan.json runs", file=sys.stderr)  # fmt: skip
+    elif not args.wait_for_all and not waits_for_every_worker(policy_class(chosen)):
         print(f"note: {chosen} is recommended, and {WAITS_FOR_FEWER}: a DDP trainer (validation.uneven's among "
               f"them) cannot run it; --wait-for-all recommends among the policies that can"
               + ("" if args.objective == "time_to_target" else f", and {args.objective} counts its stale or "
@@ -242,9 +246,17 @@ def _recommended_lines(result: Plan) -> list[str]:
     lines += [f"    {_workers(label, count)}: {value}" for label, count, value in runs(names, rec.split)]
     lines.append(f"  left out: {', '.join(result.left_out_workers) or 'none'}")
     if (lr := result.learning_rate) is not None:  # the time to target holds at the rate the efficiency was fitted with
-        lines.append(f"  learning rate: the one set at global batch {lr['base_batch']} times {lr['factor']:.3g} "
-                     f"(the {lr['rule']} rule the efficiency was fitted under)")  # fmt: skip
+        lines.append(f"  learning rate: {_rate_line(lr)} (the {lr['rule']} rule the efficiency was fitted under)")
     return lines + _without_lines(result)
+
+
+def _rate_line(lr: dict[str, Any]) -> str:
+    """The recommended learning rate in words: the rate set at the efficiency's base batch, scaled."""
+    base = "the one" if lr["base_lr"] is None else f"{lr['base_lr']:.4g}"
+    if lr["factor"] == 1:
+        return f"{base} set at global batch {lr['base_batch']}, unscaled"
+    scaled = "" if lr["lr"] is None else f" = {lr['lr']:.4g}"
+    return f"{base} set at global batch {lr['base_batch']} times {lr['factor']:.3g}{scaled}"
 
 
 def _without_lines(result: Plan) -> list[str]:

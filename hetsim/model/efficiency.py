@@ -87,12 +87,15 @@ EFFICIENCY_PARAMS = (
     Param("measured_batch", "integer", default=None, low=1, doc="the batch B_noise holds at (default base_batch)"),
     Param("lr_scaling", "choice", default=None, choices=LR_RULES,
           doc="the learning-rate rule the table was fitted under: sqrt, linear or none"),
+    Param("lr", default=None, low=0.0, low_open=True,
+          doc="the learning rate set at base_batch that the table was measured with (scaled by lr_scaling)"),
+    Param("optimizer", "choice", default=None, choices=OPTIMIZERS, doc="the optimizer it was measured with"),
     Param("fit_batches", "numbers", default=None, doc="[smallest, largest] global batch the fit measured"),
     Param("noise_scale_sd", default=None, low=0.0, doc="standard error of ln(noise_scale), from the fit"),
     Param("batch_exponent_sd", default=None, low=0.0, doc="standard error of batch_exponent, from the fit"),
     Param("target_steps_sd", default=None, low=0.0, doc="standard error of ln(target_steps), from the fit"),
 )  # fmt: skip
-EXTENSION_FIELDS = ("batch_exponent", "measured_batch", "lr_scaling", "fit_batches",
+EXTENSION_FIELDS = ("batch_exponent", "measured_batch", "lr_scaling", "lr", "optimizer", "fit_batches",
                     "noise_scale_sd", "batch_exponent_sd", "target_steps_sd")  # fmt: skip
 
 Schedule = tuple[tuple[float, float], ...]  # (progress in steps at base_batch, B_noise) knots, progress from 0
@@ -110,6 +113,8 @@ class Efficiency:
     batch_exponent: float = 0.0
     measured_batch: int | None = None
     lr_scaling: str | None = None
+    lr: float | None = None  # the rate at base_batch it was measured with, where recorded
+    optimizer: str | None = None
     fit_batches: tuple[float, float] | None = None
     noise_scale_sd: float | None = None
     batch_exponent_sd: float | None = None

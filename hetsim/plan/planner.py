@@ -99,14 +99,18 @@ class Plan:
 
     @property
     def learning_rate(self) -> dict[str, Any] | None:
-        """How a trainer scales its learning rate for the recommended global batch, where the
-        scenario's efficiency was fitted under a rule (its time to target holds only then): the
-        ``rule``, the ``base_batch`` the rate was set at, and the ``factor`` to multiply it by."""
+        """The learning rate a trainer runs the recommended global batch at, where the scenario's
+        efficiency was fitted under a rule (its time to target holds only then): the ``rule``,
+        the ``base_batch`` and the rate set there (``base_lr``, None where the table does not
+        record it), the ``factor`` to multiply it by, and the product (``lr``). None for a policy
+        that changes the batch as it trains (a trainer scales its rate step by step)."""
         eff = self.scenario.workload.efficiency
-        if eff is None or eff.lr_scaling is None:
+        source = self.recommended.source
+        if eff is None or eff.lr_scaling is None or (source is not None and source.varies_batch):
             return None
         factor = lr_factor(eff.lr_scaling, self.recommended_batch, eff.base_batch)
-        return {"rule": eff.lr_scaling, "base_batch": eff.base_batch, "factor": factor}
+        lr = None if eff.lr is None else eff.lr * factor
+        return {"rule": eff.lr_scaling, "base_batch": eff.base_batch, "base_lr": eff.lr, "factor": factor, "lr": lr}
 
     def to_dict(self) -> dict[str, Any]:
         """One JSON object: ``recommended`` (``policy``, ``split``, ``global_batch``,

@@ -18,10 +18,11 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.registry import POLICIES
+from hetsim.model.efficiency import LR_RULES, lr_factor
 from hetsim.policies import Policy, make_policy, planned_policy, policy_class
 from hetsim.policies.base import not_barrier, waits_for_every_worker
 
@@ -38,13 +39,22 @@ class PlanChoice:
     split: tuple[int, ...]
     global_batch: int
     workers: tuple[str, ...]
-    lr_factor: float = 1.0  # the learning rate set at the efficiency's base batch is multiplied by this
+    lr_factor: float | None = None  # the rate set at the efficiency's base batch times this (None: no rule)
+    base_lr: float | None = None  # the rate the efficiency was measured with at its base batch, where recorded
 
-    def lr(self, base_lr: float) -> float:
-        """The learning rate for the plan's global batch: ``base_lr``, set at the base batch of the
-        efficiency the plan's time to target rests on, scaled by the rule it was fitted under
-        (``recommended.learning_rate``); ``base_lr`` itself where the plan has no such rule."""
-        return base_lr * self.lr_factor
+    def lr(self, given: float | None, default: float, option: str = "--lr") -> float:
+        """The learning rate for the plan's global batch. Where the plan's time to target rests on
+        an efficiency fitted under a learning-rate rule (``recommended.learning_rate``): the rate
+        set at its base batch (``given``, else the one it was measured with) times the rule's
+        factor, and :class:`PlanError` on ``option`` where neither is known. Otherwise ``given``,
+        else ``default``."""
+        if self.lr_factor is None:
+            return default if given is None else given
+        base = self.base_lr if given is None else given
+        if base is None:
+            raise PlanError(option, "the plan's efficiency holds for a learning rate set at its base batch, which "
+                            "it does not record: give that rate")  # fmt: skip
+        return base * self.lr_factor
 
     @property
     def fixed(self) -> bool:
@@ -110,18 +120,35 @@ def load_plan(path: str | Path, world_size: int) -> PlanChoice:
             f"{where}:recommended.split",
             f"the plan is for {len(split)} workers{names}, this run has {world_size} {ranks}: plan for this cluster",
         )
-    return PlanChoice(policy, tuple(split), batch, tuple(str(w) for w in workers), _lr_factor(rec, where))
+    return PlanChoice(policy, tuple(split), batch, tuple(str(w) for w in workers), *_learning_rate(rec, batch, where))
 
 
-def _lr_factor(rec: dict[str, Any], where: str) -> float:
-    """``recommended.learning_rate.factor`` (1 where the plan has no learning-rate rule)."""
+def _learning_rate(rec: dict[str, Any], batch: int, where: str) -> tuple[float | None, float | None]:
+    """``recommended.learning_rate``'s factor and base rate (None, None where the plan has none),
+    checked: its rule one of hetsim's, its base batch a whole number, its factor the rule's at the
+    plan's batch, its base rate a number > 0 or null."""
     lr = rec.get("learning_rate")
+    field = f"{where}:recommended.learning_rate"
     if lr is None:
-        return 1.0
-    factor = lr.get("factor") if isinstance(lr, dict) else None
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor < math.inf:
-        raise PlanError(f"{where}:recommended.learning_rate.factor", f"must be a number > 0, got {factor!r}")
-    return float(factor)
+        return None, None
+    if not isinstance(lr, dict):
+        raise PlanError(field, f"must be a table (rule, base_batch, factor), got {type(lr).__name__}")
+    rule, base, factor, base_lr = (cast(Any, lr.get(k)) for k in ("rule", "base_batch", "factor", "base_lr"))
+    if rule not in LR_RULES:
+        raise PlanError(f"{field}.rule", f"must be one of {', '.join(LR_RULES)}, got {rule!r}")
+    if isinstance(base, bool) or not isinstance(base, int) or base < 1:
+        raise PlanError(f"{field}.base_batch", f"must be a whole number >= 1, got {base!r}")
+    expected = lr_factor(rule, batch, base)
+    if not _positive(factor) or not math.isclose(factor, expected, rel_tol=1e-9):
+        raise PlanError(f"{field}.factor", f"must be the {rule} rule's {expected:.6g} for global batch {batch} set "
+                        f"at {base}, got {factor!r}")  # fmt: skip
+    if base_lr is not None and not _positive(base_lr):
+        raise PlanError(f"{field}.base_lr", f"must be a number > 0 or null, got {base_lr!r}")
+    return float(factor), None if base_lr is None else float(base_lr)
+
+
+def _positive(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value < math.inf
 
 
 def _ints(value: list[Any]) -> bool:
@@ -129,14 +156,18 @@ def _ints(value: list[Any]) -> bool:
 
 
 def barrier_policy(name: str, option: str = "--policy") -> Policy:
-    """A fresh policy ``name`` for a trainer that waits for every rank each step (DDP's):
-    :class:`PlanError` (one line naming ``option``) for an unknown name or a policy that ends a
-    step without every gradient (``async``, ``backup``, ``ksync``), which hetsim simulates and
-    such a trainer would run as something else."""
+    """A fresh policy ``name`` for a trainer that waits for every rank each step (DDP's) at its
+    global batch: :class:`PlanError` (one line naming ``option``) for an unknown name, a policy
+    that ends a step without every gradient (``async``, ``backup``, ``ksync``), which hetsim
+    simulates and such a trainer would run as something else, or one that changes the global
+    batch as it trains (``goodput``, which needs the noise scale such a trainer does not give it)."""
     if not isinstance(name, str) or name not in POLICIES:
-        known = ", ".join(n for n, c in POLICIES.items() if waits_for_every_worker(c))
+        known = ", ".join(n for n, c in POLICIES.items() if waits_for_every_worker(c) and not c.varies_batch)
         raise PlanError(option, f"unknown policy {name!r} (the barrier policies: {known})")
     cls = policy_class(name, option)
     if not waits_for_every_worker(cls):
         raise PlanError(option, f"{not_barrier(name, cls)}: give a barrier policy (equal, proportional, dynamic, ...)")
+    if cls.varies_batch:
+        raise PlanError(option, f"{name!r} changes the global batch as it trains, and this trainer keeps its own "
+                        f"(`validation run --policies {name}` runs it)")  # fmt: skip
     return make_policy(name)

@@ -58,6 +58,21 @@ def load_workload(spec: str) -> Workload:
     return resolve_workload(spec)
 
 
+def canonical_spec(spec: str) -> str:
+    """``spec`` with a file's path made absolute and resolved (the same file however it is
+    reached, and two files of one relative spelling told apart): what a results folder records."""
+    target, colon, attr = spec.rpartition(":")
+    if colon and (target.endswith(".py") or "/" in target or "\\" in target):
+        return f"{Path(target).expanduser().resolve()}:{attr}"
+    return spec
+
+
+def short_spec(spec: str) -> str:
+    """``spec`` as a line or a title shows it: a file's name without its folders."""
+    target, colon, attr = spec.rpartition(":")
+    return f"{Path(target).name}:{attr}" if colon and target.endswith(".py") else spec
+
+
 def _find(spec: str, field: str) -> Workload:
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(field, f"expected a workload name, {FORMS}, got {spec!r}")
