@@ -34,7 +34,7 @@ LINE = Workload.from_parts("line", lambda: nn.Linear(4, 2), (X[:500], X[:500, :2
 """
 
 
-@pytest.mark.slow  # 16 short runs, a fit and a plan: about 4 s
+@pytest.mark.slow  # 16 short runs (two processes), a fit and a plan: about 8 s
 def test_a_plug_in_workload_sweeps_fits_and_plans_with_its_learning_rate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -43,7 +43,7 @@ def test_a_plug_in_workload_sweeps_fits_and_plans_with_its_learning_rate(
     out = tmp_path / "sweep"
     argv = ["batch-sweep", "--workload", "mine.py:BLOBS", "--base-batch", "8", "--lr", "0.1", "--target", "0.9",
             "--batches", "1,2,4,8", "--seeds", "2", "--out", str(out)]  # fmt: skip
-    assert validation_main(argv) == 0
+    assert validation_main([*argv, "--jobs", "2"]) == 0  # two at once: each process imports the file on its own
     data = json.loads((out / "results.json").read_text())
     assert data["workload"] == f"{tmp_path.resolve()}/mine.py:BLOBS"  # the file's own path: the same from any folder
     assert (data["optimizer"], data["max_steps"], data["eval_gap"]) == ("sgd", 3000, 1)  # a plug-in's defaults
