@@ -1,4 +1,4 @@
-"""The targets of the issue "Scale", as ratios measured side by side in one run, repeated.
+"""The simulator's scaling targets (large clusters, long runs), as ratios measured side by side in one run, repeated.
 
     cd benchmarks && python bench_scale.py [--rounds 10] [--memory-runs 1] [--memory-steps 100000]
 

@@ -50,17 +50,20 @@ def add_parser(sub: Any) -> None:
                         help=f"a workload's name or {FORMS} (default digits-cnn; {' and '.join(DEFAULTS)} "
                              "have defaults for the options below, any other needs --base-batch, --lr and "
                              "--target)")  # fmt: skip
-    parser.add_argument("--batches", default="1,2,4,8", metavar="K,...", help="multiples of the base batch")
+    parser.add_argument("--batches", default="1,2,4,8", metavar="K,...",
+                        help="multiples of the base batch (default 1,2,4,8)")  # fmt: skip
     parser.add_argument("--base-batch", type=int, default=None, help="the base global batch (default per workload)")
     parser.add_argument("--optimizer", default=None, choices=OPTIMIZER_NAMES,
                         help="SGD (momentum 0.9) or Adam (default: digits-cnn sgd, transformer adam)")  # fmt: skip
     parser.add_argument("--lr", type=float, default=None, help="learning rate at the base batch (default per workload)")
     parser.add_argument("--lr-scaling", default="sqrt", choices=LR_RULE_NAMES,
                         help="how --lr grows from the base batch to the others (default sqrt)")  # fmt: skip
-    parser.add_argument("--seeds", type=int, default=3, help="N seeds at every batch: 0..N-1, or from --first-seed")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="N seeds at every batch: 0..N-1, or from --first-seed (default 3)")  # fmt: skip
     parser.add_argument("--first-seed", type=int, default=0, metavar="K",
                         help="seeds K..K+N-1 (a second set of seeds beside a first; default 0)")  # fmt: skip
-    parser.add_argument("--target", type=float, default=None, metavar="ACC", help="held-out accuracy to reach")
+    parser.add_argument("--target", type=float, default=None, metavar="ACC",
+                        help="held-out accuracy to reach (default per workload)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="fewer steps at most per run")
     parser.add_argument("--max-steps", type=int, default=None, metavar="N",
                         help=f"the most steps a run may take (default: the workload's, else {PLUGIN.max_steps}, "
@@ -72,7 +75,8 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs at once, one process and one core each (default 1: the recorded times have the "
                              "machine to themselves; the steps to the target do not depend on it)")  # fmt: skip
-    parser.add_argument("--out", type=path_argument, default=None, metavar="DIR", help="results folder")
+    parser.add_argument("--out", type=path_argument, default=None, metavar="DIR",
+                        help="results folder (default runs/batch-sweep-<date>-<time>)")  # fmt: skip
 
 
 def cmd_batch_sweep(args: argparse.Namespace) -> int:
