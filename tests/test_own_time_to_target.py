@@ -97,6 +97,20 @@ def test_sweeps_of_other_evaluation_gaps_are_not_pooled_and_old_kept_runs_not_re
         check_same_settings(config)
 
 
+def test_a_tables_target_is_the_reference_runs_progress_in_its_own_base_steps() -> None:
+    """validation run takes a table fitted at another base batch (its rate scaled there), and
+    compare --time-to-target took the reference's 43 steps at 128 as 43 steps at the table's base
+    of 16: every prediction came out 57-60% short."""
+    from hetsim.model.efficiency import Efficiency
+    from validation.time_to_target import table_target
+
+    assert table_target(Efficiency(40.0, 128), 50, 128).target_steps == 50  # at the table's own base: as counted
+    table = Efficiency(3.7, 16, batch_exponent=1.0)
+    target = table_target(table, 43, 128)
+    assert target.target_steps == pytest.approx(43 * table.gain(128)) and target.target_steps > 43
+    assert target.steps_to_target(128) == pytest.approx(43)  # read back at the run's batch: the reference's steps
+
+
 def test_held_out_accuracy_is_counted_exactly_so_a_round_target_is_reached_where_it_is() -> None:
     """The accuracy was float32's mean: 90 right of 100 read 0.89999998, below a target of 0.9, and
     a batch-sweep run went on past the step that reached it. Per sample and per token alike."""

@@ -19,7 +19,7 @@ from hetsim.core.params import MAX_SEED, Param
 from hetsim.policies import policy_class
 from hetsim.scenario.config import make_efficiency, read_efficiency, read_table
 from validation import rank_config
-from validation.config_checks import check_across, check_table_rate
+from validation.config_checks import check_across, check_table_fits
 from validation.config_values import integer, number, parsed
 from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES, MAX_LR  # there for the parser
 from validation.rank_config import parse_rank_assignment
@@ -160,8 +160,8 @@ def _built(args: argparse.Namespace, raw: Mapping[str, Any], world_env: int | No
     comm = _mode(pick("comm", args.comm), "--comm", COMM_MODES)
     noise_scale = bool(pick("noise_scale", args.noise_scale))
     efficiency = _efficiency(pick("efficiency", getattr(args, "efficiency", None)))
-    check_across(policies, world_size, global_batch, probe_repeats, (noise_scale, efficiency), comm, devices)
-    check_table_rate(efficiency, lr := number(pick("lr", args.lr), "--lr", maximum=MAX_LR))  # the rate it holds for
+    check_across(policies, world_size, probe_repeats, (noise_scale, efficiency), comm, devices)
+    check_table_fits(efficiency, global_batch, lr := number(pick("lr", args.lr), "--lr", maximum=MAX_LR))
     return replace(
         base,
         world_size=world_size,

@@ -25,17 +25,16 @@ def check_barrier_policies(policies: Sequence[str]) -> None:
             raise ConfigError("--policies", not_barrier(name, cls))
 
 
-def check_across(policies: Sequence[str], world_size: int, global_batch: int, probe_repeats: int,
+def check_across(policies: Sequence[str], world_size: int, probe_repeats: int,
                  noise: tuple[bool, Mapping[str, Any] | None], comm: str, devices: Sequence[str]) -> None:  # fmt: skip
     """The checks across options: barrier policies only, what the policies need (``noise``:
     whether the noise scale is measured, and the efficiency table given, if any), a noise scale
-    that can be measured, a table that fits the run, DDP on one kind of device."""
+    that can be measured, DDP on one kind of device (the table's fit to the run:
+    :func:`check_table_fits`, once the learning rate is read)."""
     measured, table = noise
     check_barrier_policies(policies)
     check_policy_needs(policies, probe_repeats, measured or table is not None, comm)
     check_noise_measured(measured, world_size, comm)
-    if table is not None:
-        check_table_fits(table, global_batch)
     check_ddp_devices(comm, devices)
 
 
@@ -50,33 +49,31 @@ def check_noise_measured(noise_scale: bool, world_size: int, comm: str) -> None:
         raise ConfigError("--noise-scale", "is measured from two or more ranks' gradients: use --world-size 2 or more")
 
 
-def check_table_fits(table: Mapping[str, Any], global_batch: int) -> None:
-    """An ``--efficiency`` table holds for the learning rates it was fitted under: the trainer sets
-    ``--lr`` at ``--global-batch`` and scales it by the square root of the batch, so the table's
-    rule must be that one and its base batch the run's global batch."""
-    rule, base = table.get("lr_scaling"), table.get("base_batch")
+def check_table_fits(table: Mapping[str, Any] | None, global_batch: int, lr: float) -> None:
+    """An ``--efficiency`` table holds for the optimizer and learning rates it was measured with:
+    this trainer runs SGD, sets ``--lr`` at ``--global-batch`` and scales it by the square root of
+    the batch, so the table's rule must be that one, and ``--lr`` the table's rate (``lr``, which
+    ``calibrate-efficiency`` writes) scaled by it from the table's base batch to the run's; a table
+    that does not record its rate holds only at its base batch, run with the sweep's ``--lr``."""
+    if table is None:
+        return
+    rule, base, rate, optimizer = (table.get(k) for k in ("lr_scaling", "base_batch", "lr", "optimizer"))
     if rule not in (None, "sqrt"):
         raise ConfigError("--efficiency", f"fitted under the {rule!r} learning-rate rule; this trainer scales "
                           "the rate by the root of the batch (fit a batch-sweep of --lr-scaling sqrt)")  # fmt: skip
-    if base is not None and float(base) != global_batch:
-        at = f"{float(base):g}"
-        raise ConfigError("--efficiency", f"fitted with the learning rate set at global batch {at}; run at "
-                          f"--global-batch {at} with the sweep's --lr (or fit one at {global_batch})")  # fmt: skip
-
-
-def check_table_rate(table: Mapping[str, Any] | None, lr: float) -> None:
-    """An ``--efficiency`` table that records what it was measured with (``calibrate-efficiency``
-    writes the sweep's learning rate and optimizer) holds for that rate at its base batch and for
-    SGD, this trainer's optimizer: another is refused."""
-    if table is None:
-        return
-    rate, optimizer = table.get("lr"), table.get("optimizer")
     if optimizer not in (None, "sgd"):
         raise ConfigError("--efficiency", f"measured with {optimizer}; this trainer runs SGD (fit a batch-sweep of "
                           "--optimizer sgd)")  # fmt: skip
-    if rate is not None and not math.isclose(float(rate), lr, rel_tol=1e-9):
-        raise ConfigError("--efficiency", f"measured with the learning rate {float(rate):g} at its base batch; run "
-                          f"with --lr {float(rate):g} (here {lr:g})")  # fmt: skip
+    if rate is not None and base is not None:
+        want = float(rate) * math.sqrt(global_batch / float(base))
+        if not math.isclose(want, lr, rel_tol=1e-6):
+            raise ConfigError("--efficiency", f"measured with the learning rate {float(rate):g} at global batch "
+                              f"{float(base):g}, which the square-root rule makes {want:.6g} at --global-batch "
+                              f"{global_batch}: run with --lr {want:.6g} (here {lr:g})")  # fmt: skip
+    elif base is not None and float(base) != global_batch:
+        at = f"{float(base):g}"
+        raise ConfigError("--efficiency", f"fitted with the learning rate set at global batch {at}; run at "
+                          f"--global-batch {at} with the sweep's --lr (or fit one at {global_batch})")  # fmt: skip
 
 
 def check_policy_needs(policies: Sequence[str], probe_repeats: int, noise_scale: bool, comm: str) -> None:

@@ -131,8 +131,8 @@ def predict_time_to_target(run: RunData, calibration: Calibration) -> list[Targe
     measured = measured_times(run)
     _, noise_scale, reference_steps = run_targets(run)
     table = run.meta["config"].get("efficiency")
-    if table:  # what the run's goodput was told; the table's base batch is the run's global batch
-        efficiency = replace(make_efficiency(table), target_steps=float(reference_steps))
+    if table:  # what the run's goodput was told
+        efficiency = table_target(make_efficiency(table), reference_steps, run.meta["global_batch"])
     else:
         efficiency = Efficiency(float(noise_scale or 0.0), run.meta["global_batch"], float(reference_steps))
     every_weighted = run.meta["config"]["combine"] == "weighted"
@@ -145,6 +145,16 @@ def predict_time_to_target(run: RunData, calibration: Calibration) -> list[Targe
         predicted = _evaluation_reaching(trace, efficiency, every_weighted, every, run.meta["epochs"])
         out.append(TargetComparison(policy, measured.get(policy), predicted))
     return out
+
+
+def table_target(given: Efficiency, reference_steps: int, global_batch: int) -> Efficiency:
+    """``given`` with its ``target_steps`` the progress of the reference policy's ``reference_steps``
+    steps of the whole ``global_batch`` (its batches are equal, so its effective batch is the whole),
+    in steps at the table's base batch: the reference's steps themselves where the run's global
+    batch is that base batch (each such step is worth one); where the run ran another batch (a
+    table fitted by a sweep at another base), each of its steps worth its gain in base steps."""
+    done = given.progress(np.full(reference_steps, float(global_batch)))
+    return replace(given, target_steps=float(done[-1]))
 
 
 def _evaluation_reaching(trace: Trace, efficiency: Efficiency, every_weighted: bool, every: int,
