@@ -136,7 +136,7 @@ CASES = [
     case("efficiency-other-rate", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml", "--comm", "flat"],
          "--efficiency: measured with the learning rate 0.03 at global batch 32, which the square-root rule makes "
          "0.06 at --global-batch 128: run with --lr 0.06 (here 0.05)",
-         {"e.toml": "[workload.efficiency]\nnoise_scale = 40\nbase_batch = 32\nlr = 0.03\n"}),
+         {"e.toml": "[workload.efficiency]\nnoise_scale = 40\nbase_batch = 32\nlr = 0.03\nlr_scaling = 'sqrt'\n"}),
     case("efficiency-other-optimizer", ["--policies", "goodput", "--efficiency", "{tmp}/e.toml", "--comm", "flat"],
          "--efficiency: measured with adam; this trainer runs SGD (fit a batch-sweep of --optimizer sgd)",
          {"e.toml": "[workload.efficiency]\nnoise_scale = 40\nbase_batch = 128\noptimizer = 'adam'\n"}),

@@ -66,7 +66,7 @@ def test_a_plug_in_workload_sweeps_fits_and_plans_with_its_learning_rate(
     rec = json.loads(plan.read_text())["recommended"]
     factor = math.sqrt(rec["global_batch"] / 8)
     assert rec["learning_rate"] == {"rule": "sqrt", "base_batch": 8, "base_lr": 0.1, "factor": pytest.approx(factor),
-                                    "lr": pytest.approx(0.1 * factor)}  # fmt: skip
+                                    "lr": pytest.approx(0.1 * factor), "optimizer": "sgd"}  # fmt: skip
     choice = load_plan(plan, 2)
     assert choice.lr(None, 0.05) == pytest.approx(0.1 * factor) and choice.lr(0.2, 0.05) == pytest.approx(0.2 * factor)
 
@@ -100,15 +100,43 @@ def test_sweeps_of_other_evaluation_gaps_are_not_pooled_and_old_kept_runs_not_re
 def test_a_tables_target_is_the_reference_runs_progress_in_its_own_base_steps() -> None:
     """validation run takes a table fitted at another base batch (its rate scaled there), and
     compare --time-to-target took the reference's 43 steps at 128 as 43 steps at the table's base
-    of 16: every prediction came out 57-60% short."""
+    of 16: every prediction came out 57-60% short. And a reference whose plain mean of an uneven
+    split (--combine policy) learns less than its batch counted as if every step were whole."""
+    import numpy as np
+
     from hetsim.model.efficiency import Efficiency
     from validation.time_to_target import table_target
 
-    assert table_target(Efficiency(40.0, 128), 50, 128).target_steps == 50  # at the table's own base: as counted
+    assert table_target(Efficiency(40.0, 128), np.full(50, 128.0)).target_steps == 50  # at its own base: counted
     table = Efficiency(3.7, 16, batch_exponent=1.0)
-    target = table_target(table, 43, 128)
+    target = table_target(table, np.full(43, 128.0))
     assert target.target_steps == pytest.approx(43 * table.gain(128)) and target.target_steps > 43
     assert target.steps_to_target(128) == pytest.approx(43)  # read back at the run's batch: the reference's steps
+    schedule = Efficiency(3.7, 16, schedule=((0.0, 3.7), (40.0, 30.0)), batch_exponent=0.5, measured_batch=32)
+    steps = np.array([128.0] * 20 + [64.0] * 20)  # a plain mean's effective batches vary: each step its own gain
+    assert table_target(schedule, steps).target_steps == pytest.approx(float(schedule.progress(steps)[-1]))
+    assert table_target(table, np.array([])).target_steps == 0.0  # the target read before any step
+
+
+@pytest.mark.parametrize("global_batch", [16, 24, 100, 128, 1000])
+def test_validation_run_takes_the_rate_it_asks_for_and_a_ruleless_table_only_at_its_base(global_batch: int) -> None:
+    """The refusal printed the rate to 6 digits and compared to 1e-6: at 24 it refused the very
+    rate it asked for. A table with a rate and no rule was scaled by the square root anyway."""
+    import re
+
+    from validation.config_checks import check_table_fits
+
+    table = {"noise_scale": 3.7, "base_batch": 16, "lr": 0.03, "lr_scaling": "sqrt", "optimizer": "sgd"}
+    with pytest.raises(ConfigError) as err:
+        check_table_fits(table, global_batch, 0.5)
+    asked = float(re.search(r"run with --lr (\S+) ", str(err.value)).group(1))  # type: ignore[union-attr]
+    check_table_fits(table, global_batch, asked)  # the rate it asked for
+    check_table_fits(table, global_batch, float(f"{asked:.6g}"))  # and the 6 digits plan prints
+    without_rule = {k: v for k, v in table.items() if k != "lr_scaling"}
+    check_table_fits(without_rule, 16, 0.5)  # at its base batch, whatever the rate: as before tables had one
+    if global_batch != 16:
+        with pytest.raises(ConfigError, match="fitted with the learning rate set at global batch 16; run at"):
+            check_table_fits(without_rule, global_batch, asked)
 
 
 def test_held_out_accuracy_is_counted_exactly_so_a_round_target_is_reached_where_it_is() -> None:

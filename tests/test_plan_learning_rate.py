@@ -39,7 +39,7 @@ def test_efficiency_from_a_file_is_the_table_written_into_the_scenario(
             outputs.append(text if command == ["show"] else _without_stamps(json.loads(text)))
         assert outputs[0] == outputs[1], command
     rate = outputs[0]["recommended"]["learning_rate"]  # the plan's: at 256, the rate set at 16 times 4
-    assert rate == {"rule": "sqrt", "base_batch": 16, "base_lr": 0.05, "factor": 4.0, "lr": 0.2}
+    assert rate == {"rule": "sqrt", "base_batch": 16, "base_lr": 0.05, "factor": 4.0, "lr": 0.2, "optimizer": None}
 
 
 def _without_stamps(data: object) -> object:
@@ -77,8 +77,9 @@ def test_a_policy_that_chooses_its_batch_says_where_it_extrapolates_and_what_run
     [
         (None, None, 0.05),  # no rule: the trainer's own default ...
         (None, 0.3, 0.3),  # ... or the rate given
-        ({"rule": "sqrt", "base_batch": 2, "factor": 2.0, "base_lr": 0.1}, None, 0.2),  # the table's, scaled
-        ({"rule": "sqrt", "base_batch": 2, "factor": 2.0, "base_lr": 0.1}, 0.3, 0.6),  # the one given, scaled
+        ({"rule": "sqrt", "base_batch": 2, "factor": 2.0, "base_lr": 0.1, "lr": 0.2}, None, 0.2),  # the table's
+        ({"rule": "sqrt", "base_batch": 2, "factor": 2.0, "base_lr": 0.1, "lr": 0.2}, 0.3, 0.6),  # the one given
+        ({"rule": "sqrt", "base_batch": 2, "factor": 2.0, "base_lr": 0.1, "lr": 0.2, "optimizer": "sgd"}, None, 0.2),
         ({"rule": "linear", "base_batch": 2, "factor": 4.0, "base_lr": None}, 0.3, 1.2),
         ({"rule": "none", "base_batch": 2, "factor": 1.0}, 0.3, 0.3),
     ],
@@ -103,6 +104,14 @@ def test_the_trainer_runs_the_plans_rate(rate: object, given: float | None, expe
          "rule's 2 for global batch 8 set at 2, got True"),
         ({"rule": "sqrt", "base_batch": 2, "factor": 2, "base_lr": -1}, "recommended.learning_rate.base_lr: must be "
          "a number > 0 or null, got -1"),
+        ({"rule": "sqrt", "base_batch": 2, "factor": 2, "base_lr": 0.1, "lr": 99.0},
+         "recommended.learning_rate.lr: must be base_lr times factor (0.2), got 99.0"),
+        ({"rule": "sqrt", "base_batch": 2, "factor": 2, "base_lr": 0.1},
+         "recommended.learning_rate.lr: must be base_lr times factor (0.2), got None"),
+        ({"rule": "sqrt", "base_batch": 2, "factor": 2, "lr": 0.2},
+         "recommended.learning_rate.lr: must be base_lr times factor (None), got 0.2"),
+        ({"rule": "sqrt", "base_batch": 2, "factor": 2, "optimizer": "adamw"},
+         "recommended.learning_rate.optimizer: must be one of sgd, adam or null, got 'adamw'"),
     ],
 )  # fmt: skip
 def test_a_malformed_learning_rate_is_refused_naming_its_field(rate: object, line: str, tmp_path: Path) -> None:
@@ -111,6 +120,19 @@ def test_a_malformed_learning_rate_is_refused_naming_its_field(rate: object, lin
     with pytest.raises(PlanError) as err:
         load_plan(plan, 2)
     assert str(err.value) == f"{plan}:{line}"
+
+
+def test_a_plan_of_an_efficiency_measured_with_another_optimizer_is_refused(tmp_path: Path) -> None:
+    """A table measured under Adam planned, and the example trained SGD at Adam's rate, scaled
+    (held-out accuracy 0.84 where the SGD table's plan reached 0.97), without a word."""
+    plan = tmp_path / "plan.json"
+    rate = {"rule": "sqrt", "base_batch": 2, "factor": 2.0, "base_lr": 0.001, "lr": 0.002, "optimizer": "adam"}
+    plan.write_text(json.dumps({"recommended": {**REC, "learning_rate": rate}}), encoding="utf-8")
+    with pytest.raises(PlanError) as err:
+        load_plan(plan, 2).lr(None, 0.05)
+    assert str(err.value) == ("--plan: its efficiency was measured with adam, and this trainer runs sgd: its time to "
+                              "target and learning rate do not hold here")  # fmt: skip
+    assert load_plan(plan, 2).lr(None, 0.05, optimizer="adam") == pytest.approx(0.002)
 
 
 def test_without_a_recorded_rate_the_trainer_asks_for_one(tmp_path: Path) -> None:

@@ -1,11 +1,13 @@
 """Predicted against measured time to a target accuracy, for a run made with
-``--target-accuracy A --noise-scale``.
+``--target-accuracy A`` and ``--noise-scale`` (or ``--efficiency FILE``).
 
 The calibrated scenario (:func:`validation.compare.calibrate_run`) gets the workload's
 statistical efficiency (:mod:`hetsim.model.efficiency`): the run's measured gradient noise scale (the
-median of its per-epoch estimates), ``base_batch`` the run's global batch, and ``target_steps``
-from ``equal``'s measurement: its steps to the first held-out evaluation that reached the
-accuracy (its batches are equal, so every step is worth one step at the base batch). Each policy
+median of its per-epoch estimates) with ``base_batch`` the run's global batch, or the table the
+run was given, with its own base batch; and ``target_steps`` from ``equal``'s measurement: the
+progress of its steps to the first held-out evaluation that reached the accuracy, in steps at the
+base batch (:func:`table_target`: each step worth its gain at its effective batch, one at the
+base batch). Each policy
 is then simulated and its time to target read where its progress reaches ``target_steps``,
 rounded up to the next step after which the real run evaluates (the end of an epoch, or with
 ``--eval-every K`` every K steps of an epoch too), as it sees the accuracy only there. With the
@@ -27,10 +29,10 @@ import pandas as pd
 from hetsim.calibrate import Calibration
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param, typename
-from hetsim.model.efficiency import Efficiency
+from hetsim.model.efficiency import Efficiency, effective_batches
 from hetsim.model.trace import Trace
 from hetsim.policies import policy_class
-from hetsim.run.metrics import progress_curve, reaching_step, step_times
+from hetsim.run.metrics import combines_by_batch, progress_curve, reaching_step, step_times
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario, make_efficiency, read_table
 from validation.compare import noise_scale_of, read_csv, read_epochs, scenario_for, told, told_hints
@@ -131,11 +133,10 @@ def predict_time_to_target(run: RunData, calibration: Calibration) -> list[Targe
     measured = measured_times(run)
     _, noise_scale, reference_steps = run_targets(run)
     table = run.meta["config"].get("efficiency")
-    if table:  # what the run's goodput was told
-        efficiency = table_target(make_efficiency(table), reference_steps, run.meta["global_batch"])
-    else:
-        efficiency = Efficiency(float(noise_scale or 0.0), run.meta["global_batch"], float(reference_steps))
     every_weighted = run.meta["config"]["combine"] == "weighted"
+    given = (make_efficiency(table) if table  # what the run's goodput was told, else the run's own noise scale
+             else Efficiency(float(noise_scale or 0.0), run.meta["global_batch"]))  # fmt: skip
+    efficiency = table_target(given, reference_batches(run, every_weighted)[:reference_steps])
     every = int(run.meta["config"].get("eval_every") or 0)  # 0 in runs from before --eval-every
     hints = told_hints(run)
     out = []
@@ -147,14 +148,25 @@ def predict_time_to_target(run: RunData, calibration: Calibration) -> list[Targe
     return out
 
 
-def table_target(given: Efficiency, reference_steps: int, global_batch: int) -> Efficiency:
-    """``given`` with its ``target_steps`` the progress of the reference policy's ``reference_steps``
-    steps of the whole ``global_batch`` (its batches are equal, so its effective batch is the whole),
-    in steps at the table's base batch: the reference's steps themselves where the run's global
-    batch is that base batch (each such step is worth one); where the run ran another batch (a
-    table fitted by a sweep at another base), each of its steps worth its gain in base steps."""
-    done = given.progress(np.full(reference_steps, float(global_batch)))
-    return replace(given, target_steps=float(done[-1]))
+def reference_batches(run: RunData, every_weighted: bool) -> np.ndarray:
+    """The effective batch of each of the reference policy's steps (:func:`reference_policy`), as
+    the run combined its gradients: the whole global batch under the weighted combine, the plain
+    mean's less for an uneven split under ``--combine policy``."""
+    reference = reference_policy(run)
+    rows = run.trace[run.trace["policy"] == reference]
+    per_step = [rows.pivot(index="step", columns="worker", values=k).to_numpy() for k in ("local_batch", "included")]
+    combine = True if every_weighted else combines_by_batch(reference, None)
+    return np.asarray(effective_batches(per_step[0], per_step[1], combine), dtype=float)
+
+
+def table_target(given: Efficiency, batches: np.ndarray) -> Efficiency:
+    """``given`` with its ``target_steps`` the progress the reference policy made in the steps it
+    took to the target (``batches``: their effective batches), in steps at the efficiency's base
+    batch: their count where each was of the base batch (each such step is worth one); where
+    the run ran another batch (a table fitted by a sweep at another base, or a plain mean of an
+    uneven split), each worth its gain. No steps (the target read before any): 0."""
+    done = given.progress(np.asarray(batches, dtype=float))
+    return replace(given, target_steps=float(done[-1]) if done.size else 0.0)
 
 
 def _evaluation_reaching(trace: Trace, efficiency: Efficiency, every_weighted: bool, every: int,

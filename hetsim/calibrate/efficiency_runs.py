@@ -105,7 +105,9 @@ def load_sweeps(paths: Sequence[Path]) -> Sweep:
                 raise ConfigError("RUN", f"{path}: {key} {mine!r} differs from the first's ({theirs!r})")
     _check_each_run_once(sweeps, paths)
     return Sweep(first.workload, first.base_batch, first.lr_scaling, first.target,
-                 tuple(p for s in sweeps for p in s.points), first.optimizer, first.lr, first.eval_gap)  # fmt: skip
+                 tuple(p for s in sweeps for p in s.points), first.optimizer,
+                 next((s.lr for s in sweeps if s.lr is not None), None),  # the rate where any sweep recorded it
+                 next((s.eval_gap for s in sweeps if s.eval_gap is not None), None))  # fmt: skip
 
 
 def _check_each_run_once(sweeps: Sequence[Sweep], paths: Sequence[Path]) -> None:

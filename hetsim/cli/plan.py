@@ -253,10 +253,11 @@ def _recommended_lines(result: Plan) -> list[str]:
 def _rate_line(lr: dict[str, Any]) -> str:
     """The recommended learning rate in words: the rate set at the efficiency's base batch, scaled."""
     base = "the one" if lr["base_lr"] is None else f"{lr['base_lr']:.4g}"
+    set_at = f"{base}{'' if lr['optimizer'] is None else ' with ' + lr['optimizer']} set at global batch"
     if lr["factor"] == 1:
-        return f"{base} set at global batch {lr['base_batch']}, unscaled"
-    scaled = "" if lr["lr"] is None else f" = {lr['lr']:.4g}"
-    return f"{base} set at global batch {lr['base_batch']} times {lr['factor']:.3g}{scaled}"
+        return f"{set_at} {lr['base_batch']}, unscaled"
+    scaled = "" if lr["lr"] is None else f" = {lr['lr']:.6g}"
+    return f"{set_at} {lr['base_batch']} times {lr['factor']:.3g}{scaled}"
 
 
 def _without_lines(result: Plan) -> list[str]:

@@ -110,7 +110,8 @@ class Plan:
             return None
         factor = lr_factor(eff.lr_scaling, self.recommended_batch, eff.base_batch)
         lr = None if eff.lr is None else eff.lr * factor
-        return {"rule": eff.lr_scaling, "base_batch": eff.base_batch, "base_lr": eff.lr, "factor": factor, "lr": lr}
+        return {"rule": eff.lr_scaling, "base_batch": eff.base_batch, "base_lr": eff.lr, "factor": factor, "lr": lr,
+                "optimizer": eff.optimizer}  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         """One JSON object: ``recommended`` (``policy``, ``split``, ``global_batch``,

@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.registry import POLICIES
-from hetsim.model.efficiency import LR_RULES, lr_factor
+from hetsim.model.efficiency import LR_RULES, OPTIMIZERS, lr_factor
 from hetsim.policies import Policy, make_policy, planned_policy, policy_class
 from hetsim.policies.base import not_barrier, waits_for_every_worker
 
@@ -41,15 +41,20 @@ class PlanChoice:
     workers: tuple[str, ...]
     lr_factor: float | None = None  # the rate set at the efficiency's base batch times this (None: no rule)
     base_lr: float | None = None  # the rate the efficiency was measured with at its base batch, where recorded
+    optimizer: str | None = None  # the optimizer it was measured with, where recorded
 
-    def lr(self, given: float | None, default: float, option: str = "--lr") -> float:
-        """The learning rate for the plan's global batch. Where the plan's time to target rests on
-        an efficiency fitted under a learning-rate rule (``recommended.learning_rate``): the rate
-        set at its base batch (``given``, else the one it was measured with) times the rule's
-        factor, and :class:`PlanError` on ``option`` where neither is known. Otherwise ``given``,
-        else ``default``."""
+    def lr(self, given: float | None, default: float, optimizer: str = "sgd", option: str = "--lr") -> float:
+        """The learning rate for the plan's global batch, for a trainer that runs ``optimizer``.
+        Where the plan's time to target rests on an efficiency fitted under a learning-rate rule
+        (``recommended.learning_rate``): the rate set at its base batch (``given``, else the one
+        it was measured with) times the rule's factor; :class:`PlanError` where neither is known,
+        or where the efficiency was measured with another optimizer (its rates are not this
+        one's). Otherwise ``given``, else ``default``."""
         if self.lr_factor is None:
             return default if given is None else given
+        if self.optimizer is not None and self.optimizer != optimizer:
+            raise PlanError("--plan", f"its efficiency was measured with {self.optimizer}, and this trainer runs "
+                            f"{optimizer}: its time to target and learning rate do not hold here")  # fmt: skip
         base = self.base_lr if given is None else given
         if base is None:
             raise PlanError(option, "the plan's efficiency holds for a learning rate set at its base batch, which "
@@ -123,14 +128,15 @@ def load_plan(path: str | Path, world_size: int) -> PlanChoice:
     return PlanChoice(policy, tuple(split), batch, tuple(str(w) for w in workers), *_learning_rate(rec, batch, where))
 
 
-def _learning_rate(rec: dict[str, Any], batch: int, where: str) -> tuple[float | None, float | None]:
-    """``recommended.learning_rate``'s factor and base rate (None, None where the plan has none),
-    checked: its rule one of hetsim's, its base batch a whole number, its factor the rule's at the
-    plan's batch, its base rate a number > 0 or null."""
+def _learning_rate(rec: dict[str, Any], batch: int, where: str) -> tuple[float | None, float | None, str | None]:
+    """``recommended.learning_rate``'s factor, base rate and optimizer (all None where the plan has
+    none), checked: its rule one of hetsim's, its base batch a whole number, its factor the rule's
+    at the plan's batch, its base rate a number > 0 or null, its rate the two's product (null
+    with the base rate), its optimizer one of hetsim's or null."""
     lr = rec.get("learning_rate")
     field = f"{where}:recommended.learning_rate"
     if lr is None:
-        return None, None
+        return None, None, None
     if not isinstance(lr, dict):
         raise PlanError(field, f"must be a table (rule, base_batch, factor), got {type(lr).__name__}")
     rule, base, factor, base_lr = (cast(Any, lr.get(k)) for k in ("rule", "base_batch", "factor", "base_lr"))
@@ -144,7 +150,13 @@ def _learning_rate(rec: dict[str, Any], batch: int, where: str) -> tuple[float |
                         f"at {base}, got {factor!r}")  # fmt: skip
     if base_lr is not None and not _positive(base_lr):
         raise PlanError(f"{field}.base_lr", f"must be a number > 0 or null, got {base_lr!r}")
-    return float(factor), None if base_lr is None else float(base_lr)
+    rate, optimizer = cast(Any, lr.get("lr")), lr.get("optimizer")
+    want = None if base_lr is None else base_lr * expected
+    if (rate is None) != (want is None) or (want is not None and not (_positive(rate) and math.isclose(rate, want))):
+        raise PlanError(f"{field}.lr", f"must be base_lr times factor ({want!r}), got {rate!r}")
+    if optimizer is not None and optimizer not in OPTIMIZERS:
+        raise PlanError(f"{field}.optimizer", f"must be one of {', '.join(OPTIMIZERS)} or null, got {optimizer!r}")
+    return float(factor), None if base_lr is None else float(base_lr), optimizer
 
 
 def _positive(value: Any) -> bool:
