@@ -82,6 +82,9 @@ CASES = [
          "--efficiency: {tmp}/e.toml: workload.efficiency.lr_scaling: must be one of 'sqrt', 'linear', 'none', "
          "got 'cubic'",
          {"e.toml": "[workload.efficiency]\nnoise_scale = 3\nbase_batch = 16\nlr_scaling = 'cubic'\n"}),
+    case("efficiency-without-target", ["paper", "--efficiency", "{tmp}/e.toml", "--objective", "time_to_target"],
+         "--objective: time_to_target needs [workload.efficiency] with target_steps in the scenario ({tmp}/e.toml "
+         "has none)", {"e.toml": "[workload.efficiency]\nnoise_scale = 3\nbase_batch = 16\n"}),
     case("out-and-a-bad-range", ["paper", "--out", "{tmp}/new/plan.json", "--batch-range", "64"],
          f"{RANGE} '64'"),  # refused before the folder for --out is made
 ]  # fmt: skip

@@ -140,7 +140,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if names is not None and args.wait_for_all:
         waiting_for_all(names, notes=False)
     check_seed(args.seed)
-    check_objective(args.objective, scenario, "--objective")
+    try:
+        check_objective(args.objective, scenario, "--objective")
+    except ConfigError as exc:  # the table came from --efficiency: name the file that lacks target_steps
+        raise (exc if args.efficiency is None else ConfigError(exc.field, f"{exc.problem} ({args.efficiency} has "
+                                                               "none)")) from None  # fmt: skip
     check_cost_error(args.cost_error, "--cost-error")
     batch_range = None if args.batch_range is None else parse_batch_range(args.batch_range)
     if batch_range is not None:
