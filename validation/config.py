@@ -17,7 +17,7 @@ from hetsim.core.console import parse_policies
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import MAX_SEED, Param
 from hetsim.policies import policy_class
-from hetsim.scenario.config import make_efficiency, read_efficiency, read_table
+from hetsim.scenario.config import checked_efficiency, read_efficiency, read_table
 from validation import rank_config
 from validation.config_checks import check_across, check_table_fits
 from validation.config_values import integer, number, parsed
@@ -107,13 +107,7 @@ def _efficiency(value: Any) -> dict[str, Any] | None:
     ``[workload.efficiency]`` table of FILE (TOML or JSON), checked as hetsim checks a scenario's."""
     if value is None:
         return None
-    if not isinstance(value, dict):
-        return read_efficiency(str(value))
-    try:
-        make_efficiency(value)
-    except ConfigError as exc:
-        raise ConfigError("--efficiency", str(exc)) from None
-    return dict(value)
+    return checked_efficiency(value) if isinstance(value, dict) else read_efficiency(str(value))
 
 
 def build_config(args: argparse.Namespace, world_size_env: int | None = None, local: int | None = None) -> RunConfig:

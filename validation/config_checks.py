@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hetsim.core.errors import ConfigError
+from hetsim.model.efficiency import lr_factor
 from hetsim.policies import policy_class
 from hetsim.policies.base import not_barrier, waits_for_every_worker
 from validation.backend import check_ddp_devices
@@ -66,7 +67,7 @@ def check_table_fits(table: Mapping[str, Any] | None, global_batch: int, lr: flo
         raise ConfigError("--efficiency", f"measured with {optimizer}; this trainer runs SGD (fit a batch-sweep of "
                           "--optimizer sgd)")  # fmt: skip
     if rate is not None and base is not None and rule is not None:
-        want = float(rate) * math.sqrt(global_batch / float(base))
+        want = float(rate) * lr_factor("sqrt", global_batch, float(base))
         if not math.isclose(want, lr, rel_tol=1e-5):  # the 6 digits plan prints are close enough
             raise ConfigError("--efficiency", f"measured with the learning rate {float(rate):g} at global batch "
                               f"{float(base):g}, which the square-root rule makes {want:.10g} at --global-batch "

@@ -136,7 +136,7 @@ def predict_time_to_target(run: RunData, calibration: Calibration) -> list[Targe
     every_weighted = run.meta["config"]["combine"] == "weighted"
     given = (make_efficiency(table) if table  # what the run's goodput was told, else the run's own noise scale
              else Efficiency(float(noise_scale or 0.0), run.meta["global_batch"]))  # fmt: skip
-    efficiency = table_target(given, reference_batches(run, every_weighted)[:reference_steps])
+    efficiency = table_target(given, reference_batches(run, reference_policy(run), every_weighted)[:reference_steps])
     every = int(run.meta["config"].get("eval_every") or 0)  # 0 in runs from before --eval-every
     hints = told_hints(run)
     out = []
@@ -148,11 +148,10 @@ def predict_time_to_target(run: RunData, calibration: Calibration) -> list[Targe
     return out
 
 
-def reference_batches(run: RunData, every_weighted: bool) -> np.ndarray:
-    """The effective batch of each of the reference policy's steps (:func:`reference_policy`), as
-    the run combined its gradients: the whole global batch under the weighted combine, the plain
-    mean's less for an uneven split under ``--combine policy``."""
-    reference = reference_policy(run)
+def reference_batches(run: RunData, reference: str, every_weighted: bool) -> np.ndarray:
+    """The effective batch of each of the ``reference`` policy's steps (:func:`reference_policy`),
+    as the run combined its gradients: the whole global batch under the weighted combine, the
+    plain mean's less for an uneven split under ``--combine policy``."""
     rows = run.trace[run.trace["policy"] == reference]
     per_step = [rows.pivot(index="step", columns="worker", values=k).to_numpy() for k in ("local_batch", "included")]
     combine = True if every_weighted else combines_by_batch(reference, None)

@@ -37,7 +37,6 @@ time. ``start_s`` is the segment's own elapsed step time, as in a simulated run 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -47,7 +46,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from hetsim.model.efficiency import Efficiency
+from hetsim.model.efficiency import Efficiency, lr_factor
 from hetsim.model.partition import split_by_shares
 from hetsim.policies import Policy, RunHint, StepInfo, WorkerHint, make_policy, policy_class
 from hetsim.scenario.config import make_efficiency
@@ -278,7 +277,7 @@ class RankTrainer:
             return self.config.global_batch
         batch = seg.ctrl.broadcast_global_batch()
         for group in seg.stepper.optimizer.param_groups:
-            group["lr"] = self.config.lr * math.sqrt(batch / self.config.global_batch)
+            group["lr"] = self.config.lr * lr_factor("sqrt", batch, self.config.global_batch)
         return batch
 
     def warm_up(self, seg: Segment) -> None:

@@ -70,10 +70,16 @@ def read_efficiency(path: str | Path, field: str = "--efficiency") -> dict[str, 
     table = workload.get("efficiency") if isinstance(workload, dict) else None
     if not isinstance(table, dict):
         raise ConfigError(field, f"{p} has no [workload.efficiency] table")
+    return checked_efficiency(table, field, f"{p}: ")
+
+
+def checked_efficiency(table: Mapping[str, Any], field: str = "--efficiency", where: str = "") -> dict[str, Any]:
+    """A raw ``[workload.efficiency]`` table checked as a scenario's (:func:`make_efficiency`); a
+    problem is one :class:`ConfigError` on ``field``, after ``where`` (the file it came from)."""
     try:
         make_efficiency(table)
     except ConfigError as exc:
-        raise ConfigError(field, f"{p}: {exc}") from None
+        raise ConfigError(field, f"{where}{exc}") from None
     return dict(table)
 
 

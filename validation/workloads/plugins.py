@@ -58,19 +58,23 @@ def load_workload(spec: str) -> Workload:
     return resolve_workload(spec)
 
 
+def _names_a_file(target: str) -> bool:
+    """Whether the part of a spec before ``:ATTR`` is a file's path (else a module's name)."""
+    return target.endswith(".py") or "/" in target or "\\" in target
+
+
 def canonical_spec(spec: str) -> str:
     """``spec`` with a file's path made absolute and resolved (the same file however it is
-    reached, and two files of one relative spelling told apart): what a results folder records."""
+    reached, and two files of one relative spelling told apart): what a results folder records,
+    and what a process keys the workloads it made by."""
     target, colon, attr = spec.rpartition(":")
-    if colon and (target.endswith(".py") or "/" in target or "\\" in target):
-        return f"{Path(target).expanduser().resolve()}:{attr}"
-    return spec
+    return f"{Path(target).expanduser().resolve()}:{attr}" if colon and _names_a_file(target) else spec
 
 
 def short_spec(spec: str) -> str:
     """``spec`` as a line or a title shows it: a file's name without its folders."""
     target, colon, attr = spec.rpartition(":")
-    return f"{Path(target).name}:{attr}" if colon and target.endswith(".py") else spec
+    return f"{Path(target).name}:{attr}" if colon and _names_a_file(target) else spec
 
 
 def _find(spec: str, field: str) -> Workload:
@@ -81,10 +85,9 @@ def _find(spec: str, field: str) -> Workload:
         return _registered(spec, field)
     if not target or not attr.isidentifier():
         raise ConfigError(field, f"expected {FORMS} (ATTR a Python name), got {spec!r}")
-    is_file = target.endswith(".py") or "/" in target or "\\" in target
-    key = f"{Path(target).expanduser().resolve()}:{attr}" if is_file else spec
+    key = canonical_spec(spec)
     if key not in _made:
-        module = _import_file(target, field) if is_file else _import_module(target, field)
+        module = _import_file(target, field) if _names_a_file(target) else _import_module(target, field)
         _made[key] = _workload_of(module, attr, spec, field)
     return _made[key]
 
