@@ -64,7 +64,8 @@ def test_a_policy_that_chooses_its_batch_says_where_it_extrapolates_and_what_run
     rec = json.loads(out)["recommended"]
     assert rec["policy"] == "goodput" and rec["global_batch"] > 512 and rec["learning_rate"] is None
     assert rec["extrapolation"] == (f"time to target extrapolates: global batch {rec['global_batch']} is outside "
-                                    "the batches the efficiency was fitted on (256..512)")  # fmt: skip
+                                    "the batches the efficiency was fitted on (256..512); a batch-sweep with runs at "
+                                    "or beyond it would measure it")  # fmt: skip
     assert err.strip().splitlines()[-1] == (
         "note: goodput is recommended, and its global batch changes as it trains, and a trainer from plan.json keeps "
         "the plan's: `validation run --policies goodput` runs it; --wait-for-all recommends among the policies a "

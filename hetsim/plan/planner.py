@@ -42,6 +42,7 @@ from hetsim.run.metrics import BASELINE
 from hetsim.scenario.config import check_run_size
 from hetsim.scenario.scenario import Scenario, check_scenario, check_seed
 
+REACH = "a batch-sweep with runs at or beyond it would measure it"  # plan's advice where the efficiency extrapolates
 ROUNDING = 1e-9  # a share of a value below which two predictions of it are the same (recommend)
 
 Searched = tuple[tuple[int, str | None, float | None], ...]  # (batch, its best closed form, that one's value)
@@ -87,7 +88,7 @@ class Plan:
             return None
         lo, hi = eff.fit_batches
         return (f"time to target extrapolates: global batch {batch} is outside the batches the "
-                f"efficiency was fitted on ({lo:g}..{hi:g})")  # fmt: skip
+                f"efficiency was fitted on ({lo:g}..{hi:g}); {REACH}")  # fmt: skip
 
     def why_no_fragility(self) -> str | None:
         """Why the plan has no fragility (None: it has one)."""
