@@ -34,7 +34,10 @@ Prints one JSON object: per measure, model and workload, every prediction's rela
 ``(predicted - measured) / measured``, and the mean, median and p90 of ``|error|``: overall
 (``all``), at the batches the model was not fitted on (``not_fitted``: a fit's own second batch
 is predicted for a seed left out, which no other batch tests) and at 4x and 8x alone
-(``extrapolated_4x_8x``), and pooled over the workloads.
+(``extrapolated_4x_8x``), and pooled over the workloads; for the fitted models also
+``covered_95``, the share of predictions whose 95% interval holds the measurement (per run: the
+fitted parameters' uncertainty and one run's scatter, the fit's residual sd of ln steps; typical:
+the parameters' uncertainty and the typical run's own standard error).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from hetsim.calibrate.efficiency_runs import Sweep, fitted_model, load_sweeps, p
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import json_text
 from hetsim.model.efficiency import Efficiency
-from hetsim.model.efficiency_fit import fit
+from hetsim.model.efficiency_fit import Fit, fit
 from validation.batch_sweep_cli import MAX_FIRST_SEED
 
 WORKLOADS = ("digits-cnn", "transformer")
@@ -65,25 +68,50 @@ FITTED = {"plain": (1,), "schedule": (1,), "fit_1x_2x": (1, 2), "fit_1x_4x": (1,
 PROG = "batch_scaling"  # bad input: "batch_scaling: error: ..."
 
 
-def error_stats(errors: list[float]) -> dict[str, float | int | None]:
-    """How many ``errors``, and the mean, median and p90 of their absolute values (None when none)."""
-    if not errors:
+def error_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many ``rows``, the mean, median and p90 of their absolute errors (None when none), and
+    where they have z's, the share within 1.96 (the 95% interval's coverage)."""
+    if not rows:
         return {"n": 0, "mean": None, "median": None, "p90": None}
-    return {"n": len(errors), **stats(abs(e) for e in errors)}
+    out: dict[str, Any] = {"n": len(rows), **stats(abs(r["error"]) for r in rows)}
+    z = [r["z"] for r in rows if math.isfinite(r.get("z", math.nan))]
+    if z:
+        out["covered_95"] = sum(abs(v) <= 1.96 for v in z) / len(z)
+    return out
 
 
-def models(train: Sweep) -> dict[str, Efficiency]:
+def models(train: Sweep) -> dict[str, Efficiency | Fit]:
     """The models fitted on ``train`` (runs of the other seeds), each on the multiples of
-    :data:`FITTED`."""
+    :data:`FITTED` (``plain`` is not fitted: it has no uncertainty)."""
     base = train.base_batch
     return {
         "plain": plain_model(train),
-        "schedule": fitted_model(train, [base], schedule=True).efficiency,
+        "schedule": fitted_model(train, [base], schedule=True),
         **{
-            name: fitted_model(train, [k * base for k in FITTED[name]], exponent=False).efficiency
+            name: fitted_model(train, [k * base for k in FITTED[name]], exponent=False)
             for name in ("fit_1x_2x", "fit_1x_4x")
         },
     }
+
+
+def guess(model: Efficiency | Fit, batch: int, run_scatter: bool) -> tuple[float, float | None]:
+    """``model``'s steps to the target at ``batch`` and the sd of their log: the fitted parameters'
+    (delta method), with ``run_scatter`` one run's scatter about the typical run added (the fit's
+    residual sd); None for a model without uncertainty."""
+    if isinstance(model, Efficiency):
+        return model.steps_to_target(batch), None
+    centre, _, high = model.predict(batch, z=1.0)
+    sd = math.log(high / centre) if math.isfinite(high) else float("nan")
+    return centre, math.hypot(sd, model.residual_sd if run_scatter else 0.0)
+
+
+def scored(predicted: float, log_sd: float | None, measured: float, measured_log_se: float = 0.0) -> dict[str, Any]:
+    """A prediction's row: its relative error and, where it has an sd, its z (the log error over
+    the prediction's and the measurement's sds together)."""
+    row: dict[str, Any] = {"predicted": predicted, "error": (predicted - measured) / measured}
+    if log_sd is not None:
+        row["z"] = math.log(predicted / measured) / math.hypot(log_sd, measured_log_se)
+    return row
 
 
 def predictions(sweep: Sweep) -> dict[str, list[dict[str, Any]]]:
@@ -98,14 +126,13 @@ def predictions(sweep: Sweep) -> dict[str, list[dict[str, Any]]]:
             if point.seed != seed:
                 continue
             measured = float(point.steps or 0)
-            guesses = {name: eff.steps_to_target(point.batch) for name, eff in fitted.items()}
+            guesses = {name: guess(m, point.batch, run_scatter=True) for name, m in fitted.items()}
             others = [float(p.steps or 0) for p in reached(train, [point.batch])]
             if others:
-                guesses["same_batch"] = float(np.median(others))
-            for name, predicted in guesses.items():
+                guesses["same_batch"] = (float(np.median(others)), None)
+            for name, (predicted, sd) in guesses.items():
                 row = {"batch": point.batch, "multiple": point.batch // sweep.base_batch, "seed": seed,
-                       "measured": measured, "predicted": predicted,
-                       "error": (predicted - measured) / measured}  # fmt: skip
+                       "measured": measured, **scored(predicted, sd, measured)}  # fmt: skip
                 out.setdefault(name, []).append(row)
     return out
 
@@ -139,10 +166,10 @@ def typical(sets: list[Sweep]) -> dict[str, dict[str, list[dict[str, Any]]]]:
     for i, by_model in enumerate(fitted):
         for j, truth in enumerate(truths):
             for k, t in truth.items():
-                for name, eff in by_model.items():
-                    predicted = eff.steps_to_target(t["batch"])
-                    row = {"fitted_on": i, "measured_on": j, "multiple": k, **t, "predicted": predicted,
-                           "error": (predicted - t["measured"]) / t["measured"]}  # fmt: skip
+                for name, model in by_model.items():
+                    predicted, sd = guess(model, t["batch"], run_scatter=False)
+                    row = {"fitted_on": i, "measured_on": j, "multiple": k, **t,
+                           **scored(predicted, sd, t["measured"], t["measured_log_se"])}  # fmt: skip
                     out["same_set" if i == j else "other_set"].setdefault(name, []).append(row)
     return out
 
@@ -155,9 +182,8 @@ def unfitted(name: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def summarised(rows_by_model: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Each model's rows with their error statistics: overall, at the batches it was not fitted
     on, and at 4x and 8x alone."""
-    return {name: {"predictions": rows, "all": error_stats([r["error"] for r in rows]),
-                   "not_fitted": error_stats([r["error"] for r in unfitted(name, rows)]),
-                   "extrapolated_4x_8x": error_stats([r["error"] for r in rows if r["multiple"] >= 4])}
+    return {name: {"predictions": rows, "all": error_stats(rows), "not_fitted": error_stats(unfitted(name, rows)),
+                   "extrapolated_4x_8x": error_stats([r for r in rows if r["multiple"] >= 4])}
             for name, rows in rows_by_model.items()}  # fmt: skip
 
 
@@ -239,7 +265,7 @@ def resampled(sets: list[Sweep], rng: np.random.Generator) -> list[Sweep]:
 
 def pooled_far(rows_by_model: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
     """Each model's error statistics over its rows at batches it was not fitted on."""
-    return {name: error_stats([r["error"] for r in unfitted(name, rows)]) for name, rows in rows_by_model.items()}
+    return {name: error_stats(unfitted(name, rows)) for name, rows in rows_by_model.items()}
 
 
 def resample_intervals(sets: dict[str, list[Sweep]], resamples: int, seed: int) -> dict[str, Any]:
