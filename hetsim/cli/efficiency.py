@@ -67,6 +67,7 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
             "--batches", f"{absent[0]} is not a global batch of the sweep (it has {', '.join(map(str, have))})"
         )
     result = fitted_model(sweep, batches, args.schedule, not args.no_exponent)
+    fitted = sorted({p.batch for p in sweep.points if batches is None or p.batch in batches})
     # the rate and optimizer the sweep ran with: the table holds for them alone (plan.json passes the rate on)
     table = replace(result.efficiency, lr=sweep.lr, optimizer=sweep.optimizer).to_dict()
     cut, left = missed_runs(sweep, batches, censored=result.censored > 0)
@@ -82,11 +83,30 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
     header = comment_header(provenance())  # the command, version, commit and date: the table is copied elsewhere
     text = header + f"# fitted by hetsim calibrate-efficiency on {len(args.runs)} sweep(s) of {sweep.workload}, " \
         f"target accuracy {sweep.target:g}; free: {', '.join(result.free)}; residual sd of ln(steps) " \
-        f"{result.residual_sd:.3f}" + said + "\n" + tomli_w.dumps({"workload": {"efficiency": table}})  # fmt: skip
+        f"{result.residual_sd:.3f}" + said + "\n" + "".join(f"# {line}\n" for line in predicted_steps(result, fitted)) \
+        + tomli_w.dumps({"workload": {"efficiency": table}})  # fmt: skip
     if args.out is not None:
         atomic_write(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     print(text, end="")
     return 0
+
+
+def predicted_steps(result: Any, fitted: list[int]) -> list[str]:
+    """The fit's steps to the target at each batch in ``fitted`` (those it was fitted on) and at
+    twice the largest, with 95% intervals: the fitted parameters' uncertainty alone, and a single
+    run's (the runs' scatter about the fit added), each where known."""
+    import math
+
+    top = max(fitted)
+    out = ["steps to the target (95%: the fit's interval; one run's, the runs' scatter added):"]
+    for batch in [*sorted(fitted), 2 * top]:
+        centre, low, high = result.predict(batch)
+        _, run_low, run_high = result.predict(batch, one_run=True)
+        parts = [f"{low:.0f}-{high:.0f}"] if math.isfinite(low) else []
+        parts += [f"one run {run_low:.0f}-{run_high:.0f}"] if math.isfinite(run_low) else []
+        said = f" ({'; '.join(parts)})" if parts else ""
+        out.append(f"  batch {batch}: {centre:.0f}{said}" + (", beyond the batches fitted" if batch > top else ""))
+    return out
 
 
 def exponent_warnings(efficiency: Any) -> list[str]:

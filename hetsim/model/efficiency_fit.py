@@ -55,12 +55,14 @@ class Fit:
     shape: Shape = ()
     censored: int = 0  # runs stopped before the target that the fit took as censored
 
-    def predict(self, batch: float, z: float = 1.96) -> tuple[float, float, float]:
+    def predict(self, batch: float, z: float = 1.96, one_run: bool = False) -> tuple[float, float, float]:
         """Steps to the target at ``batch``: the fit's, and the ``z``-sd interval of the fitted
-        parameters' uncertainty (delta method on ``ln S``)."""
+        parameters' uncertainty (delta method on ``ln S``); ``one_run``: of a single run's steps,
+        the runs' scatter about the fit (``residual_sd``) added (NaN bounds where either is unknown)."""
         x = _params_of(self.efficiency, self.free)
         centre = self.efficiency.steps_to_target(batch)
-        if not self.free or not np.all(np.isfinite(self.covariance)):
+        scatter = self.residual_sd if one_run else 0.0
+        if not self.free or not np.all(np.isfinite(self.covariance)) or not np.isfinite(scatter):
             return centre, float("nan"), float("nan")
         grad = np.empty(len(x))
         for i in range(len(x)):  # central differences of ln S in each free parameter
@@ -69,7 +71,7 @@ class Fit:
             up = _efficiency(x + h, self.free, self.efficiency, self.shape).steps_to_target(batch)
             down = _efficiency(x - h, self.free, self.efficiency, self.shape).steps_to_target(batch)
             grad[i] = (np.log(up) - np.log(down)) / 2e-5
-        sd = float(np.sqrt(max(0.0, grad @ self.covariance @ grad)))
+        sd = float(np.sqrt(max(0.0, grad @ self.covariance @ grad) + scatter**2))
         return centre, centre * float(np.exp(-z * sd)), centre * float(np.exp(z * sd))
 
 
