@@ -100,9 +100,8 @@ def guess(model: Efficiency | Fit, batch: int, run_scatter: bool) -> tuple[float
     residual sd); None for a model without uncertainty."""
     if isinstance(model, Efficiency):
         return model.steps_to_target(batch), None
-    centre, _, high = model.predict(batch, z=1.0)
-    sd = math.log(high / centre) if math.isfinite(high) else float("nan")
-    return centre, math.hypot(sd, model.residual_sd if run_scatter else 0.0)
+    centre, _, high = model.predict(batch, z=1.0, one_run=run_scatter)
+    return centre, math.log(high / centre) if math.isfinite(high) else float("nan")
 
 
 def scored(predicted: float, log_sd: float | None, measured: float, measured_log_se: float = 0.0) -> dict[str, Any]:

@@ -11,8 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hetsim.calibrate.efficiency_runs import fitted_model, load_sweeps
 from hetsim.cli.main import main
-from hetsim.model.efficiency_fit import fit
+from hetsim.model.efficiency_fit import fit, steps_interval
+from hetsim.scenario.config import make_efficiency
+from tests.refusals import check_refused
 
 STEPS = [100.0, 120.0, 140.0, 90.0, 150.0]  # five seeds' steps at the base batch 16
 
@@ -69,3 +72,74 @@ def test_calibrate_efficiency_prints_each_fitted_batch_and_twice_the_largest(
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("#   batch ")]
     assert lines[:2] == ["#   batch 16: 100", "#   batch 64: 50"]  # no scatter measured: no interval
     assert len(lines) == 3 and lines[2].startswith("#   batch 128: ") and "(" not in lines[2]
+
+
+@pytest.mark.slow
+def test_the_table_written_carries_the_fits_intervals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """calibrate-efficiency's table holds the fit's covariance and the runs' scatter, so a plan
+    reading the file predicts the same intervals as the fit, at a batch fitted and beyond."""
+    import tomllib
+
+    rng = np.random.default_rng(np.random.SeedSequence(6).spawn(1)[0])
+    steps = {b: [400.0 * (1 + 100.0 / b) / 7.25 * float(np.exp(rng.normal(0, 0.15))) for _ in range(4)]
+             for b in (16, 32, 64)}  # fmt: skip
+    out = tmp_path / "eff.toml"
+    assert main(["calibrate-efficiency", str(_sweep(tmp_path / "s", steps)), "--no-exponent", "-o", str(out)]) == 0
+    capsys.readouterr()
+    table = make_efficiency(tomllib.loads(out.read_text())["workload"]["efficiency"])
+    fitted = fitted_model(load_sweeps([tmp_path / "s"]), None, exponent=False)
+    assert table.fitted == ("target_steps", "noise_scale") and table.run_sd == pytest.approx(fitted.residual_sd)
+    for batch in (16, 48, 256):
+        for one_run in (False, True):
+            assert steps_interval(table, batch, one_run=one_run) == pytest.approx(
+                fitted.predict(batch, one_run=one_run), rel=1e-9
+            )
+
+
+@pytest.mark.parametrize(
+    ("sets", "line"),
+    [
+        (["target_steps_sd=0.1", "covariance=[[0.01,0],[0,0.04]]"],
+         "covariance: must be 1 x 1, one row per fitted parameter with an *_sd (ln target_steps, ln noise_scale, "
+         "batch_exponent), got 2 x 2"),
+        (["target_steps_sd=0.1", "noise_scale_sd=0.2", "covariance=[[0.01,0.01],[0.0,0.04]]"],
+         "covariance: must be symmetric"),
+        (["target_steps_sd=0.1", "covariance=[[0.02]]"],
+         "covariance: its diagonal must be the *_sd fields squared (0.01), got (0.02)"),
+        (["target_steps_sd=0.1", "noise_scale_sd=0.2", "covariance=[[0.01,0.03],[0.03,0.04]]"],
+         "covariance: must be positive semi-definite (a correlation beyond -1 or 1)"),
+        (["target_steps_sd=0.1", "covariance=[[0.01,0.0]]"],
+         "covariance: must be a square list of rows of numbers, got a list"),
+        (["run_sd=-1"], "run_sd: must be >= 0, got -1"),
+    ],
+)  # fmt: skip
+def test_a_bad_covariance_is_refused_in_one_line(
+    sets: list[str], line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["show", "paper", *(a for s in ["noise_scale=100", "base_batch=32", "target_steps=200", *sets]
+                      for a in ("--set", f"workload.efficiency.{s}"))]  # fmt: skip
+    check_refused(main, argv, f"workload.efficiency.{line}", tmp_path, capsys)
+
+
+@pytest.mark.slow
+def test_plan_gives_the_time_to_targets_interval_from_the_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    """With only the target steps fitted, ln S moves one for one with ln target_steps at every
+    batch: the interval is the time times exp(+-1.96 sd), and one run's adds run_sd in quadrature.
+    A table without the fit's covariance has none."""
+
+    def plan(*sets: str) -> list[str]:
+        given = ["noise_scale=300", "base_batch=64", "target_steps=500", "target_steps_sd=0.1", *sets]
+        return ["plan", "paper", "--policy", "equal,optimal", "--objective", "time_to_target",
+                *(a for s in given for a in ("--set", f"workload.efficiency.{s}"))]  # fmt: skip
+
+    assert main([*plan("covariance=[[0.01]]", "run_sd=0.2"), "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)["recommended"]
+    t, got = rec["time_to_target_s"], rec["time_to_target_interval_s"]
+    wide = 1.96 * math.hypot(0.1, 0.2)
+    assert got == pytest.approx({"low": t * math.exp(-0.196), "high": t * math.exp(0.196),
+                                 "one_run_low": t * math.exp(-wide), "one_run_high": t * math.exp(wide)},
+                                rel=1e-6)  # fmt: skip
+    assert main(plan("covariance=[[0.01]]")) == 0
+    assert f"(95% from the efficiency's fit: {got['low']:.2f}-{got['high']:.2f} s)" in capsys.readouterr().out
+    assert main([*plan(), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recommended"]["time_to_target_interval_s"] is None

@@ -243,7 +243,8 @@ def _recommended_lines(result: Plan) -> list[str]:
             else f" (its own choice, as its final split; the plan's global batch {result.global_batch})"
         ),
         f"  predicted step {rec.step_s.value * 1e3:.3f} ms, {rec.throughput_sps.value:.1f} samples/s"
-        + ("" if rec.time_to_target_s is None else f", {rec.time_to_target_s.value:.2f} s to target"),
+        + ("" if rec.time_to_target_s is None else f", {rec.time_to_target_s.value:.2f} s to target")
+        + _interval_words(result.target_interval),
         "  split (samples per step):",
     ]
     names = [w.name for w in result.scenario.workers]
@@ -252,6 +253,16 @@ def _recommended_lines(result: Plan) -> list[str]:
     if (lr := result.learning_rate) is not None:  # the time to target holds at the rate the efficiency was fitted with
         lines.append(f"  learning rate: {_rate_line(lr)} (the {lr['rule']} rule the efficiency was fitted under)")
     return lines + _without_lines(result)
+
+
+def _interval_words(interval: dict[str, float] | None) -> str:
+    """The time to target's intervals from the efficiency's fit, in words ('' without one)."""
+    if interval is None:
+        return ""
+    one_run = (
+        f"; one run {interval['one_run_low']:.2f}-{interval['one_run_high']:.2f} s" if "one_run_low" in interval else ""
+    )
+    return f" (95% from the efficiency's fit: {interval['low']:.2f}-{interval['high']:.2f} s{one_run})"
 
 
 def _rate_line(lr: dict[str, Any]) -> str:

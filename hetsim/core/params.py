@@ -40,7 +40,7 @@ class _Required:
 
 
 REQUIRED = _Required()
-KINDS = ("number", "integer", "string", "path", "choice", "numbers", "points")
+KINDS = ("number", "integer", "string", "path", "choice", "numbers", "points", "matrix")
 
 
 def typename(value: Any) -> str:
@@ -96,10 +96,11 @@ class Param:
     """One parameter. ``kind`` is ``number`` (a finite float), ``integer``, ``string``, ``path``
     (a string naming a file: the config factory reads a relative one from the scenario file's
     folder), ``choice`` (one of ``choices``), ``numbers`` (a non-empty list of non-negative
-    numbers, kept as a tuple) or ``points`` (a list of ``[x, y]`` pairs of non-negative
-    numbers). ``low``/``high`` bound a number or integer, inclusive unless
-    ``low_open``/``high_open``; a bound may name another parameter declared before this one
-    (``Param("high", low="low", low_open=True)``). ``default`` is :data:`REQUIRED` for a
+    numbers, kept as a tuple), ``points`` (a list of ``[x, y]`` pairs of non-negative
+    numbers) or ``matrix`` (a square list of rows of finite numbers, kept as tuples).
+    ``low``/``high`` bound a number or integer, inclusive unless ``low_open``/``high_open``; a
+    bound may name another parameter declared before this one (``Param("high", low="low",
+    low_open=True)``). ``default`` is :data:`REQUIRED` for a
     required parameter; a default of None makes the parameter optional (None stays None).
     ``attr`` is the attribute that holds the value when the file's name is taken by a method
     (an exponential's ``mean`` is held as ``mean_s``, beside its method ``mean()``)."""
@@ -149,6 +150,8 @@ class Param:
             return self._numbers(value)
         if self.kind == "points":
             return self._points(value)
+        if self.kind == "matrix":
+            return self._matrix(value)
         return self._bounded(self._scalar(value), others or {})
 
     def _scalar(self, value: Any) -> float | int:
@@ -186,6 +189,15 @@ class Param:
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                     raise ConfigError(self.name, f"point {i} must be two non-negative numbers, got {list(pair)!r}")
         return tuple((float(x), float(y)) for x, y in value)
+
+    def _matrix(self, value: Any) -> tuple[tuple[float, ...], ...]:
+        n = len(value) if isinstance(value, (list, tuple)) else 0
+        if not n or not all(isinstance(row, (list, tuple)) and len(row) == n for row in value):
+            raise ConfigError(self.name, f"must be a square list of rows of numbers, got {typename(value)}")
+        for i, row in enumerate(value):
+            if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in row):
+                raise ConfigError(self.name, f"row {i} must be finite numbers, got {list(row)!r}")
+        return tuple(tuple(float(v) for v in row) for row in value)
 
     def _numbers(self, value: Any) -> tuple[float, ...]:
         if not isinstance(value, (list, tuple)):

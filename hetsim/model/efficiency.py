@@ -94,9 +94,13 @@ EFFICIENCY_PARAMS = (
     Param("noise_scale_sd", default=None, low=0.0, doc="standard error of ln(noise_scale), from the fit"),
     Param("batch_exponent_sd", default=None, low=0.0, doc="standard error of batch_exponent, from the fit"),
     Param("target_steps_sd", default=None, low=0.0, doc="standard error of ln(target_steps), from the fit"),
+    Param("covariance", "matrix", default=None,
+          doc="covariance of the fitted ln(target_steps), ln(noise_scale), batch_exponent (those with an *_sd)"),
+    Param("run_sd", default=None, low=0.0, doc="sd of one run's ln(steps) about the fit (the runs' scatter)"),
 )  # fmt: skip
 EXTENSION_FIELDS = ("batch_exponent", "measured_batch", "lr_scaling", "lr", "optimizer", "fit_batches",
-                    "noise_scale_sd", "batch_exponent_sd", "target_steps_sd")  # fmt: skip
+                    "noise_scale_sd", "batch_exponent_sd", "target_steps_sd", "covariance", "run_sd")  # fmt: skip
+FITTED = ("target_steps", "noise_scale", "batch_exponent")  # the free parameters' order in ``covariance``
 
 Schedule = tuple[tuple[float, float], ...]  # (progress in steps at base_batch, B_noise) knots, progress from 0
 
@@ -119,6 +123,15 @@ class Efficiency:
     noise_scale_sd: float | None = None
     batch_exponent_sd: float | None = None
     target_steps_sd: float | None = None
+    covariance: tuple[tuple[float, ...], ...] | None = (
+        None  # of the fitted parameters (:data:`FITTED`, those with an sd)
+    )
+    run_sd: float | None = None
+
+    @property
+    def fitted(self) -> tuple[str, ...]:
+        """The parameters the fit left free (:data:`FITTED`'s order), known by their standard errors."""
+        return tuple(k for k in FITTED if getattr(self, f"{k}_sd") is not None)
 
     def noise_at(self, progress: float) -> float:
         """``B_noise`` once ``progress`` steps at ``base_batch`` have been made."""
@@ -180,7 +193,9 @@ class Efficiency:
         for key in EXTENSION_FIELDS:  # only those set: a plain table stays as it was
             value = getattr(self, key)
             if value is not None and not (key == "batch_exponent" and value == 0):
-                out[key] = list(value) if isinstance(value, tuple) else value
+                out[key] = (
+                    [list(v) if isinstance(v, tuple) else v for v in value] if isinstance(value, tuple) else value
+                )
         return out
 
 
@@ -195,7 +210,31 @@ def extension_fields(values: dict[str, Any], path: str = "workload.efficiency") 
                 f"{path}.fit_batches", f"must be [smallest, largest] with 0 < smallest <= largest, got {list(fit)}"
             )
         out["fit_batches"] = (float(fit[0]), float(fit[1]))
+    if out.get("covariance") is not None:
+        _check_covariance(out, f"{path}.covariance")
     return out
+
+
+def _check_covariance(values: dict[str, Any], field: str) -> None:
+    """The fit's covariance must be of the parameters that have a standard error (:data:`FITTED`'s
+    order), symmetric, with those errors squared on its diagonal, and positive semi-definite."""
+    cov = np.asarray(values["covariance"], dtype=float)
+    sds = [values[f"{k}_sd"] for k in FITTED if values.get(f"{k}_sd") is not None]
+    if cov.shape[0] != len(sds):
+        n = cov.shape[0]
+        raise ConfigError(field, f"must be {len(sds)} x {len(sds)}, one row per fitted parameter with an *_sd "
+                          f"(ln target_steps, ln noise_scale, batch_exponent), got {n} x {n}")  # fmt: skip
+    sd = np.asarray(sds, dtype=float)
+    if not np.allclose(cov, cov.T, rtol=1e-6, atol=0.0):
+        raise ConfigError(field, "must be symmetric")
+    if not np.allclose(np.diag(cov), sd**2, rtol=1e-6, atol=0.0):
+        text = lambda values: ", ".join(f"{v:.6g}" for v in values)  # noqa: E731
+        raise ConfigError(
+            field, f"its diagonal must be the *_sd fields squared ({text(sd**2)}), got ({text(np.diag(cov))})"
+        )
+    unit = np.where(sd > 0, sd, 1.0)  # the correlations, where an error is 0 its row as it is
+    if np.linalg.eigvalsh(cov / np.outer(unit, unit)).min() < -1e-9:
+        raise ConfigError(field, "must be positive semi-definite (a correlation beyond -1 or 1)")
 
 
 def effective_batch(

@@ -56,23 +56,33 @@ class Fit:
     censored: int = 0  # runs stopped before the target that the fit took as censored
 
     def predict(self, batch: float, z: float = 1.96, one_run: bool = False) -> tuple[float, float, float]:
-        """Steps to the target at ``batch``: the fit's, and the ``z``-sd interval of the fitted
-        parameters' uncertainty (delta method on ``ln S``); ``one_run``: of a single run's steps,
-        the runs' scatter about the fit (``residual_sd``) added (NaN bounds where either is unknown)."""
-        x = _params_of(self.efficiency, self.free)
-        centre = self.efficiency.steps_to_target(batch)
-        scatter = self.residual_sd if one_run else 0.0
-        if not self.free or not np.all(np.isfinite(self.covariance)) or not np.isfinite(scatter):
-            return centre, float("nan"), float("nan")
-        grad = np.empty(len(x))
-        for i in range(len(x)):  # central differences of ln S in each free parameter
-            h = np.zeros(len(x))
-            h[i] = 1e-5
-            up = _efficiency(x + h, self.free, self.efficiency, self.shape).steps_to_target(batch)
-            down = _efficiency(x - h, self.free, self.efficiency, self.shape).steps_to_target(batch)
-            grad[i] = (np.log(up) - np.log(down)) / 2e-5
-        sd = float(np.sqrt(max(0.0, grad @ self.covariance @ grad) + scatter**2))
-        return centre, centre * float(np.exp(-z * sd)), centre * float(np.exp(z * sd))
+        """:func:`steps_interval` of the fitted efficiency (which carries the covariance and the
+        runs' scatter)."""
+        return steps_interval(self.efficiency, batch, z, one_run)
+
+
+def steps_interval(eff: Efficiency, batch: float, z: float = 1.96, one_run: bool = False) -> tuple[float, float, float]:
+    """Steps to the target at ``batch``: ``eff``'s, and the ``z``-sd interval of its fitted
+    parameters' uncertainty (``covariance``, delta method on ``ln S``); ``one_run``: of a single
+    run's steps, the runs' scatter about the fit (``run_sd``) added. NaN bounds where either is
+    not known (a table written by hand, or a fit with no residual degree of freedom)."""
+    centre = eff.steps_to_target(batch)
+    scatter = (eff.run_sd if one_run else 0.0) if eff.covariance is not None else None
+    if scatter is None or not eff.fitted:
+        return centre, float("nan"), float("nan")
+    free = eff.fitted
+    x = _params_of(eff, free)
+    shape = tuple((p / (eff.target_steps or 1.0), v / eff.noise_scale) for p, v in eff.schedule)
+    grad = np.empty(len(x))
+    for i in range(len(x)):  # central differences of ln S in each free parameter
+        h = np.zeros(len(x))
+        h[i] = 1e-5
+        up = _efficiency(x + h, free, eff, shape).steps_to_target(batch)
+        down = _efficiency(x - h, free, eff, shape).steps_to_target(batch)
+        grad[i] = (np.log(up) - np.log(down)) / 2e-5
+    cov = np.asarray(eff.covariance, dtype=float)
+    sd = float(np.sqrt(max(0.0, grad @ cov @ grad) + scatter**2))
+    return centre, centre * float(np.exp(-z * sd)), centre * float(np.exp(z * sd))
 
 
 # the fit's bounds on (ln target steps, ln noise scale, batch exponent): _params_of's order
@@ -157,9 +167,12 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
     variances = np.diag(cov)
     known = variances >= -1e-15  # below: the information was not positive definite, the error unknown
     sds = dict(zip(free, np.where(known, np.sqrt(np.clip(variances, 0.0, None)), np.nan).tolist()))
+    whole = bool(np.all(np.isfinite(cov)) and np.all(variances > 0) and np.isfinite(sd))  # else no interval
     eff = replace(eff, noise_scale_sd=_finite(sds.get("noise_scale")),
                   batch_exponent_sd=_finite(sds.get("batch_exponent")),
-                  target_steps_sd=_finite(sds.get("target_steps")))  # fmt: skip
+                  target_steps_sd=_finite(sds.get("target_steps")),
+                  covariance=tuple(tuple(row) for row in cov.tolist()) if whole else None,
+                  run_sd=float(sd) if whole else None)  # fmt: skip
     return Fit(eff, free, cov, sd, shape, used)
 
 

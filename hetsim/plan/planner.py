@@ -114,6 +114,26 @@ class Plan:
         return {"rule": eff.lr_scaling, "base_batch": eff.base_batch, "base_lr": eff.lr, "factor": factor, "lr": lr,
                 "optimizer": eff.optimizer}  # fmt: skip
 
+    @property
+    def target_interval(self) -> dict[str, float] | None:
+        """The recommended time to target's 95% intervals from the efficiency fit's uncertainty:
+        the steps' interval at the recommended batch (:func:`~hetsim.model.efficiency_fit.steps_interval`),
+        relative, applied to the time; ``low``/``high`` for the typical run, ``one_run_low`` and
+        ``one_run_high`` for a single run (the runs' scatter added, where the table records it).
+        None without the fit's covariance or a time to target, and for a policy that changes the
+        batch as it trains."""
+        from hetsim.model.efficiency_fit import steps_interval
+
+        eff, rec = self.scenario.workload.efficiency, self.recommended
+        varies = rec.source is not None and rec.source.varies_batch
+        if eff is None or eff.covariance is None or rec.time_to_target_s is None or varies:
+            return None
+        centre, low, high = steps_interval(eff, self.recommended_batch)
+        _, run_low, run_high = steps_interval(eff, self.recommended_batch, one_run=True)
+        scale = rec.time_to_target_s.value / centre
+        out = {"low": low * scale, "high": high * scale}
+        return out | ({"one_run_low": run_low * scale, "one_run_high": run_high * scale} if run_low == run_low else {})
+
     def to_dict(self) -> dict[str, Any]:
         """One JSON object: ``recommended`` (``policy``, ``split``, ``global_batch``,
         ``predicted_step_s`` and the rest), ``policies`` (the rows), ``fragility``, the objective,
@@ -137,6 +157,7 @@ class Plan:
                 "predicted_step_s": rec.step_s.value,
                 "throughput_sps": rec.throughput_sps.value,
                 "time_to_target_s": None if rec.time_to_target_s is None else rec.time_to_target_s.value,
+                "time_to_target_interval_s": self.target_interval,
                 "gain_over_equal": self.gain_over_equal,
                 "extrapolation": self.extrapolation,
                 "learning_rate": self.learning_rate,
