@@ -123,9 +123,8 @@ class Efficiency:
     noise_scale_sd: float | None = None
     batch_exponent_sd: float | None = None
     target_steps_sd: float | None = None
-    covariance: tuple[tuple[float, ...], ...] | None = (
-        None  # of the fitted parameters (:data:`FITTED`, those with an sd)
-    )
+    # of the fitted parameters (:data:`FITTED`'s, those with an sd), and one run's scatter about the fit
+    covariance: tuple[tuple[float, ...], ...] | None = None
     run_sd: float | None = None
 
     @property
