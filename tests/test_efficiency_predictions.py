@@ -47,9 +47,11 @@ def test_without_a_residual_degree_of_freedom_neither_interval_is_known() -> Non
     assert centre > 0 and math.isnan(low) and math.isnan(high)
 
 
-def _sweep(folder: Path, steps: dict[int, list[float]]) -> Path:
+def _sweep(folder: Path, steps: dict[int, list[float | None]]) -> Path:
+    """A batch-sweep folder of these runs' steps (None: stopped at 60 steps, before the target)."""
     points = [{"batch": b, "seed": s, "steps_to_target": v, "noise_scale": 40.0, "noise_first": 30.0,
-               "noise_shape": [[0.0, 1.0]]} for b, runs in steps.items() for s, v in enumerate(runs)]  # fmt: skip
+               "noise_shape": [[0.0, 1.0]], **({} if v else {"steps_run": 60})}
+              for b, runs in steps.items() for s, v in enumerate(runs)]  # fmt: skip
     folder.mkdir()
     (folder / "results.json").write_text(json.dumps({"workload": "w", "base_batch": 16, "lr_scaling": "sqrt",
                                                      "target_accuracy": 0.9, "points": points}))  # fmt: skip
@@ -72,6 +74,12 @@ def test_calibrate_efficiency_prints_each_fitted_batch_and_twice_the_largest(
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("#   batch ")]
     assert lines[:2] == ["#   batch 16: 100", "#   batch 64: 50"]  # no scatter measured: no interval
     assert len(lines) == 3 and lines[2].startswith("#   batch 128: ") and "(" not in lines[2]
+    cut = {16: [100.0, 120.0], 32: [70.0, 80.0], 64: [None, None]}  # every run at 64 stopped: not a batch fitted
+    assert main(["calibrate-efficiency", str(_sweep(tmp_path / "cut", cut))]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("#   batch ")]
+    assert [line.split(":")[0] for line in lines] == ["#   batch 16", "#   batch 32", "#   batch 64"]
+    assert lines[2].endswith(", beyond the batches fitted") and "fit_batches = [\n    16.0,\n    32.0,\n]" in out
 
 
 @pytest.mark.slow
@@ -111,6 +119,8 @@ def test_the_table_written_carries_the_fits_intervals(tmp_path: Path, capsys: py
         (["target_steps_sd=0.1", "covariance=[[0.01,0.0]]"],
          "covariance: must be a square list of rows of numbers, got a list"),
         (["run_sd=-1"], "run_sd: must be >= 0, got -1"),
+        (["covariance=[[0.01]]"], "covariance: is of the fitted parameters' standard errors, and none is given "
+         "(target_steps_sd, noise_scale_sd, batch_exponent_sd)"),
     ],
 )  # fmt: skip
 def test_a_bad_covariance_is_refused_in_one_line(
@@ -143,3 +153,43 @@ def test_plan_gives_the_time_to_targets_interval_from_the_fit(capsys: pytest.Cap
     assert f"(95% from the efficiency's fit: {got['low']:.2f}-{got['high']:.2f} s)" in capsys.readouterr().out
     assert main([*plan(), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["recommended"]["time_to_target_interval_s"] is None
+
+
+@pytest.mark.slow
+def test_a_policy_that_drops_samples_takes_the_interval_at_the_samples_it_applies(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """backup keeps fewer samples a step than the global batch: its interval is the steps' at the
+    samples it applies, where the noise scale's share of the uncertainty differs; async has none."""
+    sets = ["noise_scale=100", "base_batch=32", "target_steps=200", "target_steps_sd=0.1", "noise_scale_sd=0.3",
+            "covariance=[[0.01,0],[0,0.09]]"]  # fmt: skip
+    argv = ["plan", "paper", "--objective", "time_to_target", "--json",
+            *(a for s in sets for a in ("--set", f"workload.efficiency.{s}"))]  # fmt: skip
+    for policy in ("backup", "async"):
+        assert main([*argv, "--policy", policy]) == 0
+        rec = json.loads(capsys.readouterr().out)["recommended"]
+        if policy == "async":
+            assert rec["time_to_target_interval_s"] is None
+            continue
+        applied = rec["throughput_sps"] * rec["predicted_step_s"]
+        table = make_efficiency({k: json.loads(v) for k, v in (s.split("=", 1) for s in sets)})
+        centre, low, high = steps_interval(table, applied)
+        t = rec["time_to_target_s"]
+        assert applied < rec["global_batch"] and steps_interval(table, rec["global_batch"])[1] != pytest.approx(low)
+        assert rec["time_to_target_interval_s"] == pytest.approx({"low": t * low / centre, "high": t * high / centre})
+
+
+def test_a_fit_with_a_parameter_it_cannot_move_still_has_an_interval() -> None:
+    """Steps that halve with the batch leave the noise scale at its bound, its variance 0: the
+    interval is the other parameters', not none (before, a zero variance dropped it)."""
+    rng = np.random.default_rng(2)
+    batches = [16.0, 32.0, 64.0, 128.0] * 3
+    f = fit(batches, [6400.0 / b * float(np.exp(rng.normal(0.0, 0.1))) for b in batches], 16)
+    assert (
+        np.diag(f.covariance)[1:].tolist() == [0.0, 0.0]
+        and f.efficiency.covariance is not None
+        and f.efficiency.run_sd == pytest.approx(f.residual_sd)
+    )
+    centre, low, high = f.predict(16)
+    assert low < centre < high and math.isfinite(high)
+    assert make_efficiency(f.efficiency.to_dict()).covariance == f.efficiency.covariance  # the reader accepts it

@@ -50,7 +50,7 @@ def _batches(text: str | None) -> list[int] | None:
 def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
     import tomli_w
 
-    from hetsim.calibrate.efficiency_runs import fitted_model, load_sweeps
+    from hetsim.calibrate.efficiency_runs import fitted_model, load_sweeps, reached
     from hetsim.cli.common import check_out_file
     from hetsim.core.files import atomic_write, check_writable
     from hetsim.core.provenance import comment_header, provenance
@@ -67,7 +67,7 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
             "--batches", f"{absent[0]} is not a global batch of the sweep (it has {', '.join(map(str, have))})"
         )
     result = fitted_model(sweep, batches, args.schedule, not args.no_exponent)
-    fitted = sorted({p.batch for p in sweep.points if batches is None or p.batch in batches})
+    fitted = sorted({p.batch for p in reached(sweep, batches)})  # fit_batches' range: a batch all cut is not in it
     # the rate and optimizer the sweep ran with: the table holds for them alone (plan.json passes the rate on)
     table = replace(result.efficiency, lr=sweep.lr, optimizer=sweep.optimizer).to_dict()
     cut, left = missed_runs(sweep, batches, censored=result.censored > 0)

@@ -219,6 +219,9 @@ def _check_covariance(values: dict[str, Any], field: str) -> None:
     order), symmetric, with those errors squared on its diagonal, and positive semi-definite."""
     cov = np.asarray(values["covariance"], dtype=float)
     sds = [values[f"{k}_sd"] for k in FITTED if values.get(f"{k}_sd") is not None]
+    if not sds:
+        raise ConfigError(field, "is of the fitted parameters' standard errors, and none is given "
+                          "(target_steps_sd, noise_scale_sd, batch_exponent_sd)")  # fmt: skip
     if cov.shape[0] != len(sds):
         n = cov.shape[0]
         raise ConfigError(field, f"must be {len(sds)} x {len(sds)}, one row per fitted parameter with an *_sd "

@@ -82,7 +82,8 @@ def steps_interval(eff: Efficiency, batch: float, z: float = 1.96, one_run: bool
         grad[i] = (np.log(up) - np.log(down)) / 2e-5
     cov = np.asarray(eff.covariance, dtype=float)
     sd = float(np.sqrt(max(0.0, grad @ cov @ grad) + scatter**2))
-    return centre, centre * float(np.exp(-z * sd)), centre * float(np.exp(z * sd))
+    with np.errstate(over="ignore"):  # a parameter known to nothing: an interval to infinity
+        return centre, centre * float(np.exp(-z * sd)), centre * float(np.exp(z * sd))
 
 
 # the fit's bounds on (ln target steps, ln noise scale, batch exponent): _params_of's order
@@ -167,11 +168,13 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
     variances = np.diag(cov)
     known = variances >= -1e-15  # below: the information was not positive definite, the error unknown
     sds = dict(zip(free, np.where(known, np.sqrt(np.clip(variances, 0.0, None)), np.nan).tolist()))
-    whole = bool(np.all(np.isfinite(cov)) and np.all(variances > 0) and np.isfinite(sd))  # else no interval
+    whole = bool(np.all(np.isfinite(cov)) and np.all(known) and np.isfinite(sd))  # else no interval
+    written = cov.copy()
+    np.fill_diagonal(written, np.square(np.sqrt(np.clip(variances, 0.0, None))))  # the *_sd fields' squares exactly
     eff = replace(eff, noise_scale_sd=_finite(sds.get("noise_scale")),
                   batch_exponent_sd=_finite(sds.get("batch_exponent")),
                   target_steps_sd=_finite(sds.get("target_steps")),
-                  covariance=tuple(tuple(row) for row in cov.tolist()) if whole else None,
+                  covariance=tuple(tuple(row) for row in written.tolist()) if whole else None,
                   run_sd=float(sd) if whole else None)  # fmt: skip
     return Fit(eff, free, cov, sd, shape, used)
 

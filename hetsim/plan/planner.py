@@ -118,18 +118,20 @@ class Plan:
     def target_interval(self) -> dict[str, float] | None:
         """The recommended time to target's 95% intervals from the efficiency fit's uncertainty:
         the steps' interval at the recommended batch (:func:`~hetsim.model.efficiency_fit.steps_interval`),
-        relative, applied to the time; ``low``/``high`` for the typical run, ``one_run_low`` and
-        ``one_run_high`` for a single run (the runs' scatter added, where the table records it).
-        None without the fit's covariance or a time to target, and for a policy that changes the
-        batch as it trains."""
+        relative, applied to the time, at the samples a step applies (a backup's kept ones);
+        ``low``/``high`` for the typical run, ``one_run_low`` and ``one_run_high`` for a single run
+        (the runs' scatter added, where the table records it). None without the fit's covariance
+        or a time to target, for a policy that changes the batch as it trains, and for an
+        asynchronous one (its stale updates' discount is an assumption the fit knows nothing of)."""
         from hetsim.model.efficiency_fit import steps_interval
 
-        eff, rec = self.scenario.workload.efficiency, self.recommended
-        varies = rec.source is not None and rec.source.varies_batch
-        if eff is None or eff.covariance is None or rec.time_to_target_s is None or varies:
+        eff, rec, source = self.scenario.workload.efficiency, self.recommended, self.recommended.source
+        unfit = source is not None and (source.varies_batch or not source.synchronous)
+        if eff is None or eff.covariance is None or rec.time_to_target_s is None or unfit:
             return None
-        centre, low, high = steps_interval(eff, self.recommended_batch)
-        _, run_low, run_high = steps_interval(eff, self.recommended_batch, one_run=True)
+        applied = rec.throughput_sps.value * rec.step_s.value if rec.step_s.value > 0 else self.recommended_batch
+        centre, low, high = steps_interval(eff, applied)
+        _, run_low, run_high = steps_interval(eff, applied, one_run=True)
         scale = rec.time_to_target_s.value / centre
         out = {"low": low * scale, "high": high * scale}
         return out | ({"one_run_low": run_low * scale, "one_run_high": run_high * scale} if run_low == run_low else {})
