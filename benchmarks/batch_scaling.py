@@ -11,10 +11,11 @@ oscillate; ``--lr WORKLOAD=LR`` to choose; a folder that already holds results.j
 sweeps, several sets of seeds of one workload pooled. Two measures, each per model:
 
 * ``per_run``: every run that reached the target at 2x, 4x or 8x is one prediction, each model
-  fitted on the other seeds' runs at the base batch (and 2x) alone (leave-one-seed-out, so a
-  seed's own noise never predicts itself). One run is one draw of the seed-to-seed scatter, so
-  these errors have a floor: ``same_batch``, not a model but the median of the other seeds'
-  measured steps at the run's own batch.
+  fitted on the other seeds' runs at the base batch (and 2x or 4x) alone (leave-one-seed-out,
+  so a seed's own noise never predicts itself). One run is one draw of the seed-to-seed scatter,
+  so these errors have a floor, which ``same_batch`` shows: not a model but the median of the
+  other seeds' measured steps at the run's own batch (itself an estimate of the typical run from
+  one batch's runs, so a fit that pools two batches' can read a little below it).
 * ``typical``: what the models predict, expected steps (the exponential of the mean log steps,
   which the efficiency fit models), against the seeds' own: per set of seeds (one sweep folder)
   and batch, the models fitted on that set's base (and 2x) runs against the geometric mean of
@@ -115,8 +116,8 @@ def scored(predicted: float, log_sd: float | None, measured: float, measured_log
 
 def predictions(sweep: Sweep) -> dict[str, list[dict[str, Any]]]:
     """Every model's prediction of every run at 2x, 4x, 8x, leaving the run's seed out of the fit;
-    and the noise floor, ``same_batch``: the median of the other seeds' steps at the run's own batch
-    (what no model of the batch can beat, one run being one draw of the seed-to-seed scatter)."""
+    and the reference for the noise floor, ``same_batch``: the median of the other seeds' steps at
+    the run's own batch (one run being one draw of the seed-to-seed scatter)."""
     out: dict[str, list[dict[str, Any]]] = {}
     for seed in sorted({p.seed for p in sweep.points}):
         train = replace(sweep, points=tuple(p for p in sweep.points if p.seed != seed))
