@@ -169,7 +169,7 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
     known = variances >= -1e-15  # below: the information was not positive definite, the error unknown
     sds = dict(zip(free, np.where(known, np.sqrt(np.clip(variances, 0.0, None)), np.nan).tolist()))
     whole = bool(np.all(np.isfinite(cov)) and np.all(known) and np.isfinite(sd))  # else no interval
-    written = cov.copy()
+    written = (cov + cov.T) / 2  # symmetric to the last digit, as the table's check wants it
     np.fill_diagonal(written, np.square(np.sqrt(np.clip(variances, 0.0, None))))  # the *_sd fields' squares exactly
     eff = replace(eff, noise_scale_sd=_finite(sds.get("noise_scale")),
                   batch_exponent_sd=_finite(sds.get("batch_exponent")),
