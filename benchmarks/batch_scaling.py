@@ -59,7 +59,7 @@ from hetsim.calibrate.efficiency_runs import Sweep, fitted_model, load_sweeps, p
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import json_text
 from hetsim.model.efficiency import Efficiency
-from hetsim.model.efficiency_fit import Fit, fit
+from hetsim.model.efficiency_fit import fit, steps_log_sd
 from validation.batch_sweep_cli import MAX_FIRST_SEED
 
 WORKLOADS = ("digits-cnn", "transformer")
@@ -81,28 +81,26 @@ def error_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def models(train: Sweep) -> dict[str, Efficiency | Fit]:
+def models(train: Sweep) -> dict[str, Efficiency]:
     """The models fitted on ``train`` (runs of the other seeds), each on the multiples of
     :data:`FITTED` (``plain`` is not fitted: it has no uncertainty)."""
     base = train.base_batch
     return {
         "plain": plain_model(train),
-        "schedule": fitted_model(train, [base], schedule=True),
         **{
-            name: fitted_model(train, [k * base for k in FITTED[name]], exponent=False)
-            for name in ("fit_1x_2x", "fit_1x_4x")
+            name: fitted_model(train, [k * base for k in FITTED[name]], schedule=name == "schedule",
+                               exponent=False).efficiency
+            for name in ("schedule", "fit_1x_2x", "fit_1x_4x")
         },
-    }
+    }  # fmt: skip
 
 
-def guess(model: Efficiency | Fit, batch: int, run_scatter: bool) -> tuple[float, float | None]:
+def guess(model: Efficiency, batch: int, run_scatter: bool) -> tuple[float, float | None]:
     """``model``'s steps to the target at ``batch`` and the sd of their log: the fitted parameters'
     (delta method), with ``run_scatter`` one run's scatter about the typical run added (the fit's
-    residual sd); None for a model without uncertainty."""
-    if isinstance(model, Efficiency):
-        return model.steps_to_target(batch), None
-    centre, _, high = model.predict(batch, z=1.0, one_run=run_scatter)
-    return centre, math.log(high / centre) if math.isfinite(high) else float("nan")
+    residual sd); None for a model without uncertainty (:func:`~hetsim.model.efficiency_fit.steps_log_sd`)."""
+    centre, fit_sd, run_sd = steps_log_sd(model, batch)
+    return centre, run_sd if run_scatter else fit_sd
 
 
 def scored(predicted: float, log_sd: float | None, measured: float, measured_log_se: float = 0.0) -> dict[str, Any]:

@@ -95,15 +95,17 @@ def predicted_steps(result: Any, fitted: list[int]) -> list[str]:
     """The fit's steps to the target at each batch in ``fitted`` (those it was fitted on) and at
     twice the largest, with 95% intervals: the fitted parameters' uncertainty alone, and a single
     run's (the runs' scatter about the fit added), each where known."""
-    import math
+    from hetsim.model.efficiency_fit import band, steps_log_sd
 
     top = max(fitted)
     out = ["steps to the target (95%: the fit's interval; one run's, the runs' scatter added):"]
     for batch in [*sorted(fitted), 2 * top]:
-        centre, low, high = result.predict(batch)
-        _, run_low, run_high = result.predict(batch, one_run=True)
-        parts = [f"{low:.0f}-{high:.0f}"] if math.isfinite(low) else []
-        parts += [f"one run {run_low:.0f}-{run_high:.0f}"] if math.isfinite(run_low) else []
+        centre, fit_sd, run_sd = steps_log_sd(result.efficiency, batch)
+        parts = []
+        for prefix, sd in (("", fit_sd), ("one run ", run_sd)):
+            if sd is not None:
+                low, high = band(centre, sd)
+                parts.append(f"{prefix}{low:.0f}-{high:.0f}")
         said = f" ({'; '.join(parts)})" if parts else ""
         out.append(f"  batch {batch}: {centre:.0f}{said}" + (", beyond the batches fitted" if batch > top else ""))
     return out

@@ -161,8 +161,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             skipped += left
     result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed, policies=names, left_out=skipped,
                   cost_error=args.cost_error)  # fmt: skip
-    chosen, source = result.recommended.policy, result.recommended.source
-    if not args.wait_for_all and source is not None and source.varies_batch:
+    chosen = result.recommended.policy
+    if not args.wait_for_all and result.varies_batch:
         print(f"note: {chosen} is recommended, and {VARIES_BATCH.removesuffix(' (--wait-for-all)')}: "
               f"`validation run --policies {chosen}` runs it; --wait-for-all recommends among the policies a "
               "trainer from plan.json runs", file=sys.stderr)  # fmt: skip

@@ -63,14 +63,30 @@ class Fit:
 
 def steps_interval(eff: Efficiency, batch: float, z: float = 1.96, one_run: bool = False) -> tuple[float, float, float]:
     """Steps to the target at ``batch``: ``eff``'s, and the ``z``-sd interval of its fitted
-    parameters' uncertainty (``covariance``, delta method on ``ln S``); ``one_run``: of a single
-    run's steps, the runs' scatter about the fit (``run_sd``) added. NaN bounds where either is
-    not known (a table written by hand, or a fit with no residual degree of freedom)."""
-    centre = eff.steps_to_target(batch)
-    scatter = (eff.run_sd if one_run else 0.0) if eff.covariance is not None else None
-    if scatter is None or not eff.fitted:
+    parameters' uncertainty; ``one_run``: of a single run's steps (:func:`steps_log_sd`). NaN
+    bounds where that is not known (a table written by hand, or a fit with no residual degree of
+    freedom)."""
+    centre, fit_sd, run_sd = steps_log_sd(eff, batch)
+    sd = run_sd if one_run else fit_sd
+    if sd is None:
         return centre, float("nan"), float("nan")
+    return (centre, *band(centre, sd, z))
+
+
+def band(value: float, log_sd: float, z: float = 1.96) -> tuple[float, float]:
+    """``value`` times ``exp(-z log_sd)`` and ``exp(z log_sd)``: an interval of a lognormal figure."""
+    with np.errstate(over="ignore"):  # a parameter known to nothing: an interval to infinity
+        return value * float(np.exp(-z * log_sd)), value * float(np.exp(z * log_sd))
+
+
+def steps_log_sd(eff: Efficiency, batch: float) -> tuple[float, float | None, float | None]:
+    """Steps to the target at ``batch``; the sd of their log from the fitted parameters'
+    ``covariance`` (delta method on ``ln S``); and a single run's, the runs' scatter about the fit
+    (``run_sd``) added. None where the table does not hold what it needs."""
+    centre = eff.steps_to_target(batch)
     free = eff.fitted
+    if eff.covariance is None or not free:
+        return centre, None, None
     x = _params_of(eff, free)
     shape = tuple((p / (eff.target_steps or 1.0), v / eff.noise_scale) for p, v in eff.schedule)
     grad = np.empty(len(x))
@@ -80,10 +96,8 @@ def steps_interval(eff: Efficiency, batch: float, z: float = 1.96, one_run: bool
         up = _efficiency(x + h, free, eff, shape).steps_to_target(batch)
         down = _efficiency(x - h, free, eff, shape).steps_to_target(batch)
         grad[i] = (np.log(up) - np.log(down)) / 2e-5
-    cov = np.asarray(eff.covariance, dtype=float)
-    sd = float(np.sqrt(max(0.0, grad @ cov @ grad) + scatter**2))
-    with np.errstate(over="ignore"):  # a parameter known to nothing: an interval to infinity
-        return centre, centre * float(np.exp(-z * sd)), centre * float(np.exp(z * sd))
+    fit_sd = float(np.sqrt(max(0.0, grad @ np.asarray(eff.covariance, dtype=float) @ grad)))
+    return centre, fit_sd, None if eff.run_sd is None else float(np.hypot(fit_sd, eff.run_sd))
 
 
 # the fit's bounds on (ln target steps, ln noise scale, batch exponent): _params_of's order

@@ -99,6 +99,11 @@ class Plan:
         return None
 
     @property
+    def varies_batch(self) -> bool:
+        """Whether the recommended policy changes the global batch as it trains (``goodput``)."""
+        return self.recommended.source is not None and self.recommended.source.varies_batch
+
+    @property
     def learning_rate(self) -> dict[str, Any] | None:
         """The learning rate a trainer runs the recommended global batch at, where the scenario's
         efficiency was fitted under a rule (its time to target holds only then): the ``rule``,
@@ -106,8 +111,7 @@ class Plan:
         record it), the ``factor`` to multiply it by, and the product (``lr``). None for a policy
         that changes the batch as it trains (a trainer scales its rate step by step)."""
         eff = self.scenario.workload.efficiency
-        source = self.recommended.source
-        if eff is None or eff.lr_scaling is None or (source is not None and source.varies_batch):
+        if eff is None or eff.lr_scaling is None or self.varies_batch:
             return None
         factor = lr_factor(eff.lr_scaling, self.recommended_batch, eff.base_batch)
         lr = None if eff.lr is None else eff.lr * factor
@@ -117,24 +121,29 @@ class Plan:
     @property
     def target_interval(self) -> dict[str, float] | None:
         """The recommended time to target's 95% intervals from the efficiency fit's uncertainty:
-        the steps' interval at the recommended batch (:func:`~hetsim.model.efficiency_fit.steps_interval`),
-        relative, applied to the time, at the samples a step applies (a backup's kept ones);
+        the steps' log sd (:func:`~hetsim.model.efficiency_fit.steps_log_sd`) applied to the time,
+        at the samples a step applies (a backup's kept ones);
         ``low``/``high`` for the typical run, ``one_run_low`` and ``one_run_high`` for a single run
         (the runs' scatter added, where the table records it). None without the fit's covariance
         or a time to target, for a policy that changes the batch as it trains, and for an
         asynchronous one (its stale updates' discount is an assumption the fit knows nothing of)."""
-        from hetsim.model.efficiency_fit import steps_interval
+        from hetsim.model.efficiency_fit import band, steps_log_sd
 
         eff, rec, source = self.scenario.workload.efficiency, self.recommended, self.recommended.source
-        unfit = source is not None and (source.varies_batch or not source.synchronous)
-        if eff is None or eff.covariance is None or rec.time_to_target_s is None or unfit:
+        if (
+            eff is None
+            or rec.time_to_target_s is None
+            or self.varies_batch
+            or not (source is None or source.synchronous)
+        ):
             return None
         applied = rec.throughput_sps.value * rec.step_s.value if rec.step_s.value > 0 else self.recommended_batch
-        centre, low, high = steps_interval(eff, applied)
-        _, run_low, run_high = steps_interval(eff, applied, one_run=True)
-        scale = rec.time_to_target_s.value / centre
-        out = {"low": low * scale, "high": high * scale}
-        return out | ({"one_run_low": run_low * scale, "one_run_high": run_high * scale} if run_low == run_low else {})
+        _, fit_sd, run_sd = steps_log_sd(eff, applied)
+        if fit_sd is None:  # the table holds no covariance
+            return None
+        time_s = rec.time_to_target_s.value
+        out = dict(zip(("low", "high"), band(time_s, fit_sd)))
+        return out | ({} if run_sd is None else dict(zip(("one_run_low", "one_run_high"), band(time_s, run_sd))))
 
     def to_dict(self) -> dict[str, Any]:
         """One JSON object: ``recommended`` (``policy``, ``split``, ``global_batch``,
