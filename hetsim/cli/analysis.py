@@ -198,17 +198,24 @@ def _with_se(value: float, se: float | None, scale: float, digits: int) -> str:
     return text if se is None else f"{text} ± {se * scale:.{digits}f}"
 
 
-def _cost_cells(row: Mapping[str, Any]) -> tuple[str, str, str]:
-    """overhead, per-sample and floor cells of the chosen curve (table: its points come below)."""
-    if row["model"] == "table":
-        return "-", "-", "-"
+COST_CELLS = (("overhead_s", 4), ("per_sample_s", 5), ("floor_s", 4))  # the table's columns: a parameter, its digits
+
+
+def _cost_cells(row: Mapping[str, Any]) -> list[str]:
+    """The overhead, per-sample and floor cells, in ms, of the parameters the chosen curve has
+    ("-" where it has none; a curve of other parameters lists them below the table)."""
     params, se = row["params"], row["se"]
-    floor = _with_se(params["floor_s"], se.get("floor_s"), 1e3, 4) if "floor_s" in params else "-"
-    return (
-        _with_se(params["overhead_s"], se.get("overhead_s"), 1e3, 4),
-        _with_se(params["per_sample_s"], se.get("per_sample_s"), 1e3, 5),
-        floor,
-    )
+    return ["-" if key not in params else _with_se(params[key], se.get(key), 1e3, d) for key, d in COST_CELLS]
+
+
+def _other_params(row: Mapping[str, Any]) -> str | None:
+    """A line of the chosen curve's parameters that have no column (a table's times at each
+    batch, ``t@b``), in ms; None where it has none."""
+    other = {k: v for k, v in row["params"].items() if k not in dict(COST_CELLS)}
+    if not other:
+        return None
+    points = ", ".join(f"{key}: {_with_se(value, row['se'].get(key), 1e3, 3)}" for key, value in other.items())
+    return f"w{row['worker']} {row['model']}, ms: {points}"
 
 
 def fit_table(calibration: Calibration) -> str:
@@ -247,12 +254,7 @@ def fit_table(calibration: Calibration) -> str:
         for i, r in enumerate(rows)
     ]
     lines = [text_table(header, body)]
-    for r in rows:
-        if r["model"] == "table":
-            points = ", ".join(
-                f"{key[2:]}: {_with_se(value, r['se'].get(key), 1e3, 3)}" for key, value in r["params"].items()
-            )
-            lines.append(f"w{r['worker']} table, ms at each batch: {points}")
+    lines.extend(line for line in map(_other_params, rows) if line is not None)
     lines.extend(_held_out_lines(rows))
     lines.extend(_noise_network_workload(calibration))
     return "\n".join(lines)
