@@ -38,7 +38,9 @@ is predicted for a seed left out, which no other batch tests) and at 4x and 8x a
 (``extrapolated_4x_8x``), and pooled over the workloads; for the fitted models also
 ``covered_95``, the share of predictions whose 95% interval holds the measurement (per run: the
 fitted parameters' uncertainty and one run's scatter, the fit's residual sd of ln steps; typical:
-the parameters' uncertainty and the typical run's own standard error).
+the parameters' uncertainty and the typical run's own standard error; each interval the fit's
+t quantile wide, :func:`~hetsim.model.efficiency_fit.quantile`, as calibrate-efficiency and plan
+print them).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from hetsim.calibrate.efficiency_runs import Sweep, fitted_model, load_sweeps, p
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import json_text
 from hetsim.model.efficiency import Efficiency
-from hetsim.model.efficiency_fit import fit, steps_log_sd
+from hetsim.model.efficiency_fit import fit, quantile, steps_log_sd
 from validation.batch_sweep_cli import MAX_FIRST_SEED
 
 WORKLOADS = ("digits-cnn", "transformer")
@@ -71,13 +73,13 @@ PROG = "batch_scaling"  # bad input: "batch_scaling: error: ..."
 
 def error_stats(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """How many ``rows``, the mean, median and p90 of their absolute errors (None when none), and
-    where they have z's, the share within 1.96 (the 95% interval's coverage)."""
+    where they have z's, the share within their interval's quantile (the 95% interval's coverage)."""
     if not rows:
         return {"n": 0, "mean": None, "median": None, "p90": None}
     out: dict[str, Any] = {"n": len(rows), **stats(abs(r["error"]) for r in rows)}
-    z = [r["z"] for r in rows if math.isfinite(r.get("z", math.nan))]
+    z = [(r["z"], r["z_limit"]) for r in rows if math.isfinite(r.get("z", math.nan))]
     if z:
-        out["covered_95"] = sum(abs(v) <= 1.96 for v in z) / len(z)
+        out["covered_95"] = sum(abs(v) <= limit for v, limit in z) / len(z)
     return out
 
 
@@ -95,20 +97,26 @@ def models(train: Sweep) -> dict[str, Efficiency]:
     }  # fmt: skip
 
 
-def guess(model: Efficiency, batch: int, run_scatter: bool) -> tuple[float, float | None]:
-    """``model``'s steps to the target at ``batch`` and the sd of their log: the fitted parameters'
+Guess = tuple[float, float | None, float]  # steps predicted, the sd of their log (None: none), its 95% quantile
+
+
+def guess(model: Efficiency, batch: int, run_scatter: bool) -> Guess:
+    """``model``'s steps to the target at ``batch``, the sd of their log: the fitted parameters'
     (delta method), with ``run_scatter`` one run's scatter about the typical run added (the fit's
-    residual sd); None for a model without uncertainty (:func:`~hetsim.model.efficiency_fit.steps_log_sd`)."""
+    residual sd); None for a model without uncertainty (:func:`~hetsim.model.efficiency_fit.steps_log_sd`);
+    and how many of those sds its 95% interval spans."""
     centre, fit_sd, run_sd = steps_log_sd(model, batch)
-    return centre, run_sd if run_scatter else fit_sd
+    return centre, run_sd if run_scatter else fit_sd, quantile(model)
 
 
-def scored(predicted: float, log_sd: float | None, measured: float, measured_log_se: float = 0.0) -> dict[str, Any]:
+def scored(given: Guess, measured: float, measured_log_se: float = 0.0) -> dict[str, Any]:
     """A prediction's row: its relative error and, where it has an sd, its z (the log error over
-    the prediction's and the measurement's sds together)."""
+    the prediction's and the measurement's sds together) and the z its interval reaches."""
+    predicted, log_sd, limit = given
     row: dict[str, Any] = {"predicted": predicted, "error": (predicted - measured) / measured}
     if log_sd is not None:
         row["z"] = math.log(predicted / measured) / math.hypot(log_sd, measured_log_se)
+        row["z_limit"] = limit
     return row
 
 
@@ -127,10 +135,10 @@ def predictions(sweep: Sweep) -> dict[str, list[dict[str, Any]]]:
             guesses = {name: guess(m, point.batch, run_scatter=True) for name, m in fitted.items()}
             others = [float(p.steps or 0) for p in reached(train, [point.batch])]
             if others:
-                guesses["same_batch"] = (float(np.median(others)), None)
-            for name, (predicted, sd) in guesses.items():
+                guesses["same_batch"] = (float(np.median(others)), None, math.nan)
+            for name, given in guesses.items():
                 row = {"batch": point.batch, "multiple": point.batch // sweep.base_batch, "seed": seed,
-                       "measured": measured, **scored(predicted, sd, measured)}  # fmt: skip
+                       "measured": measured, **scored(given, measured)}  # fmt: skip
                 out.setdefault(name, []).append(row)
     return out
 
@@ -165,9 +173,9 @@ def typical(sets: list[Sweep]) -> dict[str, dict[str, list[dict[str, Any]]]]:
         for j, truth in enumerate(truths):
             for k, t in truth.items():
                 for name, model in by_model.items():
-                    predicted, sd = guess(model, t["batch"], run_scatter=False)
                     row = {"fitted_on": i, "measured_on": j, "multiple": k, **t,
-                           **scored(predicted, sd, t["measured"], t["measured_log_se"])}  # fmt: skip
+                           **scored(guess(model, t["batch"], run_scatter=False), t["measured"],
+                                    t["measured_log_se"])}  # fmt: skip
                     out["same_set" if i == j else "other_set"].setdefault(name, []).append(row)
     return out
 

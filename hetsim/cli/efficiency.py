@@ -95,7 +95,7 @@ def predicted_steps(result: Any, fitted: list[int]) -> list[str]:
     """The fit's steps to the target at each batch in ``fitted`` (those it was fitted on) and at
     twice the largest, with 95% intervals: the fitted parameters' uncertainty alone, and a single
     run's (the runs' scatter about the fit added), each where known."""
-    from hetsim.model.efficiency_fit import band, steps_log_sd
+    from hetsim.model.efficiency_fit import band, quantile, steps_log_sd
 
     top = max(fitted)
     out = ["steps to the target (95%: the fit's interval; one run's, the runs' scatter added):"]
@@ -104,7 +104,7 @@ def predicted_steps(result: Any, fitted: list[int]) -> list[str]:
         parts = []
         for prefix, sd in (("", fit_sd), ("one run ", run_sd)):
             if sd is not None:
-                low, high = band(centre, sd)
+                low, high = band(centre, sd, quantile(result.efficiency))
                 parts.append(f"{prefix}{low:.0f}-{high:.0f}")
         said = f" ({'; '.join(parts)})" if parts else ""
         out.append(f"  batch {batch}: {centre:.0f}{said}" + (", beyond the batches fitted" if batch > top else ""))

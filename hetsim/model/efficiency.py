@@ -97,9 +97,12 @@ EFFICIENCY_PARAMS = (
     Param("covariance", "matrix", default=None,
           doc="covariance of the fitted ln(target_steps), ln(noise_scale), batch_exponent (those with an *_sd)"),
     Param("run_sd", default=None, low=0.0, doc="sd of one run's ln(steps) about the fit (the runs' scatter)"),
+    Param("run_dof", "integer", default=None, low=1,
+          doc="the fit's residual degrees of freedom (runs less parameters): its intervals' t quantile"),
 )  # fmt: skip
 EXTENSION_FIELDS = ("batch_exponent", "measured_batch", "lr_scaling", "lr", "optimizer", "fit_batches",
-                    "noise_scale_sd", "batch_exponent_sd", "target_steps_sd", "covariance", "run_sd")  # fmt: skip
+                    "noise_scale_sd", "batch_exponent_sd", "target_steps_sd", "covariance", "run_sd",
+                    "run_dof")  # fmt: skip
 FITTED = ("target_steps", "noise_scale", "batch_exponent")  # the free parameters' order in ``covariance``
 
 Schedule = tuple[tuple[float, float], ...]  # (progress in steps at base_batch, B_noise) knots, progress from 0
@@ -126,6 +129,7 @@ class Efficiency:
     # of the fitted parameters (:data:`FITTED`'s, those with an sd), and one run's scatter about the fit
     covariance: tuple[tuple[float, ...], ...] | None = None
     run_sd: float | None = None
+    run_dof: int | None = None  # the runs less the fitted parameters: the intervals' t quantile (None: normal)
 
     @property
     def fitted(self) -> tuple[str, ...]:

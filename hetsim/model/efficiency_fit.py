@@ -41,6 +41,7 @@ from hetsim.model.efficiency import EXPONENT_BOUND, Efficiency
 Shape = tuple[tuple[float, float], ...]  # (progress / target_steps, B_noise / first B_noise) knots
 DEFAULT_NOISE = 1.0  # the starting noise scale when none was measured, in units of the base batch
 LOG_SIGMA_BOUNDS = (float(np.log(1e-3)), float(np.log(10.0)))  # the censored fit's ln sigma
+LEVEL = 0.95  # the intervals' confidence level
 
 
 @dataclass(frozen=True)
@@ -55,14 +56,15 @@ class Fit:
     shape: Shape = ()
     censored: int = 0  # runs stopped before the target that the fit took as censored
 
-    def predict(self, batch: float, z: float = 1.96, one_run: bool = False) -> tuple[float, float, float]:
+    def predict(self, batch: float, level: float = LEVEL, one_run: bool = False) -> tuple[float, float, float]:
         """:func:`steps_interval` of the fitted efficiency (which carries the covariance and the
         runs' scatter)."""
-        return steps_interval(self.efficiency, batch, z, one_run)
+        return steps_interval(self.efficiency, batch, level, one_run)
 
 
-def steps_interval(eff: Efficiency, batch: float, z: float = 1.96, one_run: bool = False) -> tuple[float, float, float]:
-    """Steps to the target at ``batch``: ``eff``'s, and the ``z``-sd interval of its fitted
+def steps_interval(eff: Efficiency, batch: float, level: float = LEVEL, one_run: bool = False,
+                   ) -> tuple[float, float, float]:  # fmt: skip
+    """Steps to the target at ``batch``: ``eff``'s, and the ``level`` interval of its fitted
     parameters' uncertainty; ``one_run``: of a single run's steps (:func:`steps_log_sd`). NaN
     bounds where that is not known (a table written by hand, or a fit with no residual degree of
     freedom)."""
@@ -70,10 +72,20 @@ def steps_interval(eff: Efficiency, batch: float, z: float = 1.96, one_run: bool
     sd = run_sd if one_run else fit_sd
     if sd is None:
         return centre, float("nan"), float("nan")
-    return (centre, *band(centre, sd, z))
+    return (centre, *band(centre, sd, quantile(eff, level)))
 
 
-def band(value: float, log_sd: float, z: float = 1.96) -> tuple[float, float]:
+def quantile(eff: Efficiency, level: float = LEVEL) -> float:
+    """How many sds of ln S a two-sided ``level`` interval spans: Student's t with the fit's
+    residual degrees of freedom (``run_dof``: the runs' scatter is itself estimated from them, so
+    a few runs' normal interval covers less, 88% of a 95% one at 4), normal without it."""
+    from scipy import stats
+
+    tail = 0.5 + level / 2
+    return float(stats.t.ppf(tail, eff.run_dof) if eff.run_dof else stats.norm.ppf(tail))
+
+
+def band(value: float, log_sd: float, z: float) -> tuple[float, float]:
     """``value`` times ``exp(-z log_sd)`` and ``exp(z log_sd)``: an interval of a lognormal figure."""
     with np.errstate(over="ignore"):  # a parameter known to nothing: an interval to infinity
         return value * float(np.exp(-z * log_sd)), value * float(np.exp(z * log_sd))
@@ -189,7 +201,7 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
                   batch_exponent_sd=_finite(sds.get("batch_exponent")),
                   target_steps_sd=_finite(sds.get("target_steps")),
                   covariance=tuple(tuple(row) for row in written.tolist()) if whole else None,
-                  run_sd=float(sd) if whole else None)  # fmt: skip
+                  run_sd=float(sd) if whole else None, run_dof=int(dof) if whole else None)  # fmt: skip
     return Fit(eff, free, cov, sd, shape, used)
 
 

@@ -9,7 +9,7 @@ first (unchanged: "beyond 16x"), then :data:`HALVINGS` halvings leave a bracket 
 2.2%, wide; ``factor`` is its upper end (changed there), ``holds_to`` its lower (unchanged
 there). Bisection assumes one change point in the range, as a threshold question does.
 
-What keeps it cheap enough to run at every plan (1,024 workers in seconds):
+What keeps it cheap enough to run at every plan, of thousands of workers too:
 
 * workers of the same spec that the recommended split either all leave out or all give samples
   share one answer, computed for the first of them (the model is symmetric in them but for ties

@@ -33,6 +33,7 @@ from hetsim.analysis.prediction import Prediction
 from hetsim.analysis.step_ci import simulated_mean
 from hetsim.core.options import SPEEDUP_METRICS
 from hetsim.engines import AUTO
+from hetsim.model.efficiency import effective_batch
 from hetsim.policies import Policy
 from hetsim.run.metrics import BASELINE
 from hetsim.scenario.scenario import Scenario
@@ -84,6 +85,17 @@ class PolicyRow:
     def closed_form(self) -> bool:
         """From a closed form: exact, or averaged over draws of costs (:mod:`hetsim.plan.robust`)."""
         return self.how.startswith(CLOSED_FORM)
+
+    @property
+    def effective_batch(self) -> float:
+        """The samples a step's combined gradient is worth at the row's split
+        (:func:`~hetsim.model.efficiency.effective_batch`): the samples it applies (a backup's
+        kept ones: throughput x step time), less where the policy takes the plain mean of an
+        uneven split's gradients (``weighted_gradients`` false), by that mean's share."""
+        split = [b for b in self.split if b > 0]
+        applied = self.throughput_sps.value * self.step_s.value if self.step_s.value > 0 else float(sum(split))
+        weighted = self.source is None or self.source.weighted_gradients
+        return effective_batch(split, [True] * len(split), weighted) * applied / sum(split) if split else applied
 
     def value(self, objective: str) -> float | None:
         """The row's figure for ``objective`` (:data:`OBJECTIVES`), None when it has none."""

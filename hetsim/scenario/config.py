@@ -163,7 +163,7 @@ def set_path(raw: dict[str, Any], path: str, value: Any) -> None:
 
 MAX_TRACE_ROWS = 2**28  # worker-steps a run may record (about 16 GB of trace); more does not fit here
 MAX_STEPS = 2**26  # steps a run may have (summarised: a few numbers per step, 1.6 GB at this bound)
-MAX_WORKER_STEPS = 2**36  # worker-steps: hours on the vector engine (about 1.5 at 13 M/s), a day on SimPy
+MAX_WORKER_STEPS = 2**36  # worker-steps: hours on the vector engine, a day on SimPy (rates: docs/benchmarks.md)
 MAX_EPISODES = 10**6  # slowdown episodes or failures of one worker over a run: each is drawn in a Python loop
 MAX_WORKERS = 2**20  # a scenario expands one WorkerSpec object per worker: a million is seconds, more is minutes
 

@@ -4,14 +4,14 @@
 Its worker processes are in the command's process group, so a terminal's Ctrl-C reaches them
 too. The command handles it (its one line, then the cluster closed); each worker used to print
 a KeyboardInterrupt traceback beside that line, and one interrupted as the cluster started left
-the cluster unclosed. So while the cluster starts (half a second for 2 workers, about 2 s for 8
-on 2 cores) SIGINT is ignored, as the workers started then inherit (a Ctrl-C in that time is
-lost: a blocked signal's mask did not reach them), and SIGTERM is held until the cluster is up;
-each worker, once set up, ends at once and silently on Ctrl-C (:class:`QuietInterrupt`). A
-worker restarted later (its process killed) is covered once it is set up. Where the command
-itself ignores Ctrl-C (a background job of a script) or handles it its own way (a program that
-embeds it), its workers ignore it. (Ignored for good, as a local pool's workers ignore it, a
-worker went on with its cell of seconds while the cluster waited to close it.)
+the cluster unclosed. So while the cluster starts SIGINT is ignored, as the workers started
+then inherit (a Ctrl-C in that time is lost: a blocked signal's mask did not reach them), and
+SIGTERM is held until the cluster is up; each worker, once set up, ends at once and silently on
+Ctrl-C (:class:`QuietInterrupt`). A worker restarted later (its process killed) is covered once
+it is set up. Where the command itself ignores Ctrl-C (a background job of a script) or handles
+it its own way (a program that embeds it), its workers ignore it. (Ignored for good, as a local
+pool's workers ignore it, a worker went on with its cell of seconds while the cluster waited to
+close it.)
 """
 
 from __future__ import annotations

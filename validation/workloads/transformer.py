@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 from validation.workloads.base import Dataset, Workload
 
-# Pure-Python modules of the standard library, read from their source files (about 270 kB on 3.11).
+# Pure-Python modules of the standard library, read from their source files (no download).
 MODULES = (
     "heapq",
     "shlex",
