@@ -6,6 +6,7 @@ the held-out accuracy counted exactly; what a plug-in's sweep needs and refuses
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
@@ -16,6 +17,8 @@ from hetsim.cli.main import main as hetsim_main
 from hetsim.core.errors import ConfigError
 from hetsim.scenario.config import read_efficiency
 from tests.refusals import check_refused
+from validation import batch_sweep_cli
+from validation.batch_sweep import build_config
 from validation.cli import main as validation_main
 from validation.uneven import load_plan
 
@@ -24,6 +27,7 @@ PLUGIN = """
 import torch
 from torch import nn
 from validation.workloads.base import Workload
+from validation.workloads.sweep_defaults import SweepDefaults
 
 X = torch.randn(600, 4, generator=torch.Generator().manual_seed(0))
 Y = (X[:, 0] + 0.5 * X[:, 1] > 0).long()
@@ -31,6 +35,11 @@ BLOBS = Workload.from_parts("blobs", lambda: nn.Linear(4, 2), (X[:500], Y[:500])
                             nn.functional.cross_entropy)
 LINE = Workload.from_parts("line", lambda: nn.Linear(4, 2), (X[:500], X[:500, :2]), (X[500:], X[500:, :2]),
                            nn.functional.mse_loss)
+OWN, ODD, TYPO = (Workload.from_parts(n, lambda: nn.Linear(4, 2), (X[:500], Y[:500]), (X[500:], Y[500:]),
+                                      nn.functional.cross_entropy) for n in ("own", "odd", "typo"))
+OWN.sweep_defaults = SweepDefaults(10, "adam", 0.01, 0.85, 40, 20, 3)  # its own: no option needed
+ODD.sweep_defaults = SweepDefaults(10, "rmsprop", 0.01, 0.85, 40, 20, 3)
+TYPO.sweep_defaults = {"base_batch": 10}
 """
 
 
@@ -164,9 +173,13 @@ def test_held_out_accuracy_is_counted_exactly_so_a_round_target_is_reached_where
 @pytest.mark.parametrize(
     ("attr", "extra", "line"),
     [
-        ("BLOBS", [], "--base-batch: needed for '{tmp}/mine.py:BLOBS' (only digits-cnn and transformer have defaults)"),
+        ("BLOBS", [],
+         "--base-batch: needed for '{tmp}/mine.py:BLOBS', which declares no sweep defaults (Workload.sweep_defaults)"),
+        ("ODD", [], "--workload: {tmp}/mine.py:ODD's sweep_defaults.optimizer must be one of sgd, adam, got 'rmsprop'"),
+        ("TYPO", [], "--workload: {tmp}/mine.py:TYPO's sweep_defaults must be a SweepDefaults "
+         "(validation.workloads.sweep_defaults), got a table"),
         ("BLOBS", ["--base-batch", "8", "--lr", "0.1"],
-         "--target: needed for '{tmp}/mine.py:BLOBS' (only digits-cnn and transformer have defaults)"),
+         "--target: needed for '{tmp}/mine.py:BLOBS', which declares no sweep defaults (Workload.sweep_defaults)"),
         ("LINE", ["--base-batch", "8", "--lr", "0.1", "--target", "0.9"],
          "--workload: {tmp}/mine.py:LINE's held-out labels are not classes: batch-sweep trains to a held-out "
          "accuracy (--target), which a regression's loss does not have"),
@@ -184,3 +197,18 @@ def test_a_plug_in_workloads_sweep_needs_what_it_has_no_default_for(
     (tmp_path / "mine.py").write_text(PLUGIN, encoding="utf-8")
     argv = ["batch-sweep", "--workload", f"{{tmp}}/mine.py:{attr}", *extra, "--out", "{tmp}/out"]
     check_refused(validation_main, argv, line, tmp_path, capsys, prog="validation")
+
+
+def test_a_workload_that_declares_its_sweep_defaults_needs_no_options(tmp_path: Path) -> None:
+    """A plug-in's ``sweep_defaults`` fill every option the command line leaves out, as the
+    built-ins' do (the workload declares them: no name is looked up), and the options still win."""
+    (tmp_path / "mine.py").write_text(PLUGIN, encoding="utf-8")
+    parser = argparse.ArgumentParser()
+    batch_sweep_cli.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["batch-sweep", "--workload", f"{tmp_path}/mine.py:OWN", "--quick"])
+    config = build_config(args)
+    assert (config.base_batch, config.optimizer, config.lr, config.target, config.max_steps, config.eval_gap) == (
+        10, "adam", 0.01, 0.85, 20, 3)  # fmt: skip
+    args = parser.parse_args(["batch-sweep", "--workload", f"{tmp_path}/mine.py:OWN", "--lr", "0.2", "--optimizer",
+                              "sgd"])  # fmt: skip
+    assert (build_config(args).lr, build_config(args).optimizer, build_config(args).max_steps) == (0.2, "sgd", 40)

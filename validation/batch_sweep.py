@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import Param
-from validation.batch_sweep_cli import DEFAULTS, MAX_FIRST_SEED, PLUGIN
+from hetsim.core.params import Param, typename
+from validation.batch_sweep_cli import MAX_FIRST_SEED, OPTIMIZER_NAMES
 from validation.batch_sweep_resume import KEPT
 from validation.options import MAX_LR
+from validation.workloads.sweep_defaults import UNDECLARED, SweepDefaults
 
 MAX_STEPS = 1_000_000  # --max-steps, --eval-gap: a run's steps at most (days of a small model's steps)
 RESULT_FILES = ("results.json", "curve.csv", "noise.csv", "steps_to_target.png", KEPT)  # what a results folder holds
@@ -60,12 +61,13 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
 
     workload = resolve_workload(args.workload)  # an unknown name or a broken file first, in one line
     spec = canonical_spec(args.workload)  # a file's absolute path: the same sweep from any folder, resumed or fitted
-    given = DEFAULTS.get(args.workload)
-    if given is None:  # any other workload: what the sweep cannot guess is the user's to give
+    given = _declared(workload.sweep_defaults, args.workload)
+    if given is None:  # a workload that declares none: what the sweep cannot guess is the user's to give
         for option, value in (("--base-batch", args.base_batch), ("--lr", args.lr), ("--target", args.target)):
             if value is None:
-                raise ConfigError(option, f"needed for {args.workload!r} (only {' and '.join(DEFAULTS)} have defaults)")
-        given = PLUGIN
+                raise ConfigError(option, f"needed for {args.workload!r}, which declares no sweep defaults "
+                                  "(Workload.sweep_defaults)")  # fmt: skip
+        given = UNDECLARED
     if not workload.has_accuracy():
         raise ConfigError("--workload", f"{args.workload}'s held-out labels are not classes: batch-sweep trains to a "
                           "held-out accuracy (--target), which a regression's loss does not have")  # fmt: skip
@@ -91,6 +93,18 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
         int(Param("--jobs", "integer", low=1, high=64).check(args.jobs)),
         int(Param("--first-seed", "integer", low=0, high=MAX_FIRST_SEED).check(args.first_seed)),
     )  # fmt: skip
+
+
+def _declared(given: object, name: str) -> SweepDefaults | None:
+    """A workload's ``sweep_defaults``, checked where the options' own checks do not reach (the
+    optimizer: ``--optimizer`` is checked as it is parsed); ConfigError on ``--workload``."""
+    if given is not None and not isinstance(given, SweepDefaults):
+        raise ConfigError("--workload", f"{name}'s sweep_defaults must be a SweepDefaults "
+                          f"(validation.workloads.sweep_defaults), got {typename(given)}")  # fmt: skip
+    if given is not None and given.optimizer not in OPTIMIZER_NAMES:
+        raise ConfigError("--workload", f"{name}'s sweep_defaults.optimizer must be one of "
+                          f"{', '.join(OPTIMIZER_NAMES)}, got {given.optimizer!r}")  # fmt: skip
+    return given
 
 
 def _multiples(text: str) -> tuple[int, ...]:

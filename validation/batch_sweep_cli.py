@@ -4,27 +4,15 @@ Adding the options imports nothing heavy: the handler imports torch and the fit 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, NamedTuple
+from typing import Any
 
 from hetsim.core.console import path_argument, sigterm_as_interrupt
 from validation.workloads.plugins import FORMS
+from validation.workloads.sweep_defaults import UNDECLARED
 
 MAX_FIRST_SEED = 2**31 - 1 - 100  # --first-seed: seeds K..K+99 (--seeds is at most 100) within int32
-
-
-class Defaults(NamedTuple):
-    """A workload's sweep settings where the command line names none."""
-
-    base_batch: int
-    optimizer: str  # a key of validation.batch_sweep_train.OPTIMIZERS
-    lr: float  # at the base batch
-    target: float  # held-out accuracy
-    max_steps: int  # the most a run may take
-    quick_max_steps: int  # ... at --quick
-    eval_gap: int  # the fewest steps between held-out evaluations (an evaluation can cost tens of steps)
 
 
 # hetsim.model.efficiency's OPTIMIZERS and LR_RULES (and the keys of batch_sweep_train.OPTIMIZERS),
@@ -32,29 +20,20 @@ class Defaults(NamedTuple):
 OPTIMIZER_NAMES = ("sgd", "adam")
 LR_RULE_NAMES = ("sqrt", "linear", "none")
 
-# The transformer trains with Adam: under SGD (momentum 0.9) it sits at the most frequent byte's
-# accuracy for hundreds of steps and its larger batches diverge at any learning rate that moves it.
-DEFAULTS = {
-    "digits-cnn": Defaults(16, "sgd", 0.05, 0.95, 3000, 1500, 1),
-    "transformer": Defaults(8, "adam", 1e-3, 0.40, 2000, 1000, 10),
-}
-# Any other workload (resnet18, a plug-in): its base batch, learning rate and target are the user's to
-# give (nan: required); SGD, and the caps and evaluation spacing digits-cnn has, unless named.
-PLUGIN = Defaults(0, "sgd", math.nan, math.nan, 3000, 1000, 1)
-
 
 def add_parser(sub: Any) -> None:
     """Add ``batch-sweep`` to validation's subparsers."""
     parser = sub.add_parser("batch-sweep", help="train to a target accuracy at a ladder of global batches, over seeds")
     parser.add_argument("--workload", default="digits-cnn", metavar="WORKLOAD",
-                        help=f"a workload's name or {FORMS} (default digits-cnn; {' and '.join(DEFAULTS)} "
-                             "have defaults for the options below, any other needs --base-batch, --lr and "
-                             "--target)")  # fmt: skip
+                        help=f"a workload's name or {FORMS} (default digits-cnn; a workload that declares its sweep "
+                             "defaults, as the built-in digits-cnn and transformer do, fills the options below, "
+                             "any other needs --base-batch, --lr and --target)")  # fmt: skip
     parser.add_argument("--batches", default="1,2,4,8", metavar="K,...",
                         help="multiples of the base batch (default 1,2,4,8)")  # fmt: skip
     parser.add_argument("--base-batch", type=int, default=None, help="the base global batch (default per workload)")
     parser.add_argument("--optimizer", default=None, choices=OPTIMIZER_NAMES,
-                        help="SGD (momentum 0.9) or Adam (default: digits-cnn sgd, transformer adam)")  # fmt: skip
+                        help="SGD (momentum 0.9) or Adam (default: the workload's; digits-cnn sgd, transformer "
+                             "adam)")  # fmt: skip
     parser.add_argument("--lr", type=float, default=None, help="learning rate at the base batch (default per workload)")
     parser.add_argument("--lr-scaling", default="sqrt", choices=LR_RULE_NAMES,
                         help="how --lr grows from the base batch to the others (default sqrt)")  # fmt: skip
@@ -66,12 +45,12 @@ def add_parser(sub: Any) -> None:
                         help="held-out accuracy to reach (default per workload)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="fewer steps at most per run")
     parser.add_argument("--max-steps", type=int, default=None, metavar="N",
-                        help=f"the most steps a run may take (default: the workload's, else {PLUGIN.max_steps}, "
-                             f"{PLUGIN.quick_max_steps} with --quick)")  # fmt: skip
+                        help=f"the most steps a run may take (default: the workload's, else {UNDECLARED.max_steps}, "
+                             f"{UNDECLARED.quick_max_steps} with --quick)")  # fmt: skip
     parser.add_argument("--eval-gap", type=int, default=None, metavar="K",
                         help="the fewest steps between held-out evaluations, where an evaluation costs many steps: "
                              "a run's steps to the target are known to that many (default: the workload's, else "
-                             f"{PLUGIN.eval_gap})")  # fmt: skip
+                             f"{UNDECLARED.eval_gap})")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs at once, one process and one core each (default 1: the recorded times have the "
                              "machine to themselves; the steps to the target do not depend on it)")  # fmt: skip

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from validation.workloads.sweep_defaults import SweepDefaults
+
 if TYPE_CHECKING:
     from validation.workloads.parts import Data
 
@@ -45,6 +47,9 @@ class Workload(ABC):
 
     name: str
     classes: bool | None = None  # whether the labels are classes, where known without the data
+    # batch-sweep's base batch, optimizer, rate, target, step caps and evaluation gap where the command
+    # line names none (None: --base-batch, --lr and --target are the user's to give)
+    sweep_defaults: SweepDefaults | None = None
 
     @classmethod
     def from_parts(

@@ -9,6 +9,7 @@ from torch import nn
 
 from validation.workloads.base import Dataset, Workload
 from validation.workloads.sklearn_data import load_digits
+from validation.workloads.sweep_defaults import SweepDefaults
 
 N_DIGITS = 1797  # samples in scikit-learn's digits (checked on load)
 N_TEST = 359  # the held-out 20%
@@ -50,6 +51,7 @@ class DigitsCNN(Workload):
     name = "digits-cnn"
 
     classes = True  # its labels are classes: has_accuracy needs no data
+    sweep_defaults = SweepDefaults(16, "sgd", 0.05, 0.95, 3000, 1500, 1)
 
     def train_size(self) -> int:
         return N_DIGITS - N_TEST
