@@ -83,7 +83,7 @@ def has_docstring(obj: object) -> bool:
 
 @pytest.mark.slow  # imports torch (validation.uneven)
 def test_every_class_and_function_the_reference_renders_has_a_docstring_of_its_own():
-    """Scenario, Summary, Calibration, WorkerFit, NetworkFit (their signature as __doc__), and the
+    """Scenario, Summary, Calibration, WorkerFit (their signature as __doc__), and the
     plug-in bases NetworkModel and Engine rendered without a word."""
     text = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
     objects = [(path, resolve(path)) for path, _ in ENTRY.findall(text)]

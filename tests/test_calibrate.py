@@ -10,9 +10,10 @@ import pytest
 from scipy import stats
 
 from hetsim.calibrate import calibrate, fit_network, fit_worker
+from hetsim.cli.analysis import fit_table
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
-from hetsim.model.network import Ring
+from hetsim.model.network import ConstantNetwork, Ring
 from hetsim.model.trace import check_trace_table, read_trace_table
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate
@@ -52,7 +53,7 @@ def test_calibration_recovers_every_worker_and_the_mean_step_time(known_run):
         assert fit.noise_sigma == pytest.approx(0.1, rel=0.05)
         assert fit.residual_cv == pytest.approx(0.1, rel=0.1)
         assert 0.0 < fit.r2 < 1.0
-    assert cal.network.kind == "constant" and cal.network.time_s == pytest.approx(0.002)
+    assert isinstance(cal.network, ConstantNetwork) and cal.network.time_s == pytest.approx(0.002)
     assert (cal.global_batch, cal.steps_per_epoch, cal.epochs) == (120, 1, 20_000)
 
     rebuilt = load_scenario(cal.scenario)
@@ -109,16 +110,17 @@ def test_negative_intercept_falls_back_to_per_sample_with_a_warning():
 
 def test_network_constant_and_ring_alpha_beta():
     fit, notes = fit_network(np.full(5, 0.01), np.full(5, 4), np.full(5, 25.0))
-    assert fit.kind == "constant" and fit.time_s == pytest.approx(0.01) and notes == []
+    assert isinstance(fit, ConstantNetwork) and fit.time_s == pytest.approx(0.01) and notes == []
     ring = Ring(latency_s=3e-5, bandwidth_gbps=40.0)
     n = np.array([2, 4, 8, 2, 4, 8])
     mb = np.array([10.0, 10.0, 10.0, 100.0, 100.0, 100.0])
     comm = np.array([ring.allreduce_s(int(k), float(m)) for k, m in zip(n, mb)])
     fit, notes = fit_network(comm, n, mb)
-    assert fit.kind == "ring" and notes == []
+    assert isinstance(fit, Ring) and notes == []
     assert fit.latency_s == pytest.approx(3e-5, rel=1e-6)
     assert fit.bandwidth_gbps == pytest.approx(40.0, rel=1e-6)
-    assert fit_network(np.zeros(3), np.ones(3), np.zeros(3))[0].time_s == 0.0
+    assert fit.to_dict() == {"kind": "ring", "latency_s": fit.latency_s, "bandwidth_gbps": fit.bandwidth_gbps}
+    assert fit_network(np.zeros(3), np.ones(3), np.zeros(3))[0].to_dict() == {"kind": "constant", "time_s": 0.0}
 
 
 def test_ring_network_from_a_table_with_gradient_sizes():
@@ -137,9 +139,10 @@ def test_ring_network_from_a_table_with_gradient_sizes():
                 }
             )
     cal = calibrate(pd.DataFrame(rows))
-    assert cal.network.kind == "ring"
+    assert isinstance(cal.network, Ring)
     assert cal.network.bandwidth_gbps == pytest.approx(10.0, rel=1e-6)
     assert load_scenario(cal.scenario).network.allreduce_s(3, 50.0) == pytest.approx(ring.allreduce_s(3, 50.0))
+    assert "\nnetwork: ring, latency 0.01 ms, bandwidth 10 Gbit/s\n" in fit_table(cal)  # its parameters, by their units
 
 
 def test_minimal_table_without_step_epoch_or_comm():
@@ -347,7 +350,7 @@ def test_an_asynchronous_trace_gives_the_scenario_that_reproduces_it():
     trace = simulate(scenario)
     cal = calibrate(trace)
     assert (cal.global_batch, cal.steps_per_epoch, cal.epochs) == (96, 50, 4)
-    assert cal.network.kind == "constant" and cal.network.time_s == pytest.approx(0.003)
+    assert isinstance(cal.network, ConstantNetwork) and cal.network.time_s == pytest.approx(0.003)
     again = simulate(load_scenario(cal.scenario))
     assert len(again.step) == len(trace.step)
     assert again.to_frame()["start_s"].max() == pytest.approx(trace.to_frame()["start_s"].max(), rel=0.03)

@@ -228,11 +228,17 @@ def median_abs_error(comparisons: Sequence[Comparison]) -> float:
     return float(statistics.median(abs(c.step_error) for c in comparisons)) if comparisons else float("nan")
 
 
+def _exchange_s(calibration: Calibration) -> float:
+    """The calibrated network's all-reduce among the run's ranks, of its gradient."""
+    n = len(calibration.workers) + len(calibration.idle)
+    return calibration.network.allreduce_s(n, calibration.gradient_mb)
+
+
 def format_table(comparisons: Sequence[Comparison], calibration: Calibration, calibrate_on: str) -> str:
     lines = [
         f"calibrated on {calibrate_on!r}: "
         + "; ".join(_worker_line(w, entry) for w, entry in zip(calibration.workers, _fitted_entries(calibration)))
-        + f"; exchange {1e3 * calibration.network.time_s:.2f} ms"
+        + f"; exchange {1e3 * _exchange_s(calibration):.2f} ms"
     ]
     lines.extend(f"warning: {w}" for w in calibration.warnings)
     header = ("policy", "step meas", "step pred", "error", "total meas", "total pred", "error", "split meas -> pred")

@@ -24,7 +24,7 @@ raise :class:`~hetsim.core.errors.ConfigError` naming the column. Doubts about t
 warning lines in :attr:`Calibration.warnings` (never printed here).
 """
 
-from hetsim.calibrate.core import Calibration, NetworkFit, calibrate, fit_network, trace_policies
+from hetsim.calibrate.core import Calibration, calibrate, fit_network, trace_policies
 from hetsim.calibrate.curves import CHOICES, FITTED, AffineCurve, Curve, HingeCurve, TableCurve, model_named
 from hetsim.calibrate.noise import NoiseStructure
 from hetsim.calibrate.worker_fit import WorkerFit, fit_worker, worker_table
@@ -36,7 +36,6 @@ __all__ = [
     "Calibration",
     "Curve",
     "HingeCurve",
-    "NetworkFit",
     "NoiseStructure",
     "TableCurve",
     "WorkerFit",

@@ -18,44 +18,31 @@ from hetsim.calibrate.noise import NoiseStructure, persistence, shared_correlati
 from hetsim.calibrate.worker_fit import WorkerFit, worker_table
 from hetsim.core.errors import ConfigError
 from hetsim.model.costs import CostModel
+from hetsim.model.network import ConstantNetwork, NetworkModel, Ring
 from hetsim.model.trace import Trace, check_trace_table
 from hetsim.policies import POLICIES
 
 
-@dataclass(frozen=True)
-class NetworkFit:
-    """The exchange fitted from a trace's ``comm_s``: ``constant`` (``time_s``) from one world
-    size, or a latency and bandwidth model (``kind``) where several were measured."""
-
-    kind: str
-    time_s: float = 0.0
-    latency_s: float = 0.0
-    bandwidth_gbps: float = 0.0
-
-    def to_scenario(self) -> dict[str, Any]:
-        if self.kind == "constant":
-            return {"kind": "constant", "time_s": self.time_s}
-        return {"kind": self.kind, "latency_s": self.latency_s, "bandwidth_gbps": self.bandwidth_gbps}
-
-
-def fit_network(comm_s: np.ndarray, n_workers: np.ndarray, gradient_mb: np.ndarray) -> tuple[NetworkFit, list[str]]:
-    """A constant exchange time when all steps share one (world size, gradient size); else the
-    ring model ``2(n-1) latency + 2(n-1)/n * bytes / bandwidth`` by non-negative least squares."""
+def fit_network(comm_s: np.ndarray, n_workers: np.ndarray, gradient_mb: np.ndarray) -> tuple[NetworkModel, list[str]]:
+    """The network a trace's exchanges fit: a :class:`~hetsim.model.network.ConstantNetwork`
+    (their mean) when all steps share one (world size, gradient size); else a
+    :class:`~hetsim.model.network.Ring`, ``2(n-1) latency + 2(n-1)/n * bytes / bandwidth``, by
+    non-negative least squares."""
     comm = np.asarray(comm_s, dtype=float)
     n = np.asarray(n_workers, dtype=float)
     mb = np.asarray(gradient_mb, dtype=float)
     multi = n > 1
     if not multi.any():
-        return NetworkFit("constant", time_s=0.0), []
+        return ConstantNetwork(time_s=0.0), []
     comm, n, mb = comm[multi], n[multi], mb[multi]
     if np.unique(np.stack([n, mb]), axis=1).shape[1] == 1:
-        return NetworkFit("constant", time_s=float(comm.mean())), []
+        return ConstantNetwork(time_s=float(comm.mean())), []
     design = np.stack([2 * (n - 1), 2 * (n - 1) / n * mb * 1e6 * 8 / 1e9], axis=1)  # latency_s, s per Gbit
     (latency, s_per_gbit), _ = optimize.nnls(design, comm)
     if s_per_gbit <= 0:
         warning = "network: comm_s does not grow with the gradient size; fitted a constant exchange time instead"
-        return NetworkFit("constant", time_s=float(comm.mean())), [warning]
-    return NetworkFit("ring", latency_s=float(latency), bandwidth_gbps=float(1.0 / s_per_gbit)), []
+        return ConstantNetwork(time_s=float(comm.mean())), [warning]
+    return Ring(latency_s=float(latency), bandwidth_gbps=float(1.0 / s_per_gbit)), []
 
 
 @dataclass(frozen=True)
@@ -66,7 +53,7 @@ class Calibration:
     that every hetsim command takes."""
 
     workers: tuple[WorkerFit, ...]
-    network: NetworkFit
+    network: NetworkModel  # the network fitted (constant or ring), a plug-in object as a scenario holds
     global_batch: int
     steps_per_epoch: int
     epochs: int
@@ -86,7 +73,7 @@ class Calibration:
             "workers": worker_table(self.workers),
             "idle_workers": [i.to_dict() for i in self.idle],
             "noise": self.noise.to_dict(),
-            "network": self.network.to_scenario(),
+            "network": self.network.to_dict(),
             "workload": {
                 "global_batch": self.global_batch,
                 "steps_per_epoch": self.steps_per_epoch,
@@ -144,7 +131,7 @@ def calibrate(trace: Trace | pd.DataFrame, name: str = "calibrated", *, policy: 
             "epochs": epochs,
             "gradient_mb": gradient_mb,
         },
-        "network": network.to_scenario(),
+        "network": network.to_dict(),
         "workers": _scenario_workers(fits, idle),
         "policy": {"name": chosen if chosen in POLICIES else "equal"},
     }
@@ -300,13 +287,13 @@ def _workload(frame: pd.DataFrame, updates: bool, warnings: list[str]) -> tuple[
     return global_batch, steps_per_epoch, epochs, gradient_mb
 
 
-def _network(frame: pd.DataFrame, updates: bool, warnings: list[str]) -> NetworkFit:
+def _network(frame: pd.DataFrame, updates: bool, warnings: list[str]) -> NetworkModel:
     if "comm_s" not in frame.columns:
         warnings.append("network: the trace has no comm_s column; the all-reduce time is set to 0")
-        return NetworkFit("constant", time_s=0.0)
+        return ConstantNetwork(time_s=0.0)
     per_step = frame.groupby("step")
     if updates:  # each update's own exchange: a constant network's time is one exchange
-        return NetworkFit("constant", time_s=float(frame["comm_s"].mean()))
+        return ConstantNetwork(time_s=float(frame["comm_s"].mean()))
     if frame["worker"].nunique() == 1 and float(frame["comm_s"].mean()) > 0:
         warnings.append(
             f"network: one worker, so no exchange is modelled; its comm_s (mean {frame['comm_s'].mean() * 1e3:.3f} ms "

@@ -283,6 +283,17 @@ def _held_out_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
+UNITS = (("_s", "ms", 1e3), ("_gbps", "Gbit/s", 1.0), ("_mb", "MB", 1.0))  # a name's unit suffix, its text, scale
+
+
+def _quantity(key: str, value: float) -> str:
+    """A plug-in's parameter in words, its unit read off its name (``time_s`` 0.002: "time 2 ms")."""
+    for suffix, unit, scale in UNITS:
+        if key.endswith(suffix):
+            return f"{key.removesuffix(suffix)} {value * scale:.4g} {unit}"
+    return f"{key} {value:.4g}"
+
+
 def _noise_network_workload(calibration: Calibration) -> list[str]:
     noise = calibration.noise
     shared = "-" if noise.shared is None else f"{noise.shared:.3f}"
@@ -291,10 +302,8 @@ def _noise_network_workload(calibration: Calibration) -> list[str]:
     lag = noise.mean_persistence
     persistence = "-" if lag is None else f"{lag:.3f}"
     net = calibration.network
-    network = (
-        f"network: constant {net.time_s * 1e3:.4f} ms per exchange (a step's all-reduce, an async update's)"
-        if net.kind == "constant"
-        else f"network: {net.kind}, latency {net.latency_s * 1e6:.2f} us, bandwidth {net.bandwidth_gbps:.3g} Gbit/s"
+    network = f"network: {net.name}, " + ", ".join(
+        _quantity(key, value) for key, value in net.param_values().items() if value is not None
     )
     workload = (
         f"workload: global batch {calibration.global_batch}, {calibration.epochs} epochs x "
