@@ -96,7 +96,7 @@ CASES = [
          "--model: worker 0 was seen at 2 batch size(s); hinge needs 3 or more", GOOD),
     case("out-yaml", [TRACE, "-o", "{tmp}/out.yaml"],
          "--out: {tmp}/out.yaml: unknown file type '.yaml' (use .toml, .json)", GOOD),
-    case("out-a-folder", [TRACE, "-o", "{tmp}/folder"], "--out: {tmp}/folder: unknown file type '' (use .toml, .json)",
+    case("out-a-folder", [TRACE, "-o", "{tmp}/folder"], "--out: {tmp}/folder is a folder",
          {**GOOD, "folder/x": ""}),
     case("out-in-a-file", [TRACE, "-o", "{tmp}/t.csv/out.toml"],
          "--out: cannot write {tmp}/t.csv/out.toml: File exists", GOOD),

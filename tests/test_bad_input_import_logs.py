@@ -147,7 +147,7 @@ CASES = [
     case("out-txt", ["{tmp}/run", "-o", "{tmp}/t.txt"],
          "--out: {tmp}/t.txt: unknown file type '.txt' (use .csv, .parquet, .pq)", run()),
     case("out-a-folder", ["{tmp}/run", "-o", "{tmp}/run"],
-         "--out: {tmp}/run: unknown file type '' (use .csv, .parquet, .pq)", run()),
+         "--out: {tmp}/run is a folder", run()),
     case("out-in-a-file", ["{tmp}/run", "-o", "{tmp}/run/success.txt/t.csv"],
          "{tmp}/run/success.txt/t.csv: cannot write here: File exists", run()),
     case("no-out", ["{tmp}/run"], "hetsim import-logs: the following arguments are required: -o/--out", run()),

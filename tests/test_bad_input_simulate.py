@@ -170,7 +170,7 @@ CASES = [
     case("base-batch-missing", ["paper", "--policy", "goodput", "--set", "workload.efficiency.noise_scale=100"],
          "workload.efficiency.base_batch: missing (required)"),
     case("base-batch-zero", ["paper", *GOODPUT, "--set", "workload.efficiency.base_batch=0"],
-         "workload.efficiency.base_batch: must be >= 1, got 0"),
+         "workload.efficiency.base_batch: must be in [1, 1099511627776], got 0"),
     case("target-steps-negative", ["paper", *GOODPUT, "--set", "workload.efficiency.target_steps=-3"],
          "workload.efficiency.target_steps: must be > 0, got -3"),
     case("efficiency-unknown-key", ["paper", *GOODPUT, "--set", "workload.efficiency.speed=1"],

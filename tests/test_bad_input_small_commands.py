@@ -66,7 +66,7 @@ CASES = [
          "workers.0.cost.device: unknown device 'tpu' (known: k80, p100, v100)"),
     case("costs-huge", ["costs", "paper", "--batch", str(HUGE)], f"--batch: must be in [1, 1099511627776], got {HUGE}"),
     case("costs-beyond-a-float", ["costs", "mixed-gpus", "--batch", str(ENORMOUS)],
-         f"--batch: must be in [1, 1099511627776], got {ENORMOUS}"),
+         "--batch: must be in [1, 1099511627776], got an integer of about 400 digits"),
 ]  # fmt: skip
 
 

@@ -116,10 +116,8 @@ def test_network_constant_and_ring_alpha_beta():
     mb = np.array([10.0, 10.0, 10.0, 100.0, 100.0, 100.0])
     comm = np.array([ring.allreduce_s(int(k), float(m)) for k, m in zip(n, mb)])
     fit, notes = fit_network(comm, n, mb)
-    assert isinstance(fit, Ring) and notes == []
-    assert fit.latency_s == pytest.approx(3e-5, rel=1e-6)
-    assert fit.bandwidth_gbps == pytest.approx(40.0, rel=1e-6)
-    assert fit.to_dict() == {"kind": "ring", "latency_s": fit.latency_s, "bandwidth_gbps": fit.bandwidth_gbps}
+    assert isinstance(fit, Ring) and notes == [] and fit.latency_s == pytest.approx(3e-5, rel=1e-6)
+    assert fit.to_dict() == {"kind": "ring", "latency_s": fit.latency_s, "bandwidth_gbps": pytest.approx(40.0, 1e-6)}
     assert fit_network(np.zeros(3), np.ones(3), np.zeros(3))[0].to_dict() == {"kind": "constant", "time_s": 0.0}
 
 
@@ -139,8 +137,7 @@ def test_ring_network_from_a_table_with_gradient_sizes():
                 }
             )
     cal = calibrate(pd.DataFrame(rows))
-    assert isinstance(cal.network, Ring)
-    assert cal.network.bandwidth_gbps == pytest.approx(10.0, rel=1e-6)
+    assert isinstance(cal.network, Ring) and cal.network.bandwidth_gbps == pytest.approx(10.0, rel=1e-6)
     assert load_scenario(cal.scenario).network.allreduce_s(3, 50.0) == pytest.approx(ring.allreduce_s(3, 50.0))
     assert "\nnetwork: ring, latency 0.01 ms, bandwidth 10 Gbit/s\n" in fit_table(cal)  # its parameters, by their units
 

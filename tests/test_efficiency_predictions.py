@@ -126,6 +126,9 @@ def test_the_table_written_carries_the_fits_intervals(tmp_path: Path, capsys: py
          "covariance: must be a square list of rows of numbers, got a list"),
         (["run_sd=-1"], "run_sd: must be >= 0, got -1"),
         (["run_dof=0"], "run_dof: must be >= 1, got 0"),
+        ([f"run_sd=1{'0' * 400}"], "run_sd: must be finite, got an integer of about 400 digits"),  # was a traceback
+        (["target_steps_sd=0.1", f"covariance=[[1{'0' * 400}]]"],
+         "covariance: row 0 must be finite numbers, got [an integer of about 400 digits]"),
         (["run_dof=2.5"], "run_dof: must be an integer, got float (2.5)"),
         (["covariance=[[0.01]]"], "covariance: is of the fitted parameters' standard errors, and none is given "
          "(target_steps_sd, noise_scale_sd, batch_exponent_sd)"),

@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from hetsim.core.console import parse_counts
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import Param, typename
+from hetsim.core.params import MAX_LR, Param, typename
 from validation.batch_sweep_cli import MAX_FIRST_SEED, OPTIMIZER_NAMES
 from validation.batch_sweep_resume import KEPT
-from validation.options import MAX_LR
 from validation.workloads.sweep_defaults import UNDECLARED, SweepDefaults
 
 MAX_STEPS = 1_000_000  # --max-steps, --eval-gap: a run's steps at most (days of a small model's steps)
@@ -109,12 +109,7 @@ def _declared(given: object, name: str) -> SweepDefaults | None:
 
 def _multiples(text: str) -> tuple[int, ...]:
     """``--batches``: distinct whole multiples of the base batch, 1 among them, in order."""
-    try:
-        multiples = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise ConfigError("--batches", f"expected whole numbers separated by commas, got {text!r}") from None
-    if not multiples or min(multiples) < 1 or len(set(multiples)) != len(multiples):
-        raise ConfigError("--batches", f"distinct multiples >= 1, got {text!r}")
+    multiples = parse_counts(text, "--batches")
     if 1 not in multiples:
         raise ConfigError("--batches", "must include 1 (the base batch the models are fitted at)")
     return tuple(sorted(multiples))

@@ -15,13 +15,13 @@ from typing import Any
 
 from hetsim.core.console import parse_policies
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import MAX_SEED, Param
+from hetsim.core.params import MAX_LR, MAX_SEED, Param
 from hetsim.policies import policy_class
 from hetsim.scenario.config import checked_efficiency, read_efficiency, read_table
 from validation import rank_config
 from validation.config_checks import check_across, check_table_fits
 from validation.config_values import integer, number, parsed
-from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES, MAX_LR  # there for the parser
+from validation.options import COMBINE_MODES, COMM_MODES, DEFAULT_POLICIES  # there for the parser
 from validation.rank_config import parse_rank_assignment
 from validation.workloads import resolve_workload
 from validation.workloads.base import Workload

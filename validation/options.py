@@ -16,7 +16,6 @@ from pathlib import Path
 from hetsim.core.console import path_argument
 from validation.workloads import BUILTIN_WORKLOADS
 
-MAX_LR = 1e6  # the optimizer holds the rate in the parameters' dtype; past any rate that trains, a unit mistake
 DEFAULT_POLICIES = ("equal", "dynamic", "dynamic-enhanced", "adaptive")  # --policies
 COMBINE_MODES = ("weighted", "policy")  # --combine
 COMM_MODES = ("flat", "ddp")  # --comm

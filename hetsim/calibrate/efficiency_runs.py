@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import MAX_COUNT, Param, first_repeat, typename
+from hetsim.core.params import MAX_COUNT, MAX_LR, Param, first_repeat, typename
 from hetsim.model.efficiency import LR_RULES, OPTIMIZERS, Efficiency
 from hetsim.model.efficiency_fit import Fit, Shape, fit
 
@@ -84,17 +84,20 @@ def load_sweeps(paths: Sequence[Path]) -> Sweep:
             data = json.loads(file.read_text(encoding="utf-8"))
         except OSError as exc:
             raise ConfigError("RUN", f"cannot read {file}: {exc.strerror or exc}") from None
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: arrays nested past the parser's depth
             raise ConfigError("RUN", f"{file} is not JSON: {exc}") from None
         if not isinstance(data, dict) or not isinstance(data.get("points"), list):
             raise ConfigError(f"{file}:points", "missing (not a batch-sweep results file)")
+        if not isinstance(data.get("workload"), str) or not data["workload"]:
+            raise ConfigError(f"{file}:workload", f"must be the workload's name, got {typename(data.get('workload'))}")
         sweeps.append(Sweep(
             str(data.get("workload")), int(Param(f"{file}:base_batch", "integer", low=1).check(data.get("base_batch"))),
             Param(f"{file}:lr_scaling", "choice", choices=LR_RULES).check(data.get("lr_scaling")),
-            float(Param(f"{file}:target_accuracy").check(data.get("target_accuracy"))),
+            float(Param(f"{file}:target_accuracy", low=0.0, low_open=True, high=1.0).check(
+                data.get("target_accuracy"))),
             tuple(_point(e, f"{file}:points.{i}") for i, e in enumerate(data["points"])),
             str(Param(f"{file}:optimizer", "choice", choices=OPTIMIZERS).check(data.get("optimizer", "sgd"))),
-            Param(f"{file}:lr", default=None, low=0.0, low_open=True).check(data.get("lr")),
+            Param(f"{file}:lr", default=None, low=0.0, low_open=True, high=MAX_LR).check(data.get("lr")),
             Param(f"{file}:eval_gap", "integer", default=None, low=1).check(data.get("eval_gap")),
         ))  # fmt: skip
     first = sweeps[0]

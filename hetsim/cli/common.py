@@ -147,9 +147,9 @@ def check_sizes(scenario: Scenario, policies: Iterable[Policy | type[Policy]], e
 def check_out_file(path: Path, kinds: Mapping[str, str], option: str) -> str:
     """The kind of file ``path`` names by its suffix (one of ``kinds``); refused on ``option`` when
     unknown or a folder."""
+    if path.is_dir():
+        raise ConfigError(option, f"{path} is a folder")
     kind = kinds.get(path.suffix.lower())
     if kind is None:
         raise ConfigError(option, f"{path}: unknown file type {path.suffix!r} (use {', '.join(kinds)})")
-    if path.exists() and path.is_dir():
-        raise ConfigError(option, f"{path} is a folder")
     return kind

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hetsim.core.console import path_argument
+from hetsim.core.console import parse_counts, path_argument
 from hetsim.core.errors import ConfigError
 
 
@@ -38,13 +38,7 @@ def add_subcommands(sub: Any) -> None:
 def _batches(text: str | None) -> list[int] | None:
     if text is None:
         return None
-    try:
-        out = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise ConfigError("--batches", f"expected whole numbers separated by commas, got {text!r}") from None
-    if not out or min(out) < 1:
-        raise ConfigError("--batches", f"every batch must be >= 1, got {text!r}")
-    return out
+    return list(parse_counts(text, "--batches"))
 
 
 def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
@@ -52,13 +46,13 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
 
     from hetsim.calibrate.efficiency_runs import fitted_model, load_sweeps, reached
     from hetsim.cli.common import check_out_file
-    from hetsim.core.files import atomic_write, check_writable
+    from hetsim.core.files import atomic_write, check_new_file
     from hetsim.core.provenance import comment_header, provenance
 
     batches = _batches(args.batches)
     if args.out is not None:
         check_out_file(args.out, {".toml": "toml"}, "--out")
-        check_writable(args.out, "--out")
+        check_new_file(args.out, "--out")
     sweep = load_sweeps(args.runs)
     have = sorted({p.batch for p in sweep.points})
     absent = [b for b in batches or () if b not in have]

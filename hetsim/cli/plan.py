@@ -10,16 +10,14 @@ with nothing written; the handler imports the planner (numpy, scipy) only when i
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from hetsim.cli.common import add_scenario_options, check_seed, scenario_of, scenario_policies
+from hetsim.cli.common import add_scenario_options, check_out_file, check_seed, scenario_of, scenario_policies
 from hetsim.core.console import path_argument
 from hetsim.core.errors import ConfigError
-from hetsim.core.files import check_writable, json_text, nearest_existing, write_json
+from hetsim.core.files import check_new_file, json_text, write_json
 from hetsim.core.options import SPEEDUP_METRICS
 
 if TYPE_CHECKING:
@@ -111,22 +109,6 @@ def waiting_for_all(names: list[str], notes: bool) -> tuple[list[str], tuple[tup
     return kept, tuple(left)
 
 
-def check_out(path: Path) -> None:
-    """``--out`` can be written: not a folder; in a folder that exists, a file can be made there
-    (:func:`~hetsim.core.files.check_writable`); else the nearest existing ancestor is a folder (the
-    missing folders are made only when the plan is written, so a refusal leaves nothing)."""
-    if path.is_dir():
-        raise ConfigError("--out", f"{path} is a folder")
-    if path.parent.is_dir():
-        check_writable(path, "--out")
-        return
-    ancestor = nearest_existing(path.parent)
-    if not ancestor.is_dir():
-        raise ConfigError("--out", f"cannot write {path}: {ancestor} is not a folder")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError("--out", f"cannot write {path}: {ancestor} is not writable")
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     from hetsim.core.provenance import provenance
     from hetsim.plan.planner import check_batch_range, check_cluster, check_objective, plan, runnable
@@ -150,7 +132,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if batch_range is not None:
         check_batch_range(batch_range, scenario, "--batch-range")
     if args.out is not None:
-        check_out(args.out)
+        check_out_file(args.out, {".json": "json"}, "--out")
+        check_new_file(args.out, "--out")
     skipped: tuple[tuple[str, str], ...] = ()
     if names is None:
         names, skipped = runnable(scenario)

@@ -175,6 +175,21 @@ def run_main(prog: str, run: Callable[[], int]) -> int:
     return 2
 
 
+def parse_counts(text: str, option: str) -> tuple[int, ...]:
+    """``A,B,...`` -> whole numbers >= 1, distinct, in the order given (``--batches``): plain
+    ASCII digits only, as int() also takes ``1_0`` (10), `` 2`` and other scripts' digits;
+    ConfigError on ``option``."""
+    parts = text.split(",")
+    if not all(p.isdecimal() and p.isascii() and len(p) <= 15 for p in parts):  # 15 digits: past any batch
+        raise ConfigError(option, f"expected whole numbers separated by commas, got {text!r}")
+    out = tuple(int(p) for p in parts)
+    if min(out) < 1:
+        raise ConfigError(option, f"every value must be >= 1, got {text!r}")
+    if len(set(out)) != len(out):
+        raise ConfigError(option, f"{next(v for i, v in enumerate(out) if v in out[:i])} is given twice in {text!r}")
+    return out
+
+
 def parse_policies(value: object, option: str = "--policy", reserved: Mapping[str, str] | None = None) -> list[str]:
     """``a,b,c`` (or a list of names) -> names, each checked against the registry and listed
     once; a name in ``reserved`` is refused with its problem."""

@@ -163,6 +163,23 @@ def _temporary(name: str) -> bool:
     return name.startswith(".") and name.endswith(TMP_SUFFIX)
 
 
+def check_new_file(path: Path, option: str) -> None:
+    """A file can be written at ``path`` (an output option's): not a folder; in a folder that
+    exists, a file can be made there (:func:`check_writable`); else the nearest existing ancestor
+    is a writable folder. Missing folders are made only when the file is written
+    (:func:`atomic_write`), so a command refused before then leaves nothing behind."""
+    if path.is_dir():
+        raise ConfigError(option, f"{path} is a folder")
+    if path.parent.is_dir():
+        check_writable(path, option)
+        return
+    ancestor = nearest_existing(path.parent)
+    if not ancestor.is_dir():
+        raise ConfigError(option, f"cannot write {path}: {ancestor} is not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(option, f"cannot write {path}: {ancestor} is not writable")
+
+
 def nearest_existing(path: Path) -> Path:
     """``path`` or its nearest ancestor that exists (its root, or ``.`` for a relative path, at the
     latest: one always does)."""

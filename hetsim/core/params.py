@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from hetsim.core.errors import ConfigError
 
 MAX_COUNT = 2**40  # samples, epochs: far beyond any run, and sums of them stay within int64
+MAX_LR = 1e6  # a learning rate: the optimizer holds it in the parameters' dtype; past any that trains, a unit mistake
 MAX_SEED = 2**63 - 1  # TOML's largest integer: a seed is written into scenario, sweep and run files
 MAX_STEP_S = 1e9  # a step over 30 years is a unit mistake
 
@@ -74,8 +75,26 @@ class FileName(str):
 
 
 def _number_text(value: float | None) -> str:
-    """A number in a message: an integer in full, a float in short (``%g``)."""
-    return str(value) if isinstance(value, int) else f"{value:g}"
+    """A number in a message: an integer in full (one too long to print, by its size), a float
+    in short (``%g``)."""
+    if isinstance(value, int):
+        return (
+            str(value)
+            if value.bit_length() <= 128
+            else f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+        )
+    return f"{value:g}"
+
+
+def _finite(value: Any) -> bool:
+    """A number a float holds, not NaN or infinite (an integer past a float's range is not:
+    math.isfinite raises on it, which left a traceback)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return abs(value) <= FLOAT_MAX if isinstance(value, int) else math.isfinite(value)
+
+
+FLOAT_MAX = 1.7976931348623157e308  # sys.float_info.max
 
 
 def file_path(name: str) -> Path:
@@ -161,8 +180,8 @@ class Param:
             return value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(self.name, f"must be a number, got {typename(value)}")
-        if not math.isfinite(value):
-            raise ConfigError(self.name, f"must be finite, got {value}")
+        if not _finite(value):
+            raise ConfigError(self.name, f"must be finite, got {_number_text(value)}")
         return float(value)
 
     def _bounded(self, value: float | int, others: Mapping[str, Any]) -> float | int:
@@ -186,8 +205,8 @@ class Param:
             raise ConfigError(self.name, f"must be a list of [x, y] pairs, got {typename(value)}")
         for i, pair in enumerate(value):
             for v in pair:
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                    raise ConfigError(self.name, f"point {i} must be two non-negative numbers, got {list(pair)!r}")
+                if not _finite(v) or v < 0:
+                    raise ConfigError(self.name, f"point {i} must be two non-negative numbers, got {_listed(pair)}")
         return tuple((float(x), float(y)) for x, y in value)
 
     def _matrix(self, value: Any) -> tuple[tuple[float, ...], ...]:
@@ -195,8 +214,8 @@ class Param:
         if not n or not all(isinstance(row, (list, tuple)) and len(row) == n for row in value):
             raise ConfigError(self.name, f"must be a square list of rows of numbers, got {typename(value)}")
         for i, row in enumerate(value):
-            if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in row):
-                raise ConfigError(self.name, f"row {i} must be finite numbers, got {list(row)!r}")
+            if not all(_finite(v) for v in row):
+                raise ConfigError(self.name, f"row {i} must be finite numbers, got {_listed(row)}")
         return tuple(tuple(float(v) for v in row) for row in value)
 
     def _numbers(self, value: Any) -> tuple[float, ...]:
@@ -205,9 +224,18 @@ class Param:
         if not value:
             raise ConfigError(self.name, "needs at least one value")
         for i, v in enumerate(value):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ConfigError(self.name, f"value {i} must be a non-negative number, got {v!r}")
+            if not _finite(v) or v < 0:
+                raise ConfigError(self.name, f"value {i} must be a non-negative number, got {_shown(v)}")
         return tuple(float(v) for v in value)
+
+
+def _shown(value: Any) -> str:
+    """A value in a message: a number as :func:`_number_text` gives it, anything else by repr."""
+    return _number_text(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
+
+
+def _listed(values: Sequence[Any]) -> str:
+    return "[" + ", ".join(map(_shown, values)) + "]"
 
 
 def check_params(params: Sequence[Param], args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:

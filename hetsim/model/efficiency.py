@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import Param
+from hetsim.core.params import MAX_COUNT, MAX_LR, Param
 
 LR_RULES = ("sqrt", "linear", "none")  # how a trainer scales its learning rate with the batch
 OPTIMIZERS = ("sgd", "adam")  # the optimizers a fitted table may come from (validation batch-sweep trains with them)
@@ -74,29 +74,34 @@ def lr_factor(rule: str, batch: float, base_batch: float) -> float:
 
 
 EXPONENT_BOUND = 4.0  # |batch_exponent| at most this: in a table, and in the fit (hetsim.model.efficiency_fit)
+# An sd of a log (or of the exponent) beyond this is no measurement: the fit leaves it out, a table may not hold it
+# (its interval's exp(1.96 sd) and goodput's draws of the noise scale stay within a float)
+SD_MAX = 50.0
 
 EFFICIENCY_PARAMS = (
     Param("noise_scale", default=None, low=0.0, low_open=True,
           doc="gradient noise scale B_noise, samples; or [[progress, B_noise], ...] over progress"),
     Param("grad_sqr", default=None, low=0.0, low_open=True, doc="squared norm of the true gradient (Pollux)"),
     Param("grad_var", default=None, low=0.0, doc="variance of a gradient at base_batch (Pollux)"),
-    Param("base_batch", "integer", low=1, doc="M0: the batch the learning rate was tuned for"),
+    Param("base_batch", "integer", low=1, high=MAX_COUNT, doc="M0: the batch the learning rate was tuned for"),
     Param("target_steps", default=None, low=0.0, low_open=True, doc="steps at base_batch to the target accuracy"),
     Param("batch_exponent", default=None, low=-EXPONENT_BOUND, high=EXPONENT_BOUND,
           doc="alpha: the noise scale at batch B is B_noise * (B / measured_batch) ** alpha (default 0)"),
-    Param("measured_batch", "integer", default=None, low=1, doc="the batch B_noise holds at (default base_batch)"),
+    Param("measured_batch", "integer", default=None, low=1, high=MAX_COUNT,
+          doc="the batch B_noise holds at (default base_batch)"),
     Param("lr_scaling", "choice", default=None, choices=LR_RULES,
           doc="the learning-rate rule the table was fitted under: sqrt, linear or none"),
-    Param("lr", default=None, low=0.0, low_open=True,
+    Param("lr", default=None, low=0.0, low_open=True, high=MAX_LR,
           doc="the learning rate set at base_batch that the table was measured with (scaled by lr_scaling)"),
     Param("optimizer", "choice", default=None, choices=OPTIMIZERS, doc="the optimizer it was measured with"),
     Param("fit_batches", "numbers", default=None, doc="[smallest, largest] global batch the fit measured"),
-    Param("noise_scale_sd", default=None, low=0.0, doc="standard error of ln(noise_scale), from the fit"),
-    Param("batch_exponent_sd", default=None, low=0.0, doc="standard error of batch_exponent, from the fit"),
-    Param("target_steps_sd", default=None, low=0.0, doc="standard error of ln(target_steps), from the fit"),
+    Param("noise_scale_sd", default=None, low=0.0, high=SD_MAX, doc="standard error of ln(noise_scale), the fit's"),
+    Param("batch_exponent_sd", default=None, low=0.0, high=SD_MAX, doc="standard error of batch_exponent, the fit's"),
+    Param("target_steps_sd", default=None, low=0.0, high=SD_MAX, doc="standard error of ln(target_steps), the fit's"),
     Param("covariance", "matrix", default=None,
           doc="covariance of the fitted ln(target_steps), ln(noise_scale), batch_exponent (those with an *_sd)"),
-    Param("run_sd", default=None, low=0.0, doc="sd of one run's ln(steps) about the fit (the runs' scatter)"),
+    Param("run_sd", default=None, low=0.0, high=SD_MAX,
+          doc="sd of one run's ln(steps) about the fit (the runs' scatter)"),
     Param("run_dof", "integer", default=None, low=1,
           doc="the fit's residual degrees of freedom (runs less parameters): its intervals' t quantile"),
 )  # fmt: skip
@@ -239,7 +244,9 @@ def _check_covariance(values: dict[str, Any], field: str) -> None:
             field, f"its diagonal must be the *_sd fields squared ({text(sd**2)}), got ({text(np.diag(cov))})"
         )
     unit = np.where(sd > 0, sd, 1.0)  # the correlations, where an error is 0 its row as it is
-    if np.linalg.eigvalsh(cov / np.outer(unit, unit)).min() < -1e-9:
+    with np.errstate(all="ignore"):  # errors of 1e-200: their product underflows, a correlation overflows
+        corr = cov / unit[:, None] / unit[None, :]
+    if not np.all(np.isfinite(corr)) or np.linalg.eigvalsh(corr).min() < -1e-9:
         raise ConfigError(field, "must be positive semi-definite (a correlation beyond -1 or 1)")
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from hetsim.core.errors import ConfigError
-from hetsim.model.efficiency import EXPONENT_BOUND, Efficiency
+from hetsim.model.efficiency import EXPONENT_BOUND, SD_MAX, Efficiency
 
 Shape = tuple[tuple[float, float], ...]  # (progress / target_steps, B_noise / first B_noise) knots
 DEFAULT_NOISE = 1.0  # the starting noise scale when none was measured, in units of the base batch
@@ -194,7 +194,13 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
     variances = np.diag(cov)
     known = variances >= -1e-15  # below: the information was not positive definite, the error unknown
     sds = dict(zip(free, np.where(known, np.sqrt(np.clip(variances, 0.0, None)), np.nan).tolist()))
-    whole = bool(np.all(np.isfinite(cov)) and np.all(known) and np.isfinite(sd))  # else no interval
+    whole = bool(
+        np.all(np.isfinite(cov))
+        and np.all(known)
+        and np.isfinite(sd)  # else no interval
+        and all(_finite(v) is not None for v in sds.values())
+        and sd <= SD_MAX
+    )
     written = (cov + cov.T) / 2  # symmetric to the last digit, as the table's check wants it
     np.fill_diagonal(written, np.square(np.sqrt(np.clip(variances, 0.0, None))))  # the *_sd fields' squares exactly
     eff = replace(eff, noise_scale_sd=_finite(sds.get("noise_scale")),
@@ -256,7 +262,9 @@ def _tobit(log_s: Callable[[np.ndarray], np.ndarray], log_cut: Callable[[np.ndar
 
 
 def _finite(value: float | None) -> float | None:
-    return None if value is None or not np.isfinite(value) else float(value)
+    """A standard error the table can hold: None where the runs leave the parameter unknown
+    (not finite, or beyond :data:`~hetsim.model.efficiency.SD_MAX`)."""
+    return None if value is None or not np.isfinite(value) or value > SD_MAX else float(value)
 
 
 def noise_shape(steps: Sequence[float], grad_sq: Sequence[float], trace: Sequence[float], target_step: float,
