@@ -77,7 +77,10 @@ def test_calibrate_efficiency_prints_each_fitted_batch_and_twice_the_largest(
                         f"one run {run_band[0]:.0f}-{run_band[1]:.0f})")  # fmt: skip
     assert len(lines) == 2 and lines[1].startswith("#   batch 32: ") and lines[1].endswith("beyond the batches fitted")
     assert main(["calibrate-efficiency", str(_sweep(tmp_path / "two", {16: [100.0], 64: [50.0]}))]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("#   batch ")]
+    out, err = capsys.readouterr()
+    assert err == ("warning: 2 parameters fitted to as many runs: no scatter is measured, so neither this table nor "
+                   "plan gives the steps an interval; run more seeds\n")  # fmt: skip
+    lines = [line for line in out.splitlines() if line.startswith("#   batch ")]
     assert lines[:2] == ["#   batch 16: 100", "#   batch 64: 50"]  # no scatter measured: no interval
     assert len(lines) == 3 and lines[2].startswith("#   batch 128: ") and "(" not in lines[2]
     cut = {16: [100.0, 120.0], 32: [70.0, 80.0], 64: [None, None]}  # every run at 64 stopped: not a batch fitted
@@ -124,7 +127,7 @@ def test_the_table_written_carries_the_fits_intervals(tmp_path: Path, capsys: py
          "covariance: must be positive semi-definite (a correlation beyond -1 or 1)"),
         (["target_steps_sd=0.1", "covariance=[[0.01,0.0]]"],
          "covariance: must be a square list of rows of numbers, got a list"),
-        (["run_sd=-1"], "run_sd: must be >= 0, got -1"),
+        (["run_sd=-1"], "run_sd: must be in [0, 50], got -1"),
         (["run_dof=0"], "run_dof: must be >= 1, got 0"),
         ([f"run_sd=1{'0' * 400}"], "run_sd: must be finite, got an integer of about 400 digits"),  # was a traceback
         (["target_steps_sd=0.1", f"covariance=[[1{'0' * 400}]]"],

@@ -40,6 +40,13 @@ OWN, ODD, TYPO = (Workload.from_parts(n, lambda: nn.Linear(4, 2), (X[:500], Y[:5
 OWN.sweep_defaults = SweepDefaults(10, "adam", 0.01, 0.85, 40, 20, 3)  # its own: no option needed
 ODD.sweep_defaults = SweepDefaults(10, "rmsprop", 0.01, 0.85, 40, 20, 3)
 TYPO.sweep_defaults = {"base_batch": 10}
+
+
+def explode(out, y):
+    raise RuntimeError("loss exploded")
+
+
+BOOM = Workload.from_parts("boom", lambda: nn.Linear(4, 2), (X[:500], Y[:500]), (X[500:], Y[500:]), explode)
 """
 
 
@@ -212,3 +219,18 @@ def test_a_workload_that_declares_its_sweep_defaults_needs_no_options(tmp_path: 
     args = parser.parse_args(["batch-sweep", "--workload", f"{tmp_path}/mine.py:OWN", "--lr", "0.2", "--optimizer",
                               "sgd"])  # fmt: skip
     assert (build_config(args).lr, build_config(args).optimizer, build_config(args).max_steps) == (0.2, "sgd", 40)
+
+
+def test_a_run_whose_workload_raises_ends_the_sweep_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The workload's own code failing mid-run (its loss here) is the user's to fix: one line
+    naming the run and the error, not a traceback, and the sweep can be resumed."""
+    (tmp_path / "mine.py").write_text(PLUGIN, encoding="utf-8")
+    argv = ["batch-sweep", "--workload", f"{tmp_path}/mine.py:BOOM", "--base-batch", "8", "--lr", "0.1", "--target",
+            "0.9", "--batches", "1", "--seeds", "1", "--max-steps", "5", "--out", str(tmp_path / "out")]  # fmt: skip
+    assert validation_main(argv) == 1
+    assert capsys.readouterr().err == (
+        "validation: error: the run at batch 8 seed 0 failed: RuntimeError: loss exploded; the finished runs are kept "
+        f"in {tmp_path / 'out'}: run the same command again to resume\n"
+    )

@@ -18,6 +18,7 @@ after a stop reruns only the runs not kept.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -146,6 +147,46 @@ def run_point(config: SweepConfig, seed: int, multiple: int) -> Any:
                            config.max_steps, config.eval_gap)  # fmt: skip
 
 
+class RunFailed(Exception):
+    """A run raised (the workload's code: its loss, its model), at ``batch`` and ``seed``."""
+
+    def __init__(self, batch: int, seed: int, error: BaseException) -> None:
+        first = str(error).strip().splitlines()
+        self.batch, self.seed = batch, seed
+        super().__init__(f"{type(error).__name__}: {first[0]}" if first else type(error).__name__)
+
+
+def _outcome(config: SweepConfig, task: tuple[int, int], run: Any) -> Any:
+    """``run()``'s result; RunFailed where the workload's own code raised in it (its loss, its
+    model), naming the run (a process that died, BrokenProcessPool, is not the run's)."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return run()
+    except BrokenProcessPool:
+        raise
+    except Exception as exc:
+        raise RunFailed(task[1] * config.base_batch, task[0], exc) from exc
+
+
+def _in_processes(config: SweepConfig, tasks: list[tuple[int, int]], done: Any) -> None:
+    """The runs of ``tasks``, ``config.jobs`` at once, each in its own process; ``done(task,
+    result)`` as each finishes. Ctrl-C, SIGTERM or a failed run stop the rest at once."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # spawn: a fresh interpreter per worker, not a fork of one that may hold torch's threads
+    pool = ProcessPoolExecutor(config.jobs, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures = {pool.submit(run_point, config, *task): task for task in tasks}
+        for future in as_completed(futures):
+            done(futures[future], _outcome(config, futures[future], future.result))
+    except BaseException:  # Ctrl-C, SIGTERM, a run that failed: the finished runs are kept, the rest stopped now
+        stop_workers(pool)
+        raise
+    pool.shutdown()
+
+
 def run_sweep(
     config: SweepConfig, echo: Any
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
@@ -173,21 +214,9 @@ def run_sweep(
 
     if config.jobs == 1:
         for task in tasks_left:
-            done(task, run_point(config, *task))
+            done(task, _outcome(config, task, functools.partial(run_point, config, *task)))
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        # spawn: a fresh interpreter per worker, not a fork of one that may hold torch's threads
-        pool = ProcessPoolExecutor(config.jobs, mp_context=multiprocessing.get_context("spawn"))
-        try:
-            futures = {pool.submit(run_point, config, *task): task for task in tasks_left}
-            for future in as_completed(futures):
-                done(futures[future], future.result())
-        except BaseException:  # Ctrl-C, SIGTERM, a run that failed: the finished runs are kept, the rest stopped now
-            stop_workers(pool)
-            raise
-        pool.shutdown()
+        _in_processes(config, tasks_left, done)
     points, curve, noise = [], [], []
     for task in tasks:
         r = results[task]

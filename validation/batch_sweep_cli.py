@@ -60,7 +60,7 @@ def add_parser(sub: Any) -> None:
 
 def cmd_batch_sweep(args: argparse.Namespace) -> int:
     from hetsim.core.files import check_out_folder, check_own_folder
-    from validation.batch_sweep import RESULT_FILES, build_config, run_sweep, summary, write_results
+    from validation.batch_sweep import RESULT_FILES, RunFailed, build_config, run_sweep, summary, write_results
     from validation.batch_sweep_resume import check_same_settings
 
     config = build_config(args)
@@ -74,6 +74,10 @@ def cmd_batch_sweep(args: argparse.Namespace) -> int:
     try:
         with sigterm_as_interrupt():  # SIGTERM ends the sweep as Ctrl-C does
             found = run_sweep(config, echo)
+    except RunFailed as exc:  # the workload's code raised: one line, the finished runs kept
+        print(f"validation: error: the run at batch {exc.batch} seed {exc.seed} failed: {exc}; the finished runs are "
+              f"kept in {config.out}: run the same command again to resume", file=sys.stderr)  # fmt: skip
+        return 1
     except BrokenProcessPool as exc:  # a run's process died (killed, out of memory): the finished runs are kept
         print(f"validation: error: a run's process died ({exc}); the finished runs are kept in {config.out}: "
               "run the same command again to resume", file=sys.stderr)  # fmt: skip

@@ -71,7 +71,7 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
         print(f"warning: {left} left out (they did not reach the target, and their steps run are not recorded or "
               "too few runs reached it to fit them as censored; the fit at those batches is of the seeds that did)",
               file=sys.stderr)  # fmt: skip
-    for line in exponent_warnings(result.efficiency):
+    for line in [*interval_warnings(result), *exponent_warnings(result.efficiency)]:
         print(f"warning: {line}", file=sys.stderr)
     said = (f"; {cut} censored, not reached" if cut else "") + (f"; {left} left out, not reached" if left else "")
     header = comment_header(provenance())  # the command, version, commit and date: the table is copied elsewhere
@@ -105,6 +105,22 @@ def predicted_steps(result: Any, fitted: list[int]) -> list[str]:
     return out
 
 
+def interval_warnings(result: Any) -> list[str]:
+    """Where the fit gives no interval, why: as many runs as free parameters leave no scatter
+    to measure; a parameter the runs do not determine has no standard error (None in the table)."""
+    import math
+
+    eff = result.efficiency
+    if not math.isfinite(result.residual_sd):
+        return [f"{len(result.free)} parameters fitted to as many runs: no scatter is measured, so neither this table "
+                "nor plan gives the steps an interval; run more seeds"]  # fmt: skip
+    unknown = [k for k in result.free if k not in eff.fitted]
+    if unknown or eff.run_sd is None:
+        return [f"the runs do not determine {', '.join(unknown or result.free)}: no interval for the steps (run more "
+                "batches or seeds, or fit with --no-exponent)"]  # fmt: skip
+    return []
+
+
 def exponent_warnings(efficiency: Any) -> list[str]:
     """What a fitted batch exponent says of itself: at its bound the runs do not determine it
     (its standard error is the bound's curvature, not an error); a negative one shrinks the noise
@@ -119,7 +135,7 @@ def exponent_warnings(efficiency: Any) -> list[str]:
     if alpha is None:
         return []
     out = []
-    if abs(alpha) >= EXPONENT_BOUND - 1e-6:
+    if abs(alpha) >= EXPONENT_BOUND - 1e-3:  # the optimiser stops within about 1e-4 of a bound it rests on
         out.append(f"the batch exponent sits at its bound ({alpha:g}): the runs do not determine it, and its "
                    "standard error means nothing; fit with --no-exponent, or add runs at other batches")  # fmt: skip
     top = 8 * (efficiency.fit_batches[1] if efficiency.fit_batches else efficiency.base_batch)

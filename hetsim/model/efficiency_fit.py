@@ -190,25 +190,26 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
             x, cov, sigma = found
             widen = b.size / dof
             cov, sd, used = cov * widen, sigma * float(np.sqrt(widen)), len(cut)
-    eff = _efficiency(x, free, start, shape)
+    eff = _with_errors(_efficiency(x, free, start, shape), free, cov, sd, dof)
+    return Fit(eff, free, cov, sd, shape, used)
+
+
+def _with_errors(eff: Efficiency, free: Sequence[str], cov: np.ndarray, sd: float, dof: int) -> Efficiency:
+    """``eff`` with what its intervals need: each free parameter's standard error (None where
+    the runs leave it unknown), and where every one is known, the covariance, the runs' scatter
+    ``sd`` and its degrees of freedom ``dof``."""
     variances = np.diag(cov)
     known = variances >= -1e-15  # below: the information was not positive definite, the error unknown
     sds = dict(zip(free, np.where(known, np.sqrt(np.clip(variances, 0.0, None)), np.nan).tolist()))
-    whole = bool(
-        np.all(np.isfinite(cov))
-        and np.all(known)
-        and np.isfinite(sd)  # else no interval
-        and all(_finite(v) is not None for v in sds.values())
-        and sd <= SD_MAX
-    )
+    whole = bool(np.all(np.isfinite(cov)) and np.all(known) and np.isfinite(sd)  # else no interval
+                 and all(_finite(v) is not None for v in sds.values()) and sd <= SD_MAX)  # fmt: skip
     written = (cov + cov.T) / 2  # symmetric to the last digit, as the table's check wants it
     np.fill_diagonal(written, np.square(np.sqrt(np.clip(variances, 0.0, None))))  # the *_sd fields' squares exactly
-    eff = replace(eff, noise_scale_sd=_finite(sds.get("noise_scale")),
-                  batch_exponent_sd=_finite(sds.get("batch_exponent")),
-                  target_steps_sd=_finite(sds.get("target_steps")),
-                  covariance=tuple(tuple(row) for row in written.tolist()) if whole else None,
-                  run_sd=float(sd) if whole else None, run_dof=int(dof) if whole else None)  # fmt: skip
-    return Fit(eff, free, cov, sd, shape, used)
+    return replace(eff, noise_scale_sd=_finite(sds.get("noise_scale")),
+                   batch_exponent_sd=_finite(sds.get("batch_exponent")),
+                   target_steps_sd=_finite(sds.get("target_steps")),
+                   covariance=tuple(tuple(row) for row in written.tolist()) if whole else None,
+                   run_sd=float(sd) if whole else None, run_dof=int(dof) if whole else None)  # fmt: skip
 
 
 def _checked_runs(batches: Sequence[float], steps: Sequence[float], censored: Sequence[tuple[float, float]],

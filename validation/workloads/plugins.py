@@ -158,7 +158,7 @@ def _workload_of(module: ModuleType, attr: str, spec: str, field: str) -> Worklo
         raise ConfigError(field, f"{spec} is {a_kind(value)}, {problem}")
     try:
         made = value()
-    except Exception as exc:  # the factory's own error, or one that needs arguments
+    except (Exception, SystemExit) as exc:  # the factory's own error, one that needs arguments, or sys.exit
         raise ConfigError(field, f"{spec}() failed: {_first_line(exc)}") from None
     if not isinstance(made, Workload):
         raise ConfigError(field, f"{spec}() returned {a_kind(made)}, not a Workload")
