@@ -99,9 +99,11 @@ CASES = [
     case("out-a-folder", [TRACE, "-o", "{tmp}/folder"], "--out: {tmp}/folder is a folder",
          {**GOOD, "folder/x": ""}),
     case("out-in-a-file", [TRACE, "-o", "{tmp}/t.csv/out.toml"],
-         "--out: cannot write {tmp}/t.csv/out.toml: File exists", GOOD),
+         "--out: cannot write {tmp}/t.csv/out.toml: {tmp}/t.csv is not a folder", GOOD),
     case("out-in-a-file-after-a-warning", [TRACE, "-o", "{tmp}/t.csv/out.toml"],
-         "--out: cannot write {tmp}/t.csv/out.toml: File exists", NO_COMM),
+         "--out: cannot write {tmp}/t.csv/out.toml: {tmp}/t.csv is not a folder", NO_COMM),
+    case("out-folders-not-left", [TRACE, "--model", "hinge", "-o", "{tmp}/new/sub/out.toml"],  # were made, and left
+         "--model: worker 0 was seen at 2 batch size(s); hinge needs 3 or more", GOOD),
     case("no-trace", [], "hetsim calibrate: the following arguments are required: trace"),
     case("out-twice-attached", [TRACE, "-o{tmp}/a.toml", "-o{tmp}/b.toml"],  # the last one was written, silently
          "hetsim calibrate: argument -o/--out: given twice (give it once)", GOOD),

@@ -34,6 +34,9 @@ CASES = [
          "9223372036854775807", {"e.toml": TABLE.replace("16", str(2**63 - 1))}),
     case("run-sd-absurd", PLAN, "--efficiency: {tmp}/e.toml: workload.efficiency.run_sd: must be in [0, 50], got 1000",
          {"e.toml": TABLE + "run_sd = 1000\n"}),
+    case("dof-past-scipy", PLAN,  # scipy's t took no integer of 2^64: a traceback
+         "--efficiency: {tmp}/e.toml: workload.efficiency.run_dof: must be in [1, 1099511627776], got "
+         "18446744073709551616", {"e.toml": TABLE + f"run_dof = {2**64}\n"}),
     case("correlation-of-tiny-errors", PLAN,  # the correlations overflowed, with two RuntimeWarnings
          "--efficiency: {tmp}/e.toml: workload.efficiency.covariance: must be positive semi-definite (a correlation "
          "beyond -1 or 1)", {"e.toml": TABLE + "target_steps_sd = 1e-200\nnoise_scale_sd = 1e-200\n"

@@ -197,6 +197,9 @@ CASES = [
     case("workload-factory-needs-arguments", ["--workload", "{tmp}/w.py:make"],
          "--workload: {tmp}/w.py:make() failed: TypeError: make() missing 1 required positional argument: 'n'",
          {"w.py": WORKLOAD_FILE + "def make(n):\n    return WORKLOAD\n"}),
+    case("workload-model-factory-exits", ["--workload", "{tmp}/w.py:WORKLOAD"],  # exit status 0, silent
+         "--workload: tiny: building the model failed: SystemExit: 0",
+         {"w.py": WORKLOAD_FILE.replace("return nn.Linear(3, 2)", "raise SystemExit(0)")}),
     case("workload-factory-exits", ["--workload", "{tmp}/w.py:bye"],  # ended the command, exit status 0, silent
          "--workload: {tmp}/w.py:bye() failed: SystemExit: 0",
          {"w.py": WORKLOAD_FILE + "def bye():\n    raise SystemExit(0)\n"}),

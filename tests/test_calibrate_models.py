@@ -301,7 +301,7 @@ def test_cli_json_report(tmp_path, capsys):
     assert report["scenario"]["workers"][0]["cost"]["model"] == "hinge"
     assert tomllib.loads((tmp_path / "cal.toml").read_text()) == report["scenario"]
     assert main(["calibrate", str(trace), "--model", "table"]) == 0
-    assert "w0 table, ms: t@8: " in capsys.readouterr().out
+    assert "w0 table (ms): t@8 " in capsys.readouterr().out
 
 
 def test_a_table_flat_at_the_top_is_a_warning():

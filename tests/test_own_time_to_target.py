@@ -35,11 +35,12 @@ BLOBS = Workload.from_parts("blobs", lambda: nn.Linear(4, 2), (X[:500], Y[:500])
                             nn.functional.cross_entropy)
 LINE = Workload.from_parts("line", lambda: nn.Linear(4, 2), (X[:500], X[:500, :2]), (X[500:], X[500:, :2]),
                            nn.functional.mse_loss)
-OWN, ODD, TYPO = (Workload.from_parts(n, lambda: nn.Linear(4, 2), (X[:500], Y[:500]), (X[500:], Y[500:]),
-                                      nn.functional.cross_entropy) for n in ("own", "odd", "typo"))
+OWN, ODD, TYPO, UNSET = (Workload.from_parts(n, lambda: nn.Linear(4, 2), (X[:500], Y[:500]), (X[500:], Y[500:]),
+                                             nn.functional.cross_entropy) for n in ("own", "odd", "typo", "unset"))
 OWN.sweep_defaults = SweepDefaults(10, "adam", 0.01, 0.85, 40, 20, 3)  # its own: no option needed
 ODD.sweep_defaults = SweepDefaults(10, "rmsprop", 0.01, 0.85, 40, 20, 3)
 TYPO.sweep_defaults = {"base_batch": 10}
+UNSET.sweep_defaults = SweepDefaults(10, "adam", float("nan"), 0.85, 40, 20, 3)
 
 
 def explode(out, y):
@@ -182,7 +183,9 @@ def test_held_out_accuracy_is_counted_exactly_so_a_round_target_is_reached_where
     [
         ("BLOBS", [],
          "--base-batch: needed for '{tmp}/mine.py:BLOBS', which declares no sweep defaults (Workload.sweep_defaults)"),
-        ("ODD", [], "--workload: {tmp}/mine.py:ODD's sweep_defaults.optimizer must be one of sgd, adam, got 'rmsprop'"),
+        ("ODD", [],
+         "--workload: {tmp}/mine.py:ODD's sweep_defaults.optimizer must be 'sgd' or 'adam', got 'rmsprop'"),
+        ("UNSET", [], "--workload: {tmp}/mine.py:UNSET's sweep_defaults.lr must be finite, got nan"),  # not --lr
         ("TYPO", [], "--workload: {tmp}/mine.py:TYPO's sweep_defaults must be a SweepDefaults "
          "(validation.workloads.sweep_defaults), got a table"),
         ("BLOBS", ["--base-batch", "8", "--lr", "0.1"],
@@ -231,6 +234,6 @@ def test_a_run_whose_workload_raises_ends_the_sweep_in_one_line(
             "0.9", "--batches", "1", "--seeds", "1", "--max-steps", "5", "--out", str(tmp_path / "out")]  # fmt: skip
     assert validation_main(argv) == 1
     assert capsys.readouterr().err == (
-        "validation: error: the run at batch 8 seed 0 failed: RuntimeError: loss exploded; the finished runs are kept "
-        f"in {tmp_path / 'out'}: run the same command again to resume\n"
+        "validation: error: the run at batch 8 seed 0 failed: RuntimeError: loss exploded; fix the workload, then run "
+        "the same command again\n"
     )

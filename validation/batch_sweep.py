@@ -96,15 +96,25 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
     )  # fmt: skip
 
 
+STEP_FIELDS = ("max_steps", "quick_max_steps", "eval_gap")  # SweepDefaults' counts of steps
+
+
 def _declared(given: object, name: str) -> SweepDefaults | None:
-    """A workload's ``sweep_defaults``, checked where the options' own checks do not reach (the
-    optimizer: ``--optimizer`` is checked as it is parsed); ConfigError on ``--workload``."""
+    """A workload's ``sweep_defaults``, each value checked as its option would be, and refused on
+    ``--workload`` naming the workload (the user typed no option to blame)."""
     if given is not None and not isinstance(given, SweepDefaults):
         raise ConfigError("--workload", f"{name}'s sweep_defaults must be a SweepDefaults "
                           f"(validation.workloads.sweep_defaults), got {typename(given)}")  # fmt: skip
-    if given is not None and given.optimizer not in OPTIMIZER_NAMES:
-        raise ConfigError("--workload", f"{name}'s sweep_defaults.optimizer must be one of "
-                          f"{', '.join(OPTIMIZER_NAMES)}, got {given.optimizer!r}")  # fmt: skip
+    if given is None:
+        return None
+    checks = (Param("base_batch", "integer", low=1), Param("optimizer", "choice", choices=OPTIMIZER_NAMES),
+              Param("lr", low=0.0, low_open=True, high=MAX_LR), Param("target", low=0.0, low_open=True, high=1.0),
+              *(Param(k, "integer", low=1, high=MAX_STEPS) for k in STEP_FIELDS))  # fmt: skip
+    for check in checks:
+        try:
+            check.check(getattr(given, check.name))
+        except ConfigError as exc:
+            raise ConfigError("--workload", f"{name}'s sweep_defaults.{exc.field} {exc.problem}") from None
     return given
 
 
@@ -163,9 +173,9 @@ def _outcome(config: SweepConfig, task: tuple[int, int], run: Any) -> Any:
 
     try:
         return run()
-    except BrokenProcessPool:
+    except (BrokenProcessPool, ConfigError):  # a process that died; a refusal, already one line
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise RunFailed(task[1] * config.base_batch, task[0], exc) from exc
 
 

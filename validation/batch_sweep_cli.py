@@ -75,8 +75,12 @@ def cmd_batch_sweep(args: argparse.Namespace) -> int:
         with sigterm_as_interrupt():  # SIGTERM ends the sweep as Ctrl-C does
             found = run_sweep(config, echo)
     except RunFailed as exc:  # the workload's code raised: one line, the finished runs kept
-        print(f"validation: error: the run at batch {exc.batch} seed {exc.seed} failed: {exc}; the finished runs are "
-              f"kept in {config.out}: run the same command again to resume", file=sys.stderr)  # fmt: skip
+        from validation.batch_sweep_resume import kept_runs
+
+        finished = kept_runs(config)
+        kept = f": its {finished} finished run{'s' * (finished != 1)} are kept in {config.out}" if finished else ""
+        print(f"validation: error: the run at batch {exc.batch} seed {exc.seed} failed: {exc}; fix the workload, "
+              f"then run the same command again{kept}", file=sys.stderr)  # fmt: skip
         return 1
     except BrokenProcessPool as exc:  # a run's process died (killed, out of memory): the finished runs are kept
         print(f"validation: error: a run's process died ({exc}); the finished runs are kept in {config.out}: "

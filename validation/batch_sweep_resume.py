@@ -62,6 +62,11 @@ def check_same_settings(config: Any) -> None:
                               "settings to resume it")  # fmt: skip
 
 
+def kept_runs(config: Any) -> int:
+    """How many runs the sweep's folder keeps (from this start, or an earlier one)."""
+    return sum(1 for _ in (Path(config.out) / KEPT).glob("*.json"))
+
+
 def kept(config: Any, batch: int, seed: int) -> Any | None:
     """The kept result of (batch, seed) when it was run with the sweep's settings, else None."""
     from validation.batch_sweep_train import PointResult

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from hetsim.cli.common import add_scenario_options, check_out_file, check_seed, scenario_of, scenario_policies
 from hetsim.core.console import path_argument
 from hetsim.core.errors import ConfigError
-from hetsim.core.files import atomic_write, check_writable, json_text
+from hetsim.core.files import atomic_write, check_new_file, json_text
 
 if TYPE_CHECKING:
     from hetsim.analysis.analytic import Prediction
@@ -214,8 +214,8 @@ def _other_params(row: Mapping[str, Any]) -> str | None:
     other = {k: v for k, v in row["params"].items() if k not in dict(COST_CELLS)}
     if not other:
         return None
-    points = ", ".join(f"{key}: {_with_se(value, row['se'].get(key), 1e3, 3)}" for key, value in other.items())
-    return f"w{row['worker']} {row['model']}, ms: {points}"
+    points = ", ".join(f"{key} {_with_se(value, row['se'].get(key), 1e3, 3)}" for key, value in other.items())
+    return f"w{row['worker']} {row['model']} (ms): {points}"
 
 
 def fit_table(calibration: Calibration) -> str:
@@ -302,8 +302,10 @@ def _noise_network_workload(calibration: Calibration) -> list[str]:
     lag = noise.mean_persistence
     persistence = "-" if lag is None else f"{lag:.3f}"
     net = calibration.network
-    network = f"network: {net.name}, " + ", ".join(
-        _quantity(key, value) for key, value in net.param_values().items() if value is not None
+    network = (
+        f"network: {net.name}, "
+        + ", ".join(_quantity(key, value) for key, value in net.param_values().items() if value is not None)
+        + " (an exchange: a step's all-reduce, an async update's push and pull)"
     )
     workload = (
         f"workload: global batch {calibration.global_batch}, {calibration.epochs} epochs x "
@@ -334,7 +336,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             f"the trace holds {len(found)} policies ({', '.join(found)}); calibrate one at a time with --policy NAME",
         )
     if args.out is not None:
-        check_writable(args.out, "--out")  # before the fit, whose warnings would come first otherwise
+        check_new_file(args.out, "--out")  # before the fit (its warnings would come first), making no folder yet
     name = args.name or f"calibrated-{Path(args.trace).stem}"
     calibration = calibrate(frame, name=name, policy=args.policy, model=model, scheduled_split=args.scheduled_split)
     record = provenance()

@@ -110,14 +110,18 @@ def interval_warnings(result: Any) -> list[str]:
     to measure; a parameter the runs do not determine has no standard error (None in the table)."""
     import math
 
-    eff = result.efficiency
+    eff, n = result.efficiency, len(result.free)
     if not math.isfinite(result.residual_sd):
-        return [f"{len(result.free)} parameters fitted to as many runs: no scatter is measured, so neither this table "
+        return [f"{n} parameter{'s' * (n > 1)} fitted to as many runs: no scatter is measured, so neither this table "
                 "nor plan gives the steps an interval; run more seeds"]  # fmt: skip
+    if eff.run_sd is None and eff.fitted == result.free:
+        return [f"the runs scatter by more than a factor of e^50 about the fit (residual sd of ln steps "
+                f"{result.residual_sd:.3g}): no interval for the steps"]  # fmt: skip
     unknown = [k for k in result.free if k not in eff.fitted]
-    if unknown or eff.run_sd is None:
-        return [f"the runs do not determine {', '.join(unknown or result.free)}: no interval for the steps (run more "
-                "batches or seeds, or fit with --no-exponent)"]  # fmt: skip
+    if unknown:
+        hint = ", or fit with --no-exponent" if "batch_exponent" in result.free else ""
+        return [f"the runs do not determine {', '.join(unknown)}: no interval for the steps (run more batches or "
+                f"seeds{hint})"]  # fmt: skip
     return []
 
 

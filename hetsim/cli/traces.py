@@ -94,7 +94,7 @@ def default_out(source: Path) -> Path:
 
 
 def cmd_export_trace(args: argparse.Namespace) -> int:
-    from hetsim.core.files import check_writable
+    from hetsim.core.files import check_new_file
     from hetsim.core.provenance import provenance
     from hetsim.traces.chrome import check_size, lay_out, select_steps, write_chrome
     from hetsim.traces.sources import describe, load_source
@@ -118,7 +118,7 @@ def cmd_export_trace(args: argparse.Namespace) -> int:
         raise ConfigError("--steps", f"{args.steps} is an empty step range: no step of the trace lies in it")
     chosen = args.steps or "all steps"
     events = check_size(laid, chosen)
-    check_writable(out, "--out")
+    check_new_file(out, "--out")
     for laid_run in laid:
         drawn = laid_run.buckets
         if drawn is not None and drawn.steps_drawn < drawn.steps:

@@ -180,8 +180,10 @@ def parse_counts(text: str, option: str) -> tuple[int, ...]:
     ASCII digits only, as int() also takes ``1_0`` (10), `` 2`` and other scripts' digits;
     ConfigError on ``option``."""
     parts = text.split(",")
-    if not all(p.isdecimal() and p.isascii() and len(p) <= 15 for p in parts):  # 15 digits: past any batch
+    if not all(p.isdecimal() and p.isascii() for p in parts):
         raise ConfigError(option, f"expected whole numbers separated by commas, got {text!r}")
+    if any(len(p) > 15 for p in parts):  # past any batch, and int() refuses thousands of digits
+        raise ConfigError(option, f"a value of more than 15 digits in {text!r}")
     out = tuple(int(p) for p in parts)
     if min(out) < 1:
         raise ConfigError(option, f"every value must be >= 1, got {text!r}")

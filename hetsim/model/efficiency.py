@@ -75,7 +75,8 @@ def lr_factor(rule: str, batch: float, base_batch: float) -> float:
 
 EXPONENT_BOUND = 4.0  # |batch_exponent| at most this: in a table, and in the fit (hetsim.model.efficiency_fit)
 # An sd of a log (or of the exponent) beyond this is no measurement: the fit leaves it out, a table may not hold it
-# (its interval's exp(1.96 sd) and goodput's draws of the noise scale stay within a float)
+# (goodput's draws of the noise scale, exp(sd x a Gauss-Hermite node), stay within a float; an interval's bound
+# past a float's range reads as unbounded)
 SD_MAX = 50.0
 
 EFFICIENCY_PARAMS = (
@@ -102,7 +103,7 @@ EFFICIENCY_PARAMS = (
           doc="covariance of the fitted ln(target_steps), ln(noise_scale), batch_exponent (those with an *_sd)"),
     Param("run_sd", default=None, low=0.0, high=SD_MAX,
           doc="sd of one run's ln(steps) about the fit (the runs' scatter)"),
-    Param("run_dof", "integer", default=None, low=1,
+    Param("run_dof", "integer", default=None, low=1, high=MAX_COUNT,
           doc="the fit's residual degrees of freedom (runs less parameters): its intervals' t quantile"),
 )  # fmt: skip
 EXTENSION_FIELDS = ("batch_exponent", "measured_batch", "lr_scaling", "lr", "optimizer", "fit_batches",

@@ -50,7 +50,7 @@ def check_model(workload: Workload, field: str) -> None:
     with torch.random.fork_rng(devices=[]):
         try:
             model = workload.build_model()
-        except Exception as exc:  # a plug-in's factory: any error is the workload's
+        except (Exception, SystemExit) as exc:  # a plug-in's factory: any error, or sys.exit, is the workload's
             first = (str(exc).strip().splitlines() or [""])[0]
             problem = f"building the model failed: {type(exc).__name__}: {first}"
             raise ConfigError(field, f"{workload.name}: {problem}") from None

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 
 class SweepDefaults(NamedTuple):
-    """A workload's sweep settings where the command line names none (nan: the user's to give)."""
+    """A workload's sweep settings where the command line names none."""
 
     base_batch: int
     optimizer: str  # a key of validation.batch_sweep_train.OPTIMIZERS
@@ -21,5 +21,6 @@ class SweepDefaults(NamedTuple):
 
 
 # A workload that declares none (resnet18, most plug-ins): its base batch, learning rate and target
-# are the user's to give; SGD, and the caps and evaluation spacing digits-cnn has, unless named.
+# are the user's to give (the sweep refuses to start without them; nan here is never used); SGD, and
+# the caps and evaluation spacing digits-cnn has, unless named.
 UNDECLARED = SweepDefaults(0, "sgd", math.nan, math.nan, 3000, 1000, 1)
