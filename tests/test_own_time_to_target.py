@@ -224,6 +224,7 @@ def test_a_workload_that_declares_its_sweep_defaults_needs_no_options(tmp_path: 
     assert (build_config(args).lr, build_config(args).optimizer, build_config(args).max_steps) == (0.2, "sgd", 40)
 
 
+@pytest.mark.slow  # --jobs 2: two processes import torch
 def test_a_run_whose_workload_raises_ends_the_sweep_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -232,8 +233,8 @@ def test_a_run_whose_workload_raises_ends_the_sweep_in_one_line(
     (tmp_path / "mine.py").write_text(PLUGIN, encoding="utf-8")
     argv = ["batch-sweep", "--workload", f"{tmp_path}/mine.py:BOOM", "--base-batch", "8", "--lr", "0.1", "--target",
             "0.9", "--batches", "1", "--seeds", "1", "--max-steps", "5", "--out", str(tmp_path / "out")]  # fmt: skip
-    assert validation_main(argv) == 1
-    assert capsys.readouterr().err == (
-        "validation: error: the run at batch 8 seed 0 failed: RuntimeError: loss exploded; fix the workload, then run "
-        "the same command again\n"
-    )
+    line = ("validation: error: the run at batch 8 seed 0 failed: RuntimeError: loss exploded; fix the workload, then "
+            "run the same command again\n")  # fmt: skip
+    assert validation_main(argv) == 1 and capsys.readouterr().err == line
+    assert validation_main([*argv[:-1], str(tmp_path / "out2"), "--jobs", "2"]) == 1  # raised in a worker process
+    assert capsys.readouterr().err == line
