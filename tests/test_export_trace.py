@@ -327,7 +327,7 @@ def test_the_layout_moves_a_late_row_later_never_shortens_it():
     trace = Trace.from_frame(frame)
     w = lay_out(ExportRun(trace), np.arange(len(frame))).workers
     assert (w.start_ns == np.rint(1e9 * 2.1 * trace.step[w.rows])).all()  # step 3 where step 2 ended: 6.3 s
-    for part, dur in (("compute_s", w.compute_dur), ("wait_s", w.wait_dur), ("comm_s", w.comm_dur)):
+    for part, dur in (("compute_s", w.compute_dur_ns), ("wait_s", w.wait_dur_ns), ("comm_s", w.comm_dur_ns)):
         assert np.abs(dur - 1e9 * getattr(trace, part)[w.rows]).max() <= 1.0, part
 
 

@@ -216,7 +216,7 @@ def test_a_one_rank_cuda_job_reads_its_backward_and_collectives_from_every_threa
     rank = read_rank(path)
     assert [c.name for c in rank.collectives] == ["c10d::broadcast_", "c10d::allreduce_"] * 3
     assert all(c.ran.start_s == c.ran.end_s == c.issue.end_s for c in rank.collectives)
-    assert rank.backward == {k + 1: pytest.approx((1_000_000.0 + k * 10_000.0 + 2000) * 1e-6) for k in range(3)}
+    assert rank.backward_s == {k + 1: pytest.approx((1_000_000.0 + k * 10_000.0 + 2000) * 1e-6) for k in range(3)}
     frame = import_traces([path]).trace.to_frame()
     assert list(frame["local_batch"]) == [64, 64, 64]
     assert np.allclose(frame["compute_s"], (10_000.0 - 70.0) * 1e-6) and np.allclose(frame["comm_s"], 70e-6)

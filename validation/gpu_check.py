@@ -60,11 +60,11 @@ class Outcome:
     name: str
     passed: bool
     detail: str
-    seconds: float = 0.0
+    wall_s: float = 0.0
     problems: list[str] = field(default_factory=list)
 
     def line(self) -> str:
-        return f"{'PASS' if self.passed else 'FAIL'} {self.name}: {self.detail} ({self.seconds:.1f} s)"
+        return f"{'PASS' if self.passed else 'FAIL'} {self.name}: {self.detail} ({self.wall_s:.1f} s)"
 
 
 def require_cuda() -> tuple[int, str]:

@@ -60,19 +60,19 @@ class Buckets:
     times_s: tuple[float, ...]
     backlog: tuple[float, ...]
 
-    def exposed_s(self, finish: np.ndarray, compute: np.ndarray, waited: np.ndarray | None = None) -> np.ndarray:
+    def exposed_s(self, finish_s: np.ndarray, compute_s: np.ndarray, waited: np.ndarray | None = None) -> np.ndarray:
         """The all-reduce time left after the barrier: the step's end minus the last waited-for
-        finish. ``finish`` and ``compute`` are (..., workers): when each worker finished, from the
-        step's start, and its compute time; ``waited`` marks the workers whose gradients the
+        finish. ``finish_s`` and ``compute_s`` are (..., workers): when each worker finished, from
+        the step's start, and its compute time; ``waited`` marks the workers whose gradients the
         step waits for (None: all). Both engines call this with the same arrays, so their clocks
         agree to the last bit."""
         if waited is not None:
-            finish = np.where(waited, finish, -np.inf)
-        barrier = finish.max(axis=-1)
-        end = np.full(np.shape(barrier), -np.inf)
+            finish_s = np.where(waited, finish_s, -np.inf)
+        barrier_s = finish_s.max(axis=-1)
+        end_s = np.full(np.shape(barrier_s), -np.inf)
         for time_s, backlog in zip(self.times_s, self.backlog):
-            end = np.maximum(end, (finish - compute * backlog).max(axis=-1)) + time_s
-        return end - barrier
+            end_s = np.maximum(end_s, (finish_s - compute_s * backlog).max(axis=-1)) + time_s
+        return end_s - barrier_s
 
     def end_s(self, barrier: Any) -> Any:
         """The step's end when every worker starts at 0 and the last waited-for one finishes at

@@ -79,7 +79,7 @@ class Laid:
     def count(self) -> int:
         """The events :func:`run_events` makes of it (metadata included)."""
         w = self.workers
-        slices = len(w.rows) + sum(int(np.count_nonzero(d)) for d in (w.compute_dur, w.wait_dur, w.comm_dur))
+        slices = len(w.rows) + sum(int(np.count_nonzero(d)) for d in (w.compute_dur_ns, w.wait_dur_ns, w.comm_dur_ns))
         tracks = len(np.unique(self.run.trace.worker[w.rows])) + len(np.unique(self.slowdowns.worker))
         tracks += len(np.unique(self.failures.worker)) + (self.buckets is not None)
         counters = len(_share_changes(self.run.trace, w.rows)) if self.run.trace.synchronous else 0
@@ -133,8 +133,8 @@ def worker_events(laid: Laid, pid: int) -> Iterator[Event]:
     exposed = {"exposed": True} if laid.buckets is not None else {}
     rows = w.rows
     arrays = (_tid(trace.worker[rows], WORKER), trace.step[rows], trace.epoch[rows], trace.local_batch[rows],
-              trace.included[rows], w.start_ns, w.step_dur, w.compute_ns, w.compute_dur, w.wait_ns, w.wait_dur,
-              w.comm_ns, w.comm_dur)  # fmt: skip
+              trace.included[rows], w.start_ns, w.step_dur_ns, w.compute_ns, w.compute_dur_ns, w.wait_ns, w.wait_dur_ns,
+              w.comm_ns, w.comm_dur_ns)  # fmt: skip
     columns = zip(*(a.tolist() for a in arrays))  # plain Python numbers: no NumPy scalar per event
     for tid, step, epoch, batch, kept, start, dur, c_at, c_dur, w_at, w_dur, m_at, m_dur in columns:
         args: dict[str, Any] = {"step": step, "epoch": epoch, "local_batch": batch}

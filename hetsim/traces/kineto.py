@@ -88,9 +88,9 @@ class RankTrace:
     busy: list[Span]  # the main thread's leaf operators, by start
     collectives: list[Collective]  # in issue order
     batch: dict[int, int]  # step -> local batch from the recorded input shapes (steps that have one)
-    forward: dict[int, float]  # step -> when its first forward operator started (steps that have one)
-    backward: dict[int, float]  # step -> when its backward's last operator started (steps that have one)
-    zeroed: dict[int, float]  # step -> when the last zero_grad before its forward ended (steps that have one)
+    forward_s: dict[int, float]  # step -> when its first forward operator started (steps that have one)
+    backward_s: dict[int, float]  # step -> when its backward's last operator started (steps that have one)
+    zeroed_s: dict[int, float]  # step -> when the last zero_grad before its forward ended (steps that have one)
     device_busy: list[Span]  # CUDA: the non-collective kernels (empty on CPU)
     base_ns: int | None = None  # baseTimeNanoseconds: ranks on one host with the same base share one clock
 
@@ -141,8 +141,8 @@ def read_rank(path: Path) -> RankTrace:
         path=path, rank=info["rank"], world_size=info["world_size"], backend=str(info.get("backend", "")),
         host=str(data.get("host_name", "")), segment=segment if isinstance(segment, str) else None,
         steps=steps, busy=_leaves(ops, main), collectives=_collectives(events, every_op, info["world_size"], path),
-        batch=batch, forward=forward, backward=_backward(every_op, steps),
-        zeroed=_zeroed(events, main, forward), device_busy=_device_busy(events),
+        batch=batch, forward_s=forward, backward_s=_backward(every_op, steps),
+        zeroed_s=_zeroed(events, main, forward), device_busy=_device_busy(events),
         base_ns=data["baseTimeNanoseconds"] if isinstance(data.get("baseTimeNanoseconds"), int) else None,
     )  # fmt: skip
 

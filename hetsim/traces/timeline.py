@@ -70,13 +70,13 @@ class WorkerLayout:
     compute_ns: np.ndarray
     wait_ns: np.ndarray
     comm_ns: np.ndarray
-    compute_dur: np.ndarray
-    wait_dur: np.ndarray
-    comm_dur: np.ndarray
+    compute_dur_ns: np.ndarray
+    wait_dur_ns: np.ndarray
+    comm_dur_ns: np.ndarray
 
     @property
-    def step_dur(self) -> np.ndarray:
-        return self.compute_dur + self.wait_dur + self.comm_dur
+    def step_dur_ns(self) -> np.ndarray:
+        return self.compute_dur_ns + self.wait_dur_ns + self.comm_dur_ns
 
     def starts_by_row(self, n_rows: int) -> np.ndarray:
         """Each step slice's start at its row's index in the trace (0 for rows not laid out)."""
@@ -108,9 +108,9 @@ def layout_workers(trace: Trace, rows: np.ndarray) -> WorkerLayout:
         compute_ns=start + shift + np.where(wait_first, first, 0),
         wait_ns=start + shift + np.where(wait_first, 0, first),
         comm_ns=barrier + shift,
-        compute_dur=np.where(wait_first, second, first),
-        wait_dur=np.where(wait_first, first, second),
-        comm_dur=end - barrier,
+        compute_dur_ns=np.where(wait_first, second, first),
+        wait_dur_ns=np.where(wait_first, first, second),
+        comm_dur_ns=end - barrier,
     )
 
 
@@ -173,7 +173,7 @@ def slowdown_spans(trace: Trace, layout: WorkerLayout) -> Spans:
     factor (not 1), from the first one's start to the last one's end."""
     assert trace.slowdown is not None  # Trace fills it in
     factor, worker = trace.slowdown[layout.rows], trace.worker[layout.rows]
-    end = layout.start_ns + layout.step_dur
+    end = layout.start_ns + layout.step_dur_ns
     active = factor != 1.0
     joins = active[:-1] & active[1:] & (factor[1:] == factor[:-1]) & (worker[1:] == worker[:-1])
     joins &= layout.start_ns[1:] - end[:-1] <= ADJACENT_NS
@@ -188,5 +188,5 @@ def failure_spans(trace: Trace, layout: WorkerLayout) -> Spans:
     an update it waited for a repair before computing."""
     rows = layout.rows
     down = ~_up(trace)[rows] if trace.synchronous else np.ones(len(rows), dtype=np.bool_)
-    down &= layout.wait_dur > 0
-    return Spans(trace.worker[rows][down], layout.start_ns[down], layout.wait_dur[down], np.zeros(int(down.sum())))
+    down &= layout.wait_dur_ns > 0
+    return Spans(trace.worker[rows][down], layout.start_ns[down], layout.wait_dur_ns[down], np.zeros(int(down.sum())))

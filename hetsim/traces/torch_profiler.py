@@ -217,8 +217,8 @@ def _acausal(issues: np.ndarray, ends: np.ndarray, offsets: Sequence[float]) -> 
 
 def _compute(rank: RankTrace, number: int, blocked: list[Span | None]) -> float:
     span = rank.steps[number]
-    forward = rank.forward.get(number, span.start_s)
-    return compute_time(span, forward, rank.backward.get(number, forward), blocked, rank.zeroed.get(number))
+    forward = rank.forward_s.get(number, span.start_s)
+    return compute_time(span, forward, rank.backward_s.get(number, forward), blocked, rank.zeroed_s.get(number))
 
 
 def local_batch(rank: RankTrace, step: int, batch: Mapping[int, int] | None) -> tuple[int, str]:
