@@ -138,6 +138,16 @@ def test_the_costs_command_prints_each_workers_expected_time(capsys):
     assert [(r["worker"], r["name"], r["batch"]) for r in rows[:2]] == [(0, "v100#0", 16), (0, "v100#0", 256)]
     assert rows[0]["compute_s"] == pytest.approx(1 / GAVEL_V100_RESNET18[16], rel=1e-12)  # noise has mean 1
     assert rows[1]["compute_s"] == pytest.approx(1 / GAVEL_V100_RESNET18[256], rel=1e-12)
+    assert [(r["extrapolated"], r["beyond_max_batch"]) for r in rows if r["batch"] == 16] == [(None, False)] * 6
+    assert main(["costs", "mixed-gpus", "--batch", "8,256,512", "--set", "workers.0.max_batch=512", "--json"]) == 0
+    marks = {
+        (r["name"], r["batch"]): (r["extrapolated"], r["beyond_max_batch"]) for r in json.loads(capsys.readouterr().out)
+    }
+    assert marks[("v100#0", 8)] == ("below", False)  # the first point held flat: not measured
+    assert marks[("v100#0", 512)] == ("beyond", False)  # past the largest measured batch, within its max_batch
+    assert marks[("k80#0", 256)] == (None, True)  # measured, but beyond the scenario's cap of 128
+    assert main(["costs", "workstation", "--batch", "16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["extrapolated"] is None  # a formula: no measured range
     assert main(["costs", "workstation", "--batch", "16"]) == 0
     assert "22.40" in capsys.readouterr().out  # 8 ms + 16 x 0.9 ms
     assert main(["costs", "paper", "--batch", "16,zero"]) == 2

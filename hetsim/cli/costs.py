@@ -74,6 +74,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
     batches = parse_batches(args.batch)
     rows = [
         {"worker": i, "name": w.name, "batch": b, "compute_s": w.expected_compute_s(b),
+         "extrapolated": _outside(w.cost.measured(), b),
          "beyond_max_batch": w.max_batch is not None and b > w.max_batch}
         for i, w in enumerate(scenario.workers)
         for b in batches
@@ -81,23 +82,35 @@ def cmd_costs(args: argparse.Namespace) -> int:
     if args.json:
         print(json_text(rows))
         return 0
-    table = [
-        [str(i), w.name, *(_cell(w.expected_compute_s(b), w.max_batch is not None and b > w.max_batch)
-                           for b in batches)]
-        for i, w in enumerate(scenario.workers)
-    ]  # fmt: skip
+    table = [[str(i), scenario.workers[i].name, *(_cell(r) for r in rows if r["worker"] == i)]
+             for i in range(scenario.n_workers)]  # fmt: skip
     print(f"{scenario.name}: expected compute time (ms) of each worker at each local batch size")
     print(text_table(["worker", "name", *(f"b={b}" for b in batches)], table, {0, 1}))
-    beyond = sorted({f"{w.name} ({w.max_batch})" for w in scenario.workers
-                     if w.max_batch is not None and any(b > w.max_batch for b in batches)})  # fmt: skip
-    if beyond:
-        print(f"* beyond the worker's max_batch, which no policy gives it: extrapolated ({', '.join(beyond)})")
+    for mark, said in FOOTNOTES:
+        if any(mark in _cell(r) for r in rows):
+            print(f"{mark} {said}")
     return 0
 
 
-def _cell(compute_s: float, beyond: bool) -> str:
-    """A time in ms, starred when the batch is beyond the worker's max_batch (an extrapolation)."""
-    return f"{1e3 * compute_s:.2f}" + ("*" if beyond else " ")
+FOOTNOTES = (("~", "outside the batches the worker's curve was measured at: extrapolated (below: its first "
+                   "point held flat; beyond: its last segment carried on)"),
+             ("*", "beyond the worker's max_batch, which no policy gives it"))  # fmt: skip
+
+
+def _outside(measured: tuple[float, float] | None, batch: int) -> str | None:
+    """``below`` or ``beyond`` the batches a measured curve rests on, None inside them (or a formula)."""
+    if measured is None:
+        return None
+    return "below" if batch < measured[0] else "beyond" if batch > measured[1] else None
+
+
+def _cell(row: dict[str, Any]) -> str:
+    """A time in ms, marked ``~`` where extrapolated and ``*`` beyond the worker's max_batch."""
+    return (
+        f"{1e3 * row['compute_s']:.2f}"
+        + ("~" if row["extrapolated"] else "")
+        + ("*" if row["beyond_max_batch"] else "")
+    )
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"profiles": cmd_profiles, "costs": cmd_costs}

@@ -66,6 +66,11 @@ class CostModel(FrozenPlugIn):
         None declared (the default): a tabulation's chords approximate the curve."""
         return ()
 
+    def measured(self) -> tuple[float, float] | None:
+        """The smallest and largest batch the curve rests on measurements at, for a curve read
+        off measured points (outside them it is extrapolated); None for a formula (the default)."""
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.name, **self.param_values()}
 
@@ -155,6 +160,9 @@ class _PiecewiseLinear(CostModel):
 
     def bends(self) -> tuple[float, ...]:
         return tuple(float(b) for b in self._b)
+
+    def measured(self) -> tuple[float, float]:
+        return float(self._b[0]), float(self._b[-1])
 
 
 @COSTS.register
