@@ -13,6 +13,7 @@ out and train with ``--device cuda``.
 
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -93,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     try:  # what a user can get wrong, refused before the ranks meet: one line, exit status 2
         plan = uneven.load_plan(args.plan, world) if args.plan is not None else None  # a plan for another cluster
         policy = plan.make() if plan else uneven.barrier_policy(args.policy)  # async, backup, ksync, goodput
+        if plan and rank == 0 and (warning := plan.lr_warning(args.lr)):
+            print(f"train_your_model: warning: {warning}", file=sys.stderr)
         args.lr = plan.lr(args.lr, 0.05) if plan else 0.05 if args.lr is None else args.lr  # a plan's rule applied
         args.slowdowns = uneven.slowdown_factors(args.slowdown, world)  # every rank's, for the run folder
         args.slowdown = args.slowdowns.get(rank, 1.0)

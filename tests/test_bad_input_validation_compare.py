@@ -192,7 +192,8 @@ CASES = [
     compare_case("no-folder", nothing, [], "validation compare: the following arguments are required: run_dir"),
     # --time-to-target
     compare_case("time-to-target-without-target", nothing, ["{run}", "--time-to-target"],
-                 "run_dir: {run} was run without --target-accuracy"),
+                 "run_dir: {run} has no target accuracy: --time-to-target needs a `validation run` with "
+                 "--target-accuracy (and --noise-scale or --efficiency)"),
     compare_case("time-to-target-without-noise-scale", nothing, ["{run}", "--time-to-target"],
                  "run_dir: {run} has no noise scale estimate (run it with --noise-scale)", config=TARGET),
     compare_case("time-to-target-noise-scale-text", epochs(noise_scale="x"), ["{run}", "--time-to-target"],

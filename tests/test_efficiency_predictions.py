@@ -255,3 +255,17 @@ def test_the_interval_holds_95_percent_of_draws_of_well_measured_parameters() ->
         steps = [replace(table, target_steps=math.exp(a), noise_scale=math.exp(b), batch_exponent=c,
                          covariance=None).steps_to_target(batch) for a, b, c in draws]  # fmt: skip
         assert np.mean((low <= np.array(steps)) & (np.array(steps) <= high)) == pytest.approx(0.95, abs=0.012)
+
+
+@pytest.mark.slow
+def test_plan_says_why_a_global_batch_it_tried_has_no_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    """At a noise scale of 32 a step of 384 or more samples learns little more than one of 64, so
+    400 steps' progress does not fit in 2 epochs there: those batches are marked and the reason
+    said (they were listed bare)."""
+    sets = ["workload.efficiency.noise_scale=32", "workload.efficiency.base_batch=64",
+            "workload.efficiency.target_steps=400", "workload.epochs=2"]  # fmt: skip
+    argv = ["plan", "paper", "--policy", "equal,optimal", "--objective", "time_to_target", "--batch-range", "64,1024"]
+    assert main([*argv, *(a for s in sets for a in ("--set", s))]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("global batches tried"))
+    assert line.endswith("256 (optimal), 384 (-), 512 (-), 768 (-), 1024 (-); -: no policy reaches the target in 2 "
+                         "epochs (raise workload.epochs)")  # fmt: skip

@@ -89,6 +89,11 @@ def test_the_trainer_runs_the_plans_rate(rate: object, given: float | None, expe
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"recommended": {**REC, "learning_rate": rate}}), encoding="utf-8")
     assert load_plan(plan, 2).lr(given, 0.05) == pytest.approx(expected)
+    warned = load_plan(plan, 2).lr_warning(given)  # only another rate than the one the efficiency was measured at
+    assert (warned is not None) == (isinstance(rate, dict) and rate.get("base_lr") is not None and given is not None)
+    if warned:
+        assert warned == ("--lr 0.3 is not the rate the plan's efficiency was measured with (0.1 at its base batch): "
+                          "the plan's time to target does not hold at this rate")  # fmt: skip
 
 
 @pytest.mark.parametrize(

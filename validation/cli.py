@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument(
         "--time-to-target",
         action="store_true",
-        help="also predict each policy's time to the run's --target-accuracy (a run made with --noise-scale)",
+        help="also predict each policy's time to the run's --target-accuracy (a validation run made with "
+        "--target-accuracy and --noise-scale or --efficiency)",
     )
     mx = sub.add_parser("matrix", help="the fidelity benchmark: a fixed set of real runs, each compared with hetsim")
     mx.add_argument("--quick", action="store_true", help="the quick subset (a few minutes on two cores)")

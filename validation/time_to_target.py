@@ -72,7 +72,8 @@ def run_targets(run: RunData) -> tuple[float, float | None, int]:
     ``evals.csv`` (every evaluation), or in a folder written before it, from ``epochs.csv``."""
     target = run.meta["config"]["target_accuracy"]
     if target is None:
-        raise ConfigError("run_dir", f"{run.path} was run without --target-accuracy")
+        raise ConfigError("run_dir", f"{run.path} has no target accuracy: --time-to-target needs a `validation run` "
+                          "with --target-accuracy (and --noise-scale or --efficiency)")  # fmt: skip
     epochs = read_epochs(run)
     noise_scale = noise_scale_of(epochs)
     if epochs is None or (noise_scale is None and not run.meta["config"].get("efficiency")):

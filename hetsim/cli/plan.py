@@ -298,8 +298,10 @@ def plan_text(result: Plan) -> str:
         policy_table(result.rows, target),
     ]
     if result.batch_range is not None:
-        tried = ", ".join(f"{b}" + ("" if p is None else f" ({p})") for b, p, _ in result.batch_search)
-        lines.append(f"global batches tried in {result.batch_range[0]}..{result.batch_range[1]}: {tried}")
+        tried = ", ".join(f"{b} ({'-' if p is None else p})" for b, p, _ in result.batch_search)
+        none = f"; -: no policy reaches the target in {wl.epochs} epochs (raise workload.epochs)" if any(
+            p is None for _, p, _ in result.batch_search) else ""  # fmt: skip
+        lines.append(f"global batches tried in {result.batch_range[0]}..{result.batch_range[1]}: {tried}{none}")
     lines += _recommended_lines(result) + _fragility_lines(result)
     lines += [f"{r.policy}: {r.note}" for r in result.rows if r.note]
     lines += [f"note: {result.extrapolation}"] if result.extrapolation else []

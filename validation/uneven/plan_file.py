@@ -61,6 +61,15 @@ class PlanChoice:
                             "it does not record: give that rate")  # fmt: skip
         return base * self.lr_factor
 
+    def lr_warning(self, given: float | None) -> str | None:
+        """What a trainer should say where ``given`` (its ``--lr``) is not the rate the plan's
+        efficiency was measured with: the plan's time to target does not hold at another rate.
+        None where it is that rate, none is given, or the plan records none."""
+        if given is None or self.base_lr is None or self.lr_factor is None or math.isclose(given, self.base_lr):
+            return None
+        return (f"--lr {given:g} is not the rate the plan's efficiency was measured with ({self.base_lr:g} at its base "
+                "batch): the plan's time to target does not hold at this rate")  # fmt: skip
+
     @property
     def fixed(self) -> bool:
         """Whether the run keeps the plan's split (a policy that does not re-split as it observes)."""
