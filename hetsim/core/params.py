@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from hetsim.core.errors import ConfigError
 
 MAX_COUNT = 2**40  # samples, epochs: far beyond any run, and sums of them stay within int64
+FLOAT_MAX = 1.7976931348623157e308  # sys.float_info.max: an integer beyond it is no float
 MAX_LR = 1e6  # a learning rate: the optimizer holds it in the parameters' dtype; past any that trains, a unit mistake
 MAX_SEED = 2**63 - 1  # TOML's largest integer: a seed is written into scenario, sweep and run files
 MAX_STEP_S = 1e9  # a step over 30 years is a unit mistake
@@ -92,9 +93,6 @@ def _finite(value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     return abs(value) <= FLOAT_MAX if isinstance(value, int) else math.isfinite(value)
-
-
-FLOAT_MAX = 1.7976931348623157e308  # sys.float_info.max
 
 
 def file_path(name: str) -> Path:
