@@ -1,50 +1,57 @@
 """Sweep throughput: cells per second with 1 and with 2 local processes, on one sweep.
 
-    python benchmarks/bench_sweep.py [--json] [--cells N]
+    python benchmarks/bench_sweep.py [--json] [--cells N] [--rounds R]
 
 The sweep is the embedded default cut to its first N grid points (every policy), so the cells
 are the real workload of `make run`. One process runs cells in-process; two use the process
-pool. Prints {"cells_per_s": {"1": ..., "2": ...}, "ratio": ...} with --json.
+pool (its start-up counted). Each round runs both once, in an order rotated from round to round
+(:func:`bench_common.time_rounds`); the ratio is taken within a round, where both saw the same
+load. Prints each rate's and the ratio's mean, median and 90th percentile over the rounds, and
+every round's figures with --json.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import time
 
-from bench_common import Parser, count, entry
+from bench_common import Parser, count, entry, stats, time_rounds
 
 from hetsim.scenario.config import tomllib
 from hetsim.sweep.run import expand, make_executor
 from hetsim.sweep.spec import default_sweep_text, load_sweep
 
 
-def measure(jobs: int, n_cells: int) -> float:
-    spec = load_sweep(tomllib.loads(default_sweep_text()))
-    spec = dataclasses.replace(spec, replications=2)
+def run_cells(jobs: int, n_cells: int) -> int:
+    """Run the first ``n_cells`` cells on ``jobs`` processes; how many finished."""
+    spec = dataclasses.replace(load_sweep(tomllib.loads(default_sweep_text())), replications=2)
     cells = expand(spec)[:n_cells]
     executor = make_executor(jobs, None)
-    start = time.perf_counter()
-    finished = sum(1 for _ in executor.run(spec, cells))
-    elapsed = time.perf_counter() - start
-    executor.close()
-    return finished / elapsed
+    try:
+        return sum(1 for _ in executor.run(spec, cells))
+    finally:
+        executor.close()
 
 
 def main() -> int:
     parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--cells", type=count, default=80)
+    parser.add_argument("--rounds", type=count, default=5, help="rounds, each running both once (default 5)")
     args = parser.parse_args()
-    rates = {str(j): measure(j, args.cells) for j in (1, 2)}
-    result = {"cells_per_s": rates, "ratio": rates["2"] / rates["1"], "cells": args.cells}
+    methods = {str(j): (lambda j=j: run_cells(j, args.cells)) for j in (1, 2)}
+    seconds = time_rounds(methods, args.rounds, warmup=False, keep=False).seconds
+    rates = {j: [args.cells / t for t in seconds[j]] for j in methods}
+    ratios = [two / one for one, two in zip(rates["1"], rates["2"])]
+    result = {"cells": args.cells, "rounds": args.rounds, "ratio": stats(ratios),
+              "cells_per_s": {j: stats(r) for j, r in rates.items()}}  # fmt: skip
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps({**result, "per_round": {"ratio": ratios, "cells_per_s": rates}}))
     else:
-        print(
-            f"1 process: {rates['1']:.2f} cells/s; 2 processes: {rates['2']:.2f} cells/s; ratio {result['ratio']:.2f}"
-        )
+        one, two, ratio = result["cells_per_s"]["1"], result["cells_per_s"]["2"], result["ratio"]
+        print(f"cells/s, median over {args.rounds} rounds: 1 process {one['median']:.1f}, 2 processes "
+              f"{two['median']:.1f}; ratio mean / median / p90 {ratio['mean']:.2f} / {ratio['median']:.2f} / "
+              f"{ratio['p90']:.2f}")  # fmt: skip
     return 0
 
 
