@@ -94,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # what a user can get wrong, refused before the ranks meet: one line, exit status 2
         plan = uneven.load_plan(args.plan, world) if args.plan is not None else None  # a plan for another cluster
         policy = plan.make() if plan else uneven.barrier_policy(args.policy)  # async, backup, ksync, goodput
-        if plan and rank == 0 and (warning := plan.lr_warning(args.lr)):
-            print(f"train_your_model: warning: {warning}", file=sys.stderr)
+        warning = plan.lr_warning(args.lr) if plan else None  # said once every input is taken
         args.lr = plan.lr(args.lr, 0.05) if plan else 0.05 if args.lr is None else args.lr  # a plan's rule applied
         args.slowdowns = uneven.slowdown_factors(args.slowdown, world)  # every rank's, for the run folder
         args.slowdown = args.slowdowns.get(rank, 1.0)
@@ -105,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         device = uneven.torch_device(f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if cuda else "cpu", "--device")
     except ValueError as exc:
         return uneven.refuse(exc, rank, "train_your_model")
+    if warning and rank == 0:
+        print(f"train_your_model: warning: {warning}", file=sys.stderr)
     if os.environ.get("LOCAL_WORLD_SIZE", "1") == os.environ.get("WORLD_SIZE", "1"):  # one machine: loopback
         os.environ.update({k: v for k, v in uneven.loopback_environment().items() if k not in os.environ})
     # each rank on its own GPU, cuda:LOCAL_RANK, under NCCL, or on the CPU under gloo; env://: torchrun's rendezvous

@@ -19,6 +19,9 @@ from validation.record import RankTiming, RunWriter, step_rows
 TARGET = {"seed": 0, "target_accuracy": 0.4}
 
 
+NO_NOISE_SCALE = "run_dir: {run} has no noise scale estimate (run it with --noise-scale, or --efficiency)"
+
+
 def fake_run(path: Path, finished: bool = True, config: dict[str, Any] | None = None) -> None:
     """A two-rank run folder: a probe of four steps, then (``finished``) one epoch of ``equal``."""
     meta = {"global_batch": 8, "steps_per_epoch": 2, "epochs": 1, "world_size": 2, "gradient_mb": 0.1,
@@ -195,9 +198,9 @@ CASES = [
                  "run_dir: {run} has no target accuracy: --time-to-target needs a `validation run` with "
                  "--target-accuracy (and --noise-scale or --efficiency)"),
     compare_case("time-to-target-without-noise-scale", nothing, ["{run}", "--time-to-target"],
-                 "run_dir: {run} has no noise scale estimate (run it with --noise-scale)", config=TARGET),
+                 NO_NOISE_SCALE, config=TARGET),
     compare_case("time-to-target-noise-scale-text", epochs(noise_scale="x"), ["{run}", "--time-to-target"],
-                 "run_dir: {run} has no noise scale estimate (run it with --noise-scale)", config=TARGET),
+                 NO_NOISE_SCALE, config=TARGET),
     compare_case("time-to-target-not-reached", then(NOISY, evals(test_accuracy=0.1)), ["{run}", "--time-to-target"],
                  "run_dir: equal never reached accuracy 0.4: no target to calibrate on", config=TARGET),
     compare_case("time-to-target-not-reached-by-an-epoch", then(NOISY, epochs(test_accuracy=0.1), remove("evals.csv")),

@@ -267,5 +267,10 @@ def test_plan_says_why_a_global_batch_it_tried_has_no_policy(capsys: pytest.Capt
     argv = ["plan", "paper", "--policy", "equal,optimal", "--objective", "time_to_target", "--batch-range", "64,1024"]
     assert main([*argv, *(a for s in sets for a in ("--set", s))]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("global batches tried"))
-    assert line.endswith("256 (optimal), 384 (-), 512 (-), 768 (-), 1024 (-); -: no policy reaches the target in 2 "
-                         "epochs (raise workload.epochs)")  # fmt: skip
+    assert line.endswith("256 (optimal), 384 (-), 512 (-), 768 (-), 1024 (-); -: no policy with a closed form has a "
+                         "value there (the search weighs closed forms only; for time_to_target, one that does not "
+                         "reach the target in 2 epochs has none (raise workload.epochs))")  # fmt: skip
+    assert main(["plan", "paper", "--batch-range", "64,96", "--policy", "backup"]) == 0  # no closed form, no target
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("global batches tried"))
+    assert line.endswith("64 (-), 96 (-); -: no policy with a closed form has a value there (the search weighs "
+                         "closed forms only)")  # fmt: skip

@@ -94,6 +94,8 @@ def test_the_trainer_runs_the_plans_rate(rate: object, given: float | None, expe
     if warned:
         assert warned == ("--lr 0.3 is not the rate the plan's efficiency was measured with (0.1 at its base batch): "
                           "the plan's time to target does not hold at this rate")  # fmt: skip
+    if isinstance(rate, dict) and rate.get("base_lr"):  # its own rate, to rounding, warns of nothing
+        assert load_plan(plan, 2).lr_warning(rate["base_lr"] * (1 + 1e-12)) is None
 
 
 @pytest.mark.parametrize(

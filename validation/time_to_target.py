@@ -77,7 +77,8 @@ def run_targets(run: RunData) -> tuple[float, float | None, int]:
     epochs = read_epochs(run)
     noise_scale = noise_scale_of(epochs)
     if epochs is None or (noise_scale is None and not run.meta["config"].get("efficiency")):
-        raise ConfigError("run_dir", f"{run.path} has no noise scale estimate (run it with --noise-scale)")
+        raise ConfigError("run_dir", f"{run.path} has no noise scale estimate (run it with --noise-scale, or "
+                          "--efficiency)")  # fmt: skip
     reference = reference_policy(run)
     evals = run.path / "evals.csv"
     if evals.is_file():

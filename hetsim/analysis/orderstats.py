@@ -302,9 +302,12 @@ def integrate_survival(survival: Callable[[np.ndarray], np.ndarray], dists: Sequ
             body += integrate.quad(scalar, a, b, **opts)[0]
     else:
         body = integrate.quad(scalar, 0.0, hi, **opts)[0]
-    with warnings.catch_warnings():  # past 12 sds the survival is ~1e-9 of the body: a relative-error warning
-        warnings.simplefilter("ignore", integrate.IntegrationWarning)  # on so small a tail is noise, not a problem
-        tail = integrate.quad(scalar, hi, np.inf, epsabs=1e-10 * hi, epsrel=1e-8, limit=200)[0]
+    with warnings.catch_warnings(record=True) as said:  # quad's doubts about the tail past 12 sds: passed on
+        warnings.simplefilter("always")  # recorded, whatever the caller's filters (they judge what is passed on)
+        tail, error = integrate.quad(scalar, hi, np.inf, epsabs=1e-10 * hi, epsrel=1e-8, limit=200)
+    small = abs(error) <= 1e-9 * max(body + tail, 1e-300)  # where they could matter, not of a tail of nearly nothing
+    for w in (w for w in said if not (small and issubclass(w.category, integrate.IntegrationWarning))):
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return float(body + tail)
 
 

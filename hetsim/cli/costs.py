@@ -27,7 +27,8 @@ def add_subcommands(sub: Any) -> None:
     costs.add_argument("scenario", help="built-in name or file")
     costs.add_argument("--batch", required=True, metavar="B,B,...", help="local batch sizes, e.g. 16,32,64")
     costs.add_argument("--set", action="append", default=[], metavar="PATH=VALUE", help="override a field")
-    costs.add_argument("--json", action="store_true", help="print a JSON list of {worker, name, batch, compute_s}")
+    costs.add_argument("--json", action="store_true", help="print a JSON list of {worker, name, batch, compute_s, "
+                       "extrapolated (below, beyond or null), beyond_max_batch}")  # fmt: skip
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -82,19 +83,17 @@ def cmd_costs(args: argparse.Namespace) -> int:
     if args.json:
         print(json_text(rows))
         return 0
-    table = [[str(i), scenario.workers[i].name, *(_cell(r) for r in rows if r["worker"] == i)]
-             for i in range(scenario.n_workers)]  # fmt: skip
+    k = len(batches)  # the rows run worker by worker, a batch each
+    table = [[str(i), w.name, *map(_cell, rows[i * k : (i + 1) * k])] for i, w in enumerate(scenario.workers)]
     print(f"{scenario.name}: expected compute time (ms) of each worker at each local batch size")
     print(text_table(["worker", "name", *(f"b={b}" for b in batches)], table, {0, 1}))
-    for mark, said in FOOTNOTES:
-        if any(mark in _cell(r) for r in rows):
-            print(f"{mark} {said}")
+    if any(r["extrapolated"] for r in rows):
+        print("~ outside the batches the worker's cost curve was measured at: the curve's extrapolation")
+    capped = sorted({f"{w.name} ({w.max_batch})" for i, w in enumerate(scenario.workers)
+                     if any(r["beyond_max_batch"] for r in rows[i * k : (i + 1) * k])})  # fmt: skip
+    if capped:
+        print(f"* beyond the worker's max_batch, which no policy gives it: {', '.join(capped)}")
     return 0
-
-
-FOOTNOTES = (("~", "outside the batches the worker's curve was measured at: extrapolated (below: its first "
-                   "point held flat; beyond: its last segment carried on)"),
-             ("*", "beyond the worker's max_batch, which no policy gives it"))  # fmt: skip
 
 
 def _outside(measured: tuple[float, float] | None, batch: int) -> str | None:

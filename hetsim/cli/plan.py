@@ -299,7 +299,9 @@ def plan_text(result: Plan) -> str:
     ]
     if result.batch_range is not None:
         tried = ", ".join(f"{b} ({'-' if p is None else p})" for b, p, _ in result.batch_search)
-        none = f"; -: no policy reaches the target in {wl.epochs} epochs (raise workload.epochs)" if any(
+        why = (f"; for {result.objective}, one that does not reach the target in {wl.epochs} epochs has none (raise "
+               "workload.epochs)") if result.objective == "time_to_target" else ""  # fmt: skip
+        none = f"; -: no policy with a closed form has a value there (the search weighs closed forms only{why})" if any(
             p is None for _, p, _ in result.batch_search) else ""  # fmt: skip
         lines.append(f"global batches tried in {result.batch_range[0]}..{result.batch_range[1]}: {tried}{none}")
     lines += _recommended_lines(result) + _fragility_lines(result)

@@ -67,8 +67,9 @@ class PlanChoice:
         None where it is that rate, none is given, or the plan records none."""
         if given is None or self.base_lr is None or self.lr_factor is None or math.isclose(given, self.base_lr):
             return None
-        return (f"--lr {given:g} is not the rate the plan's efficiency was measured with ({self.base_lr:g} at its base "
-                "batch): the plan's time to target does not hold at this rate")  # fmt: skip
+        text = (lambda v: f"{v!r}") if f"{given:g}" == f"{self.base_lr:g}" else (lambda v: f"{v:g}")  # told apart
+        return (f"--lr {text(given)} is not the rate the plan's efficiency was measured with ({text(self.base_lr)} at "
+                "its base batch): the plan's time to target does not hold at this rate")  # fmt: skip
 
     @property
     def fixed(self) -> bool:
