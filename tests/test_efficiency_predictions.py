@@ -167,7 +167,9 @@ def test_plan_gives_the_time_to_targets_interval_from_the_fit(capsys: pytest.Cap
     got = json.loads(capsys.readouterr().out)["recommended"]["time_to_target_interval_s"]
     assert got == pytest.approx({"low": t * math.exp(-0.1 * T_4), "high": t * math.exp(0.1 * T_4)}, rel=1e-6)
     assert main(plan("covariance=[[0.01]]", "run_dof=4")) == 0
-    assert f"(95% from the efficiency's fit: {got['low']:.2f}-{got['high']:.2f} s)" in capsys.readouterr().out
+    out = capsys.readouterr().out  # the table's intervals are said to be the predictions', not the fit's
+    assert "\n(95% CI: of each prediction, exact for a closed form; the efficiency fit's own uncertainty" in out
+    assert f"(95% from the efficiency's fit: {got['low']:.2f}-{got['high']:.2f} s)" in out
     assert main([*plan(), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["recommended"]["time_to_target_interval_s"] is None
 

@@ -297,6 +297,13 @@ def plan_text(result: Plan) -> str:
         f"objective {result.objective}, seed {result.seed}",
         policy_table(result.rows, target),
     ]
+    if (
+        target
+    ):  # the columns' intervals are the predictions' own: the efficiency's is another (a reader took one for the other)
+        lines.append(
+            "(95% CI: of each prediction, exact for a closed form; the efficiency fit's own uncertainty is "
+            "not in them: the recommended line gives it, where the table holds the fit's covariance)"
+        )
     if result.batch_range is not None:
         tried = ", ".join(f"{b} ({'-' if p is None else p})" for b, p, _ in result.batch_search)
         why = (f"; for {result.objective}, one that does not reach the target in {wl.epochs} epochs has none (raise "
