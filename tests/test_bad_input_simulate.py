@@ -175,8 +175,8 @@ CASES = [
          "workload.efficiency.target_steps: must be > 0, got -3"),
     case("efficiency-unknown-key", ["paper", *GOODPUT, "--set", "workload.efficiency.speed=1"],
          "workload.efficiency.speed: unknown key (allowed: noise_scale, grad_sqr, grad_var, base_batch, target_steps, "
-         "batch_exponent, measured_batch, lr_scaling, lr, optimizer, fit_batches, noise_scale_sd, batch_exponent_sd, "
-         "target_steps_sd, covariance, run_sd, run_dof)"),
+         "batch_exponent, measured_batch, lr_scaling, lr, optimizer, measured_on, fit_batches, noise_scale_sd, "
+         "batch_exponent_sd, target_steps_sd, covariance, run_sd, run_dof)"),
     case("min-batch-above-max", ["paper", *GOODPUT, "--set", "policy.name=goodput", "--set", "policy.min_batch=512",
                                  "--set", "policy.max_batch=256"], "policy.max_batch: must be >= 512, got 256"),
     case("min-batch-zero", ["paper", *GOODPUT, "--set", "policy.name=goodput", "--set", "policy.min_batch=0"],

@@ -106,6 +106,7 @@ def test_the_table_written_carries_the_fits_intervals(tmp_path: Path, capsys: py
     table = make_efficiency(tomllib.loads(out.read_text())["workload"]["efficiency"])
     fitted = fitted_model(load_sweeps([tmp_path / "s"]), None, exponent=False)
     assert table.fitted == ("target_steps", "noise_scale") and table.run_sd == pytest.approx(fitted.residual_sd)
+    assert table.measured_on == "w"  # the sweep's workload: plan names it beside the times it reads off the table
     for batch in (16, 48, 256):
         for one_run in (False, True):
             assert steps_interval(table, batch, one_run=one_run) == pytest.approx(
@@ -166,8 +167,9 @@ def test_plan_gives_the_time_to_targets_interval_from_the_fit(capsys: pytest.Cap
     assert main([*plan("covariance=[[0.01]]", "run_dof=4"), "--json"]) == 0
     got = json.loads(capsys.readouterr().out)["recommended"]["time_to_target_interval_s"]
     assert got == pytest.approx({"low": t * math.exp(-0.1 * T_4), "high": t * math.exp(0.1 * T_4)}, rel=1e-6)
-    assert main(plan("covariance=[[0.01]]", "run_dof=4")) == 0
+    assert main(plan("covariance=[[0.01]]", "run_dof=4", 'measured_on="digits-cnn"')) == 0
     out = capsys.readouterr().out  # the table's intervals are said to be the predictions', not the fit's
+    assert out.endswith("\nnote: the time to target is that of an efficiency measured on digits-cnn\n")
     assert "\n(95% CI: of each prediction, exact for a closed form; the efficiency fit's own uncertainty" in out
     assert f"(95% from the efficiency's fit: {got['low']:.2f}-{got['high']:.2f} s)" in out
     assert main([*plan(), "--json"]) == 0

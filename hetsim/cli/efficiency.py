@@ -63,7 +63,7 @@ def cmd_calibrate_efficiency(args: argparse.Namespace) -> int:
     result = fitted_model(sweep, batches, args.schedule, not args.no_exponent)
     fitted = sorted({p.batch for p in reached(sweep, batches)})  # fit_batches' range: a batch all cut is not in it
     # the rate and optimizer the sweep ran with: the table holds for them alone (plan.json passes the rate on)
-    table = replace(result.efficiency, lr=sweep.lr, optimizer=sweep.optimizer).to_dict()
+    table = replace(result.efficiency, lr=sweep.lr, optimizer=sweep.optimizer, measured_on=sweep.workload).to_dict()
     cut, left = missed_runs(sweep, batches, censored=result.censored > 0)
     if cut:  # their steps exceed the ones they ran: censored, so the slow seeds still count
         print(f"note: {cut} did not reach the target: fitted as censored (more steps than they ran)", file=sys.stderr)

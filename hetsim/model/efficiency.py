@@ -95,6 +95,7 @@ EFFICIENCY_PARAMS = (
     Param("lr", default=None, low=0.0, low_open=True, high=MAX_LR,
           doc="the learning rate set at base_batch that the table was measured with (scaled by lr_scaling)"),
     Param("optimizer", "choice", default=None, choices=OPTIMIZERS, doc="the optimizer it was measured with"),
+    Param("measured_on", "string", default=None, doc="the workload it was measured on (plan names it)"),
     Param("fit_batches", "numbers", default=None, doc="[smallest, largest] global batch the fit measured"),
     Param("noise_scale_sd", default=None, low=0.0, high=SD_MAX, doc="standard error of ln(noise_scale), the fit's"),
     Param("batch_exponent_sd", default=None, low=0.0, high=SD_MAX, doc="standard error of batch_exponent, the fit's"),
@@ -106,7 +107,7 @@ EFFICIENCY_PARAMS = (
     Param("run_dof", "integer", default=None, low=1, high=MAX_COUNT,
           doc="the fit's residual degrees of freedom (runs less parameters): its intervals' t quantile"),
 )  # fmt: skip
-EXTENSION_FIELDS = ("batch_exponent", "measured_batch", "lr_scaling", "lr", "optimizer", "fit_batches",
+EXTENSION_FIELDS = ("batch_exponent", "measured_batch", "lr_scaling", "lr", "optimizer", "measured_on", "fit_batches",
                     "noise_scale_sd", "batch_exponent_sd", "target_steps_sd", "covariance", "run_sd",
                     "run_dof")  # fmt: skip
 FITTED = ("target_steps", "noise_scale", "batch_exponent")  # the free parameters' order in ``covariance``
@@ -128,6 +129,7 @@ class Efficiency:
     lr_scaling: str | None = None
     lr: float | None = None  # the rate at base_batch it was measured with, where recorded
     optimizer: str | None = None
+    measured_on: str | None = None  # the workload, where recorded (calibrate-efficiency writes the sweep's)
     fit_batches: tuple[float, float] | None = None
     noise_scale_sd: float | None = None
     batch_exponent_sd: float | None = None
