@@ -75,7 +75,7 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
     multiples = _multiples(args.batches)
     out = args.out or Path("runs") / time.strftime("batch-sweep-%Y%m%d-%H%M%S")
     pick = lambda value, default: default if value is None else value  # noqa: E731
-    base = int(Param("--base-batch", "integer", low=1).check(pick(args.base_batch, given.base_batch)))
+    base = int(LIMITS["base_batch"].check(pick(args.base_batch, given.base_batch)))
     n_train = workload.train_size()
     if base > n_train:
         raise ConfigError("--base-batch", f"{base} samples, more than {args.workload}'s training set ({n_train})")
@@ -86,17 +86,26 @@ def build_config(args: argparse.Namespace) -> SweepConfig:
     return SweepConfig(
         spec, multiples, base,
         pick(args.optimizer, given.optimizer),
-        float(Param("--lr", low=0.0, low_open=True, high=MAX_LR).check(pick(args.lr, given.lr))),
+        float(LIMITS["lr"].check(pick(args.lr, given.lr))),
         args.lr_scaling, int(Param("--seeds", "integer", low=1, high=100).check(args.seeds)),
-        float(Param("--target", low=0.0, low_open=True, high=1.0).check(pick(args.target, given.target))),
-        int(Param("--max-steps", "integer", low=1, high=MAX_STEPS).check(pick(args.max_steps, cap))),
-        int(Param("--eval-gap", "integer", low=1, high=MAX_STEPS).check(pick(args.eval_gap, given.eval_gap))), out,
+        float(LIMITS["target"].check(pick(args.target, given.target))),
+        int(LIMITS["max_steps"].check(pick(args.max_steps, cap))),
+        int(LIMITS["eval_gap"].check(pick(args.eval_gap, given.eval_gap))), out,
         int(Param("--jobs", "integer", low=1, high=64).check(args.jobs)),
         int(Param("--first-seed", "integer", low=0, high=MAX_FIRST_SEED).check(args.first_seed)),
     )  # fmt: skip
 
 
-STEP_FIELDS = ("max_steps", "quick_max_steps", "eval_gap")  # SweepDefaults' counts of steps
+# Each setting's check, on its option; a workload's declared default (SweepDefaults' field) passes the same one
+LIMITS = {
+    "base_batch": Param("--base-batch", "integer", low=1),
+    "optimizer": Param("--optimizer", "choice", choices=OPTIMIZER_NAMES),
+    "lr": Param("--lr", low=0.0, low_open=True, high=MAX_LR),
+    "target": Param("--target", low=0.0, low_open=True, high=1.0),
+    "max_steps": Param("--max-steps", "integer", low=1, high=MAX_STEPS),
+    "quick_max_steps": Param("--max-steps", "integer", low=1, high=MAX_STEPS),
+    "eval_gap": Param("--eval-gap", "integer", low=1, high=MAX_STEPS),
+}
 
 
 def _declared(given: object, name: str) -> SweepDefaults | None:
@@ -107,14 +116,11 @@ def _declared(given: object, name: str) -> SweepDefaults | None:
                           f"(validation.workloads.sweep_defaults), got {typename(given)}")  # fmt: skip
     if given is None:
         return None
-    checks = (Param("base_batch", "integer", low=1), Param("optimizer", "choice", choices=OPTIMIZER_NAMES),
-              Param("lr", low=0.0, low_open=True, high=MAX_LR), Param("target", low=0.0, low_open=True, high=1.0),
-              *(Param(k, "integer", low=1, high=MAX_STEPS) for k in STEP_FIELDS))  # fmt: skip
-    for check in checks:
+    for key, check in LIMITS.items():
         try:
-            check.check(getattr(given, check.name))
+            check.check(getattr(given, key))
         except ConfigError as exc:
-            raise ConfigError("--workload", f"{name}'s sweep_defaults.{exc.field} {exc.problem}") from None
+            raise ConfigError("--workload", f"{name}'s sweep_defaults.{key} {exc.problem}") from None
     return given
 
 
@@ -161,9 +167,10 @@ class RunFailed(Exception):
     """A run raised (the workload's code: its loss, its model), at ``batch`` and ``seed``."""
 
     def __init__(self, batch: int, seed: int, error: BaseException) -> None:
-        first = str(error).strip().splitlines()
+        from validation.workloads.plugins import first_line
+
         self.batch, self.seed = batch, seed
-        super().__init__(f"{type(error).__name__}: {first[0]}" if first else type(error).__name__)
+        super().__init__(first_line(error))
 
 
 def _outcome(config: SweepConfig, task: tuple[int, int], run: Any) -> Any:

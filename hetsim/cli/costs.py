@@ -89,8 +89,8 @@ def cmd_costs(args: argparse.Namespace) -> int:
     print(text_table(["worker", "name", *(f"b={b}" for b in batches)], table, {0, 1}))
     if any(r["extrapolated"] for r in rows):
         print("~ outside the batches the worker's cost curve was measured at: the curve's extrapolation")
-    capped = sorted({f"{w.name} ({w.max_batch})" for i, w in enumerate(scenario.workers)
-                     if any(r["beyond_max_batch"] for r in rows[i * k : (i + 1) * k])})  # fmt: skip
+    capped = sorted({f"{w.name} ({w.max_batch})" for w in scenario.workers
+                     if w.max_batch is not None and max(batches) > w.max_batch})  # fmt: skip
     if capped:
         print(f"* beyond the worker's max_batch, which no policy gives it: {', '.join(capped)}")
     return 0

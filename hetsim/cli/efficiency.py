@@ -89,17 +89,14 @@ def predicted_steps(result: Any, fitted: list[int]) -> list[str]:
     """The fit's steps to the target at each batch in ``fitted`` (those it was fitted on) and at
     twice the largest, with 95% intervals: the fitted parameters' uncertainty alone, and a single
     run's (the runs' scatter about the fit added), each where known."""
-    from hetsim.model.efficiency_fit import band, quantile, steps_log_sd
+    from hetsim.model.efficiency_fit import bands
 
     top = max(fitted)
     out = ["steps to the target (95%: the fit's interval; one run's, the runs' scatter added):"]
-    for batch in [*sorted(fitted), 2 * top]:
-        centre, fit_sd, run_sd = steps_log_sd(result.efficiency, batch)
-        parts = []
-        for prefix, sd in (("", fit_sd), ("one run ", run_sd)):
-            if sd is not None:
-                low, high = band(centre, sd, quantile(result.efficiency))
-                parts.append(f"{prefix}{low:.0f}-{high:.0f}")
+    for batch in [*fitted, 2 * top]:
+        centre, found = bands(result.efficiency, batch)
+        parts = [f"{prefix}{found[f'{key}low']:.0f}-{found[f'{key}high']:.0f}"
+                 for prefix, key in (("", ""), ("one run ", "one_run_")) if f"{key}low" in found]  # fmt: skip
         said = f" ({'; '.join(parts)})" if parts else ""
         out.append(f"  batch {batch}: {centre:.0f}{said}" + (", beyond the batches fitted" if batch > top else ""))
     return out

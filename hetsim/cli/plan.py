@@ -297,9 +297,7 @@ def plan_text(result: Plan) -> str:
         f"objective {result.objective}, seed {result.seed}",
         policy_table(result.rows, target),
     ]
-    if (
-        target
-    ):  # the columns' intervals are the predictions' own: the efficiency's is another (a reader took one for the other)
+    if target:  # the columns' intervals are the predictions' own; the efficiency fit's is another
         lines.append(
             "(95% CI: of each prediction, exact for a closed form; the efficiency fit's own uncertainty is "
             "not in them: the recommended line gives it, where the table holds the fit's covariance)"

@@ -53,7 +53,6 @@ class Fit:
     free: tuple[str, ...]
     covariance: np.ndarray
     residual_sd: float  # with censored runs, the likelihood's sigma of ln(steps)
-    shape: Shape = ()
     censored: int = 0  # runs stopped before the target that the fit took as censored
 
     def predict(self, batch: float, level: float = LEVEL, one_run: bool = False) -> tuple[float, float, float]:
@@ -68,11 +67,25 @@ def steps_interval(eff: Efficiency, batch: float, level: float = LEVEL, one_run:
     parameters' uncertainty; ``one_run``: of a single run's steps (:func:`steps_log_sd`). NaN
     bounds where that is not known (a table written by hand, or a fit with no residual degree of
     freedom)."""
+    centre, found = bands(eff, batch, level=level)
+    low, high = ("one_run_low", "one_run_high") if one_run else ("low", "high")
+    return centre, found.get(low, float("nan")), found.get(high, float("nan"))
+
+
+def bands(eff: Efficiency, batch: float, value: float | None = None, level: float = LEVEL,
+          ) -> tuple[float, dict[str, float]]:  # fmt: skip
+    """The steps to the target at ``batch``, and the ``level`` intervals of :func:`steps_log_sd`
+    about ``value`` (default those steps; a time in proportion to them): ``low``/``high`` the
+    fitted parameters', ``one_run_low``/``one_run_high`` a single run's; each absent where the
+    table lacks it."""
     centre, fit_sd, run_sd = steps_log_sd(eff, batch)
-    sd = run_sd if one_run else fit_sd
-    if sd is None:
-        return centre, float("nan"), float("nan")
-    return (centre, *band(centre, sd, quantile(eff, level)))
+    value = centre if value is None else value
+    z = quantile(eff, level)
+    out = {}
+    for (low, high), sd in ((("low", "high"), fit_sd), (("one_run_low", "one_run_high"), run_sd)):
+        if sd is not None:
+            out[low], out[high] = band(value, sd, z)
+    return centre, out
 
 
 def quantile(eff: Efficiency, level: float = LEVEL) -> float:
@@ -191,7 +204,7 @@ def fit(batches: Sequence[float], steps: Sequence[float], base_batch: int, noise
             widen = b.size / dof
             cov, sd, used = cov * widen, sigma * float(np.sqrt(widen)), len(cut)
     eff = _with_errors(_efficiency(x, free, start, shape), free, cov, sd, dof)
-    return Fit(eff, free, cov, sd, shape, used)
+    return Fit(eff, free, cov, sd, used)
 
 
 def _with_errors(eff: Efficiency, free: Sequence[str], cov: np.ndarray, sd: float, dof: int) -> Efficiency:
@@ -201,8 +214,7 @@ def _with_errors(eff: Efficiency, free: Sequence[str], cov: np.ndarray, sd: floa
     variances = np.diag(cov)
     known = variances >= -1e-15  # below: the information was not positive definite, the error unknown
     sds = dict(zip(free, np.where(known, np.sqrt(np.clip(variances, 0.0, None)), np.nan).tolist()))
-    whole = bool(np.all(np.isfinite(cov)) and np.all(known) and np.isfinite(sd)  # else no interval
-                 and all(_finite(v) is not None for v in sds.values()) and sd <= SD_MAX)  # fmt: skip
+    whole = bool(np.all(np.isfinite(cov))) and all(_finite(v) is not None for v in [sd, *sds.values()])
     written = (cov + cov.T) / 2  # symmetric to the last digit, as the table's check wants it
     np.fill_diagonal(written, np.square(np.sqrt(np.clip(variances, 0.0, None))))  # the *_sd fields' squares exactly
     return replace(eff, noise_scale_sd=_finite(sds.get("noise_scale")),

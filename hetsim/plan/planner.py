@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, cast
 
 from hetsim import __version__
@@ -118,16 +119,16 @@ class Plan:
         return {"rule": eff.lr_scaling, "base_batch": eff.base_batch, "base_lr": eff.lr, "factor": factor, "lr": lr,
                 "optimizer": eff.optimizer}  # fmt: skip
 
-    @property
+    @cached_property  # read by the text and by plan.json
     def target_interval(self) -> dict[str, float] | None:
         """The recommended time to target's 95% intervals from the efficiency fit's uncertainty:
-        the steps' log sd (:func:`~hetsim.model.efficiency_fit.steps_log_sd`) applied to the time,
+        the steps' intervals (:func:`~hetsim.model.efficiency_fit.bands`) applied to the time,
         at the batch a step's gradient is worth (:attr:`PolicyRow.effective_batch`);
         ``low``/``high`` for the typical run, ``one_run_low`` and ``one_run_high`` for a single run
         (the runs' scatter added, where the table records it). None without the fit's covariance
         or a time to target, for a policy that changes the batch as it trains, and for an
         asynchronous one (its stale updates' discount is an assumption the fit knows nothing of)."""
-        from hetsim.model.efficiency_fit import band, quantile, steps_log_sd
+        from hetsim.model.efficiency_fit import bands
 
         eff, rec, source = self.scenario.workload.efficiency, self.recommended, self.recommended.source
         if (
@@ -137,13 +138,7 @@ class Plan:
             or not (source is None or source.synchronous)
         ):
             return None
-        _, fit_sd, run_sd = steps_log_sd(eff, rec.effective_batch)
-        if fit_sd is None:  # the table holds no covariance
-            return None
-        time_s = rec.time_to_target_s.value
-        z = quantile(eff)
-        out = dict(zip(("low", "high"), band(time_s, fit_sd, z)))
-        return out | ({} if run_sd is None else dict(zip(("one_run_low", "one_run_high"), band(time_s, run_sd, z))))
+        return bands(eff, rec.effective_batch, rec.time_to_target_s.value)[1] or None  # {}: no covariance
 
     def to_dict(self) -> dict[str, Any]:
         """One JSON object: ``recommended`` (``policy``, ``split``, ``global_batch``,

@@ -18,6 +18,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from hetsim.core.errors import ConfigError
 from validation.workloads.base import Workload
+from validation.workloads.plugins import first_line
 
 INSTEAD = (
     "use a per-sample normalisation (torch.nn.GroupNorm, torch.nn.LayerNorm) or weight normalisation "
@@ -51,8 +52,7 @@ def check_model(workload: Workload, field: str) -> None:
         try:
             model = workload.build_model()
         except (Exception, SystemExit) as exc:  # a plug-in's factory: any error, or sys.exit, is the workload's
-            first = (str(exc).strip().splitlines() or [""])[0]
-            problem = f"building the model failed: {type(exc).__name__}: {first}"
+            problem = f"building the model failed: {first_line(exc)}"
             raise ConfigError(field, f"{workload.name}: {problem}") from None
     if not isinstance(model, nn.Module):
         problem = f"build_model() returned a {type(model).__name__}, not a torch.nn.Module"

@@ -124,7 +124,7 @@ def _import_file(text: str, field: str) -> ModuleType:
         exec(compile(path.read_bytes(), str(path), "exec"), vars(module))
     except (Exception, SystemExit) as exc:  # any error in the file is the file's: one line
         sys.modules.pop(name, None)
-        raise ConfigError(field, f"cannot import {text}: {_first_line(exc)}") from None
+        raise ConfigError(field, f"cannot import {text}: {first_line(exc)}") from None
     return module
 
 
@@ -139,7 +139,7 @@ def _import_module(name: str, field: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except (Exception, SystemExit) as exc:
-        raise ConfigError(field, f"cannot import {name}: {_first_line(exc)}") from None
+        raise ConfigError(field, f"cannot import {name}: {first_line(exc)}") from None
 
 
 def _workload_of(module: ModuleType, attr: str, spec: str, field: str) -> Workload:
@@ -159,13 +159,14 @@ def _workload_of(module: ModuleType, attr: str, spec: str, field: str) -> Worklo
     try:
         made = value()
     except (Exception, SystemExit) as exc:  # the factory's own error, one that needs arguments, or sys.exit
-        raise ConfigError(field, f"{spec}() failed: {_first_line(exc)}") from None
+        raise ConfigError(field, f"{spec}() failed: {first_line(exc)}") from None
     if not isinstance(made, Workload):
         raise ConfigError(field, f"{spec}() returned {a_kind(made)}, not a Workload")
     return made
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """``TypeName: the message's first line`` (the type alone for an empty message): an error in one line."""
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
