@@ -26,7 +26,8 @@ import numpy as np
 from bench_common import Parser, count, entry
 from bench_engines import scenario as bench_scenario
 
-from hetsim.engines import engine_for
+from hetsim.engines import VectorEngine, engine_for
+from hetsim.policies import Adaptive, Optimal
 from hetsim.run.metrics import run_changes, summary_of
 from hetsim.run.simulate import simulate_summary
 from hetsim.run.summary_recorder import SummaryRecorder, Tee
@@ -39,8 +40,8 @@ def compare(scenario: Scenario, params: dict[str, Any], seeds: range) -> dict[st
     """adaptive against optimal on ``scenario``, seed by seed and on average."""
     ratios, changes, recovery = [], [], []
     for seed in seeds:
-        a = simulate_summary(scenario, "adaptive", params=params, seed=seed, engine="vector")
-        o = simulate_summary(scenario, "optimal", seed=seed, engine="vector")
+        a = simulate_summary(scenario, Adaptive(**params), seed=seed, engine=VectorEngine())
+        o = simulate_summary(scenario, Optimal(), seed=seed, engine=VectorEngine())
         ratios.append(a.throughput_sps / o.throughput_sps)
         changes.append(a.split_changes)
         if a.recovery_steps is not None:
@@ -73,9 +74,9 @@ def at_scale(n: int, params: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for policy, given in (("adaptive", params), ("optimal", None)):
         s = bench_scenario(n, 1000, policy)
-        chosen = s.make_policy(policy, given)
+        chosen = s.named_policy(policy, given)
         summary, changed = SummaryRecorder(chosen.name, n, s.hints()), ChangedSteps()
-        engine_for("vector", chosen).record(s, chosen, Tee(summary, changed), None)
+        engine_for(VectorEngine(), chosen).record(s, chosen, Tee(summary, changed), None)
         out[policy] = (summary_of(summary.totals(), s), changed.changed)
     (a, a_changed), (o, _) = out["adaptive"], out["optimal"]
     return {"step_over_optimal": a.mean_step_s / o.mean_step_s, "changed_steps": a_changed,

@@ -100,7 +100,7 @@ def coverage(name: str, seeds: range) -> dict[str, Any]:
     scenario_name, overrides, policy = SCENARIOS[name]
     scenario = load_scenario(scenario_name, overrides)
     start = time.perf_counter()
-    results = [simulated_mean(scenario, policy, seed, LEVEL) for seed in seeds]
+    results = [simulated_mean(scenario, scenario.named_policy(policy), seed, LEVEL) for seed in seeds]
     means = np.array([r.mean_s for r in results])
     truth = float(means.mean())
     halves = np.array([r.ci.half_width if r.ci is not None else np.nan for r in results])

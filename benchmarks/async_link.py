@@ -21,6 +21,7 @@ from bench_common import Parser, count, entry
 
 import hetsim.analysis.analytic_async as analytic_async
 from hetsim.analysis.analytic import predict
+from hetsim.policies import Async
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario
@@ -36,11 +37,11 @@ def measure(gradient_mb: float, epochs: int, sigma: float | None) -> dict[str, A
     s = load_scenario("workstation", overrides)
     link_s = s.network.update_link_s(gradient_mb)
     assert link_s is not None
-    sim = summarize(simulate(s, "async"))
-    exact = predict(s, "async")
+    sim = summarize(simulate(s, Async()))
+    exact = predict(s, Async())
     states, analytic_async.MAX_STATES = analytic_async.MAX_STATES, 0
     try:
-        schweitzer = predict(s, "async")
+        schweitzer = predict(s, Async())
     finally:
         analytic_async.MAX_STATES = states
     batch = s.workload.global_batch // s.n_workers  # async's equal split (512 / 16)

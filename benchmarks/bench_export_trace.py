@@ -22,6 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import Parser, count, entry, stats
 
+from hetsim.policies import Equal
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario
 from hetsim.traces.chrome import ExportRun, check_size, lay_out, write_chrome
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     scenario = load_scenario("shared-cluster", [
         f"workers.0.count={half - 1}", f"workers.2.count={args.workers - half}", "workload.global_batch=1024",
         f"workload.dataset_size={1024 * args.steps}", "workload.epochs=1"])  # fmt: skip
-    trace = simulate(scenario, "equal")
+    trace = simulate(scenario, Equal())
     run = ExportRun(trace, tuple(w.name for w in scenario.workers), scenario.buckets(), "benchmark")
     seconds, events, size = [], 0, 0
     with tempfile.TemporaryDirectory() as tmp:

@@ -46,8 +46,9 @@ def one(workers: int, objective: str, policies: list[str] | None) -> dict[str, o
     from hetsim.scenario.config import load_scenario
 
     scenario = load_scenario("mixed-gpus", overrides(workers))
+    chosen = None if policies is None else [scenario.named_policy(p) for p in policies]
     start, cpu = time.perf_counter(), time.process_time()
-    result = plan(scenario, objective, policies=policies)
+    result = plan(scenario, objective, policies=chosen)
     seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
     return {"seconds": seconds, "cpu_s": cpu_s, "recommended": result.recommended.policy}
 

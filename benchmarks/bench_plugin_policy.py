@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_common import Parser, count, entry, stats, time_rounds
 
 from hetsim.core.registry import PLUGINS_ENV
+from hetsim.engines import VectorEngine
 from hetsim.model.partition import split_by_shares
 from hetsim.policies import Dynamic, Equal, Policy, make_policy
 from hetsim.run.simulate import simulate
@@ -56,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     timed = time_rounds(
         {
-            "builtin": lambda: simulate(scenario, Equal(), engine="vector"),
-            "plugin": lambda: simulate(scenario, EvenSplit(), engine="vector"),
-            "dynamic": lambda: simulate(scenario, Dynamic(), engine="vector"),
-            "shift": lambda: simulate(scenario, make_policy("shift"), engine="vector"),
+            "builtin": lambda: simulate(scenario, Equal(), engine=VectorEngine()),
+            "plugin": lambda: simulate(scenario, EvenSplit(), engine=VectorEngine()),
+            "dynamic": lambda: simulate(scenario, Dynamic(), engine=VectorEngine()),
+            "shift": lambda: simulate(scenario, make_policy("shift"), engine=VectorEngine()),
         },
         args.rounds,
     )

@@ -26,6 +26,7 @@ import pandas as pd
 from bench_common import Parser, checked_seed, count, entry
 
 from hetsim.calibrate import calibrate
+from hetsim.engines import VectorEngine
 from hetsim.model.costs import Affine, Profile, device_profiles
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario
@@ -48,7 +49,7 @@ def trace_at(device: str, workload: str, batch: int, steps: int, sigma: float, s
         ],
         "policy": {"name": "equal"},
     }
-    return simulate(build_scenario(raw), engine="vector").to_frame()
+    return simulate(build_scenario(raw), engine=VectorEngine()).to_frame()
 
 
 def pooled(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -45,7 +45,7 @@ def time_to_target(overrides: list[str], policy: str, batch: int, seed: int, par
     epochs = int(np.ceil(1.2 * steps / (50000 // batch))) + 1  # a run long enough to meet the target
     scenario = load_scenario("mixed-gpus", [*overrides, *EFFICIENCY, f"workload.global_batch={batch}",
                                             f"workload.epochs={epochs}", f"seed={seed}"])  # fmt: skip
-    summary = summarize(simulate(scenario, policy, params=params), scenario)
+    summary = summarize(simulate(scenario, scenario.named_policy(policy, params)), scenario)
     if summary.time_to_target_s is None:
         raise SystemExit(f"{policy} at batch {batch} did not reach the target: raise the epochs")
     return summary.time_to_target_s

@@ -51,6 +51,7 @@ from bench_common import Parser, count, entry, out_path, overridden, stats
 
 from hetsim.analysis.analytic import predict
 from hetsim.calibrate import calibrate
+from hetsim.policies import Equal
 from hetsim.scenario.config import build_scenario
 from hetsim.traces.torch_profiler import import_traces
 
@@ -86,7 +87,7 @@ def compare(run: Path) -> dict[str, Any]:
     by_step = mine["compute_s"].unstack("worker")
     own_by_step = own["compute_s"].unstack("worker")
     fit = calibrate(imported.trace, "imported", policy=imported.trace.policy)
-    predicted = predict(build_scenario(fit.scenario), "equal").mean_step_s
+    predicted = predict(build_scenario(fit.scenario), Equal()).mean_step_s
     measured = float((own["compute_s"] + own["wait_s"] + own["comm_s"]).groupby("step").max().mean())
     steps = (mine["compute_s"] + mine["wait_s"] + mine["comm_s"]).groupby("step").max()
     return {

@@ -22,6 +22,7 @@ from pathlib import Path
 from bench_common import Parser, count, entry
 from bench_engines import scenario
 
+from hetsim.engines import VectorEngine
 from hetsim.run.simulate import simulate_summary
 
 STATUS, CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
@@ -53,7 +54,7 @@ def main() -> None:
     s = scenario(args.workers, args.steps, args.policy)
     reset_peak()
     start = time.perf_counter()
-    summary = simulate_summary(s, args.policy, engine="vector")
+    summary = simulate_summary(s, s.named_policy(args.policy), engine=VectorEngine())
     seconds = time.perf_counter() - start
     worker_steps = args.workers * s.workload.total_steps
     out = {

@@ -16,7 +16,7 @@ from hetsim.model.costs import Affine
 from hetsim.model.distributions import Constant, Empirical, Exponential, LogNormal, Uniform
 from hetsim.model.partition import water_fill
 from hetsim.model.workers import WorkerSpec
-from hetsim.policies import StepInfo, WorkerHint, make_policy
+from hetsim.policies import Adaptive, Async, Dynamic, Equal, Optimal, Proportional, StepInfo, WorkerHint, make_policy
 from hetsim.run.metrics import mean_ci, step_times, summarize
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario
@@ -166,7 +166,7 @@ def test_proportional_split_with_exponential_noise_is_tau_star_times_harmonic():
         scenario_dict(workers, global_batch=global_batch, network={"kind": "constant", "time_s": 0.005})
     )
     tau_star = global_batch / sum(1 / c for c in per_sample)
-    p = predict(scenario, "proportional")
+    p = predict(scenario, Proportional())
     assert p.final_batches == (40, 20, 10)
     assert p.mean_step_s == pytest.approx(tau_star * harmonic(3) + 0.005, rel=1e-9)
     assert p.throughput_sps == pytest.approx(global_batch / p.mean_step_s)
@@ -196,8 +196,8 @@ def test_deterministic_prediction_equals_the_simulation():
     ]
     scenario = load_scenario(scenario_dict(workers, global_batch=100, network={"kind": "constant", "time_s": 0.002}))
     for policy in ("equal", "proportional", "optimal", "dynamic"):
-        p = predict(scenario, policy)
-        s = summarize(simulate(scenario, policy))
+        p = predict(scenario, scenario.named_policy(policy))
+        s = summarize(simulate(scenario, scenario.named_policy(policy)))
         for name in ("mean_step_s", "p95_step_s", "throughput_sps", "mean_utilization", "idle_fraction"):
             assert getattr(p, name) == pytest.approx(getattr(s, name), rel=1e-9), (policy, name)
         assert p.utilization == pytest.approx(s.utilization, rel=1e-9)
@@ -206,7 +206,7 @@ def test_deterministic_prediction_equals_the_simulation():
 
 def test_dynamic_fixed_point_trajectory_and_convergence():
     scenario = load_scenario("paper")
-    p = predict(scenario, "dynamic")
+    p = predict(scenario, Dynamic())
     workers = scenario.workers
     fixed = p.fixed_point_shares
     b = [f * scenario.workload.global_batch for f in fixed]
@@ -225,12 +225,12 @@ def test_dynamic_fixed_point_trajectory_and_convergence():
 def test_policies_without_a_closed_form_say_why():
     scenario = load_scenario("paper")
     with pytest.raises(NoClosedForm, match="because"):
-        predict(scenario, "adaptive")
+        predict(scenario, Adaptive())
     with pytest.raises(ConfigError):
         predict(scenario, "no-such-policy")
     slowed = load_scenario("paper", ["workers.0.slowdown={every_s = 60.0, duration_s = 5.0, factor = 2.0}"])
     with pytest.raises(NoClosedForm, match="slowdown"):
-        predict(slowed, "equal")
+        predict(slowed, Equal())
 
 
 @pytest.mark.slow  # over ~0.15 s here: out of make test-fast
@@ -239,10 +239,10 @@ def test_first_k_is_the_order_statistic_and_async_the_renewal_rate():
     scenario = load_scenario(scenario_dict(workers, global_batch=40, network={"kind": "constant", "time_s": 0.002}))
     # every worker: 10 samples -> Exp with mean 0.1 s (rate 10); the step waits for the first k
     for name, params, k in (("backup", {"backups": 1}, 3), ("ksync", {"k": 2}, 2)):
-        p = predict(scenario, name, params)
+        p = predict(scenario, scenario.named_policy(name, params))
         assert p.mean_step_s == pytest.approx((harmonic(4) - harmonic(4 - k)) / 10 + 0.002, rel=1e-9)
         assert p.throughput_sps == pytest.approx(k * 10 / p.mean_step_s, rel=1e-4)  # k gradients of 10 samples
-    p = predict(scenario, "async")
+    p = predict(scenario, Async())
     assert p.mean_step_s == pytest.approx(1 / (4 / (0.1 + 0.002)))
     assert p.throughput_sps == pytest.approx(40 / (0.1 + 0.002))
 
@@ -294,8 +294,8 @@ def _three_workers(noise: dict[str, Any]) -> dict[str, Any]:
 def test_prediction_agrees_with_a_1e5_step_simulation(noise, policy):
     scenario = load_scenario(_three_workers(NOISES[noise]))
     assert scenario.workload.total_steps == 100_000
-    p = predict(scenario, policy)
-    trace = simulate(scenario, policy)
+    p = predict(scenario, scenario.named_policy(policy))
+    trace = simulate(scenario, scenario.named_policy(policy))
     ci = mean_ci(step_times(trace))
     assert p.mean_step_s == pytest.approx(ci.mean, rel=0.01)
     assert abs(p.mean_step_s - ci.mean) <= 3 * ci.half_width, (p.mean_step_s, ci)
@@ -325,8 +325,8 @@ def test_random_delay_prediction_agrees_with_a_1e5_step_simulation():
         },
     ]
     scenario = load_scenario(scenario_dict(workers, global_batch=64, steps_per_epoch=1000, epochs=100, seed=5))
-    p = predict(scenario, "optimal")
-    ci = mean_ci(step_times(simulate(scenario, "optimal")))
+    p = predict(scenario, Optimal())
+    ci = mean_ci(step_times(simulate(scenario, Optimal())))
     assert p.mean_step_s == pytest.approx(ci.mean, rel=0.01)
     assert abs(p.mean_step_s - ci.mean) <= 3 * ci.half_width, (p.mean_step_s, ci)
 
@@ -335,8 +335,8 @@ def test_random_delay_prediction_agrees_with_a_1e5_step_simulation():
 @pytest.mark.parametrize(("policy", "params"), [("backup", {}), ("ksync", {"k": 1}), ("async", {})])
 def test_straggler_policies_agree_with_a_1e5_step_simulation(policy, params):
     scenario = load_scenario(_three_workers(NOISES["gamma"]))
-    p = predict(scenario, policy, params)
-    trace = simulate(scenario, policy, params=params)
+    p = predict(scenario, scenario.named_policy(policy, params))
+    trace = simulate(scenario, scenario.named_policy(policy, params))
     s = summarize(trace)
     assert p.mean_step_s == pytest.approx(s.mean_step_s, rel=0.01)
     assert p.throughput_sps == pytest.approx(s.throughput_sps, rel=0.01)

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from hetsim.analysis.analytic import predict
+from hetsim.engines import VectorEngine
+from hetsim.policies import Backup, Equal
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario
@@ -47,8 +49,8 @@ def _three_speeds(global_batch: int, noise: dict[str, Any] | None = None, noise_
 )
 def test_first_k_progress_and_time_to_target_by_hand(global_batch, policy, params, progress, time_s):
     scenario = _three_speeds(global_batch)
-    p = predict(scenario, policy, params)
-    s = summarize(simulate(scenario, policy, params=params), scenario)
+    p = predict(scenario, scenario.named_policy(policy, params))
+    s = summarize(simulate(scenario, scenario.named_policy(policy, params)), scenario)
     assert p.progress == pytest.approx(progress, rel=1e-12) and s.progress == pytest.approx(progress, rel=1e-12)
     assert p.time_to_target_s == pytest.approx(time_s, rel=1e-12)
     assert s.time_to_target_s == pytest.approx(time_s, rel=1e-12)
@@ -66,10 +68,10 @@ def test_first_k_expected_gain_of_exponential_workers_by_hand():
     a, b, c = 1 / 0.011, 1 / 0.020, 1 / 0.040
     last = b / (a + b + c) * c / (a + c) + c / (a + b + c) * b / (a + b)
     expected = 50 * (last * 1.5 + (1 - last) * 66 / 43)
-    p = predict(scenario, "backup")
+    p = predict(scenario, Backup())
     assert p.progress == pytest.approx(expected, rel=1e-6)
     assert p.time_to_target_s == pytest.approx(20 * p.mean_step_s, rel=1e-12)
-    runs = [summarize(simulate(scenario, "backup", seed=seed, engine="vector"), scenario) for seed in range(100)]
+    runs = [summarize(simulate(scenario, Backup(), seed=seed, engine=VectorEngine()), scenario) for seed in range(100)]
     for predicted, measured in ((expected, "progress"), (p.time_to_target_s, "time_to_target_s")):
         x = np.array([getattr(r, measured) for r in runs], dtype=float)
         assert abs(x.mean() - predicted) <= 4 * x.std(ddof=1) / math.sqrt(x.size)
@@ -86,16 +88,16 @@ def test_first_k_progress_under_a_noise_scale_schedule_is_the_expected_gains_rec
         noise = float(np.interp(done, [0, 30], [20, 80]))
         gain = [(x / 10) * (noise + 10) / (noise + x) for x in (20.0, 440 / 21)]
         done += last * gain[0] + (1 - last) * gain[1]
-    assert predict(scenario, "backup").progress == pytest.approx(done, rel=1e-6)
+    assert predict(scenario, Backup()).progress == pytest.approx(done, rel=1e-6)
 
 
 def test_first_k_ties_on_noise_free_workers_go_to_the_lower_index_as_simulated():
     # identical noise-free workers finish together: exactly k gradients are kept, the lowest-indexed
     workers = [{"overhead_s": 0.01, "per_sample_s": 0.001}] * 4
     scenario = load_scenario(scenario_dict(workers, global_batch=400, steps_per_epoch=5, epochs=1))
-    equal = predict(scenario, "equal").throughput_sps
+    equal = predict(scenario, Equal()).throughput_sps
     for name, params, k in (("backup", {"backups": 1}, 3), ("ksync", {"k": 2}, 2)):
-        p = predict(scenario, name, params)
+        p = predict(scenario, scenario.named_policy(name, params))
         assert p.throughput_sps == pytest.approx(equal * k / 4, rel=1e-12)
-        simulated = summarize(simulate(scenario, name, params=params)).throughput_sps
+        simulated = summarize(simulate(scenario, scenario.named_policy(name, params))).throughput_sps
         assert p.throughput_sps == pytest.approx(simulated, rel=1e-12)

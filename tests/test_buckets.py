@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from hetsim.analysis.analytic import predict
 from hetsim.core.errors import ConfigError
+from hetsim.engines import VectorEngine
 from hetsim.model.network import Buckets, ConstantNetwork, ParameterServer, Ring
+from hetsim.policies import Async, Equal, KSync
 from hetsim.run.metrics import mean_ci, step_times, summarize
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario, load_scenario
@@ -35,8 +37,8 @@ def two_workers(network: dict, *, backward_fraction: float | None = 0.5, epochs:
 def steps_of(raw: dict, policy: str = "equal", **params) -> list[tuple[float, float]]:
     """(step time, comm_s) of every step, the same on both engines."""
     s = build_scenario(raw)
-    trace = simulate(s, policy, params=params)
-    assert_same_trace(trace, simulate(s, policy, params=params, engine="vector"))
+    trace = simulate(s, s.named_policy(policy, params))
+    assert_same_trace(trace, simulate(s, s.named_policy(policy, params), engine=VectorEngine()))
     return list(zip(step_times(trace).tolist(), trace.per_step("comm_s")[:, 0].tolist()))
 
 
@@ -139,7 +141,7 @@ def test_without_buckets_nothing_changes():
     raw["workload"]["backward_fraction"] = 0.3  # no effect without buckets
     assert build_scenario(raw).buckets() is None
     for policy in ("equal", "ksync"):
-        assert simulate(base, policy) == simulate(build_scenario(raw), policy)
+        assert simulate(base, base.named_policy(policy)) == simulate(build_scenario(raw), base.named_policy(policy))
     assert base.to_dict()["network"] == {"kind": "constant", "time_s": 0.4}
     assert "backward_fraction" not in base.to_dict()["workload"]
 
@@ -158,7 +160,7 @@ def test_scenario_files_round_trip_the_bucket_keys():
 def test_paper_equal_step_is_shorter_by_the_overlapped_part_and_never_below_the_slowest_compute():
     plain = load_scenario("paper", ["workload.epochs=2"])
     bucketed = load_scenario("paper", ["workload.epochs=2", *PAPER_BUCKETS])
-    a, b = simulate(plain, "equal", engine="vector"), simulate(bucketed, "equal", engine="vector")
+    a, b = simulate(plain, Equal(), engine=VectorEngine()), simulate(bucketed, Equal(), engine=VectorEngine())
     assert np.array_equal(a.compute_s, b.compute_s)  # the same draws
     slowest = b.per_step("compute_s").max(axis=1)
     with_, without = step_times(b), step_times(a)
@@ -166,7 +168,7 @@ def test_paper_equal_step_is_shorter_by_the_overlapped_part_and_never_below_the_
     assert np.all(with_ >= slowest + bucketed.buckets().times_s[-1] - 1e-12)  # the last bucket follows it
     assert np.allclose(without - with_, plain.allreduce_s() - comm, atol=1e-12)  # the overlapped part
     assert np.all(comm < 0.25 * plain.allreduce_s())  # most of the 0.082 s all-reduce is hidden
-    assert_same_trace(b, simulate(bucketed, "equal"))
+    assert_same_trace(b, simulate(bucketed, Equal()))
 
 
 def test_paper_equal_step_by_hand_on_deterministic_workers():
@@ -178,9 +180,9 @@ def test_paper_equal_step_by_hand_on_deterministic_workers():
         done += size
         ready = slowest - slowest * (2 / 3) * (1 - done / 102.2)
         end = max(end, ready) + 2e-5 + size * 1e6 / 1.25e9  # ring, two workers, 10 Gbit/s
-    trace = simulate(load_scenario(s.to_dict(), ["workload.epochs=1"]), "equal")
+    trace = simulate(load_scenario(s.to_dict(), ["workload.epochs=1"]), Equal())
     assert step_times(trace) == pytest.approx(np.full(trace.n_steps, end), abs=1e-12)
-    assert predict(s, "equal").mean_step_s == pytest.approx(end, abs=1e-12)
+    assert predict(s, Equal()).mean_step_s == pytest.approx(end, abs=1e-12)
 
 
 # ----------------------------------------------------------------------------- the analysis
@@ -190,8 +192,8 @@ def test_paper_equal_step_by_hand_on_deterministic_workers():
 def test_the_prediction_is_exact_on_deterministic_workers(policy, params):
     network = {"kind": "constant", "time_s": 2.0, "buckets_mb": 1.0, "first_bucket_mb": 1.0}
     s = build_scenario(two_workers(network, epochs=2))
-    p = predict(s, policy, params)
-    steps = step_times(simulate(s, policy, params=params))
+    p = predict(s, s.named_policy(policy, params))
+    steps = step_times(simulate(s, s.named_policy(policy, params)))
     assert p.steady_step_s == pytest.approx(steps[-1], abs=1e-12)
     assert p.mean_step_s == pytest.approx(steps.mean(), abs=1e-12)
     assert p.p95_step_s == pytest.approx(np.percentile(steps, 95), abs=1e-12)
@@ -203,10 +205,13 @@ def test_the_prediction_agrees_with_long_noisy_runs(policy, params):
     s = load_scenario(
         "paper", [*PAPER_BUCKETS, "workload.epochs=100", "workers.0.noise.sigma=0.1", "network.bandwidth_gbps=2"]
     )
-    p = predict(s, policy, params)
-    ci = mean_ci(step_times(simulate(s, policy, params=params, engine="vector")), batches=50)
+    p = predict(s, s.named_policy(policy, params))
+    ci = mean_ci(step_times(simulate(s, s.named_policy(policy, params), engine=VectorEngine())), batches=50)
     assert abs(p.mean_step_s - ci.mean) <= 4 * ci.half_width + 1e-4, (p.mean_step_s, ci)
-    assert p.mean_step_s < predict(load_scenario("paper", ["network.bandwidth_gbps=2"]), policy, params).mean_step_s
+    assert (
+        p.mean_step_s
+        < predict(load_scenario("paper", ["network.bandwidth_gbps=2"]), s.named_policy(policy, params)).mean_step_s
+    )
 
 
 @pytest.mark.slow
@@ -216,10 +221,10 @@ def test_a_continuous_barrier_is_integrated():
     network = {"kind": "ring", "latency_s": 1e-4, "bandwidth_gbps": 1, "buckets_mb": 2.0}
     s = build_scenario(scenario_dict(workers, global_batch=96, steps_per_epoch=100, epochs=100, network=network,
                                      gradient_mb=10.0))  # fmt: skip
-    p = predict(s, "equal")
-    ci = mean_ci(step_times(simulate(s, "equal", engine="vector")))
+    p = predict(s, Equal())
+    ci = mean_ci(step_times(simulate(s, Equal(), engine=VectorEngine())))
     assert abs(p.mean_step_s - ci.mean) <= 4 * ci.half_width, (p.mean_step_s, ci)
-    assert p.p95_step_s == pytest.approx(summarize(simulate(s, "equal", engine="vector")).p95_step_s, rel=0.01)
+    assert p.p95_step_s == pytest.approx(summarize(simulate(s, Equal(), engine=VectorEngine())).p95_step_s, rel=0.01)
 
 
 # ----------------------------------------------------------------------------- engines, async, bad input
@@ -234,7 +239,9 @@ def test_both_engines_agree_for_any_backward_fraction(data, fraction):
         scenario = replace(scenario, network=Ring(1e-5, 1, 0.25))
     scenario = replace(scenario, workload=replace(scenario.workload, backward_fraction=fraction))
     name, params = data.draw(policies(scenario.n_workers))
-    assert simulate(scenario, name, params=params) == simulate(scenario, name, params=params, engine="vector")
+    assert simulate(scenario, scenario.named_policy(name, params)) == simulate(
+        scenario, scenario.named_policy(name, params), engine=VectorEngine()
+    )
 
 
 def test_async_ignores_buckets():
@@ -243,8 +250,8 @@ def test_async_ignores_buckets():
         "workstation", ["workload.epochs=1", f"network.buckets_mb={plain.workload.gradient_mb / 4}"]
     )
     assert bucketed.buckets() is not None
-    assert simulate(plain, "async") == simulate(bucketed, "async")
-    assert predict(plain, "async") == predict(bucketed, "async")
+    assert simulate(plain, Async()) == simulate(bucketed, Async())
+    assert predict(plain, Async()) == predict(bucketed, Async())
 
 
 BAD = [
@@ -292,8 +299,8 @@ def test_ties_decided_by_rounding_at_the_absolute_time_are_redone_step_by_step(m
     monkeypatch.setattr(
         Buckets, "exposed_s", lambda self, f, c, w=None: redone.append(np.ndim(f) == 1) or exposed_s(self, f, c, w)
     )
-    vector = simulate(s, "ksync", params={"k": 1}, engine="vector")
+    vector = simulate(s, KSync(k=1), engine=VectorEngine())
     assert any(redone)  # the vector engine met a tie it had assumed the other way
-    assert vector == simulate(s, "ksync", params={"k": 1})  # to the last bit
+    assert vector == simulate(s, KSync(k=1))  # to the last bit
     included = vector.per_step("included")
     assert included[0].tolist() == [False, True] and np.all(included[1:] == [True, False])

@@ -15,6 +15,7 @@ from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
 from hetsim.model.network import ConstantNetwork, Ring
 from hetsim.model.trace import check_trace_table, read_trace_table
+from hetsim.policies import Dynamic, Equal
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario
@@ -67,8 +68,7 @@ def test_calibration_recovers_every_worker_and_the_mean_step_time(known_run):
 
 def test_workload_from_a_trace_with_epochs():
     raw = scenario_dict(KNOWN[:2], global_batch=64, steps_per_epoch=7, epochs=3)
-    trace = simulate(load_scenario(raw), "dynamic")
-    cal = calibrate(trace)
+    cal = calibrate(simulate(load_scenario(raw), Dynamic()))
     assert (cal.global_batch, cal.steps_per_epoch, cal.epochs) == (64, 7, 3)
     assert cal.scenario["workload"]["dataset_size"] == 64 * 7
     assert load_scenario(cal.scenario).workload.steps_per_epoch == 7
@@ -76,7 +76,7 @@ def test_workload_from_a_trace_with_epochs():
 
 def test_one_batch_size_gives_one_warning_and_a_per_sample_fit():
     raw = scenario_dict(KNOWN[:2], global_batch=64, steps_per_epoch=50, epochs=2)
-    trace = simulate(load_scenario(raw), "equal")
+    trace = simulate(load_scenario(raw), Equal())
     cal = calibrate(trace)
     assert len(cal.warnings) == 2  # one line per worker
     assert all("\n" not in w and "one batch size (32)" in w for w in cal.warnings)
@@ -220,7 +220,7 @@ def test_affine_winner_writes_the_plain_keys_of_the_maximum_likelihood_line(know
 def _two_policies():
     raw = scenario_dict(KNOWN[:2], global_batch=240, steps_per_epoch=10, epochs=4)
     scenario = load_scenario(raw)
-    return pd.concat([simulate(scenario, p).to_frame() for p in ("equal", "dynamic")], ignore_index=True)
+    return pd.concat([simulate(scenario, p).to_frame() for p in (Equal(), Dynamic())], ignore_index=True)
 
 
 def test_a_trace_of_two_policies_is_fitted_one_policy_at_a_time():

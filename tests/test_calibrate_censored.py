@@ -17,6 +17,7 @@ from hetsim.calibrate.curves import HingeCurve
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
 from hetsim.model.costs import Affine, Hinge
+from hetsim.policies import Optimal
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario
 from tests.helpers import scenario_dict
@@ -65,7 +66,7 @@ def test_cut_rows_with_a_batch_that_varies_are_unbiased():
 
 def test_idle_workers_are_kept_and_the_rest_fitted():
     scenario = load_scenario("mixed-gpus", ["workload.epochs=1"])
-    trace = simulate(scenario, "optimal")
+    trace = simulate(scenario, Optimal())
     cal = calibrate(trace)
     assert [f.worker for f in cal.workers] == [0, 1, 2, 3]
     assert [i.worker for i in cal.idle] == [4, 5] and all(i.batch is None for i in cal.idle)
@@ -74,7 +75,7 @@ def test_idle_workers_are_kept_and_the_rest_fitted():
     assert sum("not fitted" in w for w in cal.warnings) == 2
     rebuilt = load_scenario(cal.scenario)
     assert rebuilt.n_workers == 6
-    assert simulate(rebuilt, "optimal").per_step("local_batch")[:, 4:].sum() == 0  # idle there too
+    assert simulate(rebuilt, Optimal()).per_step("local_batch")[:, 4:].sum() == 0  # idle there too
 
 
 def test_too_few_computes_is_a_worker_left_out_or_one_line(tmp_path, capsys):

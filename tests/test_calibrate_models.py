@@ -24,6 +24,7 @@ from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
 from hetsim.core.registry import COSTS
 from hetsim.model.costs import Affine, Hinge, Profile, Table
+from hetsim.policies import Equal
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario, load_scenario
 
@@ -44,7 +45,7 @@ def pooled_runs(cost: dict, sizes: list[int], steps: int = 100, sigma: float = 0
             "workload": {"global_batch": batch, "dataset_size": batch * steps, "epochs": 1},
             "workers": [{"cost": cost, "noise": {"dist": "lognormal", "sigma": sigma}}],
         }
-        frame = simulate(build_scenario(raw), "equal").to_frame()
+        frame = simulate(build_scenario(raw), Equal()).to_frame()
         frames.append(frame.assign(step=frame["step"] + k * steps, epoch=k))
     return pd.concat(frames, ignore_index=True)
 

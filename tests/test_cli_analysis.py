@@ -147,7 +147,7 @@ def test_a_one_epoch_ci_is_as_wide_as_the_spread_of_the_run_mean_over_seeds(name
     from hetsim.cli.analysis import compare
 
     scenario = load_scenario(name, overrides)
-    rows = [compare(scenario, policy, seed) for seed in range(60)]
+    rows = [compare(scenario, scenario.named_policy(policy), seed) for seed in range(60)]
     means = np.array([r.simulated_step_s for r in rows])
     halves = np.array([(r.ci_high_s - r.ci_low_s) / 2 for r in rows])
     assert 0.6 <= halves.mean() / (1.96 * means.std(ddof=1)) <= 1.8

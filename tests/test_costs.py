@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
+from hetsim.engines import VectorEngine
 from hetsim.model.costs import Affine, Hinge, Profile, Table, device_profiles
+from hetsim.policies import Equal, Optimal
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario
@@ -70,13 +72,13 @@ def test_a_deterministic_step_on_hinge_and_table_workers_is_the_hand_computed_on
         {"cost": {"model": "table", "points": [[10, 0.02], [100, 0.2]]}},
     ]
     s = load_scenario(scenario_dict(workers, global_batch=120, network={"kind": "constant", "time_s": 0.003}))
-    equal = summarize(simulate(s, "equal"))
+    equal = summarize(simulate(s, Equal()))
     assert equal.mean_step_s == pytest.approx(max(0.06, 0.02 + 50 * 0.18 / 90) + 0.003, rel=1e-12)
-    optimal = summarize(simulate(s, "optimal"))
+    optimal = summarize(simulate(s, Optimal()))
     # The optimum of max(max(0.05, 0.001 b), t(120 - b)): the hinge takes 78, where 0.078 and t(42) = 0.084 meet best.
     best = min(max(max(0.05, 0.001 * b), 0.02 + (120 - b - 10) * 0.002) for b in range(0, 121))
     assert optimal.mean_step_s == pytest.approx(best + 0.003, rel=1e-12)
-    assert summarize(simulate(s, "optimal", engine="vector")) == optimal
+    assert summarize(simulate(s, Optimal(), engine=VectorEngine())) == optimal
 
 
 def test_a_table_file_is_read_from_the_scenario_folder_and_shown_as_written(tmp_path):

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hetsim.core.errors import ConfigError
 from hetsim.model.efficiency import Efficiency, effective_batch, effective_batches
 from hetsim.model.trace import Trace
+from hetsim.policies import Async, Equal
 from hetsim.run.metrics import step_times, summarize
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario, make_efficiency
@@ -59,7 +60,7 @@ EFFICIENT = ["workload.efficiency.noise_scale=512", "workload.efficiency.base_ba
 @pytest.mark.parametrize(("policy", "weighted"), [("dynamic", False), ("dynamic-enhanced", True), ("backup", True)])
 def test_progress_is_the_sum_of_the_steps_gains_and_the_target_is_met_where_it_sums_up(policy, weighted):
     scenario = load_scenario("paper", [*EFFICIENT, "workload.efficiency.target_steps=300", "workload.epochs=2"])
-    trace = simulate(scenario, policy)
+    trace = simulate(scenario, scenario.named_policy(policy))
     summary = summarize(trace, scenario)
     eff = scenario.workload.efficiency
     assert eff is not None
@@ -77,20 +78,22 @@ def test_progress_is_the_sum_of_the_steps_gains_and_the_target_is_met_where_it_s
 
 def test_plain_mean_of_uneven_batches_learns_less_than_the_weighted_combine():
     scenario = load_scenario("paper", [*EFFICIENT, "workload.epochs=3"])  # uneven splits from epoch 1
-    dp, edp = (summarize(simulate(scenario, p), scenario) for p in ("dynamic", "dynamic-enhanced"))
+    dp, edp = (
+        summarize(simulate(scenario, scenario.named_policy(p)), scenario) for p in ("dynamic", "dynamic-enhanced")
+    )
     assert dp.total_time_s == pytest.approx(edp.total_time_s)  # the same splits and timing
     assert dp.progress is not None and edp.progress is not None and dp.progress < edp.progress
 
 
 def test_no_efficiency_no_target_and_async_report_none():
     plain = load_scenario("paper", ["workload.epochs=1"])
-    summary = summarize(simulate(plain, "equal"), plain)
+    summary = summarize(simulate(plain, Equal()), plain)
     assert (summary.progress, summary.goodput_sps, summary.time_to_target_s) == (None, None, None)
     no_target = load_scenario("paper", [*EFFICIENT, "workload.epochs=1"])
-    summary = summarize(simulate(no_target, "equal"), no_target)
+    summary = summarize(simulate(no_target, Equal()), no_target)
     assert summary.progress is not None and summary.time_to_target_s is None
     far = load_scenario("paper", [*EFFICIENT, "workload.efficiency.target_steps=1e9", "workload.epochs=1"])
-    assert summarize(simulate(far, "equal"), far).time_to_target_s is None  # not reached in the run
+    assert summarize(simulate(far, Equal()), far).time_to_target_s is None  # not reached in the run
 
 
 def test_efficiency_round_trips_through_the_scenario_file_form():
@@ -162,8 +165,8 @@ def test_analyze_predicts_time_to_target_within_three_ci_half_widths_of_simulati
     from hetsim.run.metrics import mean_ci
 
     scenario = load_scenario("paper", [*EFFICIENT, "workload.efficiency.target_steps=3000", *noise])
-    predicted = predict(scenario, policy)
-    runs = [summarize(simulate(scenario, policy, seed=seed), scenario) for seed in range(10)]
+    predicted = predict(scenario, scenario.named_policy(policy))
+    runs = [summarize(simulate(scenario, scenario.named_policy(policy), seed=seed), scenario) for seed in range(10)]
     measured = [r.time_to_target_s for r in runs]
     assert None not in measured and predicted.time_to_target_s is not None
     ci = mean_ci([float(t) for t in measured if t is not None])
@@ -178,8 +181,11 @@ def test_analyze_time_to_target_of_resplitting_policies_is_close(policy):
     from hetsim.analysis.analytic import predict
 
     scenario = load_scenario("paper", [*EFFICIENT, "workload.efficiency.target_steps=3000"])
-    predicted = predict(scenario, policy).time_to_target_s
-    measured = [summarize(simulate(scenario, policy, seed=seed), scenario).time_to_target_s for seed in range(5)]
+    predicted = predict(scenario, scenario.named_policy(policy)).time_to_target_s
+    measured = [
+        summarize(simulate(scenario, scenario.named_policy(policy), seed=seed), scenario).time_to_target_s
+        for seed in range(5)
+    ]
     assert predicted is not None and None not in measured
     assert predicted == pytest.approx(float(np.mean([float(m) for m in measured if m is not None])), rel=1e-3)
 
@@ -235,7 +241,7 @@ def test_async_updates_are_discounted_by_their_staleness():
     from hetsim.run.metrics import staleness
 
     scenario = load_scenario("paper", [*EFFICIENT, "workload.epochs=1"])
-    trace: Trace = simulate(scenario, "async")
+    trace: Trace = simulate(scenario, Async())
     summary = summarize(trace, scenario)
     eff = scenario.workload.efficiency
     assert eff is not None

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from hetsim.model.network import Ring
 from hetsim.model.partition import balanced_time
+from hetsim.policies import Dynamic, DynamicEnhanced, Equal, Optimal
 from hetsim.run.metrics import step_times, summarize
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario, load_scenario
@@ -25,7 +26,7 @@ def test_identical_deterministic_workers_under_equal_give_the_analytic_step_time
         scenario_dict([{"count": 4, "overhead_s": 0.02, "per_sample_s": 0.001}], network=net, gradient_mb=40.0)
     )
     expected = 0.02 + 0.001 * 64 + Ring(1e-5, 50).allreduce_s(4, 40.0)
-    trace = simulate(s, "equal")
+    trace = simulate(s, Equal())
     summary = summarize(trace)
     assert np.all(step_times(trace) == pytest.approx(expected, rel=1e-12))
     assert summary.total_time_s == pytest.approx(expected * s.workload.total_steps, rel=1e-12)
@@ -51,7 +52,7 @@ def _continuous_equal_time_split(workers, total):
 
 def test_dynamic_converges_to_its_fixed_point_the_equal_time_split():
     s = build_scenario(scenario_dict(AFFINE, global_batch=512, steps_per_epoch=5, epochs=30))
-    trace = simulate(s, "dynamic")
+    trace = simulate(s, Dynamic())
     target, t_star = _continuous_equal_time_split(AFFINE, 512)
     last = trace.per_step("local_batch")[-1]
     assert np.all(np.abs(last - np.asarray(target)) <= 1.0)
@@ -64,7 +65,7 @@ def test_dynamic_converges_to_its_fixed_point_the_equal_time_split():
 
 def test_dynamic_enhanced_has_the_timing_of_dynamic():
     s = build_scenario(scenario_dict(AFFINE, steps_per_epoch=4, epochs=5))
-    a, b = simulate(s, "dynamic"), simulate(s, "dynamic-enhanced")
+    a, b = simulate(s, Dynamic()), simulate(s, DynamicEnhanced())
     assert np.array_equal(a.compute_s, b.compute_s) and np.array_equal(a.local_batch, b.local_batch)
     assert b.policy == "dynamic-enhanced"
 
@@ -72,11 +73,11 @@ def test_dynamic_enhanced_has_the_timing_of_dynamic():
 def test_optimal_matches_the_closed_form_water_filling_split():
     s = build_scenario(scenario_dict(AFFINE, global_batch=512, steps_per_epoch=2, epochs=1))
     target, t_star = _continuous_equal_time_split(AFFINE, 512)
-    batches = simulate(s, "optimal").per_step("local_batch")[0]
+    batches = simulate(s, Optimal()).per_step("local_batch")[0]
     assert sum(batches) == 512
     assert np.all(np.abs(batches - np.asarray(target)) <= 1.0)
     # No integer split has a smaller max; the continuous optimum is a lower bound.
-    assert summarize(simulate(s, "optimal")).mean_step_s >= t_star
+    assert summarize(simulate(s, Optimal())).mean_step_s >= t_star
 
 
 def test_optimal_respects_caps_and_drops_a_worker_too_slow_to_help():
@@ -86,22 +87,22 @@ def test_optimal_respects_caps_and_drops_a_worker_too_slow_to_help():
         {"overhead_s": 5.0, "per_sample_s": 0.001},
     ]
     s = build_scenario(scenario_dict(workers, global_batch=256, steps_per_epoch=1, epochs=1))
-    trace = simulate(s, "optimal")
+    trace = simulate(s, Optimal())
     assert tuple(trace.per_step("local_batch")[0]) == (100, 156, 0)
     assert not trace.per_step("included")[0][2] and trace.per_step("compute_s")[0][2] == 0.0
 
 
 def test_the_same_seed_gives_the_identical_trace():
     s = load_scenario("workstation")
-    a, b = simulate(s, "dynamic"), simulate(s, "dynamic")
+    a, b = simulate(s, Dynamic()), simulate(s, Dynamic())
     assert a.to_frame().equals(b.to_frame())
-    c = simulate(s, "dynamic", seed=1)
+    c = simulate(s, Dynamic(), seed=1)
     assert not np.array_equal(a.compute_s, c.compute_s)
 
 
 def test_paper_scenario_dynamic_balances_the_two_workers_within_five_epochs():
     s = load_scenario("paper")
-    trace = simulate(s, "dynamic")
+    trace = simulate(s, Dynamic())
     epoch = trace.per_step("epoch")[:, 0]
     compute = trace.per_step("compute_s")
     means = compute[epoch == 4].mean(axis=0)
@@ -113,7 +114,7 @@ def test_paper_scenario_dynamic_balances_the_two_workers_within_five_epochs():
 def test_trace_accounting_is_consistent():
     s = load_scenario("workstation", ["workload.epochs=2"])
     for name in POLICY_NAMES:
-        trace = simulate(s, name)
+        trace = simulate(s, s.named_policy(name))
         compute, wait = trace.per_step("compute_s"), trace.per_step("wait_s")
         barrier = compute + wait
         assert np.allclose(barrier, barrier[:, :1])  # everyone leaves the barrier together
@@ -162,7 +163,7 @@ def random_scenarios(draw):
 @given(random_scenarios(), st.sampled_from(POLICY_NAMES))
 @pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_every_split_is_non_negative_within_caps_and_sums_to_the_global_batch(scenario, policy):
-    batches = simulate(scenario, policy).per_step("local_batch")
+    batches = simulate(scenario, scenario.named_policy(policy)).per_step("local_batch")
     caps = np.array([w.cap for w in scenario.workers])
     assert np.all(batches.sum(axis=1) == scenario.workload.global_batch)
     assert np.all(batches >= 0) and np.all(batches <= caps)

@@ -9,9 +9,10 @@ import pytest
 from scipy.optimize import brentq
 
 from hetsim.analysis.analytic import predict
+from hetsim.engines import SimPyEngine, VectorEngine
 from hetsim.model.costs import Affine
 from hetsim.plan.rows import Estimate, extrapolated
-from hetsim.policies import WorkerHint, make_policy
+from hetsim.policies import Async, Dynamic, Equal, KSync, WorkerHint, make_policy
 from hetsim.policies.base import StepInfo
 from hetsim.run.metrics import Run, recovery_steps, summarize
 from hetsim.run.simulate import simulate
@@ -58,7 +59,7 @@ def test_split_changes_is_samples_moved_over_the_step_transitions():
     100/3 (a division by the 4 steps gives 25)."""
     workers = [{"name": "a", "per_sample_s": 0.001}, {"name": "b", "per_sample_s": 0.003}]
     s = build_scenario(scenario_dict(workers, global_batch=400, steps_per_epoch=2, epochs=2))
-    trace = simulate(s, "dynamic")
+    trace = simulate(s, Dynamic())
     assert [tuple(b) for b in trace.per_step("local_batch")] == [(200, 200)] * 2 + [(300, 100)] * 2
     moved = (abs(300 - 200) + abs(100 - 200)) / 2
     assert summarize(trace).split_changes == pytest.approx(moved / 3, rel=1e-12)
@@ -70,7 +71,7 @@ def test_first_k_idle_utilization_and_p95_for_ksync_on_exponentials():
     utilization = (E1 + 3 E2) / 4 / (E2 + comm); p95 is the 0.95 quantile of X(2) plus comm.
     Pins n * barrier (not n * mean step) in the idle time and the 0.95 (not 0.9) quantile."""
     scenario, params = _exponential_four(k=2)
-    p = predict(scenario, "ksync", params)
+    p = predict(scenario, KSync(**params))
     e1 = 1 / 40  # E[min of 4 Exp(10)]
     e2 = 1 / 40 + 1 / 30  # E[2nd of 4]
     step = e2 + COMM_S
@@ -119,7 +120,7 @@ def test_epochs_to_1pct_is_the_first_epoch_from_which_dp_sgd_stays_within_1pct()
     close = [all(abs(p - f) <= 0.01 for p, f in zip(ps, fixed)) for ps in history]
     expected = next(e for e in range(epochs) if all(close[e:]))
     assert expected == 1  # epoch 0 is the equal split, 0.05 away; one update lands within 1%
-    p = predict(s, "dynamic")
+    p = predict(s, Dynamic())
     assert p.fixed_point_shares == pytest.approx(fixed, abs=1e-12)
     assert p.epochs_to_1pct == expected
 
@@ -139,7 +140,7 @@ def test_async_staleness_mean_and_p95_match_a_hand_count():
     workers = [{"name": "a", "per_sample_s": 0.001}, {"name": "b", "per_sample_s": 0.0025}]
     network = {"kind": "constant", "time_s": 0.021}
     raw = scenario_dict(workers, global_batch=200, steps_per_epoch=10, epochs=3, network=network)
-    summary = summarize(simulate(build_scenario(raw), "async"))
+    summary = summarize(simulate(build_scenario(raw), Async()))
     who, nth = _async_updates(60)
     periods = (121, 271)
     hand = []
@@ -175,7 +176,7 @@ def test_ksync_waits_for_n_minus_1_by_default():
     policy.reset(4, 40)
     assert policy.wait_for() == 3
     scenario, params = _exponential_four()
-    p = predict(scenario, "ksync", params)
+    p = predict(scenario, KSync(**params))
     assert p.mean_step_s == pytest.approx(1 / 40 + 1 / 30 + 1 / 20 + COMM_S, rel=1e-9)
 
 
@@ -248,7 +249,7 @@ def test_the_expected_slowest_of_discrete_noise_is_the_sum_over_its_outcomes(cos
     values, counts = np.unique(samples, return_counts=True)
     mass = counts / counts.sum()
     exact = sum(p * q * max(costs[0] * x, costs[1] * y) for x, p in zip(values, mass) for y, q in zip(values, mass))
-    prediction = predict(load_scenario(scenario_dict(workers, global_batch=2)), "equal")
+    prediction = predict(load_scenario(scenario_dict(workers, global_batch=2)), Equal())
     assert prediction.mean_step_s == pytest.approx(exact, rel=1e-12)
 
 
@@ -261,8 +262,8 @@ def test_dynamic_under_caps_rescales_the_split_that_ran_and_balances_in_one_epoc
     fast = {"name": "fast", "count": 2, "overhead_s": 0.005, "per_sample_s": 0.001, "max_batch": 200}
     slow = {"name": "slow", "count": 2, "overhead_s": 0.005, "per_sample_s": 0.004, "max_batch": 50}
     scenario = load_scenario(scenario_dict([fast, slow], global_batch=400, steps_per_epoch=10, epochs=3))
-    trace = simulate(scenario, "dynamic", engine="simpy")
+    trace = simulate(scenario, Dynamic(), engine=SimPyEngine())
     splits = [tuple(trace.per_step("local_batch")[e * 10]) for e in range(3)]
     assert splits == [(150, 150, 50, 50), (160, 160, 40, 40), (160, 160, 40, 40)]
-    assert simulate(scenario, "dynamic", engine="vector") == trace
-    assert predict(scenario, "dynamic").mean_step_s == pytest.approx((0.205 + 2 * 0.165) / 3, rel=1e-12)
+    assert simulate(scenario, Dynamic(), engine=VectorEngine()) == trace
+    assert predict(scenario, Dynamic()).mean_step_s == pytest.approx((0.205 + 2 * 0.165) / 3, rel=1e-12)

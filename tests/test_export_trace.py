@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetsim.cli.main import main
+from hetsim.policies import Async, Dynamic, Equal
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario, builtin_text
 from hetsim.sweep.results import RunFolder
@@ -276,7 +277,7 @@ def test_a_sweep_folders_kept_trace_round_trips_in_the_plotted_cells_scenario(tm
     spec = load_sweep(raw)
     folder = RunFolder.start(tmp_path / "runs", spec, {})
     scenario = point_scenario(spec, (1,))  # the plotted cell: the last value of each axis
-    folder.write_traces("traces.parquet", [simulate(scenario, p, seed=3) for p in spec.policies])
+    folder.write_traces("traces.parquet", [simulate(scenario, scenario.named_policy(p), seed=3) for p in spec.policies])
     doc = export([str(folder.path), "-o", str(tmp_path / "sweep.json")], capsys)
     check_format(doc)
     check_round_trip(doc, pd.read_parquet(folder.path / "traces.parquet"), ["fast", "slow"])
@@ -296,7 +297,7 @@ def test_a_validation_run_round_trips_rank_by_rank(tmp_path, capsys):
 
 
 def test_a_trace_file_without_the_optional_columns_exports_one_policy(tmp_path, capsys):
-    trace = simulate(build_scenario(two_workers_with_buckets()), "dynamic", seed=1).to_frame()
+    trace = simulate(build_scenario(two_workers_with_buckets()), Dynamic(), seed=1).to_frame()
     bare = trace[["step", "worker", "local_batch", "start_s", "compute_s", "wait_s", "comm_s"]]
     bare.to_csv(tmp_path / "t.csv", index=False)
     doc = export([str(tmp_path / "t.csv"), "-o", str(tmp_path / "t.json")], capsys)
@@ -310,7 +311,7 @@ def test_an_async_trace_missing_a_workers_rows_keeps_every_track_apart(tmp_path,
     raw = two_workers_with_buckets()
     raw["workers"].append({"name": "third", "overhead_s": 0.0, "per_sample_s": 1.5})
     raw["workload"].update(global_batch=3, dataset_size=9)
-    frame = simulate(build_scenario(raw), "async").to_frame().query("worker != 1")
+    frame = simulate(build_scenario(raw), Async()).to_frame().query("worker != 1")
     frame = frame.assign(slowdown=np.where(frame["worker"] == 0, 2.0, 1.0), step=np.arange(len(frame)))
     frame.to_parquet(tmp_path / "a.parquet")
     doc = export([str(tmp_path / "a.parquet"), "-o", str(tmp_path / "a.json")], capsys)
@@ -322,7 +323,7 @@ def test_an_async_trace_missing_a_workers_rows_keeps_every_track_apart(tmp_path,
 def test_the_layout_moves_a_late_row_later_never_shortens_it():
     from hetsim.model.trace import Trace
 
-    frame = simulate(build_scenario(two_workers_with_buckets()), "equal").to_frame()
+    frame = simulate(build_scenario(two_workers_with_buckets()), Equal()).to_frame()
     frame.loc[frame["step"] == 3, "start_s"] -= 0.5  # rank 0's clock: the step begins before the last one ended
     trace = Trace.from_frame(frame)
     w = lay_out(ExportRun(trace), np.arange(len(frame))).workers

@@ -11,6 +11,7 @@ import pytest
 
 from hetsim.cli.main import main
 from hetsim.model.trace import write_trace_table
+from hetsim.policies import Equal
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario
 from tests.refusals import check_refused
@@ -18,7 +19,7 @@ from tests.test_export_trace import two_workers_with_buckets
 
 
 def write_trace(tmp_path: Path, **columns: Any) -> None:
-    frame = simulate(build_scenario(two_workers_with_buckets()), "equal").to_frame()
+    frame = simulate(build_scenario(two_workers_with_buckets()), Equal()).to_frame()
     write_trace_table(frame.assign(**columns), tmp_path / "t.csv")
 
 

@@ -21,13 +21,13 @@ from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import Param
 from hetsim.core.registry import COSTS, DISTRIBUTIONS, ENGINES, NETWORKS, PLUGINS_ENV, POLICIES
-from hetsim.engines import Engine
+from hetsim.engines import Engine, SimPyEngine, VectorEngine
 from hetsim.model.costs import CostModel
 from hetsim.model.distributions import Distribution
 from hetsim.model.network import NetworkModel
 from hetsim.model.partition import split_by_shares
 from hetsim.model.trace import Trace
-from hetsim.policies import Policy, make_policy
+from hetsim.policies import Policy
 from hetsim.scenario.config import load_scenario
 from tests.helpers import scenario_dict
 
@@ -237,7 +237,7 @@ def test_building_a_plugin_directly_raises_the_configs_error(registry, name, par
     with pytest.raises(ConfigError) as configured:
         from hetsim.run.simulate import simulate
 
-        simulate(load_scenario(raw), engine="simpy")
+        simulate(load_scenario(raw), engine=SimPyEngine())
     if path == "policy" and "unknown parameter" in problem:  # a scenario's [policy] says which policy it checked
         problem = (
             f"speed: not a parameter of the scenario's policy {name!r} (its parameters: none); for another "
@@ -268,8 +268,8 @@ class Replay(Engine):
         return policy.synchronous
 
     def run(self, scenario: Any, policy: Policy, seed: int | None = None) -> Trace:
-        trace = ENGINES["simpy"]().run(scenario, policy, seed)
-        again = ENGINES["vector"]().run(scenario, make_policy(policy.name, policy.param_values()), seed)
+        trace = SimPyEngine().run(scenario, policy, seed)
+        again = VectorEngine().run(scenario, type(policy)(**policy.param_values()), seed)  # a fresh copy
         assert trace == again
         return trace
 

@@ -34,6 +34,7 @@ from scipy import integrate, special, stats
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.registry import COSTS, DISTRIBUTIONS, NETWORKS, PLUGINS_ENV, POLICIES
+from hetsim.engines import SimPyEngine, VectorEngine
 from hetsim.policies import make_policy
 from hetsim.policies.base import WorkerHint
 from hetsim.scenario.config import load_scenario
@@ -309,13 +310,15 @@ def test_the_re_splitting_policy_example_moves_samples_each_epoch_on_both_engine
 
     raw = scenario_dict([{"per_sample_s": 0.001}, {"per_sample_s": 0.003}], global_batch=100, steps_per_epoch=5,
                         epochs=4, network={"kind": "constant", "time_s": 0.01})  # fmt: skip
-    trace = simulate(load_scenario(raw), "shift", params={"samples": 5}, engine="simpy")
+    trace = simulate(load_scenario(raw), make_policy("shift", {"samples": 5}), engine=SimPyEngine())
     # 50/50, then 5 samples a epoch from the 3 ms worker to the 1 ms one: 55/45, 60/40, 65/35
     assert trace.per_step("local_batch")[::5, 0].tolist() == [50, 55, 60, 65]
     assert summarize(trace).mean_step_s == pytest.approx((0.15 + 0.135 + 0.12 + 0.105) / 4 + 0.01, rel=1e-12)
-    assert simulate(load_scenario(raw), "shift", params={"samples": 5}, engine="vector") == trace
+    assert simulate(load_scenario(raw), make_policy("shift", {"samples": 5}), engine=VectorEngine()) == trace
     noisy = load_scenario({**raw, "workers": [{**w, "noise": {"dist": "lognormal", "sigma": 0.3}} for w in THREE]})
-    assert simulate(noisy, "shift", engine="vector") == simulate(noisy, "shift", engine="simpy")  # to the last bit
+    assert simulate(noisy, make_policy("shift"), engine=VectorEngine()) == simulate(
+        noisy, make_policy("shift"), engine=SimPyEngine()
+    )  # to the last bit
 
 
 @pytest.mark.slow

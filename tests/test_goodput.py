@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
+from hetsim.engines import VectorEngine
 from hetsim.model.costs import Table
 from hetsim.model.efficiency import Efficiency
 from hetsim.model.partition import max_time, min_max_split, slowest_expected_s, water_fill
-from hetsim.policies import Goodput, RunHint, StepInfo, StepRecord, WorkerHint
+from hetsim.policies import Adaptive, Goodput, RunHint, StepInfo, StepRecord, WorkerHint
 from hetsim.policies.goodput import StepCosts
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate
@@ -102,22 +103,22 @@ def test_a_schedule_moves_the_batch_up_as_training_progresses_and_both_engines_a
         "mixed-gpus", [schedule, "workload.efficiency.base_batch=256", "workload.efficiency.target_steps=3000",
                        "workload.epochs=30", "policy.name=goodput", "policy.min_batch=128"]
     )  # fmt: skip
-    trace = simulate(scenario, "goodput")
+    trace = simulate(scenario, Goodput())
     sums = trace.per_step("local_batch").sum(axis=1)
     assert sums[100] < sums[-1] and (np.diff(sums[97:]) >= 0).mean() > 0.95  # mostly upwards
-    vector = simulate(scenario, "goodput", engine="vector")
+    vector = simulate(scenario, Goodput(), engine=VectorEngine())
     np.testing.assert_array_equal(vector.local_batch, trace.local_batch)
     np.testing.assert_array_equal(vector.compute_s, trace.compute_s)
     summary = summarize(trace, scenario)
     assert summary.time_to_target_s is not None
-    fixed = [summarize(simulate(s, "adaptive"), s).time_to_target_s for s in [scenario]]
+    fixed = [summarize(simulate(s, Adaptive()), s).time_to_target_s for s in [scenario]]
     assert fixed[0] is not None and summary.time_to_target_s < fixed[0]  # beats adaptive at the default batch
 
 
 def test_goodput_without_statistical_efficiency_is_refused_naming_the_field():
     scenario = load_scenario("paper")
     with pytest.raises(ConfigError, match=r"^workload\.efficiency: missing: policy 'goodput'"):
-        scenario.make_policy("goodput")
+        scenario.make_policy(Goodput())
 
 
 @pytest.mark.parametrize(
@@ -155,7 +156,7 @@ def test_min_batch_beyond_the_caps_is_refused():
     raw["workload"]["efficiency"] = {"noise_scale": 100, "base_batch": 64}
     raw["policy"] = {"name": "goodput", "min_batch": 200}
     with pytest.raises(ConfigError, match=r"^policy\.min_batch: 200 is more than the workers' caps hold \(128\)"):
-        simulate(build_scenario(raw), "goodput")
+        simulate(build_scenario(raw))  # the scenario's own goodput, min_batch and all
 
 
 def test_simulate_leaves_goodput_out_with_a_note_without_efficiency_and_runs_it_with(capsys):

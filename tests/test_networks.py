@@ -15,7 +15,9 @@ from hetsim.analysis.analytic_async import link_rates
 from hetsim.cli.analysis import compare
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
+from hetsim.engines import VectorEngine
 from hetsim.model.network import ConstantNetwork, Hierarchical, ParameterServer, Ring
+from hetsim.policies import Async
 from hetsim.run.metrics import apply_times, summarize
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario, load_scenario
@@ -90,7 +92,10 @@ def test_both_engines_agree_on_hierarchical_scenarios(data):
             w["node"] = data.draw(st.sampled_from(["x", "y"]), label=f"node of group {k}")
         scenario = build_scenario(raw)
     name, params = data.draw(policies(scenario.n_workers))
-    assert_same_trace(simulate(scenario, name, params=params), simulate(scenario, name, params=params, engine="vector"))
+    assert_same_trace(
+        simulate(scenario, scenario.named_policy(name, params)),
+        simulate(scenario, scenario.named_policy(name, params), engine=VectorEngine()),
+    )
 
 
 BAD = [
@@ -125,7 +130,7 @@ def test_async_updates_queue_for_the_parameter_servers_link():
     workers = [{"count": 2, "overhead_s": 0.0, "per_sample_s": 0.5}]
     net = {"kind": "ps", "latency_s": 0.0, "bandwidth_gbps": 0.032}  # 2 * 1 MB / 4 MB/s = 0.5 s
     s = build_scenario(scenario_dict(workers, global_batch=4, steps_per_epoch=2, epochs=1, network=net, gradient_mb=1))
-    trace = simulate(s, "async")
+    trace = simulate(s, Async())
     assert trace.worker.tolist() == [0, 1, 0, 1]
     assert trace.start_s.tolist() == pytest.approx([0.0, 0.0, 1.5, 2.0])
     assert trace.comm_s.tolist() == pytest.approx([0.5, 1.0, 0.5, 0.5])  # queued 0.5 s, then 0.5 s on the link
@@ -137,13 +142,13 @@ def test_async_on_a_saturated_parameter_server_never_outruns_its_link():
     s = ps16()
     link_s = s.network.update_link_s(s.workload.gradient_mb)
     capacity = s.workload.global_batch / s.n_workers / link_s  # samples a second the link carries
-    trace = simulate(s, "async")
+    trace = simulate(s, Async())
     summary = summarize(trace)
     assert summary.throughput_sps <= capacity
     assert summary.throughput_sps == pytest.approx(capacity, rel=1e-3)  # and it is busy all the time
     assert np.diff(apply_times(trace)).min() >= link_s * (1 - 1e-9)
     assert (trace.comm_s >= link_s * (1 - 1e-9)).all()
-    p = predict(s, "async")
+    p = predict(s, Async())
     assert p.throughput_sps <= capacity * (1 + 1e-12)
     assert p.throughput_sps == pytest.approx(summary.throughput_sps, rel=0.01)
 
@@ -151,18 +156,18 @@ def test_async_on_a_saturated_parameter_server_never_outruns_its_link():
 @pytest.mark.parametrize("overrides", [PS16, UNSATURATED], ids=["saturated", "unsaturated"])
 def test_analyze_agrees_with_async_simulation_on_a_parameter_server(overrides):
     s = ps16(overrides)
-    c = compare(s, "async")
+    c = compare(s, Async())
     assert c.relative_error is not None and abs(c.relative_error) < 0.01, c
-    summary = summarize(simulate(s, "async"))
+    summary = summarize(simulate(s, Async()))
     assert c.prediction is not None
     assert c.prediction.throughput_sps == pytest.approx(summary.throughput_sps, rel=0.01)
 
 
 def test_the_bard_schweitzer_fallback_also_agrees_there(monkeypatch):
-    exact = {name: predict(ps16(o), "async").mean_step_s for name, o in (("sat", PS16), ("low", UNSATURATED))}
+    exact = {name: predict(ps16(o), Async()).mean_step_s for name, o in (("sat", PS16), ("low", UNSATURATED))}
     monkeypatch.setattr(analytic_async, "MAX_STATES", 0)
     for name, o in (("sat", PS16), ("low", UNSATURATED)):
-        assert predict(ps16(o), "async").mean_step_s == pytest.approx(exact[name], rel=0.005)
+        assert predict(ps16(o), Async()).mean_step_s == pytest.approx(exact[name], rel=0.005)
 
 
 def test_the_link_model_in_limits():
@@ -211,6 +216,6 @@ def test_async_without_a_shared_link_is_the_renewal_rate():
             w["node"] = "box"
         s = build_scenario(raw)
         exchange = s.network.allreduce_s(2, s.workload.gradient_mb)
-        trace = simulate(s, "async")
+        trace = simulate(s, Async())
         assert (trace.comm_s == exchange).all()
-        assert predict(s, "async").allreduce_s == exchange
+        assert predict(s, Async()).allreduce_s == exchange

@@ -14,9 +14,11 @@ from hetsim.analysis.analytic import NoClosedForm, predict
 from hetsim.analysis.orderstats import CommonFactorMax, ComputeTime, expected_max
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
+from hetsim.engines import VectorEngine
 from hetsim.model.distributions import Constant, LogNormal
 from hetsim.model.draws import StepDraws
 from hetsim.model.workers import SharedNoise, persistent_noise
+from hetsim.policies import Async, Dynamic, Equal, KSync
 from hetsim.run.metrics import mean_ci, step_times
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario, load_scenario
@@ -112,8 +114,8 @@ def test_without_the_new_keys_nothing_changes():
     )  # fmt: skip
     assert not persistent_noise(same.workers)
     for name in ("equal", "dynamic"):
-        assert_same_trace(simulate(base, name), simulate(same, name))
-        assert predict(base, name) == predict(same, name)
+        assert_same_trace(simulate(base, base.named_policy(name)), simulate(same, same.named_policy(name)))
+        assert predict(base, base.named_policy(name)) == predict(same, same.named_policy(name))
     assert load_scenario(same.to_dict()) == same
 
 
@@ -129,7 +131,7 @@ def test_engines_agree_on_a_long_run_with_shared_and_persistent_noise():
     ]  # fmt: skip
     s = build_scenario(scenario_dict(workers, global_batch=120, steps_per_epoch=300, epochs=4))
     for name in ("equal", "dynamic", "adaptive", "ksync"):
-        assert_same_trace(simulate(s, name), simulate(s, name, engine="vector"))
+        assert_same_trace(simulate(s, s.named_policy(name)), simulate(s, s.named_policy(name), engine=VectorEngine()))
 
 
 def test_async_members_use_the_groups_nth_factor_for_their_nth_compute():
@@ -138,7 +140,7 @@ def test_async_members_use_the_groups_nth_factor_for_their_nth_compute():
         {"per_sample_s": 3e-3, "shared_noise": {"group": "h", **lognormal(0.4, persistence=0.5)}},
     ]
     s = build_scenario(scenario_dict(workers, global_batch=64, steps_per_epoch=50, epochs=2))
-    trace = simulate(s, "async")
+    trace = simulate(s, Async())
     fast, slow = (trace.compute_s[trace.worker == i] / (32 * c) for i, c in enumerate((1e-3, 3e-3)))
     assert len(fast) > len(slow) > 10  # at their own paces
     assert np.allclose(fast[: len(slow)], slow, rtol=1e-12)
@@ -151,8 +153,8 @@ def test_async_members_use_the_groups_nth_factor_for_their_nth_compute():
 def agreement(workers: list[dict], batches: int | None = None, steps: int = 100_000) -> tuple[float, float, float]:
     """(predicted, simulated mean, CI half-width) of ``equal``'s step over ``steps`` steps."""
     s = build_scenario(scenario_dict(workers, global_batch=50, steps_per_epoch=steps // 10, epochs=10))
-    t = step_times(simulate(s, "equal", engine="vector"))
-    return predict(s, "equal").mean_step_s, float(t.mean()), mean_ci(t, 0.95, batches).half_width
+    t = step_times(simulate(s, Equal(), engine=VectorEngine()))
+    return predict(s, Equal()).mean_step_s, float(t.mean()), mean_ci(t, 0.95, batches).half_width
 
 
 def host(noise: dict, shared: dict, delay: dict | None = None, mixed: dict | None = None) -> list[dict]:
@@ -220,12 +222,12 @@ def test_what_is_not_modelled_says_so():
     shared = {"group": "h", **lognormal(0.2)}
     s = build_scenario(scenario_dict(host(lognormal(0.05), shared), global_batch=50))
     with pytest.raises(NoClosedForm, match="share a noise factor"):
-        predict(s, "ksync")
-    predict(s, "dynamic")  # the split follows expected times; E[max] of each split is exact
-    predict(s, "async")  # the renewal rate needs only the means
+        predict(s, KSync())
+    predict(s, Dynamic())  # the split follows expected times; E[max] of each split is exact
+    predict(s, Async())  # the renewal rate needs only the means
     persistent = build_scenario(scenario_dict(host(lognormal(0.05, persistence=0.5), shared), global_batch=50))
     with pytest.raises(NoClosedForm, match="noise persists"):
-        predict(persistent, "dynamic")
+        predict(persistent, Dynamic())
 
 
 # ----------------------------------------------------------------------------- bad input

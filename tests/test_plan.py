@@ -16,7 +16,7 @@ from hetsim.model.costs import Affine, Profile
 from hetsim.plan.fragility import SlowerCost, barrier_bound, slowed, slower_cost
 from hetsim.plan.planner import batch_grid, plan, recommend, with_batch
 from hetsim.plan.rows import Estimate, PolicyRow, short_run
-from hetsim.policies import POLICIES, policy_class
+from hetsim.policies import POLICIES, Adaptive, Async, Dynamic, Equal, Optimal, policy_class
 from hetsim.policies.base import waits_for_every_worker
 from hetsim.scenario.config import build_scenario, load_scenario
 from tests.helpers import scenario_dict
@@ -55,7 +55,7 @@ def test_a_far_too_slow_worker_is_left_out_at_the_optimal_closed_form(slow_one):
     rec = result.recommended
     assert (rec.policy, rec.how, result.left_out_workers) == ("optimal", "closed form", ("slow",))
     assert rec.split == (32, 32, 32, 0) and result.global_batch == 96
-    expected = predict(scenario, "optimal")
+    expected = predict(scenario, Optimal())
     assert rec.step_s.value == expected.mean_step_s  # the closed form itself, not a copy of it
     assert (rec.step_s.low, rec.step_s.high) == (expected.mean_step_s, expected.mean_step_s)
     assert rec.throughput_sps.value == expected.throughput_sps
@@ -68,7 +68,7 @@ def test_every_closed_form_row_is_predicts_and_every_simulated_row_has_an_interv
     scenario, result = slow_one
     for row in result.rows:
         if row.closed_form:
-            p = predict(scenario, row.policy)
+            p = predict(scenario, scenario.named_policy(row.policy))
             assert (row.step_s.value, row.throughput_sps.value, row.split) == (
                 p.mean_step_s, p.throughput_sps, p.final_batches)  # fmt: skip
         else:
@@ -81,7 +81,7 @@ def test_every_closed_form_row_is_predicts_and_every_simulated_row_has_an_interv
 
 def test_the_gain_over_equal_is_the_ratio_of_the_two_predictions(slow_one):
     scenario, result = slow_one
-    gain = predict(scenario, "optimal").throughput_sps / predict(scenario, "equal").throughput_sps
+    gain = predict(scenario, Optimal()).throughput_sps / predict(scenario, Equal()).throughput_sps
     assert result.gain_over_equal == pytest.approx(gain, rel=1e-12)
     assert result.gain_over_equal > 20  # equal waits for the slow worker's 24 samples
 
@@ -89,26 +89,27 @@ def test_the_gain_over_equal_is_the_ratio_of_the_two_predictions(slow_one):
 @pytest.mark.slow
 def test_fragility_slowing_a_worker_past_its_factor_changes_the_left_out_set():
     scenario = build_scenario(cluster())
-    result = plan(scenario, policies=CLOSED)
+    closed = [scenario.named_policy(p) for p in CLOSED]
+    result = plan(scenario, policies=closed)
     fast = result.fragility[0]
     assert fast.change == "leaves it out" and fast.computed_for == 0
     assert 5.1 < fast.factor < 5.4  # at 5.3x its one sample outlasts the other two's 48 (0.058 s)
     assert fast.holds_to < fast.factor < 1.03 * fast.holds_to
     assert [f.factor for f in result.fragility[:3]] == [fast.factor] * 3  # identical workers share it
     base = recommendation(result)
-    more = plan(slowed(scenario, 1, fast.factor * 1.03), policies=CLOSED)
-    less = plan(slowed(scenario, 1, fast.factor / 1.03), policies=CLOSED)
+    more = plan(slowed(scenario, 1, fast.factor * 1.03), policies=closed)
+    less = plan(slowed(scenario, 1, fast.factor / 1.03), policies=closed)
     assert recommendation(more) == ("optimal", ("fast#1", "slow")) != base
     assert recommendation(less) == base
     slow = result.fragility[3]
     assert (slow.factor, slow.holds_to, slow.change) == (None, 16.0, None)
-    assert recommendation(plan(slowed(scenario, 3, 16.0), policies=CLOSED)) == base
+    assert recommendation(plan(slowed(scenario, 3, 16.0), policies=closed)) == base
 
 
 @pytest.mark.slow
 def test_fragility_slowing_a_worker_past_its_factor_changes_the_policy():
     scenario = build_scenario(cluster(sigma=0.2))  # noisy: async's updates beat optimal's barrier
-    policies = ("equal", "optimal", "async")
+    policies = (Equal(), Optimal(), Async())
     result = plan(scenario, policies=policies)
     assert recommendation(result) == ("async", ())
     fast = result.fragility[0]
@@ -124,9 +125,9 @@ def test_the_bound_that_prunes_challengers_is_never_beaten_by_their_prediction(n
     efficiency = ["workload.efficiency={noise_scale=2000, base_batch=256, target_steps=200}"]
     scenario = slowed(load_scenario(name, efficiency), 1, 3.0)
     for policy in ("equal", "proportional", "dynamic", "optimal"):
-        p = predict(scenario, policy)
+        p = predict(scenario, scenario.named_policy(policy))
         first, resplits = p.trajectory[0], policy == "dynamic"
-        balanced = predict(scenario, "optimal").final_batches
+        balanced = predict(scenario, Optimal()).final_batches
         t_star = max(float(h.expected_s(b)) for h, b in zip(scenario.hints(), balanced) if b > 0)
         assert barrier_bound(scenario, "throughput", first, t_star if resplits else None) >= p.throughput_sps
         assert barrier_bound(scenario, "time_to_target", first, t_star if resplits else None) <= p.time_to_target_s
@@ -154,12 +155,12 @@ def test_the_global_batch_is_the_best_of_the_grid():
     raw = cluster()
     raw["workers"][0]["max_batch"] = 60  # type: ignore[index]  # beyond 180 samples the slow worker gets some
     scenario = build_scenario(raw)
-    result = plan(scenario, batch_range=(48, 200), policies=("equal", "optimal"))
+    result = plan(scenario, batch_range=(48, 200), policies=(Equal(), Optimal()))
     values = {b: v for b, _, v in result.batch_search}
     assert sorted(values) == list(batch_grid(48, 200)) == [48, 64, 96, 128, 192, 200]
     assert result.global_batch == max(values, key=lambda b: values[b]) == 128  # overheads amortised, no slow worker
     assert result.recommended.split == (43, 43, 42, 0)
-    best = predict(with_batch(scenario, 128), "optimal").throughput_sps
+    best = predict(with_batch(scenario, 128), Optimal()).throughput_sps
     assert values[128] == result.recommended.throughput_sps.value == best
 
 
@@ -169,14 +170,14 @@ def test_time_to_target_objective_and_its_batch():
     raw = cluster()
     raw["workload"] = {**raw["workload"], "efficiency": efficiency, "epochs": 8}  # type: ignore[dict-item]
     scenario = build_scenario(raw)
-    result = plan(scenario, "time_to_target", batch_range=(48, 384), policies=("equal", "optimal"))
+    result = plan(scenario, "time_to_target", batch_range=(48, 384), policies=(Equal(), Optimal()))
     values = {b: v for b, _, v in result.batch_search if v is not None}
     assert result.global_batch == min(values, key=lambda b: values[b])
-    at = predict(with_batch(scenario, result.global_batch), "optimal")
+    at = predict(with_batch(scenario, result.global_batch), Optimal())
     assert result.recommended.time_to_target_s is not None
     assert result.recommended.time_to_target_s.value == at.time_to_target_s
     assert result.gain_over_equal == pytest.approx(
-        predict(with_batch(scenario, result.global_batch), "equal").time_to_target_s / at.time_to_target_s
+        predict(with_batch(scenario, result.global_batch), Equal()).time_to_target_s / at.time_to_target_s
     )
 
 
@@ -188,10 +189,10 @@ def test_a_simulated_run_is_cut_to_whole_epochs_or_one_short_one():
     assert short_run(scenario, 64).workload.epochs == 1
     wide = load_scenario("mixed-gpus", ["workers.2.count=100"])  # 104 workers: 64 steps, the least
     assert short_run(wide).workload.total_steps == 64
-    adaptive = plan(wide, policies=("equal", "adaptive")).rows[1]  # a part of the job: its note says so
+    adaptive = plan(wide, policies=(Equal(), Adaptive())).rows[1]  # a part of the job: its note says so
     assert adaptive.how == "simulated, 10 runs x 64 steps (replications)"
     assert f"simulated over the job's first 64 of {wide.workload.total_steps} steps" in (adaptive.note or "")
-    whole = plan(scenario, policies=("equal", "adaptive")).rows[1]  # paper: its whole job
+    whole = plan(scenario, policies=(Equal(), Adaptive())).rows[1]  # paper: its whole job
     assert whole.how == "simulated, 10 runs x 1950 steps (replications)" and "first" not in (whole.note or "")
     few = build_scenario(cluster())  # 2 epochs of 10 steps: simulated whole
     assert short_run(few) is few
@@ -218,7 +219,7 @@ def test_json_has_the_documented_keys_and_plan_json_round_trips(tmp_path, capsys
     assert [f["worker"] for f in written["fragility"]["workers"]] == [0, 1, 2, 3]
     scenario = build_scenario(written["scenario"]["config"])
     assert scenario == build_scenario(cluster())  # the scenario as planned, rebuilt from plan.json
-    assert rec["predicted_step_s"] == predict(scenario, "optimal").mean_step_s
+    assert rec["predicted_step_s"] == predict(scenario, Optimal()).mean_step_s
 
 
 def test_the_table_names_the_recommendation_and_what_it_leaves_out(capsys, tmp_path):
@@ -285,7 +286,7 @@ def test_a_simulated_policy_is_recommended_only_when_its_whole_interval_is_bette
 def test_without_a_closed_form_the_best_simulation_is_recommended_and_fragility_is_not_computed():
     raw = cluster()
     raw["workers"][1]["slowdown"] = {"every_s": 1.0, "duration_s": 0.5, "factor": 2.0}  # type: ignore[index]
-    result = plan(build_scenario(raw), policies=("equal", "optimal"))
+    result = plan(build_scenario(raw), policies=(Equal(), Optimal()))
     assert [r.closed_form for r in result.rows] == [False, False]
     assert result.recommended.policy == "optimal" and result.fragility == ()
     why = "the recommended policy has no closed form: its figures are simulated"
@@ -347,7 +348,7 @@ def test_costs_that_may_be_off_favour_the_policies_that_measure():
     from hetsim.plan.robust import DRAWS, rescaled
 
     scenario = build_scenario(_profiled_pair())
-    policies = ("equal", "optimal", "dynamic", "adaptive")
+    policies = (Equal(), Optimal(), Dynamic(), Adaptive())
     nominal = plan(scenario, policies=policies, seed=3)
     assert nominal.recommended.policy == "optimal" and nominal.cost_error == 0.0
     assert plan(scenario, policies=policies, seed=3, cost_error=0.0).rows == nominal.rows
@@ -358,7 +359,7 @@ def test_costs_that_may_be_off_favour_the_policies_that_measure():
     assert rows["optimal"].step_s.value > 1.05 * nominal.rows[1].step_s.value
     costs = np.random.default_rng(np.random.SeedSequence(3).spawn(2)[0])
     draws = [rescaled(scenario, np.exp(0.3 * costs.standard_normal(2)).tolist()) for _ in range(DRAWS)]
-    by_hand = np.mean([predict(truth, "equal").mean_step_s for truth in draws])
+    by_hand = np.mean([predict(truth, Equal()).mean_step_s for truth in draws])
     assert rows["equal"].step_s.value == pytest.approx(by_hand, rel=1e-12)
     assert off.to_dict()["cost_error"] == 0.3
 
@@ -381,7 +382,7 @@ def test_a_closed_form_under_cost_error_is_still_judged_as_one():
     from hetsim.policies.base import told
 
     scenario = build_scenario(_profiled_pair())
-    off = plan(scenario, policies=("equal", "optimal", "adaptive"), seed=3, cost_error=0.01)
+    off = plan(scenario, policies=(Equal(), Optimal(), Adaptive()), seed=3, cost_error=0.01)
     assert off.recommended.policy == "optimal" and off.recommended.closed_form and off.fragility == ()
     assert (
         off.to_dict()["fragility"]["note"] == "not computed: --cost-error 0.01 already averages over costs that are off"

@@ -11,6 +11,7 @@ import pytest
 from hetsim.analysis.analytic import predict
 from hetsim.cli.main import main
 from hetsim.plan.planner import plan, with_batch
+from hetsim.policies import Adaptive, Async, Dynamic, Equal, Goodput, Optimal
 from hetsim.scenario.config import build_scenario, builtin_text, load_scenario
 
 MIXED = {"name": "mix4", "seed": 0,
@@ -25,7 +26,7 @@ def test_capped_equal_is_named_and_a_noise_free_tie_goes_to_the_closed_form():
     simulated without noise, times the same to the last digits and is not recommended."""
     raw = {**MIXED, "workers": [dict(w) for w in MIXED["workers"]]}  # type: ignore[union-attr]
     raw["workers"][1]["max_batch"] = 32  # type: ignore[index]
-    result = plan(build_scenario(raw), policies=("equal", "optimal", "adaptive"))
+    result = plan(build_scenario(raw), policies=(Equal(), Optimal(), Adaptive()))
     assert result.recommended.policy == "optimal" and result.recommended.split == (96, 96, 32, 32)
     equal = result.rows[0]
     assert equal.note == "its split is 96/96/32/32, not the global batch over the workers: their max_batch caps it"
@@ -39,9 +40,9 @@ def test_a_throughput_gain_is_over_equal_at_the_recommended_policys_own_batch():
     efficiency = {"noise_scale": 2000, "base_batch": 256, "target_steps": 300}
     raw = {**MIXED, "workload": {**MIXED["workload"], "efficiency": efficiency}}  # type: ignore[dict-item]
     scenario = build_scenario(raw)
-    result = plan(scenario, policies=("equal", "optimal", "goodput"))
+    result = plan(scenario, policies=(Equal(), Optimal(), Goodput()))
     assert result.recommended.policy == "goodput" and sum(result.recommended.split) == 368
-    equal_368 = predict(with_batch(scenario, 368), "equal")
+    equal_368 = predict(with_batch(scenario, 368), Equal())
     assert result.gain_over_equal == pytest.approx(
         result.recommended.throughput_sps.value / equal_368.throughput_sps, rel=1e-12
     )
@@ -55,11 +56,11 @@ def test_a_plan_that_leaves_workers_out_predicts_the_cluster_without_them():
     from hetsim.plan.without import without_workers
 
     scenario = load_scenario("mixed-gpus")
-    result = plan(scenario, policies=("equal", "optimal"))
+    result = plan(scenario, policies=(Equal(), Optimal()))
     assert result.left_out_workers == ("k80#0", "k80#1") and result.without is not None
     raw = tomllib.loads(builtin_text("mixed-gpus"))
     alone = build_scenario({**raw, "workers": raw["workers"][:2]})  # the file without its K80s
-    expected = predict(alone, "optimal")
+    expected = predict(alone, Optimal())
     assert result.without.step_s.value == pytest.approx(expected.mean_step_s, rel=1e-12)
     assert result.without.step_s.value < result.recommended.step_s.value  # two fewer ranks in the ring
     data = result.to_dict()["without_left_out"]
@@ -68,7 +69,7 @@ def test_a_plan_that_leaves_workers_out_predicts_the_cluster_without_them():
     smaller = without_workers(scenario, split)
     assert smaller is not None and [g.count for g in smaller.groups] == [1, 1, 2]
     assert without_workers(scenario, (1,) * 6) is None and without_workers(scenario, (0,) * 5 + (1,)) is not None
-    assert plan(load_scenario("workstation"), policies=("equal", "optimal")).without is None  # none left out
+    assert plan(load_scenario("workstation"), policies=(Equal(), Optimal())).without is None  # none left out
 
 
 def test_the_line_without_them_gives_the_objectives_ratio_the_same_way_for_a_time(capsys):
@@ -78,7 +79,7 @@ def test_the_line_without_them_gives_the_objectives_ratio_the_same_way_for_a_tim
     args = ["plan", "mixed-gpus", "--policy", "equal,optimal", "--objective", "time_to_target"]
     assert main([*args, *(x for v in sets for x in ("--set", v))]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "without them in the job" in x)
-    mine = plan(load_scenario("mixed-gpus", sets), policies=("equal", "optimal"), objective="time_to_target")
+    mine = plan(load_scenario("mixed-gpus", sets), policies=(Equal(), Optimal()), objective="time_to_target")
     assert mine.without is not None and mine.without.time_to_target_s is not None
     assert mine.recommended.time_to_target_s is not None
     ratio = mine.without.time_to_target_s.value / mine.recommended.time_to_target_s.value
@@ -95,12 +96,12 @@ def test_a_resplitting_policys_closed_form_is_labelled_its_expected_path_on_a_ra
 
     noisy = load_scenario("paper")
     quiet = load_scenario("paper", ["workers.0.noise.sigma=0", "workers.1.noise.sigma=0"])
-    names = ["equal", "dynamic", "optimal"]
+    names = [Equal(), Dynamic(), Optimal()]
     assert [r.how for r in plan(noisy, policies=names).rows] == [CLOSED_FORM, EXPECTED_PATH, CLOSED_FORM]
     assert [r.how for r in plan(quiet, policies=names).rows] == [CLOSED_FORM] * 3
     table = policy_table(plan(noisy, policies=names).rows, with_target=False).splitlines()
     assert table[3].split()[-1] == "approx." and table[2].split()[-1] == "exact"
-    robust = plan(noisy, policies=["equal", "dynamic"], cost_error=0.1).rows  # kept under --cost-error
+    robust = plan(noisy, policies=[Equal(), Dynamic()], cost_error=0.1).rows  # kept under --cost-error
     assert robust[0].how.startswith("closed form, mean") and robust[1].how.startswith(f"{EXPECTED_PATH}, mean of")
 
 
@@ -114,10 +115,10 @@ def test_the_gain_of_a_policy_at_its_own_batch_is_over_equal_simulated_there_whe
     episodes = "workers.0.slowdown={every_s=5, duration_s=1, factor=2}"
     efficiency = ["workload.efficiency.noise_scale=2000", "workload.efficiency.base_batch=256"]
     scenario = load_scenario("paper", ["workload.epochs=2", episodes, *efficiency])
-    made = plan(scenario, policies=["equal", "goodput"])
+    made = plan(scenario, policies=[Equal(), Goodput()])
     batch = sum(made.recommended.split)
     assert made.recommended.policy == "goodput" and batch != scenario.workload.global_batch
-    (equal,) = rows_at(scenario, batch, ("equal",), 0.0, made.seed)
+    (equal,) = rows_at(scenario, batch, (Equal(),), 0.0, made.seed)
     assert equal.how.startswith("simulated") and sum(equal.split) == batch
     assert made.gain_over_equal == pytest.approx(made.recommended.throughput_sps.value / equal.throughput_sps.value)
 
@@ -136,16 +137,16 @@ def test_async_and_a_simulated_row_reach_the_target_when_it_is_the_simulations()
                         "efficiency": {"noise_scale": 140.3, "base_batch": 256, "target_steps": 22.59}},
            "workers": [{"name": "w", "count": 3, "cost": hinge, "max_batch": 58}]}  # fmt: skip
     scenario = load_scenario(raw)
-    result = plan(scenario, "time_to_target", policies=["equal", "optimal", "async"])
+    result = plan(scenario, "time_to_target", policies=[Equal(), Optimal(), Async()])
     (row,) = [r for r in result.rows if r.policy == "async"]
-    truth = simulate_summary(scenario, "async", seed=0).time_to_target_s
+    truth = simulate_summary(scenario, Async(), seed=0).time_to_target_s
     assert truth is not None and row.time_to_target_s is not None and row.time_to_target_s.value == truth
     assert result.recommended.policy == "async" and truth < 0.8 * result.rows[0].value("time_to_target")
     slow_start = load_scenario({**raw, "workers": [
         {"name": "a", "cost": {"model": "affine", "overhead_s": 0.0307, "per_sample_s": 0.00264}, "max_batch": 45},
         {"name": "b", "count": 2, "cost": hinge, "noise": {"dist": "lognormal", "sigma": 0.2}}]})  # fmt: skip
-    (adaptive,) = plan(slow_start, policies=["adaptive"]).rows
-    run = simulate_summary(slow_start, "adaptive", seed=0)
+    (adaptive,) = plan(slow_start, policies=[Adaptive()]).rows
+    run = simulate_summary(slow_start, Adaptive(), seed=0)
     assert run.time_to_target_s is not None and adaptive.time_to_target_s is not None
     assert adaptive.time_to_target_s.value == pytest.approx(run.time_to_target_s * adaptive.step_s.value
                                                             / run.mean_step_s, rel=1e-12)  # fmt: skip

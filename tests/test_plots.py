@@ -20,6 +20,7 @@ from matplotlib.transforms import Bbox
 
 from hetsim.plots import CellPlots, cell_figures, render_run, speedup_figure
 from hetsim.plots.style import DPI, nice_log_ticks
+from hetsim.policies import Dynamic, Equal
 from hetsim.report.build import cell_plots
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario
@@ -151,7 +152,10 @@ def cell() -> CellPlots:
     ]
     scenario = load_scenario(scenario_dict(workers, global_batch=96, steps_per_epoch=10, epochs=3))
     assert [w.name for w in scenario.workers] == WORKERS
-    traces = {p: simulate(scenario, p, seed=3) for p in ("equal", "dynamic", "dynamic-enhanced", "optimal")}
+    traces = {
+        p: simulate(scenario, scenario.named_policy(p), seed=3)
+        for p in ("equal", "dynamic", "dynamic-enhanced", "optimal")
+    }
     chosen = cell_plots(traces)
     return CellPlots(chosen.traces, chosen.utilization, chosen.split, chosen.gantt, {"slow": 3.0, "size": 3}, WORKERS)
 
@@ -286,13 +290,13 @@ def test_a_long_tailed_step_cdf_is_drawn_on_a_log_axis_and_epochs_tick_whole():
     from hetsim.plots.charts import split_over_epochs, step_cdf
 
     scenario = load_scenario("shared-cluster", ["workload.epochs=3"])
-    traces = {p: simulate(scenario, p, seed=1) for p in ("equal", "dynamic")}
+    traces = {p: simulate(scenario, scenario.named_policy(p), seed=1) for p in ("equal", "dynamic")}
     fig = Figure(figsize=(7.5, 4.6), layout="constrained")
     ax = step_cdf(traces, fig.add_subplot())
     assert ax.get_xscale() == "log" and "log scale" in ax.get_xlabel()
     calm = load_scenario("workstation", ["workload.epochs=5"])
     fig = Figure(figsize=(7.5, 4.6), layout="constrained")
-    assert step_cdf({"equal": simulate(calm, "equal", seed=1)}, fig.add_subplot()).get_xscale() == "linear"
-    ax = split_over_epochs(simulate(calm, "dynamic", seed=1), Figure().add_subplot())
+    assert step_cdf({"equal": simulate(calm, Equal(), seed=1)}, fig.add_subplot()).get_xscale() == "linear"
+    ax = split_over_epochs(simulate(calm, Dynamic(), seed=1), Figure().add_subplot())
     drawn(ax.figure)
     assert all(float(t).is_integer() for t in ax.get_xticks())

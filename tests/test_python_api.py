@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from hetsim.analysis.analytic import predict
+from hetsim.analysis.step_ci import simulated_mean
 from hetsim.core.errors import ConfigError
 from hetsim.engines import SimPyEngine, VectorEngine
 from hetsim.plan.planner import plan
-from hetsim.policies import Async, Backup, Dynamic, DynamicEnhanced, Equal, KSync, Policy
+from hetsim.policies import Async, Backup, Dynamic, DynamicEnhanced, Equal, KSync, Optimal, Policy
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate, simulate_summary
 from hetsim.scenario.config import load_scenario
@@ -31,9 +32,12 @@ def paper():
 
 
 @pytest.mark.parametrize("name, obj", [("equal", Equal()), ("dynamic", Dynamic()), ("ksync", KSync(k=1))])
-def test_policy_object_runs_as_its_name(paper, name: str, obj: Policy) -> None:
+def test_a_policy_named_in_a_file_runs_as_its_object(paper, name: str, obj: Policy) -> None:
     params = {"k": 1} if name == "ksync" else None
-    same_trace(simulate(paper, obj, engine="simpy"), simulate(paper, name, params=params, engine="simpy"))
+    same_trace(
+        simulate(paper, obj, engine=SimPyEngine()),
+        simulate(paper, paper.named_policy(name, params), engine=SimPyEngine()),
+    )
 
 
 def test_policy_object_is_reset_between_runs(paper) -> None:
@@ -44,10 +48,13 @@ def test_policy_object_is_reset_between_runs(paper) -> None:
 
 def test_default_engine_is_auto_and_gives_the_reference_trace(paper) -> None:
     """The default is the command line's ``auto`` (vector for a barrier policy): the trace is the
-    SimPy reference's, and an Engine object may be given instead of a name."""
-    same_trace(simulate(paper, "dynamic"), simulate(paper, "dynamic", engine=SimPyEngine()))
-    same_trace(simulate(paper, "dynamic", engine=VectorEngine()), simulate(paper, "dynamic", engine="simpy"))
-    assert simulate_summary(paper, Equal()).mean_step_s == simulate_summary(paper, "equal", engine="simpy").mean_step_s
+    SimPy reference's, as it is on either engine object."""
+    same_trace(simulate(paper, Dynamic()), simulate(paper, Dynamic(), engine=SimPyEngine()))
+    same_trace(simulate(paper, Dynamic(), engine=VectorEngine()), simulate(paper, Dynamic(), engine=SimPyEngine()))
+    assert (
+        simulate_summary(paper, Equal()).mean_step_s
+        == simulate_summary(paper, Equal(), engine=SimPyEngine()).mean_step_s
+    )
 
 
 def test_params_with_a_policy_object_are_refused(paper) -> None:
@@ -59,17 +66,31 @@ BAD_ARGUMENTS = [
     (lambda sc, tr: simulate("paper", Equal()),
      r"^scenario: expected a Scenario \(made by hetsim.load_scenario\(name, file or dict\)\), "
      r"got a string \('paper'\)$"),
-    (lambda sc, tr: simulate_summary({"workers": []}, "equal"), r"^scenario: expected a Scenario .*got a table$"),
+    (lambda sc, tr: simulate_summary({"workers": []}, Equal()), r"^scenario: expected a Scenario .*got a table$"),
     (lambda sc, tr: simulate(sc, Dynamic),
-     r"^policy: got the class Dynamic: give an object \(Dynamic\(\)\) or a name$"),
-    (lambda sc, tr: simulate(sc, 3), r"^policy: expected a Policy object or a registered name, got int \(3\)$"),
+     r"^policy: got the class Dynamic: give an object \(Dynamic\(\)\)$"),
+    (lambda sc, tr: simulate(sc, 3), r"^policy: expected a Policy object or None, got int \(3\)$"),
+    (lambda sc, tr: simulate(sc, "equal"),
+     r"^policy: give a Policy object \(hetsim\.policies\.Equal\(\)\), not the name 'equal'$"),
+    (lambda sc, tr: simulate_summary(sc, "no-such"), r"^policy: give a Policy object \(a Policy subclass's object\), "
+     r"not the name 'no-such'$"),
+    (lambda sc, tr: predict(sc, "dynamic-enhanced"),
+     r"^policy: give a Policy object \(hetsim\.policies\.DynamicEnhanced\(\)\)"),
+    (lambda sc, tr: simulated_mean(sc, "async"), r"^policy: give a Policy object \(hetsim\.policies\.Async\(\)\)"),
+    (lambda sc, tr: plan(sc, policies=["equal"]), r"^policy: give a Policy object \(hetsim\.policies\.Equal\(\)\)"),
+    (lambda sc, tr: simulate(sc, Equal(), engine="simpy"),
+     r"^engine: give an Engine object \(hetsim\.engines\.SimPyEngine\(\)\) or None \(auto\), not the name 'simpy'$"),
+    (lambda sc, tr: simulate(sc, Equal(), engine=SimPyEngine),
+     r"^engine: got the class SimPyEngine: give an object \(SimPyEngine\(\)\)$"),
+    (lambda sc, tr: simulate(sc, Equal(), engine="auto"),
+     r"^engine: give an Engine object or None \(auto\), not the name 'auto'$"),
     (lambda sc, tr: simulate(sc, Equal(), seed="x"), r"^seed: must be an integer, got a string \('x'\)$"),
     (lambda sc, tr: simulate(sc, Equal(), seed=True), r"^seed: must be an integer, got a boolean \(true\)$"),
     (lambda sc, tr: simulate(sc, Equal(), seed=1.5), r"^seed: must be an integer, got float \(1.5\)$"),
     (lambda sc, tr: simulate_summary(sc, Equal(), seed=-1), r"^seed: must be >= 0, got -1$"),
     (lambda sc, tr: summarize("x"), r"^trace: expected a Trace \(what hetsim.simulate returns\), got a string"),
     (lambda sc, tr: summarize(tr, "paper"), r"^scenario: expected a Scenario"),
-    (lambda sc, tr: predict("paper", "equal"), r"^scenario: expected a Scenario"),
+    (lambda sc, tr: predict("paper", Equal()), r"^scenario: expected a Scenario"),
     (lambda sc, tr: plan("paper"), r"^scenario: expected a Scenario"),
     (lambda sc, tr: plan(sc, seed=-2), r"^seed: must be >= 0, got -2$"),
 ]  # fmt: skip
@@ -100,8 +121,8 @@ class _BarrierOnly(SimPyEngine):
 
 def test_an_engine_object_that_does_not_run_the_policy_is_refused(paper) -> None:
     with pytest.raises(ConfigError, match="^engine: the barrier-only engine does not run 'async'"):
-        simulate(paper, "async", engine=_BarrierOnly())
-    assert simulate(paper, "equal", engine=_BarrierOnly()).n_workers == 2
+        simulate(paper, Async(), engine=_BarrierOnly())
+    assert simulate(paper, Equal(), engine=_BarrierOnly()).n_workers == 2
 
 
 class _EvenSplit(Policy):
@@ -121,15 +142,15 @@ class _Watcher(_EvenSplit):
 def test_a_plugin_that_keeps_its_split_gets_the_fast_path(paper) -> None:
     """steady_steps follows from what a class overrides: none of the split hooks -> every step
     (one block on the vector engine); an observe -> 1 (safe); built-ins keep theirs."""
-    from hetsim.policies import Optimal, Proportional
+    from hetsim.policies import Proportional
     from hetsim.policies.base import UNTIL_THE_END
 
     info = None  # the defaults do not look at it
     for policy, steps in ((_EvenSplit(), UNTIL_THE_END), (_Watcher(), 1), (Equal(), UNTIL_THE_END),
                           (Proportional(), UNTIL_THE_END), (Optimal(), UNTIL_THE_END)):  # fmt: skip
         assert policy.steady_steps(info) == steps, policy.name
-    same_trace(simulate(paper, _EvenSplit(), engine="vector"), simulate(paper, "equal", engine="simpy"))
-    same_trace(simulate(paper, _Watcher(), engine="vector"), simulate(paper, "equal", engine="simpy"))
+    same_trace(simulate(paper, _EvenSplit(), engine=VectorEngine()), simulate(paper, Equal(), engine=SimPyEngine()))
+    same_trace(simulate(paper, _Watcher(), engine=VectorEngine()), simulate(paper, Equal(), engine=SimPyEngine()))
 
 
 class UnregisteredPlain(DynamicEnhanced):
@@ -275,7 +296,7 @@ def test_a_wait_for_outside_one_to_the_workers_is_refused_on_both_engines_and_in
     """0 would end a step before any gradient (the engines disagreed: all samples dropped on
     simpy, a quarter on vector), more than the workers is no barrier: one line naming the value."""
     line = f"policy: wait-for's wait_for() gave {need!r}: give a whole number from 1 to the 2 workers"
-    for run in (partial(simulate, engine="simpy"), partial(simulate, engine="vector"), predict):
+    for run in (partial(simulate, engine=SimPyEngine()), partial(simulate, engine=VectorEngine()), predict):
         with pytest.raises(ConfigError) as err:
             run(paper, _WaitFor(need))
         assert str(err.value) == line
@@ -310,17 +331,16 @@ def test_plan_takes_policy_objects_and_leaves_them_unchanged() -> None:
     """``plan`` (the docs: policies as objects, or named) plans an unregistered plug-in beside
     built-in objects, as it plans the same policies by name, fragility and ``cost_error`` included,
     without running the caller's objects; two of one name are refused."""
-    from hetsim.policies import Optimal
 
     sc = load_scenario("mixed-gpus")
-    by_name = plan(sc, policies=["equal", "optimal"])
+    built_in = plan(sc, policies=[Equal(), Optimal()])
     mine = [Equal(), Optimal(), _EvenSplit()]
     by_object = plan(sc, policies=mine)
     assert [r.policy for r in by_object.rows] == ["equal", "optimal", "even-split"]
-    assert by_object.rows[:2] == by_name.rows and by_object.recommended == by_name.recommended
-    assert by_object.fragility == by_name.fragility and by_object.rows[2].split == by_name.rows[0].split
+    assert by_object.rows[:2] == built_in.rows and by_object.recommended == built_in.recommended
+    assert by_object.fragility == built_in.fragility and by_object.rows[2].split == built_in.rows[0].split
     assert all(not hasattr(p, "n_workers") for p in mine)  # never reset: the plan ran copies
-    robust = plan(sc, policies=[Equal(), _EvenSplit()], cost_error=0.2)
-    assert robust.rows == plan(sc, policies=["equal", _EvenSplit()], cost_error=0.2).rows
+    robust = plan(sc, policies=[Equal(), _EvenSplit()], cost_error=0.2).rows
+    assert [r.how.split(", mean of ")[1] for r in robust] == ["16 draws of costs off by 0.2"] * 2  # a plug-in too
     with pytest.raises(ConfigError, match="^policies: 'equal' is given twice: a plan tells its policies apart"):
-        plan(sc, policies=[Equal(), "equal"])
+        plan(sc, policies=[Equal(), Equal()])

@@ -17,7 +17,7 @@ POLICIES = ("equal", "proportional", "dynamic", "adaptive", "async")
 @pytest.fixture(scope="module")
 def traces():
     scenario = load_scenario("paper", ["workload.epochs=2"])
-    return {p: simulate(scenario, p, seed=2) for p in POLICIES}
+    return {p: simulate(scenario, scenario.named_policy(p), seed=2) for p in POLICIES}
 
 
 def test_resplits_asks_the_policy_class():

@@ -18,6 +18,8 @@ from hetsim.analysis.step_ci import (
     replication_seeds,
     simulated_mean,
 )
+from hetsim.engines import VectorEngine
+from hetsim.policies import Adaptive, Async, Backup, Dynamic, Equal, Optimal
 from hetsim.run.metrics import mean_ci
 from hetsim.run.simulate import simulate_summary
 from hetsim.scenario.config import load_scenario
@@ -63,24 +65,21 @@ def test_batch_means_are_unbiased_with_satterthwaite_dof_on_a_gaussian_ar1_serie
 
 def test_each_run_gets_the_estimator_its_steps_allow():
     paper = load_scenario("paper")
-    assert method(paper, "equal") == method(paper, "backup") == BATCH_MEANS  # stationary barrier steps
-    assert method(load_scenario("paper", ["workers.0.noise.persistence=0.9"]), "optimal") == BATCH_MEANS
-    assert method(paper, "async") == RENEWAL
-    assert method(paper, "dynamic") == method(paper, "adaptive") == REPLICATED  # the split follows the noise
-    assert method(load_scenario("shared-cluster"), "equal") == REPLICATED  # episodes and failures
+    assert method(paper, Equal()) == method(paper, Backup()) == BATCH_MEANS  # stationary barrier steps
+    assert method(load_scenario("paper", ["workers.0.noise.persistence=0.9"]), Optimal()) == BATCH_MEANS
+    assert method(paper, Async()) == RENEWAL
+    assert method(paper, Dynamic()) == method(paper, Adaptive()) == REPLICATED  # the split follows the noise
+    assert method(load_scenario("shared-cluster"), Equal()) == REPLICATED  # episodes and failures
 
 
 def test_replications_are_the_t_interval_of_runs_seeded_from_the_seed():
     scenario = load_scenario("paper", ["workload.epochs=2"])
     seeds = replication_seeds(3)
     assert seeds[0] == 3 and len(set(seeds)) == REPLICATIONS and seeds == replication_seeds(3)
-    result = simulated_mean(scenario, "dynamic", 3)
-    means = [simulate_summary(scenario, "dynamic", seed=s, engine="vector").mean_step_s for s in seeds]
+    result = simulated_mean(scenario, Dynamic(), 3)
+    means = [simulate_summary(scenario, Dynamic(), seed=s, engine=VectorEngine()).mean_step_s for s in seeds]
     assert result.runs == REPLICATIONS and result.ci == mean_ci(means)
-    from hetsim.policies import Dynamic, Equal
-
-    assert simulated_mean(scenario, Dynamic(), 3).ci == result.ci  # an object, as the Python API takes one
-    assert simulated_mean(scenario, Equal(), 3).ci == simulated_mean(scenario, "equal", 3).ci
+    assert simulated_mean(scenario, Equal(), 3).ci == simulated_mean(scenario, Equal(), 3).ci
 
 
 def test_a_noise_free_runs_interval_holds_a_prediction_that_differs_in_the_last_place():

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetsim.cli.main import main
-from hetsim.engines import run_simpy, run_vector
+from hetsim.engines import engine_named, run_simpy, run_vector
 from hetsim.model.partition import max_time, water_fill
 from hetsim.model.workers import WorkerStreams
-from hetsim.policies import StepInfo, StepRecord, WorkerHint, make_policy
+from hetsim.policies import Adaptive, Async, Dynamic, Equal, Optimal, StepInfo, StepRecord, WorkerHint, make_policy
 from hetsim.policies.straggler import Backup, KSync
 from hetsim.run.metrics import staleness, step_times, summarize
 from hetsim.run.simulate import simulate
@@ -37,13 +37,13 @@ FIXED_COST = [
 @pytest.mark.parametrize("workers", [AFFINE, FIXED_COST], ids=["affine", "fixed-cost"])
 def test_adaptive_is_within_2_percent_of_optimal_within_3_epochs(workers):
     s = build_scenario(scenario_dict(workers, global_batch=256, steps_per_epoch=5, epochs=6))
-    optimal = step_times(simulate(s, "optimal"))[-1]
-    adaptive = step_times(simulate(s, "adaptive")).reshape(6, 5)
+    optimal = step_times(simulate(s, Optimal()))[-1]
+    adaptive = step_times(simulate(s, Adaptive())).reshape(6, 5)
     assert adaptive[2:].max() <= 1.02 * optimal  # from the third epoch on
     assert adaptive[1:].max() <= 1.02 * optimal  # in fact from the second
     assert adaptive[0, 0] > 1.15 * optimal  # it started from the equal split
     if workers is FIXED_COST:  # the paper's rule is still on its way there
-        assert step_times(simulate(s, "dynamic")).reshape(6, 5)[2].mean() > 1.02 * optimal
+        assert step_times(simulate(s, Dynamic())).reshape(6, 5)[2].mean() > 1.02 * optimal
 
 
 def _drive(policy, a, c, factors_at, steps, global_batch=512):
@@ -88,17 +88,17 @@ def test_adaptive_recovery_in_the_engine_with_a_long_slowdown_episode():
     workers = [dict(w) for w in AFFINE]
     workers[0]["slowdown"] = {"every_s": 5.0, "duration_s": 1e6, "factor": 2.0}
     s = build_scenario(scenario_dict(workers, global_batch=512, steps_per_epoch=50, epochs=2))
-    summary = summarize(simulate(s, "adaptive"), s)
+    summary = summarize(simulate(s, Adaptive()), s)
     assert summary.recovery_steps is not None and summary.recovery_steps <= 20
-    assert summarize(simulate(s, "optimal"), s).recovery_steps > 20  # the static split never recovers
+    assert summarize(simulate(s, Optimal()), s).recovery_steps > 20  # the static split never recovers
 
 
 def test_adaptive_does_not_chase_noise():
     noisy = [{**w, "noise": {"dist": "lognormal", "sigma": 0.05}} for w in AFFINE]
     s = build_scenario(scenario_dict(noisy, global_batch=512, steps_per_epoch=100, epochs=3))
-    summary = summarize(simulate(s, "adaptive"), s)
+    summary = summarize(simulate(s, Adaptive()), s)
     assert summary.split_changes < 5  # samples moved per step, out of 512
-    assert summary.mean_step_s <= 1.05 * summarize(simulate(s, "optimal"), s).mean_step_s
+    assert summary.mean_step_s <= 1.05 * summarize(simulate(s, Optimal()), s).mean_step_s
 
 
 DETERMINISTIC = [
@@ -115,7 +115,7 @@ def test_first_k_policies_are_exact_on_deterministic_workers(policy, params):
             DETERMINISTIC, global_batch=400, steps_per_epoch=5, epochs=2, network={"kind": "constant", "time_s": 0.01}
         )
     )
-    trace = simulate(s, policy, params=params)
+    trace = simulate(s, s.named_policy(policy, params))
     k = params.get("k", 4 - params.get("backups", 0))
     times = np.array([0.001, 0.002, 0.003, 0.005]) * 100
     assert np.allclose(step_times(trace), np.sort(times)[k - 1] + 0.01)
@@ -140,8 +140,8 @@ def test_ties_at_the_barrier_keep_exactly_k_gradients_the_lowest_indexed(policy,
         scenario_dict(IDENTICAL, global_batch=400, steps_per_epoch=5, epochs=2, gradient_mb=1.0,
                       network=network or {"kind": "constant", "time_s": 0.01})
     )  # fmt: skip
-    trace = simulate(s, policy, params=params, engine=engine)
-    equal = simulate(s, "equal", engine=engine)
+    trace = simulate(s, s.named_policy(policy, params), engine=engine_named(engine))
+    equal = simulate(s, Equal(), engine=engine_named(engine))
     assert np.array_equal(trace.per_step("included"), np.tile(np.arange(4) < k, (10, 1)))
     assert np.all(trace.per_step("compute_s") == 0.1)  # the cut ones worked until the barrier: all of it
     assert np.array_equal(step_times(trace), step_times(equal))  # the same barrier, the same all-reduce
@@ -235,7 +235,7 @@ def test_async_is_exact_on_deterministic_workers():
             workers, global_batch=200, steps_per_epoch=10, epochs=3, network={"kind": "constant", "time_s": 0.021}
         )
     )
-    trace = simulate(s, "async")
+    trace = simulate(s, Async())
     period = {0: 0.1 + 0.021, 1: 0.25 + 0.021}  # compute on B/n = 100 samples, plus the exchange (no ties)
     expected = heapq.nsmallest(60, [(k * period[w], w) for w in (0, 1) for k in range(1, 200)])
     applied = trace.start_s + trace.wait_s + trace.compute_s + trace.comm_s
@@ -262,7 +262,7 @@ def test_slowdown_episodes_cover_the_expected_share_of_time_and_groups_share_the
         {"name": "b", "per_sample_s": 0.001, "slowdown": {"every_s": 3.0, "duration_s": 1.0, "factor": 1.5}},
     ]
     s = build_scenario(scenario_dict(workers, global_batch=300, steps_per_epoch=1000, epochs=4))
-    trace = simulate(s, "equal")
+    trace = simulate(s, Equal())
     factors = trace.per_step("slowdown")
     assert np.array_equal(factors[:, 0], factors[:, 1])  # the group shares its episodes
     assert not np.array_equal(factors[:, 0] > 1, factors[:, 2] > 1)  # another worker has its own
@@ -279,7 +279,7 @@ def test_failures_stall_plain_sgd_and_are_excluded_by_re_splitting_policies():
     workers = [{"name": f"w{i}", "per_sample_s": 0.001} for i in range(3)]
     workers[2]["failure"] = {"mtbf_s": 2.0, "repair_s": 1.0}
     s = build_scenario(scenario_dict(workers, global_batch=300, steps_per_epoch=200, epochs=2))
-    equal, optimal, adaptive = (simulate(s, p) for p in ("equal", "optimal", "adaptive"))
+    equal, optimal, adaptive = (simulate(s, s.named_policy(p)) for p in ("equal", "optimal", "adaptive"))
     for trace in (equal, optimal, adaptive):  # one failure timeline, read at each step's start
         timeline = WorkerStreams.spawn(s.seed, s.workers)[2].failure
         up = [not timeline.active(t) for t in trace.per_step("start_s")[:, 0]]

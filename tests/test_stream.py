@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 import hetsim.scenario.config
 from hetsim.cli.main import main
-from hetsim.policies import POLICIES
+from hetsim.engines import VectorEngine, engine_named
+from hetsim.policies import POLICIES, Adaptive
 from hetsim.run.metrics import Summary, summarize
 from hetsim.run.simulate import simulate, simulate_sampled, simulate_summary
 from hetsim.scenario.config import load_scenario
@@ -41,8 +42,10 @@ def test_a_generated_run_summarised_as_it_goes_equals_the_summary_of_its_trace(d
     scenario = data.draw(scenarios())
     name, params = data.draw(policies(scenario.n_workers))
     engine = data.draw(st.sampled_from(["simpy", "vector"]))
-    full = summarize(simulate(scenario, name, params=params, engine=engine), scenario)
-    assert_same_summary(full, simulate_summary(scenario, name, params=params, engine=engine))
+    full = summarize(simulate(scenario, scenario.named_policy(name, params), engine=engine_named(engine)), scenario)
+    assert_same_summary(
+        full, simulate_summary(scenario, scenario.named_policy(name, params), engine=engine_named(engine))
+    )
 
 
 @pytest.mark.slow
@@ -52,8 +55,8 @@ def test_builtin_scenarios_every_policy_both_engines(scenario):
     recovered = []
     for name, cls in POLICIES.items():
         for engine in ("simpy", "vector") if cls.synchronous else ("simpy",):
-            full = summarize(simulate(s, name, engine=engine), s)
-            assert_same_summary(full, simulate_summary(s, name, engine=engine))
+            full = summarize(simulate(s, s.named_policy(name), engine=engine_named(engine)), s)
+            assert_same_summary(full, simulate_summary(s, s.named_policy(name), engine=engine_named(engine)))
             recovered.append(full.recovery_steps)
     assert any(r is not None for r in recovered) == (scenario == "shared-cluster")  # its episodes are compared
 
@@ -83,8 +86,8 @@ def test_a_run_too_large_for_its_trace_runs_summarised(monkeypatch, capsys):
                                                 ("goodput", "simpy"), ("async", "simpy")])  # fmt: skip
 def test_a_sampled_trace_is_every_kth_step_of_the_full_one(policy, engine):
     s = load_scenario("shared-cluster", ["workload.epochs=2", *EFFICIENT])
-    full = simulate(s, policy, engine=engine)
-    sampled, summary = simulate_sampled(s, policy, 7, engine=engine)
+    full = simulate(s, s.named_policy(policy), engine=engine_named(engine))
+    sampled, summary = simulate_sampled(s, s.named_policy(policy), 7, engine=engine_named(engine))
     assert sampled is not None
     assert_same_summary(summarize(full, s), summary)
     if not full.synchronous:  # async keeps its whole trace
@@ -123,8 +126,8 @@ def test_a_policy_resplitting_every_step_under_episodes_keeps_only_its_onsets():
 
     s = load_scenario("shared-cluster", ["workload.epochs=6"])
     recorder = SummaryRecorder("adaptive", s.n_workers, s.hints())
-    record_vector(s, s.make_policy("adaptive"), recorder)
-    trace = simulate(s, "adaptive", engine="vector")
+    record_vector(s, s.make_policy(Adaptive()), recorder)
+    trace = simulate(s, Adaptive(), engine=VectorEngine())
     batches = trace.per_step("local_batch")
     assert (batches[1:] != batches[:-1]).any(axis=1).sum() > 20  # a run (a Recovery.add) at each of many re-splits
     assert recorder.recovery is not None and 1 <= len(recorder.recovery.recovered) <= 10  # all it keeps: per onset

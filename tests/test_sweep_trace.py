@@ -15,6 +15,7 @@ import hetsim.plots
 import hetsim.report.build
 import hetsim.scenario.config
 from hetsim.cli.main import main
+from hetsim.engines import engine_named
 from hetsim.report.build import TRACES_FILE, plotted_point
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate
@@ -61,7 +62,9 @@ def test_full_keeps_every_step_of_the_plotted_cell(full):
     scenario = point_scenario(spec, plotted_point(spec))
     for policy, trace in saved.items():
         assert sorted(set(trace.step.tolist())) == list(range(STEPS)) and len(trace.step) == STEPS * 4
-        assert trace == simulate(scenario, policy, seed=replication_seeds(spec)[0], engine=spec.engine)
+        assert trace == simulate(
+            scenario, scenario.named_policy(policy), seed=replication_seeds(spec)[0], engine=engine_named(spec.engine)
+        )
     assert plots(full) == PLOTS
 
 

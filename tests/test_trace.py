@@ -17,7 +17,7 @@ from hetsim.scenario.config import load_scenario
 @pytest.fixture(scope="module")
 def traces() -> dict[str, Trace]:
     scenario = load_scenario("paper", ["workload.epochs=2"])
-    return {p: simulate(scenario, p, seed=1) for p in ("equal", "dynamic", "async")}
+    return {p: simulate(scenario, scenario.named_policy(p), seed=1) for p in ("equal", "dynamic", "async")}
 
 
 def test_equal_traces_compare_equal_and_any_difference_is_seen(traces):

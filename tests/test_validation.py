@@ -297,13 +297,14 @@ def test_a_predicted_time_to_target_past_the_runs_epochs_is_not_reached():
     epochs at the base batch, which hold more epochs of its own: a target it reaches after the
     run's last epoch was predicted as a time (a review: 1.371 s for a run of 0.935 s)."""
     from hetsim.model.efficiency import Efficiency
+    from hetsim.policies import Equal
     from hetsim.run.simulate import simulate
     from hetsim.scenario.config import build_scenario
     from tests.helpers import scenario_dict
     from validation.time_to_target import _evaluation_reaching
 
     worker = {"name": "w", "count": 2, "cost": {"model": "affine", "overhead_s": 0.01, "per_sample_s": 0.001}}
-    trace = simulate(build_scenario(scenario_dict([worker], global_batch=8, steps_per_epoch=5, epochs=4)), "equal")
+    trace = simulate(build_scenario(scenario_dict([worker], global_batch=8, steps_per_epoch=5, epochs=4)), Equal())
     efficiency = Efficiency(1e9, 8, 12.0)  # one step of progress a step: the target at step 11, in epoch 2
     step_s = 0.01 + 0.001 * 4  # every step: 4 samples a worker, no exchange
     assert _evaluation_reaching(trace, efficiency, True, 0, 4) == pytest.approx(15 * step_s)  # read at epoch 2's end

@@ -17,6 +17,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from hetsim.model.network import Ring
+from hetsim.policies import Optimal
 from hetsim.run.simulate import simulate_summary
 from hetsim.scenario.config import load_scenario
 from tests.refusals import check_refused
@@ -228,7 +229,7 @@ def test_the_scenario_reads_back_in_hetsim_and_runs(tmp_path):
     assert scenario["network"]["kind"] == "ring"
     assert scenario["network"]["bandwidth_gbps"] == pytest.approx(10.0 * 2 / 2, rel=1e-3)  # 2(n-1)/n = 1
     assert info["allreduce"]["at_gradient_fitted_s"] == pytest.approx(info["allreduce"]["at_gradient_measured_s"])
-    equal, optimal = (simulate_summary(loaded, p) for p in ("equal", "optimal"))
+    equal, optimal = (simulate_summary(loaded, loaded.named_policy(p)) for p in ("equal", "optimal"))
     assert optimal.mean_step_s < equal.mean_step_s  # rank 1 is 3x slower per sample: the split must move
     csv = pd.read_csv(config.out / "profile.csv")
     assert len(csv) == 2 * 7 * 7 + 2 * 4 * 5 and set(csv["kind"]) == {"step", "allreduce"}
@@ -353,7 +354,7 @@ def test_a_real_profile_of_two_cpu_ranks(tmp_path, capsys):
     assert set(steps[steps["kind"] == "allreduce"]["size_mb"].round(6)) == {
         round(4 * k / 1e6, 6) for k in (1, 38282 // 16, 38282 // 4, 38282)}  # fmt: skip
     assert meta["seed"] == 4 and meta["git_commit"] and meta["config"]["devices"] == ["cpu", "cpu"]
-    assert simulate_summary(scenario, "optimal").mean_step_s > 0
+    assert simulate_summary(scenario, Optimal()).mean_step_s > 0
     from validation.profile_rank import TRAINER_BLOCKS
 
     trainer = steps[steps["kind"] == "trainer_comm"]

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetsim.core.errors import ConfigError
-from hetsim.engines import ENGINES, engine_for, run_simpy, run_vector
+from hetsim.engines import ENGINES, SimPyEngine, VectorEngine, engine_for, engine_named, run_simpy, run_vector
 from hetsim.model.trace import Trace
-from hetsim.policies import POLICIES, make_policy
+from hetsim.policies import POLICIES, Async, Dynamic, KSync, make_policy
 from hetsim.policies.base import step_records
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario, load_scenario
@@ -212,7 +212,7 @@ def test_ties_at_the_barrier_keep_the_lowest_indexed_worker_on_both_engines(netw
         scenario_dict([{"count": 4, "overhead_s": 0.01, "per_sample_s": 0.001}], steps_per_epoch=3, epochs=2,
                       network=network, gradient_mb=1.0)
     )  # fmt: skip
-    traces = [simulate(s, "ksync", params={"k": 1}, engine=engine) for engine in ("simpy", "vector")]
+    traces = [simulate(s, KSync(k=1), engine=engine_named(engine)) for engine in ("simpy", "vector")]
     for trace in traces:
         assert np.array_equal(trace.per_step("included"), np.tile([True, False, False, False], (6, 1)))
         assert np.all(trace.per_step("compute_s") == trace.per_step("compute_s")[:, :1])  # all finished
@@ -223,7 +223,7 @@ def test_ties_at_the_barrier_keep_the_lowest_indexed_worker_on_both_engines(netw
 def test_builtin_scenarios_give_the_same_trace_under_every_barrier_policy(scenario):
     s = load_scenario(scenario, ["workload.epochs=2", *EFFICIENT])
     for name in BARRIER_POLICIES:
-        assert_same_trace(simulate(s, name), simulate(s, name, engine="vector"))
+        assert_same_trace(simulate(s, s.named_policy(name)), simulate(s, s.named_policy(name), engine=VectorEngine()))
 
 
 @pytest.mark.slow
@@ -249,8 +249,8 @@ def test_long_run_with_frequent_failures_and_shared_episodes():
     raw["workload"]["efficiency"] = {"noise_scale": [[0, 50], [200, 5000]], "base_batch": 64}
     s = build_scenario(raw)
     for name in BARRIER_POLICIES:
-        simpy_trace = simulate(s, name)
-        assert_same_trace(simpy_trace, simulate(s, name, engine="vector"))
+        simpy_trace = simulate(s, s.named_policy(name))
+        assert_same_trace(simpy_trace, simulate(s, s.named_policy(name), engine=VectorEngine()))
     assert not simpy_trace.up.all() and (simpy_trace.slowdown > 1).any()  # the run did meet both
 
 
@@ -261,7 +261,7 @@ def test_async_on_both_engines_gives_the_same_trace(data):
     # generated scenarios: failures, episodes and shared links take the event loop, the rest
     # the merged update times; both must be the SimPy engine's trace
     scenario = data.draw(scenarios())
-    assert_same_trace(simulate(scenario, "async"), simulate(scenario, "async", engine="vector"))
+    assert_same_trace(simulate(scenario, Async()), simulate(scenario, Async(), engine=VectorEngine()))
 
 
 @pytest.mark.parametrize("noise", [{"dist": "lognormal", "sigma": 0.3}, {"dist": "constant", "value": 1.0}])
@@ -280,19 +280,17 @@ def test_async_without_events_is_merged_update_times_and_a_tie_goes_to_the_event
     tied = noise["dist"] == "constant"  # identical deterministic workers finish together
     assert (merged is None) == tied
     if merged is not None:
-        assert_same_trace(simulate(s, "async"), merged)
-    assert_same_trace(simulate(s, "async"), simulate(s, "async", engine="vector"))
+        assert_same_trace(simulate(s, Async()), merged)
+    assert_same_trace(simulate(s, Async()), simulate(s, Async(), engine=VectorEngine()))
 
 
 def test_auto_picks_vector_for_every_policy():
-    assert engine_for("auto", make_policy("dynamic")).name == "vector"
-    assert engine_for("auto", make_policy("async")).name == "vector"
-    assert engine_for("simpy", make_policy("dynamic")).name == "simpy"
-    s = load_scenario("workstation", ["workload.epochs=1"])
-    assert_same_trace(simulate(s, "async", engine="auto"), simulate(s, "async"))
-    assert_same_trace(simulate(s, "dynamic", engine="auto"), simulate(s, "dynamic"))
-    with pytest.raises(ConfigError, match="unknown engine"):
-        simulate(s, "dynamic", engine="numba")
+    assert engine_for(None, Dynamic()).name == "vector"
+    assert engine_for(None, Async()).name == "vector"
+    assert engine_for(SimPyEngine(), Dynamic()).name == "simpy"
+    assert engine_named("auto") is None and engine_named("simpy").name == "simpy"  # a file's, the command line's
+    with pytest.raises(ConfigError, match=r"^engine: unknown engine 'numba' \(known: simpy, vector, auto\)$"):
+        engine_named("numba")
     assert set(ENGINES) == {"simpy", "vector"}
 
 
@@ -370,11 +368,11 @@ def test_draws_fetched_in_small_chunks_give_the_same_trace(monkeypatch):
         {"overhead_s": 0.01, "per_sample_s": 0.003, "noise": {"dist": "empirical", "samples": [0.9, 1.1]}},
     ]
     s = build_scenario(scenario_dict(workers, global_batch=100, steps_per_epoch=7, epochs=5))
-    expected = {name: simulate(s, name) for name in ("dynamic", "ksync", "adaptive")}
+    expected = {name: simulate(s, s.named_policy(name)) for name in ("dynamic", "ksync", "adaptive")}
     monkeypatch.setattr(draws, "CHUNK_ELEMENTS", 12)  # one tile per buffer
     for name, trace in expected.items():
-        assert_same_trace(trace, simulate(s, name))
-        assert_same_trace(trace, simulate(s, name, engine="vector"))
+        assert_same_trace(trace, simulate(s, s.named_policy(name)))
+        assert_same_trace(trace, simulate(s, s.named_policy(name), engine=VectorEngine()))
 
 
 @pytest.mark.slow

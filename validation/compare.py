@@ -195,7 +195,7 @@ def predict_run(
         if workers is not None:
             scenario["workers"] = list(workers)
         loaded = load_scenario(scenario)
-        simulated = simulate(loaded, told(run_policy(run.meta, policy, loaded.make_policy(policy)), hints))
+        simulated = simulate(loaded, told(run_policy(run.meta, policy, loaded.named_policy(policy)), hints))
         if policy_class(policy).varies_batch:
             simulated = first_epochs(simulated, epochs)
         out.append(Comparison(policy, measured, summarize(simulated)))

@@ -144,7 +144,7 @@ def predict_time_to_target(run: RunData, calibration: Calibration) -> list[Targe
     out = []
     for policy in run.policies:
         loaded = load_scenario(scenario_for(run, calibration, policy, run.meta["epochs"]))
-        trace = simulate(loaded, told(loaded.make_policy(policy), hints))
+        trace = simulate(loaded, told(loaded.named_policy(policy), hints))
         predicted = _evaluation_reaching(trace, efficiency, every_weighted, every, run.meta["epochs"])
         out.append(TargetComparison(policy, measured.get(policy), predicted))
     return out

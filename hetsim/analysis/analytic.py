@@ -86,9 +86,7 @@ def _check_closed_form(scenario: Scenario, policy: Policy) -> None:
         raise NoClosedForm(policy.name, "noise persists: the split follows measured epoch means, which it makes wander")
 
 
-def predict(
-    scenario: Scenario, policy: str | Policy | None = None, params: Mapping[str, Any] | None = None
-) -> Prediction:
+def predict(scenario: Scenario, policy: Policy | None = None, params: Mapping[str, Any] | None = None) -> Prediction:
     """Expected Summary fields of ``policy`` (default: the scenario's) on ``scenario``.
 
     The step time of a split ``b`` is ``E[max_{i: b_i > 0} X_i] + allreduce``. The policy is

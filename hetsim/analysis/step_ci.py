@@ -54,10 +54,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from hetsim.engines import AUTO
+from hetsim.engines import Engine
 from hetsim.model.trace import Trace
 from hetsim.model.workers import WorkerSpec, noise_persistence
-from hetsim.policies import Policy, policy_class
+from hetsim.policies import Policy
 from hetsim.run.metrics import MeanCI, Summary, apply_times, mean_ci, step_times, summarize
 from hetsim.run.simulate import simulate, simulate_summary
 from hetsim.scenario.scenario import Scenario, check_scenario, check_seed
@@ -68,15 +68,10 @@ REPLICATIONS = 10
 BATCH_MEANS, RENEWAL, REPLICATED = "batch means", "renewal", "replications"
 
 
-def _class_of(policy: str | Policy) -> type[Policy]:
-    """The class of ``policy``, an object or a registered name."""
-    return type(policy) if isinstance(policy, Policy) else policy_class(policy)
-
-
-def replication_reason(scenario: Scenario, policy: str | Policy) -> str | None:
-    """Why one run of ``policy`` (a name or an object) on ``scenario`` cannot show the spread of
+def replication_reason(scenario: Scenario, policy: Policy) -> str | None:
+    """Why one run of ``policy`` on ``scenario`` cannot show the spread of
     its mean step time (the CI then comes from :data:`REPLICATIONS` runs); None where it can."""
-    cls = _class_of(policy)
+    cls = type(policy)
     if any(w.slowdown is not None or w.failure is not None for w in scenario.workers):
         return "slowdown episodes or failures: rare, long events, which one run sees a few times"
     if cls.synchronous and (cls.resplits or cls.varies_batch):
@@ -86,12 +81,12 @@ def replication_reason(scenario: Scenario, policy: str | Policy) -> str | None:
     return None
 
 
-def method(scenario: Scenario, policy: str | Policy) -> str:
+def method(scenario: Scenario, policy: Policy) -> str:
     """Which estimator the CI of ``policy``'s mean step time on ``scenario`` uses (the module's
     docstring says why)."""
     if replication_reason(scenario, policy) is not None:
         return REPLICATED
-    return BATCH_MEANS if _class_of(policy).synchronous else RENEWAL
+    return BATCH_MEANS if policy.synchronous else RENEWAL
 
 
 def ar1_sums(starts: np.ndarray, sizes: np.ndarray, rho: float) -> np.ndarray:
@@ -199,14 +194,15 @@ class SimulatedMean:
     summary: Summary | None = None
 
 
-def simulated_mean(scenario: Scenario, policy: str | Policy, seed: int | None = None, level: float = 0.95,
-                   engine: str = AUTO) -> SimulatedMean:  # fmt: skip
+def simulated_mean(scenario: Scenario, policy: Policy, seed: int | None = None, level: float = 0.95,
+                   engine: Engine | None = None) -> SimulatedMean:  # fmt: skip
     """``policy``'s simulated mean step time on ``scenario`` and the ``level`` confidence
     interval of its expected value (:func:`method`): one run with ``seed`` (default: the
-    scenario's), or :data:`REPLICATIONS` from it. ``policy``: a registered name or a
-    :class:`~hetsim.policies.Policy` object (reset at the start of every run)."""
+    scenario's), or :data:`REPLICATIONS` from it. ``policy`` is reset at the start of
+    every run; ``engine``: as :func:`~hetsim.run.simulate.simulate`'s."""
     seed = check_seed(seed)
     seed = check_scenario(scenario).seed if seed is None else seed
+    policy = scenario.make_policy(policy)  # a name or a misfit refused here, in one line
     how = method(scenario, policy)
     if how == REPLICATED:
         runs = [simulate_summary(scenario, policy, seed=s, engine=engine) for s in replication_seeds(seed)]

@@ -27,6 +27,7 @@ from hetsim.core.files import atomic_write, check_new_file, json_text
 if TYPE_CHECKING:
     from hetsim.analysis.analytic import Prediction
     from hetsim.calibrate import Calibration
+    from hetsim.policies import Policy
     from hetsim.scenario.scenario import Scenario
 
 CI_LEVEL = 0.95
@@ -109,7 +110,7 @@ class Comparison:
         }
 
 
-def compare(scenario: Scenario, policy: str, seed: int | None = None) -> Comparison:
+def compare(scenario: Scenario, policy: Policy, seed: int | None = None) -> Comparison:
     """One policy's prediction beside its simulation: the simulated mean step time with the
     confidence interval of its expected value (:func:`hetsim.analysis.step_ci.simulated_mean`: one run,
     or replications where one run cannot show the spread) and whether the prediction falls
@@ -126,7 +127,7 @@ def compare(scenario: Scenario, policy: str, seed: int | None = None) -> Compari
     ci = simulated.ci
     predicted = None if prediction is None else prediction.mean_step_s
     return Comparison(
-        policy=policy,
+        policy=policy.name,
         predicted_step_s=predicted,
         simulated_step_s=simulated.mean_s,
         ci_low_s=None if ci is None else ci.low,
@@ -145,11 +146,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     scenario = scenario_of(args)
     notes: list[str] = []
-    policies = list(scenario_policies(args.policy, scenario, notes))
+    policies = scenario_policies(args.policy, scenario, notes)
     check_seed(args.seed)
     check_run_size(scenario)  # before any analysis: its simulations keep their traces
     print(*notes, sep="\n", file=sys.stderr, end="\n" if notes else "")  # once the input has passed
-    rows = [compare(scenario, name, args.seed) for name in policies]
+    rows = [compare(scenario, policy, args.seed) for policy in policies.values()]
     if args.json:
         print(json_text([r.to_dict() for r in rows]))
         return 0
@@ -161,7 +162,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     print(_table(rows))
     for row in rows:
         if row.runs > 1:
-            why = replication_reason(scenario, row.policy)
+            why = replication_reason(scenario, policies[row.policy])
             print(f"{row.policy}: simulated mean and CI over {row.runs} runs, one per seed, because {why}")
         if row.no_closed_form:
             print(f"{row.policy}: no closed form because {row.no_closed_form}")

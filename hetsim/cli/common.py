@@ -19,6 +19,7 @@ from hetsim.core.errors import ConfigError
 from hetsim.core.params import MAX_COUNT, Param
 
 if TYPE_CHECKING:
+    from hetsim.engines.base import Engine
     from hetsim.policies.base import Policy
     from hetsim.scenario.scenario import Scenario
 
@@ -65,7 +66,7 @@ def scenario_policies(text: str | None, scenario: Scenario, notes: list[str] | N
     ``notes``, appended to it for the caller to print once its other checks have passed (bad input
     gets its one line alone)."""
     if text is not None:
-        return {name: scenario.make_policy(name) for name in parse_policies(text)}
+        return {name: scenario.named_policy(name) for name in parse_policies(text)}
     built, skipped = scenario.runnable_policies()
     left_out = [f"note: {name} left out: {why}" for name, why in skipped]
     if notes is not None:
@@ -115,13 +116,12 @@ def refuse_sweep_file(source: str | None) -> None:
         raise ConfigError(source, f"this is a sweep file, not a scenario file (use: python -m hetsim sweep {source})")
 
 
-def check_engine_option(name: str | None) -> None:
-    """``--engine`` (when given) names a registered engine or ``auto``: checked first, where
-    argparse checked its choices before (see the module's docstring)."""
-    if name is not None:
-        from hetsim.engines import check_engine
+def engine_option(name: str | None) -> Engine | None:
+    """``--engine NAME`` as the engine object it names (None: not given, or ``auto``), checked
+    first, where argparse checked its choices before (see the module's docstring)."""
+    from hetsim.engines import AUTO, engine_named
 
-        check_engine(name, "--engine")
+    return engine_named(AUTO if name is None else name, "--engine")
 
 
 def sample_every(value: int) -> int:

@@ -28,11 +28,11 @@ from hetsim.cli.analysis import add_subcommands
 from hetsim.cli.common import (
     add_efficiency_option,
     add_scenario_options,
-    check_engine_option,
     check_new_folder,
     check_sample_every_alone,
     check_seed,
     check_sizes,
+    engine_option,
     sample_every,
     scenario_of,
     scenario_policies,
@@ -157,7 +157,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from hetsim.run.metrics import summarize, with_speedups
     from hetsim.run.simulate import simulate, simulate_sampled
 
-    check_engine_option(args.engine)
+    engine = engine_option(args.engine)
     scenario = scenario_of(args)
     notes: list[str] = []
     policies = scenario_policies(args.policy, scenario, notes)
@@ -171,15 +171,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         check_out_folder(args.out)
     print(*notes, sep="\n", file=sys.stderr, end="\n" if notes else "")
     if args.trace != "full":  # summarised as the runs go, keeping no trace or each k-th step's rows
-        runs = [simulate_sampled(scenario, p, every, seed=args.seed, engine=args.engine) for p in policies.values()]
+        runs = [simulate_sampled(scenario, p, every, seed=args.seed, engine=engine) for p in policies.values()]
         traces = [t for t, _ in runs if t is not None]
         summaries = with_speedups([s for _, s in runs])
     else:
-        traces = [simulate(scenario, p, seed=args.seed, engine=args.engine) for p in policies.values()]
+        traces = [simulate(scenario, p, seed=args.seed, engine=engine) for p in policies.values()]
         summaries = with_speedups([summarize(t, scenario) for t in traces])
     if args.out is not None:
         seed = scenario.seed if args.seed is None else args.seed
-        engines = {name: engine_for(args.engine, policy).name for name, policy in policies.items()}  # auto resolved
+        engines = {name: engine_for(engine, policy).name for name, policy in policies.items()}  # auto resolved
         record = {**run_record(scenario.name, scenario.to_dict(), seed), "engines": engines}
         write_outputs(args.out, traces, summaries, record)
     if args.json:

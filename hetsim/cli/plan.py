@@ -142,7 +142,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if args.wait_for_all:
             names, left = waiting_for_all(names, notes=True)
             skipped += left
-    result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed, policies=names, left_out=skipped,
+    result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed,
+                  policies=[scenario.named_policy(n) for n in names], left_out=skipped,
                   cost_error=args.cost_error)  # fmt: skip
     chosen = result.recommended.policy
     if not args.wait_for_all and result.varies_batch:

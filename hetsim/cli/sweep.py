@@ -14,7 +14,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetsim.cli.common import check_engine_option, check_sample_every_alone, check_sizes, sample_every
+from hetsim.cli.common import check_sample_every_alone, check_sizes, engine_option, sample_every
 from hetsim.core.console import path_argument, sigterm_as_interrupt, stop_status
 from hetsim.core.errors import ConfigError
 from hetsim.core.options import (
@@ -136,7 +136,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from hetsim.sweep.run import expand, make_executor
     from hetsim.sweep.spec import default_sweep_text, point_scenario
 
-    check_engine_option(args.engine)
+    engine_option(args.engine)  # checked first; the sweep's engine is a name, resolved as it runs
     if args.show_default:
         if args.sweep is not None or args.resume is not None:
             raise ConfigError("--show-default", "prints the embedded sweep and runs nothing: give no sweep to run")

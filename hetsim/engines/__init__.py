@@ -14,7 +14,7 @@ from hetsim.engines.simpy_engine import SimPyEngine, run_simpy
 from hetsim.engines.vector import VectorEngine, run_vector
 from hetsim.policies.base import Policy
 
-AUTO = "auto"
+AUTO = "auto"  # the name, in files and on the command line, of None: the engine chosen per policy
 
 
 def engine_choices() -> tuple[str, ...]:
@@ -22,29 +22,43 @@ def engine_choices() -> tuple[str, ...]:
     return (*ENGINES, AUTO)
 
 
-def check_engine(name: object, field: str = "engine") -> str | Engine:
-    """``name`` if it is an :class:`Engine` object, a registered engine's name or ``auto``; else
-    ConfigError on ``field``."""
-    if isinstance(name, Engine):
-        return name
-    if name != AUTO and (not isinstance(name, str) or name not in ENGINES):
-        raise ConfigError(field, f"unknown engine {name!r} (known: {', '.join(engine_choices())})")
-    return str(name)
-
-
-def engine_for(name: str | Engine, policy: Policy) -> Engine:
-    """The engine that runs ``policy`` when ``name`` (or an engine object) is asked for (``auto``
-    resolved)."""
-    if isinstance(name, Engine):
-        if not name.supports(policy):
-            raise ConfigError("engine", name.refusal(policy))
-        return name
+def engine_named(name: object, field: str = "engine") -> Engine | None:
+    """The engine a file or the command line names: a registered engine's object, or None for
+    ``auto``; else ConfigError on ``field``."""
     if name == AUTO:
+        return None
+    if not isinstance(name, str) or name not in ENGINES:
+        raise ConfigError(field, f"unknown engine {name!r} (known: {', '.join(engine_choices())})")
+    return ENGINES[name]()
+
+
+def check_engine(engine: object, field: str = "engine") -> Engine | None:
+    """``engine`` if it is an :class:`Engine` object or None (``auto``); else ConfigError on
+    ``field`` (a name among them: names are resolved in files and on the command line)."""
+    if engine is None or isinstance(engine, Engine):
+        return engine
+    if isinstance(engine, str):
+        example = f" ({_path(ENGINES[engine])}())" if engine in ENGINES else ""
+        raise ConfigError(field, f"give an Engine object{example} or None (auto), not the name {engine!r}")
+    if isinstance(engine, type) and issubclass(engine, Engine):
+        raise ConfigError(field, f"got the class {engine.__name__}: give an object ({engine.__name__}())")
+    raise ConfigError(field, f"expected an Engine object or None (auto), got {type(engine).__name__}")
+
+
+def _path(cls: type) -> str:
+    """Where a user imports engine class ``cls`` from, for an error."""
+    module = cls.__module__
+    return f"hetsim.engines.{cls.__name__}" if module.startswith("hetsim.engines.") else f"{module}.{cls.__name__}"
+
+
+def engine_for(engine: Engine | None, policy: Policy) -> Engine:
+    """The engine that runs ``policy``: ``engine``, or (None) the supporting engine of highest
+    priority."""
+    if engine is None:
         return max((cls for cls in ENGINES.values() if cls.supports(policy)), key=lambda cls: cls.priority)()
-    cls = ENGINES.lookup(name, "engine")
-    if not cls.supports(policy):
-        raise ConfigError("engine", cls.refusal(policy))
-    return cls()
+    if not engine.supports(policy):
+        raise ConfigError("engine", engine.refusal(policy))
+    return engine
 
 
 __all__ = [
@@ -56,6 +70,7 @@ __all__ = [
     "check_engine",
     "engine_choices",
     "engine_for",
+    "engine_named",
     "run_simpy",
     "run_vector",
 ]

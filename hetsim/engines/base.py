@@ -68,7 +68,7 @@ class Engine(PlugIn):
 
     @classmethod
     def refusal(cls, policy: Policy) -> str:
-        """Why this engine does not run ``policy`` (asked when it was chosen by name)."""
+        """Why this engine does not run ``policy`` (asked when it was given, or named, for it)."""
         return f"the {cls.name} engine does not run {policy.name!r}: use another engine (--engine auto picks one)"
 
     def run(self, scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:

@@ -38,7 +38,7 @@ from hetsim.plan.fragility import FRAGILITY_MAX, Fragility, fragility
 from hetsim.plan.robust import check_cost_error, robust_rows
 from hetsim.plan.rows import LEVEL, OBJECTIVES, PolicyRow, better, closed_form_row, policy_row
 from hetsim.plan.without import without_left_out
-from hetsim.policies import Policy
+from hetsim.policies import Equal, Policy
 from hetsim.run.metrics import BASELINE
 from hetsim.scenario.config import check_run_size
 from hetsim.scenario.scenario import Scenario, check_scenario, check_seed
@@ -247,10 +247,9 @@ def runnable(scenario: Scenario) -> tuple[list[str], tuple[tuple[str, str], ...]
     return list(built), skipped
 
 
-def planned_policies(scenario: Scenario, policies: Sequence[str | Policy] | None,
+def planned_policies(scenario: Scenario, policies: Sequence[Policy] | None,
                      ) -> tuple[list[Policy], tuple[tuple[str, str], ...]]:  # fmt: skip
-    """``policies`` as objects checked against ``scenario`` (a name built with the scenario's own
-    ``[policy]`` parameters where it is the scenario's policy), or, for None, every registered
+    """``policies`` checked against ``scenario``, or, for None, every registered
     policy that can run it and (name, why) for those that cannot. Two of one name are refused:
     the plan's rows, and what it recommends, are told apart by name."""
     if policies is None:
@@ -340,13 +339,12 @@ def search_batch(scenario: Scenario, policies: Sequence[Policy], objective: str,
 
 
 def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tuple[int, int] | None = None,
-         seed: int | None = None, policies: Sequence[str | Policy] | None = None,
+         seed: int | None = None, policies: Sequence[Policy] | None = None,
          left_out: Sequence[tuple[str, str]] = (), cost_error: float = 0.0) -> Plan:  # fmt: skip
-    """The plan for ``scenario`` (module docstring): ``policies``, objects or registered names
-    (default: every registered policy that can run it), predicted at the scenario's global
-    batch, or at the best of ``batch_range``; the simulations seeded with ``seed`` (default: the
-    scenario's). ``left_out``: (policy, why) for
-    policies the caller left out of ``policies`` (recorded in the plan beside those that
+    """The plan for ``scenario`` (module docstring): ``policies`` (objects; default: every
+    registered policy that can run it), predicted at the scenario's global batch, or at the best
+    of ``batch_range``; the simulations seeded with ``seed`` (default: the scenario's).
+    ``left_out``: (policy, why) for policies the caller left out of ``policies`` (recorded in the plan beside those that
     cannot run the scenario). ``cost_error`` > 0: every closed form averaged over costs off by
     that much (:mod:`hetsim.plan.robust`; no fragility then: the error is the question it asks)."""
     check_scenario(scenario)
@@ -367,7 +365,7 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
     best = recommend(rows, objective)
 
     def equal_at(other_batch: int) -> PolicyRow:
-        return rows_at(scenario, other_batch, (scenario.make_policy(BASELINE),), cost_error, seed)[0]
+        return rows_at(scenario, other_batch, (scenario.make_policy(Equal()),), cost_error, seed)[0]
 
     if best is None:
         epochs = scenario.workload.epochs

@@ -27,7 +27,6 @@ import numpy as np
 
 from hetsim.analysis.prediction import NoClosedForm
 from hetsim.core.errors import ConfigError
-from hetsim.engines import AUTO
 from hetsim.plan.fragility import slower_cost
 from hetsim.plan.rows import LEVEL, Estimate, PolicyRow, extrapolated, fresh, short_run, told_row
 from hetsim.policies import Policy
@@ -95,7 +94,7 @@ def _robust(scenario: Scenario, row: PolicyRow, draws: Sequence[Scenario], seeds
 def _one_run(truth: Scenario, policy: Policy, seed: int) -> PolicyRow:
     """One short run of ``policy`` on ``truth`` (:func:`~hetsim.plan.rows.short_run`) as a row."""
     run = short_run(truth)
-    summary = simulate_summary(run, policy, seed=seed, engine=AUTO)
+    summary = simulate_summary(run, policy, seed=seed)
     step = Estimate.exact(summary.mean_step_s)
     to_target = extrapolated(truth, summary.progress, summary.steps, step)
     return PolicyRow(

@@ -32,7 +32,6 @@ from hetsim.analysis.analytic import NoClosedForm, predict
 from hetsim.analysis.prediction import Prediction
 from hetsim.analysis.step_ci import simulated_mean
 from hetsim.core.options import SPEEDUP_METRICS
-from hetsim.engines import AUTO
 from hetsim.model.efficiency import effective_batch
 from hetsim.policies import Policy
 from hetsim.run.metrics import BASELINE
@@ -210,7 +209,7 @@ def simulated_row(scenario: Scenario, policy: Policy, seed: int, why: str) -> Po
     """``policy``'s row from :func:`~hetsim.analysis.step_ci.simulated_mean` over :func:`short_run`'s horizon
     (``why``: the reason it has no closed form, kept as the row's note)."""
     run = short_run(scenario)
-    sim = simulated_mean(run, fresh(policy), seed, LEVEL, engine=AUTO)
+    sim = simulated_mean(run, fresh(policy), seed, LEVEL)
     summary = sim.summary
     assert summary is not None  # simulated_mean always keeps the seed's run's
     low, high = (sim.mean_s, sim.mean_s) if sim.ci is None else (sim.ci.low, sim.ci.high)

@@ -19,6 +19,7 @@ import pandas as pd
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import atomic_folder, write_frame
 from hetsim.core.options import TraceMode
+from hetsim.engines import engine_named
 from hetsim.model.trace import Trace
 from hetsim.policies import policy_class
 from hetsim.run.metrics import BASELINE, summarize
@@ -134,12 +135,13 @@ def plotted_traces(folder: RunFolder, spec: SweepSpec, trace: TraceMode | None =
     every = 1 if trace is None else max(trace.kept, 1)
     scenario = point_scenario(spec, plotted_point(spec))
     seed = replication_seeds(spec)[0]
+    engine = engine_named(spec.engine)
     traces = {}
     for p in spec.policies:
         if every == 1:
-            traces[p] = simulate(scenario, p, seed=seed, engine=spec.engine)
+            traces[p] = simulate(scenario, scenario.named_policy(p), seed=seed, engine=engine)
             continue
-        sampled, _ = simulate_sampled(scenario, p, every, seed=seed, engine=spec.engine)
+        sampled, _ = simulate_sampled(scenario, scenario.named_policy(p), every, seed=seed, engine=engine)
         assert sampled is not None  # every > 0 keeps a trace
         traces[p] = sampled
     folder.write_traces(TRACES_FILE, traces.values())

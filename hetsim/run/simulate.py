@@ -1,13 +1,13 @@
-"""One simulated run: scenario + policy (an object, or a name resolved by the scenario) -> Trace
-(or, without keeping the trace, its Summary), through the chosen engine (``auto`` by default, as
-on the command line: the fastest engine that runs the policy; every engine gives the same trace)."""
+"""One simulated run: scenario + policy (an object, or None: the scenario's own) -> Trace (or,
+without keeping the trace, its Summary), through the engine given (None by default, ``auto`` on the
+command line: the fastest engine that runs the policy; every engine gives the same trace)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from hetsim.engines import AUTO, Engine, check_engine, engine_for
+from hetsim.engines import Engine, check_engine, engine_for
 from hetsim.model.trace import Trace, TraceBuilder
 from hetsim.policies import Policy
 from hetsim.run.metrics import Summary, summarize, summary_of
@@ -26,19 +26,19 @@ def check_kept_size(scenario: Scenario, synchronous: bool, every: int) -> None:
 
 def simulate(
     scenario: Scenario,
-    policy: str | Policy | None = None,
+    policy: Policy | None = None,
     *,
     params: Mapping[str, Any] | None = None,
     seed: int | None = None,
-    engine: str | Engine = AUTO,
+    engine: Engine | None = None,
 ) -> Trace:
     """Run ``policy`` on ``scenario`` with ``seed`` (default: the scenario's). ``policy`` is a
-    :class:`~hetsim.policies.Policy` object (reset at the start of the run), or a registered
-    name (default: the scenario's ``[policy]``), whose parameters come from the scenario's
-    ``[policy]`` table when it is the scenario's own, else from ``params``. ``engine`` is an
-    :class:`~hetsim.engines.Engine` object, or ``auto`` (default, as on the command line: the
-    supporting engine of highest priority, ``vector`` where it runs the policy), ``simpy`` (the
-    reference), ``vector`` or another registered engine's name."""
+    :class:`~hetsim.policies.Policy` object (reset at the start of the run), or None: the
+    scenario's own ``[policy]``, built with its table's parameters, then ``params``. ``engine``
+    is an :class:`~hetsim.engines.Engine` object (:class:`~hetsim.engines.SimPyEngine`, the
+    reference, :class:`~hetsim.engines.VectorEngine` or another), or None (default, ``auto`` on
+    the command line: the supporting engine of highest priority, ``vector`` where it runs the
+    policy)."""
     check_scenario(scenario)
     seed = check_seed(seed)
     check_engine(engine)
@@ -49,11 +49,11 @@ def simulate(
 
 def simulate_summary(
     scenario: Scenario,
-    policy: str | Policy | None = None,
+    policy: Policy | None = None,
     *,
     params: Mapping[str, Any] | None = None,
     seed: int | None = None,
-    engine: str | Engine = AUTO,
+    engine: Engine | None = None,
 ) -> Summary:
     """:func:`simulate`'s run, summarised as it goes (``--trace none``): a barrier policy's steps
     go to a :class:`~hetsim.run.summary_recorder.SummaryRecorder`, so memory is O(steps + workers) instead of
@@ -63,12 +63,12 @@ def simulate_summary(
 
 def simulate_sampled(
     scenario: Scenario,
-    policy: str | Policy | None,
+    policy: Policy | None,
     every: int,
     *,
     params: Mapping[str, Any] | None = None,
     seed: int | None = None,
-    engine: str | Engine = AUTO,
+    engine: Engine | None = None,
 ) -> tuple[Trace | None, Summary]:
     """:func:`simulate_summary`, also keeping each ``every``-th step's rows (``--trace sample``;
     0: none). Returns that trace (its ``step`` column the run's step numbers; None for 0) and the

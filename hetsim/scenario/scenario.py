@@ -128,33 +128,42 @@ class Scenario:
         wl = self.workload
         return self.network.buckets(self.n_workers, wl.gradient_mb, wl.backward_share, self.nodes)
 
-    def make_policy(self, name: str | Policy | None = None, params: Mapping[str, Any] | None = None) -> Policy:
-        """The policy to run on this scenario. A :class:`Policy` object is used as it is (its
-        parameters are its own: ``params`` with one is an error); a name (default: the scenario's
-        own) builds a fresh one from the ``[policy]`` table's parameters when it is the
-        scenario's own policy, then ``params``. Either is checked against the cluster's size
-        (ConfigError on ``policy.<parameter>``)."""
-        if isinstance(name, type) and issubclass(name, Policy):
-            raise ConfigError("policy", f"got the class {name.__name__}: give an object ({name.__name__}()) or a name")
-        if not isinstance(name, (Policy, str, type(None))):
-            raise ConfigError("policy", f"expected a Policy object or a registered name, got {typename(name)}")
-        if isinstance(name, Policy):
-            if params:
-                raise ConfigError("params", "given with a policy object: set them when building the object")
-            policy = name
-            try:
-                policy.check_cluster(self.n_workers)
-            except ConfigError as exc:
-                raise ConfigError(f"policy.{exc.field}", exc.problem) from None
-        else:
-            name = self.policy.name if name is None else name
-            own = dict(self.policy.params) if name == self.policy.name else {}
-            policy = make_policy(name, {**own, **dict(params or {})}, n_workers=self.n_workers)
-        name = policy.name
+    def make_policy(self, policy: Policy | None = None, params: Mapping[str, Any] | None = None) -> Policy:
+        """The policy to run on this scenario: ``policy`` as it is (its parameters are its own:
+        ``params`` with one is an error), or (None) the scenario's own, built fresh from its
+        ``[policy]`` table's parameters, then ``params``. Either is checked against the cluster's
+        size (ConfigError on ``policy.<parameter>``). A name is refused: names are resolved in
+        files and on the command line (:meth:`named_policy`)."""
+        if isinstance(policy, str):
+            raise ConfigError("policy", f"give a Policy object ({_example(policy)}), not the name {policy!r}")
+        if isinstance(policy, type) and issubclass(policy, Policy):
+            raise ConfigError("policy", f"got the class {policy.__name__}: give an object ({policy.__name__}())")
+        if not isinstance(policy, (Policy, type(None))):
+            raise ConfigError("policy", f"expected a Policy object or None, got {typename(policy)}")
+        if policy is None:
+            return self.named_policy(self.policy.name, params)
+        if params:
+            raise ConfigError("params", "given with a policy object: set them when building the object")
+        try:
+            policy.check_cluster(self.n_workers)
+        except ConfigError as exc:
+            raise ConfigError(f"policy.{exc.field}", exc.problem) from None
+        return self._with_efficiency(policy)
+
+    def named_policy(self, name: str, params: Mapping[str, Any] | None = None) -> Policy:
+        """The registered policy ``name`` (a file's or the command line's), built fresh with the
+        scenario's ``[policy]`` parameters where it is the scenario's own policy, then ``params``,
+        and checked against the cluster's size (ConfigError on ``policy.<parameter>``)."""
+        own = dict(self.policy.params) if name == self.policy.name else {}
+        return self._with_efficiency(make_policy(name, {**own, **dict(params or {})}, n_workers=self.n_workers))
+
+    def _with_efficiency(self, policy: Policy) -> Policy:
+        """``policy``, refused where it chooses the global batch by statistical efficiency the
+        scenario's workload lacks."""
         if policy.needs_efficiency and self.workload.efficiency is None:
             raise ConfigError(
                 "workload.efficiency",
-                f"missing: policy {name!r} chooses the global batch by statistical efficiency "
+                f"missing: policy {policy.name!r} chooses the global batch by statistical efficiency "
                 "(give noise_scale and base_batch)",
             )
         return policy
@@ -175,7 +184,7 @@ class Scenario:
                 left_out.append((name, NO_EFFICIENCY))
                 continue
             try:
-                built[name] = self.make_policy(name)
+                built[name] = self.named_policy(name)
             except ConfigError as exc:
                 left_out.append((name, str(exc)))
         return built, tuple(left_out)
@@ -233,3 +242,9 @@ def check_seed(seed: object, field: str = "seed") -> int | None:
     if value > MAX_SEED:
         raise ConfigError(field, f"must be <= {MAX_SEED} (TOML's largest integer), got {value}")
     return value
+
+
+def _example(name: str) -> str:
+    """How to build registered policy ``name`` as an object, for an error; its name where unknown."""
+    cls = POLICIES.get(name)
+    return f"{cls.__module__.rsplit('.', 1)[0]}.{cls.__name__}()" if cls is not None else "a Policy subclass's object"

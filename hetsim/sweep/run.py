@@ -21,6 +21,7 @@ import numpy as np
 from hetsim.core.errors import CellFailed, ConfigError
 from hetsim.core.options import DEFAULT_CONNECT_TIMEOUT_S, MAX_JOBS  # there for hetsim.cli.main's parser
 from hetsim.core.params import Param
+from hetsim.engines import engine_named
 from hetsim.run.metrics import Summary
 from hetsim.run.simulate import simulate_summary
 from hetsim.sweep.spec import SweepSpec, grid_points, point_scenario
@@ -58,10 +59,11 @@ def run_cell(spec: SweepSpec, cell: Cell) -> tuple[Cell, list[dict[str, Any]]]:
     """Simulate every replication of one cell; one flat row per replication."""
     scenario = point_scenario(spec, cell.point)
     labels = cell_labels(spec, cell)
+    policy, engine = scenario.named_policy(cell.policy), engine_named(spec.engine)  # a file's names
     rows = []
     for rep, seed in enumerate(replication_seeds(spec)):
         try:
-            summary = simulate_summary(scenario, cell.policy, seed=seed, engine=spec.engine)
+            summary = simulate_summary(scenario, policy, seed=seed, engine=engine)
         except ConfigError:
             raise
         except Exception as exc:  # a bug: one line naming the cell, not a worker's traceback

@@ -20,7 +20,7 @@ import numpy as np
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import MAX_SEED, Param, first_repeat, join, typename
-from hetsim.engines import AUTO, check_engine
+from hetsim.engines import AUTO, engine_named
 from hetsim.policies import policy_class
 from hetsim.run.simulate import check_kept_size
 from hetsim.scenario.config import build_scenario, read_table, resolve_source, set_path
@@ -232,7 +232,7 @@ def load_sweep(source: str | Path | Mapping[str, Any], new: bool = True) -> Swee
         base_dir=None if scenario_dir is None else str(scenario_dir),
         engine=top.get(Param("engine", "string", default=AUTO)),
     )
-    check_engine(spec.engine)
+    engine_named(spec.engine)
     if new:  # a folder begun before the limits is still resumed and reported
         _check_size(spec)
     _check_grid(spec)
@@ -288,7 +288,7 @@ def _check_grid(spec: SweepSpec) -> None:
         try:
             scenario = point_scenario(spec, point)
             for name in spec.policies:
-                check_kept_size(scenario, scenario.make_policy(name).synchronous, 0)  # cells keep summaries
+                check_kept_size(scenario, scenario.named_policy(name).synchronous, 0)  # cells keep summaries
         except ConfigError as exc:
             where = ", ".join(f"{a.name}={a.labels[k]!r}" for a, k in zip(spec.axes, point))
             raise ConfigError(f"grid.{exc.field}" if exc.field else "grid", f"{exc.problem} (at {where})") from None
