@@ -150,3 +150,19 @@ def test_async_and_a_simulated_row_reach_the_target_when_it_is_the_simulations()
     assert run.time_to_target_s is not None and adaptive.time_to_target_s is not None
     assert adaptive.time_to_target_s.value == pytest.approx(run.time_to_target_s * adaptive.step_s.value
                                                             / run.mean_step_s, rel=1e-12)  # fmt: skip
+
+
+def test_a_resplitting_policys_time_to_target_says_it_counts_the_epochs_on_its_way() -> None:
+    """dynamic's time to target counts its first epoch at the equal split: where the target falls
+    there, it is equal's, which read as a mistake without a note saying so."""
+    sets = ["workload.efficiency.noise_scale=2000", "workload.efficiency.base_batch=256"]
+    early = load_scenario("paper", [*sets, "workload.efficiency.target_steps=50"])  # reached in epoch 1
+    rows = {r.policy: r for r in plan(early, policies=[Equal(), Dynamic(), Optimal()]).rows}
+    trajectory = predict(early, Dynamic()).trajectory
+    settled = 1 + trajectory.index(trajectory[-1])
+    assert rows["dynamic"].note == (
+        "its time to target counts its first epoch at 128/128 (it re-splits at epoch ends, reaching "
+        f"{'/'.join(map(str, trajectory[-1]))} in epoch {settled})"
+    )
+    assert rows["dynamic"].time_to_target_s == rows["equal"].time_to_target_s  # the equal split's, in epoch 1
+    assert rows["optimal"].note is None and rows["equal"].note is None

@@ -166,6 +166,8 @@ def _predicted(scenario: Scenario, p: Prediction, policy: Policy) -> PolicyRow:
     if p.policy == BASELINE and max(p.final_batches) - min(p.final_batches) > 1:  # the reference the gains divide by
         split = "/".join(map(str, p.final_batches))
         notes.append(f"its split is {split}, not the global batch over the workers: their max_batch caps it")
+    if p.time_to_target_s is not None and (moved := _moved(p)) is not None:
+        notes.append(moved)
     note = "; ".join(notes) or None
     return PolicyRow(
         policy=p.policy,
@@ -176,6 +178,21 @@ def _predicted(scenario: Scenario, p: Prediction, policy: Policy) -> PolicyRow:
         split=p.final_batches,
         note=note,
         source=policy,
+    )
+
+
+def _moved(p: Prediction) -> str | None:
+    """What a policy that re-splits at epoch ends spends on its way to its split, which its time to
+    target counts (where the target falls in its first epoch, that time is its starting split's:
+    ``equal``'s, for ``dynamic``); None for a policy whose split stays."""
+    first, *_ = p.trajectory or (p.final_batches,)
+    if first == p.final_batches:
+        return None
+    settled = 1 + next(i for i, split in enumerate(p.trajectory) if split == p.final_batches)
+    show = "/".join
+    return (
+        f"its time to target counts its first epoch at {show(map(str, first))} (it re-splits at epoch ends, "
+        f"reaching {show(map(str, p.final_batches))} in epoch {settled})"
     )
 
 
