@@ -161,8 +161,8 @@ def test_a_resplitting_policys_time_to_target_says_it_counts_the_epochs_on_its_w
     trajectory = predict(early, Dynamic()).trajectory
     settled = 1 + trajectory.index(trajectory[-1])
     assert rows["dynamic"].note == (
-        "its time to target counts its first epoch at 128/128 (it re-splits at epoch ends, reaching "
-        f"{'/'.join(map(str, trajectory[-1]))} in epoch {settled})"
+        "its time to target counts its first epoch at 128/128 (it re-splits at epoch ends: "
+        f"{'/'.join(map(str, trajectory[-1]))} from epoch {settled})"
     )
     assert rows["dynamic"].time_to_target_s == rows["equal"].time_to_target_s  # the equal split's, in epoch 1
     assert rows["optimal"].note is None and rows["equal"].note is None

@@ -191,8 +191,8 @@ def _moved(p: Prediction) -> str | None:
     settled = 1 + next(i for i, split in enumerate(p.trajectory) if split == p.final_batches)
     show = "/".join
     return (
-        f"its time to target counts its first epoch at {show(map(str, first))} (it re-splits at epoch ends, "
-        f"reaching {show(map(str, p.final_batches))} in epoch {settled})"
+        f"its time to target counts its first epoch at {show(map(str, first))} (it re-splits at epoch ends: "
+        f"{show(map(str, p.final_batches))} from epoch {settled})"
     )
 
 
