@@ -226,8 +226,8 @@ def test_policies_without_a_closed_form_say_why():
     scenario = load_scenario("paper")
     with pytest.raises(NoClosedForm, match="because"):
         predict(scenario, Adaptive())
-    with pytest.raises(ConfigError):
-        predict(scenario, "no-such-policy")
+    with pytest.raises(ConfigError, match=r"^policy: give a Policy object .*'no-such-policy' is not a registered one"):
+        predict(scenario, "no-such-policy")  # type: ignore[arg-type]
     slowed = load_scenario("paper", ["workers.0.slowdown={every_s = 60.0, duration_s = 5.0, factor = 2.0}"])
     with pytest.raises(NoClosedForm, match="slowdown"):
         predict(slowed, Equal())

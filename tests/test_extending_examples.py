@@ -319,6 +319,8 @@ def test_the_re_splitting_policy_example_moves_samples_each_epoch_on_both_engine
     assert simulate(noisy, make_policy("shift"), engine=VectorEngine()) == simulate(
         noisy, make_policy("shift"), engine=SimPyEngine()
     )  # to the last bit
+    with pytest.raises(ConfigError, match=r"^policy: give a Policy object \(Shift\(\)\), not the name 'shift'$"):
+        simulate(noisy, "shift")  # type: ignore[arg-type]  # its class as the user names it, not the loader's module
 
 
 @pytest.mark.slow

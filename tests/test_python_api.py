@@ -1,5 +1,6 @@
-"""The Python API takes objects: ``simulate`` runs a Policy object or a name, on an Engine object
-or a name, by default on the engine the command line picks (``auto``)."""
+"""The Python API takes objects: ``simulate`` runs a Policy object (None: the scenario's own), on
+an Engine object (None: the engine the command line's ``auto`` picks); a name is refused in one
+line naming the object to give (names are the files' and the command line's)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import numpy as np
 import pytest
 
 from hetsim.analysis.analytic import predict
-from hetsim.analysis.step_ci import simulated_mean
+from hetsim.analysis.step_ci import method, replication_reason, simulated_mean
 from hetsim.core.errors import ConfigError
-from hetsim.engines import SimPyEngine, VectorEngine
+from hetsim.engines import SimPyEngine, VectorEngine, engine_named
 from hetsim.plan.planner import plan
 from hetsim.policies import Async, Backup, Dynamic, DynamicEnhanced, Equal, KSync, Optimal, Policy
 from hetsim.run.metrics import summarize
@@ -72,12 +73,23 @@ BAD_ARGUMENTS = [
     (lambda sc, tr: simulate(sc, 3), r"^policy: expected a Policy object or None, got int \(3\)$"),
     (lambda sc, tr: simulate(sc, "equal"),
      r"^policy: give a Policy object \(hetsim\.policies\.Equal\(\)\), not the name 'equal'$"),
-    (lambda sc, tr: simulate_summary(sc, "no-such"), r"^policy: give a Policy object \(a Policy subclass's object\), "
-     r"not the name 'no-such'$"),
+    (lambda sc, tr: simulate_summary(sc, "no-such"),
+     r"^policy: give a Policy object \(as hetsim\.policies\.Equal\(\)\), not a name "
+     r"\('no-such' is not a registered one\)$"),
+    (lambda sc, tr: method(sc, "equal"), r"^policy: give a Policy object \(hetsim\.policies\.Equal\(\)\)"),
+    (lambda sc, tr: replication_reason(sc, 3), r"^policy: expected a Policy object or None, got int \(3\)$"),
+    (lambda sc, tr: sc.named_policy(Equal()), r"^policy: 'equal' is an object already: give it to simulate, predict or "
+     r"plan as it is$"),
+    (lambda sc, tr: engine_named(VectorEngine()),
+     r"^engine: 'vector' is an object already: give it to simulate as it is$"),
+    (lambda sc, tr: plan(sc, policies="equal"),
+     r"^policies: give a list of Policy objects \(as \[hetsim\.policies\.Equal\(\)\]\), not 'equal'$"),
+    (lambda sc, tr: plan(sc, policies=[Equal(), KSync(k=9)]), r"^policies\.1\.k: "),
     (lambda sc, tr: predict(sc, "dynamic-enhanced"),
      r"^policy: give a Policy object \(hetsim\.policies\.DynamicEnhanced\(\)\)"),
     (lambda sc, tr: simulated_mean(sc, "async"), r"^policy: give a Policy object \(hetsim\.policies\.Async\(\)\)"),
-    (lambda sc, tr: plan(sc, policies=["equal"]), r"^policy: give a Policy object \(hetsim\.policies\.Equal\(\)\)"),
+    (lambda sc, tr: plan(sc, policies=["equal"]),
+     r"^policies\.0: give a Policy object \(hetsim\.policies\.Equal\(\)\)"),
     (lambda sc, tr: simulate(sc, Equal(), engine="simpy"),
      r"^engine: give an Engine object \(hetsim\.engines\.SimPyEngine\(\)\) or None \(auto\), not the name 'simpy'$"),
     (lambda sc, tr: simulate(sc, Equal(), engine=SimPyEngine),
@@ -328,9 +340,9 @@ def test_a_scenario_dict_made_in_python_takes_plugin_objects_where_a_file_has_ta
 
 
 def test_plan_takes_policy_objects_and_leaves_them_unchanged() -> None:
-    """``plan`` (the docs: policies as objects, or named) plans an unregistered plug-in beside
-    built-in objects, as it plans the same policies by name, fragility and ``cost_error`` included,
-    without running the caller's objects; two of one name are refused."""
+    """``plan`` plans an unregistered plug-in beside built-in objects, as it plans the built-in
+    ones alone, fragility and ``cost_error`` included, without running the caller's objects; two
+    of one name are refused."""
 
     sc = load_scenario("mixed-gpus")
     built_in = plan(sc, policies=[Equal(), Optimal()])

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from hetsim.model.costs import Affine, Table
-from hetsim.policies import planned_policy
+from hetsim.policies import Proportional, planned_policy
 from validation.compare import compare_run, run_policy
 from validation.record import RankTiming, RunWriter, step_rows
 from validation.run_folder import load_run
@@ -86,7 +86,7 @@ def test_a_plan_that_re_splits_is_simulated_as_its_policy():
 
 
 def test_the_planned_policy_keeps_its_split_and_its_classs_traits():
-    policy = planned_policy("proportional", (5, 3))
+    policy = planned_policy(Proportional, (5, 3))
     policy.reset(2, 8)
     assert policy.initial_split() == (5, 3) and policy.name == "proportional" and policy.weighted_gradients
     with pytest.raises(ValueError, match=r"the plan's split \[5, 3\] is not 2 ranks' 9"):

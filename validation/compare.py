@@ -208,7 +208,7 @@ def run_policy(meta: Mapping[str, Any], name: str, made: Policy) -> Policy:
     costs, which the simulation is not told), else ``made``."""
     plan = meta.get("plan")
     if plan is not None and plan["fixed"] and plan["policy"] == name:
-        return planned_policy(name, plan["split"])
+        return planned_policy(policy_class(name), plan["split"])
     return made
 
 

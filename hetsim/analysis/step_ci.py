@@ -57,7 +57,7 @@ from scipy import stats
 from hetsim.engines import Engine
 from hetsim.model.trace import Trace
 from hetsim.model.workers import WorkerSpec, noise_persistence
-from hetsim.policies import Policy
+from hetsim.policies import Policy, fresh
 from hetsim.run.metrics import MeanCI, Summary, apply_times, mean_ci, step_times, summarize
 from hetsim.run.simulate import simulate, simulate_summary
 from hetsim.scenario.scenario import Scenario, check_scenario, check_seed
@@ -71,7 +71,7 @@ BATCH_MEANS, RENEWAL, REPLICATED = "batch means", "renewal", "replications"
 def replication_reason(scenario: Scenario, policy: Policy) -> str | None:
     """Why one run of ``policy`` on ``scenario`` cannot show the spread of
     its mean step time (the CI then comes from :data:`REPLICATIONS` runs); None where it can."""
-    cls = type(policy)
+    cls = type(check_scenario(scenario).make_policy(policy))  # a name, or None, refused in one line
     if any(w.slowdown is not None or w.failure is not None for w in scenario.workers):
         return "slowdown episodes or failures: rare, long events, which one run sees a few times"
     if cls.synchronous and (cls.resplits or cls.varies_batch):
@@ -86,7 +86,7 @@ def method(scenario: Scenario, policy: Policy) -> str:
     docstring says why)."""
     if replication_reason(scenario, policy) is not None:
         return REPLICATED
-    return BATCH_MEANS if policy.synchronous else RENEWAL
+    return BATCH_MEANS if scenario.make_policy(policy).synchronous else RENEWAL
 
 
 def ar1_sums(starts: np.ndarray, sizes: np.ndarray, rho: float) -> np.ndarray:
@@ -205,7 +205,7 @@ def simulated_mean(scenario: Scenario, policy: Policy, seed: int | None = None, 
     policy = scenario.make_policy(policy)  # a name or a misfit refused here, in one line
     how = method(scenario, policy)
     if how == REPLICATED:
-        runs = [simulate_summary(scenario, policy, seed=s, engine=engine) for s in replication_seeds(seed)]
+        runs = [simulate_summary(scenario, fresh(policy), seed=s, engine=engine) for s in replication_seeds(seed)]
         ci = mean_ci([r.mean_step_s for r in runs], level)
         return SimulatedMean(ci.mean, ci, len(runs), how, runs[0])
     trace = simulate(scenario, policy, seed=seed, engine=engine)

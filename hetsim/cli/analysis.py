@@ -117,9 +117,10 @@ def compare(scenario: Scenario, policy: Policy, seed: int | None = None) -> Comp
     inside."""
     from hetsim.analysis.analytic import NoClosedForm, predict
     from hetsim.analysis.step_ci import simulated_mean
+    from hetsim.policies import fresh
 
     try:
-        prediction: Prediction | None = predict(scenario, policy)
+        prediction: Prediction | None = predict(scenario, fresh(policy))
         reason = None
     except NoClosedForm as exc:
         prediction, reason = None, exc.reason

@@ -111,16 +111,16 @@ def waiting_for_all(names: list[str], notes: bool) -> tuple[list[str], tuple[tup
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from hetsim.core.provenance import provenance
-    from hetsim.plan.planner import check_batch_range, check_cluster, check_objective, plan, runnable
+    from hetsim.plan.planner import check_batch_range, check_cluster, check_objective, plan
     from hetsim.plan.robust import check_cost_error
     from hetsim.policies import policy_class
     from hetsim.policies.base import waits_for_every_worker
 
     scenario = scenario_of(args)
     check_cluster(scenario)
-    names = list(scenario_policies(args.policy, scenario)) if args.policy is not None else None
-    if names is not None and args.wait_for_all:
-        waiting_for_all(names, notes=False)
+    given = scenario_policies(args.policy, scenario) if args.policy is not None else None  # built once
+    if given is not None and args.wait_for_all:
+        waiting_for_all(list(given), notes=False)
     check_seed(args.seed)
     try:
         check_objective(args.objective, scenario, "--objective")
@@ -135,16 +135,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         check_out_file(args.out, {".json": "json"}, "--out")
         check_new_file(args.out, "--out")
     skipped: tuple[tuple[str, str], ...] = ()
-    if names is None:
-        names, skipped = runnable(scenario)
+    if given is None:
+        given, skipped = scenario.runnable_policies()
         for name, why in skipped:
             print(f"note: {name} left out: {why}", file=sys.stderr)
         if args.wait_for_all:
-            names, left = waiting_for_all(names, notes=True)
-            skipped += left
-    result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed,
-                  policies=[scenario.named_policy(n) for n in names], left_out=skipped,
-                  cost_error=args.cost_error)  # fmt: skip
+            kept, left = waiting_for_all(list(given), notes=True)
+            given, skipped = {name: given[name] for name in kept}, skipped + left
+    result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed, policies=list(given.values()),
+                  left_out=skipped, cost_error=args.cost_error)  # fmt: skip
     chosen = result.recommended.policy
     if not args.wait_for_all and result.varies_batch:
         print(f"note: {chosen} is recommended, and {VARIES_BATCH.removesuffix(' (--wait-for-all)')}: "

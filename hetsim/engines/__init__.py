@@ -25,6 +25,8 @@ def engine_choices() -> tuple[str, ...]:
 def engine_named(name: object, field: str = "engine") -> Engine | None:
     """The engine a file or the command line names: a registered engine's object, or None for
     ``auto``; else ConfigError on ``field``."""
+    if isinstance(name, Engine):
+        raise ConfigError(field, f"{name.name!r} is an object already: give it to simulate as it is")
     if name == AUTO:
         return None
     if not isinstance(name, str) or name not in ENGINES:
@@ -46,9 +48,9 @@ def check_engine(engine: object, field: str = "engine") -> Engine | None:
 
 
 def _path(cls: type) -> str:
-    """Where a user imports engine class ``cls`` from, for an error."""
-    module = cls.__module__
-    return f"hetsim.engines.{cls.__name__}" if module.startswith("hetsim.engines.") else f"{module}.{cls.__name__}"
+    """Engine class ``cls`` as a user names it, for an error: a built-in one with its package (a
+    plug-in file is loaded as a module no user imports)."""
+    return f"hetsim.engines.{cls.__name__}" if cls.__module__.startswith("hetsim.engines.") else cls.__name__
 
 
 def engine_for(engine: Engine | None, policy: Policy) -> Engine:

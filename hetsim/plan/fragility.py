@@ -42,8 +42,8 @@ import numpy as np
 
 from hetsim.model.costs import CostModel
 from hetsim.model.partition import min_max_split, slowest_expected_s
-from hetsim.plan.rows import PolicyRow, better, closed_form_row, fresh
-from hetsim.policies import Policy, StepInfo
+from hetsim.plan.rows import PolicyRow, better, closed_form_row
+from hetsim.policies import Policy, StepInfo, fresh
 from hetsim.scenario.scenario import Scenario, WorkerGroup
 
 FRAGILITY_MAX = 16.0

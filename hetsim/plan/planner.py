@@ -240,13 +240,6 @@ def with_batch(scenario: Scenario, global_batch: int) -> Scenario:
     return replace(scenario, workload=replace(scenario.workload, global_batch=global_batch))
 
 
-def runnable(scenario: Scenario) -> tuple[list[str], tuple[tuple[str, str], ...]]:
-    """Every registered policy that can run ``scenario``, and (policy, why) for those that cannot
-    (as ``simulate`` leaves them out, with the same reasons)."""
-    built, skipped = scenario.runnable_policies()
-    return list(built), skipped
-
-
 def planned_policies(scenario: Scenario, policies: Sequence[Policy] | None,
                      ) -> tuple[list[Policy], tuple[tuple[str, str], ...]]:  # fmt: skip
     """``policies`` checked against ``scenario``, or, for None, every registered
@@ -255,7 +248,15 @@ def planned_policies(scenario: Scenario, policies: Sequence[Policy] | None,
     if policies is None:
         built, skipped = scenario.runnable_policies()
         return list(built.values()), skipped
-    chosen = [scenario.make_policy(p) for p in policies]
+    if isinstance(policies, str):
+        raise ConfigError("policies", f"give a list of Policy objects (as [hetsim.policies.Equal()]), not {policies!r}")
+    chosen = []
+    for i, policy in enumerate(policies):
+        try:
+            chosen.append(scenario.make_policy(policy))
+        except ConfigError as exc:  # policy[.parameter] -> policies.<i>[.parameter]
+            field = f"policies.{i}{exc.field.removeprefix('policy')}" if exc.field.startswith("policy") else exc.field
+            raise ConfigError(field, exc.problem) from None
     names = [p.name for p in chosen]
     for name in names:
         if names.count(name) > 1:

@@ -28,8 +28,8 @@ import numpy as np
 from hetsim.analysis.prediction import NoClosedForm
 from hetsim.core.errors import ConfigError
 from hetsim.plan.fragility import slower_cost
-from hetsim.plan.rows import LEVEL, Estimate, PolicyRow, extrapolated, fresh, short_run, told_row
-from hetsim.policies import Policy
+from hetsim.plan.rows import LEVEL, Estimate, PolicyRow, extrapolated, short_run, told_row
+from hetsim.policies import Policy, fresh
 from hetsim.policies.base import told
 from hetsim.run.metrics import mean_ci
 from hetsim.run.simulate import simulate_summary

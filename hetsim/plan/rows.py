@@ -23,7 +23,6 @@ planner can afford, else from a short simulation.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -33,7 +32,7 @@ from hetsim.analysis.prediction import Prediction
 from hetsim.analysis.step_ci import simulated_mean
 from hetsim.core.options import SPEEDUP_METRICS
 from hetsim.model.efficiency import effective_batch
-from hetsim.policies import Policy
+from hetsim.policies import Policy, fresh
 from hetsim.run.metrics import BASELINE
 from hetsim.scenario.scenario import Scenario
 
@@ -117,16 +116,6 @@ class PolicyRow:
 def better(a: float, b: float, objective: str) -> bool:
     """Whether ``a`` is strictly better than ``b`` on ``objective``."""
     return a > b if OBJECTIVES[objective][1] else a < b
-
-
-def fresh(policy: Policy) -> Policy:
-    """A copy of ``policy`` for one prediction or run: a plan's rows keep the object they were
-    given unused (policies are stateful), so the caller's object is not changed either. One that
-    cannot be copied (it holds a lock, a file) is made anew from its parameters, as a name is."""
-    try:
-        return copy.deepcopy(policy)
-    except (TypeError, copy.Error):
-        return type(policy)(**policy.param_values())
 
 
 def waits_for_all(scenario: Scenario, policy: Policy) -> bool:

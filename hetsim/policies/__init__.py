@@ -12,7 +12,7 @@ from hetsim.core.errors import ConfigError
 from hetsim.core.params import join
 from hetsim.core.registry import POLICIES
 from hetsim.policies.adaptive import Adaptive
-from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHint
+from hetsim.policies.base import Policy, RunHint, StepInfo, StepRecord, WorkerHint, fresh
 from hetsim.policies.dynamic import Dynamic, DynamicEnhanced
 from hetsim.policies.goodput import Goodput
 from hetsim.policies.static import Equal, Optimal, Proportional, planned_policy
@@ -60,6 +60,7 @@ __all__ = [
     "StepInfo",
     "StepRecord",
     "WorkerHint",
+    "fresh",
     "make_policy",
     "planned_policy",
     "policy_class",

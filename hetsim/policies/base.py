@@ -25,6 +25,7 @@ simulate, analyze, sweep and the plots then find it by name and ask its traits.
 
 from __future__ import annotations
 
+import copy
 import math
 import sys
 from collections.abc import Iterator, Sequence
@@ -288,6 +289,17 @@ def not_barrier(name: str, cls: type[Policy]) -> str:
     that waits for every rank each step (DDP's) can run."""
     how = "has no barrier" if not cls.synchronous else "leaves the slowest gradients out"
     return f"{name!r} {how}, and this trainer waits for every rank each step"
+
+
+def fresh(policy: Policy) -> Policy:
+    """A copy of ``policy`` for one prediction or run: a plan's rows, the replications of one
+    simulated mean, keep the object they were given unused (policies are stateful: the caller's
+    object is not changed, and no run starts from another's state). One that cannot be copied
+    (it holds a lock, a file) is made anew from its parameters."""
+    try:
+        return copy.deepcopy(policy)
+    except (TypeError, copy.Error):
+        return type(policy)(**policy.param_values())
 
 
 def told(policy: Policy, hints: Sequence[WorkerHint] | None) -> Policy:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hetsim.core.errors import ConfigError
 from hetsim.model.partition import min_max_split, split_by_shares
 from hetsim.policies.base import UNTIL_THE_END, Policy, RunHint, StepInfo, WorkerHint
 
@@ -69,14 +70,14 @@ class Optimal(_Static):
         return self._by_availability[up]
 
 
-def planned_policy(name: str, split: Sequence[int]) -> Policy:
-    """A policy named ``name`` (with its class's traits: ``weighted_gradients`` above all) that
-    keeps ``split``: a plan's (``hetsim plan``), made from costs that the run, or a simulation of
-    it, may not have. Not registered: its split is a value, not a name."""
-    from hetsim.policies import policy_class
-
-    base = policy_class(name)
-    traits = {"name": name, "weighted_gradients": base.weighted_gradients, "closed_form": base.closed_form}
+def planned_policy(base: type[Policy], split: Sequence[int]) -> Policy:
+    """A policy of class ``base``'s name and traits (``weighted_gradients`` above all) that keeps
+    ``split``: a plan's (``hetsim plan``), made from costs that the run, or a simulation of it,
+    may not have. Not registered: its split is a value, not a name. (A plan file's policy name
+    is resolved where the file is read: ``policy_class(name)``.)"""
+    if not (isinstance(base, type) and issubclass(base, Policy)):
+        raise ConfigError("policy", f"give a Policy class (as hetsim.policies.Optimal), not {base!r}")
+    traits = {"name": base.name, "weighted_gradients": base.weighted_gradients, "closed_form": base.closed_form}
     cls = type(f"Planned{base.__name__}", (_Planned,), {**traits, "planned": tuple(int(b) for b in split)})
     return cls()
 

@@ -135,7 +135,7 @@ class Scenario:
         size (ConfigError on ``policy.<parameter>``). A name is refused: names are resolved in
         files and on the command line (:meth:`named_policy`)."""
         if isinstance(policy, str):
-            raise ConfigError("policy", f"give a Policy object ({_example(policy)}), not the name {policy!r}")
+            raise ConfigError("policy", _name_given(policy))
         if isinstance(policy, type) and issubclass(policy, Policy):
             raise ConfigError("policy", f"got the class {policy.__name__}: give an object ({policy.__name__}())")
         if not isinstance(policy, (Policy, type(None))):
@@ -154,6 +154,10 @@ class Scenario:
         """The registered policy ``name`` (a file's or the command line's), built fresh with the
         scenario's ``[policy]`` parameters where it is the scenario's own policy, then ``params``,
         and checked against the cluster's size (ConfigError on ``policy.<parameter>``)."""
+        if isinstance(name, Policy):
+            raise ConfigError(
+                "policy", f"{name.name!r} is an object already: give it to simulate, predict or plan as it is"
+            )
         own = dict(self.policy.params) if name == self.policy.name else {}
         return self._with_efficiency(make_policy(name, {**own, **dict(params or {})}, n_workers=self.n_workers))
 
@@ -244,7 +248,12 @@ def check_seed(seed: object, field: str = "seed") -> int | None:
     return value
 
 
-def _example(name: str) -> str:
-    """How to build registered policy ``name`` as an object, for an error; its name where unknown."""
+def _name_given(name: str) -> str:
+    """The error for a policy's name given where its object belongs: the object to give instead
+    (a built-in one with the package to import it from; a plug-in's by its class's name, as the
+    module a plug-in file is loaded as is not one a user imports)."""
     cls = POLICIES.get(name)
-    return f"{cls.__module__.rsplit('.', 1)[0]}.{cls.__name__}()" if cls is not None else "a Policy subclass's object"
+    if cls is None:
+        return f"give a Policy object (as hetsim.policies.Equal()), not a name ({name!r} is not a registered one)"
+    where = "hetsim.policies." if cls.__module__.startswith("hetsim.policies.") else ""
+    return f"give a Policy object ({where}{cls.__name__}()), not the name {name!r}"

@@ -59,10 +59,11 @@ def run_cell(spec: SweepSpec, cell: Cell) -> tuple[Cell, list[dict[str, Any]]]:
     """Simulate every replication of one cell; one flat row per replication."""
     scenario = point_scenario(spec, cell.point)
     labels = cell_labels(spec, cell)
-    policy, engine = scenario.named_policy(cell.policy), engine_named(spec.engine)  # a file's names
+    engine = engine_named(spec.engine)  # a file's name
     rows = []
     for rep, seed in enumerate(replication_seeds(spec)):
         try:
+            policy = scenario.named_policy(cell.policy)  # a fresh one for every run (policies are stateful)
             summary = simulate_summary(scenario, policy, seed=seed, engine=engine)
         except ConfigError:
             raise

@@ -79,7 +79,7 @@ class PlanChoice:
 
     def make(self) -> Policy:
         """A fresh policy object that applies the plan (see the module's docstring)."""
-        return planned_policy(self.policy, self.split) if self.fixed else make_policy(self.policy)
+        return planned_policy(policy_class(self.policy), self.split) if self.fixed else make_policy(self.policy)
 
     def record(self) -> dict[str, Any]:
         """What a run folder's meta.json says of the plan it ran (``plan``, written by
