@@ -10,6 +10,7 @@ import json
 import pandas as pd
 import pytest
 
+from hetsim.core.errors import ConfigError
 from hetsim.model.costs import Affine, Table
 from hetsim.policies import Proportional, planned_policy
 from validation.compare import compare_run, run_policy
@@ -91,6 +92,10 @@ def test_the_planned_policy_keeps_its_split_and_its_classs_traits():
     assert policy.initial_split() == (5, 3) and policy.name == "proportional" and policy.weighted_gradients
     with pytest.raises(ValueError, match=r"the plan's split \[5, 3\] is not 2 ranks' 9"):
         policy.reset(2, 9)
+    with pytest.raises(
+        ConfigError, match=r"^policy: give a Policy class \(as hetsim\.policies\.Optimal\), not 'equal'$"
+    ):
+        planned_policy("equal", (64, 64))  # type: ignore[arg-type]  # a plan file's name is resolved as it is read
 
 
 def test_compare_fits_the_cost_model_asked_for(tmp_path):

@@ -228,10 +228,6 @@ def test_a_plan_for_this_cluster_applies_its_split_with_its_policys_traits(tmp_p
     assert policy.name == "optimal" and policy.weighted_gradients
     assert all(policy.partition(StepInfo(k, 0, k, 10)) == (96, 32) for k in range(3))
     assert planned_policy(Equal, (64, 64)).weighted_gradients is False
-    with pytest.raises(
-        ConfigError, match=r"^policy: give a Policy class \(as hetsim\.policies\.Optimal\), not 'equal'$"
-    ):
-        planned_policy("equal", (64, 64))  # type: ignore[arg-type]  # a plan file's name is resolved as it is read
     resplitting = load_plan(_plan(tmp_path, [70, 58], policy="dynamic"), 2).make()
     assert resplitting.name == "dynamic" and resplitting.resplits  # learns its split from the run's times
 
