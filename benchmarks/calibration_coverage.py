@@ -131,8 +131,12 @@ def _idle(cost: dict[str, float]) -> dict[str, float]:
     return {key: v * 20 for key, v in cost.items()}
 
 
+IDLE_SIGMA = 0.15  # the idle-worker cluster's lognormal noise (hinge_deviance.py draws rows with it too)
+
+
 def adaptive_idle(costs: tuple[dict[str, float], ...], seed: int, steps: int) -> pd.DataFrame:
-    workers = [{**_cost(c), "noise": {"dist": "lognormal", "sigma": 0.15}} for c in (*costs[:3], _idle(costs[-1]))]
+    noise = {"dist": "lognormal", "sigma": IDLE_SIGMA}
+    workers = [{**_cost(c), "noise": dict(noise)} for c in (*costs[:3], _idle(costs[-1]))]
     raw = {
         "name": "coverage", "seed": run_seed(seed, 0),
         "workload": {"global_batch": 96, "dataset_size": 96 * steps, "epochs": 4},

@@ -1,6 +1,6 @@
 """Is a forced hinge's likelihood over kinks calibrated, and why does one floor read wide?
 
-    python benchmarks/hinge_deviance.py [--seeds 300] [--jobs N] [--quick]
+    python benchmarks/hinge_deviance.py [--seeds 300] [--jobs N] [--control 100] [--quick]
 
 On ``benchmarks/calibration_coverage.py``'s idle-worker cluster with hinge costs (``adaptive``
 on 4 workers, one left idle; the same seeds as its rounds together), per seed and fitted worker:
@@ -16,6 +16,15 @@ on 4 workers, one left idle; the same seeds as its rounds together), per seed an
   bootstrap interval of that ratio over the seeds, ``p_if_honest`` (how often a ratio at least
   this far from 1 would arise if each seed's estimate were drawn from a normal with the truth
   as mean and its reported error as sd), and the sd of (estimate - truth) / se.
+* ``truth_centred`` (``--control B`` row sets a seed, 0: none): what the same figures read when
+  each reporting seed's error is the exact spread of the whole fit at that seed's own batch
+  sizes, with nothing estimated: B sets of rows drawn about the true curve with the case's
+  noise, fitted as ``calibrate`` fits them (the kink, the kinks allowed, whether the parameter
+  is reported at all), the sd of the parameter over the sets that report it. No per-seed error
+  does better than this on either figure: where its ``se_ratio`` reads far from 1 while its
+  ``z_sd`` is about 1, the ratio over the few seeds that report a parameter is not a test an
+  honest error can pass. Also the share of the sets that report the parameter (how often a run
+  at those batch sizes tells it).
 
 Prints JSON.
 """
@@ -30,10 +39,11 @@ from typing import Any
 
 import numpy as np
 from bench_common import Parser, count, entry, stats
-from calibration_coverage import case_seed, cases, ratio_interval, rms
+from calibration_coverage import IDLE_SIGMA, case_seed, cases, ratio_interval, rms
 
-from hetsim.calibrate import calibrate
+from hetsim.calibrate import calibrate, fit_worker
 from hetsim.calibrate.curves import HingeCurve
+from hetsim.core.errors import ConfigError
 from hetsim.model.costs import Hinge
 
 CASE, MODEL, STEPS = "adaptive-idle", "hinge", 500
@@ -62,6 +72,40 @@ def one_seed(seed: int) -> dict[str, Any]:
     return out
 
 
+def control(job: tuple[int, str, int]) -> tuple[float, float]:
+    """Seed ``seed``'s truth-centred spread of ``param`` over ``draws`` row sets (module docstring):
+    the sd over the sets that report it (nan where fewer than 3 do), and the share that do."""
+    seed, param, draws = job
+    worker, key = int(param[1 : param.index(".")]), param.split(".", 1)[1]
+    make, truth, _ = cases(True)[CASE]
+    frame = make(case_seed(f"{CASE}/{MODEL}", seed), STEPS)
+    b = frame[(frame["worker"] == worker) & frame["included"] & (frame["local_batch"] > 0)]["local_batch"]
+    t = truth[worker]
+    true_s = HingeCurve(np.array([t["floor_s"], t["overhead_s"], t["per_sample_s"]])).time_s(b.to_numpy(float))
+    rng = np.random.default_rng([seed, worker, draws])
+    values = []
+    for _ in range(draws):
+        y = true_s * np.exp(IDLE_SIGMA * rng.standard_normal(true_s.size) - IDLE_SIGMA**2 / 2)  # mean-1 lognormal
+        try:
+            fit, _ = fit_worker(worker, b.to_numpy(float), y, None, model=Hinge)
+        except ConfigError:  # no hinge fits these rows: not reported
+            continue
+        if fit.se.get(key) is not None:
+            values.append(fit.cost_curve().params()[key])
+    return float(np.std(values, ddof=1)) if len(values) >= 3 else math.nan, len(values) / draws
+
+
+def control_summary(rows: list[tuple[float, float, float]], spread: list[tuple[float, float]]) -> dict[str, Any]:
+    """:func:`param_summary`'s ratio and sd of z, each seed's error its truth-centred spread."""
+    est, sd = np.array([r[0] for r in rows]), np.array([s for s, _ in spread])
+    known = np.isfinite(sd)
+    z = (est[known] - rows[0][2]) / sd[known]
+    return {
+        "seeds": int(known.sum()), "se_ratio": float(rms(sd[known]) / est[known].std(ddof=1)),
+        "z_sd": float(z.std(ddof=1)), "z_mean": float(z.mean()), "reported_share": stats(s for _, s in spread),
+    }  # fmt: skip
+
+
 def param_summary(rows: list[tuple[float, float, float]], rng: np.random.Generator) -> dict[str, Any]:
     """``rows`` (estimate, se, truth) of the seeds that report the parameter: see the docstring."""
     est, se = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
@@ -83,19 +127,23 @@ def main() -> int:
     parser.add_argument("--seeds", type=count, default=300, help="seeds (calibration_coverage's rounds together)")
     parser.add_argument("--param", default="w1.floor_s", help="the parameter to examine")
     parser.add_argument("--jobs", type=count, default=os.cpu_count() or 1, help="processes")
+    parser.add_argument("--control", type=int, default=100, help="row sets a reporting seed (0: no control)")
     parser.add_argument("--quick", action="store_true", help="30 seeds (a smoke run)")
     args = parser.parse_args()
     seeds = range(30 if args.quick else args.seeds)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         done = list(pool.map(one_seed, seeds, chunksize=10))
+        told = [(s, d["params"][args.param]) for s, d in zip(seeds, done) if args.param in d["params"]]
+        told = [(s, r) for s, r in told if math.isfinite(r[1])]
+        spread = list(pool.map(control, [(s, args.param, args.control) for s, _ in told])) if args.control > 0 else []
     workers = sorted({w for d in done for w in d["deviance"]})
-    rows = [d["params"][args.param] for d in done if args.param in d["params"]]
-    reported = [r for r in rows if math.isfinite(r[1])]
+    reported = [r for _, r in told]
     result = {
         "case": f"{CASE}/{MODEL}", "seeds": len(seeds),
         "truth_deviance": {f"w{w}": stats(d["deviance"][w] for d in done if w in d["deviance"]) for w in workers},
         "chi2_3": {"mean": 3.0, "median": 2.366, "p90": 6.251},
         args.param: param_summary(reported, np.random.default_rng(0)) if len(reported) >= 3 else None,
+        "truth_centred": control_summary(reported, spread) if len(spread) >= 3 else None,
     }  # fmt: skip
     print(json.dumps(result, indent=2))
     return 0
