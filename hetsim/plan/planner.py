@@ -345,9 +345,10 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
     """The plan for ``scenario`` (module docstring): ``policies`` (objects; default: every
     registered policy that can run it), predicted at the scenario's global batch, or at the best
     of ``batch_range``; the simulations seeded with ``seed`` (default: the scenario's).
-    ``left_out``: (policy, why) for policies the caller left out of ``policies`` (recorded in the plan beside those that
-    cannot run the scenario). ``cost_error`` > 0: every closed form averaged over costs off by
-    that much (:mod:`hetsim.plan.robust`; no fragility then: the error is the question it asks)."""
+    ``left_out``: (policy, why) for policies the caller left out of ``policies`` (recorded in the
+    plan beside those that cannot run the scenario). ``cost_error`` > 0: every closed form
+    averaged over costs off by that much (:mod:`hetsim.plan.robust`; no fragility then: the
+    error is the question it asks)."""
     check_scenario(scenario)
     seed = check_seed(seed)
     cost_error = check_cost_error(cost_error)
