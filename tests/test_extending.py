@@ -27,7 +27,7 @@ from hetsim.model.distributions import Distribution
 from hetsim.model.network import NetworkModel
 from hetsim.model.partition import split_by_shares
 from hetsim.model.trace import Trace
-from hetsim.policies import Policy
+from hetsim.policies import Policy, fresh
 from hetsim.scenario.config import load_scenario
 from tests.helpers import scenario_dict
 
@@ -269,7 +269,7 @@ class Replay(Engine):
 
     def run(self, scenario: Any, policy: Policy, seed: int | None = None) -> Trace:
         trace = SimPyEngine().run(scenario, policy, seed)
-        again = VectorEngine().run(scenario, type(policy)(**policy.param_values()), seed)  # a fresh copy
+        again = VectorEngine().run(scenario, fresh(policy), seed)  # a copy: the first run used this one
         assert trace == again
         return trace
 
@@ -286,7 +286,7 @@ def test_a_new_network_model_and_a_new_engine_work_from_files_and_the_command_li
         assert main(["simulate", str(scenario), "--policy", "async", "--engine", "replay"]) == 2
         assert capsys.readouterr().err == (
             "hetsim: error: engine: the replay engine does not run 'async': "
-            "use another engine (--engine auto picks one)\n"
+            "use another (auto picks one: --engine auto, engine=None)\n"
         )
         with pytest.raises(ConfigError, match="inter_s: must be >= 0"):
             TwoLevel(0.0, -1.0)

@@ -11,10 +11,12 @@ import pytest
 
 from hetsim.analysis.analytic import predict
 from hetsim.analysis.step_ci import method, replication_reason, simulated_mean
+from hetsim.calibrate import calibrate
 from hetsim.core.errors import ConfigError
 from hetsim.engines import SimPyEngine, VectorEngine, engine_named
+from hetsim.model.costs import Affine
 from hetsim.plan.planner import plan
-from hetsim.policies import Async, Backup, Dynamic, DynamicEnhanced, Equal, KSync, Optimal, Policy
+from hetsim.policies import Async, Backup, Dynamic, DynamicEnhanced, Equal, KSync, Optimal, Policy, fresh
 from hetsim.run.metrics import summarize
 from hetsim.run.simulate import simulate, simulate_summary
 from hetsim.scenario.config import load_scenario
@@ -78,8 +80,15 @@ BAD_ARGUMENTS = [
      r"\('no-such' is not a registered one\)$"),
     (lambda sc, tr: method(sc, "equal"), r"^policy: give a Policy object \(hetsim\.policies\.Equal\(\)\)"),
     (lambda sc, tr: replication_reason(sc, 3), r"^policy: expected a Policy object or None, got int \(3\)$"),
-    (lambda sc, tr: sc.named_policy(Equal()), r"^policy: 'equal' is an object already: give it to simulate, predict or "
-     r"plan as it is$"),
+    (lambda sc, tr: sc.named_policy(Equal()),
+     r"^policy: Equal\(\) is an object already: give it to simulate, predict or plan as it is$"),
+    (lambda sc, tr: plan(sc, policies=Optimal()), r"^policies: give a list of Policy objects .*, not Optimal\(\)$"),
+    (lambda sc, tr: plan(sc, policies=[]), r"^policies: empty: give at least one Policy object, or None for every"),
+    (lambda sc, tr: simulated_mean(sc, Equal(), level=95), r"^level: must be in \(0, 1\), got 95$"),
+    (lambda sc, tr: Optimal("x"), r"^Optimal\(\) takes no parameters, got 1 positional$"),
+    (lambda sc, tr: fresh("adaptive"), r"^policy: expected a Policy object, got str \('adaptive'\)$"),
+    (lambda sc, tr: calibrate(tr, policy=Equal()), r"^--policy: the label of a policy's rows in the trace \(such as "),
+    (lambda sc, tr: calibrate(tr, model=Affine(0.02, 0.004)), r"^model: give the class \(Affine\), not an object"),
     (lambda sc, tr: engine_named(VectorEngine()),
      r"^engine: 'vector' is an object already: give it to simulate as it is$"),
     (lambda sc, tr: plan(sc, policies="equal"),
@@ -319,7 +328,6 @@ def test_a_scenario_dict_made_in_python_takes_plugin_objects_where_a_file_has_ta
     """load_scenario refused a cost, noise or network object ("must be a table"), so a plug-in
     object could only reach a scenario through its table."""
     from hetsim.core.registry import DISTRIBUTIONS
-    from hetsim.model.costs import Affine
     from hetsim.model.network import Ring
     from tests.helpers import scenario_dict
 

@@ -86,8 +86,11 @@ def _check_closed_form(scenario: Scenario, policy: Policy) -> None:
         raise NoClosedForm(policy.name, "noise persists: the split follows measured epoch means, which it makes wander")
 
 
-def predict(scenario: Scenario, policy: Policy | None = None, params: Mapping[str, Any] | None = None) -> Prediction:
-    """Expected Summary fields of ``policy`` (default: the scenario's) on ``scenario``.
+def predict(scenario: Scenario, policy: Policy | None = None, *, params: Mapping[str, Any] | None = None) -> Prediction:
+    """Expected Summary fields of ``policy`` on ``scenario``: a Policy object, or None for the
+    scenario's own ``[policy]`` (its table's parameters, then ``params``), as :func:`simulate`
+    takes them. Raises :class:`~hetsim.analysis.prediction.NoClosedForm`, with the reason, for a
+    policy or a cluster the closed forms do not cover (the simulation does).
 
     The step time of a split ``b`` is ``E[max_{i: b_i > 0} X_i] + allreduce``. The policy is
     built and reset as a run would, and asked for its splits through its own ``partition`` and

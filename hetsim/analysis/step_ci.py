@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from hetsim.core.errors import ConfigError
 from hetsim.engines import Engine
 from hetsim.model.trace import Trace
 from hetsim.model.workers import WorkerSpec, noise_persistence
@@ -68,7 +69,7 @@ REPLICATIONS = 10
 BATCH_MEANS, RENEWAL, REPLICATED = "batch means", "renewal", "replications"
 
 
-def replication_reason(scenario: Scenario, policy: Policy) -> str | None:
+def replication_reason(scenario: Scenario, policy: Policy | None) -> str | None:
     """Why one run of ``policy`` on ``scenario`` cannot show the spread of
     its mean step time (the CI then comes from :data:`REPLICATIONS` runs); None where it can."""
     cls = type(check_scenario(scenario).make_policy(policy))  # a name, or None, refused in one line
@@ -81,7 +82,7 @@ def replication_reason(scenario: Scenario, policy: Policy) -> str | None:
     return None
 
 
-def method(scenario: Scenario, policy: Policy) -> str:
+def method(scenario: Scenario, policy: Policy | None) -> str:
     """Which estimator the CI of ``policy``'s mean step time on ``scenario`` uses (the module's
     docstring says why)."""
     if replication_reason(scenario, policy) is not None:
@@ -194,21 +195,23 @@ class SimulatedMean:
     summary: Summary | None = None
 
 
-def simulated_mean(scenario: Scenario, policy: Policy, seed: int | None = None, level: float = 0.95,
+def simulated_mean(scenario: Scenario, policy: Policy | None = None, seed: int | None = None, level: float = 0.95,
                    engine: Engine | None = None) -> SimulatedMean:  # fmt: skip
     """``policy``'s simulated mean step time on ``scenario`` and the ``level`` confidence
     interval of its expected value (:func:`method`): one run with ``seed`` (default: the
-    scenario's), or :data:`REPLICATIONS` from it. ``policy`` is reset at the start of
-    every run; ``engine``: as :func:`~hetsim.run.simulate.simulate`'s."""
+    scenario's), or :data:`REPLICATIONS` from it, each run on a copy of ``policy`` (a Policy
+    object, or None for the scenario's own); ``engine``: as :func:`~hetsim.run.simulate.simulate`'s."""
     seed = check_seed(seed)
     seed = check_scenario(scenario).seed if seed is None else seed
     policy = scenario.make_policy(policy)  # a name or a misfit refused here, in one line
+    if not (isinstance(level, (int, float)) and 0 < level < 1):
+        raise ConfigError("level", f"must be in (0, 1), got {level!r}")
     how = method(scenario, policy)
     if how == REPLICATED:
         runs = [simulate_summary(scenario, fresh(policy), seed=s, engine=engine) for s in replication_seeds(seed)]
         ci = mean_ci([r.mean_step_s for r in runs], level)
         return SimulatedMean(ci.mean, ci, len(runs), how, runs[0])
-    trace = simulate(scenario, policy, seed=seed, engine=engine)
+    trace = simulate(scenario, fresh(policy), seed=seed, engine=engine)
     steps = step_times(trace)
     summary = summarize(trace, scenario)
     if steps.size < 2:

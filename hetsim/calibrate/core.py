@@ -154,6 +154,8 @@ def calibrate(trace: Trace | pd.DataFrame, name: str = "calibrated", *, policy: 
 def _policy_rows(frame: pd.DataFrame, policy: str | None) -> tuple[pd.DataFrame, str | None, list[str]]:
     """The rows of the policy to fit and its name; several policies only with ``policy``."""
     found = trace_policies(frame)
+    if policy is not None and not isinstance(policy, str):  # the rows' label, not what ran them
+        raise ConfigError("--policy", f"the label of a policy's rows in the trace (such as 'dynamic'), not {policy!r}")
     if policy is not None:
         if not found:
             raise ConfigError("--policy", "the trace has no policy column to choose rows by")

@@ -278,6 +278,9 @@ def curve_class(model: type[CostModel], field: str = "model") -> type[Curve]:
     fits = ", ".join(c.cost.__name__ for c in FITTED)
     if isinstance(model, str):
         raise ConfigError(field, f"give a cost model's class ({fits}, hetsim.model.costs), not the name {model!r}")
+    if not isinstance(model, type):  # an object's parameters are what calibration fits
+        what = type(model).__name__
+        raise ConfigError(field, f"give the class ({what}), not an object: calibration fits its parameters")
     raise ConfigError(field, f"calibration fits the cost models {fits}, not {getattr(model, '__name__', model)!r}")
 
 

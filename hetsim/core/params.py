@@ -241,7 +241,8 @@ def check_params(params: Sequence[Param], args: Sequence[Any], kwargs: Mapping[s
     every value in declared order, fill defaults; unknown or missing names raise ConfigError."""
     names = [p.name for p in params]
     if len(args) > len(params):
-        raise ConfigError("", f"takes at most {len(params)} parameter(s) ({', '.join(names)}), got {len(args)}")
+        most = f"at most {len(params)} parameter(s) ({', '.join(names)})" if params else "no parameters"
+        raise ConfigError("", f"takes {most}, got {len(args)} positional")
     given = dict(zip(names, args))
     for key, value in kwargs.items():
         if key not in names:
@@ -280,7 +281,12 @@ class PlugIn:
             raise TypeError(f"{cls.__name__}.params must be a tuple of Param, got {typename(params)}")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        values = check_params(self.params, args, kwargs)
+        try:
+            values = check_params(self.params, args, kwargs)
+        except ConfigError as exc:  # no parameter to name: the class says whose call it was
+            if exc.field:
+                raise
+            raise ConfigError("", f"{type(self).__name__}() {exc.problem}") from None
         for p in self.params:
             object.__setattr__(self, p.attribute, values[p.name])
         self.validate()

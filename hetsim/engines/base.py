@@ -69,7 +69,8 @@ class Engine(PlugIn):
     @classmethod
     def refusal(cls, policy: Policy) -> str:
         """Why this engine does not run ``policy`` (asked when it was given, or named, for it)."""
-        return f"the {cls.name} engine does not run {policy.name!r}: use another engine (--engine auto picks one)"
+        auto = "auto picks one: --engine auto, engine=None"
+        return f"the {cls.name} engine does not run {policy.name!r}: use another ({auto})"
 
     def run(self, scenario: Scenario, policy: Policy, seed: int | None = None) -> Trace:
         """Simulate ``scenario`` under ``policy`` (reset here) with ``seed`` (default: the scenario's)."""

@@ -248,8 +248,10 @@ def planned_policies(scenario: Scenario, policies: Sequence[Policy] | None,
     if policies is None:
         built, skipped = scenario.runnable_policies()
         return list(built.values()), skipped
-    if isinstance(policies, str):
+    if isinstance(policies, (str, Policy)):
         raise ConfigError("policies", f"give a list of Policy objects (as [hetsim.policies.Equal()]), not {policies!r}")
+    if not policies:
+        raise ConfigError("policies", "empty: give at least one Policy object, or None for every registered one")
     chosen = []
     for i, policy in enumerate(policies):
         try:

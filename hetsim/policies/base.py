@@ -296,6 +296,8 @@ def fresh(policy: Policy) -> Policy:
     simulated mean, keep the object they were given unused (policies are stateful: the caller's
     object is not changed, and no run starts from another's state). One that cannot be copied
     (it holds a lock, a file) is made anew from its parameters."""
+    if not isinstance(policy, Policy):
+        raise ConfigError("policy", f"expected a Policy object, got {type(policy).__name__} ({policy!r})")
     try:
         return copy.deepcopy(policy)
     except (TypeError, copy.Error):

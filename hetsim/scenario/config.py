@@ -229,7 +229,8 @@ def make_policy_spec(data: Any) -> PolicySpec:
     if isinstance(data, str):
         data = {"name": data}
     if not isinstance(data, Mapping):
-        raise ConfigError("policy", f"must be a table, got {typename(data)}")
+        hint = " (a Policy object goes to simulate, predict or plan)" if hasattr(data, "partition") else ""
+        raise ConfigError("policy", f"must be a table, got {typename(data)}{hint}")
     name = data.get("name", PolicySpec.name)
     if not isinstance(name, str):
         raise ConfigError("policy.name", f"must be a string, got {typename(name)}")

@@ -155,9 +155,8 @@ class Scenario:
         scenario's ``[policy]`` parameters where it is the scenario's own policy, then ``params``,
         and checked against the cluster's size (ConfigError on ``policy.<parameter>``)."""
         if isinstance(name, Policy):
-            raise ConfigError(
-                "policy", f"{name.name!r} is an object already: give it to simulate, predict or plan as it is"
-            )
+            what = f"{type(name).__name__}()"
+            raise ConfigError("policy", f"{what} is an object already: give it to simulate, predict or plan as it is")
         own = dict(self.policy.params) if name == self.policy.name else {}
         return self._with_efficiency(make_policy(name, {**own, **dict(params or {})}, n_workers=self.n_workers))
 
