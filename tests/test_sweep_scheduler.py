@@ -70,7 +70,7 @@ def test_a_real_scheduler_at_its_address_gives_the_local_pools_results(tmp_path,
 
     sweep = write_sweep(tmp_path)
     assert main(["sweep", str(sweep), "--runs", str(tmp_path / "local"), "--jobs", "1"]) == 0
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0") as cluster:
         address = cluster.scheduler_address
         assert main(["sweep", str(sweep), "--runs", str(tmp_path / "dask"), "--scheduler", address]) == 0
     frames = [pd.read_parquet(only_run(tmp_path / where) / "results.parquet") for where in ("local", "dask")]
@@ -104,3 +104,29 @@ def test_a_local_cluster_of_one_worker_survives_its_death(tmp_path):
     finally:
         executor.close()
     assert got == expected
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_local_cluster_says_nothing_where_the_default_dashboard_port_is_taken():
+    """``--scheduler local`` printed distributed's "Port 8787 is already in use" beside a user's
+    own Dask dashboard: its dashboard asked for None, which still serves one on 8787."""
+    import socket
+    import warnings
+
+    from hetsim.sweep.dask_workers import start_local
+
+    with socket.socket() as taken:
+        try:
+            taken.bind(("127.0.0.1", 8787))
+            taken.listen()
+        except OSError:  # taken already: the case itself
+            pass
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            cluster, client = start_local(1)
+        try:
+            assert cluster.scheduler.http_server.port != 8787  # a free port, on loopback
+        finally:
+            client.close()
+            cluster.close()

@@ -89,7 +89,7 @@ def start_local(jobs: int) -> tuple[LocalCluster, Client]:
                 n_workers=jobs,
                 threads_per_worker=1,
                 processes=True,
-                dashboard_address=None,
+                dashboard_address="127.0.0.1:0",  # None still serves one, on 8787: a warning where that is taken
                 silence_logs=logging.CRITICAL,
                 plugins={plugin},
             )
