@@ -19,6 +19,7 @@ INLINE = "workload.efficiency={noise_scale=64, base_batch=16, target_steps=2000,
 REC = {"policy": "optimal", "split": [3, 5], "global_batch": 8, "workers": ["a", "b"]}
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_efficiency_from_a_file_is_the_table_written_into_the_scenario(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

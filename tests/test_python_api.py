@@ -206,6 +206,7 @@ class UnregisteredBackup(Backup):
     name = "unregistered-backup"
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_analysis_takes_the_combine_from_the_policy_object_too() -> None:
     """``predict`` of an unregistered policy (a barrier one waiting for all, and one waiting for
     the first k) reads the object's combine, as the simulator does, not a registry by its name."""
@@ -347,6 +348,7 @@ def test_a_scenario_dict_made_in_python_takes_plugin_objects_where_a_file_has_ta
         )
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_plan_takes_policy_objects_and_leaves_them_unchanged() -> None:
     """``plan`` plans an unregistered plug-in beside built-in objects, as it plans the built-in
     ones alone, fragility and ``cost_error`` included, without running the caller's objects; two

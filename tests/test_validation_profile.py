@@ -146,6 +146,7 @@ def test_the_trainers_steps_take_a_share_of_the_budget_within_bounds():
     assert trainer_step_count(config, 5.0) == 7  # never fewer than --repeats
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_an_emulated_slower_device_sleeps_its_factor_less_one_times_the_step(monkeypatch):
     """``--slowdown`` in the profile's step, and the trainer's ``slowdown_delay``: a factor f
     sleeps (f - 1) x what was measured, and nothing at a local batch of 0; 1 emulates nothing;
