@@ -86,6 +86,8 @@ BAD_ARGUMENTS = [
     (lambda sc, tr: plan(sc, policies=[]), r"^policies: empty: give at least one Policy object, or None for every"),
     (lambda sc, tr: simulated_mean(sc, Equal(), level=95), r"^level: must be in \(0, 1\), got 95$"),
     (lambda sc, tr: Optimal("x"), r"^Optimal\(\) takes no parameters, got 1 positional$"),
+    (lambda sc, tr: load_scenario({**sc.to_dict(), "policy": Optimal()}),
+     r"^policy: must be a table, got Optimal \(Optimal\(\)\) \(a Policy object goes to simulate, predict or plan\)$"),
     (lambda sc, tr: fresh("adaptive"), r"^policy: expected a Policy object, got str \('adaptive'\)$"),
     (lambda sc, tr: calibrate(tr, policy=Equal()), r"^--policy: the label of a policy's rows in the trace \(such as "),
     (lambda sc, tr: calibrate(tr, model=Affine(0.02, 0.004)), r"^model: give the class \(Affine\), not an object"),

@@ -24,7 +24,7 @@ from hetsim.core.params import MAX_COUNT, MAX_SEED, MAX_STEP_S, Param, typename
 from hetsim.core.registry import NETWORKS
 from hetsim.model.efficiency import EFFICIENCY_PARAMS, Efficiency, Schedule, extension_fields
 from hetsim.model.network import DEFAULT_KIND
-from hetsim.policies import make_policy, policy_class
+from hetsim.policies import Policy, make_policy, policy_class
 from hetsim.scenario.raw_tables import Table, make_plugin
 from hetsim.scenario.scenario import PolicySpec, Scenario, Workload
 from hetsim.scenario.worker_tables import check_worker_groups, make_worker_group
@@ -229,7 +229,7 @@ def make_policy_spec(data: Any) -> PolicySpec:
     if isinstance(data, str):
         data = {"name": data}
     if not isinstance(data, Mapping):
-        hint = " (a Policy object goes to simulate, predict or plan)" if hasattr(data, "partition") else ""
+        hint = " (a Policy object goes to simulate, predict or plan)" if isinstance(data, Policy) else ""
         raise ConfigError("policy", f"must be a table, got {typename(data)}{hint}")
     name = data.get("name", PolicySpec.name)
     if not isinstance(name, str):
