@@ -51,11 +51,12 @@ RESAMPLES = 20000
 
 
 def one_seed(seed: int) -> dict[str, Any]:
-    """One seed's fits: every worker's truth deviance and reported (estimate, se) per parameter."""
+    """One seed's fits: every worker's truth deviance, reported (estimate, se) per parameter, and
+    its batch sizes (``--control`` draws its rows at them)."""
     make, truth, _ = cases(True)[CASE]
     frame = make(case_seed(f"{CASE}/{MODEL}", seed), STEPS)
     cal = calibrate(frame, model=Hinge)
-    out: dict[str, Any] = {"deviance": {}, "params": {}}
+    out: dict[str, Any] = {"deviance": {}, "params": {}, "batches": {}}
     for fit in cal.workers:
         rows = frame[(frame["worker"] == fit.worker) & frame["included"]]
         b, y = rows["local_batch"].to_numpy(float), rows["compute_s"].to_numpy(float)
@@ -66,28 +67,25 @@ def one_seed(seed: int) -> dict[str, Any]:
         fitted = float((((y - scale) / scale) ** 2).sum())
         at_truth = float((((y - true.time_s(b)) / scale) ** 2).sum())
         out["deviance"][fit.worker] = (at_truth - fitted) / (fitted / (y.size - 4))
+        out["batches"][fit.worker] = b[b > 0]  # the rows a fit takes
         for key, value in p.items():
             se = fit.se.get(key)
             out["params"][f"w{fit.worker}.{key}"] = (value, math.nan if se is None else se, t[key])
     return out
 
 
-def control(job: tuple[int, str, int]) -> tuple[float, float]:
-    """Seed ``seed``'s truth-centred spread of ``param`` over ``draws`` row sets (module docstring):
-    the sd over the sets that report it (nan where fewer than 3 do), and the share that do."""
-    seed, param, draws = job
-    worker, key = int(param[1 : param.index(".")]), param.split(".", 1)[1]
-    make, truth, _ = cases(True)[CASE]
-    frame = make(case_seed(f"{CASE}/{MODEL}", seed), STEPS)
-    b = frame[(frame["worker"] == worker) & frame["included"] & (frame["local_batch"] > 0)]["local_batch"]
-    t = truth[worker]
-    true_s = HingeCurve(np.array([t["floor_s"], t["overhead_s"], t["per_sample_s"]])).time_s(b.to_numpy(float))
+def control(job: tuple[int, int, np.ndarray, np.ndarray, str, int]) -> tuple[float, float]:
+    """Seed ``seed``'s truth-centred spread of ``worker``'s parameter ``key`` over ``draws`` row
+    sets at its batch sizes ``b``, drawn about the true hinge ``true`` (module docstring): the sd
+    over the sets that report it (nan where fewer than 3 do), and the share that do."""
+    seed, worker, b, true, key, draws = job
+    true_s = HingeCurve(true).time_s(b)
     rng = np.random.default_rng([seed, worker, draws])
     values = []
     for _ in range(draws):
-        y = true_s * np.exp(IDLE_SIGMA * rng.standard_normal(true_s.size) - IDLE_SIGMA**2 / 2)  # mean-1 lognormal
+        y = true_s * np.exp(IDLE_SIGMA * rng.standard_normal(b.size) - IDLE_SIGMA**2 / 2)  # mean-1 lognormal
         try:
-            fit, _ = fit_worker(worker, b.to_numpy(float), y, None, model=Hinge)
+            fit, _ = fit_worker(worker, b, y, None, model=Hinge)
         except ConfigError:  # no hinge fits these rows: not reported
             continue
         if fit.se.get(key) is not None:
@@ -133,11 +131,13 @@ def main() -> int:
     seeds = range(30 if args.quick else args.seeds)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         done = list(pool.map(one_seed, seeds, chunksize=10))
-        told = [(s, d["params"][args.param]) for s, d in zip(seeds, done) if args.param in d["params"]]
-        told = [(s, r) for s, r in told if math.isfinite(r[1])]
-        spread = list(pool.map(control, [(s, args.param, args.control) for s, _ in told])) if args.control > 0 else []
+        worker, key = int(args.param[1 : args.param.index(".")]), args.param.split(".", 1)[1]
+        told = [(s, d) for s, d in zip(seeds, done) if math.isfinite(d["params"].get(args.param, (0, math.nan))[1])]
+        true = np.array([cases(True)[CASE][1][worker][k] for k in ("floor_s", "overhead_s", "per_sample_s")])
+        jobs = [(s, worker, d["batches"][worker], true, key, args.control) for s, d in told] if args.control else []
+        spread = list(pool.map(control, jobs))
     workers = sorted({w for d in done for w in d["deviance"]})
-    reported = [r for _, r in told]
+    reported = [d["params"][args.param] for _, d in told]
     result = {
         "case": f"{CASE}/{MODEL}", "seeds": len(seeds),
         "truth_deviance": {f"w{w}": stats(d["deviance"][w] for d in done if w in d["deviance"]) for w in workers},

@@ -72,7 +72,11 @@ BATCH_MEANS, RENEWAL, REPLICATED = "batch means", "renewal", "replications"
 def replication_reason(scenario: Scenario, policy: Policy | None) -> str | None:
     """Why one run of ``policy`` on ``scenario`` cannot show the spread of
     its mean step time (the CI then comes from :data:`REPLICATIONS` runs); None where it can."""
-    cls = type(check_scenario(scenario).make_policy(policy))  # a name, or None, refused in one line
+    return _reason(scenario, type(check_scenario(scenario).make_policy(policy)))  # a name refused in one line
+
+
+def _reason(scenario: Scenario, cls: type[Policy]) -> str | None:
+    """:func:`replication_reason` for a policy of class ``cls`` already checked against ``scenario``."""
     if any(w.slowdown is not None or w.failure is not None for w in scenario.workers):
         return "slowdown episodes or failures: rare, long events, which one run sees a few times"
     if cls.synchronous and (cls.resplits or cls.varies_batch):
@@ -85,9 +89,14 @@ def replication_reason(scenario: Scenario, policy: Policy | None) -> str | None:
 def method(scenario: Scenario, policy: Policy | None) -> str:
     """Which estimator the CI of ``policy``'s mean step time on ``scenario`` uses (the module's
     docstring says why)."""
-    if replication_reason(scenario, policy) is not None:
+    return _method(scenario, type(check_scenario(scenario).make_policy(policy)))
+
+
+def _method(scenario: Scenario, cls: type[Policy]) -> str:
+    """:func:`method` for a policy of class ``cls`` already checked against ``scenario``."""
+    if _reason(scenario, cls) is not None:
         return REPLICATED
-    return BATCH_MEANS if scenario.make_policy(policy).synchronous else RENEWAL
+    return BATCH_MEANS if cls.synchronous else RENEWAL
 
 
 def ar1_sums(starts: np.ndarray, sizes: np.ndarray, rho: float) -> np.ndarray:
@@ -206,7 +215,7 @@ def simulated_mean(scenario: Scenario, policy: Policy | None = None, seed: int |
     policy = scenario.make_policy(policy)  # a name or a misfit refused here, in one line
     if not (isinstance(level, (int, float)) and 0 < level < 1):
         raise ConfigError("level", f"must be in (0, 1), got {level!r}")
-    how = method(scenario, policy)
+    how = _method(scenario, type(policy))
     if how == REPLICATED:
         runs = [simulate_summary(scenario, fresh(policy), seed=s, engine=engine) for s in replication_seeds(seed)]
         ci = mean_ci([r.mean_step_s for r in runs], level)

@@ -87,6 +87,18 @@ class Registry(Mapping[str, V], Generic[V]):
             raise ConfigError(field, f"unknown {self.kind} {name!r} (known: {', '.join(self)})")
         return self[name]
 
+    def spelled(self, name: str) -> str | None:
+        """How a user builds the plug-in registered as ``name`` in Python, for an error that asks
+        for an object: a built-in one with the package it is imported from
+        (``hetsim.policies.Equal()``), a plug-in's class alone (a file named in
+        ``HETSIM_PLUGINS`` is loaded as a module no user imports); None where none is."""
+        plugin = self.get(name)
+        if plugin is None:
+            return None
+        cls = plugin if isinstance(plugin, type) else type(plugin)
+        package = f"{self._builtins}."
+        return f"{package if cls.__module__.startswith(package) else ''}{cls.__name__}()"
+
     def _load(self) -> None:
         if not self._loaded:
             self._loaded = True

@@ -40,17 +40,11 @@ def check_engine(engine: object, field: str = "engine") -> Engine | None:
     if engine is None or isinstance(engine, Engine):
         return engine
     if isinstance(engine, str):
-        example = f" ({_path(ENGINES[engine])}())" if engine in ENGINES else ""
+        example = f" ({ENGINES.spelled(engine)})" if engine in ENGINES else ""
         raise ConfigError(field, f"give an Engine object{example} or None (auto), not the name {engine!r}")
     if isinstance(engine, type) and issubclass(engine, Engine):
         raise ConfigError(field, f"got the class {engine.__name__}: give an object ({engine.__name__}())")
     raise ConfigError(field, f"expected an Engine object or None (auto), got {type(engine).__name__}")
-
-
-def _path(cls: type) -> str:
-    """Engine class ``cls`` as a user names it, for an error: a built-in one with its package (a
-    plug-in file is loaded as a module no user imports)."""
-    return f"hetsim.engines.{cls.__name__}" if cls.__module__.startswith("hetsim.engines.") else cls.__name__
 
 
 def engine_for(engine: Engine | None, policy: Policy) -> Engine:

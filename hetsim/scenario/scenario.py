@@ -249,10 +249,8 @@ def check_seed(seed: object, field: str = "seed") -> int | None:
 
 def _name_given(name: str) -> str:
     """The error for a policy's name given where its object belongs: the object to give instead
-    (a built-in one with the package to import it from; a plug-in's by its class's name, as the
-    module a plug-in file is loaded as is not one a user imports)."""
-    cls = POLICIES.get(name)
-    if cls is None:
+    (:meth:`~hetsim.core.registry.Registry.spelled`)."""
+    spelled = POLICIES.spelled(name)
+    if spelled is None:
         return f"give a Policy object (as hetsim.policies.Equal()), not a name ({name!r} is not a registered one)"
-    where = "hetsim.policies." if cls.__module__.startswith("hetsim.policies.") else ""
-    return f"give a Policy object ({where}{cls.__name__}()), not the name {name!r}"
+    return f"give a Policy object ({spelled}), not the name {name!r}"
