@@ -227,7 +227,7 @@ def test_a_trace_of_two_policies_is_fitted_one_policy_at_a_time():
     frame = _two_policies()
     with pytest.raises(ConfigError) as info:
         calibrate(frame)
-    assert info.value.field == "--policy" and "equal, dynamic" in info.value.problem
+    assert info.value.field == "policy" and "equal, dynamic" in info.value.problem
     for policy in ("equal", "dynamic"):
         cal = calibrate(frame, policy=policy)
         assert (cal.global_batch, cal.steps_per_epoch, cal.epochs) == (240, 10, 4)
@@ -241,7 +241,7 @@ def test_runs_that_cannot_be_told_apart_are_refused():
     frame = _two_policies()
     with pytest.raises(ConfigError) as info:
         calibrate(frame.drop(columns=["policy"]))
-    assert info.value.field == "policy" and "step 0 of worker 0 appears twice" in info.value.problem
+    assert info.value.field == "trace" and "step 0 of worker 0 appears twice" in info.value.problem
     frame["policy"] = "equal"
     with pytest.raises(ConfigError) as info:
         calibrate(frame)

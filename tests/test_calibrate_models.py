@@ -134,7 +134,7 @@ def test_a_forced_model_needs_enough_sizes():
     assert calibrate(frame, model=Table).workers[0].model == "table"
     with pytest.raises(ConfigError) as info:
         calibrate(frame, model=Hinge)
-    assert info.value.field == "--model" and "2 batch size(s); hinge needs 3" in info.value.problem
+    assert info.value.field == "model" and "2 batch size(s); hinge needs 3" in info.value.problem
     with pytest.raises(ConfigError) as info:
         model_named("spline")
     assert info.value.field == "--model" and "auto, affine, hinge, table" in info.value.problem
@@ -285,8 +285,19 @@ def test_cli_runs_that_cannot_be_told_apart(two_policy_csv, tmp_path, capsys):
     pd.read_csv(two_policy_csv).drop(columns=["policy"]).to_csv(trace, index=False)
     capsys.readouterr()
     assert main(["calibrate", str(trace), "-o", str(tmp_path / "cal.toml")]) == 2
-    _one_line_error(capsys, "policy: step 0 of worker 0 appears twice")
+    _one_line_error(capsys, "trace: step 0 of worker 0 appears twice")
     assert not (tmp_path / "cal.toml").exists()
+
+
+def test_cli_pools_policies_whose_steps_never_meet_as_the_library_does(two_policy_csv, tmp_path, capsys):
+    frame = pd.read_csv(two_policy_csv)
+    frame.loc[frame["policy"] == "dynamic", "step"] += 10_000
+    trace = tmp_path / "pooled.csv"
+    frame.to_csv(trace, index=False)
+    capsys.readouterr()
+    assert main(["calibrate", str(trace), "-o", str(tmp_path / "cal.toml")]) == 0
+    assert "warning: trace: pooled the rows of 2 policies (equal, dynamic)" in capsys.readouterr().err
+    assert tomllib.loads((tmp_path / "cal.toml").read_text())["workload"]["global_batch"] == 256
 
 
 def test_cli_json_report(tmp_path, capsys):

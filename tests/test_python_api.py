@@ -89,7 +89,7 @@ BAD_ARGUMENTS = [
     (lambda sc, tr: load_scenario({**sc.to_dict(), "policy": Optimal()}),
      r"^policy: must be a table, got Optimal \(Optimal\(\)\) \(a Policy object goes to simulate, predict or plan\)$"),
     (lambda sc, tr: fresh("adaptive"), r"^policy: expected a Policy object, got str \('adaptive'\)$"),
-    (lambda sc, tr: calibrate(tr, policy=Equal()), r"^--policy: the label of a policy's rows in the trace \(such as "),
+    (lambda sc, tr: calibrate(tr, policy=Equal()), r"^policy: the label of a policy's rows in the trace \(such as "),
     (lambda sc, tr: calibrate(tr, model=Affine(0.02, 0.004)), r"^model: give the class \(Affine\), not an object"),
     (lambda sc, tr: engine_named(VectorEngine()),
      r"^engine: 'vector' is an object already: give it to simulate as it is$"),

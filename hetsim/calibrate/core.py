@@ -155,19 +155,19 @@ def _policy_rows(frame: pd.DataFrame, policy: str | None) -> tuple[pd.DataFrame,
     """The rows of the policy to fit and its name; several policies only with ``policy``."""
     found = trace_policies(frame)
     if policy is not None and not isinstance(policy, str):  # the rows' label, not what ran them
-        raise ConfigError("--policy", f"the label of a policy's rows in the trace (such as 'dynamic'), not {policy!r}")
+        raise ConfigError("policy", f"the label of a policy's rows in the trace (such as 'dynamic'), not {policy!r}")
     if policy is not None:
         if not found:
-            raise ConfigError("--policy", "the trace has no policy column to choose rows by")
+            raise ConfigError("policy", "the trace has no policy column to choose rows by")
         if policy not in found:
-            raise ConfigError("--policy", f"no rows of {policy!r} in the trace (it has: {', '.join(found)})")
+            raise ConfigError("policy", f"no rows of {policy!r} in the trace (it has: {', '.join(found)})")
         return frame[frame["policy"].astype(str) == policy].copy(), policy, []
     if len(found) <= 1:
         return frame, (found[0] if found else None), []
     if "step" not in frame.columns or frame.duplicated(["step", "worker"]).any():
         raise ConfigError(
-            "--policy",
-            f"the trace holds {len(found)} policies ({', '.join(found)}); calibrate one at a time with --policy NAME",
+            "policy",
+            f"the trace holds {len(found)} policies ({', '.join(found)}); calibrate one at a time with policy=NAME",
         )
     note = f"trace: pooled the rows of {len(found)} policies ({', '.join(found)}), whose steps never meet"
     return frame, None, [note]
@@ -199,7 +199,7 @@ def _check_steps(frame: pd.DataFrame, policy: str | None) -> None:
     row = frame[dup].iloc[0]
     where = f"step {int(row['step'])} of worker {int(row['worker'])} appears twice"
     if "policy" not in frame.columns:
-        raise ConfigError("policy", f"{where}: the table holds several runs and no policy column to tell them apart")
+        raise ConfigError("trace", f"{where}: the table holds several runs and no policy column to tell them apart")
     raise ConfigError("step", f"{where} in the rows of {policy!r}: the table holds several runs of it")
 
 

@@ -102,7 +102,7 @@ def fit_worker(
     if isinstance(curve, TableCurve) and curve.values[-1] <= curve.values[-2]:
         warnings.append(
             f"worker {worker}: the fitted table is flat from batch {int(sizes.batch[-2])} on, so it claims that "
-            "larger batches take no longer; give the trace larger batches or choose another --model"
+            "larger batches take no longer; give the trace larger batches or fit another cost model"
         )
     fitted = curve.time_s(bd)
     resid = yd - fitted
@@ -221,7 +221,7 @@ def _chosen(
         return choose(dict(held_out), noise_floor(b, y, sizes))
     if asked is not AffineCurve and sizes.batch.size < asked.min_sizes:  # affine: the per-sample cost alone
         seen = f"worker {worker} was seen at {sizes.batch.size} batch size(s)"
-        raise ConfigError("--model", f"{seen}; {asked.name} needs {asked.min_sizes} or more")
+        raise ConfigError("model", f"{seen}; {asked.name} needs {asked.min_sizes} or more")
     return asked
 
 
@@ -242,7 +242,7 @@ def _curve_fit(
     start = form.fit(sizes)
     if start is None:
         if asked:
-            raise ConfigError("--model", f"worker {worker}: no {form.name} curve with a positive slope fits its times")
+            raise ConfigError("model", f"worker {worker}: no {form.name} curve with a positive slope fits its times")
         return None
     if isinstance(start, HingeCurve):
         return _hinge_fit(worker, start, sizes, b, y, cut, line, forced=asked)

@@ -323,7 +323,7 @@ def _noise_network_workload(calibration: Calibration) -> list[str]:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from hetsim.calibrate import calibrate, model_named, trace_policies
+    from hetsim.calibrate import calibrate, model_named
     from hetsim.core.provenance import provenance
     from hetsim.model.trace import read_trace_table
     from hetsim.scenario.config import build_scenario
@@ -331,16 +331,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     kind = None if args.out is None else check_out_file(args.out, {".toml": "toml", ".json": "json"}, "--out")
     model = model_named(args.model, "--model")
     frame = read_trace_table(args.trace)
-    found = trace_policies(frame)
-    if args.policy is None and len(found) > 1:
-        raise ConfigError(
-            "--policy",
-            f"the trace holds {len(found)} policies ({', '.join(found)}); calibrate one at a time with --policy NAME",
-        )
     if args.out is not None:
         check_new_file(args.out, "--out")  # before the fit (its warnings would come first), making no folder yet
     name = args.name or f"calibrated-{Path(args.trace).stem}"
-    calibration = calibrate(frame, name=name, policy=args.policy, model=model, scheduled_split=args.scheduled_split)
+    try:
+        calibration = calibrate(frame, name=name, policy=args.policy, model=model, scheduled_split=args.scheduled_split)
+    except ConfigError as error:  # the library names its arguments; here they are options
+        if error.field in ("policy", "model"):
+            raise ConfigError(f"--{error.field}", error.problem.replace("policy=NAME", "--policy NAME")) from None
+        raise
     record = provenance()
     made_by = frame.attrs.get("provenance")  # an imported Parquet trace's (write_imported); else None
     if isinstance(made_by, dict):
