@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from hetsim.cli.common import add_scenario_options, check_out_file, check_seed, scenario_of, scenario_policies
@@ -23,6 +23,7 @@ from hetsim.core.options import SPEEDUP_METRICS
 if TYPE_CHECKING:
     from hetsim.plan.planner import Plan
     from hetsim.plan.rows import Estimate, PolicyRow
+    from hetsim.policies.base import Policy
 
 T = TypeVar("T")
 WAITS_FOR_FEWER = "its steps do not wait for every worker (--wait-for-all)"
@@ -88,16 +89,15 @@ def parse_batch_range(text: str, option: str = "--batch-range") -> tuple[int, in
     return lo, hi
 
 
-def waiting_for_all(names: list[str], notes: bool) -> tuple[list[str], tuple[tuple[str, str], ...]]:
-    """The policies of ``names`` a trainer from plan.json runs (``--wait-for-all``: each step
-    waits for every worker, at the plan's global batch), and those left out with why: with a
-    note each (the default list), or refused (named with ``--policy``)."""
-    from hetsim.policies import policy_class
+def waiting_for_all(given: Mapping[str, Policy], notes: bool) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+    """The names of the policies in ``given`` (name: its object) a trainer from plan.json runs
+    (``--wait-for-all``: each step waits for every worker, at the plan's global batch), and those
+    left out with why: with a note each (the default list), or refused (named with ``--policy``)."""
     from hetsim.policies.base import waits_for_every_worker
 
     kept, left = [], []
-    for name in names:
-        cls = policy_class(name)
+    for name, policy in given.items():
+        cls = type(policy)
         why = WAITS_FOR_FEWER if not waits_for_every_worker(cls) else VARIES_BATCH if cls.varies_batch else None
         if why is None:
             kept.append(name)
@@ -113,14 +113,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from hetsim.core.provenance import provenance
     from hetsim.plan.planner import check_batch_range, check_cluster, check_objective, plan
     from hetsim.plan.robust import check_cost_error
-    from hetsim.policies import policy_class
     from hetsim.policies.base import waits_for_every_worker
 
     scenario = scenario_of(args)
     check_cluster(scenario)
     given = scenario_policies(args.policy, scenario) if args.policy is not None else None  # built once
     if given is not None and args.wait_for_all:
-        waiting_for_all(list(given), notes=False)
+        waiting_for_all(given, notes=False)
     check_seed(args.seed)
     try:
         check_objective(args.objective, scenario, "--objective")
@@ -140,7 +139,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for name, why in skipped:
             print(f"note: {name} left out: {why}", file=sys.stderr)
         if args.wait_for_all:
-            kept, left = waiting_for_all(list(given), notes=True)
+            kept, left = waiting_for_all(given, notes=True)
             given, skipped = {name: given[name] for name in kept}, skipped + left
     result = plan(scenario, args.objective, batch_range=batch_range, seed=args.seed, policies=list(given.values()),
                   left_out=skipped, cost_error=args.cost_error)  # fmt: skip
@@ -149,7 +148,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"note: {chosen} is recommended, and {VARIES_BATCH.removesuffix(' (--wait-for-all)')}: "
               f"`validation run --policies {chosen}` runs it; --wait-for-all recommends among the policies a "
               "trainer from plan.json runs", file=sys.stderr)  # fmt: skip
-    elif not args.wait_for_all and not waits_for_every_worker(policy_class(chosen)):
+    elif not args.wait_for_all and not waits_for_every_worker(type(given[chosen])):
         print(f"note: {chosen} is recommended, and {WAITS_FOR_FEWER}: a DDP trainer (validation.uneven's among "
               f"them) cannot run it; --wait-for-all recommends among the policies that can"
               + ("" if args.objective == "time_to_target" else f", and {args.objective} counts its stale or "
