@@ -1,6 +1,7 @@
 """Calibration over seeds: are the fitted costs unbiased and their standard errors honest?
 
     python benchmarks/calibration_coverage.py [--seeds 30] [--rounds 3] [--steps 500] [--jobs N] [--quick] [--json]
+        [--case NAME/MODEL,...]
 
 Five kinds of trace, each with affine and with hinge costs, each calibrated (``--model`` the
 truth's) over ``--seeds`` seeds:
@@ -16,21 +17,25 @@ truth's) over ``--seeds`` seeds:
   (own sigma 0.08, shared sigma 0.06 with persistence 0.5), pooled over four global batches.
 
 Per fitted parameter: the truth, the mean estimate, the spread over seeds (sd), the root mean
-square of the reported standard errors (se; :func:`rms`; their mean is ``se_mean``),
-``bias_se`` = (mean - truth) / se, ``z_mean`` = (mean - truth) / (sd / sqrt(seeds)),
-``se_ratio`` = se / sd (1 is honest; with 30 seeds sd itself is known
-to about 13%, with 100 to about 7%) and ``se_ratio_ci``, its 95% bootstrap interval over the
-seeds. Each case runs on its own streams (:func:`case_seed`). Per case: ``ci_holds_1``, the
-share of parameters whose interval holds 1; ``pooled_z_sd``, the spread of (estimate - truth) / its own se over all
-parameters and seeds (1 is honest, known to a few %); ``not_identified``, the parameters some
-seeds' fits gave no standard error (a hinge whose kink those rows do not show), left out of the
-others; and the reported shared noise (its
-truth: 0 except equal-shared, whose truth is the correlation tau^2 / sigma^2). Each of these is
-measured in ``--rounds`` rounds on fresh seeds and printed as its mean, median and 90th
-percentile over the rounds (``--json`` adds every round's per-parameter rows). ``pooled``: each
-parameter over every round's seeds at once (:func:`pooled`), whose spread the rounds together
-know better than any one round does (300 seeds: about 4%); a ratio one round of 100 seeds reads
-outside 0.8-1.2 is that round's spread where the pooled one is well inside. Prints JSON.
+square of the reported standard errors (se; :func:`rms`; their mean is ``se_mean``), ``bias_se``
+= (mean - truth) / se, ``z_mean`` = (mean - truth) / (sd / sqrt(seeds)), ``se_ratio`` = se / sd
+(1 is honest; with 30 seeds sd itself is known to about 13%, with 100 to about 7%) and
+``se_ratio_ci``, its 95% bootstrap interval over the seeds; ``z_sd`` and ``z_avg``, the sd and
+mean of (estimate - truth) / its own se (each seed's error against its own miss: on a
+heavy-tailed estimate, where one seed's honest miss can decide the spread, the figure that tells
+a wrong error). Each case runs on its own streams (:func:`case_seed`). Per case: ``ci_holds_1``,
+the share of parameters whose interval holds 1; ``pooled_z_sd``, the spread of (estimate -
+truth) / its own se over all parameters and seeds (1 is honest, known to a few %);
+``not_identified``, the parameters some seeds' fits gave no standard error (a hinge whose kink
+those rows do not show), left out of the others; and the reported shared noise (its truth: 0
+except equal-shared, whose truth is the correlation tau^2 / sigma^2). Each of these is measured
+in ``--rounds`` rounds on fresh seeds and printed as its mean, median and 90th percentile over
+the rounds (``--json`` adds every round's per-parameter rows). ``pooled``: each parameter over
+every round's seeds at once (:func:`pooled`), whose spread the rounds together know better than
+any one round does (300 seeds: about 4%); a ratio one round of 100 seeds reads outside 0.8-1.2
+is that round's spread where the pooled one is well inside. ``--case`` runs the cases it names
+only (one case over thousands of seeds, as docs/benchmarks.md measures the idle-worker cluster's
+hinge). Prints JSON.
 """
 
 from __future__ import annotations
@@ -201,12 +206,14 @@ def one_case(name: str, model: str, seeds: range, steps: int) -> dict[str, Any]:
         est, se = np.array(values)[known], np.array(errors[name])[known]
         sd = float(est.std(ddof=1))
         rms_se = rms(se)
-        z_all.extend(((est - true) / se).tolist())
+        z = (est - true) / se
+        z_all.extend(z.tolist())
         rows[name] = {
             "truth": true, "mean": float(est.mean()), "sd": sd, "se": rms_se, "se_mean": float(se.mean()),
             "bias_se": float((est.mean() - true) / rms_se),
             "z_mean": float((est.mean() - true) / (sd / math.sqrt(est.size))),
             "se_ratio": rms_se / sd, "se_ratio_ci": ratio_interval(est, se, rng), "seeds": int(est.size),
+            "z_sd": float(z.std(ddof=1)), "z_avg": float(z.mean()),
         }  # fmt: skip
     z = np.array(z_all)
     return {
@@ -266,8 +273,8 @@ def _summary(case: dict[str, Any]) -> dict[str, float]:
 def pooled(per_round: list[dict[str, Any]]) -> dict[str, Any]:
     """Each parameter over all rounds' seeds: ``se_ratio`` = the rms reported se over the
     within-round spread pooled (sum of (seeds - 1) sd^2 over sum of (seeds - 1)), ``bias_se`` =
-    (mean - truth) / se; ``within_20pct`` the share of parameters with se_ratio in 0.8-1.2 and
-    ``outside`` those without."""
+    (mean - truth) / se; ``within_20pct`` the share of parameters with se_ratio in 0.8-1.2,
+    ``outside`` those without and ``outside_z_sd`` their ``z_sd`` over every round's seeds."""
     rows: dict[str, dict[str, float]] = {}
     for name in sorted({name for case in per_round for name in case["params"]}):
         found = [case["params"][name] for case in per_round if name in case["params"]]
@@ -275,19 +282,32 @@ def pooled(per_round: list[dict[str, Any]]) -> dict[str, Any]:
         sd = math.sqrt(sum((r["seeds"] - 1) * r["sd"] ** 2 for r in found) / sum(r["seeds"] - 1 for r in found))
         se = math.sqrt(sum(r["seeds"] * r["se"] ** 2 for r in found) / seeds)
         mean = sum(r["seeds"] * r["mean"] for r in found) / seeds
-        rows[name] = {"seeds": seeds, "se_ratio": se / sd, "bias_se": (mean - found[0]["truth"]) / se}
+        rows[name] = {"seeds": seeds, "se_ratio": se / sd, "bias_se": (mean - found[0]["truth"]) / se,
+                      "z_sd": _pooled_sd([(r["seeds"], r["z_avg"], r["z_sd"]) for r in found])}  # fmt: skip
     outside = {name: r["se_ratio"] for name, r in rows.items() if not honest(r["se_ratio"])}
-    return {"within_20pct": 1.0 - len(outside) / len(rows), "outside": outside, "params": rows}
+    return {"within_20pct": 1.0 - len(outside) / len(rows), "outside": outside,
+            "outside_z_sd": {name: rows[name]["z_sd"] for name in outside}, "params": rows}  # fmt: skip
+
+
+def _pooled_sd(groups: list[tuple[int, float, float]]) -> float:
+    """The sd of the values of every group at once from each group's (count, mean, sd)."""
+    n = sum(k for k, _, _ in groups)
+    mean = sum(k * m for k, m, _ in groups) / n
+    return math.sqrt(sum((k - 1) * s**2 + k * (m - mean) ** 2 for k, m, s in groups) / (n - 1))
 
 
 def _stats(values: list[float]) -> dict[str, float]:
     return {"mean": float(np.mean(values)), "median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
 
 
-def run(seeds: int, steps: int, rounds: int, jobs: int) -> dict[str, Any]:
-    """Every case in ``rounds`` rounds of ``seeds`` seeds each (round r: seeds r*seeds onwards),
-    on ``jobs`` processes; each summary figure as mean, median and 90th percentile over rounds."""
-    names = [(name, model) for model in ("affine", "hinge") for name in cases(model == "hinge")]
+CASES = tuple(f"{name}/{model}" for model in FITS for name in cases(model == "hinge"))  # every name/model
+
+
+def run(seeds: int, steps: int, rounds: int, jobs: int, only: tuple[str, ...] = CASES) -> dict[str, Any]:
+    """The cases ``only`` (every one by default) in ``rounds`` rounds of ``seeds`` seeds each
+    (round r: seeds r*seeds onwards), on ``jobs`` processes; each summary figure as mean, median
+    and 90th percentile over rounds."""
+    names = [(name, model) for name, model in (case.split("/") for case in CASES) if f"{name}/{model}" in only]
     tasks = [(name, model, range(r * seeds, (r + 1) * seeds), steps) for r in range(rounds) for name, model in names]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         done = list(pool.map(one_case, *zip(*tasks)))
@@ -316,8 +336,14 @@ def main() -> int:
     parser.add_argument("--jobs", type=count, default=os.cpu_count() or 1, help="processes")
     parser.add_argument("--quick", action="store_true", help="one round of 5 seeds of 200 steps (a smoke run)")
     parser.add_argument("--json", action="store_true", help="everything (default: the summaries over rounds)")
+    parser.add_argument("--case", default=",".join(CASES), metavar="NAME/MODEL,...", help="these cases only")
     args = parser.parse_args()
-    result = run(5, 200, 1, args.jobs) if args.quick else run(args.seeds, args.steps, args.rounds, args.jobs)
+    only = tuple(args.case.split(","))
+    unknown = [c for c in only if c not in CASES]
+    if unknown:
+        parser.error(f"--case: no case {unknown[0]!r} (the cases: {', '.join(CASES)})")
+    seeds, steps, rounds = (5, 200, 1) if args.quick else (args.seeds, args.steps, args.rounds)
+    result = run(seeds, steps, rounds, args.jobs, only)
     if not args.json:  # the summaries, and of the pooled rows the parameters outside 0.8-1.2
         for c in result["cases"].values():
             del c["rounds"]

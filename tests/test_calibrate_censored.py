@@ -236,11 +236,15 @@ def test_the_coverage_benchmark_pools_each_parameter_over_its_rounds():
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    z = (np.linspace(-1.0, 2.0, 10), np.linspace(0.5, 4.0, 20))  # each round's (estimate - truth) / se
     rounds = [
-        {"params": {"w0.x": {"truth": 1.0, "mean": 1.1, "sd": 1.0, "se": 1.5, "seeds": 10}}},
-        {"params": {"w0.x": {"truth": 1.0, "mean": 0.8, "sd": 2.0, "se": 3.0, "seeds": 20}}},
-    ]
+        {"params": {"w0.x": {"truth": 1.0, "mean": 1.1, "sd": 1.0, "se": 1.5, "seeds": 10,
+                             "z_avg": z[0].mean(), "z_sd": z[0].std(ddof=1)}}},
+        {"params": {"w0.x": {"truth": 1.0, "mean": 0.8, "sd": 2.0, "se": 3.0, "seeds": 20,
+                             "z_avg": z[1].mean(), "z_sd": z[1].std(ddof=1)}}},
+    ]  # fmt: skip
     found = module.pooled(rounds)
+    assert found["params"]["w0.x"]["z_sd"] == pytest.approx(np.concatenate(z).std(ddof=1))  # as if in one round
     se = np.sqrt((10 * 1.5**2 + 20 * 3.0**2) / 30)
     assert found["params"]["w0.x"]["se_ratio"] == pytest.approx(se / np.sqrt((9 * 1.0 + 19 * 4.0) / 28))
     assert found["params"]["w0.x"]["bias_se"] == pytest.approx(((10 * 1.1 + 20 * 0.8) / 30 - 1.0) / se)
