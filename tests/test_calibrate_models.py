@@ -360,3 +360,18 @@ def test_a_split_that_follows_persistent_noise_is_a_warning():
     cal = calibrate(simulate(load_scenario(_shared_persistent("dynamic"))))
     notes = [w for w in cal.warnings if "persists" in w]
     assert len(notes) == 3 and all("fitted cost is biased" in w for w in notes)
+
+
+def test_cli_scenario_file_keeps_the_fits_warnings_and_names_unfitted_workers(tmp_path, capsys):
+    # worker 1 never got samples: kept at a flat cost, which the written file must say, not only stderr
+    trace = tmp_path / "idle.csv"
+    rows = pooled_runs(AFFINE, SIZES, steps=10).assign(worker=0)
+    idle = rows.assign(worker=1, local_batch=0, compute_s=0.0)
+    pd.concat([rows, idle]).to_csv(trace, index=False)
+    target = tmp_path / "cal.toml"
+    assert main(["calibrate", str(trace), "-o", str(target)]) == 0
+    text = target.read_text()
+    assert "hetsim: warning: worker 1: not fitted" in capsys.readouterr().err
+    assert "# warning: worker 1: not fitted" in text
+    description = tomllib.loads(text)["description"]
+    assert "worker(s) 1 not fitted" in description and f"; the trace: {trace} (hetsim " in description

@@ -349,13 +349,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     for warning in calibration.warnings:
         print(f"hetsim: warning: {warning}", file=sys.stderr)
     if kind is not None:
-        text = _dump(scenario, kind, record)
+        text = _dump(scenario, kind, record, calibration.warnings)
         atomic_write(args.out, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     if args.json:
         print(json_text({**record, **calibration.to_dict(), "scenario": scenario}))
     elif kind is None:
         comment = "\n".join(f"# {line}" for line in fit_table(calibration).splitlines())
-        print(f"{comment}\n{_dump(scenario, 'toml', record)}", end="")
+        print(f"{comment}\n{_dump(scenario, 'toml', record, calibration.warnings)}", end="")
     else:
         print(fit_table(calibration))
         print(f"wrote {args.out}")
@@ -366,13 +366,14 @@ def _with_provenance(scenario: dict[str, Any], trace: Path, record: Mapping[str,
     """The calibrated scenario, its description naming the trace and what fitted it (a scenario
     file has no other place for it: the loader refuses unknown keys)."""
     made = f"hetsim {record['hetsim_version']}" + (f", commit {record['git_commit']}" if record["git_commit"] else "")
-    return {**scenario, "description": f"{scenario.get('description', '')} in {trace} ({made})".strip()}
+    return {**scenario, "description": f"{scenario.get('description', '')}; the trace: {trace} ({made})".lstrip("; ")}
 
 
-def _dump(scenario: dict[str, Any], kind: str, record: Mapping[str, Any]) -> str:
+def _dump(scenario: dict[str, Any], kind: str, record: Mapping[str, Any], warnings: Sequence[str] = ()) -> str:
     """The scenario as JSON (which has no comments: its description carries the provenance, see
     :func:`_with_provenance`) or as TOML, headed by ``record``'s command, version, commit and date
-    in comments, and by what made the trace where the trace file says (``trace_provenance``)."""
+    in comments, by what made the trace where the trace file says (``trace_provenance``), and by
+    the fit's ``warnings`` (said once on stderr; the file outlives them)."""
     if kind == "json":
         return json_text(scenario) + "\n"
     import tomli_w
@@ -380,7 +381,8 @@ def _dump(scenario: dict[str, Any], kind: str, record: Mapping[str, Any]) -> str
     from hetsim.core.provenance import comment_header, trace_line
 
     made_by = record.get("trace_provenance")
-    return comment_header(record) + (trace_line(made_by) if made_by else "") + tomli_w.dumps(scenario)
+    said = "".join(f"# warning: {' '.join(w.split())}\n" for w in warnings)
+    return comment_header(record) + (trace_line(made_by) if made_by else "") + said + tomli_w.dumps(scenario)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
