@@ -53,6 +53,9 @@ CASES = [
          {"t.csv": "worker,compute_s\n0,0.1\n"}),
     case("semicolons", [TRACE], "worker: missing column in {tmp}/t.csv (a trace needs worker, local_batch, compute_s)",
          {"t.csv": "a;b;c\n1;2;3\n"}),
+    case("included-not-a-flag", [TRACE],  # the file's row, not its place once sorted by worker and step
+         "included: not true or false: 'maybe' in data row 1 in {tmp}/t.csv",
+         {"t.csv": "worker,local_batch,compute_s,included\n1,4,0.1,maybe\n0,4,0.1,true\n1,8,0.2,true\n"}),
     case("empty-policy", [TRACE], "policy: empty in data row 2 in {tmp}/t.csv: every row names the policy it ran",
          {"t.csv": "policy,worker,local_batch,compute_s\nequal,0,4,0.1\n,1,4,0.1\n"}),
     case("dates-for-seconds", ["{tmp}/t.parquet"],  # taken as nanoseconds since 1970 before

@@ -218,19 +218,11 @@ def _included(frame: pd.DataFrame) -> np.ndarray:
 
 
 def _flags(frame: pd.DataFrame, column: str) -> np.ndarray:
-    """A true/false column (``included``, ``up``) as booleans, read strictly (all true without it)."""
+    """A true/false column (``included``, ``up``) as booleans (all true without it), read strictly
+    by :func:`~hetsim.model.trace.check_trace_table`, whose file order its errors count in."""
     if column not in frame.columns:
         return np.ones(len(frame), dtype=bool)
-    raw = frame[column]
-    if raw.dtype == bool:
-        return raw.to_numpy()
-    text = raw.astype(str).str.strip().str.lower()
-    known = {"true": True, "1": True, "1.0": True, "false": False, "0": False, "0.0": False}
-    bad = ~text.isin(list(known))
-    if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise ConfigError(column, f"not true or false: {str(raw.iloc[row])!r} in data row {row + 1}")
-    return text.map(known).to_numpy(dtype=bool)
+    return frame[column].to_numpy(dtype=bool)
 
 
 def _noise(frame: pd.DataFrame, done: np.ndarray, fits: list[WorkerFit], workers: list[int]) -> NoiseStructure:

@@ -57,6 +57,8 @@ REQUIRED_COLUMNS = ("worker", "local_batch", "compute_s")  # the least a table n
 NUMERIC_COLUMNS = ("epoch", "step", "start_s", "wait_s", "comm_s", "slowdown", "gradient_mb")  # checked when present
 INTEGER_COLUMNS = ("worker", "local_batch", "epoch", "step")
 DURATION_COLUMNS = ("compute_s", "wait_s", "comm_s")  # one step's times, each at most MAX_STEP_S
+FLAG_COLUMNS = ("included", "up")  # true or false, checked when present
+FLAG_WORDS = {"true": True, "1": True, "1.0": True, "false": False, "0": False, "0.0": False}  # as text, any case
 TRACE_FORMATS = FRAME_FORMATS  # file suffix -> "csv" | "parquet"
 
 
@@ -296,8 +298,9 @@ def check_trace_table(
     frame: pd.DataFrame, required: Sequence[str] = REQUIRED_COLUMNS, source: str | None = None
 ) -> pd.DataFrame:
     """The ``required`` columns present, rows present, every numeric column that is present
-    numeric, finite and non-negative, integer columns integral. Returns a copy with numeric
-    dtypes. Errors name the column as their field and ``source`` (a file) in their text."""
+    numeric, finite and non-negative, integer columns integral, ``included`` and ``up`` true or
+    false. Returns a copy with numeric and boolean dtypes. Errors name the column as their field
+    and ``source`` (a file) in their text."""
     import pandas as pd
 
     where = f" in {source}" if source else ""
@@ -345,7 +348,22 @@ def check_trace_table(
                 raise ConfigError(column, f"non-integer value {float(raw.iloc[row]):g} in data row {row + 1}{where}")
             values = values.astype(np.int64)
         out[column] = values
+    for column in FLAG_COLUMNS:
+        if column in out.columns:
+            out[column] = _flag_column(out[column], column, where)
     return out
+
+
+def _flag_column(raw: pd.Series, column: str, where: str) -> pd.Series:
+    """A true/false column read strictly: booleans, or the words and numbers of FLAG_WORDS."""
+    if raw.dtype == bool:
+        return raw
+    text = raw.astype(str).str.strip().str.lower()
+    bad = ~text.isin(list(FLAG_WORDS))
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ConfigError(column, f"not true or false: {str(raw.iloc[row])!r} in data row {row + 1}{where}")
+    return text.map(FLAG_WORDS).astype(bool)
 
 
 def fill_optional_columns(frame: pd.DataFrame) -> pd.DataFrame:

@@ -77,12 +77,7 @@ def _read(path: Path) -> pd.DataFrame:
     frame = read_trace_table(path, TRACE_NEEDS)
     defaults = {"epoch": 0, "included": True, "policy": "trace"}
     frame = frame.assign(**{c: v for c, v in defaults.items() if c not in frame.columns})
-    if frame["included"].dtype != bool:
-        included = frame["included"].astype(str).str.lower()
-        if not included.isin(["true", "false", "1", "0"]).all():
-            raise ConfigError("included", f"not true or false in {path}")
-        frame["included"] = included.isin(["true", "1"])
-    return fill_optional_columns(frame)
+    return fill_optional_columns(frame)  # read_trace_table read included and up as true or false
 
 
 def _traces(frame: pd.DataFrame, path: Path, label: str, scenario: Scenario | None = None) -> list[ExportRun]:
