@@ -94,6 +94,8 @@ CASES = [
          "--policy: the trace has no policy column to choose rows by", GOOD),
     case("unknown-model", [TRACE, "--model", "spline"],
          "--model: unknown model 'spline' (choose auto, affine, hinge, table)", GOOD),
+    case("empty-name", [TRACE, "--name", " "],
+         "--name: empty: name the scenario, or leave --name out for calibrated-<trace file>", GOOD),
     case("empty-model", [TRACE, "--model", ""], "--model: unknown model '' (choose auto, affine, hinge, table)", GOOD),
     case("hinge-on-two-sizes", [TRACE, "--model", "hinge"],
          "--model: worker 0 was seen at 2 batch size(s); hinge needs 3 or more", GOOD),
