@@ -100,9 +100,9 @@ def _idle(w: int, rows: np.ndarray, batch: np.ndarray, compute: np.ndarray, done
     complete = offered & done
     if not offered.any():
         basis = (
-            f"never given samples by {policy}; a min-max split (optimal, adaptive) leaves a worker idle only when "
-            f"its time would exceed the others' step ({slowest:.4g} s, the median slowest compute), so that is a "
-            "lower bound"
+            f"never given samples by {policy}; where a split by speed (optimal, adaptive) left it idle, its time "
+            f"would have exceeded the others' step ({slowest:.4g} s, the median slowest compute), a lower bound; "
+            "where the split was set by hand, the trace tells nothing of its cost"
         )
         return IdleWorker(w, int(rows.sum()), 0, None, slowest, basis)
     if complete.any():  # too few to fit: the mean time at its smallest batch with a complete compute
