@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hetsim.calibrate import fit_worker
-from hetsim.calibrate.censored import CurveFit
+from hetsim.calibrate.censored import CurveFit, generalized_inverse
 from hetsim.calibrate.curves import HingeCurve
 from hetsim.calibrate.hinge import ALLOWED, Kink, widened
 from hetsim.model.costs import Hinge
@@ -126,3 +126,33 @@ def test_the_kinks_a_clearly_bent_hinge_allows_are_judged_by_relative_residuals(
         fit, _ = fit_worker(0, b, y, model=Hinge)
         z.append((fit.cost_curve().params()["floor_s"] - STEEP["floor_s"]) / (fit.se["floor_s"] or math.nan))
     assert 0.78 < float(np.std(z, ddof=1)) < 1.25
+
+
+def _one_size_past_the_kink(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """mixed-gpus' K80 under dynamic: 400 rows on a 0.16 s floor at 1-21 samples, 80 at 85 past the kink."""
+    rng = np.random.default_rng(seed)
+    b = np.concatenate([np.repeat([1.0, 3.0, 8.0, 21.0], 100), np.full(80, 85.0)])
+    y = np.maximum(0.16, 0.1 + 0.0022 * b) * np.exp(0.05 * rng.standard_normal(b.size) - 0.05**2 / 2)
+    return b, y
+
+
+def test_generalized_inverse_gives_what_the_rows_identify():
+    info = np.array([[4.0, 0.0, 0.0], [0.0, 1.0, 85.0], [0.0, 85.0, 85.0**2]])  # overhead and slope: one size
+    inverse, known = generalized_inverse(info)
+    assert known.tolist() == [True, False, False] and inverse[0, 0] == pytest.approx(0.25)
+    inverse, known = generalized_inverse(np.diag([4.0, 2.0]))
+    assert known.all() and np.allclose(inverse, np.diag([0.25, 0.5]))
+
+
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
+def test_one_size_past_the_kink_gives_the_floor_its_error_and_says_the_line_is_untold():
+    floors, errors = [], []
+    for seed in range(30):
+        fit, warnings = fit_worker(5, *_one_size_past_the_kink(seed), model=Hinge)
+        assert fit.model == "hinge" and fit.se["overhead_s"] is None and fit.se["per_sample_s"] is None
+        assert any("do not tell overhead_s and per_sample_s apart" in w for w in warnings)
+        floors.append(fit.cost_curve().params()["floor_s"])
+        errors.append(fit.se["floor_s"])
+    spread = float(np.std(floors, ddof=1))  # 400 rows at sigma 0.05: about 0.0004 s
+    assert 0.7 < math.sqrt(np.mean(np.square(errors))) / spread < 1.4
+    assert abs(np.mean(floors) - 0.16) < 3 * spread / math.sqrt(30)

@@ -158,11 +158,33 @@ def _covariance(like: _Likelihood, p: np.ndarray) -> np.ndarray:
         up[i] += h
         down[i] -= h
         hess[:, i] = (like(up)[1] - like(down)[1]) / (2 * h)
-    try:
-        inv = np.linalg.inv(0.5 * (hess + hess.T))
-    except np.linalg.LinAlgError:
-        inv = np.full((n, n), np.nan)
-    return inv[:-1, :-1]
+    inverse, known = generalized_inverse(0.5 * (hess + hess.T))
+    inverse[~known, :] = np.nan  # a parameter the rows leave unknown has no error
+    inverse[:, ~known] = np.nan
+    return inverse[:-1, :-1]
+
+
+NULL = 1e-10  # an eigenvalue of a scaled information matrix below this times the largest: zero information
+IN_NULL = 1e-6  # a parameter whose share of a direction of zero information exceeds this is not identified
+
+
+def generalized_inverse(info: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A generalized inverse of a symmetric information matrix and which parameters the rows
+    identify (those with no share in a direction of zero information). A hinge with one batch
+    size past its kink fixes its floor but not its overhead and slope apart (only the time at
+    that size), and a plain inverse of the singular matrix gave no error at all, the floor's
+    included; an identified parameter's variance, and a sandwich's, is the same under any
+    generalized inverse. Scaled to a unit diagonal first, so that parameters in different units
+    compare."""
+    n = info.shape[0]
+    d = np.sqrt(np.abs(np.diag(info)))
+    if not np.all(np.isfinite(info)) or np.any(d == 0):
+        return np.full(info.shape, np.nan), np.zeros(n, dtype=bool)
+    values, vectors = np.linalg.eigh(info / np.outer(d, d))
+    null = np.abs(values) <= NULL * float(np.abs(values).max())  # a negative one stays: its variance reads < 0
+    known = ~np.any(np.abs(vectors[:, null]) > IN_NULL, axis=1)
+    kept = ~null
+    return (vectors[:, kept] / values[kept]) @ vectors[:, kept].T / np.outer(d, d), known
 
 
 def _lags(resid: np.ndarray, most: int) -> list[float | None]:

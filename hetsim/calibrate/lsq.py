@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hetsim.calibrate.censored import CurveFit, autocorrelated, persistence_terms
+from hetsim.calibrate.censored import CurveFit, autocorrelated, generalized_inverse, persistence_terms
 from hetsim.calibrate.curves import Curve
 
 
@@ -35,8 +35,8 @@ def fit_lsq(curve: Curve, b: np.ndarray, y: np.ndarray, free: np.ndarray, bound:
     v = float(((ratio - 1.0) ** 2).sum() / (y.size - k))
     scaled = jac * c[:, None]
     meat = autocorrelated(scaled, terms)
-    try:
-        bread = np.linalg.inv(jac.T @ jac)
-    except np.linalg.LinAlgError:
-        return CurveFit(curve, sigma, np.full((k, k), np.nan), free, bound)
-    return CurveFit(curve, sigma, v * bread @ meat @ bread, free, bound)
+    bread, known = generalized_inverse(jac.T @ jac)
+    cov = v * bread @ meat @ bread
+    cov[~known, :] = np.nan  # a parameter the rows leave unknown has no error
+    cov[:, ~known] = np.nan
+    return CurveFit(curve, sigma, cov, free, bound)

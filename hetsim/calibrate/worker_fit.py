@@ -279,18 +279,35 @@ def _hinge_fit(
         else:
             kinks = least_squares_kinks(sizes, b, y, line)
         if p_value < KINK_P:
-            return widened(found, kinks), []
+            kept = widened(found, kinks)
+            return kept, _untold(worker, kept, found.free)
         note = (
             f"{no_kink}; kept the hinge asked for, with the errors of every kink the rows allow (none where one "
             "leaves a parameter unknown: the floor where a line fits, the slope where a flat curve does)"
         )
         return widened(found, kinks), [note]
     if p_value < KINK_P:
-        return found, []
+        return found, _untold(worker, found, found.free)
     overhead, per_sample = (float(v) for v in line.curve.values)
     bent = HingeCurve(np.array([overhead + per_sample * sizes.batch[0], overhead, per_sample]))
     note = f"{no_kink}; fitted the line, with floor_s only known to be at most its time at batch {int(sizes.batch[0])}"
     return _refine(bent, b, y, cut, fixed=np.array([True, False, False])), [note]
+
+
+def _untold(worker: int, hinge: CurveFit, free: np.ndarray) -> list[str]:
+    """A warning where the rows show a hinge's kink but leave some of its parameters unknown: one
+    batch size past the kink (at the fitted kink or at one the rows allow) fixes the time there,
+    not the overhead and slope apart. ``free``: the parameters fitted (the widening drops the
+    unknown ones from ``hinge.free``)."""
+    names = ("floor_s", "overhead_s", "per_sample_s")
+    unknown = [name for name, se, fitted in zip(names, hinge.se(), free) if fitted and se is None]
+    if not unknown:
+        return []
+    return [
+        f"worker {worker}: its rows do not tell {' and '.join(unknown)} apart (a kink they allow leaves them "
+        "unknown: one batch size or none on its side fixes only the time there): no error is given for them, and "
+        "the fitted curve between that size and the kink is one of many that fit"
+    ]
 
 
 def _level(b: np.ndarray, y: np.ndarray, cut: np.ndarray) -> CurveFit:
