@@ -68,3 +68,15 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys, prepare, ar
     if "-o" not in argv:
         argv = [*argv, "-o", "{tmp}/out.json"]
     check_refused(main, ["export-trace", *argv], line, tmp_path, capsys)
+
+
+def test_a_run_folders_own_file_is_not_written_over(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["simulate", "workstation", "--policy", "equal", "--set", "workload.epochs=1", "--out", str(run)]) == 0
+    before = (run / "summary.json").read_bytes()
+    capsys.readouterr()
+    assert main(["export-trace", str(run), "-o", str(run / "summary.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out: {run}/summary.json is a file of the folder being exported" in err
+    assert (run / "summary.json").read_bytes() == before
+    assert main(["export-trace", str(run)]) == 0 and main(["export-trace", str(run)]) == 0  # its own export: again

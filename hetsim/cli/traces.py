@@ -103,6 +103,10 @@ def cmd_export_trace(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else default_out(args.source)
     if out.resolve() == args.source.resolve() or out.is_dir():
         raise ConfigError("--out", f"{out} is the input or a folder: name a file to write")
+    if args.source.is_dir() and out.exists() and out.resolve().is_relative_to(args.source.resolve()):
+        if out.resolve() != default_out(args.source).resolve():  # a run folder's own record, not an earlier export
+            raise ConfigError("--out", f"{out} is a file of the folder being exported: name another (default "
+                              f"{default_out(args.source)})")  # fmt: skip
     if not out.name.endswith((".json", ".json.gz")):
         raise ConfigError("--out", f"{out}: unknown file type (use .json, or .json.gz gzipped)")
     source = load_source(args.source, args.policy)
