@@ -72,6 +72,7 @@ def test_idle_workers_are_kept_and_the_rest_fitted():
     assert [i.worker for i in cal.idle] == [4, 5] and all(i.batch is None for i in cal.idle)
     slowest = trace.to_frame().query("local_batch > 0").groupby("step")["compute_s"].max().median()
     assert all(i.bound_s == pytest.approx(slowest) for i in cal.idle)
+    assert [i["lower_bound"] for i in cal.to_dict()["idle_workers"]] == [True, True]
     assert sum("not fitted" in w for w in cal.warnings) == 2
     rebuilt = load_scenario(cal.scenario)
     assert rebuilt.n_workers == 6
@@ -83,6 +84,15 @@ def test_too_few_computes_is_a_worker_left_out_or_one_line(tmp_path, capsys):
     cal = calibrate(frame)
     (idle,) = cal.idle
     assert (idle.worker, idle.batch, idle.bound_s) == (1, 8, 0.15) and "a measurement" in idle.basis
+    assert cal.to_dict()["idle_workers"][0] | {"basis": ""} == {
+        "worker": 1,
+        "rows": 1,
+        "offered_rows": 1,
+        "batch": 8,
+        "time_s": 0.15,
+        "lower_bound": False,
+        "basis": "",
+    }
     with pytest.raises(ConfigError) as info:
         calibrate(frame.iloc[3:])
     assert info.value.field == "compute_s" and "no worker has 2 complete computes" in info.value.problem

@@ -70,6 +70,7 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys, prepare, ar
     check_refused(main, ["export-trace", *argv], line, tmp_path, capsys)
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
 def test_a_run_folders_own_file_is_not_written_over(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["simulate", "workstation", "--policy", "equal", "--set", "workload.epochs=1", "--out", str(run)]) == 0

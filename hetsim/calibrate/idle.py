@@ -37,8 +37,9 @@ FLAT = 1e-9  # the per-sample cost of a bound written as a flat curve, relative 
 
 @dataclass(frozen=True)
 class IdleWorker:
-    """A worker with too few complete computes: its time at ``batch`` samples is at least
-    ``bound_s`` (``batch`` None: it was never given samples) and ``basis`` says why."""
+    """A worker with too few complete computes: its time at ``batch`` samples (None: it was never
+    given samples) is ``bound_s``, at least (``measured`` false: a lower bound) or as measured on
+    its few complete computes (true), and ``basis`` says why."""
 
     worker: int
     rows: int
@@ -46,6 +47,7 @@ class IdleWorker:
     batch: int | None
     bound_s: float
     basis: str
+    measured: bool = False  # bound_s is the mean of complete computes, not a lower bound
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,7 +55,8 @@ class IdleWorker:
             "rows": self.rows,
             "offered_rows": self.offered_rows,
             "batch": self.batch,
-            "lower_bound_s": self.bound_s,
+            "time_s": self.bound_s,
+            "lower_bound": not self.measured,
             "basis": self.basis,
         }
 
@@ -112,7 +115,7 @@ def _idle(w: int, rows: np.ndarray, batch: np.ndarray, compute: np.ndarray, done
             f"{int(complete.sum())} complete compute(s), too few to fit: kept at its mean time {times.mean():.4g} s at "
             f"batch {smallest}, a measurement, not a bound"
         )
-        return IdleWorker(w, int(rows.sum()), int(offered.sum()), smallest, float(times.mean()), basis)
+        return IdleWorker(w, int(rows.sum()), int(offered.sum()), smallest, float(times.mean()), basis, measured=True)
     smallest = int(batch[offered].min())
     times = compute[offered & (batch == smallest)]
     median = float(np.median(times))

@@ -318,13 +318,14 @@ def _level(b: np.ndarray, y: np.ndarray, cut: np.ndarray) -> CurveFit:
 
 
 def worker_table(fits: Sequence[WorkerFit]) -> list[dict[str, Any]]:
-    """The fits as plain rows (for tables and JSON): the affine terms, the chosen model with its
+    """The fits as plain rows (for tables and JSON): the affine fit's terms (named so: a hinge's
+    own overhead and slope, which ``se`` is of, are in ``params``), the chosen model with its
     parameters, their standard errors and every model's held-out error."""
     return [
         {
             "worker": f.worker,
-            "overhead_s": f.overhead_s,
-            "per_sample_s": f.per_sample_s,
+            "affine_overhead_s": f.overhead_s,
+            "affine_per_sample_s": f.per_sample_s,
             "noise_sigma": f.noise_sigma,
             "r2": f.r2 if math.isfinite(f.r2) else None,
             "residual_cv": f.residual_cv,
