@@ -329,12 +329,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from hetsim.scenario.config import build_scenario
 
     kind = None if args.out is None else check_out_file(args.out, {".toml": "toml", ".json": "json"}, "--out")
+    if args.name is not None and not args.name.strip():
+        raise ConfigError("--name", "empty: name the scenario, or leave --name out for calibrated-<trace file>")
     model = model_named(args.model, "--model")
     frame = read_trace_table(args.trace)
     if args.out is not None:
         check_new_file(args.out, "--out")  # before the fit (its warnings would come first), making no folder yet
-    if args.name is not None and not args.name.strip():
-        raise ConfigError("--name", "empty: name the scenario, or leave --name out for calibrated-<trace file>")
     name = args.name or f"calibrated-{Path(args.trace).stem}"
     try:
         calibration = calibrate(frame, name=name, policy=args.policy, model=model, scheduled_split=args.scheduled_split)
