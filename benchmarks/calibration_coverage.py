@@ -307,7 +307,7 @@ def run(seeds: int, steps: int, rounds: int, jobs: int, only: tuple[str, ...] = 
     """The cases ``only`` (every one by default) in ``rounds`` rounds of ``seeds`` seeds each
     (round r: seeds r*seeds onwards), on ``jobs`` processes; each summary figure as mean, median
     and 90th percentile over rounds."""
-    names = [(name, model) for name, model in (case.split("/") for case in CASES) if f"{name}/{model}" in only]
+    names = [tuple(case.split("/")) for case in CASES if case in only]
     tasks = [(name, model, range(r * seeds, (r + 1) * seeds), steps) for r in range(rounds) for name, model in names]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         done = list(pool.map(one_case, *zip(*tasks)))

@@ -159,13 +159,18 @@ def _covariance(like: _Likelihood, p: np.ndarray) -> np.ndarray:
         down[i] -= h
         hess[:, i] = (like(up)[1] - like(down)[1]) / (2 * h)
     inverse, known = generalized_inverse(0.5 * (hess + hess.T))
-    inverse[~known, :] = np.nan  # a parameter the rows leave unknown has no error
-    inverse[:, ~known] = np.nan
-    return inverse[:-1, :-1]
+    return unknown_blank(inverse, known)[:-1, :-1]
 
 
 NULL = 1e-10  # an eigenvalue of a scaled information matrix below this times the largest: zero information
 IN_NULL = 1e-6  # a parameter whose share of a direction of zero information exceeds this is not identified
+
+
+def unknown_blank(cov: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """``cov`` with nan in the rows and columns of the parameters not ``known``: no error for them."""
+    cov[~known, :] = np.nan
+    cov[:, ~known] = np.nan
+    return cov
 
 
 def generalized_inverse(info: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hetsim.calibrate.censored import CurveFit, autocorrelated, generalized_inverse, persistence_terms
+from hetsim.calibrate.censored import CurveFit, autocorrelated, generalized_inverse, persistence_terms, unknown_blank
 from hetsim.calibrate.curves import Curve
 
 
@@ -36,7 +36,4 @@ def fit_lsq(curve: Curve, b: np.ndarray, y: np.ndarray, free: np.ndarray, bound:
     scaled = jac * c[:, None]
     meat = autocorrelated(scaled, terms)
     bread, known = generalized_inverse(jac.T @ jac)
-    cov = v * bread @ meat @ bread
-    cov[~known, :] = np.nan  # a parameter the rows leave unknown has no error
-    cov[:, ~known] = np.nan
-    return CurveFit(curve, sigma, cov, free, bound)
+    return CurveFit(curve, sigma, unknown_blank(v * bread @ meat @ bread, known), free, bound)

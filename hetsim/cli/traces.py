@@ -100,13 +100,13 @@ def cmd_export_trace(args: argparse.Namespace) -> int:
     from hetsim.traces.sources import describe, load_source
 
     first, stop = parse_steps(args.steps)
-    out = args.out if args.out is not None else default_out(args.source)
-    if out.resolve() == args.source.resolve() or out.is_dir():
+    own = default_out(args.source)  # an earlier export may be written again; the folder's own records not
+    out = args.out if args.out is not None else own
+    target, given = out.resolve(), args.source.resolve()
+    if target == given or out.is_dir():
         raise ConfigError("--out", f"{out} is the input or a folder: name a file to write")
-    if args.source.is_dir() and out.exists() and out.resolve().is_relative_to(args.source.resolve()):
-        if out.resolve() != default_out(args.source).resolve():  # a run folder's own record, not an earlier export
-            raise ConfigError("--out", f"{out} is a file of the folder being exported: name another (default "
-                              f"{default_out(args.source)})")  # fmt: skip
+    if given.is_dir() and out.exists() and target.is_relative_to(given) and target != own.resolve():
+        raise ConfigError("--out", f"{out} is a file of the folder being exported: name another (default {own})")
     if not out.name.endswith((".json", ".json.gz")):
         raise ConfigError("--out", f"{out}: unknown file type (use .json, or .json.gz gzipped)")
     source = load_source(args.source, args.policy)
