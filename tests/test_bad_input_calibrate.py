@@ -86,7 +86,7 @@ CASES = [
          "the units", rows("0,4,1e300,0", "0,8,2e300,0")),
     # options
     case("two-policies", [TRACE],
-         "--policy: the trace holds 2 policies (equal, dynamic); calibrate one at a time with --policy NAME",
+         "--policy: the trace holds 2 policies (equal, dynamic); calibrate one at a time, chosen by its label",
          TWO_POLICIES),
     case("policy-not-in-trace", [TRACE, "--policy", "nope"],
          "--policy: no rows of 'nope' in the trace (it has: equal, dynamic)", TWO_POLICIES),

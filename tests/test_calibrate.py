@@ -298,11 +298,11 @@ def test_a_worker_whose_every_compute_was_cut_is_kept_at_a_lower_bound():
     (idle,) = cal.idle
     cut = frame.loc[frame["worker"] == 3, "compute_s"]
     assert (idle.worker, idle.batch, idle.offered_rows) == (3, 32, len(cut))
-    assert idle.bound_s == pytest.approx(cut.median())
-    assert idle.bound_s < (0.01 + 0.001 * 32) * 2.0  # a lower bound indeed: the truth is above it
+    assert idle.time_s == pytest.approx(cut.median())
+    assert idle.time_s < (0.01 + 0.001 * 32) * 2.0  # a lower bound indeed: the truth is above it
     assert any("worker 3: not fitted" in w and "lower bound" in w for w in cal.warnings)
     entry = load_scenario(cal.scenario).workers[3]
-    assert entry.cost.time_s(32) == pytest.approx(idle.bound_s, rel=1e-6)
+    assert entry.cost.time_s(32) == pytest.approx(idle.time_s, rel=1e-6)
 
 
 def test_included_read_from_text_and_numbers():

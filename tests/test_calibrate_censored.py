@@ -71,7 +71,7 @@ def test_idle_workers_are_kept_and_the_rest_fitted():
     assert [f.worker for f in cal.workers] == [0, 1, 2, 3]
     assert [i.worker for i in cal.idle] == [4, 5] and all(i.batch is None for i in cal.idle)
     slowest = trace.to_frame().query("local_batch > 0").groupby("step")["compute_s"].max().median()
-    assert all(i.bound_s == pytest.approx(slowest) for i in cal.idle)
+    assert all(i.time_s == pytest.approx(slowest) for i in cal.idle)
     assert [i["lower_bound"] for i in cal.to_dict()["idle_workers"]] == [True, True]
     assert sum("not fitted" in w for w in cal.warnings) == 2
     rebuilt = load_scenario(cal.scenario)
@@ -83,7 +83,7 @@ def test_too_few_computes_is_a_worker_left_out_or_one_line(tmp_path, capsys):
     frame = pd.DataFrame({"worker": [0, 0, 0, 1], "local_batch": [4, 8, 12, 8], "compute_s": [0.1, 0.2, 0.3, 0.15]})
     cal = calibrate(frame)
     (idle,) = cal.idle
-    assert (idle.worker, idle.batch, idle.bound_s) == (1, 8, 0.15) and "a measurement" in idle.basis
+    assert (idle.worker, idle.batch, idle.time_s) == (1, 8, 0.15) and "a measurement" in idle.basis
     assert cal.to_dict()["idle_workers"][0] | {"basis": ""} == {
         "worker": 1,
         "rows": 1,

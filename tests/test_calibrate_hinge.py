@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hetsim.calibrate import fit_worker
-from hetsim.calibrate.censored import CurveFit, generalized_inverse
+from hetsim.calibrate.censored import CurveFit, _ar_excess, autocorrelated, generalized_inverse
 from hetsim.calibrate.curves import HingeCurve
 from hetsim.calibrate.hinge import ALLOWED, Kink, widened
 from hetsim.model.costs import Hinge
@@ -156,3 +156,16 @@ def test_one_size_past_the_kink_gives_the_floor_its_error_and_says_the_line_is_u
     spread = float(np.std(floors, ddof=1))  # 400 rows at sigma 0.05: about 0.0004 s
     assert 0.7 < math.sqrt(np.mean(np.square(errors))) / spread < 1.4
     assert abs(np.mean(floors) - 0.16) < 3 * spread / math.sqrt(30)
+
+
+def test_the_persistence_excess_of_one_size_past_the_kink_is_the_floors_own():
+    # A = sum u u' is singular here (overhead and slope: one size); the plain inverse dropped the
+    # whole excess, the floor's included. The floor's is that of a one-parameter fit of its rows.
+    b, _ = _one_size_past_the_kink(0)
+    b = np.random.default_rng(1).permutation(b)
+    curve, terms = HingeCurve(np.array([0.16, 0.1, 0.0022])), (0.5, 0.8)
+    excess = _ar_excess(curve, b, np.arange(3), terms)
+    u = np.where(b < 85, 1 / 0.16, 0.0)[:, None]
+    a = float(u[:, 0] @ u[:, 0])
+    assert excess[0, 0] == pytest.approx(float(autocorrelated(u, terms)[0, 0]) / a**2 - 1 / a, rel=1e-9)
+    assert excess[0, 0] > 0 and np.isnan(excess[1:, :]).all() and np.isnan(excess[:, 1:]).all()

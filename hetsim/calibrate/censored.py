@@ -235,11 +235,8 @@ def autocorrelated(u: np.ndarray, terms: tuple[float, float] | None) -> np.ndarr
 
 def _ar_excess(curve: Curve, b: np.ndarray, keep: np.ndarray, terms: tuple[float, float]) -> np.ndarray:
     """``A^-1 B A^-1 - A^-1`` over the log-curve gradients ``u`` of the parameters ``keep``, rows
-    in order: ``A = sum u u'``, ``B`` as :func:`autocorrelated`."""
+    in order: ``A = sum u u'`` (a generalized inverse, nan for the parameters the rows leave
+    unknown), ``B`` as :func:`autocorrelated`."""
     u = curve.jacobian(b)[:, keep] / curve.time_s(b)[:, None]
-    a = u.T @ u
-    try:
-        a_inv = np.linalg.inv(a)
-    except np.linalg.LinAlgError:
-        return np.zeros_like(a)
-    return np.asarray(a_inv @ autocorrelated(u, terms) @ a_inv - a_inv)
+    a_inv, known = generalized_inverse(u.T @ u)  # as the information's: one size past a kink
+    return unknown_blank(np.asarray(a_inv @ autocorrelated(u, terms) @ a_inv - a_inv), known)

@@ -176,7 +176,7 @@ def _policy_rows(frame: pd.DataFrame, policy: str | None) -> tuple[pd.DataFrame,
     if "step" not in frame.columns or frame.duplicated(["step", "worker"]).any():
         raise ConfigError(
             "policy",
-            f"the trace holds {len(found)} policies ({', '.join(found)}); calibrate one at a time with policy=NAME",
+            f"the trace holds {len(found)} policies ({', '.join(found)}); calibrate one at a time, chosen by its label",
         )
     note = f"trace: pooled the rows of {len(found)} policies ({', '.join(found)}), whose steps never meet"
     return frame, None, [note]

@@ -38,16 +38,16 @@ FLAT = 1e-9  # the per-sample cost of a bound written as a flat curve, relative 
 @dataclass(frozen=True)
 class IdleWorker:
     """A worker with too few complete computes: its time at ``batch`` samples (None: it was never
-    given samples) is ``bound_s``, at least (``measured`` false: a lower bound) or as measured on
-    its few complete computes (true), and ``basis`` says why."""
+    given samples) is ``time_s``, at least (``lower_bound``) or as measured on its few complete
+    computes, and ``basis`` says why."""
 
     worker: int
     rows: int
     offered_rows: int  # rows with samples (all of them cut, or one complete)
     batch: int | None
-    bound_s: float
+    time_s: float
     basis: str
-    measured: bool = False  # bound_s is the mean of complete computes, not a lower bound
+    lower_bound: bool = True  # false: time_s is the mean of complete computes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,14 +55,14 @@ class IdleWorker:
             "rows": self.rows,
             "offered_rows": self.offered_rows,
             "batch": self.batch,
-            "time_s": self.bound_s,
-            "lower_bound": not self.measured,
+            "time_s": self.time_s,
+            "lower_bound": self.lower_bound,
             "basis": self.basis,
         }
 
     def to_scenario(self, name: str) -> dict[str, Any]:
-        per_sample = FLAT * self.bound_s / max(self.batch or 1, 1)
-        return {"name": name, "count": 1, "overhead_s": self.bound_s, "per_sample_s": per_sample}
+        per_sample = FLAT * self.time_s / max(self.batch or 1, 1)
+        return {"name": name, "count": 1, "overhead_s": self.time_s, "per_sample_s": per_sample}
 
 
 def fit_workers(
@@ -110,12 +110,12 @@ def _idle(w: int, rows: np.ndarray, batch: np.ndarray, compute: np.ndarray, done
         return IdleWorker(w, int(rows.sum()), 0, None, slowest, basis)
     if complete.any():  # too few to fit: the mean time at its smallest batch with a complete compute
         smallest = int(batch[complete].min())
-        times = compute[complete & (batch == smallest)]
+        mean = float(compute[complete & (batch == smallest)].mean())
         basis = (
-            f"{int(complete.sum())} complete compute(s), too few to fit: kept at its mean time {times.mean():.4g} s at "
+            f"{int(complete.sum())} complete compute(s), too few to fit: kept at its mean time {mean:.4g} s at "
             f"batch {smallest}, a measurement, not a bound"
         )
-        return IdleWorker(w, int(rows.sum()), int(offered.sum()), smallest, float(times.mean()), basis, measured=True)
+        return IdleWorker(w, int(rows.sum()), int(offered.sum()), smallest, mean, basis, lower_bound=False)
     smallest = int(batch[offered].min())
     times = compute[offered & (batch == smallest)]
     median = float(np.median(times))
@@ -129,7 +129,7 @@ def _idle(w: int, rows: np.ndarray, batch: np.ndarray, compute: np.ndarray, done
 def _idle_line(idle: IdleWorker) -> str:
     return (
         f"worker {idle.worker}: not fitted ({idle.basis}); the scenario keeps it with a flat cost of "
-        f"{idle.bound_s:.4g} s, so a policy that gives it samples gets an optimistic answer"
+        f"{idle.time_s:.4g} s, so a policy that gives it samples gets an optimistic answer"
     )
 
 

@@ -340,7 +340,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         calibration = calibrate(frame, name=name, policy=args.policy, model=model, scheduled_split=args.scheduled_split)
     except ConfigError as error:  # the library names its arguments; here they are options
         if error.field in ("policy", "model"):
-            raise ConfigError(f"--{error.field}", error.problem.replace("policy=NAME", "--policy NAME")) from None
+            raise ConfigError(f"--{error.field}", error.problem) from None
         raise
     record = provenance()
     made_by = frame.attrs.get("provenance")  # an imported Parquet trace's (write_imported); else None
