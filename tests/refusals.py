@@ -23,7 +23,8 @@ HUGE = 10**20
 DEEP = 100_000  # levels of nesting in a hostile file
 ONE = scenario_dict([{"per_sample_s": 0.001}], global_batch=8)  # the smallest scenario
 WORKER_KEYS = (  # what a [[workers]] table allows, as errors list them
-    "name, count, max_batch, node, overhead_s, per_sample_s, cost, noise, delay, shared_noise, slowdown, failure"
+    "name, count, max_batch, node, unfitted, overhead_s, per_sample_s, cost, noise, delay, shared_noise, slowdown, "
+    "failure"
 )
 
 

@@ -107,6 +107,7 @@ CASES = [
     case("per-sample-inf", ["--set", "workers.0.per_sample_s=inf"], "workers.0.per_sample_s: must be finite, got inf"),
     case("count-zero", ["--set", "workers.0.count=0"], "workers.0.count: must be >= 1, got 0"),
     case("max-batch-zero", ["--set", "workers.0.max_batch=0"], "workers.0.max_batch: must be >= 1, got 0"),
+    case("unfitted-number", ["--set", "workers.0.unfitted=3"], "workers.0.unfitted: must be a string, got int (3)"),
     case("delay-negative", ["--set", "workers.0.delay={dist='constant', value=-0.1}"],
          "workers.0.delay.value: must be >= 0, got -0.1"),
     case("delay-nan", ["--set", "workers.0.delay={dist='constant', value=nan}"],

@@ -375,3 +375,7 @@ def test_cli_scenario_file_keeps_the_fits_warnings_and_names_unfitted_workers(tm
     assert "# warning: worker 1: not fitted" in text
     description = tomllib.loads(text)["description"]
     assert "worker(s) 1 not fitted" in description and f"; the trace: {trace} (hetsim " in description
+    assert tomllib.loads(text)["workers"][1]["unfitted"].startswith("not fitted (never given samples")
+    assert main(["costs", str(target), "--batch", "8"]) == 0  # every command that loads it says so again
+    said = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(said) == 1 and said[0].startswith("hetsim: warning: workers.1 (w1): not fitted (never given samples")

@@ -60,9 +60,19 @@ class IdleWorker:
             "basis": self.basis,
         }
 
+    @property
+    def summary(self) -> str:
+        """What the scenario keeps of it and why (its ``unfitted`` key and its warning)."""
+        return (
+            f"not fitted ({self.basis}); kept with a flat cost of {self.time_s:.4g} s, so a policy that gives it "
+            "samples gets an optimistic answer"
+        )
+
     def to_scenario(self, name: str) -> dict[str, Any]:
         per_sample = FLAT * self.time_s / max(self.batch or 1, 1)
-        return {"name": name, "count": 1, "overhead_s": self.time_s, "per_sample_s": per_sample}
+        return {
+            "name": name, "count": 1, "overhead_s": self.time_s, "per_sample_s": per_sample, "unfitted": self.summary,
+        }  # fmt: skip
 
 
 def fit_workers(
@@ -127,10 +137,7 @@ def _idle(w: int, rows: np.ndarray, batch: np.ndarray, compute: np.ndarray, done
 
 
 def _idle_line(idle: IdleWorker) -> str:
-    return (
-        f"worker {idle.worker}: not fitted ({idle.basis}); the scenario keeps it with a flat cost of "
-        f"{idle.time_s:.4g} s, so a policy that gives it samples gets an optimistic answer"
-    )
+    return f"worker {idle.worker}: {idle.summary}"
 
 
 def scenario_workers(fits: list[WorkerFit], idle: list[IdleWorker]) -> list[dict[str, Any]]:

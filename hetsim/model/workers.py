@@ -154,6 +154,7 @@ class WorkerSpec:
     persistence: float = 0.0  # of the own noise factor (lognormal only)
     shared_noise: SharedNoise | None = None
     node: str | None = None  # the machine it runs on (a network that ``uses_nodes`` needs it)
+    unfitted: str | None = None  # why ``cost`` is a guess, not a fit (calibrate's idle workers)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "persistence", check_persistence(self.noise, self.persistence))
@@ -195,6 +196,8 @@ class WorkerSpec:
             out["max_batch"] = self.max_batch
         if self.node is not None:
             out["node"] = self.node
+        if self.unfitted is not None:
+            out["unfitted"] = self.unfitted
         if self.slowdown is not None:
             out["slowdown"] = self.slowdown.to_dict()
         if self.failure is not None:

@@ -201,6 +201,13 @@ class Scenario:
     def _hints(self) -> tuple[WorkerHint, ...]:
         return tuple(WorkerHint(w.cap, w.cost, w.noise.mean(), w.delay.mean()) for w in self.workers)
 
+    def unfitted(self) -> tuple[str, ...]:
+        """A line per worker entry whose cost is a guess, not a fit (its ``unfitted`` key, which
+        ``calibrate`` writes for a worker the trace left idle): a result that gives it samples
+        rests on that guess, so the commands say these lines on stderr."""
+        groups = enumerate(self.groups)
+        return tuple(f"workers.{i} ({g.spec.name}): {g.spec.unfitted}" for i, g in groups if g.spec.unfitted)
+
     def to_dict(self) -> dict[str, Any]:
         """The scenario-file form; ``load_scenario(s.to_dict())`` rebuilds an equal scenario."""
         out: dict[str, Any] = {"name": self.name, "seed": self.seed}

@@ -27,6 +27,7 @@ WORKER_PARAMS = (
     Param("count", "integer", default=1, low=1, doc="identical workers this entry stands for"),
     Param("max_batch", "integer", default=None, low=1, doc="the most samples the worker can take"),
     Param("node", "string", default=None, doc="the machine it runs on (needed by a network that uses_nodes)"),
+    Param("unfitted", "string", default=None, doc="why the cost is a guess, not a fit (said as a warning at load)"),
 )
 AFFINE_KEYS = ("overhead_s", "per_sample_s")  # a worker's shorthand for cost = { model = "affine", ... }
 WORKER_TABLES = ("cost", "noise", "delay", "shared_noise", "slowdown", "failure")
@@ -51,6 +52,7 @@ def make_worker_group(data: Any, index: int, base_dir: Path | None) -> WorkerGro
         slowdown=_make_value(Slowdown, t.raw("slowdown"), f"{path}.slowdown") if t.has("slowdown") else None,
         failure=_make_value(Failure, t.raw("failure"), f"{path}.failure") if t.has("failure") else None,
         node=values["node"],
+        unfitted=values["unfitted"],
     )
     return WorkerGroup(spec, values["count"])
 
