@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from hetsim.calibrate import calibrate, fit_network, fit_worker
-from hetsim.cli.analysis import fit_table
+from hetsim.cli.calibrate import fit_table
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
 from hetsim.model.network import ConstantNetwork, Ring

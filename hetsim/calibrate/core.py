@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
+from hetsim.calibrate.caps import shown_caps
 from hetsim.calibrate.curves import AUTO, curve_class
 from hetsim.calibrate.idle import IdleWorker
 from hetsim.calibrate.idle import fit_workers as _fit_workers
@@ -132,7 +133,7 @@ def calibrate(trace: Trace | pd.DataFrame, name: str = "calibrated", *, policy: 
             "gradient_mb": gradient_mb,
         },
         "network": network.to_dict(),
-        "workers": _scenario_workers(fits, idle),
+        "workers": _scenario_workers(fits, idle, shown_caps(frame, chosen, warnings)),
         "policy": {"name": chosen if chosen in POLICIES else "equal"},
     }
     return Calibration(

@@ -22,6 +22,7 @@ speed the trace never showed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,8 +141,9 @@ def _idle_line(idle: IdleWorker) -> str:
     return f"worker {idle.worker}: {idle.summary}"
 
 
-def scenario_workers(fits: list[WorkerFit], idle: list[IdleWorker]) -> list[dict[str, Any]]:
-    """The ``[[workers]]`` entries in worker order, fitted and idle alike."""
+def scenario_workers(fits: list[WorkerFit], idle: list[IdleWorker], caps: Mapping[int, int]) -> list[dict[str, Any]]:
+    """The ``[[workers]]`` entries in worker order, fitted and idle alike, with the ``caps``
+    (worker -> max_batch) the trace shows."""
     entries = [(f.worker, f.to_scenario(f"w{f.worker}")) for f in fits]
     entries += [(i.worker, i.to_scenario(f"w{i.worker}")) for i in idle]
-    return [entry for _, entry in sorted(entries, key=lambda e: e[0])]
+    return [entry | ({"max_batch": caps[w]} if w in caps else {}) for w, entry in sorted(entries, key=lambda e: e[0])]

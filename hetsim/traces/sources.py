@@ -126,6 +126,23 @@ def _simulate_folder(path: Path) -> Source:
                   notes)  # fmt: skip
 
 
+def run_scenario(trace: Path) -> tuple[Scenario, Path] | None:
+    """The scenario of the ``simulate --out`` folder that ``trace`` (its trace.parquet or
+    trace.csv) lies in, and the summary.json that records it; None where there is none, or it
+    does not load."""
+    trace = Path(trace)
+    record = trace.parent / "summary.json"
+    if trace.name not in ("trace.parquet", "trace.csv") or not record.is_file():
+        return None
+    try:
+        data = _read_json(record)
+    except ConfigError:
+        return None
+    config = data.get("scenario", {}).get("config") if isinstance(data.get("scenario"), dict) else None
+    scenario, _ = _rebuilt(config, record)
+    return None if scenario is None else (scenario, record)
+
+
 def _rebuilt(config: Any, where: Path) -> tuple[Scenario | None, list[str]]:
     """The scenario a folder records, or None and a note saying the workers go unnamed."""
     from hetsim.scenario.config import build_scenario
