@@ -48,6 +48,10 @@ CASES = [
          "--batch-range: HI must be at most 1280, what the workers' max_batch allow, got 2048"),
     case("range-beyond-the-dataset", ["paper", "--batch-range", "64,60000"],
          "--batch-range: HI must be at most workload.dataset_size (50000), got 60000"),
+    case("range-never-reaches", ["paper", "--objective", "time_to_target", "--batch-range", "64,128", "--set",
+                                 "workload.efficiency={noise_scale=512, base_batch=256, target_steps=100000}"],
+         "workload.epochs: no policy reaches the target in 10 epochs at any global batch of the range searched "
+         "(64, 96, 128)"),
     case("range-huge", ["paper", "--batch-range", f"8,{HUGE}"],
          f"--batch-range: HI must be at most workload.dataset_size (50000), got {HUGE}"),
     case("wait-for-all-and-ksync", ["paper", "--policy", "equal,ksync", "--wait-for-all"],

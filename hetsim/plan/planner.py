@@ -332,8 +332,10 @@ def search_batch(scenario: Scenario, policies: Sequence[Policy], objective: str,
         best = _best(rows, objective)
         found.append((batch, None if best is None else best.policy, None if best is None else best.value(objective)))
     scored = [(b, v) for b, _, v in found if v is not None]
-    if not scored:
-        return scenario.workload.global_batch, tuple(found)
+    if not scored:  # the scenario's own batch was not asked for: say what was
+        tried = ", ".join(str(b) for b, _, _ in found)
+        raise ConfigError("workload.epochs", f"no policy reaches the target in {scenario.workload.epochs} epochs at "
+                                             f"any global batch of the range searched ({tried})")  # fmt: skip
     chosen = scored[0]
     for b, v in scored[1:]:
         if better(v, chosen[1], objective):
