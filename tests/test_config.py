@@ -72,6 +72,7 @@ def test_empirical_from_a_file_relative_to_the_scenario(tmp_path):
     (tmp_path / "s.json").write_text(json.dumps(raw))
     delay = load_scenario(tmp_path / "s.json").workers[0].delay
     assert isinstance(delay, Empirical) and delay.mean() == pytest.approx(0.2)
+    assert delay.to_dict() == {"dist": "empirical", "file": str((tmp_path / "delays.csv").resolve())}  # loads anywhere
 
 
 BAD = [

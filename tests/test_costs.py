@@ -81,7 +81,7 @@ def test_a_deterministic_step_on_hinge_and_table_workers_is_the_hand_computed_on
     assert summarize(simulate(s, Optimal(), engine=VectorEngine())) == optimal
 
 
-def test_a_table_file_is_read_from_the_scenario_folder_and_shown_as_written(tmp_path):
+def test_a_table_file_is_read_from_the_scenario_folder_and_written_where_it_was_read(tmp_path, monkeypatch):
     (tmp_path / "curve.csv").write_text("# batch,seconds\n8,0.01\n64,0.05\n", encoding="utf-8")
     raw = scenario_dict([{"cost": {"model": "table", "file": "curve.csv"}, "count": 2}], global_batch=64)
     scenario = tmp_path / "s.toml"
@@ -90,7 +90,11 @@ def test_a_table_file_is_read_from_the_scenario_folder_and_shown_as_written(tmp_
     scenario.write_text(tomli_w.dumps(raw), encoding="utf-8")
     s = load_scenario(str(scenario))
     assert float(s.workers[0].cost.time_s(32)) == pytest.approx(0.01 + 24 * 0.04 / 56)
-    assert s.to_dict()["workers"][0]["cost"] == {"model": "table", "file": "curve.csv"}
+    # written as read: a record of the scenario (plan.json, summary.json) loads from any folder
+    assert s.to_dict()["workers"][0]["cost"] == {"model": "table", "file": str((tmp_path / "curve.csv").resolve())}
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert load_scenario(s.to_dict()) == s
 
 
 BAD = [

@@ -100,6 +100,13 @@ def file_path(name: str) -> Path:
     return name.path if isinstance(name, FileName) else Path(name)
 
 
+def written_path(name: str) -> str:
+    """A ``path`` parameter as ``to_dict`` writes it: the file read, absolute. The name as given
+    is relative to the scenario file's folder, and a record of the scenario (plan.json,
+    summary.json) lies elsewhere."""
+    return str(file_path(name).resolve())
+
+
 def join(path: str, key: str | int) -> str:
     """``path.key``: a field's dotted path (``key`` alone at the top, ``path`` alone for the
     table itself, ``key == ""``)."""

@@ -34,7 +34,7 @@ import numpy as np
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import not_a_file
-from hetsim.core.params import FrozenPlugIn, Param, file_path
+from hetsim.core.params import FrozenPlugIn, Param, file_path, written_path
 from hetsim.core.registry import COSTS
 
 PROFILE_FILE = "data/device-profiles/gavel/throughputs.csv"
@@ -197,9 +197,13 @@ class Table(_PiecewiseLinear):
             raise ConfigError(field, f"times must not decrease as the batch grows, got {times.tolist()}")
         self._set_points(batches, times)
 
+    def _key(self) -> tuple[Any, ...]:
+        where = None if self.file is None else file_path(self.file).resolve()  # one name, two folders: two files
+        return (type(self), self.points_, where)
+
     def to_dict(self) -> dict[str, Any]:
         if self.file is not None:
-            return {"model": self.name, "file": self.file}
+            return {"model": self.name, "file": written_path(self.file)}
         return {"model": self.name, "points": self.points()}
 
 

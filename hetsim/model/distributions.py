@@ -27,7 +27,7 @@ import numpy as np
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import not_a_file
-from hetsim.core.params import FrozenPlugIn, Param, file_path
+from hetsim.core.params import FrozenPlugIn, Param, file_path, written_path
 from hetsim.core.registry import DISTRIBUTIONS
 
 
@@ -296,7 +296,7 @@ class Empirical(Distribution):
 
     def to_dict(self) -> dict[str, Any]:
         if self.file is not None:
-            return {"dist": self.name, "file": self.file}
+            return {"dist": self.name, "file": written_path(self.file)}
         return {"dist": self.name, "samples": list(self._sorted if self.samples is None else self.samples)}
 
 
