@@ -13,6 +13,7 @@ from hetsim.cli.main import main
 from hetsim.plan.planner import plan, with_batch
 from hetsim.policies import Adaptive, Async, Dynamic, Equal, Goodput, Optimal
 from hetsim.scenario.config import build_scenario, builtin_text, load_scenario
+from tests.helpers import scenario_dict
 
 MIXED = {"name": "mix4", "seed": 0,
          "workload": {"global_batch": 256, "dataset_size": 50000, "epochs": 2, "gradient_mb": 46.8},
@@ -166,3 +167,17 @@ def test_a_resplitting_policys_time_to_target_says_it_counts_the_epochs_on_its_w
     )
     assert rows["dynamic"].time_to_target_s == rows["equal"].time_to_target_s  # the equal split's, in epoch 1
     assert rows["optimal"].note is None and rows["equal"].note is None
+
+
+def test_a_split_outside_a_measured_curve_is_said():
+    # the table was measured at 38-64 samples: equal's 100 lies beyond, on the last segment's
+    # line (a guess), which the plan says, as costs marks it with ~; optimal's split lies inside
+    table = {"cost": {"model": "table", "points": [[38, 0.16], [64, 0.2]]}}
+    raw = scenario_dict([{"overhead_s": 0.01, "per_sample_s": 0.001}, table], global_batch=200)
+    result = plan(build_scenario(raw), policies=(Equal(), Optimal()))
+    assert result.recommended.policy == "optimal" and 38 <= result.recommended.split[1] <= 64
+    assert result.cost_extrapolation == (
+        "equal's split gives w1 100 samples (beyond its measured 38-64): the times there are the cost curves' "
+        "extrapolation, and so are its figures",
+    )
+    assert result.to_dict()["recommended"]["cost_extrapolation"] == list(result.cost_extrapolation)

@@ -27,20 +27,21 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, cast
 
 from hetsim import __version__
 from hetsim.core.errors import ConfigError
 from hetsim.model.efficiency import lr_factor
+from hetsim.plan.checks import batch_grid, check_batch_range, check_cluster, check_objective, with_batch
+from hetsim.plan.extrapolated import extrapolated_costs
 from hetsim.plan.fragility import FRAGILITY_MAX, Fragility, fragility
 from hetsim.plan.robust import check_cost_error, robust_rows
 from hetsim.plan.rows import LEVEL, OBJECTIVES, PolicyRow, better, closed_form_row, policy_row
 from hetsim.plan.without import without_left_out
 from hetsim.policies import Equal, Policy
 from hetsim.run.metrics import BASELINE
-from hetsim.scenario.config import check_run_size
 from hetsim.scenario.scenario import Scenario, check_scenario, check_seed
 
 REACH = "a batch-sweep with runs at or beyond it would measure it"  # plan's advice where the efficiency extrapolates
@@ -90,6 +91,13 @@ class Plan:
         lo, hi = eff.fit_batches
         return (f"time to target extrapolates: global batch {batch} is outside the batches the "
                 f"efficiency was fitted on ({lo:g}..{hi:g}); {REACH}")  # fmt: skip
+
+    @property
+    def cost_extrapolation(self) -> tuple[str, ...]:
+        """Where the recommended split, or equal's it is compared with, gives a worker samples
+        outside the batches its cost curve was measured at (:mod:`hetsim.plan.extrapolated`)."""
+        compared = [r for r in self.rows if r is self.recommended or isinstance(r.source, Equal)]
+        return extrapolated_costs(self.scenario, compared)
 
     def why_no_fragility(self) -> str | None:
         """Why the plan has no fragility (None: it has one)."""
@@ -166,6 +174,7 @@ class Plan:
                 "time_to_target_interval_s": self.target_interval,
                 "gain_over_equal": self.gain_over_equal,
                 "extrapolation": self.extrapolation,
+                "cost_extrapolation": list(self.cost_extrapolation),
                 "learning_rate": self.learning_rate,
             },
             "policies": [r.to_dict() for r in self.rows],
@@ -188,56 +197,6 @@ class Plan:
                 "note": None if (why := self.why_no_fragility()) is None else f"not computed: {why}",
             },
         }
-
-
-def check_cluster(scenario: Scenario) -> None:
-    if scenario.n_workers < 2:
-        raise ConfigError("workers", f"plan needs two or more workers, got {scenario.n_workers}")
-
-
-def check_objective(objective: str, scenario: Scenario, option: str = "objective") -> None:
-    """``objective`` is one of :data:`~hetsim.plan.rows.OBJECTIVES` that the scenario can answer."""
-    if objective not in OBJECTIVES:
-        raise ConfigError(option, f"unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
-    efficiency = scenario.workload.efficiency
-    if objective == "time_to_target" and (efficiency is None or efficiency.target_steps is None):
-        raise ConfigError(option, "time_to_target needs [workload.efficiency] with target_steps in the scenario")
-
-
-def check_batch_range(batch_range: tuple[int, int], scenario: Scenario, option: str = "batch_range") -> None:
-    """Two increasing positive integers, within what the workers can take: at least one sample
-    each, at most their caps' sum and the dataset (one step per epoch), and the smallest batch's
-    run within the run size limits."""
-    lo, hi = batch_range
-    if not (isinstance(lo, int) and isinstance(hi, int) and 0 < lo < hi):
-        raise ConfigError(option, f"expected two increasing positive integers LO,HI, got {lo},{hi}")
-    n = scenario.n_workers
-    if lo < n:
-        raise ConfigError(option, f"LO must be at least the number of workers ({n}), got {lo}")
-    capacity = sum(w.cap for w in scenario.workers)
-    if hi > capacity:
-        raise ConfigError(option, f"HI must be at most {capacity:g}, what the workers' max_batch allow, got {hi}")
-    if hi > scenario.workload.dataset_size:
-        raise ConfigError(option, f"HI must be at most workload.dataset_size ({scenario.workload.dataset_size}), "
-                                  f"got {hi}")  # fmt: skip
-    try:
-        check_run_size(with_batch(scenario, lo), keep_trace=False)
-    except ConfigError as exc:
-        raise ConfigError(option, f"LO {lo}: {exc.problem}") from None
-
-
-def batch_grid(lo: int, hi: int) -> tuple[int, ...]:
-    """The candidate global batches: ``lo``, ``hi`` and every ``2^k`` and ``3 * 2^(k-1)`` between."""
-    points = {lo, hi}
-    power = 2
-    while power <= hi:
-        points.update(b for b in (power, 3 * power // 2) if lo <= b <= hi)
-        power *= 2
-    return tuple(sorted(points))
-
-
-def with_batch(scenario: Scenario, global_batch: int) -> Scenario:
-    return replace(scenario, workload=replace(scenario.workload, global_batch=global_batch))
 
 
 def planned_policies(scenario: Scenario, policies: Sequence[Policy] | None,
