@@ -19,7 +19,7 @@ over the policy's for time_to_target), at the same global batch.
 and one and a half times them in between (:func:`batch_grid`: 64..8192 is 15 candidates); at each
 the closed-form policies a plan uses are predicted and the best kept, and the plan is then made
 at the best candidate. Simulated policies are not simulated at every candidate (a plan with no
-closed form at all is made at the scenario's batch); a candidate whose target is not reached in
+closed form at all is made at the candidate nearest the scenario's batch); a candidate whose target is not reached in
 the scenario's epochs (fewer steps at a larger batch) does not count for time_to_target.
 """
 
@@ -291,10 +291,8 @@ def search_batch(scenario: Scenario, policies: Sequence[Policy], objective: str,
         best = _best(rows, objective)
         found.append((batch, None if best is None else best.policy, None if best is None else best.value(objective)))
     scored = [(b, v) for b, _, v in found if v is not None]
-    if not scored:  # the scenario's own batch was not asked for: say what was
-        tried = ", ".join(str(b) for b, _, _ in found)
-        raise ConfigError("workload.epochs", f"no policy reaches the target in {scenario.workload.epochs} epochs at "
-                                             f"any global batch of the range searched ({tried})")  # fmt: skip
+    if not scored:  # no closed form has a value: the rows are simulated at the range's batch nearest the scenario's
+        return min(max(scenario.workload.global_batch, batch_range[0]), batch_range[1]), tuple(found)
     chosen = scored[0]
     for b, v in scored[1:]:
         if better(v, chosen[1], objective):
