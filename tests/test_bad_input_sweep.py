@@ -92,6 +92,15 @@ CASES = [
          sweep_file(grid={"workers.0.count": [1, 2, 2]})),
     case("axis-label-twice", [SWEEP], "grid.n.values.1: 'a' is listed twice (more runs of one setting: replications)",
          sweep_file(grid={"n": {"values": ["a", "a"], "workers.0.count": [1, 2]}})),
+    case("two-axes-one-path", [SWEEP],  # every cell ran the later axis's value, labelled with the earlier's
+         "grid.n.workers.0.per_sample_s: also set by grid.workers.0.per_sample_s: the later would overwrite the "
+         "earlier in every cell, labelled with values that never ran; set each path on one axis",
+         sweep_file(grid={"workers.0.per_sample_s": [1e-3, 2e-3],
+                          "n": {"values": ["a", "b"], "workers.0.per_sample_s": [3e-3, 4e-3]}})),
+    case("an-axis-inside-another", [SWEEP],
+         "grid.workers.0.delay: overlaps workers.0.delay.value, set by grid.workers.0.delay.value: the later would "
+         "overwrite the earlier in every cell, labelled with values that never ran; set each path on one axis",
+         sweep_file(grid={"workers.0.delay.value": [0.0, 0.1], "workers.0.delay": [{"dist": "constant", "value": 0}]})),
     case("axis-labels-of-two-kinds", [SWEEP],  # one results column: Parquet refused it after every cell had run
          "grid.n.values.1: is a text where the axis's first value is a number: give one kind of value (a number, "
          "a text or a boolean)", sweep_file(grid={"n": {"values": [1, "b"], "workers.0.count": [1, 2]}})),

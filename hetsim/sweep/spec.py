@@ -167,6 +167,22 @@ def _make_axis(name: str, value: Any) -> Axis:
     return Axis(name, labels, tuple(sets))
 
 
+def _separate_paths(axes: Sequence[Axis]) -> None:
+    """No two settings of the grid write one path, or a path and a part of it: the later would
+    overwrite the earlier in every cell, and the results would be labelled with values that never
+    ran."""
+    seen: list[tuple[str, str]] = []  # (the field naming a setting, its path)
+    for axis in axes:
+        for path, _ in axis.sets:
+            field = f"grid.{axis.name}" if path == axis.name else f"grid.{axis.name}.{path}"
+            for other_field, other in seen:
+                if path == other or path.startswith(f"{other}.") or other.startswith(f"{path}."):
+                    what = f"also set by {other_field}" if path == other else f"overlaps {other}, set by {other_field}"
+                    raise ConfigError(field, f"{what}: the later would overwrite the earlier in every cell, labelled "
+                                             "with values that never ran; set each path on one axis")  # fmt: skip
+            seen.append((field, path))
+
+
 def _read_source(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path | None]:
     """A sweep's raw tables and the folder its relative paths are read from."""
     if isinstance(source, Mapping):
@@ -207,6 +223,7 @@ def load_sweep(source: str | Path | Mapping[str, Any], new: bool = True) -> Swee
     if not isinstance(grid, Mapping):
         raise ConfigError("grid", f"must be a table, got {typename(grid)}")
     axes = tuple(_make_axis(name, value) for name, value in grid.items())
+    _separate_paths(axes)
     plots_raw = Table(top.data.get("plots", {}), "plots", ["x", "lines", "cell"])
     names = [a.name for a in axes]
     for key in ("x", "lines"):
