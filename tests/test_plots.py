@@ -262,6 +262,16 @@ def test_a_text_axis_keeps_the_files_order_and_its_long_labels_fit():
     texts_inside(fig, renderer)
 
 
+def test_one_panel_keeps_its_whole_title():
+    # one policy against equal, CIs too narrow to see: the title's line ran past both sides of
+    # the one-panel figure, which a constrained layout does not wrap
+    rows = [{"x": x, "policy": p, "replications": 3, "speedup_vs_equal": 1.0 if p == "equal" else 1.0 + x,
+             "speedup_vs_equal_ci95": 0.001} for x in (0.1, 0.2, 0.4) for p in ("equal", "optimal")]  # fmt: skip
+    fig = speedup_figure(pd.DataFrame(rows), ["x"], "x", None, "throughput")
+    assert "too narrow to see" in fig.get_suptitle()
+    texts_inside(fig, drawn(fig))
+
+
 @pytest.mark.slow  # draws the figure twice: 0.6 s
 def test_long_worker_names_slant_and_never_overlap():
     """Eight names like node0-v100#0 under four policies' bars ran into each other on one line."""

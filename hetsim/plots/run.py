@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from hetsim.model.trace import Trace
 from hetsim.plots.charts import gantt, gantt_handles, speedup_lines, split_over_epochs, step_cdf, utilization_bars
-from hetsim.plots.style import TICKS_WIDTH, TITLE_WIDTH, figure_legend, save, wrap, wrapped
+from hetsim.plots.style import TICKS_WIDTH, TITLE_WIDTH, figure_legend, figure_title, save, wrap, wrapped
 from hetsim.run.metrics import BASELINE
 
 METRIC_TEXT = {  # --metric: its name, and the speedup's ratio
@@ -114,7 +114,7 @@ def speedup_figure(
     handles = grid[0, 0].get_legend_handles_labels()[0]
     if handles:
         figure_legend(fig, handles)  # its labels say "lines=value"
-    fig.suptitle(_speedup_title(summary, column, metric, empty), fontsize="medium")
+    figure_title(fig, _speedup_title(summary, column, metric, empty))
     return fig
 
 
@@ -124,7 +124,7 @@ def _nothing_to_draw(summary: pd.DataFrame, column: str, metric: str, empty: Seq
     ax = fig.add_subplot()
     ax.set_axis_off()
     ax.text(0.5, 0.5, "nothing to draw: no policy has a value in any cell", ha="center", va="center")
-    fig.suptitle(_speedup_title(summary, column, metric, empty), fontsize="medium")
+    figure_title(fig, _speedup_title(summary, column, metric, empty))
     return fig
 
 
@@ -195,13 +195,13 @@ def cell_figures(cell: CellPlots) -> dict[str, Figure]:
     figures = {}
     fig = Figure(figsize=(7.5, 4.6), layout="constrained")
     step_cdf(cell.traces, fig.add_subplot())
-    fig.suptitle(cell.title("Step time CDF, one line per policy"), fontsize="medium")
+    figure_title(fig, cell.title("Step time CDF, one line per policy"))
     figures["step_cdf.png"] = fig
 
     n = max((len(v) for v in cell.utilization.values()), default=0)
     fig = Figure(figsize=(max(7.5, 2.0 + 0.5 * n * max(1, len(cell.utilization)) / 3), 4.6), layout="constrained")
     utilization_bars(cell.utilization, fig.add_subplot(), cell.workers)
-    fig.suptitle(cell.title("Utilization per worker and policy"), fontsize="medium")
+    figure_title(fig, cell.title("Utilization per worker and policy"))
     figures["utilization.png"] = fig
 
     if cell.split:
@@ -224,7 +224,7 @@ def _split_figure(cell: CellPlots) -> Figure:
     _first_column_labels(grid)
     if cell.split[0].n_workers <= 16:
         figure_legend(fig, grid[0, 0].get_lines(), title="worker")
-    fig.suptitle(cell.title("Each worker's local batch at the start of every epoch"), fontsize="medium")
+    figure_title(fig, cell.title("Each worker's local batch at the start of every epoch"))
     return fig
 
 
@@ -240,7 +240,7 @@ def _gantt_figure(cell: CellPlots) -> Figure:
         ax.xaxis.set_tick_params(labelbottom=True)
     column[-1].set_xlabel("time since the first step shown began (s)")
     figure_legend(fig, gantt_handles())
-    fig.suptitle(cell.title("The last steps of each policy: compute, wait and all-reduce"), fontsize="medium")
+    figure_title(fig, cell.title("The last steps of each policy: compute, wait and all-reduce"))
     return fig
 
 

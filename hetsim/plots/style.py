@@ -31,6 +31,7 @@ def line_style(k: int) -> dict[str, Any]:
 LEGEND_WIDTH = 32  # characters a legend entry's line may take (a table-valued axis's label is longer)
 TITLE_WIDTH = 48  # characters a panel title's line may take in a 3.2-inch panel, small type
 TICKS_WIDTH = 36  # characters one row of x tick labels may take in such a panel, shared by its ticks
+TITLE_PER_INCH = 12  # characters a figure title's line may take per inch of the figure's width, medium type
 
 
 def wrap(text: str, width: int) -> str:
@@ -50,6 +51,12 @@ def legend_outside(ax: Axes, **kwargs: Any) -> None:
     legend = ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize="small", **kwargs)
     for text in legend.get_texts():
         text.set_text(wrap(text.get_text(), LEGEND_WIDTH))
+
+
+def figure_title(fig: Figure, text: str) -> None:
+    """``text`` over the whole figure, each line wrapped to the figure's width (a one-panel
+    figure is narrow, and a constrained layout does not wrap a title: it cut it at both sides)."""
+    fig.suptitle(wrap(text, int(fig.get_figwidth() * TITLE_PER_INCH)), fontsize="medium")
 
 
 def figure_legend(fig: Figure, handles: Sequence[Any], title: str | None = None) -> None:
