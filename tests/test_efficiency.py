@@ -215,8 +215,10 @@ def test_sweep_ranks_by_time_to_target_when_asked(tmp_path, capsys):
     expected = (equal.sort_values("replication")["time_to_target_s"].to_numpy()
                 / cell.sort_values("replication")["time_to_target_s"].to_numpy()).mean()  # fmt: skip
     assert row["speedup_vs_equal"] == pytest.approx(expected)
+    assert set(summary["speedup_by"]) == set(results["speedup_by"]) == {"time_to_target"}  # the files say which
     assert main(["report", str(folder)]) == 0  # re-rendered by throughput
     assert "throughput of the policy / throughput of equal" in capsys.readouterr().out
+    assert set(pd.read_csv(folder / "summary.csv")["speedup_by"]) == {"throughput"}
 
 
 def test_time_to_target_metric_without_a_target_is_refused_before_running(tmp_path, capsys):

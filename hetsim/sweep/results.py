@@ -268,14 +268,16 @@ def row_speedups(results: pd.DataFrame, axes: Sequence[str], metric: str = "thro
         equal, on=[*axes, "replication"], how="left", suffixes=("", "_equal")
     )
     ratio = merged[field] / merged[f"{field}_equal"]
-    return merged.assign(speedup_vs_equal=ratio if more_is_better else 1.0 / ratio).drop(columns=[f"{field}_equal"])
+    speedup = ratio if more_is_better else 1.0 / ratio
+    return merged.assign(speedup_vs_equal=speedup, speedup_by=metric).drop(columns=[f"{field}_equal"])
 
 
 def summarize_cells(results: pd.DataFrame, axes: Sequence[str], metric: str = "throughput") -> pd.DataFrame:
     """Per cell: replications, mean and 95% CI half-width of each metric, and the speedup vs
     ``equal`` by ``metric`` (:data:`SPEEDUP_METRICS`: the policy's throughput over equal's, or
-    equal's time to target over the policy's), paired by grid point and replication (see
-    :func:`row_speedups`); NaN where either has no value."""
+    equal's time to target over the policy's; named in ``speedup_by``, as ``report --metric``
+    rewrites it), paired by grid point and replication (see :func:`row_speedups`); NaN where
+    either has no value."""
     keys = list(axes)
     merged = row_speedups(results, keys, metric)
     rows = []
@@ -291,6 +293,7 @@ def summarize_cells(results: pd.DataFrame, axes: Sequence[str], metric: str = "t
             mean = float(values.mean())
             half = mean_ci(values).half_width if len(values) > 1 and np.isfinite(values).all() else np.nan
             row[column], row[f"{column}_ci95"] = mean, half
+        row["speedup_by"] = metric
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -26,7 +26,9 @@ from hetsim.run.metrics import Summary
 from hetsim.run.simulate import simulate_summary
 from hetsim.sweep.spec import SweepSpec, grid_points, point_scenario
 
-RESERVED_COLUMNS = frozenset({"cell", "replication", "seed", *Summary.__dataclass_fields__})
+RESERVED_COLUMNS = frozenset(
+    {"cell", "replication", "seed", "speedup_vs_equal", "speedup_by", *Summary.__dataclass_fields__}
+)
 
 
 @dataclass(frozen=True)
