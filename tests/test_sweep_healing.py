@@ -8,6 +8,7 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -42,15 +43,17 @@ def test_a_damaged_part_and_stale_temporaries_are_healed_on_resume(tmp_path, cap
     (run / "parts" / "cell-00004.parquet").write_bytes(b"not parquet at all")  # a disk error
     short = pd.read_parquet(run / "parts" / "cell-00007.parquet").head(1)  # a copy cut short
     short.to_parquet(run / "parts" / "cell-00007.parquet", index=False)
+    shutil.copy(run / "parts" / "cell-00000.parquet", run / "parts" / "cell-00010.parquet")  # another cell's rows
     (run / "parts" / ".cell-00009.parquet.abc123.tmp").write_bytes(b"half")  # a killed write
     (run / "plots" / ".gantt.png.xyz.tmp").write_bytes(b"half")
     assert main(["sweep", "--resume", str(run), "--jobs", "1"]) == 0
     captured = capsys.readouterr()
     notes = [line for line in captured.err.splitlines() if line.startswith("hetsim: note:")]
-    assert len(notes) == 2
+    assert len(notes) == 3
     assert "parts/cell-00004.parquet cannot be read" in notes[0] and notes[0].endswith("its cell runs again")
     assert "parts/cell-00007.parquet holds 1 rows, not the 2 replications of cell 7" in notes[1]
-    assert "2 of 12 cells to run" in captured.err
+    assert "parts/cell-00010.parquet holds rows of cell 0, not of cell 10" in notes[2]
+    assert "3 of 12 cells to run" in captured.err
     assert captured.out == table  # the same report
     pd.testing.assert_frame_equal(pd.read_parquet(run / "results.parquet"), expected)
     assert not list(run.rglob("*.tmp"))

@@ -245,8 +245,11 @@ def _part_problem(frame: pd.DataFrame, cell: int, replications: int) -> str | No
     missing = [c for c in PART_COLUMNS if c not in frame.columns]
     if missing:
         return f"lacks the column {missing[0]!r}"
-    if len(frame) != replications or frame["cell"].tolist() != [cell] * replications:
+    if len(frame) != replications:
         return f"holds {len(frame)} rows, not the {replications} replications of cell {cell}"
+    others = sorted(set(frame["cell"].tolist()) - {cell})
+    if others:
+        return f"holds rows of cell {', '.join(map(str, others))}, not of cell {cell}"
     if frame["replication"].tolist() != list(range(replications)):
         return "does not hold replications 0.." + str(replications - 1)
     for column in METRICS:
