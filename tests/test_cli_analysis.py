@@ -43,6 +43,15 @@ def test_analyze_table(capsys):
     assert "predicted ms" in out and "95% CI" in out and "\nequal " in out
 
 
+@pytest.mark.slow  # over ~0.15 s here: out of make test-fast
+def test_analyze_says_the_async_rate_is_the_long_run_one(capsys):
+    # 10 updates with a 0.4 s delay: the run is 3.8% slower than the rate, and reads "inside: no"
+    sets = ["workload.epochs=1", "workload.dataset_size=2560", "workers.1.delay.value=0.4"]
+    assert main(["analyze", "paper", "--policy", "equal,async", *(a for s in sets for a in ("--set", s))]) == 0
+    said = [line for line in capsys.readouterr().out.splitlines() if "long-run rate" in line]
+    assert len(said) == 1 and said[0].startswith("async: its closed form is the long-run rate of updates")
+
+
 def test_analyze_bad_policy(capsys):
     assert main(["analyze", "paper", "--policy", "nope"]) == 2
     _one_line_error(capsys, "--policy", "nope")

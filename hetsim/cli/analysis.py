@@ -165,6 +165,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             print(f"{row.policy}: simulated mean and CI over {row.runs} runs, one per seed, because {why}")
         if row.no_closed_form:
             print(f"{row.policy}: no closed form because {row.no_closed_form}")
+        if row.predicted_step_s is not None and not policies[row.policy].synchronous:
+            print(
+                f"{row.policy}: its closed form is the long-run rate of updates, without the run's start (each "
+                "worker's first cycle): a run of few updates differs from it, and 'inside' tests the long-run rate"
+            )
     return 0
 
 
