@@ -186,15 +186,17 @@ def _same(value: Any) -> Any:
 
 def check_scheduler(address: str, timeout_s: float) -> None:
     """What answers at ``address`` is a Dask scheduler (it names itself one when asked who it is),
-    asked and answered within ``timeout_s`` or twice that: a web server there (the dashboard's
+    reached, asked and answered within ``timeout_s`` in all: a web server there (the dashboard's
     port) held ``Client`` for minutes, and a server of another protocol made it read a frame
     of exabytes."""
     import asyncio
     import socket
+    import time
 
     from distributed.comm import connect
     from distributed.comm.addressing import parse_address, parse_host_port
 
+    deadline = time.monotonic() + timeout_s
     try:  # something listens there (Dask's own connect would also wait for its handshake)
         scheme, location = parse_address(address)
         if scheme in ("tcp", "tls"):
@@ -205,8 +207,11 @@ def check_scheduler(address: str, timeout_s: float) -> None:
 
     from distributed.security import Security
 
+    def left() -> float:
+        return max(deadline - time.monotonic(), 0.01)
+
     async def identity() -> Any:  # with the client's TLS settings (dask's config), as Client connects
-        comm = await connect(address, timeout=timeout_s, **Security().get_connection_args("client"))
+        comm = await connect(address, timeout=left(), **Security().get_connection_args("client"))
         try:
             await comm.write({"op": "identity", "reply": True})
             return await comm.read()
@@ -214,7 +219,7 @@ def check_scheduler(address: str, timeout_s: float) -> None:
             comm.abort()
 
     try:
-        reply = asyncio.run(asyncio.wait_for(identity(), 2 * timeout_s))
+        reply = asyncio.run(asyncio.wait_for(identity(), left()))
     except Exception:  # it listens, but answers in another protocol: no reply in time, or frames its reader refused
         reply = None
     if not (isinstance(reply, dict) and reply.get("type") == "Scheduler"):
