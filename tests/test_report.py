@@ -41,3 +41,17 @@ def test_cell_plots_without_baseline_or_resplitting_policy(traces):
     assert [t.policy for t in cell.split] == ["mine"]  # unregistered: not re-splitting; the first synchronous trace
     assert [t.policy for t in cell.gantt] == ["mine"]
     assert cell_plots({"async": traces["async"]}).gantt == []
+
+
+@pytest.mark.slow  # a whole sweep: over ~0.15 s
+def test_a_sweep_without_equal_says_why_its_table_is_empty(tmp_path, capsys):
+    import tomli_w
+
+    from hetsim.cli.main import main
+    from tests.test_sweep import sweep_dict
+
+    raw = sweep_dict(replications=1) | {"policies": ["dynamic", "optimal"]}
+    (tmp_path / "s.toml").write_text(tomli_w.dumps(raw))
+    assert main(["sweep", str(tmp_path / "s.toml"), "--jobs", "1", "--runs", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("-: no value (no equal run to compare with: add equal to the sweep's policies)")

@@ -102,9 +102,12 @@ def render_report(
         + f"; {len(plots)} plots in {folder.path / 'plots'} ({shown})"
     )
     gaps = bool(summary["speedup_vs_equal"].isna().any())
-    why = "-: no value" + (
-        f" (the policy's runs, or {BASELINE}'s, end before the target)" if metric == "time_to_target" else ""
-    )
+    if BASELINE not in spec.policies:
+        why = f"-: no value (no {BASELINE} run to compare with: add {BASELINE} to the sweep's policies)"
+    else:
+        why = "-: no value" + (
+            f" (the policy's runs, or {BASELINE}'s, end before the target)" if metric == "time_to_target" else ""
+        )
     return (
         head + f"\n\nSpeedup vs {BASELINE} ({SPEEDUP_TEXT[metric]}; "
         "mean ± 95% CI over replications)\n\n"
