@@ -224,20 +224,6 @@ def load_sweep(source: str | Path | Mapping[str, Any], new: bool = True) -> Swee
         raise ConfigError("grid", f"must be a table, got {typename(grid)}")
     axes = tuple(_make_axis(name, value) for name, value in grid.items())
     _separate_paths(axes)
-    plots_raw = Table(top.data.get("plots", {}), "plots", ["x", "lines", "cell"])
-    names = [a.name for a in axes]
-    for key in ("x", "lines"):
-        if plots_raw.has(key) and plots_raw.data[key] not in names:
-            raise ConfigError(
-                f"plots.{key}", f"{plots_raw.data[key]!r} is not a grid axis ({', '.join(names) or 'none'})"
-            )
-    cell = plots_raw.data.get("cell", {})
-    if not isinstance(cell, Mapping) or any(k not in names for k in cell):
-        raise ConfigError("plots.cell", f"must map grid axes ({', '.join(names)}) to values")
-    cell = {k: _label(v) for k, v in cell.items()}  # as the axes' labels are
-    for axis in axes:
-        if axis.name in cell and cell[axis.name] not in axis.labels:
-            raise ConfigError(f"plots.cell.{axis.name}", f"{cell[axis.name]!r} is not one of {list(axis.labels)}")
     spec = SweepSpec(
         name=top.get(Param("name", "string", default="sweep")),
         base=base,
@@ -245,7 +231,7 @@ def load_sweep(source: str | Path | Mapping[str, Any], new: bool = True) -> Swee
         axes=axes,
         replications=top.get(Param("replications", "integer", default=1, low=1, high=MAX_REPLICATIONS)),
         seed=top.get(Param("seed", "integer", default=scenario.seed, low=0, high=MAX_SEED)),
-        plots=PlotSpec(plots_raw.data.get("x"), plots_raw.data.get("lines"), tuple(cell.items())),
+        plots=_plots(top.data.get("plots", {}), axes),
         base_dir=None if scenario_dir is None else str(scenario_dir),
         engine=top.get(Param("engine", "string", default=AUTO)),
     )
@@ -254,6 +240,23 @@ def load_sweep(source: str | Path | Mapping[str, Any], new: bool = True) -> Swee
         _check_size(spec)
     _check_grid(spec)
     return spec
+
+
+def _plots(raw: Any, axes: Sequence[Axis]) -> PlotSpec:
+    """The ``[plots]`` table: its ``x`` and ``lines`` grid axes, and the ``cell`` whose traces are drawn."""
+    plots = Table(raw, "plots", ["x", "lines", "cell"])
+    names = [a.name for a in axes]
+    for key in ("x", "lines"):
+        if plots.has(key) and plots.data[key] not in names:
+            raise ConfigError(f"plots.{key}", f"{plots.data[key]!r} is not a grid axis ({', '.join(names) or 'none'})")
+    cell = plots.data.get("cell", {})
+    if not isinstance(cell, Mapping) or any(k not in names for k in cell):
+        raise ConfigError("plots.cell", f"must map grid axes ({', '.join(names)}) to values")
+    cell = {k: _label(v) for k, v in cell.items()}  # as the axes' labels are
+    for axis in axes:
+        if axis.name in cell and cell[axis.name] not in axis.labels:
+            raise ConfigError(f"plots.cell.{axis.name}", f"{cell[axis.name]!r} is not one of {list(axis.labels)}")
+    return PlotSpec(plots.data.get("x"), plots.data.get("lines"), tuple(cell.items()))
 
 
 def _check_size(spec: SweepSpec) -> None:
