@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from hetsim.cli.main import main
+from hetsim.core.errors import ConfigError
 from tests.refusals import (
     HUGE,
     WORKER_KEYS,
@@ -93,13 +94,17 @@ CASES = [
     case("axis-label-twice", [SWEEP], "grid.n.values.1: 'a' is listed twice (more runs of one setting: replications)",
          sweep_file(grid={"n": {"values": ["a", "a"], "workers.0.count": [1, 2]}})),
     case("two-axes-one-path", [SWEEP],  # every cell ran the later axis's value, labelled with the earlier's
-         "grid.n.workers.0.per_sample_s: also set by grid.workers.0.per_sample_s: the later would overwrite the "
-         "earlier in every cell, labelled with values that never ran; set each path on one axis",
+         "grid.n.workers.0.per_sample_s: also set by grid.workers.0.per_sample_s: it would overwrite that in every "
+         "cell, labelled with values that never ran; set each path on one axis",
          sweep_file(grid={"workers.0.per_sample_s": [1e-3, 2e-3],
                           "n": {"values": ["a", "b"], "workers.0.per_sample_s": [3e-3, 4e-3]}})),
-    case("an-axis-inside-another", [SWEEP],
-         "grid.workers.0.delay: overlaps workers.0.delay.value, set by grid.workers.0.delay.value: the later would "
-         "overwrite the earlier in every cell, labelled with values that never ran; set each path on one axis",
+    case("two-axes-one-path-spelled-two-ways", [SWEEP],
+         "grid.workers.00.per_sample_s: also set by grid.workers.0.per_sample_s: it would overwrite that in every "
+         "cell, labelled with values that never ran; set each path on one axis",
+         sweep_file(grid={"workers.0.per_sample_s": [1e-3, 2e-3], "workers.00.per_sample_s": [3e-3, 4e-3]})),
+    case("a-table-over-an-axis-inside-it", [SWEEP],
+         "grid.workers.0.delay: holds workers.0.delay.value, set by grid.workers.0.delay.value: it would overwrite "
+         "that in every cell, labelled with values that never ran; set each path on one axis",
          sweep_file(grid={"workers.0.delay.value": [0.0, 0.1], "workers.0.delay": [{"dist": "constant", "value": 0}]})),
     case("axis-labels-of-two-kinds", [SWEEP],  # one results column: Parquet refused it after every cell had run
          "grid.n.values.1: is a text where the axis's first value is a number: give one kind of value (a number, "
@@ -286,3 +291,17 @@ def test_resume_refuses_a_results_folder_it_cannot_trust(damage, extra, line, fi
     line = line.replace("{run}", str(run)).replace("{seeds}", str(seeds))
     jobs = [] if "--jobs" in extra else ["--jobs", "1"]
     check_refused(main, ["sweep", "--resume", str(run), *jobs, *extra], line, tmp_path, capsys)
+
+
+def test_a_part_of_a_table_set_earlier_is_a_refinement_and_old_folders_still_load():
+    from hetsim.sweep.spec import load_sweep, point_scenario
+
+    worker = {"per_sample_s": 0.002, "max_batch": 300}
+    grid = {"workers.1": [worker, worker | {"per_sample_s": 0.004}], "workers.1.max_batch": [200, 250]}
+    raw = {"base": "paper", "policies": ["equal"], "grid": grid}
+    spec = load_sweep(raw)  # the table first, then a part of it: both take effect
+    assert [(w.cost.time_s(1), w.max_batch) for w in point_scenario(spec, (1, 0)).workers[1:]] == [(0.004, 200)]
+    overlapping = raw | {"grid": {"workers.1.max_batch": [200, 250], "workers.1": [worker]}}
+    with pytest.raises(ConfigError):
+        load_sweep(overlapping)
+    assert len(load_sweep(overlapping, new=False).axes) == 2  # a results folder begun before the check

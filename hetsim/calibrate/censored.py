@@ -182,9 +182,10 @@ def generalized_inverse(info: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     generalized inverse. Scaled to a unit diagonal first, so that parameters in different units
     compare."""
     n = info.shape[0]
-    d = np.sqrt(np.abs(np.diag(info)))
-    if not np.all(np.isfinite(info)) or np.any(d == 0):
+    if not np.all(np.isfinite(info)):
         return np.full(info.shape, np.nan), np.zeros(n, dtype=bool)
+    d = np.sqrt(np.abs(np.diag(info)))
+    d = np.where(d > 0, d, 1.0)  # a parameter the rows never move: a direction of zero information, its own
     values, vectors = np.linalg.eigh(info / np.outer(d, d))
     null = np.abs(values) <= NULL * float(np.abs(values).max())  # a negative one stays: its variance reads < 0
     known = ~np.any(np.abs(vectors[:, null]) > IN_NULL, axis=1)

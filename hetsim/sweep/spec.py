@@ -168,19 +168,21 @@ def _make_axis(name: str, value: Any) -> Axis:
 
 
 def _separate_paths(axes: Sequence[Axis]) -> None:
-    """No two settings of the grid write one path, or a path and a part of it: the later would
-    overwrite the earlier in every cell, and the results would be labelled with values that never
-    ran."""
-    seen: list[tuple[str, str]] = []  # (the field naming a setting, its path)
+    """No setting of the grid overwrites an earlier one: the same path again (``workers.01`` is
+    ``workers.1``), or a table holding an earlier setting's path. Every cell would have run the
+    later value under the earlier one's label. A part of a table set earlier is a refinement,
+    applied after it: allowed."""
+    seen: list[tuple[str, tuple[str, ...]]] = []  # (the field naming a setting, its path's keys)
     for axis in axes:
         for path, _ in axis.sets:
             field = f"grid.{axis.name}" if path == axis.name else f"grid.{axis.name}.{path}"
+            keys = tuple(str(int(k)) if k.isdigit() else k for k in path.split("."))  # as set_path reads them
             for other_field, other in seen:
-                if path == other or path.startswith(f"{other}.") or other.startswith(f"{path}."):
-                    what = f"also set by {other_field}" if path == other else f"overlaps {other}, set by {other_field}"
-                    raise ConfigError(field, f"{what}: the later would overwrite the earlier in every cell, labelled "
+                if other[: len(keys)] == keys:
+                    what = "also set by" if other == keys else f"holds {'.'.join(other)}, set by"
+                    raise ConfigError(field, f"{what} {other_field}: it would overwrite that in every cell, labelled "
                                              "with values that never ran; set each path on one axis")  # fmt: skip
-            seen.append((field, path))
+            seen.append((field, keys))
 
 
 def _read_source(source: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], Path | None]:
@@ -223,7 +225,8 @@ def load_sweep(source: str | Path | Mapping[str, Any], new: bool = True) -> Swee
     if not isinstance(grid, Mapping):
         raise ConfigError("grid", f"must be a table, got {typename(grid)}")
     axes = tuple(_make_axis(name, value) for name, value in grid.items())
-    _separate_paths(axes)
+    if new:  # a folder begun before this check is still resumed and reported
+        _separate_paths(axes)
     spec = SweepSpec(
         name=top.get(Param("name", "string", default="sweep")),
         base=base,
