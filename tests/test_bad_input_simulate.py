@@ -36,6 +36,8 @@ CASES = [
          {"file": "x"}),
     case("sample-every-without-sample", ["--sample-every", "5"],  # was ignored: the whole trace was kept
          "--sample-every: only with --trace sample (it keeps every K-th step's rows)"),
+    case("refused-with-an-unfitted-worker", ["--set", "workers.0.unfitted='a guess'", "--sample-every", "5"],
+         "--sample-every: only with --trace sample (it keeps every K-th step's rows)"),  # and no warning before it
     case("out-is-a-file", ["--out", "{tmp}/file"], "--out: {tmp}/file exists and is not a folder", {"file": "x"}),
     case("out-empty", ["--out", "", "--force"],  # not the working folder
          "hetsim simulate: argument --out: an empty path: name a file or folder"),

@@ -142,6 +142,8 @@ def test_generalized_inverse_gives_what_the_rows_identify():
     assert known.tolist() == [True, False, False] and inverse[0, 0] == pytest.approx(0.25)
     inverse, known = generalized_inverse(np.diag([4.0, 2.0]))
     assert known.all() and np.allclose(inverse, np.diag([0.25, 0.5]))
+    inverse, known = generalized_inverse(np.diag([4.0, 0.0]))  # a parameter the rows never move: it alone unknown
+    assert known.tolist() == [True, False] and inverse[0, 0] == pytest.approx(0.25)
 
 
 @pytest.mark.slow  # over ~0.15 s here: out of make test-fast

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hetsim.cli.calibrate import cmd_calibrate
-from hetsim.cli.common import add_scenario_options, check_seed, scenario_of, scenario_policies
+from hetsim.cli.common import add_scenario_options, check_seed, say_unfitted, scenario_of, scenario_policies
 from hetsim.core.console import path_argument
 from hetsim.core.files import json_text
 
@@ -148,6 +148,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     policies = scenario_policies(args.policy, scenario, notes)
     check_seed(args.seed)
     check_run_size(scenario)  # before any analysis: its simulations keep their traces
+    say_unfitted(scenario)
     print(*notes, sep="\n", file=sys.stderr, end="\n" if notes else "")  # once the input has passed
     rows = [compare(scenario, policy, args.seed) for policy in policies.values()]
     if args.json:

@@ -93,21 +93,22 @@ def check_new_folder(out: Path, force: bool, option: str = "--out") -> None:
 
 def scenario_of(args: argparse.Namespace) -> Scenario:
     """The scenario a command names (``args.scenario``, with ``args.efficiency``'s table and
-    ``args.set`` applied), each worker whose cost is a guess said on stderr; a sweep file given
-    there is refused first, in one line (:func:`refuse_sweep_file`)."""
+    ``args.set`` applied); a sweep file given there is refused first, in one line
+    (:func:`refuse_sweep_file`). The command says its unfitted workers (:func:`say_unfitted`)
+    once its checks have passed."""
     from hetsim.scenario.config import load_scenario, read_efficiency
 
     refuse_sweep_file(args.scenario)
     given = getattr(args, "efficiency", None)  # `costs` has no use for it
     efficiency = read_efficiency(given) if given is not None else None
-    return said_unfitted(load_scenario(args.scenario, args.set, efficiency))
+    return load_scenario(args.scenario, args.set, efficiency)
 
 
-def said_unfitted(scenario: Scenario) -> Scenario:
-    """``scenario``, each worker whose cost is a guess, not a fit, said on stderr first."""
+def say_unfitted(scenario: Scenario) -> None:
+    """Each worker of ``scenario`` whose cost is a guess, not a fit, said on stderr: once the
+    command's input has passed (refused input prints nothing but its one line)."""
     for line in scenario.unfitted():
         print(f"hetsim: warning: {line}", file=sys.stderr)
-    return scenario
 
 
 def refuse_sweep_file(source: str | None) -> None:

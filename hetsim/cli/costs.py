@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from hetsim.cli.common import scenario_of
+from hetsim.cli.common import say_unfitted, scenario_of
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import json_text
 from hetsim.core.params import MAX_COUNT, Param
@@ -73,6 +73,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
 
     scenario = scenario_of(args)
     batches = parse_batches(args.batch)
+    say_unfitted(scenario)
     rows = [
         {"worker": i, "name": w.name, "batch": b, "compute_s": w.expected_compute_s(b),
          "extrapolated": _outside(w.cost.measured(), b),

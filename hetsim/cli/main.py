@@ -34,6 +34,7 @@ from hetsim.cli.common import (
     check_sizes,
     engine_option,
     sample_every,
+    say_unfitted,
     scenario_of,
     scenario_policies,
 )
@@ -144,7 +145,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     import tomli_w
 
-    print(tomli_w.dumps(scenario_of(args).to_dict()), end="")
+    scenario = scenario_of(args)
+    say_unfitted(scenario)
+    print(tomli_w.dumps(scenario.to_dict()), end="")
     return 0
 
 
@@ -169,6 +172,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_new_folder(args.out, args.force)
         check_out_folder(args.out)
+    say_unfitted(scenario)
     print(*notes, sep="\n", file=sys.stderr, end="\n" if notes else "")
     if args.trace != "full":  # summarised as the runs go, keeping no trace or each k-th step's rows
         runs = [simulate_sampled(scenario, p, every, seed=args.seed, engine=engine) for p in policies.values()]

@@ -14,7 +14,14 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from hetsim.cli.common import add_scenario_options, check_out_file, check_seed, scenario_of, scenario_policies
+from hetsim.cli.common import (
+    add_scenario_options,
+    check_out_file,
+    check_seed,
+    say_unfitted,
+    scenario_of,
+    scenario_policies,
+)
 from hetsim.core.console import path_argument
 from hetsim.core.errors import ConfigError
 from hetsim.core.files import check_new_file, json_text, write_json
@@ -133,6 +140,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_out_file(args.out, {".json": "json"}, "--out")
         check_new_file(args.out, "--out")
+    say_unfitted(scenario)
     skipped: tuple[tuple[str, str], ...] = ()
     if given is None:
         given, skipped = scenario.runnable_policies()

@@ -14,7 +14,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetsim.cli.common import check_sample_every_alone, check_sizes, engine_option, said_unfitted, sample_every
+from hetsim.cli.common import check_sample_every_alone, check_sizes, engine_option, sample_every, say_unfitted
 from hetsim.core.console import path_argument, sigterm_as_interrupt, stop_status
 from hetsim.core.errors import ConfigError
 from hetsim.core.options import (
@@ -145,8 +145,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     folder, spec, trace = _resumed_or_new(args)
     cells = expand(spec)
     check_metric(args.metric, spec, cells)
-    plotted = said_unfitted(point_scenario(spec, plotted_point(spec)))
+    plotted = point_scenario(spec, plotted_point(spec))
     check_sizes(plotted, map(policy_class, spec.policies), trace.kept)  # the plotted cell's traces
+    say_unfitted(plotted)
     if args.connect_timeout_s is not None and args.scheduler is None:
         raise ConfigError("--connect-timeout-s", "only with --scheduler (how long to try reaching it)")
     timeout_s = DEFAULT_CONNECT_TIMEOUT_S if args.connect_timeout_s is None else args.connect_timeout_s
