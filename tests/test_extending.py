@@ -19,7 +19,7 @@ import tomli_w
 
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
-from hetsim.core.params import Param
+from hetsim.core.params import Param, file_path
 from hetsim.core.registry import COSTS, DISTRIBUTIONS, ENGINES, NETWORKS, PLUGINS_ENV, POLICIES
 from hetsim.engines import Engine, SimPyEngine, VectorEngine
 from hetsim.model.costs import CostModel
@@ -331,3 +331,43 @@ def test_engines_are_plugins_too():
     assert {"simpy", "vector"} <= set(ENGINES)
     with pytest.raises(ConfigError, match="speed: unknown parameter"):
         ENGINES["vector"](speed=2)
+
+
+class Recorded(Distribution):
+    """A plug-in that reads a file: a constant whose value is the file's one number."""
+
+    name: ClassVar[str] = "recorded"
+    params = (Param("file", "path"),)
+    file: str
+
+    def validate(self) -> None:
+        object.__setattr__(self, "_value", float(file_path(self.file).read_text()))
+
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        return np.full(np.shape(u), self._value)
+
+    def mean(self) -> float:
+        return self._value
+
+    def var(self) -> float:
+        return 0.0
+
+
+def test_a_plugins_file_is_written_where_it_was_read(tmp_path, monkeypatch):
+    # a record of the scenario (plan.json, summary.json) lies in another folder: it named the
+    # file as written, relative to the scenario's folder, and did not load there
+    DISTRIBUTIONS.register(Recorded)
+    try:
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "sub" / "delay.txt").write_text("0.25")
+        raw = {**TWO_WORKERS, "workers": [{"per_sample_s": 0.001, "delay": {"dist": "recorded", "file": "delay.txt"}},
+                                          {"per_sample_s": 0.003}]}  # fmt: skip
+        scenario = load_scenario(write(tmp_path / "sub" / "s.toml", raw))
+        assert scenario.to_dict()["workers"][0]["delay"] == {
+            "dist": "recorded",
+            "file": str(tmp_path / "sub" / "delay.txt"),
+        }
+        monkeypatch.chdir(tmp_path)
+        assert load_scenario(scenario.to_dict()) == scenario and scenario.workers[0].delay.mean() == 0.25
+    finally:
+        DISTRIBUTIONS.unregister(Recorded.name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -74,6 +75,11 @@ class FileName(str):
         p = Path(str(self))
         return p if self.folder is None or p.is_absolute() else self.folder / p
 
+    @cached_property
+    def resolved(self) -> Path:
+        """The file read, absolute (resolved once: plug-ins compare and hash by it)."""
+        return self.path.resolve()
+
 
 def _number_text(value: float | None) -> str:
     """A number in a message: an integer in full (one too long to print, by its size), a float
@@ -100,11 +106,16 @@ def file_path(name: str) -> Path:
     return name.path if isinstance(name, FileName) else Path(name)
 
 
+def resolved_path(name: str) -> Path:
+    """The file a ``path`` parameter reads, absolute: one name in two folders is two files."""
+    return name.resolved if isinstance(name, FileName) else Path(name).resolve()
+
+
 def written_path(name: str) -> str:
     """A ``path`` parameter as ``to_dict`` writes it: the file read, absolute. The name as given
     is relative to the scenario file's folder, and a record of the scenario (plan.json,
     summary.json) lies elsewhere."""
-    return str(file_path(name).resolve())
+    return str(resolved_path(name))
 
 
 def join(path: str, key: str | int) -> str:
@@ -306,8 +317,16 @@ class PlugIn:
         """The parameters by their names in files."""
         return {p.name: getattr(self, p.attribute) for p in self.params}
 
+    def file_values(self) -> dict[str, Any]:
+        """:meth:`param_values` as ``to_dict`` writes them: a ``path`` parameter as the file read,
+        absolute (:func:`written_path`)."""
+        return {
+            p.name: written_path(v) if _is_file(p, v) else v for p, v in zip(self.params, self.param_values().values())
+        }
+
     def _key(self) -> tuple[Any, ...]:
-        return (type(self), *self.param_values().values())
+        values = self.param_values().values()
+        return (type(self), *(resolved_path(v) if _is_file(p, v) else v for p, v in zip(self.params, values)))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PlugIn) and self._key() == other._key()
@@ -325,3 +344,7 @@ class FrozenPlugIn(PlugIn):
 
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable: cannot set {key!r}")
+
+
+def _is_file(param: Param, value: Any) -> bool:
+    return param.kind == "path" and isinstance(value, str)

@@ -72,7 +72,7 @@ class CostModel(FrozenPlugIn):
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.name, **self.param_values()}
+        return {"model": self.name, **self.file_values()}
 
 
 @COSTS.register
@@ -196,10 +196,6 @@ class Table(_PiecewiseLinear):
         if (np.diff(times) < 0).any():
             raise ConfigError(field, f"times must not decrease as the batch grows, got {times.tolist()}")
         self._set_points(batches, times)
-
-    def _key(self) -> tuple[Any, ...]:
-        where = None if self.file is None else file_path(self.file).resolve()  # one name, two folders: two files
-        return (type(self), self.points_, where)
 
     def to_dict(self) -> dict[str, Any]:
         if self.file is not None:

@@ -66,7 +66,7 @@ class Distribution(FrozenPlugIn):
         return False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dist": self.name, **self.param_values()}
+        return {"dist": self.name, **self.file_values()}
 
 
 @DISTRIBUTIONS.register
@@ -268,10 +268,6 @@ class Empirical(Distribution):
         else:
             raise ConfigError("", "empirical needs exactly one of 'samples' or 'file'")
         object.__setattr__(self, "_sorted", np.sort(np.asarray(values, dtype=float)))
-
-    def _key(self) -> tuple[Any, ...]:
-        where = None if self.file is None else file_path(self.file).resolve()  # one name, two folders: two files
-        return (*super()._key(), where)
 
     def ppf(self, u: np.ndarray) -> np.ndarray:
         """Resampling: each value with probability 1/len (u < 1, so the index stays in range)."""

@@ -176,7 +176,7 @@ class NetworkModel(FrozenPlugIn):
 
     def to_dict(self) -> dict[str, Any]:
         """The ``[network]`` table (optional parameters left unset are left out)."""
-        return {"kind": self.name, **{k: v for k, v in self.param_values().items() if v is not None}}
+        return {"kind": self.name, **{k: v for k, v in self.file_values().items() if v is not None}}
 
 
 def _bytes_per_s(bandwidth_gbps: float) -> float:
