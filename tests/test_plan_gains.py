@@ -181,3 +181,12 @@ def test_a_split_outside_a_measured_curve_is_said():
         "extrapolation, and so are its figures",
     )
     assert result.to_dict()["recommended"]["cost_extrapolation"] == list(result.cost_extrapolation)
+
+
+def test_a_range_where_no_closed_form_has_a_value_plans_at_the_candidate_nearest_the_scenarios_batch():
+    from hetsim.policies import Backup
+
+    scenario = load_scenario("paper", ["workload.global_batch=200", "workload.epochs=1"])
+    result = plan(scenario, batch_range=(64, 320), policies=(Backup(),))  # backup's rows are simulated
+    assert [b for b, _, _ in result.batch_search] == [64, 96, 128, 192, 256, 320]
+    assert result.global_batch == 192  # a candidate tried, not the scenario's 200

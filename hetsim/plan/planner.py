@@ -291,8 +291,9 @@ def search_batch(scenario: Scenario, policies: Sequence[Policy], objective: str,
         best = _best(rows, objective)
         found.append((batch, None if best is None else best.policy, None if best is None else best.value(objective)))
     scored = [(b, v) for b, _, v in found if v is not None]
-    if not scored:  # no closed form has a value: the rows are simulated at the range's batch nearest the scenario's
-        return min(max(scenario.workload.global_batch, batch_range[0]), batch_range[1]), tuple(found)
+    if not scored:  # no closed form has a value: the rows are simulated at the candidate nearest the scenario's batch
+        own = scenario.workload.global_batch
+        return min((b for b, _, _ in found), key=lambda b: (abs(b - own), b)), tuple(found)
     chosen = scored[0]
     for b, v in scored[1:]:
         if better(v, chosen[1], objective):
