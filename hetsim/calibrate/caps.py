@@ -37,7 +37,7 @@ def equal_caps(frame: pd.DataFrame, warnings: list[str]) -> dict[int, int]:
         if cap < 1 or bool((split[worker] > cap).any()):  # it took more in another step: not a cap
             continue
         caps[int(worker)] = cap
-        share = float(held[worker].mean())
+        share = float(held[worker].sum() / split[worker].notna().sum())  # of the steps it has a row in
         warnings.append(
             f"worker {int(worker)}: equal gave it at most {cap} samples where another took up to "
             f"{int(most[held[worker]].max())} ({share:.0%} of steps): kept as its max_batch, the cap that split shows"

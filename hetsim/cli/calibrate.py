@@ -196,9 +196,12 @@ def _as_run(scenario: dict[str, Any], trace: Path) -> tuple[dict[str, Any], list
     from hetsim.traces.sources import run_scenario
 
     found = run_scenario(trace)
-    if found is None or found[0].n_workers != len(scenario["workers"]):
+    if found is None:
         return scenario, []
     run, where = found
+    if run.n_workers != len(scenario["workers"]):
+        return scenario, [f"trace: {where} records {run.n_workers} workers where the trace has "
+                          f"{len(scenario['workers'])}: the workers are numbered and no caps are kept"]  # fmt: skip
     workers = [
         {**entry, "name": w.name, **({"max_batch": w.max_batch} if w.max_batch is not None else {})}
         for entry, w in zip(scenario["workers"], run.workers)
