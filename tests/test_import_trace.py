@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hetsim.cli.main import main
+from hetsim.traces.kineto import UNTIMED
 from hetsim.traces.torch_profiler import import_traces
 from tests.kineto_builder import COMM_US, STEP_US, job, rank_events, trace, write
 
@@ -221,3 +222,21 @@ def test_a_one_rank_cuda_job_reads_its_backward_and_collectives_from_every_threa
     assert list(frame["local_batch"]) == [64, 64, 64]
     assert np.allclose(frame["compute_s"], (10_000.0 - 70.0) * 1e-6) and np.allclose(frame["comm_s"], 70e-6)
     assert np.allclose(frame["wait_s"], 0.0)
+
+
+def test_a_step_holding_untimed_work_is_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # validation's trainer warms a new batch size inside the step, outside its clock: imported,
+    # that pass counted as compute (21.7 ms where the run's step was 15.5)
+    steps, batches = [[3000.0, 7000.0], [6000.0, 2000.0], [4000.0, 5000.0]], [64, 64]
+    paths = []
+    for r in range(2):
+        events = rank_events(r, steps, batches)
+        events.append({"ph": "X", "cat": "user_annotation", "name": UNTIMED, "pid": 7, "tid": 1,
+                       "ts": 1_000_000.0 + STEP_US + 50, "dur": 40, "args": {}})  # in step 2  # fmt: skip
+        paths.append(write(tmp_path / f"equal-rank{r}.json.gz", trace(r, 2, events)))
+    imported = import_traces(paths)
+    assert imported.untimed == (2,) and sorted(set(imported.trace.step)) == [1, 3]
+    whole = import_traces(job(tmp_path / "whole", steps, batches)).trace.to_frame()
+    assert imported.trace.to_frame().reset_index(drop=True).equals(whole[whole["step"] != 2].reset_index(drop=True))
+    assert main(["import-trace", "--format", "torch-profiler", *map(str, paths), "-o", str(tmp_path / "t.csv")]) == 0
+    assert "note: steps 2 left out: they hold a hetsim.untimed range" in capsys.readouterr().err

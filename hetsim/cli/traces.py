@@ -210,6 +210,10 @@ def cmd_import_trace(args: argparse.Namespace) -> int:
           f"{imported.collectives} collectives per rank) to {args.out}")  # fmt: skip
     print(offsets_line(imported.offsets_s, imported.same_clock))
     print(f"local batches from {imported.batch_from}")
+    if imported.untimed:
+        print(f"note: steps {', '.join(map(str, imported.untimed))} left out: they hold a hetsim.untimed range (work "
+              "the loop kept out of its steps' time, such as validation's warm-up of a new batch size)",
+              file=sys.stderr)  # fmt: skip
     return 0
 
 

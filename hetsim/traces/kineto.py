@@ -52,6 +52,7 @@ FORWARD_OPS = ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::linear", "
                "aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::matmul", "aten::addmm")  # fmt: skip
 ZERO_GRAD_PREFIX = "Optimizer.zero_grad"  # torch.optim's annotation of optimizer.zero_grad()
 BACKWARD_PREFIX = "autograd::engine::evaluate_function"  # each backward node, as the autograd engine runs it
+UNTIMED = "hetsim.untimed"  # a range (torch.profiler.record_function) of work a loop keeps out of its steps' time
 US = 1e-6  # Kineto's microseconds, in seconds
 
 
@@ -93,6 +94,7 @@ class RankTrace:
     zeroed_s: dict[int, float]  # step -> when the last zero_grad before its forward ended (steps that have one)
     device_busy: list[Span]  # CUDA: the non-collective kernels (empty on CPU)
     base_ns: int | None = None  # baseTimeNanoseconds: ranks on one host with the same base share one clock
+    untimed: frozenset[int] = frozenset()  # steps holding an UNTIMED range (validation's warm-up of a new size)
 
 
 def load_json(path: Path) -> Any:
@@ -144,6 +146,7 @@ def read_rank(path: Path) -> RankTrace:
         batch=batch, forward_s=forward, backward_s=_backward(every_op, steps),
         zeroed_s=_zeroed(events, main, forward), device_busy=_device_busy(events),
         base_ns=data["baseTimeNanoseconds"] if isinstance(data.get("baseTimeNanoseconds"), int) else None,
+        untimed=_untimed(events, steps),
     )  # fmt: skip
 
 
@@ -169,6 +172,12 @@ def _steps(events: list[dict[str, Any]], path: Path) -> tuple[dict[int, Span], A
             raise ConfigError(str(path), f"ProfilerStep#{number} appears twice")
         steps[number] = _span(event)
     return dict(sorted(steps.items())), threads.pop()
+
+
+def _untimed(events: list[dict[str, Any]], steps: dict[int, Span]) -> frozenset[int]:
+    """The steps that hold an :data:`UNTIMED` range."""
+    ranges = [_span(e) for e in events if e.get("name") == UNTIMED]
+    return frozenset(n for n, s in steps.items() if any(s.start_s <= r.start_s < s.end_s for r in ranges))
 
 
 def _leaves(ops: list[dict[str, Any]], main: Any) -> list[Span]:

@@ -50,7 +50,7 @@ import numpy as np
 from hetsim.core.errors import ConfigError
 from hetsim.model.trace import Trace
 from hetsim.traces.blocking import blocked_spans, compute_time
-from hetsim.traces.kineto import RankTrace, Span, read_rank
+from hetsim.traces.kineto import UNTIMED, RankTrace, Span, read_rank
 
 CAUSALITY_TOL_S = 2e-3  # an all-reduce may seem to end this much before its last issue (clock jitter)
 MAX_ACAUSAL = 0.1  # the share of all-reduces allowed to break causality by more than that
@@ -66,6 +66,7 @@ class Imported:
     collectives: int
     batch_from: str  # "input shapes", "--batch" or both
     same_clock: bool = False  # the ranks shared one clock (one host, one base): no offsets estimated
+    untimed: tuple[int, ...] = ()  # steps left out: they held work the loop kept out of its time
 
 
 def import_traces(
@@ -78,7 +79,11 @@ def import_traces(
     if stray:
         raise ConfigError("--batch", f"rank {stray[0]} is not one of the job's {len(ranks)} ranks (0-{len(ranks) - 1})")
     offsets, same_clock = align(ranks)
-    steps = list(ranks[0].steps)
+    untimed = sorted(set().union(*(r.untimed for r in ranks)))
+    steps = [n for n in ranks[0].steps if n not in untimed]
+    if not steps:
+        raise ConfigError(str(ranks[0].path), f"every step holds a {UNTIMED} range (work its loop keeps out of its "
+                                              "time): no step to import")  # fmt: skip
     first_start = ranks[0].steps[steps[0]].start_s - offsets[0]
     columns: dict[str, list[float]] = {c: [] for c in ("step", "worker", "local_batch", "start_s", "compute_s",
                                                         "wait_s", "comm_s")}  # fmt: skip
@@ -98,7 +103,7 @@ def import_traces(
     if not any(columns["local_batch"]):
         raise ConfigError("--batch", "every rank's batch is 0 in every step: the trace would hold no samples")
     return Imported(_trace(columns, policy or ranks[0].segment or name or "profiled", len(ranks)), tuple(offsets),
-                    len(ranks[0].collectives), " and ".join(sorted(sources)), same_clock)  # fmt: skip
+                    len(ranks[0].collectives), " and ".join(sorted(sources)), same_clock, tuple(untimed))  # fmt: skip
 
 
 def _trace(columns: dict[str, list[float]], policy: str, n_workers: int) -> Trace:
