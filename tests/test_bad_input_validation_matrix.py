@@ -51,3 +51,10 @@ def test_matrix_refuses_bad_input_before_any_run_starts(argv, line, files, tmp_p
     write_files(tmp_path, files)
     monkeypatch.chdir(tmp_path)  # the default results folder, runs/matrix-<time>, would be made here
     check_refused(main, argv, line, tmp_path, capsys, prog="validation")
+
+
+def test_a_run_folder_holding_export_traces_default_output_is_still_the_matrixs(tmp_path):
+    from validation.matrix import check_matrix_folder
+
+    write_files(tmp_path, {"m/runs/digits-injected/meta.json": "{}", "m/runs/digits-injected/trace.json": "{}"})
+    check_matrix_folder(tmp_path / "m")  # `hetsim export-trace RUN` writes RUN/trace.json, as the Perfetto guide shows
