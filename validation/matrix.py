@@ -235,8 +235,8 @@ def is_complete(folder: Path) -> bool:
 
 
 MATRIX_FILES = ("runs", "results.json", "predictions.csv", "load.csv", "matrix.png")
-RUN_FILES = ("meta.json", "trace.parquet", "trace.csv", "epochs.csv", "evals.csv", "summary.json", "profiler",
-             "trace.json")  # the last: `hetsim export-trace RUN`'s default output, which the Perfetto guide shows
+EXPORTED = "trace.json"  # `hetsim export-trace RUN`'s default output, in the run folder (the Perfetto guide's)
+RUN_FILES = ("meta.json", "trace.parquet", "trace.csv", "epochs.csv", "evals.csv", "summary.json", "profiler", EXPORTED)
 
 
 def check_matrix_folder(out: Path) -> None:
