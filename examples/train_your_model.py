@@ -60,15 +60,17 @@ def train(args: argparse.Namespace, device: torch.device, plan: uneven.PlanChoic
         right = int((out.argmax(1) == test_y).sum())  # counted exactly: 342 of 360 is 0.95, not float32's 0.9499999
         return float(nn.functional.cross_entropy(out, test_y)), right / len(test_y)
 
-    # every rank at several batches: the calibration; the split's broadcasts on the stepper's device (NCCL: the GPU)
-    probe = uneven.Controller(uneven.PROBE, None, batch, writer, comm_device=stepper.comm_device)
-    uneven.probe_rounds(probe, stepper, loss_of, seed=args.seed, epoch=0, n_samples=len(Y), rounds=args.probe_repeats)
-    ctrl = uneven.Controller(name, policy, batch, writer, comm_device=stepper.comm_device,
-                             hints=lambda: uneven.probe_hints(writer))  # fmt: skip
-    for epoch in range(args.epochs):
-        results = uneven.train_epoch(ctrl, stepper, loss_of, seed=args.seed, epoch=epoch, n_samples=len(Y))
-        writer.add_epoch(uneven.epoch_row(ctrl, epoch, results, evaluate))
-        writer.flush()
+    with uneven.marked_end(writer):  # stopped (Ctrl-C, torchrun's SIGTERM) or failed: meta.json says so
+        # every rank at several batches: the calibration; the split's broadcasts on the stepper's device (NCCL: GPU)
+        probe = uneven.Controller(uneven.PROBE, None, batch, writer, comm_device=stepper.comm_device)
+        uneven.probe_rounds(probe, stepper, loss_of, seed=args.seed, epoch=0, n_samples=len(Y),
+                            rounds=args.probe_repeats)  # fmt: skip
+        ctrl = uneven.Controller(name, policy, batch, writer, comm_device=stepper.comm_device,
+                                 hints=lambda: uneven.probe_hints(writer))  # fmt: skip
+        for epoch in range(args.epochs):
+            results = uneven.train_epoch(ctrl, stepper, loss_of, seed=args.seed, epoch=epoch, n_samples=len(Y))
+            writer.add_epoch(uneven.epoch_row(ctrl, epoch, results, evaluate))
+            writer.flush()
     for entry in writer.finish([name])["policies"]:  # rank 0's summary (empty elsewhere); flushed: os._exit below
         print(f"{name}: {entry['steps']} steps, mean {1e3 * entry['mean_step_s']:.2f} ms, final split "
               f"{'/'.join(map(str, entry['final_batches']))}, {uneven.held_out(entry)}",

@@ -55,3 +55,23 @@ def test_uneven_step_refuses_a_batchnorm_model_by_name_before_any_collective():
     model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
     with pytest.raises(ValueError, match=r"^model: 1 is a BatchNorm1d, whose batch statistics make a rank's gradient"):
         uneven.UnevenStep(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.device("cpu"))
+
+
+@pytest.mark.parametrize(
+    ("stop", "status", "failure"),
+    [
+        (KeyboardInterrupt(), "interrupted", "stopped by SIGINT"),
+        (ValueError("nan loss"), "failed", "ValueError: nan loss"),
+    ],
+)
+def test_a_scripts_run_that_stops_says_how_in_its_meta(stop, status, failure, tmp_path):
+    # under torchrun no launcher of ours marks the end: it stayed "running" for good
+    import json
+
+    from validation.record import RunWriter
+
+    writer = RunWriter(tmp_path / "run", {"policies": ["equal"]})  # rank 0's, as open_run makes it
+    with pytest.raises(type(stop)), uneven.marked_end(writer):
+        raise stop
+    meta = json.loads((tmp_path / "run" / "meta.json").read_text())
+    assert (meta["status"], meta["failure"]) == (status, failure)

@@ -218,8 +218,12 @@ class RunWriter:
             self.out.mkdir(parents=True, exist_ok=True)
         self.write_meta("running")
 
-    def write_meta(self, status: str) -> None:
+    def write_meta(self, status: str, failure: str | None = None) -> None:
+        """meta.json with ``status`` (running, complete, interrupted, failed) and, for the last
+        two, ``failure``: why."""
         self.meta["status"] = status
+        if failure is not None:
+            self.meta["failure"] = failure
         if self.out is not None:
             write_json(self.out / "meta.json", self.meta)
 
@@ -311,7 +315,7 @@ class NullWriter:
     """The writer of every rank but 0: RunWriter's methods, doing nothing. Its trace is empty, so
     anything read back from it (the probe's fit, the summary) is empty on those ranks."""
 
-    def write_meta(self, status: str) -> None:
+    def write_meta(self, status: str, failure: str | None = None) -> None:
         """Nothing to write."""
 
     def add_steps(self, rows: Sequence[dict[str, Any]]) -> None:

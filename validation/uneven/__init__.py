@@ -44,6 +44,7 @@ from validation.uneven.profiling import StepProfiler
 from validation.uneven.run import (
     check_run_folder,
     epoch_row,
+    marked_end,
     open_run,
     probe_hints,
     probe_rounds,
@@ -76,6 +77,7 @@ __all__ = [
     "keep_freed_memory",
     "load_plan",
     "loopback_environment",
+    "marked_end",
     "open_run",
     "planned_policy",
     "probe_hints",

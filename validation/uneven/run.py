@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch.distributed as dist
 
+from hetsim.core.console import sigterm_as_interrupt, stop_signal
 from hetsim.core.files import check_empty_folder
 from hetsim.policies import StepInfo, WorkerHint
 from validation.probe import fit_probe, probe_round
@@ -35,6 +36,23 @@ from validation.uneven.step import LossOf, UnevenStep
 
 PROBE_FRACTIONS = (0.0625, 0.125, 0.25, 0.5, 0.75)  # validation run's default --probe-fractions
 Window = Callable[[int], tuple[np.ndarray, int]]  # block step k -> (the epoch's permutation, step in epoch)
+
+
+@contextmanager
+def marked_end(writer: Writer) -> Iterator[None]:
+    """A script's training, its run folder's meta.json left saying how it ended where it did not
+    complete: ``interrupted`` (Ctrl-C; torchrun's SIGTERM to its workers when it is stopped, read
+    as Ctrl-C) or ``failed``, with ``failure``: why. ``validation run`` marks its own runs so from
+    outside; a script under torchrun has no one else to."""
+    with sigterm_as_interrupt():
+        try:
+            yield
+        except KeyboardInterrupt as stopped:
+            writer.write_meta("interrupted", f"stopped by {stop_signal(stopped).name}")
+            raise
+        except Exception as exc:
+            writer.write_meta("failed", f"{type(exc).__name__}: {exc}")
+            raise
 
 
 def open_run(out: str | Path | None, meta: dict[str, Any], option: str = "out") -> Writer:
