@@ -353,15 +353,6 @@ def test_an_asynchronous_trace_gives_the_scenario_that_reproduces_it():
     assert again.to_frame()["start_s"].max() == pytest.approx(trace.to_frame()["start_s"].max(), rel=0.03)
 
 
-def test_one_worker_says_its_exchange_time_is_not_modelled():
-    frame = pd.DataFrame({"step": range(6), "worker": 0, "local_batch": [8, 16] * 3,
-                          "compute_s": [0.011, 0.019, 0.010, 0.021, 0.012, 0.020], "comm_s": 0.0004})  # fmt: skip
-    cal = calibrate(frame)
-    assert cal.network.time_s == 0.0
-    assert ("network: one worker, so no exchange is modelled; its comm_s (mean 0.400 ms a step) is left out of the "
-            "scenario") in cal.warnings  # fmt: skip
-
-
 def test_an_up_column_of_text_is_read_strictly():
     """``up`` as text (a CSV): false rows are a failed worker's, and a value that is neither is
     refused in one line (before, any non-empty text was up)."""

@@ -17,6 +17,7 @@ from hetsim.calibrate.curves import HingeCurve
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
 from hetsim.model.costs import Affine, Hinge
+from hetsim.model.network import ConstantNetwork
 from hetsim.policies import Optimal
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import load_scenario
@@ -262,3 +263,13 @@ def test_the_coverage_benchmark_pools_each_parameter_over_its_rounds():
     assert found["within_20pct"] == 0.0 and set(found["outside"]) == {"w0.x"}
     # the root mean square of errors that differ between seeds, not their mean: 1 and 7 -> 5
     assert module.rms(np.array([1.0, 7.0])) == pytest.approx(5.0)
+
+
+def test_one_workers_time_outside_compute_is_kept_a_step():
+    # a one-rank run's comm_s is its update and the rest outside compute: left out, compare
+    # predicted such runs 19% short
+    frame = pd.DataFrame({"step": range(6), "worker": 0, "local_batch": [8, 16] * 3,
+                          "compute_s": [0.011, 0.019, 0.010, 0.021, 0.012, 0.020], "comm_s": 0.0004})  # fmt: skip
+    cal = calibrate(frame)
+    assert isinstance(cal.network, ConstantNetwork) and cal.network.time_s == pytest.approx(0.0004)
+    assert load_scenario(cal.scenario).allreduce_s() == pytest.approx(0.0004)

@@ -33,8 +33,8 @@ def fit_network(comm_s: np.ndarray, n_workers: np.ndarray, gradient_mb: np.ndarr
     n = np.asarray(n_workers, dtype=float)
     mb = np.asarray(gradient_mb, dtype=float)
     multi = n > 1
-    if not multi.any():
-        return ConstantNetwork(time_s=0.0), []
+    if not multi.any():  # one worker: no exchange, the rest of its step (the update) a constant time
+        return ConstantNetwork(time_s=float(comm.mean()) if comm.size else 0.0), []
     comm, n, mb = comm[multi], n[multi], mb[multi]
     if np.unique(np.stack([n, mb]), axis=1).shape[1] == 1:
         return ConstantNetwork(time_s=float(comm.mean())), []
@@ -298,11 +298,6 @@ def _network(frame: pd.DataFrame, updates: bool, warnings: list[str]) -> Network
     per_step = frame.groupby("step")
     if updates:  # each update's own exchange: a constant network's time is one exchange
         return ConstantNetwork(time_s=float(frame["comm_s"].mean()))
-    if frame["worker"].nunique() == 1 and float(frame["comm_s"].mean()) > 0:
-        warnings.append(
-            f"network: one worker, so no exchange is modelled; its comm_s (mean {frame['comm_s'].mean() * 1e3:.3f} ms "
-            "a step) is left out of the scenario"
-        )
     gradient = per_step["gradient_mb"].first().to_numpy() if "gradient_mb" in frame.columns else None
     network, notes = fit_network(
         per_step["comm_s"].first().to_numpy(),
