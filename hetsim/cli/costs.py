@@ -76,7 +76,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
     say_unfitted(scenario)
     rows = [
         {"worker": i, "name": w.name, "batch": b, "compute_s": w.expected_compute_s(b),
-         "extrapolated": _outside(w.cost.measured(), b),
+         "extrapolated": w.cost.extrapolated(b),
          "beyond_max_batch": w.max_batch is not None and b > w.max_batch}
         for i, w in enumerate(scenario.workers)
         for b in batches
@@ -95,13 +95,6 @@ def cmd_costs(args: argparse.Namespace) -> int:
     if capped:
         print(f"* beyond the worker's max_batch, which no policy gives it: {', '.join(capped)}")
     return 0
-
-
-def _outside(measured: tuple[float, float] | None, batch: int) -> str | None:
-    """``below`` or ``beyond`` the batches a measured curve rests on, None inside them (or a formula)."""
-    if measured is None:
-        return None
-    return "below" if batch < measured[0] else "beyond" if batch > measured[1] else None
 
 
 def _cell(row: dict[str, Any]) -> str:

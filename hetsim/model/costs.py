@@ -71,6 +71,14 @@ class CostModel(FrozenPlugIn):
         off measured points (outside them it is extrapolated); None for a formula (the default)."""
         return None
 
+    def extrapolated(self, batch: float) -> str | None:
+        """``below`` or ``beyond`` where ``batch`` lies outside the batches :meth:`measured` names
+        (the curve's time there is its extrapolation); None inside them, or for a formula."""
+        measured = self.measured()
+        if measured is None:
+            return None
+        return "below" if batch < measured[0] else "beyond" if batch > measured[1] else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.name, **self.file_values()}
 

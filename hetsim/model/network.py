@@ -253,11 +253,14 @@ class ParameterServer(_OneLink):
 class ConstantNetwork(NetworkModel):
     """A fixed time per step after the computes, e.g. a measured one: the exchange and whatever
     else the loop does between computes (the optimizer's update). One worker's steps take it too:
-    it has no exchange, but a trace of one rank measures the rest, and leaving it out predicted
-    such runs 19% short."""
+    it has no exchange, but a trace of one rank measures the rest (docs/architecture.md,
+    calibration)."""
 
     name: ClassVar[str] = "constant"
-    params = (Param("time_s", low=0.0, doc="the exchange time of one step"), *BUCKET_PARAMS)
+    params = (
+        Param("time_s", low=0.0, doc="one step's time after the computes (the exchange, the update)"),
+        *BUCKET_PARAMS,
+    )
     time_s: float
     buckets_mb: float | None
     first_bucket_mb: float | None

@@ -22,9 +22,8 @@ def extrapolated_costs(scenario: Scenario, rows: Sequence[PolicyRow]) -> tuple[s
     for row in rows:
         outside = []
         for worker, b in zip(scenario.workers, row.split):
-            measured = worker.cost.measured()
-            if b > 0 and measured is not None and not measured[0] <= b <= measured[1]:
-                side = "below" if b < measured[0] else "beyond"
+            side, measured = worker.cost.extrapolated(b), worker.cost.measured()
+            if b > 0 and side is not None and measured is not None:
                 outside.append(f"{worker.name} {b} samples ({side} its measured {measured[0]:g}-{measured[1]:g})")
         if outside:
             more = f" and {len(outside) - NAMED} more" if len(outside) > NAMED else ""

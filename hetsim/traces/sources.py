@@ -118,8 +118,7 @@ def _simulate_folder(path: Path) -> Source:
     if not (path / "trace.parquet").is_file():
         raise ConfigError(str(path), "holds no trace.parquet (simulated with --trace none?)")
     record = _read_json(path / "summary.json")
-    config = record.get("scenario", {}).get("config") if isinstance(record.get("scenario"), dict) else None
-    scenario, notes = _rebuilt(config, path / "summary.json")
+    scenario, notes = _rebuilt(_config(record), path / "summary.json")
     seed = record.get("seed")
     label = f"simulated: {scenario.name if scenario else 'scenario'}, seed {seed}"
     return Source(_traces(_read(path / "trace.parquet"), path / "trace.parquet", label, scenario), "simulate --out",
@@ -135,12 +134,16 @@ def run_scenario(trace: Path) -> tuple[Scenario, Path] | None:
     if trace.name not in ("trace.parquet", "trace.csv") or not record.is_file():
         return None
     try:
-        data = _read_json(record)
+        scenario, _ = _rebuilt(_config(_read_json(record)), record)
     except ConfigError:
         return None
-    config = data.get("scenario", {}).get("config") if isinstance(data.get("scenario"), dict) else None
-    scenario, _ = _rebuilt(config, record)
     return None if scenario is None else (scenario, record)
+
+
+def _config(record: Mapping[str, Any]) -> Any:
+    """The scenario config a simulate folder's summary.json records (None where it has none)."""
+    scenario = record.get("scenario")
+    return scenario.get("config") if isinstance(scenario, dict) else None
 
 
 def _rebuilt(config: Any, where: Path) -> tuple[Scenario | None, list[str]]:
