@@ -305,3 +305,15 @@ def test_a_part_of_a_table_set_earlier_is_a_refinement_and_old_folders_still_loa
     with pytest.raises(ConfigError):
         load_sweep(overlapping)
     assert len(load_sweep(overlapping, new=False).axes) == 2  # a results folder begun before the check
+
+
+@pytest.mark.slow  # runs the sweep: out of make test-fast
+def test_a_cell_with_an_unfitted_worker_is_said_whichever_cell_is_plotted(tmp_path, capsys):
+    """A grid can bring in a calibrated worker kept unfitted in a cell that is not the plotted
+    one (only the plotted cell was looked at): each such line is said once, before the run."""
+    guess = {"per_sample_s": 0.001, "unfitted": "a guess"}
+    grid = {"workers.0": [{"per_sample_s": 0.001, "count": 2}, guess | {"count": 2}, guess | {"count": 3}]}
+    (tmp_path / "sweep.toml").write_text(toml(small_sweep(grid=grid)), encoding="utf-8")
+    assert main(["sweep", str(tmp_path / "sweep.toml"), "--runs", str(tmp_path / "runs"), "--jobs", "1"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert said == ["hetsim: warning: workers.0 (w0): a guess"]

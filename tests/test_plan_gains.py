@@ -4,6 +4,7 @@ batch, and the cluster without the left-out workers (issue 24's plan; reviews' f
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 
 import pytest
@@ -48,6 +49,7 @@ def test_a_throughput_gain_is_over_equal_at_the_recommended_policys_own_batch():
         result.recommended.throughput_sps.value / equal_368.throughput_sps, rel=1e-12
     )
     assert 1.3 < result.gain_over_equal < 1.4
+    assert result.equal is not None and sum(result.equal.split) == 368  # the row its notes check too
 
 
 def test_a_plan_that_leaves_workers_out_predicts_the_cluster_without_them():
@@ -181,6 +183,9 @@ def test_a_split_outside_a_measured_curve_is_said():
         "extrapolation, and so are its figures",
     )
     assert result.to_dict()["recommended"]["cost_extrapolation"] == list(result.cost_extrapolation)
+    # the equal row checked is the one the gain is over (goodput's is at its own batch), not the plan's
+    inside = dataclasses.replace(result.rows[0], split=result.recommended.split)
+    assert dataclasses.replace(result, equal=inside).cost_extrapolation == ()
 
 
 def test_a_range_where_no_closed_form_has_a_value_plans_at_the_candidate_nearest_the_scenarios_batch():

@@ -124,7 +124,7 @@ def calibrate(trace: Trace | pd.DataFrame, name: str = "calibrated", *, policy: 
     global_batch, steps_per_epoch, epochs, gradient_mb = workload
     scenario = {
         "name": name,
-        "description": f"calibrated from a trace of {len(workers)} workers ({len(frame)} rows){_unfitted(idle)}",
+        "description": f"calibrated from a trace of {len(workers)} workers ({len(frame)} rows)",
         "seed": 0,
         "workload": {
             "global_batch": global_batch,
@@ -150,15 +150,6 @@ def calibrate(trace: Trace | pd.DataFrame, name: str = "calibrated", *, policy: 
         asked,
         tuple(idle),
     )
-
-
-def _unfitted(idle: list[IdleWorker]) -> str:
-    """The description's word on workers kept unfitted, which every later use of the file inherits."""
-    if not idle:
-        return ""
-    which = ", ".join(str(i.worker) for i in idle)
-    return (f"; worker(s) {which} not fitted (too few computes) but kept at a flat cost of what the trace shows: "
-            "a policy that gives them samples is predicted optimistically")  # fmt: skip
 
 
 def _policy_rows(frame: pd.DataFrame, policy: str | None) -> tuple[pd.DataFrame, str | None, list[str]]:

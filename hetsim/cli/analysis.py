@@ -148,7 +148,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     policies = scenario_policies(args.policy, scenario, notes)
     check_seed(args.seed)
     check_run_size(scenario)  # before any analysis: its simulations keep their traces
-    say_unfitted(scenario)
+    say_unfitted(scenario.unfitted())
     print(*notes, sep="\n", file=sys.stderr, end="\n" if notes else "")  # once the input has passed
     rows = [compare(scenario, policy, args.seed) for policy in policies.values()]
     if args.json:

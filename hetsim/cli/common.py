@@ -104,10 +104,10 @@ def scenario_of(args: argparse.Namespace) -> Scenario:
     return load_scenario(args.scenario, args.set, efficiency)
 
 
-def say_unfitted(scenario: Scenario) -> None:
-    """Each worker of ``scenario`` whose cost is a guess, not a fit, said on stderr: once the
-    command's input has passed (refused input prints nothing but its one line)."""
-    for line in scenario.unfitted():
+def say_unfitted(lines: Iterable[str]) -> None:
+    """Each worker whose cost is a guess, not a fit (:meth:`Scenario.unfitted`'s ``lines``), said
+    on stderr: once the command's input has passed (refused input prints nothing but its one line)."""
+    for line in lines:
         print(f"hetsim: warning: {line}", file=sys.stderr)
 
 

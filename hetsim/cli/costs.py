@@ -73,7 +73,7 @@ def cmd_costs(args: argparse.Namespace) -> int:
 
     scenario = scenario_of(args)
     batches = parse_batches(args.batch)
-    say_unfitted(scenario)
+    say_unfitted(scenario.unfitted())
     rows = [
         {"worker": i, "name": w.name, "batch": b, "compute_s": w.expected_compute_s(b),
          "extrapolated": w.cost.extrapolated(b),

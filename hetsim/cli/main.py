@@ -146,7 +146,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     import tomli_w
 
     scenario = scenario_of(args)
-    say_unfitted(scenario)
+    say_unfitted(scenario.unfitted())
     print(tomli_w.dumps(scenario.to_dict()), end="")
     return 0
 
@@ -172,7 +172,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_new_folder(args.out, args.force)
         check_out_folder(args.out)
-    say_unfitted(scenario)
+    say_unfitted(scenario.unfitted())
     print(*notes, sep="\n", file=sys.stderr, end="\n" if notes else "")
     if args.trace != "full":  # summarised as the runs go, keeping no trace or each k-th step's rows
         runs = [simulate_sampled(scenario, p, every, seed=args.seed, engine=engine) for p in policies.values()]

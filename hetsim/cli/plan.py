@@ -140,7 +140,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_out_file(args.out, {".json": "json"}, "--out")
         check_new_file(args.out, "--out")
-    say_unfitted(scenario)
+    say_unfitted(scenario.unfitted())
     skipped: tuple[tuple[str, str], ...] = ()
     if given is None:
         given, skipped = scenario.runnable_policies()

@@ -147,7 +147,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_metric(args.metric, spec, cells)
     plotted = point_scenario(spec, plotted_point(spec))
     check_sizes(plotted, map(policy_class, spec.policies), trace.kept)  # the plotted cell's traces
-    say_unfitted(plotted)
+    say_unfitted(spec.unfitted)
     if args.connect_timeout_s is not None and args.scheduler is None:
         raise ConfigError("--connect-timeout-s", "only with --scheduler (how long to try reaching it)")
     timeout_s = DEFAULT_CONNECT_TIMEOUT_S if args.connect_timeout_s is None else args.connect_timeout_s

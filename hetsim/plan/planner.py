@@ -67,6 +67,7 @@ class Plan:
     batch_range: tuple[int, int] | None = None
     cost_error: float = 0.0  # the relative error of the told costs the rows are averaged over (0: none)
     without: PolicyRow | None = None  # the recommended policy without the workers it leaves out (hetsim.plan.without)
+    equal: PolicyRow | None = None  # the equal row the gain is over (at the recommended batch for a throughput)
     date: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
 
     @property
@@ -94,9 +95,11 @@ class Plan:
 
     @property
     def cost_extrapolation(self) -> tuple[str, ...]:
-        """Where the recommended split, or equal's it is compared with, gives a worker samples
-        outside the batches its cost curve was measured at (:mod:`hetsim.plan.extrapolated`)."""
-        compared = [r for r in self.rows if r is self.recommended or isinstance(r.source, Equal)]
+        """Where the recommended split, or equal's it is compared with (:attr:`equal`), gives a
+        worker samples outside the batches its cost curve was measured at
+        (:mod:`hetsim.plan.extrapolated`)."""
+        equal = [] if self.equal is None or self.equal is self.recommended else [self.equal]
+        compared = [self.recommended, *equal]
         return extrapolated_costs(self.scenario, compared)
 
     def why_no_fragility(self) -> str | None:
@@ -256,16 +259,21 @@ def _surely_better(simulated: PolicyRow, closed: PolicyRow, objective: str) -> b
     return better(estimate.low if more else estimate.high, value + (margin if more else -margin), objective)
 
 
-def gain_over_equal(rows: Sequence[PolicyRow], best: PolicyRow, objective: str,
-                    equal_at: Callable[[int], PolicyRow | None] | None = None) -> float | None:  # fmt: skip
-    """``best``'s value over ``equal``'s (equal's over best's for a time); None without both. A
-    throughput is compared at ``best``'s own global batch: where it chose another (``goodput``),
-    ``equal_at(batch)`` gives equal's row there (samples a second grow with the batch, whose
-    statistical cost a throughput does not count; a time to the target counts it)."""
+def baseline(rows: Sequence[PolicyRow], best: PolicyRow, objective: str,
+             equal_at: Callable[[int], PolicyRow | None] | None = None) -> PolicyRow | None:  # fmt: skip
+    """The ``equal`` row ``best`` is compared with; None without one. A throughput is compared
+    at ``best``'s own global batch: where it chose another (``goodput``), ``equal_at(batch)``
+    gives equal's row there (samples a second grow with the batch, whose statistical cost a
+    throughput does not count; a time to the target counts it)."""
     equal = next((r for r in rows if r.policy == BASELINE), None)
     own = sum(best.split)
     if equal is not None and objective == "throughput" and equal_at is not None and own != sum(equal.split):
-        equal = equal_at(own)
+        return equal_at(own)
+    return equal
+
+
+def gain_over_equal(best: PolicyRow, equal: PolicyRow | None, objective: str) -> float | None:
+    """``best``'s value over ``equal``'s (equal's over best's for a time); None without both."""
     mine, theirs = best.value(objective), None if equal is None else equal.value(objective)
     if mine is None or theirs is None or mine <= 0 or theirs <= 0:
         return None
@@ -334,6 +342,7 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
     if best is None:
         epochs = scenario.workload.epochs
         raise ConfigError("workload.epochs", f"no policy reaches the target in {epochs} epochs at global batch {batch}")
+    equal = baseline(rows, best, objective, equal_at)
     return Plan(
         scenario=scenario,
         objective=objective,
@@ -341,7 +350,8 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
         global_batch=batch,
         rows=rows,
         recommended=best,
-        gain_over_equal=gain_over_equal(rows, best, objective, equal_at),
+        gain_over_equal=gain_over_equal(best, equal, objective),
+        equal=equal,
         fragility=fragility(at_batch, objective, rows, best) if best.closed_form and cost_error == 0 else (),
         left_out=skipped,
         batch_search=searched,

@@ -7,6 +7,7 @@ before anything runs.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import re
@@ -63,6 +64,7 @@ class SweepSpec:
     plots: PlotSpec = field(default_factory=PlotSpec)
     base_dir: str | None = None  # where the base's relative file paths (empirical data) are read from
     engine: str = "auto"  # simpy | vector | auto: how cells are simulated (the same results either way)
+    unfitted: tuple[str, ...] = field(default=(), compare=False)  # the cells' Scenario.unfitted lines, each once
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved sweep-file form (base inlined), loadable by :func:`load_sweep`."""
@@ -241,8 +243,7 @@ def load_sweep(source: str | Path | Mapping[str, Any], new: bool = True) -> Swee
     engine_named(spec.engine)
     if new:  # a folder begun before the limits is still resumed and reported
         _check_size(spec)
-    _check_grid(spec)
-    return spec
+    return dataclasses.replace(spec, unfitted=_check_grid(spec))
 
 
 def _plots(raw: Any, axes: Sequence[Axis]) -> PlotSpec:
@@ -304,9 +305,11 @@ def point_scenario(spec: SweepSpec, point: Sequence[int]) -> Scenario:
     return build_scenario(raw, None if spec.base_dir is None else Path(spec.base_dir))
 
 
-def _check_grid(spec: SweepSpec) -> None:
+def _check_grid(spec: SweepSpec) -> tuple[str, ...]:
     """Every grid point builds, and every policy fits it (its parameters, the cluster's size), so
-    a bad cell is reported before anything is written or started."""
+    a bad cell is reported before anything is written or started. Returns the cells' unfitted
+    workers' lines (:meth:`Scenario.unfitted`), each once: a grid can bring in a calibrated file's."""
+    unfitted: dict[str, None] = {}
     for point in grid_points(spec.axes):
         try:
             scenario = point_scenario(spec, point)
@@ -315,6 +318,8 @@ def _check_grid(spec: SweepSpec) -> None:
         except ConfigError as exc:
             where = ", ".join(f"{a.name}={a.labels[k]!r}" for a, k in zip(spec.axes, point))
             raise ConfigError(f"grid.{exc.field}" if exc.field else "grid", f"{exc.problem} (at {where})") from None
+        unfitted.update(dict.fromkeys(scenario.unfitted()))
+    return tuple(unfitted)
 
 
 def default_sweep_text() -> str:
