@@ -225,6 +225,8 @@ def _workers(label: str, count: int) -> str:
 def _recommended_lines(result: Plan) -> list[str]:
     rec = result.recommended
     gain = "" if result.gain_over_equal is None else f": {result.gain_over_equal:.2f}x equal's {result.objective}"
+    if gain and result.equal_batch != result.global_batch:
+        gain += " at that batch"
     lines = [
         f"recommended: {rec.policy} ({rec.how}) at global batch {result.recommended_batch}{gain}"
         + (

@@ -83,6 +83,14 @@ class Plan:
         return sum(self.recommended.split) or self.global_batch
 
     @property
+    def equal_batch(self) -> int | None:
+        """The global batch of the equal row the gain is over: the plan's, or the recommended
+        policy's own where it chose another (:func:`baseline`); None without one."""
+        if self.equal is None:
+            return None
+        return self.global_batch if any(self.equal is r for r in self.rows) else self.recommended_batch
+
+    @property
     def extrapolation(self) -> str | None:
         """Why the time to target at the recommended global batch is an extrapolation (outside
         the batches its ``[workload.efficiency]`` was fitted on), or None."""
@@ -176,6 +184,7 @@ class Plan:
                 "time_to_target_s": None if rec.time_to_target_s is None else rec.time_to_target_s.value,
                 "time_to_target_interval_s": self.target_interval,
                 "gain_over_equal": self.gain_over_equal,
+                "equal_global_batch": self.equal_batch,
                 "extrapolation": self.extrapolation,
                 "cost_extrapolation": list(self.cost_extrapolation),
                 "learning_rate": self.learning_rate,
