@@ -178,6 +178,8 @@ def test_workers_are_named_not_numbered(cell_figs):
     assert [t.get_text() for t in bars.get_xticklabels()] == WORKERS
     for ax in cell_figs["gantt.png"][0].axes:
         assert [t.get_text() for t in ax.get_yticklabels()] == WORKERS
+    shown = [ax.get_title().split(":")[0] for ax in cell_figs["gantt.png"][0].axes]  # not every policy
+    assert cell_figs["gantt.png"][0].get_suptitle().startswith(f"The last steps of {', '.join(shown[:-1])} and ")
     (legend,) = cell_figs["split.png"][0].legends
     assert [t.get_text() for t in legend.get_texts()] == WORKERS
 
@@ -310,3 +312,17 @@ def test_a_long_tailed_step_cdf_is_drawn_on_a_log_axis_and_epochs_tick_whole():
     ax = split_over_epochs(simulate(calm, Dynamic(), seed=1), Figure().add_subplot())
     drawn(ax.figure)
     assert all(float(t).is_integer() for t in ax.get_xticks())
+
+
+def test_a_prediction_overlays_dotted_line_for_a_policy_with_no_closed_form_is_in_its_legend():
+    """A group only simulated is joined by a dotted line, which read as an analytic curve: the
+    legend names that style where (and only where) one is drawn."""
+    from hetsim.plots.charts import prediction_overlay
+
+    simulated = pd.DataFrame({"x": [0, 1, 0, 1], "policy": ["optimal"] * 2 + ["adaptive"] * 2, "speedup": [1, 2, 1, 3]})
+    predicted = pd.DataFrame({"x": [0, 1], "policy": ["optimal"] * 2, "speedup": [1.0, 2.0]})
+    for shown, dotted in ((simulated, True), (simulated[simulated["policy"] == "optimal"], False)):
+        ax = prediction_overlay(shown, predicted, x="x", lines="policy", metric="speedup", ax=Figure().add_subplot())
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert ("simulated, no closed form" in labels) == dotted
+        assert [line.get_linestyle() for line in ax.get_lines()].count(":") == int(dotted)

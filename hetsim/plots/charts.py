@@ -216,6 +216,7 @@ def prediction_overlay(
     ax = _axes(ax)
     ci = f"{metric}_ci95"
     labels = list(dict.fromkeys([*simulated[lines], *predicted[lines]]))
+    joined = False  # a group's markers joined by a dotted line (it has no closed form): the legend says so
     for k, label in enumerate(labels):
         color = f"C{k % 10}"
         group = simulated[simulated[lines] == label].sort_values(x)
@@ -229,6 +230,7 @@ def prediction_overlay(
             ax.plot(pred[x], pred[metric], color=color, linewidth=1.4, label=None if len(group) else str(label))
         else:
             ax.plot(group[x], group[metric], color=color, linewidth=0.8, linestyle=":")
+            joined = True
     ax.set_xlabel(x)
     ax.set_ylabel(metric.replace("_", " "))
     handles, _ = ax.get_legend_handles_labels()
@@ -237,6 +239,8 @@ def prediction_overlay(
         Line2D([], [], color="grey", marker="o", linestyle="none", label=simulated_label),
         Line2D([], [], color="grey", label="analytic"),
     ]
+    if joined:
+        handles.append(Line2D([], [], color="grey", linewidth=0.8, linestyle=":", label="simulated, no closed form"))
     ax.legend(handles=handles, fontsize="x-small")
     return ax
 

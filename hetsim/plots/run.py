@@ -240,7 +240,9 @@ def _gantt_figure(cell: CellPlots) -> Figure:
         ax.xaxis.set_tick_params(labelbottom=True)
     column[-1].set_xlabel("time since the first step shown began (s)")
     figure_legend(fig, gantt_handles())
-    figure_title(fig, cell.title("The last steps of each policy: compute, wait and all-reduce"))
+    names = [t.policy for t in shown]
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    figure_title(fig, cell.title(f"The last steps of {listed}: compute, wait and all-reduce"))
     return fig
 
 
