@@ -38,7 +38,7 @@ from hetsim.sweep.spec import default_sweep_text, grid_points, load_sweep, point
 
 def compare(scenario: Scenario, params: dict[str, Any], seeds: range) -> dict[str, Any]:
     """adaptive against optimal on ``scenario``, seed by seed and on average."""
-    ratios, changes, recovery = [], [], []
+    ratios, changes, recovery, share = [], [], [], []
     for seed in seeds:
         a = simulate_summary(scenario, Adaptive(**params), seed=seed, engine=VectorEngine())
         o = simulate_summary(scenario, Optimal(), seed=seed, engine=VectorEngine())
@@ -46,11 +46,14 @@ def compare(scenario: Scenario, params: dict[str, Any], seeds: range) -> dict[st
         changes.append(a.split_changes)
         if a.recovery_steps is not None:
             recovery.append(a.recovery_steps)
+        if a.recovered_share is not None:
+            share.append(a.recovered_share)
     return {
         "throughput_over_optimal": float(np.mean(ratios)),
         "per_seed": ratios,
         "split_changes": float(np.mean(changes)),
-        "recovery_steps": float(np.mean(recovery)) if recovery else None,
+        "recovery_steps": float(np.mean(recovery)) if recovery else None,  # over the onsets recovered from
+        "recovered_share": float(np.mean(share)) if share else None,
     }
 
 

@@ -14,7 +14,8 @@ from hetsim.model.costs import Affine
 from hetsim.plan.rows import Estimate, extrapolated
 from hetsim.policies import Async, Dynamic, Equal, KSync, WorkerHint, make_policy
 from hetsim.policies.base import StepInfo
-from hetsim.run.metrics import Run, recovery_steps, summarize
+from hetsim.run.metrics import summarize
+from hetsim.run.recovery import Recovered, Run, recovery
 from hetsim.run.simulate import simulate
 from hetsim.scenario.config import build_scenario, load_scenario
 from tests.helpers import scenario_dict
@@ -48,9 +49,14 @@ def test_recovery_steps_counts_from_onset_to_the_first_run_within_5_percent():
     ]
     best = min(max(2 * b, 100 - b) for b in range(101))  # ms, by enumeration
     assert best == 67 and 72 > 1.05 * best and 72 <= 1.10 * best
-    assert recovery_steps(runs, 20, hints) == 3.0
-    # not recovered before the run ends at step 20: it counts the 10 steps it lasted
-    assert recovery_steps(runs[:3], 20, hints) == 10.0
+    assert recovery(runs, hints) == Recovered(3.0, 1.0)
+    # not recovered before the run ends, nor before the episode ends: no steps (not the steps it
+    # lasted, which read a static split as recovering in an episode's length), share 0
+    assert recovery(runs[:3], hints) == Recovered(None, 0.0)
+    assert recovery([*runs[:3], run(15, (1.0, 1.0), (36, 64))], hints) == Recovered(None, 0.0)
+    again = [*runs, run(20, (1.0, 1.0), (33, 67)), run(30, (2.0, 1.0), (36, 64))]  # a second onset, open at the end
+    assert recovery(again, hints) == Recovered(3.0, 0.5)
+    assert recovery(runs[:1], hints) == Recovered(None, None)  # no onset
 
 
 def test_split_changes_is_samples_moved_over_the_step_transitions():

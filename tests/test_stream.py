@@ -57,7 +57,7 @@ def test_builtin_scenarios_every_policy_both_engines(scenario):
         for engine in ("simpy", "vector") if cls.synchronous else ("simpy",):
             full = summarize(simulate(s, s.named_policy(name), engine=engine_named(engine)), s)
             assert_same_summary(full, simulate_summary(s, s.named_policy(name), engine=engine_named(engine)))
-            recovered.append(full.recovery_steps)
+            recovered.append(full.recovered_share)
     assert any(r is not None for r in recovered) == (scenario == "shared-cluster")  # its episodes are compared
 
 
@@ -70,6 +70,7 @@ def test_cli_trace_none_prints_the_same_summaries_and_writes_no_trace(tmp_path, 
     assert [s["policy"] for s in streamed] == [s["policy"] for s in full]
     for a, b in zip(full, streamed):
         assert b["mean_step_s"] == a["mean_step_s"] and b["recovery_steps"] == a["recovery_steps"]
+        assert b["recovered_share"] == a["recovered_share"]
         assert b["mean_utilization"] == pytest.approx(a["mean_utilization"], rel=1e-12)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["summary.json"]
 
@@ -131,4 +132,5 @@ def test_a_policy_resplitting_every_step_under_episodes_keeps_only_its_onsets():
     batches = trace.per_step("local_batch")
     assert (batches[1:] != batches[:-1]).any(axis=1).sum() > 20  # a run (a Recovery.add) at each of many re-splits
     assert recorder.recovery is not None and 1 <= len(recorder.recovery.recovered) <= 10  # all it keeps: per onset
-    assert recorder.totals().recovery_steps == summarize(trace, s).recovery_steps
+    full = summarize(trace, s)
+    assert recorder.totals().recovered == (full.recovery_steps, full.recovered_share)

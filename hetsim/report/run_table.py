@@ -34,8 +34,8 @@ def format_table(summaries: Sequence[Summary], has_target: bool = False) -> str:
                 lambda s: "-" if s.staleness_mean is None else f"{s.staleness_mean:.1f} (p95 {s.staleness_p95:.0f})",
             )
         )
-    if any(s.recovery_steps is not None for s in summaries):
-        columns.append(("recovery", lambda s: "-" if s.recovery_steps is None else f"{s.recovery_steps:.1f} steps"))
+    if any(s.recovered_share is not None for s in summaries):
+        columns.append(("recovery", _recovery))
     columns.extend(learning_columns(summaries, has_target))
     columns.append(("final split", lambda s: "/".join(map(str, s.final_batches))))
     rows = [[fmt(s) for _, fmt in columns] for s in summaries]
@@ -70,3 +70,10 @@ def write_outputs(
         if traces:
             write_trace_table(traces, tmp / "trace.parquet", tmp / "trace.csv")
         write_json(tmp / "summary.json", {**record, "policies": [s.to_dict() for s in summaries]})
+
+
+def _recovery(s: Summary) -> str:
+    """Steps to recover from a slowdown, and the share of onsets recovered from ("never": none)."""
+    if s.recovered_share is None:
+        return "-"
+    return "never" if s.recovery_steps is None else f"{s.recovery_steps:.1f} steps ({s.recovered_share:.0%})"

@@ -12,11 +12,10 @@ Straggler and adaptivity metrics:
   of the model and the application of its gradient (None for barrier policies);
 * ``split_changes``: samples moved between workers per step, on average (``sum_i |Δb_i| / 2``):
   large values under steady conditions mean the policy chases noise;
-* ``recovery_steps``: after each slowdown episode begins, the steps until the split in use is
-  within 5% of the optimal split for the new speeds (and the workers then up), judged on
-  expected (noise-free) times,
-  averaged over onsets; an onset not recovered from before conditions change again counts the
-  steps it lasted (a lower bound). None without onsets or without the scenario.
+* ``recovery_steps`` / ``recovered_share``: after each slowdown episode begins, the steps until
+  the split in use is within 5% of the optimal split for the new speeds, averaged over the
+  onsets recovered from, and the share of onsets recovered from before the speeds changed
+  again (:mod:`hetsim.run.recovery`). None without the scenario (and without onsets).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,10 +31,10 @@ from hetsim.core.errors import ConfigError
 from hetsim.core.params import typename
 from hetsim.core.registry import POLICIES
 from hetsim.model.efficiency import Efficiency, effective_batches, staleness_discount
-from hetsim.model.partition import min_max_split, slowest_expected_s
 from hetsim.model.trace import Trace
 from hetsim.policies import policy_class
 from hetsim.policies.base import WorkerHint
+from hetsim.run.recovery import Recovered, Run, recovery
 
 if TYPE_CHECKING:
     from hetsim.scenario.scenario import Scenario
@@ -67,7 +66,8 @@ class Summary:
     staleness_mean: float | None = None
     staleness_p95: float | None = None
     split_changes: float = 0.0
-    recovery_steps: float | None = None
+    recovery_steps: float | None = None  # mean over the slowdown onsets recovered from (None: none was)
+    recovered_share: float | None = None  # of the slowdown onsets (None: no onset)
     progress: float | None = None  # steps at the workload's base batch (None: no [workload.efficiency])
     statistical_efficiency: float | None = None
     goodput_sps: float | None = None
@@ -109,15 +109,6 @@ def staleness(trace: Trace) -> np.ndarray:
     return np.arange(len(applied)) - np.searchsorted(applied, read, side="right")
 
 
-class Run(NamedTuple):
-    """Consecutive steps with the same slowdown factors, workers up and split, from ``first`` on."""
-
-    first: int
-    factors: np.ndarray
-    up: np.ndarray
-    batches: np.ndarray
-
-
 @dataclass(frozen=True)
 class BarrierTotals:
     """What the Summary of a barrier run is computed from: O(steps + workers) numbers, read from
@@ -135,7 +126,7 @@ class BarrierTotals:
     moved: float  # samples moved between consecutive steps, summed (``sum_i |b_i - b_i'| / 2``)
     applied: np.ndarray  # per step: the weighted combine's effective batch
     plain: np.ndarray  # per step: the plain mean's
-    recovery_steps: float | None  # None: no onset, or the speeds (hints) were not known
+    recovered: Recovered | None  # None: the speeds (hints) were not known
 
 
 def run_changes(*rows: np.ndarray) -> np.ndarray:
@@ -145,7 +136,7 @@ def run_changes(*rows: np.ndarray) -> np.ndarray:
 
 
 def barrier_totals(trace: Trace, hints: Sequence[WorkerHint] | None = None) -> BarrierTotals:
-    """The totals of a barrier run's full trace; ``hints`` (its true speeds) give ``recovery_steps``."""
+    """The totals of a barrier run's full trace; ``hints`` (its true speeds) give its recovery."""
     batches, included = trace.per_step("local_batch"), trace.per_step("included")
     factors, up = trace.per_step("slowdown"), trace.per_step("up")
     firsts = np.r_[0, run_changes(factors, up, batches)]
@@ -163,13 +154,14 @@ def barrier_totals(trace: Trace, hints: Sequence[WorkerHint] | None = None) -> B
         moved=float(np.abs(np.diff(batches, axis=0)).sum() / 2),
         applied=effective_batches(batches, included, True),
         plain=effective_batches(batches, included, False),
-        recovery_steps=None if hints is None else recovery_steps(
-            [Run(int(k), factors[k], up[k], batches[k]) for k in firsts], trace.n_steps, hints),
-    )  # fmt: skip
+        recovered=None
+        if hints is None
+        else recovery([Run(int(k), factors[k], up[k], batches[k]) for k in firsts], hints),
+    )
 
 
 def summarize(trace: Trace, scenario: Scenario | None = None) -> Summary:
-    """The Summary of one run; ``scenario`` (its true costs) enables ``recovery_steps``."""
+    """The Summary of one run; ``scenario`` (its true costs) enables its recovery figures."""
     from hetsim.scenario.scenario import check_scenario  # here: the scenario layer sits above this module's users
 
     if not isinstance(trace, Trace):
@@ -206,9 +198,15 @@ def summary_of(totals: BarrierTotals, scenario: Scenario | None = None) -> Summa
         totals.policy, steps, totals.epochs, totals.samples, totals.compute_s, totals.wait_s, totals.final_batches,
         dropped_samples=totals.dropped,
         split_changes=totals.moved / (n_steps - 1) if n_steps > 1 else 0.0,
-        recovery_steps=None if scenario is None else totals.recovery_steps,
+        **recovered(None if scenario is None else totals.recovered),
         **learning(progress, steps, totals.samples, efficiency),
     )  # fmt: skip
+
+
+def recovered(figures: Recovered | None) -> dict[str, float | None]:
+    """A Summary's recovery fields from a run's :class:`Recovered` (None: not known)."""
+    steps, share = (None, None) if figures is None else figures
+    return {"recovery_steps": steps, "recovered_share": share}
 
 
 def _summary(policy: str, steps: np.ndarray, epochs: int, samples: float, compute_s: np.ndarray, wait_s: float,
@@ -280,64 +278,6 @@ def combines_by_batch(policy: str, recorded: bool | None) -> bool:
     if recorded is not None:
         return recorded
     return policy not in POLICIES or bool(policy_class(policy).weighted_gradients)
-
-
-class Recovery:
-    """``recovery_steps``, run by run (:class:`Run`s in order), in constant memory: an episode's
-    onset (a run whose factors rise above the previous run's) stays open until the split in use
-    is within ``within`` of the optimum for the new speeds and the workers then up, or until
-    those change (which a new onset does), so at most one is open at a time."""
-
-    def __init__(self, hints: Sequence[WorkerHint], within: float = 0.05) -> None:
-        self.hints, self.within = hints, within
-        self.previous: Run | None = None
-        self.open: tuple[Run, list[WorkerHint], float] | None = None  # the onset, its speeds, its best step
-        self.recovered: list[int] = []  # steps to recover, per onset closed
-
-    def add(self, run: Run) -> None:
-        if self.open is not None:
-            onset = self.open[0]
-            if not (np.array_equal(run.factors, onset.factors) and np.array_equal(run.up, onset.up)):
-                self._close(run.first)
-            else:
-                self._close_if_recovered(run)
-        previous, self.previous = self.previous, run
-        if previous is None or not (run.factors > previous.factors).any():
-            return
-        slowed = [replace(h, noise_mean=h.noise_mean * f) for h, f in zip(self.hints, run.factors)]  # its speeds
-        caps = [h.max_batch if u else 0 for h, u in zip(self.hints, run.up)]
-        global_batch = int(run.batches.sum())  # the onset's (a policy that varies_batch changes it)
-        if sum(caps) >= global_batch:
-            self.open = (run, slowed, slowest_expected_s(slowed, min_max_split(slowed, global_batch, caps)))
-            self._close_if_recovered(run)
-
-    def _close_if_recovered(self, run: Run) -> None:
-        assert self.open is not None
-        _, slowed, best = self.open
-        if slowest_expected_s(slowed, run.batches) <= (1 + self.within) * best:
-            self._close(run.first)
-
-    def _close(self, end: int) -> None:
-        assert self.open is not None
-        self.recovered.append(end - self.open[0].first)
-        self.open = None
-
-    def steps(self, n_steps: int) -> float | None:
-        """The mean over onsets (one still open at step ``n_steps`` counts until then); None without."""
-        recovered = self.recovered + ([] if self.open is None else [n_steps - self.open[0].first])
-        return float(np.mean(recovered)) if recovered else None
-
-
-def recovery_steps(
-    runs: Sequence[Run], n_steps: int, hints: Sequence[WorkerHint], within: float = 0.05
-) -> float | None:
-    """After each slowdown onset, the steps until the split in use is within ``within`` of the
-    optimum for the new speeds and the workers then up, while those last (:class:`Recovery`);
-    None without onsets."""
-    recovery = Recovery(hints, within)
-    for run in runs:
-        recovery.add(run)
-    return recovery.steps(n_steps)
 
 
 @dataclass(frozen=True)

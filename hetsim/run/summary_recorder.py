@@ -3,8 +3,8 @@ what :func:`hetsim.run.metrics.summary_of` reads, O(steps + workers) numbers, ho
 
 An engine hands it each block of steps (:meth:`hetsim.engines.base.Engine.record`); it keeps each
 step's time and effective batches, sums the rest per worker, and hands each
-:class:`~hetsim.run.metrics.Run` (where the slowdown factors, the workers up or the split change) to
-a :class:`~hetsim.run.metrics.Recovery`, which keeps at most one episode open, so a policy that
+:class:`~hetsim.run.recovery.Run` (where the slowdown factors, the workers up or the split change) to
+a :class:`~hetsim.run.recovery.Recovery`, which keeps at most one episode open, so a policy that
 re-splits every step under slowdown episodes (``adaptive``) keeps no more than one that never
 does. Its Summary equals the one of the full trace, but for the rounding of the sums added a
 block at a time (per-worker compute, waits, the plain mean's effective batch).
@@ -19,7 +19,8 @@ import numpy as np
 from hetsim.model.efficiency import effective_batches
 from hetsim.model.trace import Recorder
 from hetsim.policies.base import WorkerHint
-from hetsim.run.metrics import BarrierTotals, Recovery, Run, barrier_step_times, run_changes
+from hetsim.run.metrics import BarrierTotals, barrier_step_times, run_changes
+from hetsim.run.recovery import Recovery, Run
 
 
 class SummaryRecorder:
@@ -38,7 +39,7 @@ class SummaryRecorder:
         self.compute_s = np.zeros(n_workers)
         self.wait_s = 0.0
         self.moved = 0.0
-        self.recovery = None if hints is None else Recovery(hints)  # without the speeds: no recovery_steps
+        self.recovery = None if hints is None else Recovery(hints)  # without the speeds: no recovery figures
         self.last: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the last step's factors, up, split
 
     def add_block(self, first: int, epoch: np.ndarray, start_s: np.ndarray, local_batch: np.ndarray,
@@ -89,7 +90,7 @@ class SummaryRecorder:
             moved=self.moved,
             applied=np.concatenate(self.applied),
             plain=np.concatenate(self.plain),
-            recovery_steps=None if self.recovery is None else self.recovery.steps(sum(len(s) for s in self.step_s)),
+            recovered=None if self.recovery is None else self.recovery.figures(),
         )
 
 
