@@ -176,7 +176,9 @@ def _policy_rows(frame: pd.DataFrame, policy: str | None) -> tuple[pd.DataFrame,
 
 def _without_down_rows(frame: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
     """The rows of workers that were up: a failed worker's rows (``up`` false) computed nothing
-    and tell nothing of its cost (their zero times would be fitted as cut at zero)."""
+    and tell nothing of its cost (their zero times would be fitted as cut at zero), or computed
+    after waiting out a repair (``equal``, ``async``), which are left out too, losing a few rows
+    but biasing nothing: when a worker fails does not depend on its compute times."""
     up = _flags(frame, "up")
     if up.all():
         return frame

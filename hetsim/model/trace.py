@@ -226,9 +226,11 @@ class TraceBuilder:
 
 def async_trace(policy: str, n_workers: int, columns: Sequence[Any], updates_per_epoch: int) -> Trace:
     """A barrier-free trace from the columns ``(worker, local_batch, start_s, compute_s, down_s,
-    slowdown, comm_s)`` of its updates, in the order they were applied."""
+    slowdown, comm_s)`` of its updates, in the order they were applied. A worker down at its
+    update's start waits ``down_s`` there (``wait_s``), and ``up`` says so."""
     worker, local_batch, start_s, compute_s, down_s, slowdown, comm_s = columns
     k = len(worker)
+    down = np.asarray(down_s, dtype=float)
     return Trace(
         policy=policy,
         n_workers=n_workers,
@@ -238,10 +240,11 @@ def async_trace(policy: str, n_workers: int, columns: Sequence[Any], updates_per
         local_batch=np.asarray(local_batch, dtype=np.int64),
         start_s=np.asarray(start_s, dtype=float),
         compute_s=np.asarray(compute_s, dtype=float),
-        wait_s=np.asarray(down_s, dtype=float),
+        wait_s=down,
         comm_s=np.asarray(comm_s, dtype=float),
         included=np.ones(k, dtype=np.bool_),
         slowdown=np.asarray(slowdown, dtype=float),
+        up=down == 0,
         synchronous=False,
     )
 
