@@ -22,6 +22,9 @@ from tests.helpers import scenario_dict
 HUGE = 10**20
 DEEP = 100_000  # levels of nesting in a hostile file
 ONE = scenario_dict([{"per_sample_s": 0.001}], global_batch=8)  # the smallest scenario
+BACKUP_ALONE = (
+    "policy.backups: must be smaller than the number of workers (1), got 1 (backup needs two workers or more)"
+)
 WORKER_KEYS = (  # what a [[workers]] table allows, as errors list them
     "name, count, max_batch, node, unfitted, overhead_s, per_sample_s, cost, noise, delay, shared_noise, slowdown, "
     "failure"

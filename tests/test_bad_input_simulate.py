@@ -9,7 +9,7 @@ import pytest
 
 from hetsim.cli.main import main
 from tests.helpers import scenario_dict
-from tests.refusals import HUGE, ONE, WORKER_KEYS, case, check_refused, deep, toml, write_files
+from tests.refusals import BACKUP_ALONE, HUGE, ONE, WORKER_KEYS, case, check_refused, deep, toml, write_files
 
 GOODPUT = ["--policy", "goodput", "--set", "workload.efficiency.noise_scale=100", "--set",
            "workload.efficiency.base_batch=32"]  # fmt: skip
@@ -109,6 +109,11 @@ CASES = [
     case("per-sample-inf", ["--set", "workers.0.per_sample_s=inf"], "workers.0.per_sample_s: must be finite, got inf"),
     case("count-zero", ["--set", "workers.0.count=0"], "workers.0.count: must be >= 1, got 0"),
     case("max-batch-zero", ["--set", "workers.0.max_batch=0"], "workers.0.max_batch: must be >= 1, got 0"),
+    case("slowdown-group-empty", ["--set", "workers.0.slowdown={every_s=5, duration_s=1, factor=2, group=''}"],
+         "workers.0.slowdown.group: must not be empty, got ''"),  # was a group of its own, shared by every ''
+    case("worker-name-blank", ["--set", "workers.0.name=' '"], "workers.0.name: must not be empty, got ' '"),
+    case("own-policy-params-do-not-fit", ["--set", "policy.name=backup", "--set", "policy.backups=4"],  # was left out
+         "policy.backups: must be smaller than the number of workers (4), got 4"),  # with a note, exit 0
     case("unfitted-number", ["--set", "workers.0.unfitted=3"], "workers.0.unfitted: must be a string, got int (3)"),
     case("delay-negative", ["--set", "workers.0.delay={dist='constant', value=-0.1}"],
          "workers.0.delay.value: must be >= 0, got -0.1"),
@@ -152,7 +157,7 @@ CASES = [
     case("backups-too-many", ["--set", "policy={name='backup', backups=5}", "--policy", "backup"],
          "policy.backups: must be smaller than the number of workers (4), got 5"),
     case("backup-one-worker", ["{tmp}/one.toml", "--policy", "equal,backup"],
-         "policy.backups: must be smaller than the number of workers (1), got 1", {"one.toml": toml(ONE)}),
+         BACKUP_ALONE, {"one.toml": toml(ONE)}),
     case("policy-parameter-unnamed", ["paper", "--set", "policy={name='adaptive', forgetting=5}", "--set",
                                       "workload.epochs=1"], "policy.forgetting: must be in (0, 1], got 5"),
     case("policy-parameter-other-policy", ["paper", "--set", "policy={name='adaptive', forgetting=5}", "--policy",

@@ -14,6 +14,7 @@ import pytest
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
 from tests.refusals import (
+    BACKUP_ALONE,
     HUGE,
     WORKER_KEYS,
     case,
@@ -122,7 +123,7 @@ CASES = [
     case("bad-value", [SWEEP], "grid.workers.0.per_sample_s: must be > 0, got -1 (at workers.0.per_sample_s=-1)",
          sweep_file(grid={"workers.0.per_sample_s": [0.001, -1]})),
     case("policy-cannot-run-a-cell", [SWEEP, "--jobs", "2"],
-         "grid.policy.backups: must be smaller than the number of workers (1), got 1 (at workers.0.count=1)",
+         f"grid.{BACKUP_ALONE} (at workers.0.count=1)",
          sweep_file(policies=["equal", "backup"], grid={"workers.0.count": [2, 1]})),
     case("goodput-without-efficiency", [SWEEP],
          "grid.workload.efficiency: missing: policy 'goodput' chooses the global batch by statistical efficiency "

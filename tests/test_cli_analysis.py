@@ -161,3 +161,13 @@ def test_a_one_epoch_ci_is_as_wide_as_the_spread_of_the_run_mean_over_seeds(name
     halves = np.array([(r.ci_high_s - r.ci_low_s) / 2 for r in rows])
     assert 0.6 <= halves.mean() / (1.96 * means.std(ddof=1)) <= 1.8
     assert sum(r.ci_low_s <= means.mean() <= r.ci_high_s for r in rows) >= 52
+
+
+def test_episodes_of_factor_1_change_nothing_and_leave_the_closed_form(capsys):
+    """A slowdown factor of 1 (a sweep's "none") simulates as no episodes; analyze refused a
+    closed form for it ("worker 0 has slowdown episodes")."""
+    argv = ["analyze", "paper", "--policy", "equal,optimal", "--json"]
+    assert main(argv) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--set", "workers.0.slowdown={every_s=5, duration_s=1, factor=1}"]) == 0
+    assert json.loads(capsys.readouterr().out) == plain

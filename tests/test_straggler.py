@@ -374,8 +374,6 @@ def test_a_worker_down_from_the_start_gets_work_once_it_is_back(name):
 def test_an_async_update_whose_worker_was_down_at_its_start_says_so_in_up():
     """An async row's ``up`` is whether its worker was up at the update's start, as a barrier
     trace's (it read true on rows that waited out a repair); both engines."""
-    from hetsim.engines import engine_named
-
     workers = [{"name": f"w{i}", "per_sample_s": 0.001} for i in range(2)]
     workers[1]["failure"] = {"mtbf_s": 2.0, "repair_s": 1.0}
     s = build_scenario(scenario_dict(workers, global_batch=200, steps_per_epoch=100, epochs=2))

@@ -74,7 +74,7 @@ def _check_closed_form(scenario: Scenario, policy: Policy) -> None:
     if not policy.closed_form:
         raise NoClosedForm(policy.name, policy.no_closed_form_reason)
     for i, w in enumerate(scenario.workers):
-        if w.slowdown is not None:
+        if w.slowdown is not None and w.slowdown.slows:
             raise NoClosedForm(
                 policy.name, f"worker {i} has slowdown episodes, which make the step times time-dependent"
             )

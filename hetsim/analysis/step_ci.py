@@ -77,7 +77,7 @@ def replication_reason(scenario: Scenario, policy: Policy | None) -> str | None:
 
 def _reason(scenario: Scenario, cls: type[Policy]) -> str | None:
     """:func:`replication_reason` for a policy of class ``cls`` already checked against ``scenario``."""
-    if any(w.slowdown is not None or w.failure is not None for w in scenario.workers):
+    if any((w.slowdown is not None and w.slowdown.slows) or w.failure is not None for w in scenario.workers):
         return "slowdown episodes or failures: rare, long events, which one run sees a few times"
     if cls.synchronous and (cls.resplits or cls.varies_batch):
         return "its split follows each run's own measurements"

@@ -171,6 +171,8 @@ class Param:
         if self.kind in ("string", "path"):
             if not isinstance(value, str):
                 raise ConfigError(self.name, f"must be a string, got {typename(value)}")
+            if not value.strip() and self.default != "":  # a name, group or file of nothing (a blank default: text)
+                raise ConfigError(self.name, f"must not be empty, got {value!r}")
             return value
         if self.kind == "choice":
             if value not in self.choices:

@@ -95,6 +95,11 @@ class Slowdown(FrozenPlugIn):
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.param_values().items() if v is not None}
 
+    @property
+    def slows(self) -> bool:
+        """Whether an episode changes anything (a factor of 1, a sweep's "none", does not)."""
+        return self.factor > 1
+
 
 class Failure(FrozenPlugIn):
     """Up times are exponential with mean ``mtbf_s``, repairs exponential with mean ``repair_s``."""

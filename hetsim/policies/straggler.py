@@ -33,8 +33,9 @@ class Backup(_FirstK):
 
     def check_cluster(self, n_workers: int) -> None:
         if self.backups >= n_workers:
+            alone = " (backup needs two workers or more)" if n_workers == 1 else ""
             raise ConfigError(
-                "backups", f"must be smaller than the number of workers ({n_workers}), got {self.backups}"
+                "backups", f"must be smaller than the number of workers ({n_workers}), got {self.backups}{alone}"
             )
 
     def wait_for(self) -> int:

@@ -179,7 +179,9 @@ class Scenario:
     def runnable_policies(self) -> tuple[dict[str, Policy], tuple[tuple[str, str], ...]]:
         """Every registered policy that can run this scenario, built (and so checked) once by
         name, and (name, why) for each that cannot: one that needs the statistical efficiency the
-        scenario lacks, or whose parameters do not fit the cluster (what simulate and plan leave out)."""
+        scenario lacks, or whose parameters do not fit the cluster (what simulate and plan leave out).
+        The scenario's own ``[policy]`` with parameters that do not fit is refused (ConfigError):
+        those are the file's, not a default."""
         built: dict[str, Policy] = {}
         left_out = []
         for name, cls in POLICIES.items():
@@ -189,6 +191,8 @@ class Scenario:
             try:
                 built[name] = self.named_policy(name)
             except ConfigError as exc:
+                if name == self.policy.name and self.policy.params:
+                    raise
                 left_out.append((name, str(exc)))
         return built, tuple(left_out)
 
