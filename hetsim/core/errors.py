@@ -16,7 +16,10 @@ class ConfigError(ValueError):
     def __init__(self, field: str, problem: str) -> None:
         self.field = field
         self.problem = problem
-        super().__init__(f"{field}: {problem}" if field else problem)
+        super().__init__(field, problem)  # its args rebuild it (SimPy re-raises a process's error so)
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.problem}" if self.field else self.problem
 
     def __reduce__(self) -> tuple[type[ConfigError], tuple[str, str]]:
         return ConfigError, (self.field, self.problem)  # so an error in a worker process reaches the parent

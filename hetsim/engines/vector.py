@@ -127,6 +127,7 @@ def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: 
             base = np.empty(n)  # compute = base * noise * factor + delay, base = cost(b)
             for model, idx in costs:
                 base[idx] = model.time_s(b[idx])
+            _check_base(base, b, works, workers)
         need = check_wait_for(policy, policy.wait_for())
         first = need if need < working else None  # the first k of the workers with samples, or all
         noise, delay = draws.rows(row, min(policy.steady_steps(info), total - row))
@@ -143,6 +144,18 @@ def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: 
         recorder.add_block(info.step, epoch, steps.start_s, b, steps.compute_s, steps.wait_s, steps.included,
                            steps.slowdown, up, steps.comm_s)  # fmt: skip
         row += taken
+
+
+def _check_base(base: np.ndarray, batches: np.ndarray, works: np.ndarray, workers: tuple[WorkerSpec, ...]) -> None:
+    """Refuse a cost curve's time that is not a finite number >= 0 at a batch of the split (a
+    plug-in's; the scenario's load tried one sample and the global batch only)."""
+    given = base[works]
+    if given.min() >= 0 and np.isfinite(given.max()):
+        return
+    i = int(np.flatnonzero(works & ~((base >= 0) & np.isfinite(base)))[0])
+    time_s, batch = float(base[i]), int(batches[i])
+    raise ConfigError("cost", f"worker {workers[i].name}'s cost gave {time_s!r} s at batch {batch}: a time must be a "
+                      "finite number >= 0")  # fmt: skip
 
 
 class _Steps:
@@ -210,6 +223,8 @@ def _block(
         clock = np.cumsum(clock)  # start_0, barrier_0, start_1, barrier_1, ..., start after the last
     starts = clock[0:-1:2]
     k = int(np.searchsorted(starts, horizon, side="left"))  # steps starting before the horizon (>= 1)
+    if k < 1:  # a clock of nan (inputs are checked where they are made): the loop would not move on
+        raise RuntimeError(f"a step starting at {start!r} s has no end: a time of nan reached the engine")
     starts, barriers, compute = starts[:k, None], clock[1 : 2 * k : 2, None], compute[:k]
     end = starts + compute
     if first is None:

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import special
 
+from hetsim.core.errors import ConfigError
 from hetsim.model.distributions import Distribution
 from hetsim.model.workers import DELAY_PURPOSE, NOISE_PURPOSE, SHARED_PURPOSE, WorkerSpec, index_groups
 
@@ -122,6 +123,7 @@ class StepDraws:
 
     def __init__(self, seed: int, workers: Sequence[WorkerSpec], steps: int | None = None) -> None:
         self.n, self.steps = len(workers), steps  # steps: the run's, when known (a forward reader's buffers reach it)
+        self.names = [w.name for w in workers]
         everyone = np.arange(self.n)
         persistence = np.array([w.persistence for w in workers])
         self.noise = _Purpose(seed, NOISE_PURPOSE, everyone, [w.noise for w in workers], persistence)
@@ -152,7 +154,10 @@ class StepDraws:
         if self.shared is not None:
             noise[:, self.members] *= self.shared.tiles(first_tile, count)[:, self.group_of]
         self.made = first_tile + count
-        return noise, self.delay.tiles(first_tile, count)
+        delay = self.delay.tiles(first_tile, count)
+        _check_drawn(noise, "noise factor", self.names)
+        _check_drawn(delay, "delay", self.names)
+        return noise, delay
 
     def rows(self, first: int, count: int) -> tuple[np.ndarray, np.ndarray]:
         """(noise, delay) of steps ``first``, ``first + 1``, ..., at least one and at most
@@ -191,3 +196,16 @@ class StepDraws:
         noise, delay = self.kept[j]
         row = step % TILE_STEPS
         return float(noise[row, worker]), float(delay[row, worker])
+
+
+def _check_drawn(drawn: np.ndarray, what: str, names: Sequence[str]) -> None:
+    """Refuse draws that are not finite numbers >= 0 (a plug-in distribution's ``ppf``): a time of
+    nan or below zero cannot be ordered, and a clock of nan stood the vector engine still."""
+    low, high = drawn.min(), drawn.max()  # nan in either where any is nan
+    if low >= 0 and np.isfinite(high):
+        return
+    row, column = np.argwhere(~(drawn >= 0) | ~np.isfinite(drawn))[0]
+    raise ConfigError(
+        what, f"worker {names[column]} drew {float(drawn[row, column])!r}: a {what} must be a finite number >= 0 "
+        "(its distribution's ppf)"
+    )  # fmt: skip

@@ -118,9 +118,12 @@ class NetworkModel(FrozenPlugIn):
     def allreduce_among(self, n_workers: int, gradient_mb: float, nodes: Nodes | None) -> float:
         """``allreduce_s``, passing ``nodes`` only when there is a layout (a model without
         ``uses_nodes`` need not take the argument)."""
-        if nodes is None:
-            return float(self.allreduce_s(n_workers, gradient_mb))
-        return float(self.allreduce_s(n_workers, gradient_mb, nodes))
+        time_s = float(self.allreduce_s(n_workers, gradient_mb) if nodes is None else
+                       self.allreduce_s(n_workers, gradient_mb, nodes))  # fmt: skip
+        if not 0 <= time_s < math.inf:  # a plug-in's: nan stood the vector engine's clock still
+            raise ConfigError("network", f"{self.name}'s allreduce_s gave {time_s!r} s: a time must be a finite "
+                              "number >= 0")  # fmt: skip
+        return time_s
 
     def update_link_s(self, gradient_mb: float) -> float | None:
         """How long one async update (push and pull of ``gradient_mb``) occupies a link that every

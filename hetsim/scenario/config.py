@@ -316,8 +316,14 @@ def check_run_size(scenario: Scenario, keep_trace: bool = True, every: int = 1) 
 
 
 def _check_step_length(scenario: Scenario) -> None:
-    """Refuse steps of absurd length (a unit mistake), slowed or not."""
+    """Refuse steps of absurd length (a unit mistake), slowed or not, and a cost curve giving a
+    time that is not a finite number >= 0 (a plug-in's) at one sample or the global batch."""
     for i, group in enumerate(scenario.groups):  # the [[workers]] tables, as the file numbers them
+        for b in (1, scenario.workload.global_batch):
+            time_s = float(group.spec.cost.time_s(b))
+            if not 0 <= time_s < float("inf"):
+                raise ConfigError(f"workers.{i}.cost", f"gives {time_s!r} s at batch {b}: a time must be a finite "
+                                  "number >= 0")  # fmt: skip
         step_s = group.spec.expected_compute_s(scenario.workload.global_batch)
         if not step_s < MAX_STEP_S:
             raise ConfigError(
