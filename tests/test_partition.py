@@ -58,6 +58,21 @@ def test_split_by_shares_exact_cases():
     assert split_by_shares([1, 1, 1], 10) == (4, 3, 3)
     assert split_by_shares([1, 1], 256) == (128, 128)
     assert split_by_shares([3, 1], 100, [60, math.inf]) == (60, 40)
+    assert split_by_shares([-1, 1, 1], 300) == (0, 150, 150)  # below zero counts as zero
+    assert split_by_shares([0, 0, 0], 3) == (1, 1, 1)  # all zero: even
+
+
+@pytest.mark.parametrize(("shares", "total", "problem"), [
+    ([math.nan, 1, 1], 300, "share 0 is nan: a share must be finite"),  # was a NumPy warning and int64's minimum
+    ([1, math.inf], 300, "share 1 is inf: a share must be finite"),
+    ([1, 1], -700, "a total of -700: it must be >= 0"),  # was -350/-350
+])  # fmt: skip
+def test_split_by_shares_refuses_a_share_that_is_not_a_number_in_one_line(shares, total, problem):
+    from hetsim.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        split_by_shares(shares, total)
+    assert str(refused.value) == f"policy: split_by_shares: {problem}"
     assert split_by_shares([0.0, 0.0], 5) == (3, 2)
 
 

@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from hetsim.core.errors import ConfigError
+
 Numbers = Sequence[float] | np.ndarray  # per-worker values: a list or a NumPy row
 
 
@@ -32,12 +34,23 @@ def split_by_shares(shares: Numbers, total: int, caps: Numbers | None = None) ->
     """Integers proportional to ``shares``, within ``caps``, summing to ``total``.
 
     Shares of capped workers are redistributed to the others in proportion to their shares;
-    the remaining samples go to the largest fractional parts (ties to the lower index).
+    the remaining samples go to the largest fractional parts (ties to the lower index). A share
+    below zero counts as zero, and shares that are all zero split evenly; a share of nan or
+    infinity, or a ``total`` below zero, is refused (ConfigError on ``policy``: a policy's
+    estimate gone wrong, which would otherwise become a split of garbage).
     """
     n = len(shares)
     caps_arr = np.full(n, np.inf) if caps is None else np.asarray(caps, dtype=float)
+    raw = np.asarray(shares, dtype=float)
+    bad = np.flatnonzero(~np.isfinite(raw))
+    if bad.size:
+        raise ConfigError(
+            "policy", f"split_by_shares: share {bad[0]} is {float(raw[bad[0]])!r}: a share must be finite"
+        )
+    if total < 0:
+        raise ConfigError("policy", f"split_by_shares: a total of {total}: it must be >= 0")
     _check_feasible(total, caps_arr)
-    w = np.maximum(np.asarray(shares, dtype=float), 0.0)
+    w = np.maximum(raw, 0.0)
     if w.sum() <= 0:
         w = np.ones(n)
     x = np.zeros(n)
