@@ -79,3 +79,18 @@ def test_a_plugin_that_breaks_the_class_contract_is_told_where_it_is_made(tmp_pa
         f"hetsim: error: {PLUGINS_ENV}: cannot import '{plugin}': "
         "Bad.params is one Param, not a tuple of them: write params = (Param(...),)"
     ]
+
+
+@pytest.mark.parametrize(("params", "problem"), [
+    ((Param("x"), Param("x")), "'x' is declared twice"),
+    ((Param("x", low="xx"),), "'x' is bounded by 'xx', which no parameter before it is"),  # a typo bounded nothing
+    ((Param("x", low="y"), Param("y")), "'x' is bounded by 'y', which no parameter before it is"),  # nor a later one
+    ((Param("x", default=-1.0, low=0.0),), "'x' has a default outside its own bounds: must be >= 0, got -1"),
+    ((Param("time_s", default=1.0),), "'time_s' would hide the method time_s(): hold it elsewhere with attr="),
+])  # fmt: skip
+def test_a_params_declaration_that_would_pass_unseen_is_refused_as_the_class_is_made(params, problem):
+    from hetsim.model.costs import CostModel
+
+    with pytest.raises(TypeError) as refused:
+        type("Typo", (CostModel,), {"name": "typo", "params": params})
+    assert str(refused.value) == f"Typo.params: {problem}"

@@ -281,6 +281,28 @@ def check_params(params: Sequence[Param], args: Sequence[Any], kwargs: Mapping[s
     return out
 
 
+def _check_declared(cls: type, params: Sequence[Param]) -> None:
+    """The mistakes of a ``params`` declaration that would pass unseen (TypeError, as the class is
+    made): a name twice, a bound naming no parameter declared before it (it bounded nothing), a
+    default outside its own bounds, and a parameter whose attribute hides a method."""
+    seen: set[str] = set()
+    for p in params:
+        where = f"{cls.__name__}.params: {p.name!r}"
+        if p.name in seen:
+            raise TypeError(f"{where} is declared twice")
+        for bound in (p.low, p.high):
+            if isinstance(bound, str) and bound not in seen:
+                raise TypeError(f"{where} is bounded by {bound!r}, which no parameter before it is")
+        if callable(getattr(cls, p.attribute, None)):
+            raise TypeError(f"{where} would hide the method {p.attribute}(): hold it elsewhere with attr=")
+        if p.default is not REQUIRED and p.default is not None and not any(isinstance(b, str) for b in (p.low, p.high)):
+            try:
+                p.check(p.default)
+            except ConfigError as exc:
+                raise TypeError(f"{where} has a default outside its own bounds: {exc.problem}") from None
+        seen.add(p.name)
+
+
 class PlugIn:
     """Base of every plug-in class: ``name`` (what files and the registry call it) and
     ``params`` (what it takes). The constructor checks the arguments against ``params`` and sets
@@ -299,6 +321,7 @@ class PlugIn:
             raise TypeError(f"{cls.__name__}.params is one Param, not a tuple of them: write params = (Param(...),)")
         if not isinstance(params, (tuple, list)) or not all(isinstance(p, Param) for p in params):
             raise TypeError(f"{cls.__name__}.params must be a tuple of Param, got {typename(params)}")
+        _check_declared(cls, params)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         try:
