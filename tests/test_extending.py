@@ -369,5 +369,13 @@ def test_a_plugins_file_is_written_where_it_was_read(tmp_path, monkeypatch):
         }
         monkeypatch.chdir(tmp_path)
         assert load_scenario(scenario.to_dict()) == scenario and scenario.workers[0].delay.mean() == 0.25
+        # the plug-in's own read failing is named at its field, as the built-in empirical's (was a traceback)
+        (tmp_path / "sub" / "bad.txt").write_text("abc")
+        for file, problem in (("nope.txt", f"no such file: {tmp_path / 'sub' / 'nope.txt'}"),
+                              ("bad.txt", "not read: could not convert string to float: 'abc'")):  # fmt: skip
+            raw["workers"][0]["delay"]["file"] = file
+            with pytest.raises(ConfigError) as refused:
+                load_scenario(write(tmp_path / "sub" / "s.toml", raw))
+            assert str(refused.value) == f"workers.0.delay.file: {problem}"
     finally:
         DISTRIBUTIONS.unregister(Recorded.name)

@@ -91,6 +91,12 @@ def make_plugin(
         return cls(**values)
     except ConfigError as exc:
         raise ConfigError(join(path, exc.field), exc.problem) from None
+    except (OSError, ValueError) as exc:  # a plug-in's validate() reading its file: named at that field
+        files = [p.name for p in params if p.kind == "path" and p.name in values]
+        if not files:
+            raise
+        why = f"no such file: {exc.filename}" if isinstance(exc, FileNotFoundError) else f"not read: {exc}"
+        raise ConfigError(join(path, files[0]), why) from None
 
 
 def make_distribution(data: Any, path: str, base_dir: Path | None = None) -> Distribution:
