@@ -46,6 +46,26 @@ def test_a_plugin_file_named_in_hetsim_plugins_and_imported_by_a_program_is_one_
         sys.modules.pop("twice_plugin", None)
 
 
+def test_a_plugin_file_the_program_imported_first_is_not_run_again_from_hetsim_plugins(tmp_path, monkeypatch):
+    """Imported by the program, then named in HETSIM_PLUGINS: run again under another name, its
+    class replaced the program's in the registry while the program's objects stayed of the old
+    (a scenario's to_dict round trip then compared unequal)."""
+    from hetsim.core.registry import load_plugins
+
+    (tmp_path / "first_plugin.py").write_text(PLUGIN_FILE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import first_plugin
+
+        monkeypatch.setenv(PLUGINS_ENV, str(tmp_path / "first_plugin.py"))
+        load_plugins()
+        assert POLICIES["twice-loaded"] is first_plugin.Twice
+        assert isinstance(make_policy("twice-loaded"), first_plugin.Twice)
+    finally:
+        POLICIES.unregister("twice-loaded")
+        sys.modules.pop("first_plugin", None)
+
+
 def test_a_plugin_that_breaks_the_class_contract_is_told_where_it_is_made(tmp_path):
     """A single Param where a tuple belongs fails as the class is made, naming the fix; a class
     that is not the kind's base is refused by the registry (it would fail on its first method);

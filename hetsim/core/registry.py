@@ -152,6 +152,8 @@ def load_plugins() -> None:
         try:
             if item.endswith(".py"):
                 path = Path(item).resolve()
+                if _imported_already(path):  # by the program (import myplug): its classes are the ones in use
+                    continue
                 spec = importlib.util.spec_from_file_location(f"hetsim_plugin_{path.stem}", path)
                 if spec is None or spec.loader is None or not path.is_file():
                     raise ImportError("no such file")
@@ -162,6 +164,16 @@ def load_plugins() -> None:
                 importlib.import_module(item)
         except Exception as exc:  # any error in a plug-in module is reported as bad input
             raise ConfigError(PLUGINS_ENV, f"cannot import {item!r}: {exc}".splitlines()[0]) from None
+
+
+def _imported_already(path: Path) -> bool:
+    """Whether a module of the file ``path`` is imported (run again under another name, its
+    classes would replace the program's in the registry, while its objects stay of the old)."""
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and Path(file).name == path.name and Path(file).resolve() == path:
+            return True
+    return False
 
 
 DISTRIBUTIONS: Registry[type[Distribution]] = Registry(
