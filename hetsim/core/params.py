@@ -12,6 +12,7 @@ scenario's own fields and the validation runner's options.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -96,9 +97,9 @@ def _number_text(value: float | None) -> str:
 def _finite(value: Any) -> bool:
     """A number a float holds, not NaN or infinite (an integer past a float's range is not:
     math.isfinite raises on it, which left a traceback)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return False
-    return abs(value) <= FLOAT_MAX if isinstance(value, int) else math.isfinite(value)
+    return abs(int(value)) <= FLOAT_MAX if isinstance(value, numbers.Integral) else math.isfinite(value)
 
 
 def file_path(name: str) -> Path:
@@ -192,14 +193,16 @@ class Param:
         return self._bounded(self._scalar(value), others or {})
 
     def _scalar(self, value: Any) -> float | int:
+        # numbers.Integral / Real take NumPy's integers and floats too (a program's np.int64)
         if self.kind == "integer":
-            if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise ConfigError(self.name, f"must be an integer, got {typename(value)}")
-            return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise ConfigError(self.name, f"must be a number, got {typename(value)}")
         if not _finite(value):
-            raise ConfigError(self.name, f"must be finite, got {_number_text(value)}")
+            shown = int(value) if isinstance(value, numbers.Integral) else float(value)  # an int past a float's range
+            raise ConfigError(self.name, f"must be finite, got {_number_text(shown)}")
         return float(value)
 
     def _bounded(self, value: float | int, others: Mapping[str, Any]) -> float | int:
