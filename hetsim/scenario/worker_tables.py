@@ -58,12 +58,17 @@ def make_worker_group(data: Any, index: int, base_dir: Path | None) -> WorkerGro
 
 
 def _split_table(data: Any, path: str, keys: Sequence[str]) -> tuple[Any, dict[str, Any]]:
-    """A table's distribution part and its ``keys`` (a distribution object: itself, and none)."""
+    """A table's distribution part and its ``keys`` (a distribution object: itself, and none; a
+    table whose ``dist`` is one, from Python: that object, and the keys beside it)."""
     if isinstance(data, Distribution):
         return data, {}
     if not isinstance(data, Mapping):
         raise ConfigError(path, f"must be a table, got {typename(data)}")
-    return {k: v for k, v in data.items() if k not in keys}, {k: v for k, v in data.items() if k in keys}
+    own = {k: v for k, v in data.items() if k not in keys}
+    extra = {k: v for k, v in data.items() if k in keys}
+    if isinstance(own.get("dist"), Distribution) and len(own) == 1:  # {"dist": LogNormal(0.1), "persistence": 0.5}
+        return own["dist"], extra
+    return own, extra
 
 
 def _make_noise(t: Table, base_dir: Path | None) -> tuple[Distribution, float]:
