@@ -255,3 +255,20 @@ def test_the_commit_is_hetsims_own_and_dirty_for_any_change_to_its_source(tmp_pa
     (tmp_path / "validation" / "run.py").unlink()
     (tmp_path / "hetsim" / "engines.py").write_text("# a new module\n")
     assert _commit_of(tmp_path) == head.strip() + "+dirty"
+
+
+def test_results_made_with_plugins_name_them_and_a_reader_without_them_is_told(tmp_path, monkeypatch):
+    """A scenario naming a plug-in loads only with it: the record names HETSIM_PLUGINS, and a
+    folder read without them says which it was made with (it said only that it did not load)."""
+    from hetsim.traces.sources import _rebuilt
+
+    monkeypatch.delenv("HETSIM_PLUGINS", raising=False)
+    assert "hetsim_plugins" not in provenance.provenance(["x"])
+    monkeypatch.setenv("HETSIM_PLUGINS", "/somewhere/my_delays.py")
+    assert provenance.provenance(["x"])["hetsim_plugins"] == "/somewhere/my_delays.py"
+    monkeypatch.delenv("HETSIM_PLUGINS")  # a reader without them
+    config = load_scenario("paper").to_dict()
+    config["workers"][0]["delay"] = {"dist": "not-here"}
+    record = {"scenario": {"config": config}, "hetsim_plugins": "/somewhere/my_delays.py"}
+    scenario, notes = _rebuilt(record, tmp_path / "summary.json")
+    assert scenario is None and "; it was made with HETSIM_PLUGINS=/somewhere/my_delays.py)" in notes[0]

@@ -24,11 +24,16 @@ from typing import Any
 
 from hetsim import __version__
 
+PLUGINS_ENV = "HETSIM_PLUGINS"  # hetsim.core.registry's, named here so that this module imports nothing of hetsim's
+
 
 def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """What a reader needs to cite or reproduce a result: ``hetsim_version``, ``git_commit``,
     ``python``, ``platform``, ``host``, ``date`` (UTC) and ``command`` (``argv``, by default this
-    process's command line as typed)."""
+    process's command line as typed); and ``hetsim_plugins``, the plug-in files or modules the
+    process was given (``HETSIM_PLUGINS``), where it was given any: the results' scenario may
+    name their plug-ins, and does not load without them."""
+    plugins = os.environ.get(PLUGINS_ENV)
     return {
         "hetsim_version": __version__,
         "git_commit": git_commit(),
@@ -37,6 +42,7 @@ def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "host": socket.gethostname(),
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": shlex.join(command_line() if argv is None else argv),
+        **({"hetsim_plugins": plugins} if plugins else {}),
     }
 
 

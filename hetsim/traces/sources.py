@@ -118,7 +118,7 @@ def _simulate_folder(path: Path) -> Source:
     if not (path / "trace.parquet").is_file():
         raise ConfigError(str(path), "holds no trace.parquet (simulated with --trace none?)")
     record = _read_json(path / "summary.json")
-    scenario, notes = _rebuilt(_config(record), path / "summary.json")
+    scenario, notes = _rebuilt(record, path / "summary.json")
     seed = record.get("seed")
     label = f"simulated: {scenario.name if scenario else 'scenario'}, seed {seed}"
     return Source(_traces(_read(path / "trace.parquet"), path / "trace.parquet", label, scenario), "simulate --out",
@@ -134,7 +134,7 @@ def run_scenario(trace: Path) -> tuple[Scenario, Path] | None:
     if trace.name not in ("trace.parquet", "trace.csv") or not record.is_file():
         return None
     try:
-        scenario, _ = _rebuilt(_config(_read_json(record)), record)
+        scenario, _ = _rebuilt(_read_json(record), record)
     except ConfigError:
         return None
     return None if scenario is None else (scenario, record)
@@ -146,16 +146,20 @@ def _config(record: Mapping[str, Any]) -> Any:
     return scenario.get("config") if isinstance(scenario, dict) else None
 
 
-def _rebuilt(config: Any, where: Path) -> tuple[Scenario | None, list[str]]:
-    """The scenario a folder records, or None and a note saying the workers go unnamed."""
+def _rebuilt(record: Mapping[str, Any], where: Path) -> tuple[Scenario | None, list[str]]:
+    """The scenario a folder's ``record`` holds, or None and a note saying the workers go
+    unnamed (and which plug-ins it was made with, where it records them)."""
     from hetsim.scenario.config import build_scenario
 
+    config = _config(record)
     if not isinstance(config, dict):
         return None, [f"{where} records no scenario: workers are numbered, buckets not drawn"]
     try:
         return build_scenario(config), []
     except ConfigError as exc:
-        return None, [f"the scenario in {where} does not load ({exc}): workers are numbered, buckets not drawn"]
+        plugins = record.get("hetsim_plugins")
+        made = f"; it was made with HETSIM_PLUGINS={plugins}" if plugins else ""
+        return None, [f"the scenario in {where} does not load ({exc}{made}): workers are numbered, buckets not drawn"]
 
 
 def _sweep_folder(path: Path) -> Source:
