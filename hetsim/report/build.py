@@ -106,7 +106,9 @@ def render_report(
         why = f"-: no value (no {BASELINE} run to compare with: add {BASELINE} to the sweep's policies)"
     else:
         why = "-: no value" + (
-            f" (the policy's runs, or {BASELINE}'s, end before the target)" if metric == "time_to_target" else ""
+            f" (one or more of the policy's runs, or of {BASELINE}'s, end before the target)"
+            if metric == "time_to_target"
+            else ""
         )
     return (
         head + f"\n\nSpeedup vs {BASELINE} ({SPEEDUP_TEXT[metric]}; "
