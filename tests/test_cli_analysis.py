@@ -171,3 +171,15 @@ def test_episodes_of_factor_1_change_nothing_and_leave_the_closed_form(capsys):
     plain = json.loads(capsys.readouterr().out)
     assert main([*argv, "--set", "workers.0.slowdown={every_s=5, duration_s=1, factor=1}"]) == 0
     assert json.loads(capsys.readouterr().out) == plain
+
+
+def test_the_table_gives_the_predicted_time_to_a_target_where_the_scenario_has_one(capsys):
+    """Only --json had it: equal reaches 1000 steps at the base batch in 1000 steps of 692.020 ms
+    (692.020 s); backup, which keeps 128 of 256 samples a step, later; async has no closed form of it."""
+    sets = ["workload.efficiency.noise_scale=512", "workload.efficiency.base_batch=256"]
+    argv = ["analyze", "paper", "--policy", "equal,backup,async", *(x for s in sets for x in ("--set", s))]
+    assert main(argv) == 0
+    assert "to target" not in capsys.readouterr().out  # no target_steps
+    assert main([*argv, "--set", "workload.efficiency.target_steps=1000"]) == 0
+    rows = {line.split()[0]: line.split()[-1] for line in capsys.readouterr().out.splitlines()[3:6]}
+    assert rows["equal"] == "692.020" and float(rows["backup"]) > 692.020 and rows["async"] == "-"

@@ -159,7 +159,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         f"{scenario.name}: {scenario.n_workers} workers, global batch {wl.global_batch}, "
         f"{wl.epochs} epochs x {wl.steps_per_epoch} steps, {CI_LEVEL:.0%} CI of the expected mean"
     )
-    print(_table(rows))
+    target = wl.efficiency is not None and wl.efficiency.target_steps is not None
+    print(_table(rows, target))
     for row in rows:
         if row.runs > 1:
             why = replication_reason(scenario, policies[row.policy])
@@ -178,7 +179,8 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1e3:.3f}"
 
 
-def _table(rows: Sequence[Comparison]) -> str:
+def _table(rows: Sequence[Comparison], target: bool) -> str:
+    """The comparison table; with a ``target`` (``target_steps``), the predicted time to it too."""
     from hetsim.core.console import text_table
 
     header = ("policy", "predicted ms", "simulated ms", "95% CI ms", "error", "inside")
@@ -190,10 +192,18 @@ def _table(rows: Sequence[Comparison]) -> str:
             "-" if r.ci_low_s is None or r.ci_high_s is None else f"{r.ci_low_s * 1e3:.3f}-{r.ci_high_s * 1e3:.3f}",
             "-" if r.relative_error is None else f"{r.relative_error:+.2%}",
             "-" if r.inside is None else ("yes" if r.inside else "no"),
+            *([_to_target(r.prediction)] if target else []),
         )
         for r in rows
     ]
-    return text_table(header, body)
+    return text_table((*header, *(["predicted to target s"] if target else [])), body)
+
+
+def _to_target(prediction: Prediction | None) -> str:
+    """The predicted time to the target ("-": no prediction of it; "not reached" in the run)."""
+    if prediction is None or prediction.progress is None:
+        return "-"
+    return "not reached" if prediction.time_to_target_s is None else f"{prediction.time_to_target_s:.3f}"
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
