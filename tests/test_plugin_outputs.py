@@ -83,12 +83,17 @@ def test_a_draw_of_nan_is_refused_naming_the_worker_not_run_forever(engine):
         simulate(s, Async(), engine=engine)
 
 
-def test_a_cost_below_zero_is_refused_where_the_scenario_loads_or_where_a_split_meets_it():
+def test_a_cost_below_zero_is_refused_where_the_scenario_loads():
     with pytest.raises(ConfigError, match=r"^workers\.1\.cost: gives -1\.0 s at batch 1: a time must be"):
         build_scenario(scenario(cost=Negative()))
+
+
+@pytest.mark.parametrize("engine", [VectorEngine(), SimPyEngine()])
+@pytest.mark.parametrize("policy", [Equal(), Async()])
+def test_a_cost_below_zero_is_refused_where_a_split_meets_it(engine, policy):
     s = build_scenario(scenario(cost=Below()))  # fine at 1 and 64: the load's tries
     with pytest.raises(ConfigError, match=r"^cost: worker w1's cost gave -1\.0 s at batch 32: a time must be"):
-        simulate(s, Equal(), engine=VectorEngine())
+        simulate(s, policy, engine=engine)
 
 
 def test_a_network_time_of_nan_is_refused_naming_the_network():
@@ -113,3 +118,33 @@ def test_the_command_line_says_it_in_one_line(tmp_path: Path):
     )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.startswith("hetsim: error: delay: worker ") and done.stderr.count("\n") == 1
+
+
+def test_a_sweep_cell_that_meets_one_says_which_cell():
+    from hetsim.sweep.run import expand, replication_seeds, run_cell
+    from hetsim.sweep.spec import load_sweep
+
+    grid = {"workers.0.per_sample_s": [0.001, 0.002]}  # both cells give w1 32 samples, where Below is -1 s
+    spec = load_sweep({"base": scenario(cost=Below()), "policies": ["equal"], "grid": grid, "seed": 3})
+    with pytest.raises(ConfigError) as refused:
+        run_cell(spec, expand(spec)[1])
+    seed = replication_seeds(spec)[0]
+    assert str(refused.value) == (
+        "cost: worker w1's cost gave -1.0 s at batch 32: a time must be a finite number >= 0 "
+        f"(cell 1: policy equal, workers.0.per_sample_s=0.002, seed {seed})"
+    )
+
+
+def test_an_async_exchange_of_nan_is_refused_naming_the_network():
+    class NanLink(NanNet):  # a sound all-reduce, a shared link of nan
+        name: ClassVar[str] = "nan-link"
+
+        def allreduce_s(self, n_workers: int, gradient_mb: float) -> float:
+            return 0.01
+
+        def update_link_s(self, gradient_mb: float) -> float | None:
+            return float("nan")
+
+    for network, method in ((NanLink(), "update_link_s"), (NanNet(), "allreduce_s")):
+        with pytest.raises(ConfigError, match=rf"^network: nan-\w+'s {method} gave nan s"):
+            network.exchange_s(10.0)

@@ -52,12 +52,13 @@ def test_a_plugin_file_the_program_imported_first_is_not_run_again_from_hetsim_p
     (a scenario's to_dict round trip then compared unequal)."""
     from hetsim.core.registry import load_plugins
 
-    (tmp_path / "first_plugin.py").write_text(PLUGIN_FILE)
+    (tmp_path / "real_plugin.py").write_text(PLUGIN_FILE)
+    (tmp_path / "first_plugin.py").symlink_to(tmp_path / "real_plugin.py")  # a link's name is not the file's
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         import first_plugin
 
-        monkeypatch.setenv(PLUGINS_ENV, str(tmp_path / "first_plugin.py"))
+        monkeypatch.setenv(PLUGINS_ENV, str(tmp_path / "real_plugin.py"))
         load_plugins()
         assert POLICIES["twice-loaded"] is first_plugin.Twice
         assert isinstance(make_policy("twice-loaded"), first_plugin.Twice)

@@ -94,10 +94,15 @@ def _number_text(value: float | None) -> str:
     return f"{value:g}"
 
 
+def _duration(value: Any) -> bool:
+    """A NumPy timedelta64 (``numbers.Integral`` in its own unit, not seconds)."""
+    return getattr(getattr(value, "dtype", None), "kind", None) == "m"
+
+
 def _finite(value: Any) -> bool:
     """A number a float holds, not NaN or infinite (an integer past a float's range is not:
     math.isfinite raises on it, which left a traceback)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or _duration(value):
         return False
     return abs(int(value)) <= FLOAT_MAX if isinstance(value, numbers.Integral) else math.isfinite(value)
 
@@ -139,7 +144,8 @@ class Param:
     low_open=True)``). ``default`` is :data:`REQUIRED` for a
     required parameter; a default of None makes the parameter optional (None stays None).
     ``attr`` is the attribute that holds the value when the file's name is taken by a method
-    (an exponential's ``mean`` is held as ``mean_s``, beside its method ``mean()``)."""
+    (an exponential's ``mean`` is held as ``mean_s``, beside its method ``mean()``). ``blank``
+    False refuses an empty or blank ``string`` (a ``path`` is never empty)."""
 
     name: str
     kind: str = "number"
@@ -151,6 +157,7 @@ class Param:
     choices: tuple[str, ...] = ()
     doc: str = ""
     attr: str = ""
+    blank: bool = True  # a string may be empty or blank (False: a name, or a group's, that must say something)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -172,7 +179,7 @@ class Param:
         if self.kind in ("string", "path"):
             if not isinstance(value, str):
                 raise ConfigError(self.name, f"must be a string, got {typename(value)}")
-            if not value.strip() and self.default != "":  # a name, group or file of nothing (a blank default: text)
+            if not value.strip() and (self.kind == "path" or not self.blank):  # a file, a name or group of nothing
                 raise ConfigError(self.name, f"must not be empty, got {value!r}")
             return value
         if self.kind == "choice":
@@ -193,7 +200,10 @@ class Param:
         return self._bounded(self._scalar(value), others or {})
 
     def _scalar(self, value: Any) -> float | int:
-        # numbers.Integral / Real take NumPy's integers and floats too (a program's np.int64)
+        # numbers.Integral / Real take NumPy's integers and floats too (a program's np.int64), but
+        # not its timedelta64, an Integral in nanoseconds or days
+        if _duration(value):
+            raise ConfigError(self.name, f"must be a plain number, not a NumPy duration, got {typename(value)}")
         if self.kind == "integer":
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise ConfigError(self.name, f"must be an integer, got {typename(value)}")
@@ -287,7 +297,7 @@ def check_params(params: Sequence[Param], args: Sequence[Any], kwargs: Mapping[s
 def _check_declared(cls: type, params: Sequence[Param]) -> None:
     """The mistakes of a ``params`` declaration that would pass unseen (TypeError, as the class is
     made): a name twice, a bound naming no parameter declared before it (it bounded nothing), a
-    default outside its own bounds, and a parameter whose attribute hides a method."""
+    number's default outside its own fixed bounds, and a parameter whose attribute hides a method."""
     seen: set[str] = set()
     for p in params:
         where = f"{cls.__name__}.params: {p.name!r}"
@@ -298,7 +308,8 @@ def _check_declared(cls: type, params: Sequence[Param]) -> None:
                 raise TypeError(f"{where} is bounded by {bound!r}, which no parameter before it is")
         if callable(getattr(cls, p.attribute, None)):
             raise TypeError(f"{where} would hide the method {p.attribute}(): hold it elsewhere with attr=")
-        if p.default is not REQUIRED and p.default is not None and not any(isinstance(b, str) for b in (p.low, p.high)):
+        numeric = p.kind in ("number", "integer") and not any(isinstance(b, str) for b in (p.low, p.high))
+        if numeric and p.default is not REQUIRED and p.default is not None:
             try:
                 p.check(p.default)
             except ConfigError as exc:

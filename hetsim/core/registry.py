@@ -171,7 +171,7 @@ def _imported_already(path: Path) -> bool:
     classes would replace the program's in the registry, while its objects stay of the old)."""
     for module in list(sys.modules.values()):
         file = getattr(module, "__file__", None)
-        if isinstance(file, str) and Path(file).name == path.name and Path(file).resolve() == path:
+        if isinstance(file, str) and file.endswith(".py") and Path(file).resolve() == path:  # a link's too
             return True
     return False
 

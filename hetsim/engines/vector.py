@@ -54,6 +54,7 @@ from hetsim.core.registry import ENGINES
 from hetsim.engines.base import Engine, Epochs, begin
 from hetsim.engines.simpy_engine import run_simpy_async
 from hetsim.engines.vector_async import run_vector_async
+from hetsim.model.costs import check_times
 from hetsim.model.network import Buckets
 from hetsim.model.trace import Recorder, Trace, TraceBuilder
 from hetsim.model.workers import Timeline, WorkerSpec, WorkerStreams, cost_groups
@@ -110,6 +111,7 @@ def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: 
     comm: float | Buckets = scenario.allreduce_s() if buckets is None else buckets
     timelines = _Timelines(workers, streams)
     costs = cost_groups(workers)
+    names = [w.name for w in workers]
 
     row, start = 0, 0.0
     batches: tuple[int, ...] = ()
@@ -127,7 +129,7 @@ def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: 
             base = np.empty(n)  # compute = base * noise * factor + delay, base = cost(b)
             for model, idx in costs:
                 base[idx] = model.time_s(b[idx])
-            _check_base(base, b, works, workers)
+            check_times(base, b, names, works)
         need = check_wait_for(policy, policy.wait_for())
         first = need if need < working else None  # the first k of the workers with samples, or all
         noise, delay = draws.rows(row, min(policy.steady_steps(info), total - row))
@@ -144,18 +146,6 @@ def record_vector(scenario: Scenario, policy: Policy, recorder: Recorder, seed: 
         recorder.add_block(info.step, epoch, steps.start_s, b, steps.compute_s, steps.wait_s, steps.included,
                            steps.slowdown, up, steps.comm_s)  # fmt: skip
         row += taken
-
-
-def _check_base(base: np.ndarray, batches: np.ndarray, works: np.ndarray, workers: tuple[WorkerSpec, ...]) -> None:
-    """Refuse a cost curve's time that is not a finite number >= 0 at a batch of the split (a
-    plug-in's; the scenario's load tried one sample and the global batch only)."""
-    given = base[works]
-    if given.min() >= 0 and np.isfinite(given.max()):
-        return
-    i = int(np.flatnonzero(works & ~((base >= 0) & np.isfinite(base)))[0])
-    time_s, batch = float(base[i]), int(batches[i])
-    raise ConfigError("cost", f"worker {workers[i].name}'s cost gave {time_s!r} s at batch {batch}: a time must be a "
-                      "finite number >= 0")  # fmt: skip
 
 
 class _Steps:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hetsim.model.costs import check_times
 from hetsim.model.draws import StepDraws
 from hetsim.model.trace import Trace, async_trace
 from hetsim.model.workers import WorkerStreams, cost_groups
@@ -58,6 +59,7 @@ def run_vector_async(
     base = np.zeros(n)
     for model, idx in cost_groups(workers):
         base[idx] = model.time_s(batches[idx])
+    check_times(base, batches, [w.name for w in workers])
     means = np.array([(h.noise_mean, h.delay_s) for h in policy.hints])  # the workers' (reset from the scenario)
     expected_s = base * means[:, 0] + means[:, 1] + exchange_s
     if not (expected_s > 0).all():  # updates that take no time: ties, for the event loop

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import warnings
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -38,6 +39,26 @@ from hetsim.core.params import FrozenPlugIn, Param, file_path, written_path
 from hetsim.core.registry import COSTS
 
 PROFILE_FILE = "data/device-profiles/gavel/throughputs.csv"
+
+
+def check_times(
+    times_s: np.ndarray, batches: np.ndarray, names: Sequence[str], works: np.ndarray | None = None
+) -> None:
+    """Refuse a cost curve's time that is not a finite number >= 0 (a plug-in's), at the batches
+    a split gives: the engines ask here (the scenario's load tried one sample and the global
+    batch only). Per worker (``names``); ``works``: those with samples (None: all)."""
+    given = times_s if works is None else times_s[works]
+    if given.size == 0 or (given.min() >= 0 and np.isfinite(given.max())):
+        return
+    bad = ~((times_s >= 0) & np.isfinite(times_s))
+    i = int(np.flatnonzero(bad if works is None else bad & works)[0])
+    raise bad_time(names[i], float(times_s[i]), int(batches[i]))
+
+
+def bad_time(name: str, time_s: float, batch: int) -> ConfigError:
+    """The refusal of worker ``name``'s cost curve giving ``time_s`` at ``batch``."""
+    return ConfigError("cost", f"worker {name}'s cost gave {time_s!r} s at batch {batch}: a time must be a finite "
+                       "number >= 0")  # fmt: skip
 
 
 class CostModel(FrozenPlugIn):
@@ -220,8 +241,8 @@ class Profile(_PiecewiseLinear):
 
     name: ClassVar[str] = "profile"
     params = (
-        Param("device", "string", doc="a GPU of the profiles (k80, p100, v100)"),
-        Param("workload", "string", doc="a model of the profiles (ResNet-18, ResNet-50, ...)"),
+        Param("device", "string", blank=False, doc="a GPU of the profiles (k80, p100, v100)"),
+        Param("workload", "string", blank=False, doc="a model of the profiles (ResNet-18, ResNet-50, ...)"),
     )
     device: str
     workload: str

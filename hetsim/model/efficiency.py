@@ -95,7 +95,7 @@ EFFICIENCY_PARAMS = (
     Param("lr", default=None, low=0.0, low_open=True, high=MAX_LR,
           doc="the learning rate set at base_batch that the table was measured with (scaled by lr_scaling)"),
     Param("optimizer", "choice", default=None, choices=OPTIMIZERS, doc="the optimizer it was measured with"),
-    Param("measured_on", "string", default=None, doc="the workload it was measured on (plan names it)"),
+    Param("measured_on", "string", default=None, blank=False, doc="the workload it was measured on (plan names it)"),
     Param("fit_batches", "numbers", default=None, doc="[smallest, largest] global batch the fit measured"),
     Param("noise_scale_sd", default=None, low=0.0, high=SD_MAX, doc="standard error of ln(noise_scale), the fit's"),
     Param("batch_exponent_sd", default=None, low=0.0, high=SD_MAX, doc="standard error of batch_exponent, the fit's"),

@@ -120,9 +120,15 @@ class NetworkModel(FrozenPlugIn):
         ``uses_nodes`` need not take the argument)."""
         time_s = float(self.allreduce_s(n_workers, gradient_mb) if nodes is None else
                        self.allreduce_s(n_workers, gradient_mb, nodes))  # fmt: skip
-        if not 0 <= time_s < math.inf:  # a plug-in's: nan stood the vector engine's clock still
-            raise ConfigError("network", f"{self.name}'s allreduce_s gave {time_s!r} s: a time must be a finite "
-                              "number >= 0")  # fmt: skip
+        return self._checked(time_s, "allreduce_s")
+
+    def _checked(self, time_s: float, method: str) -> float:
+        """``time_s``, what ``method`` gave, where it is a finite number >= 0 (a plug-in's nan
+        stood the vector engine's clock still); else ConfigError on ``network``."""
+        if not 0 <= time_s < math.inf:
+            raise ConfigError(
+                "network", f"{self.name}'s {method} gave {time_s!r} s: a time must be a finite number >= 0"
+            )
         return time_s
 
     def update_link_s(self, gradient_mb: float) -> float | None:
@@ -134,7 +140,9 @@ class NetworkModel(FrozenPlugIn):
         """One async update's exchange when nothing queues: the shared link's time, or else the
         two-party all-reduce ``allreduce_s(2, gradient_mb)``."""
         link = self.update_link_s(gradient_mb)
-        return float(self.allreduce_s(2, gradient_mb)) if link is None else link
+        if link is None:
+            return self._checked(float(self.allreduce_s(2, gradient_mb)), "allreduce_s")
+        return self._checked(float(link), "update_link_s")
 
     def bucket_times(self, n_workers: int, sizes_mb: Sequence[float], nodes: Nodes | None = None) -> tuple[float, ...]:
         """Each bucket's all-reduce time (by default, each bucket is an all-reduce of its own)."""

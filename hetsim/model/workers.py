@@ -32,7 +32,7 @@ import numpy as np
 
 from hetsim.core.errors import ConfigError
 from hetsim.core.params import FrozenPlugIn, Param
-from hetsim.model.costs import Affine, CostModel
+from hetsim.model.costs import Affine, CostModel, bad_time
 from hetsim.model.distributions import Constant, Distribution
 
 PERSISTENCE = Param(
@@ -85,7 +85,7 @@ class Slowdown(FrozenPlugIn):
         Param("every_s", low=0.0, low_open=True, doc="mean gap between episodes (end to start)"),
         Param("duration_s", low=0.0, low_open=True, doc="mean length of an episode"),
         Param("factor", low=1.0, doc="compute time multiplier during an episode"),
-        Param("group", "string", default=None, doc="workers naming one group share their episodes"),
+        Param("group", "string", default=None, blank=False, doc="workers naming one group share their episodes"),
     )
     every_s: float
     duration_s: float
@@ -168,7 +168,10 @@ class WorkerSpec:
         """Compute time for ``local_batch`` samples given this step's draws and slowdown factor."""
         if local_batch <= 0:
             return 0.0
-        return float(self.cost.time_s(local_batch)) * noise * factor + delay
+        time_s = float(self.cost.time_s(local_batch))
+        if not 0 <= time_s < math.inf:  # a plug-in's (the vector engines call check_times)
+            raise bad_time(self.name, time_s, local_batch)
+        return time_s * noise * factor + delay
 
     def expected_compute_s(self, local_batch: int | float) -> float:
         if local_batch <= 0:

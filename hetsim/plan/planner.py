@@ -68,6 +68,7 @@ class Plan:
     cost_error: float = 0.0  # the relative error of the told costs the rows are averaged over (0: none)
     without: PolicyRow | None = None  # the recommended policy without the workers it leaves out (hetsim.plan.without)
     equal: PolicyRow | None = None  # the equal row the gain is over (at the recommended batch for a throughput)
+    equal_batch: int | None = None  # its global batch: the plan's, or the recommended policy's own (baseline)
     date: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
 
     @property
@@ -81,14 +82,6 @@ class Plan:
         """The recommended policy's global batch, its split's: a policy that varies the batch (such as
         ``goodput``) runs its own, not the plan's."""
         return sum(self.recommended.split) or self.global_batch
-
-    @property
-    def equal_batch(self) -> int | None:
-        """The global batch of the equal row the gain is over: the plan's, or the recommended
-        policy's own where it chose another (:func:`baseline`); None without one."""
-        if self.equal is None:
-            return None
-        return self.global_batch if any(self.equal is r for r in self.rows) else self.recommended_batch
 
     @property
     def extrapolation(self) -> str | None:
@@ -268,17 +261,21 @@ def _surely_better(simulated: PolicyRow, closed: PolicyRow, objective: str) -> b
     return better(estimate.low if more else estimate.high, value + (margin if more else -margin), objective)
 
 
-def baseline(rows: Sequence[PolicyRow], best: PolicyRow, objective: str,
-             equal_at: Callable[[int], PolicyRow | None] | None = None) -> PolicyRow | None:  # fmt: skip
-    """The ``equal`` row ``best`` is compared with; None without one. A throughput is compared
-    at ``best``'s own global batch: where it chose another (``goodput``), ``equal_at(batch)``
-    gives equal's row there (samples a second grow with the batch, whose statistical cost a
-    throughput does not count; a time to the target counts it)."""
+Baseline = tuple[PolicyRow | None, int | None]  # equal's row a gain is over, and its global batch
+
+
+def baseline(rows: Sequence[PolicyRow], best: PolicyRow, objective: str, batch: int,
+             equal_at: Callable[[int], PolicyRow | None] | None = None) -> Baseline:  # fmt: skip
+    """The ``equal`` row ``best`` is compared with, and its global batch; (None, None) without
+    one. ``rows`` are at the plan's ``batch``. A throughput is compared at ``best``'s own global
+    batch: where it chose another (``goodput``), ``equal_at(batch)`` gives equal's row there
+    (samples a second grow with the batch, whose statistical cost a throughput does not count; a
+    time to the target counts it)."""
     equal = next((r for r in rows if r.policy == BASELINE), None)
     own = sum(best.split)
     if equal is not None and objective == "throughput" and equal_at is not None and own != sum(equal.split):
-        return equal_at(own)
-    return equal
+        return equal_at(own), own
+    return equal, None if equal is None else batch
 
 
 def gain_over_equal(best: PolicyRow, equal: PolicyRow | None, objective: str) -> float | None:
@@ -351,7 +348,7 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
     if best is None:
         epochs = scenario.workload.epochs
         raise ConfigError("workload.epochs", f"no policy reaches the target in {epochs} epochs at global batch {batch}")
-    equal = baseline(rows, best, objective, equal_at)
+    equal, equal_batch = baseline(rows, best, objective, batch, equal_at)
     return Plan(
         scenario=scenario,
         objective=objective,
@@ -361,6 +358,7 @@ def plan(scenario: Scenario, objective: str = "throughput", *, batch_range: tupl
         recommended=best,
         gain_over_equal=gain_over_equal(best, equal, objective),
         equal=equal,
+        equal_batch=equal_batch,
         fragility=fragility(at_batch, objective, rows, best) if best.closed_form and cost_error == 0 else (),
         left_out=skipped,
         batch_search=searched,

@@ -245,7 +245,7 @@ def make_policy_spec(data: Any) -> PolicySpec:
 
 
 TOP_PARAMS = (
-    Param("name", "string", default="scenario"),
+    Param("name", "string", default="scenario", blank=False),
     Param("description", "string", default=""),
     Param("seed", "integer", default=0, low=0, high=MAX_SEED),
 )

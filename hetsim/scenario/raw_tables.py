@@ -81,6 +81,9 @@ def make_plugin(
         raise ConfigError(path, f"must be {what}, got {typename(data)}")
     if key not in data and default is None:
         raise ConfigError(join(path, key), "missing (required)")
+    if base is not None and isinstance(data.get(key), base):  # {"dist": LogNormal(0.1), "sigma": 0.2}
+        raise ConfigError(join(path, key), f"{data[key]!r} is an object: give it alone, or a table of a name and "
+                          "parameters")  # fmt: skip
     cls = registry.lookup(data.get(key, default), join(path, key))
     params: tuple[Param, ...] = getattr(cls, "params", ())
     values = {k: v for k, v in data.items() if k != key}
@@ -91,12 +94,17 @@ def make_plugin(
         return cls(**values)
     except ConfigError as exc:
         raise ConfigError(join(path, exc.field), exc.problem) from None
-    except (OSError, ValueError) as exc:  # a plug-in's validate() reading its file: named at that field
-        files = [p.name for p in params if p.kind == "path" and p.name in values]
-        if not files:
+    except OSError as exc:  # a plug-in's validate() opening one of its files: named at that field
+        read = [p.name for p in params if isinstance(v := values.get(p.name), FileName) and _names(exc, v)]
+        if not read:
             raise
-        why = f"no such file: {exc.filename}" if isinstance(exc, FileNotFoundError) else f"not read: {exc}"
-        raise ConfigError(join(path, files[0]), why) from None
+        why = "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or "cannot read it")
+        raise ConfigError(join(path, read[0]), f"{why}: {exc.filename}") from None
+
+
+def _names(exc: OSError, file: FileName) -> bool:
+    """Whether ``exc`` is about ``file`` (a plug-in's other errors are its own, and kept)."""
+    return isinstance(exc.filename, str) and Path(exc.filename).resolve() == file.resolved
 
 
 def make_distribution(data: Any, path: str, base_dir: Path | None = None) -> Distribution:

@@ -23,11 +23,19 @@ from hetsim.scenario.scenario import WorkerGroup
 V = TypeVar("V", bound=PlugIn)
 
 WORKER_PARAMS = (
-    Param("name", "string", default=None, doc="the worker's name (default w<index>)"),
+    Param("name", "string", default=None, blank=False, doc="the worker's name (default w<index>)"),
     Param("count", "integer", default=1, low=1, doc="identical workers this entry stands for"),
     Param("max_batch", "integer", default=None, low=1, doc="the most samples the worker can take"),
-    Param("node", "string", default=None, doc="the machine it runs on (needed by a network that uses_nodes)"),
-    Param("unfitted", "string", default=None, doc="why the cost is a guess, not a fit (said as a warning at load)"),
+    Param(
+        "node", "string", default=None, blank=False, doc="the machine it runs on (needed by a network that uses_nodes)"
+    ),
+    Param(
+        "unfitted",
+        "string",
+        default=None,
+        blank=False,
+        doc="why the cost is a guess, not a fit (said as a warning at load)",
+    ),
 )
 AFFINE_KEYS = ("overhead_s", "per_sample_s")  # a worker's shorthand for cost = { model = "affine", ... }
 WORKER_TABLES = ("cost", "noise", "delay", "shared_noise", "slowdown", "failure")
@@ -88,7 +96,7 @@ def _make_shared_noise(t: Table, base_dir: Path | None) -> SharedNoise:
     """The worker's ``shared_noise``: ``group``, ``persistence`` and a mean-1 distribution."""
     path = join(t.path, "shared_noise")
     data, extra = _split_table(t.raw("shared_noise"), path, SHARED_KEYS)
-    group = Table(extra, path, SHARED_KEYS).get(Param("group", "string"))
+    group = Table(extra, path, SHARED_KEYS).get(Param("group", "string", blank=False))
     dist = make_distribution(data, path, base_dir)
     try:
         return SharedNoise(group, dist, extra.get("persistence", 0.0))

@@ -64,13 +64,14 @@ def run_cell(spec: SweepSpec, cell: Cell) -> tuple[Cell, list[dict[str, Any]]]:
     engine = engine_named(spec.engine)  # a file's name
     rows = []
     for rep, seed in enumerate(replication_seeds(spec)):
+        where = ", ".join(f"{k}={v}" for k, v in labels.items())
         try:
             policy = scenario.named_policy(cell.policy)  # a fresh one for every run (policies are stateful)
             summary = simulate_summary(scenario, policy, seed=seed, engine=engine)
-        except ConfigError:
-            raise
+        except ConfigError as exc:  # met during the run (a plug-in's time of nan): which cell met it
+            raise ConfigError(exc.field, f"{exc.problem} (cell {cell.index}: policy {cell.policy}, {where}, "
+                              f"seed {seed})") from None  # fmt: skip
         except Exception as exc:  # a bug: one line naming the cell, not a worker's traceback
-            where = ", ".join(f"{k}={v}" for k, v in labels.items())
             raise CellFailed(
                 f"cell {cell.index} (policy {cell.policy}, {where}, seed {seed}) failed: {type(exc).__name__}: {exc}"
             ) from None

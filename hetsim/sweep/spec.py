@@ -230,7 +230,7 @@ def load_sweep(source: str | Path | Mapping[str, Any], new: bool = True) -> Swee
     if new:  # a folder begun before this check is still resumed and reported
         _separate_paths(axes)
     spec = SweepSpec(
-        name=top.get(Param("name", "string", default="sweep")),
+        name=top.get(Param("name", "string", default="sweep", blank=False)),
         base=base,
         policies=tuple(policies),
         axes=axes,
