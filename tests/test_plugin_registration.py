@@ -115,3 +115,16 @@ def test_a_params_declaration_that_would_pass_unseen_is_refused_as_the_class_is_
     with pytest.raises(TypeError) as refused:
         type("Typo", (CostModel,), {"name": "typo", "params": params})
     assert str(refused.value) == f"Typo.params: {problem}"
+
+
+def test_a_folder_in_hetsim_plugins_is_refused_not_imported_as_an_empty_package(tmp_path, monkeypatch):
+    from hetsim.core.errors import ConfigError
+    from hetsim.core.registry import load_plugins
+
+    (tmp_path / "my_plugins").mkdir()
+    monkeypatch.setenv(PLUGINS_ENV, str(tmp_path / "my_plugins"))
+    with pytest.raises(ConfigError) as refused:
+        load_plugins()
+    assert str(refused.value) == (
+        f"{PLUGINS_ENV}: cannot import '{tmp_path / 'my_plugins'}': a folder: name a .py file, or a module of plug-ins"
+    )

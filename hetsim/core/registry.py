@@ -160,6 +160,8 @@ def load_plugins() -> None:
                 module = importlib.util.module_from_spec(spec)
                 sys.modules[spec.name] = module
                 spec.loader.exec_module(module)
+            elif Path(item).is_dir():  # it would import as an empty namespace package, registering nothing
+                raise ImportError("a folder: name a .py file, or a module of plug-ins")
             else:
                 importlib.import_module(item)
         except Exception as exc:  # any error in a plug-in module is reported as bad input
