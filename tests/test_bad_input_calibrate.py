@@ -101,6 +101,10 @@ CASES = [
          "--model: worker 0 was seen at 2 batch size(s); hinge needs 3 or more", GOOD),
     case("out-yaml", [TRACE, "-o", "{tmp}/out.yaml"],
          "--out: {tmp}/out.yaml: unknown file type '.yaml' (use .toml, .json)", GOOD),
+    case("out-is-the-trace", ["{tmp}/t.toml", "-o", "{tmp}/t.toml"],  # the trace was replaced by its fit
+         "--out: {tmp}/t.toml is a file calibrate reads: name another to write", {"t.toml": GOOD["t.csv"]}),
+    case("out-is-the-runs-record", [TRACE, "-o", "{tmp}/summary.json"],
+         "--out: {tmp}/summary.json is a file calibrate reads: name another to write", GOOD),
     case("out-a-folder", [TRACE, "-o", "{tmp}/folder"], "--out: {tmp}/folder is a folder",
          {**GOOD, "folder/x": ""}),
     case("out-in-a-file", [TRACE, "-o", "{tmp}/t.csv/out.toml"],

@@ -348,6 +348,7 @@ def test_an_asynchronous_trace_gives_the_scenario_that_reproduces_it():
     cal = calibrate(trace)
     assert (cal.global_batch, cal.steps_per_epoch, cal.epochs) == (96, 50, 4)
     assert isinstance(cal.network, ConstantNetwork) and cal.network.time_s == pytest.approx(0.003)
+    assert (cal.noise.shared, cal.noise.shared_sigma, cal.noise.shared_steps) == (None, None, 0)  # not 0.5 from none
     again = simulate(load_scenario(cal.scenario))
     assert len(again.step) == len(trace.step)
     assert again.to_frame()["start_s"].max() == pytest.approx(trace.to_frame()["start_s"].max(), rel=0.03)

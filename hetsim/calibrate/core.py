@@ -15,7 +15,7 @@ from hetsim.calibrate.curves import AUTO, curve_class
 from hetsim.calibrate.idle import IdleWorker
 from hetsim.calibrate.idle import fit_workers as _fit_workers
 from hetsim.calibrate.idle import scenario_workers as _scenario_workers
-from hetsim.calibrate.noise import NoiseStructure, persistence, shared_correlation, shared_sigma
+from hetsim.calibrate.noise import MIN_PAIRS, NoiseStructure, persistence, shared_correlation, shared_sigma
 from hetsim.calibrate.worker_fit import WorkerFit, worker_table
 from hetsim.core.errors import ConfigError
 from hetsim.model.costs import CostModel
@@ -234,15 +234,16 @@ def _noise(frame: pd.DataFrame, done: np.ndarray, fits: list[WorkerFit], workers
         mine = index == i
         resid[mine] -= np.log(fit.cost_curve().time_s(b[mine]))
     sigma = np.array([f.noise_sigma for f in fits])
-    tau = shared_sigma(rows["step"].to_numpy(), index, resid, ~done[keep], sigma)
+    shared_steps = int((rows.groupby("step")["worker"].size() >= 2).sum())
+    told = sigma.size > 1 and shared_steps >= MIN_PAIRS  # a step of one worker says nothing of what steps share
+    tau = shared_sigma(rows["step"].to_numpy(), index, resid, ~done[keep], sigma) if told else None
     complete = keep & done
     logs = frame.loc[complete, ["step", "worker", "local_batch"]].assign(log=np.log(frame.loc[complete, "compute_s"]))
     group = logs.groupby(["worker", "local_batch"])["log"]
     logs = logs.assign(e=logs["log"] - group.transform("mean"), n=group.transform("size"))
     logs = logs[logs["n"] > 1]
     lag1 = persistence(logs["step"].to_numpy(), logs["worker"].to_numpy(), logs["e"].to_numpy(), workers)
-    shared_steps = int((frame.loc[keep].groupby("step")["worker"].size() >= 2).sum())
-    return NoiseStructure(shared_correlation(tau, sigma), shared_steps, lag1, tau if sigma.size > 1 else None)
+    return NoiseStructure(None if tau is None else shared_correlation(tau, sigma), shared_steps, lag1, tau)
 
 
 def _reacting_split(frame: pd.DataFrame, noise: NoiseStructure, fits: list[WorkerFit]) -> list[str]:

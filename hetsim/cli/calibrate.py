@@ -153,6 +153,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from hetsim.scenario.config import build_scenario
 
     kind = None if args.out is None else check_out_file(args.out, {".toml": "toml", ".json": "json"}, "--out")
+    read = {Path(args.trace).resolve(), (Path(args.trace).parent / "summary.json").resolve()}  # the run's record too
+    if args.out is not None and Path(args.out).resolve() in read:
+        raise ConfigError("--out", f"{args.out} is a file calibrate reads: name another to write")
     if args.name is not None and not args.name.strip():
         raise ConfigError("--name", "empty: name the scenario, or leave --name out for calibrated-<trace file>")
     model = model_named(args.model, "--model")
