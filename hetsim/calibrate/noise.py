@@ -64,9 +64,10 @@ def shared_sigma(step: np.ndarray, worker: np.ndarray, resid: np.ndarray, cut: n
 class NoiseStructure:
     """``shared``: the mean correlation of two workers' log times in a step that a common factor
     of sigma ``shared_sigma`` gives (``tau^2 / (sigma_i sigma_j)``; None: fewer than two fitted
-    workers, or fewer than MIN_PAIRS steps with two: an async trace's); ``shared_steps``: steps with two or more workers with samples; ``persistence``: per
-    worker, the lag-1 autocorrelation of its log-residuals over its complete steps in order
-    (None: fewer than MIN_PAIRS + 1, or a worker left idle)."""
+    workers, or fewer than MIN_PAIRS steps with two: an async trace's); ``shared_steps``: steps
+    with two or more workers with samples; ``persistence``: per worker, the lag-1
+    autocorrelation of its log-residuals over its complete steps in order (None: fewer than
+    MIN_PAIRS + 1, or a worker left idle)."""
 
     shared: float | None
     shared_steps: int
