@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 import tomllib
 from dataclasses import replace
@@ -15,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hetsim.calibrate import calibrate
+from hetsim.calibrate import calibrate, fit_worker
 from hetsim.calibrate.censored import fit_mle
 from hetsim.calibrate.curves import FITTED, AffineCurve, HingeCurve, Sizes, TableCurve, model_named
-from hetsim.calibrate.models import choose, folds, held_out_errors
+from hetsim.calibrate.models import choose, folds, held_out_errors, noise_floor
 from hetsim.calibrate.noise import persistence, shared_correlation
 from hetsim.cli.main import main
 from hetsim.core.errors import ConfigError
@@ -94,6 +95,18 @@ def test_choose_keeps_the_simplest_model_within_the_noise_floor():
     assert choose(errors, 0.021) is AffineCurve
     assert choose({"affine": 0.05, "hinge": 0.02, "table": None}, 0.001) is HingeCurve
     assert choose({"affine": None, "hinge": None, "table": None}, 0.0) is AffineCurve
+
+
+def test_rows_of_sizes_each_seen_once_keep_the_simplest_model_and_a_table_is_not_fitted_through_them():
+    """Nothing tells the noise where no size repeats: auto chose a table through every row, its
+    noise 0 (a user walk: 4 rows at 4 sizes, truth affine with sigma 0.1)."""
+    b = np.array([32.0, 48.0, 40.0, 56.0])
+    y = np.array([0.041, 0.052, 0.050, 0.061])
+    assert noise_floor(b, y, Sizes.of(b, y)) == math.inf
+    fit, _ = fit_worker(0, b, y)
+    assert fit.model == "affine" and fit.noise_sigma > 0
+    with pytest.raises(ConfigError, match=r"^model: worker 0 has 4 complete rows at 4 batch sizes; a table through"):
+        fit_worker(0, b, y, model=Table)
 
 
 @pytest.mark.parametrize(("cost", "model"), [(AFFINE, "affine"), (HINGE, "hinge"), (CONVEX, "table")])

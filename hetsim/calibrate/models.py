@@ -11,6 +11,8 @@ the held-out means themselves) of the best. These least-squares fits
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from hetsim.calibrate.curves import FITTED, Curve, Sizes
@@ -55,12 +57,14 @@ def held_out_errors(s: Sizes) -> dict[str, float | None]:
 def noise_floor(b: np.ndarray, y: np.ndarray, s: Sizes) -> float:
     """What the held-out error owes to the noise of the held-out means themselves (their root
     mean square over the rows): the within-size sigma of log times (pooled) times
-    ``sqrt(sizes / rows)``; 0 when no size was seen twice."""
+    ``sqrt(sizes / rows)``; infinite when no size was seen twice: nothing tells the noise, so no
+    difference of scores is more than noise and :func:`choose` keeps the simplest form (a 0
+    chose a table through single rows, its noise then read as 0)."""
     logs = np.log(y)
     means = np.bincount(s.index, weights=logs) / s.count
     dof = y.size - s.batch.size
     if dof < 1:
-        return 0.0
+        return math.inf
     sigma = float(np.sqrt(((logs - means[s.index]) ** 2).sum() / dof))
     return sigma * float(np.sqrt(s.batch.size / y.size))
 

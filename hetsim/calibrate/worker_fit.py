@@ -222,6 +222,9 @@ def _chosen(
     if asked is not AffineCurve and sizes.batch.size < asked.min_sizes:  # affine: the per-sample cost alone
         seen = f"worker {worker} was seen at {sizes.batch.size} batch size(s)"
         raise ConfigError("model", f"{seen}; {asked.name} needs {asked.min_sizes} or more")
+    if asked is TableCurve and y.size <= sizes.batch.size:  # through every row: no scatter left for the noise
+        raise ConfigError("model", f"worker {worker} has {y.size} complete rows at {sizes.batch.size} batch sizes; a "
+                          "table through them tells nothing of its noise: it needs a size seen twice")  # fmt: skip
     return asked
 
 
