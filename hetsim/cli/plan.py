@@ -321,7 +321,7 @@ def plan_text(result: Plan) -> str:
     lines += _recommended_lines(result) + _fragility_lines(result)
     lines += [f"{r.policy}: {r.note}" for r in result.rows if r.note]
     lines += [f"note: {result.extrapolation}"] if result.extrapolation else []
-    lines += [f"note: {line}" for line in result.cost_extrapolation]
+    lines += [f"note: {line}" for line in (*result.cost_extrapolation, *result.cost_unfitted)]
     if target and wl.efficiency is not None and wl.efficiency.measured_on:  # another model's table plans nonsense
         lines.append(f"note: the time to target is that of an efficiency measured on {wl.efficiency.measured_on}")
     return "\n".join(lines)

@@ -1,9 +1,13 @@
-"""Which splits of a plan put a worker outside the batches its cost curve was measured at
-(:func:`extrapolated_costs`). A table or profile curve is flat below its first point and
-follows its last segment beyond its last point, so a time read there is a guess. ``costs``
-marks such times with ``~``. A fitted table (calibrate's, on a worker that an adaptive split
-kept in a narrow range) can put a whole split there, and the plan's figures then rest on that
-guess."""
+"""Which splits of a plan rest on a guess of a worker's cost: samples outside the batches its
+cost curve was measured at (:func:`extrapolated_costs`), or samples for a worker whose cost
+was never fitted (:func:`unfitted_costs`).
+
+A table or profile curve is flat below its first point and follows its last segment beyond its
+last point, so a time read there is a guess. ``costs`` marks such times with ``~``. A fitted
+table (calibrate's, on a worker that an adaptive split kept in a narrow range) can put a whole
+split there, and the plan's figures then rest on that guess. A worker a trace left idle is
+kept by calibrate at a flat cost of what the trace showed, a lower bound (its ``unfitted``
+key): a split giving it samples is predicted optimistically, and can win on that alone."""
 
 from __future__ import annotations
 
@@ -30,5 +34,20 @@ def extrapolated_costs(scenario: Scenario, rows: Sequence[PolicyRow]) -> tuple[s
             lines.append(
                 f"{row.policy}'s split gives {', '.join(outside[:NAMED])}{more}: the times there are the cost "
                 "curves' extrapolation, and so are its figures"
+            )
+    return tuple(lines)
+
+
+def unfitted_costs(scenario: Scenario, rows: Sequence[PolicyRow]) -> tuple[str, ...]:
+    """A line for each of ``rows`` whose split gives samples to a worker whose cost is a guess
+    (its ``unfitted`` key)."""
+    lines = []
+    for row in rows:
+        guessed = [w.name for w, b in zip(scenario.workers, row.split) if b > 0 and w.unfitted]
+        if guessed:
+            more = f" and {len(guessed) - NAMED} more" if len(guessed) > NAMED else ""
+            lines.append(
+                f"{row.policy}'s split gives samples to {', '.join(guessed[:NAMED])}{more}, whose cost is a guess "
+                "(unfitted: a lower bound), so its figures are optimistic"
             )
     return tuple(lines)

@@ -35,7 +35,7 @@ from hetsim import __version__
 from hetsim.core.errors import ConfigError
 from hetsim.model.efficiency import lr_factor
 from hetsim.plan.checks import batch_grid, check_batch_range, check_cluster, check_objective, with_batch
-from hetsim.plan.extrapolated import extrapolated_costs
+from hetsim.plan.extrapolated import extrapolated_costs, unfitted_costs
 from hetsim.plan.fragility import FRAGILITY_MAX, Fragility, fragility
 from hetsim.plan.robust import check_cost_error, robust_rows
 from hetsim.plan.rows import LEVEL, OBJECTIVES, PolicyRow, better, closed_form_row, policy_row
@@ -102,6 +102,13 @@ class Plan:
         equal = [] if self.equal is None or self.equal is self.recommended else [self.equal]
         compared = [self.recommended, *equal]
         return extrapolated_costs(self.scenario, compared)
+
+    @property
+    def cost_unfitted(self) -> tuple[str, ...]:
+        """Where the recommended split gives samples to a worker whose cost is a guess (a lower
+        bound calibrate kept for a worker the trace left idle; :mod:`hetsim.plan.extrapolated`):
+        a split can win on that guess alone."""
+        return unfitted_costs(self.scenario, [self.recommended])
 
     def why_no_fragility(self) -> str | None:
         """Why the plan has no fragility (None: it has one)."""
@@ -180,6 +187,7 @@ class Plan:
                 "equal_global_batch": self.equal_batch,
                 "extrapolation": self.extrapolation,
                 "cost_extrapolation": list(self.cost_extrapolation),
+                "cost_unfitted": list(self.cost_unfitted),
                 "learning_rate": self.learning_rate,
             },
             "policies": [r.to_dict() for r in self.rows],
