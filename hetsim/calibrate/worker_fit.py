@@ -99,6 +99,11 @@ def fit_worker(
     else:
         chosen, warnings = found  # the affine fit's doubts are not the chosen curve's
     curve = chosen.curve
+    if isinstance(curve, TableCurve) and yd.size <= sizes.batch.size:  # asked for: auto keeps the simplest here
+        warnings.append(
+            f"worker {worker}: the table passes through each of its {yd.size} complete rows (no batch size seen "
+            "twice), so nothing tells its noise: written as sigma 0, a noise-free worker in a simulation"
+        )
     if isinstance(curve, TableCurve) and curve.values[-1] <= curve.values[-2]:
         warnings.append(
             f"worker {worker}: the fitted table is flat from batch {int(sizes.batch[-2])} on, so it claims that "
@@ -222,9 +227,6 @@ def _chosen(
     if asked is not AffineCurve and sizes.batch.size < asked.min_sizes:  # affine: the per-sample cost alone
         seen = f"worker {worker} was seen at {sizes.batch.size} batch size(s)"
         raise ConfigError("model", f"{seen}; {asked.name} needs {asked.min_sizes} or more")
-    if asked is TableCurve and y.size <= sizes.batch.size:  # through every row: no scatter left for the noise
-        raise ConfigError("model", f"worker {worker} has {y.size} complete rows at {sizes.batch.size} batch sizes; a "
-                          "table through them tells nothing of its noise: it needs a size seen twice")  # fmt: skip
     return asked
 
 
