@@ -50,7 +50,8 @@ CASES = [
          "--batch-range: HI must be at most workload.dataset_size (50000), got 60000"),
     case("range-never-reaches", ["paper", "--objective", "time_to_target", "--batch-range", "64,128", "--set",
                                  "workload.efficiency={noise_scale=512, base_batch=256, target_steps=100000}"],
-         "workload.epochs: no policy reaches the target in 10 epochs at global batch 128"),  # in the range, not 256
+         "workload.epochs: no policy reaches the target in 10 epochs at global batch 128",  # in the range, not 256
+         marks=pytest.mark.slow),  # every policy simulated first: 3.5 s
     case("range-huge", ["paper", "--batch-range", f"8,{HUGE}"],
          f"--batch-range: HI must be at most workload.dataset_size (50000), got {HUGE}"),
     case("wait-for-all-and-ksync", ["paper", "--policy", "equal,ksync", "--wait-for-all"],

@@ -178,7 +178,8 @@ CASES = [
     case("timeout-nan", [SWEEP, "--scheduler", "tcp://127.0.0.1:1", "--connect-timeout-s", "nan"],
          "--connect-timeout-s: must be finite, got nan", sweep_file()),
     case("scheduler-nonsense", [SWEEP, "--scheduler", "nonsense"],
-         "--scheduler: cannot reach nonsense: missing port number in address 'nonsense'", sweep_file()),
+         "--scheduler: cannot reach nonsense: missing port number in address 'nonsense'", sweep_file(),
+         marks=pytest.mark.slow),  # dask.distributed imported: 0.5 s
     case("metric-without-target", [SWEEP, "--metric", "time_to_target"],
          "--metric: time_to_target needs [workload.efficiency] with target_steps in the sweep's scenario",
          sweep_file()),

@@ -77,6 +77,7 @@ def test_a_short_sweep_records_steps_to_target_within_five_percent_one_or_two_at
     assert (out / "results.json").read_bytes() == before
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_first_seed_runs_the_seeds_from_it_and_records_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import validation.batch_sweep as sweep
 

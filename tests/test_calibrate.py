@@ -316,6 +316,7 @@ def test_included_read_from_text_and_numbers():
     assert info.value.field == "included" and "'yes'" in info.value.problem
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_rows_of_a_failed_worker_are_left_out_of_its_fit():
     """A worker that is down (``up`` false) computes nothing: its zero-time rows, cut at the
     barrier, tell nothing of its cost. They are left out, said so, and the fit is that of the
@@ -354,6 +355,7 @@ def test_an_asynchronous_trace_gives_the_scenario_that_reproduces_it():
     assert again.to_frame()["start_s"].max() == pytest.approx(trace.to_frame()["start_s"].max(), rel=0.03)
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_an_up_column_of_text_is_read_strictly():
     """``up`` as text (a CSV): false rows are a failed worker's, and a value that is neither is
     refused in one line (before, any non-empty text was up)."""
@@ -366,6 +368,7 @@ def test_an_up_column_of_text_is_read_strictly():
         calibrate(text.assign(up="no"))
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_a_split_that_changes_under_persistent_noise_is_warned_of_unless_it_was_scheduled(tmp_path, capsys):
     """Persistent noise (AR(1), phi 0.9) while the batch changes every step: a split that reacts
     to the times would make the batch follow the noise, so calibrate warns; a probe's rounds

@@ -313,6 +313,7 @@ def test_cli_pools_policies_whose_steps_never_meet_as_the_library_does(two_polic
     assert tomllib.loads((tmp_path / "cal.toml").read_text())["workload"]["global_batch"] == 256
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_cli_json_report(tmp_path, capsys):
     trace = tmp_path / "hinge.csv"
     pooled_runs(HINGE, SIZES, steps=40).to_csv(trace, index=False)

@@ -66,6 +66,7 @@ def trace_csv(tmp_path):
     return tmp_path / "sim" / "trace.csv"
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_calibrate_writes_a_loadable_toml_and_json(trace_csv, tmp_path, capsys):
     capsys.readouterr()
     out = tmp_path / "cal.toml"
@@ -173,6 +174,7 @@ def test_episodes_of_factor_1_change_nothing_and_leave_the_closed_form(capsys):
     assert json.loads(capsys.readouterr().out) == plain
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_the_table_gives_the_predicted_time_to_a_target_where_the_scenario_has_one(capsys):
     """Only --json had it: equal reaches 1000 steps at the base batch in 1000 steps of 692.020 ms
     (692.020 s); backup, which keeps 128 of 256 samples a step, later; async has no closed form of it."""

@@ -129,6 +129,7 @@ def test_an_exported_trace_says_what_made_it(tmp_path):
     assert made["hetsim_version"] == __version__ and made["date"] and "export-trace" in made["command"]
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_an_imported_parquet_trace_says_what_made_it_and_calibrate_carries_it_on(tmp_path, capsys):
     """import-logs and import-trace wrote a bare table: a trace that travels alone said nothing
     of where it came from, nor did the scenario fitted to it."""

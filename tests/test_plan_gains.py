@@ -23,6 +23,7 @@ MIXED = {"name": "mix4", "seed": 0,
                      for d in ("v100", "p100")]}  # fmt: skip
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_capped_equal_is_named_and_a_noise_free_tie_goes_to_the_closed_form():
     """P100s capped at 32: equal's split is optimal's (96/96/32/32), which the row says; adaptive,
     simulated without noise, times the same to the last digits and is not recommended."""
@@ -52,6 +53,7 @@ def test_a_throughput_gain_is_over_equal_at_the_recommended_policys_own_batch():
     assert result.equal_batch == 368 and result.to_dict()["recommended"]["equal_global_batch"] == 368
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_a_plan_that_leaves_workers_out_predicts_the_cluster_without_them():
     """optimal leaves the K80s of mixed-gpus out, but they still take part in every ring
     all-reduce: the plan predicts the cluster of the other four (the best split of the rest),
@@ -75,6 +77,7 @@ def test_a_plan_that_leaves_workers_out_predicts_the_cluster_without_them():
     assert plan(load_scenario("workstation"), policies=(Equal(), Optimal())).without is None  # none left out
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_the_line_without_them_gives_the_objectives_ratio_the_same_way_for_a_time(capsys):
     """theirs over the recommendation's, for a throughput and a time alike (a time below 1: sooner)."""
     sets = ["workload.efficiency.noise_scale=2000", "workload.efficiency.base_batch=512",
@@ -126,6 +129,7 @@ def test_the_gain_of_a_policy_at_its_own_batch_is_over_equal_simulated_there_whe
     assert made.gain_over_equal == pytest.approx(made.recommended.throughput_sps.value / equal.throughput_sps.value)
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_async_and_a_simulated_row_reach_the_target_when_it_is_the_simulations():
     """async's closed form is a rate of updates, with no progress: the plan simulates it where there
     is a target (it read "target not reached" and could never be recommended, where every run

@@ -67,6 +67,7 @@ def test_a_plugin_file_the_program_imported_first_is_not_run_again_from_hetsim_p
         sys.modules.pop("first_plugin", None)
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_a_plugin_that_breaks_the_class_contract_is_told_where_it_is_made(tmp_path):
     """A single Param where a tuple belongs fails as the class is made, naming the fix; a class
     that is not the kind's base is refused by the registry (it would fail on its first method);

@@ -59,6 +59,7 @@ def test_a_writer_without_a_folder_keeps_the_rows_and_writes_nothing(tmp_path, m
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_compare_simulates_the_plans_split_where_the_run_kept_it(tmp_path):
     """A run of a plan's ``optimal`` split (made from the profile) was predicted at the split
     optimal makes from the run's probe: another split, another step time."""
@@ -98,6 +99,7 @@ def test_the_planned_policy_keeps_its_split_and_its_classs_traits():
         planned_policy("equal", (64, 64))  # type: ignore[arg-type]  # a plan file's name is resolved as it is read
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_compare_fits_the_cost_model_asked_for(tmp_path):
     writer = RunWriter(tmp_path / "run", META)
     probe_and_policy(writer, (6, 2))
@@ -107,6 +109,7 @@ def test_compare_fits_the_cost_model_asked_for(tmp_path):
         assert {w.model for w in calibration.workers} == {model.name}
 
 
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_compare_says_a_run_did_not_complete_and_passes_it_no_tolerance(tmp_path, capsys):
     """compare of a run whose rank was killed, or that was stopped, printed its one policy's
     table and passed --tolerance 0.5 without a word."""

@@ -126,6 +126,7 @@ def test_the_table_is_the_mean_step_read_robustly_from_the_medians():
 
 
 @given(deadline=st.floats(0.0, 1e6), budget_s=st.floats(0.1, 1e4))
+@pytest.mark.slow  # over 0.15 s of CPU here: out of make test-fast
 def test_the_trainers_blocks_start_at_shares_of_the_budget_the_same_on_every_rank(deadline, budget_s):
     """The blocks' bounds depend only on the shared deadline and budget (not on when a rank's
     grid ended): equal shares of the budget, the last at the deadline."""
