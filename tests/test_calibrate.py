@@ -261,6 +261,10 @@ def test_policies_pooled_on_purpose_keep_their_steps_apart():
 # ----------------------------------------------------------------------------- cut at the barrier
 
 SLOW = 1.3  # the last of four workers: cut at the barrier in nine steps of ten
+FAILED_ROWS = (
+    "trace: 100 rows of failed workers (up = false; worker 1) left out of the fits (the written scenario "
+    "has no failures)"
+)
 
 
 def _backup_trace(slow: float, seed: int = 0):
@@ -332,7 +336,7 @@ def test_rows_of_a_failed_worker_are_left_out_of_its_fit():
     assert cal.workers[1].per_sample_s == alone.workers[1].per_sample_s
     assert cal.workers[1].se["per_sample_s"] == pytest.approx(alone.workers[1].se["per_sample_s"])
     assert cal.global_batch == 128 and cal.steps_per_epoch == 100
-    assert "trace: 100 rows of failed workers (up = false; worker 1) left out of the fits" in cal.warnings
+    assert FAILED_ROWS in cal.warnings
 
 
 def test_an_asynchronous_trace_gives_the_scenario_that_reproduces_it():
@@ -363,7 +367,7 @@ def test_an_up_column_of_text_is_read_strictly():
     down = (frame["worker"] == 1) & frame["step"].between(500, 599)
     text = frame.assign(up=np.where(down, "False", "true"), compute_s=frame["compute_s"].where(~down, 0.0),
                         included=frame["included"] & ~down)  # fmt: skip
-    assert "trace: 100 rows of failed workers (up = false; worker 1) left out of the fits" in calibrate(text).warnings
+    assert FAILED_ROWS in calibrate(text).warnings
     with pytest.raises(ConfigError, match=r"^up: not true or false: 'no' in data row 1$"):
         calibrate(text.assign(up="no"))
 

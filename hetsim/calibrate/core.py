@@ -108,6 +108,7 @@ def calibrate(trace: Trace | pd.DataFrame, name: str = "calibrated", *, policy: 
     _check_steps(frame, chosen)
     every = frame  # the workload and the exchange are the whole cluster's, failed workers included
     frame = _without_down_rows(frame, warnings).sort_values(["worker", "step"], kind="stable")
+    warnings.extend(_slowed_rows(frame))
     done = _included(frame)
     workers = sorted(int(w) for w in frame["worker"].unique())
     fits, idle = _fit_workers(frame, done, workers, model, warnings)
@@ -185,8 +186,27 @@ def _without_down_rows(frame: pd.DataFrame, warnings: list[str]) -> pd.DataFrame
     down = ~up
     workers = ", ".join(str(int(w)) for w in sorted(frame.loc[down, "worker"].unique()))
     count = int(down.sum())
-    warnings.append(f"trace: {count} rows of failed workers (up = false; worker {workers}) left out of the fits")
+    warnings.append(f"trace: {count} rows of failed workers (up = false; worker {workers}) left out of the fits "
+                    "(the written scenario has no failures)")  # fmt: skip
     return frame.loc[~down].copy()
+
+
+def _slowed_rows(frame: pd.DataFrame) -> list[str]:
+    """A warning where rows ran slowed by an episode (a simulated trace's ``slowdown`` above 1):
+    the fits take their times for the worker's cost and noise (on shared-cluster an equal trace's
+    fitted sigma was about three times the workers' own), and the written scenario has no
+    episodes."""
+    if "slowdown" not in frame.columns:
+        return []
+    slowed = pd.to_numeric(frame["slowdown"], errors="coerce").to_numpy(dtype=float) > 1
+    if not slowed.any():
+        return []
+    workers = ", ".join(str(int(w)) for w in sorted(frame.loc[slowed, "worker"].unique()))
+    return [
+        f"trace: {int(slowed.sum())} rows ({slowed.mean():.0%}; worker {workers}) ran slowed by an episode "
+        "(slowdown > 1): their times are fitted as the workers' cost and noise, and the written scenario has no "
+        "episodes (give its workers a slowdown table, or fit a trace without them)"
+    ]
 
 
 def one_worker_per_step(frame: pd.DataFrame) -> bool:
