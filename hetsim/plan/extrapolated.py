@@ -30,10 +30,9 @@ def extrapolated_costs(scenario: Scenario, rows: Sequence[PolicyRow]) -> tuple[s
             if b > 0 and side is not None and measured is not None:
                 outside.append(f"{worker.name} {b} samples ({side} its measured {measured[0]:g}-{measured[1]:g})")
         if outside:
-            more = f" and {len(outside) - NAMED} more" if len(outside) > NAMED else ""
             lines.append(
-                f"{row.policy}'s split gives {', '.join(outside[:NAMED])}{more}: the times there are the cost "
-                "curves' extrapolation, and so are its figures"
+                f"{row.policy}'s split gives {_listed(outside)}: the times there are the cost curves' extrapolation, "
+                "and so are its figures"
             )
     return tuple(lines)
 
@@ -45,9 +44,14 @@ def unfitted_costs(scenario: Scenario, rows: Sequence[PolicyRow]) -> tuple[str, 
     for row in rows:
         guessed = [w.name for w, b in zip(scenario.workers, row.split) if b > 0 and w.unfitted]
         if guessed:
-            more = f" and {len(guessed) - NAMED} more" if len(guessed) > NAMED else ""
             lines.append(
-                f"{row.policy}'s split gives samples to {', '.join(guessed[:NAMED])}{more}, whose cost is a guess "
-                "(unfitted: a lower bound), so its figures are optimistic"
+                f"{row.policy}'s split gives samples to {_listed(guessed)}, whose cost is a guess (unfitted: a lower "
+                "bound), so its figures are optimistic"
             )
     return tuple(lines)
+
+
+def _listed(items: Sequence[str]) -> str:
+    """The first :data:`NAMED` of ``items``, the rest counted."""
+    more = f" and {len(items) - NAMED} more" if len(items) > NAMED else ""
+    return f"{', '.join(items[:NAMED])}{more}"
