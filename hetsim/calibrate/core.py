@@ -107,7 +107,7 @@ def calibrate(trace: Trace | pd.DataFrame, name: str = "calibrated", *, policy: 
         frame["step"] = frame.groupby("worker").cumcount()
     _check_steps(frame, chosen)
     every = frame  # the workload and the exchange are the whole cluster's, failed workers included
-    frame = _without_down_rows(frame, warnings).sort_values(["worker", "step"], kind="stable")
+    frame = _rows_to_fit(frame, warnings).sort_values(["worker", "step"], kind="stable")
     done = _included(frame)
     workers = sorted(int(w) for w in frame["worker"].unique())
     fits, idle = _fit_workers(frame, done, workers, model, warnings)
@@ -174,11 +174,12 @@ def _policy_rows(frame: pd.DataFrame, policy: str | None) -> tuple[pd.DataFrame,
     return frame, None, [note]
 
 
-def _without_down_rows(frame: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
-    """The rows of workers that were up: a failed worker's rows (``up`` false) computed nothing
+def _rows_to_fit(frame: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+    """The rows the fits take, with ``warnings`` of what they cannot tell: the rows of workers
+    that were up (a failed worker's rows, ``up`` false, computed nothing
     and tell nothing of its cost (their zero times would be fitted as cut at zero), or computed
     after waiting out a repair (``equal``, ``async``), which are left out too, losing a few rows
-    but biasing nothing: when a worker fails does not depend on its compute times. Rows slowed
+    but biasing nothing: when a worker fails does not depend on its compute times); rows slowed
     by an episode are kept, with a warning (:func:`_slowed_rows`)."""
     up = _flags(frame, "up")
     warnings.extend(_slowed_rows(frame.loc[up]))

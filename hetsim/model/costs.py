@@ -37,6 +37,7 @@ from hetsim.core.errors import ConfigError
 from hetsim.core.files import not_a_file
 from hetsim.core.params import FrozenPlugIn, Param, file_path, written_path
 from hetsim.core.registry import COSTS
+from hetsim.model.nonnegative import first_invalid
 
 PROFILE_FILE = "data/device-profiles/gavel/throughputs.csv"
 
@@ -47,12 +48,10 @@ def check_times(
     """Refuse a cost curve's time that is not a finite number >= 0 (a plug-in's), at the batches
     a split gives: the engines ask here (the scenario's load tried one sample and the global
     batch only). Per worker (``names``); ``works``: those with samples (None: all)."""
-    given = times_s if works is None else times_s[works]
-    if given.size == 0 or (given.min() >= 0 and np.isfinite(given.max())):
-        return
-    bad = ~((times_s >= 0) & np.isfinite(times_s))
-    i = int(np.flatnonzero(bad if works is None else bad & works)[0])
-    raise bad_time(names[i], float(times_s[i]), int(batches[i]))
+    found = first_invalid(times_s if works is None else np.where(works, times_s, 0.0))
+    if found is not None:
+        (i,) = found
+        raise bad_time(names[i], float(times_s[i]), int(batches[i]))
 
 
 def bad_time(name: str, time_s: float, batch: int) -> ConfigError:

@@ -33,6 +33,7 @@ from scipy import special
 
 from hetsim.core.errors import ConfigError
 from hetsim.model.distributions import Distribution
+from hetsim.model.nonnegative import first_invalid
 from hetsim.model.workers import DELAY_PURPOSE, NOISE_PURPOSE, SHARED_PURPOSE, WorkerSpec, index_groups
 
 TILE_STEPS = 16  # steps per tile: every worker's uniforms of a tile are one stretch of the sequence
@@ -201,10 +202,10 @@ class StepDraws:
 def _check_drawn(drawn: np.ndarray, what: str, names: Sequence[str]) -> None:
     """Refuse draws that are not finite numbers >= 0 (a plug-in distribution's ``ppf``): a time of
     nan or below zero cannot be ordered, and a clock of nan stood the vector engine still."""
-    low, high = drawn.min(), drawn.max()  # nan in either where any is nan
-    if low >= 0 and np.isfinite(high):
+    found = first_invalid(drawn)
+    if found is None:
         return
-    row, column = np.argwhere(~(drawn >= 0) | ~np.isfinite(drawn))[0]
+    row, column = found
     raise ConfigError(
         what, f"worker {names[column]} drew {float(drawn[row, column])!r}: a {what} must be a finite number >= 0 "
         "(its distribution's ppf)"
